@@ -1,0 +1,260 @@
+//! Who this process is on the fabric (its node id) and where the fabric's files live.
+//!
+//! Node id: `LANES_NODE_ID`, else the entry for this host name in the configuration file
+//! (`LANES_CONFIG`, default `/etc/lanes/lanes.toml`), else node 4.
+//! Fabric directory: `LANES_DIR`, else `dir` in the configuration file, else
+//! `/dev/shm/lanes-<uid>` (private to the user).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The default configuration file, read when `LANES_CONFIG` is not set and the file exists.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/lanes/lanes.toml";
+
+/// The node id used when nothing else names one.
+pub const DEFAULT_NODE_ID: NodeId = NodeId(4);
+
+/// `DIS_BROADCAST_NODEID_GROUP_ALL`: the node id that addresses a reflective-memory group.
+pub const BROADCAST_NODE_ID: u32 = 252;
+
+/// The largest node id: node ids are 16-bit multiples of 4.
+pub const MAX_NODE_ID: u32 = 0xFFFC;
+
+/// A fabric endpoint's id: a multiple of 4 from 4 to 65532, except 252 (the broadcast group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(u32);
+
+impl NodeId {
+    /// Validates a node id.
+    pub fn new(value: u32) -> Result<Self> {
+        let reason = if value == 0 {
+            Some("node ids start at 4")
+        } else if value % 4 != 0 {
+            Some("node ids are multiples of 4")
+        } else if value > MAX_NODE_ID {
+            Some("node ids are at most 65532")
+        } else if value == BROADCAST_NODE_ID {
+            Some("252 is the broadcast group address (DIS_BROADCAST_NODEID_GROUP_ALL)")
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(Error::InvalidNodeId { value: value.to_string(), reason }),
+            None => Ok(NodeId(value)),
+        }
+    }
+
+    /// The raw id.
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for NodeId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let value: u32 = s
+            .trim()
+            .parse()
+            .map_err(|_| Error::InvalidNodeId { value: s.to_string(), reason: "not a non-negative integer" })?;
+        NodeId::new(value)
+    }
+}
+
+/// Where a fabric lives and which node this process is on it.
+#[derive(Clone, Debug)]
+pub struct FabricConfig {
+    /// The node this process acts as.
+    pub node_id: NodeId,
+    /// The directory holding the fabric's shared-memory files.
+    pub dir: PathBuf,
+}
+
+impl FabricConfig {
+    /// A configuration with an explicit directory and node (tests, tools).
+    pub fn new(dir: impl Into<PathBuf>, node_id: NodeId) -> Self {
+        FabricConfig { node_id, dir: dir.into() }
+    }
+
+    /// The configuration from the environment and the configuration file.
+    pub fn from_env() -> Result<Self> {
+        let file = ConfigFile::load_from_env()?;
+        let node_id = match std::env::var("LANES_NODE_ID") {
+            Ok(v) => v.parse::<NodeId>().map_err(|e| match e {
+                Error::InvalidNodeId { reason, .. } => {
+                    Error::InvalidNodeId { value: format!("LANES_NODE_ID={v:?}"), reason }
+                }
+                other => other,
+            })?,
+            Err(_) => match &file {
+                Some(f) => f.node_for_host(&hostname())?.unwrap_or(DEFAULT_NODE_ID),
+                None => DEFAULT_NODE_ID,
+            },
+        };
+        let dir = match std::env::var_os("LANES_DIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => match file.as_ref().and_then(|f| f.parsed.dir.clone()) {
+                Some(d) => d,
+                None => default_fabric_dir(),
+            },
+        };
+        Ok(FabricConfig { node_id, dir })
+    }
+}
+
+/// The fabric directory used when none is configured: private to the user.
+pub fn default_fabric_dir() -> PathBuf {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.join(format!("lanes-{uid}"))
+    } else {
+        std::env::temp_dir().join(format!("lanes-{uid}"))
+    }
+}
+
+/// This machine's host name, as `gethostname` gives it.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for writes of its length; gethostname NUL-terminates
+    // within it or truncates, and we read up to the first NUL only.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// One `[[node]]` entry of `lanes.toml`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeEntry {
+    /// The node id.
+    pub id: u32,
+    /// The host name (as `hostname` prints it) that acts as this node.
+    pub host: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ParsedConfig {
+    dir: Option<PathBuf>,
+    #[serde(default)]
+    node: Vec<NodeEntry>,
+}
+
+/// A parsed and validated `lanes.toml`.
+#[derive(Clone, Debug)]
+pub struct ConfigFile {
+    path: PathBuf,
+    parsed: ParsedConfig,
+}
+
+impl ConfigFile {
+    /// Reads `LANES_CONFIG` (which must exist when set), else the default path if present.
+    pub fn load_from_env() -> Result<Option<Self>> {
+        match std::env::var_os("LANES_CONFIG") {
+            Some(p) if !p.is_empty() => Self::load(Path::new(&p)).map(Some),
+            _ => {
+                let p = Path::new(DEFAULT_CONFIG_PATH);
+                if p.exists() {
+                    Self::load(p).map(Some)
+                } else {
+                    Ok(None)
+                }
+            }
+        }
+    }
+
+    /// Reads and validates one configuration file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config { path: path.to_path_buf(), message: format!("cannot read: {e}") })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses configuration text; `path` names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Self> {
+        let err = |message: String| Error::Config { path: path.to_path_buf(), message };
+        let parsed: ParsedConfig = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let mut seen_ids = std::collections::HashSet::new();
+        let mut seen_hosts = std::collections::HashSet::new();
+        for n in &parsed.node {
+            NodeId::new(n.id).map_err(|e| err(format!("node entry for host {:?}: {e}", n.host)))?;
+            if n.host.is_empty() {
+                return Err(err(format!("node {} has an empty host name", n.id)));
+            }
+            if !seen_ids.insert(n.id) {
+                return Err(err(format!("node id {} is listed twice", n.id)));
+            }
+            if !seen_hosts.insert(n.host.as_str()) {
+                return Err(err(format!("host {:?} is listed twice", n.host)));
+            }
+        }
+        Ok(ConfigFile { path: path.to_path_buf(), parsed })
+    }
+
+    /// The node id configured for `host`, if any.
+    pub fn node_for_host(&self, host: &str) -> Result<Option<NodeId>> {
+        self.parsed.node.iter().find(|n| n.host == host).map(|n| NodeId::new(n.id)).transpose()
+    }
+
+    /// The nodes listed in the file.
+    pub fn nodes(&self) -> &[NodeEntry] {
+        &self.parsed.node
+    }
+
+    /// Where the file was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ids_are_validated() {
+        assert!(NodeId::new(4).is_ok());
+        assert!(NodeId::new(65532).is_ok());
+        for bad in [0, 3, 6, 252, 65536] {
+            assert!(matches!(NodeId::new(bad), Err(Error::InvalidNodeId { .. })), "{bad}");
+        }
+        assert!("x".parse::<NodeId>().is_err());
+        assert_eq!(" 8 ".parse::<NodeId>().unwrap().get(), 8);
+    }
+
+    #[test]
+    fn config_maps_hosts_and_rejects_nonsense() {
+        let p = Path::new("lanes.toml");
+        let c = ConfigFile::parse(p, "[[node]]\nid = 8\nhost = \"a\"\n[[node]]\nid = 12\nhost = \"b\"\n").unwrap();
+        assert_eq!(c.node_for_host("b").unwrap(), Some(NodeId(12)));
+        assert_eq!(c.node_for_host("zz").unwrap(), None);
+        for bad in [
+            "[[node]]\nid = 7\nhost = \"a\"\n",
+            "[[node]]\nid = 8\nhost = \"a\"\n[[node]]\nid = 8\nhost = \"b\"\n",
+            "[[node]]\nid = 8\nhost = \"a\"\n[[node]]\nid = 12\nhost = \"a\"\n",
+            "[[node]]\nid = 8\n",
+            "nodes = 3\n",
+            "[[node]\n",
+        ] {
+            let e = ConfigFile::parse(p, bad).unwrap_err();
+            assert!(matches!(e, Error::Config { .. }), "{bad:?} gave {e}");
+            assert!(e.to_string().contains("lanes.toml"), "{e}");
+        }
+    }
+}

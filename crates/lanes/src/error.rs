@@ -1,0 +1,101 @@
+//! The fabric's one error type. The C layer maps each variant onto one `sci_error_t`.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Result of every fallible fabric call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, with enough context to act on it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A node id that no fabric accepts (not a multiple of 4, out of range, reserved).
+    #[error("invalid node id {value}: {reason}")]
+    InvalidNodeId { value: String, reason: &'static str },
+
+    /// The configuration file could not be read or does not make sense.
+    #[error("configuration {path}: {message}")]
+    Config { path: PathBuf, message: String },
+
+    /// A segment id that a live segment of this node already holds.
+    #[error("segment id {segment:#x} is in use on node {node}")]
+    SegmentIdInUse { node: u32, segment: u32 },
+
+    /// No segment with this id exists on that node (or its owner is gone).
+    #[error("no segment {segment:#x} on node {node}")]
+    NoSuchSegment { node: u32, segment: u32 },
+
+    /// The segment exists but its owner has not made it available: the connection is refused.
+    #[error("segment {segment:#x} on node {node} is not available (connection refused)")]
+    NotAvailable { node: u32, segment: u32 },
+
+    /// A wait ran out of time.
+    #[error("timed out after {waited_ms} ms waiting for {what}")]
+    Timeout { what: String, waited_ms: u64 },
+
+    /// An offset/length pair that does not lie inside the segment or map.
+    #[error("range {offset}+{len} is outside the {size}-byte {what}")]
+    OutOfRange { offset: u64, len: u64, size: u64, what: &'static str },
+
+    /// An offset that is not aligned as the access needs.
+    #[error("offset {offset} is not aligned to {align} bytes")]
+    Misaligned { offset: u64, align: u64 },
+
+    /// A size of zero, or one the platform cannot back.
+    #[error("invalid size {size}: {reason}")]
+    InvalidSize { size: u64, reason: &'static str },
+
+    /// Removal refused while peers are connected (use force to remove anyway).
+    #[error("segment {segment:#x} on node {node} has {connections} connected peer(s)")]
+    SegmentBusy { node: u32, segment: u32, connections: usize },
+
+    /// An operation that needs a prepared segment.
+    #[error("segment {segment:#x} is not prepared")]
+    NotPrepared { segment: u32 },
+
+    /// A segment file whose header is not one this library wrote: never trusted, never mapped.
+    #[error("corrupt segment file {path}: {reason}")]
+    CorruptSegment { path: PathBuf, reason: String },
+
+    /// All connection slots of the segment are taken.
+    #[error("segment {segment:#x} on node {node} has no free connection slot")]
+    TooManyConnections { node: u32, segment: u32 },
+
+    /// A write through a read-only map.
+    #[error("map is read-only")]
+    ReadOnly,
+
+    /// The segment's owner died or removed it; the connection is dead.
+    #[error("segment {segment:#x} on node {node} was lost ({reason})")]
+    SegmentLost { node: u32, segment: u32, reason: &'static str },
+
+    /// The call does not apply to this object in its present state.
+    #[error("illegal operation: {0}")]
+    IllegalOperation(&'static str),
+
+    /// A system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io { context: context.into(), source }
+    }
+}
+
+/// Adds a human context to `io::Result`s.
+pub(crate) trait IoContext<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| Error::io(what(), e))
+    }
+}

@@ -1,0 +1,194 @@
+//! Maps: a window of a segment in this process's address space, accessed by value only.
+
+use std::sync::Arc;
+
+use super::local::LocalInner;
+use super::remote::RemoteInner;
+use super::sequence::Sequence;
+use crate::error::{Error, Result};
+use crate::platform::mapping::Access;
+use crate::platform::memory::{self, Scalar};
+use crate::transport::shm::segment_file::{DataMapping, SegmentFile};
+
+/// Whether a map may be written. Read-only maps are enforced by the page tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapAccess {
+    ReadOnly,
+    ReadWrite,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum MapOrigin {
+    Local(#[allow(dead_code)] Arc<LocalInner>),
+    Remote(Arc<RemoteInner>),
+}
+
+/// A window of `len()` bytes of a segment, starting at `segment_offset()` in it.
+///
+/// Every access names an offset inside the window and is bounds-checked; values are copied
+/// in and out with volatile or atomic accesses, never borrowed, because a peer may write
+/// this memory at any time. The window stays readable after the segment's owner dies.
+#[derive(Debug)]
+pub struct Map {
+    data: DataMapping,
+    segment_offset: u64,
+    writable: bool,
+    pub(crate) origin: MapOrigin,
+}
+
+impl Map {
+    pub(crate) fn new(file: &SegmentFile, offset: u64, size: u64, access: MapAccess, origin: MapOrigin) -> Result<Map> {
+        let seg_size = file.snapshot().segment_size;
+        if size == 0 {
+            return Err(Error::InvalidSize { size, reason: "maps cover at least one byte" });
+        }
+        if offset.checked_add(size).is_none_or(|end| end > seg_size) {
+            return Err(Error::OutOfRange { offset, len: size, size: seg_size, what: "segment" });
+        }
+        let a = match access {
+            MapAccess::ReadOnly => Access::ReadOnly,
+            MapAccess::ReadWrite => Access::ReadWrite,
+        };
+        let data = file
+            .map_data(offset, size, a)
+            .map_err(|e| Error::io(format!("mapping {size} bytes at offset {offset}"), e))?;
+        Ok(Map { data, segment_offset: offset, writable: access == MapAccess::ReadWrite, origin })
+    }
+
+    /// Bytes in the window.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Never true: maps cover at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Where the window starts in the segment.
+    pub fn segment_offset(&self) -> u64 {
+        self.segment_offset
+    }
+
+    /// Whether writes are allowed.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The window's first byte, for FFI and for programs that do their own PIO. Valid while
+    /// this map lives; the memory may change under you at any time.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.data.as_ptr()
+    }
+
+    /// Checks `offset..offset+len` against the window and returns its address.
+    fn at(&self, offset: usize, len: usize, align: usize) -> Result<*mut u8> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(Error::OutOfRange {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.len() as u64,
+                what: "map",
+            });
+        }
+        // SAFETY: offset <= len of the mapping, checked above.
+        let p = unsafe { self.as_ptr().add(offset) };
+        if (p as usize) % align != 0 {
+            return Err(Error::Misaligned { offset: offset as u64, align: align as u64 });
+        }
+        Ok(p)
+    }
+
+    fn writable_at(&self, offset: usize, len: usize, align: usize) -> Result<*mut u8> {
+        if !self.writable {
+            return Err(Error::ReadOnly);
+        }
+        self.at(offset, len, align)
+    }
+
+    /// Reads one naturally aligned scalar.
+    pub fn read<T: Scalar>(&self, offset: usize) -> Result<T> {
+        let p = self.at(offset, size_of::<T>(), align_of::<T>())?;
+        // SAFETY: in bounds and aligned (checked); the mapping lives as long as self.
+        Ok(unsafe { memory::read(p.cast::<T>()) })
+    }
+
+    /// Writes one naturally aligned scalar with a single store.
+    pub fn write<T: Scalar>(&self, offset: usize, value: T) -> Result<()> {
+        let p = self.writable_at(offset, size_of::<T>(), align_of::<T>())?;
+        // SAFETY: in bounds, aligned and writable (checked); the mapping lives as long as self.
+        unsafe { memory::write(p.cast::<T>(), value) };
+        Ok(())
+    }
+
+    /// Acquire load of an aligned 64-bit word: later reads see what the writer wrote before
+    /// its matching [`Map::store_release_u64`].
+    pub fn load_acquire_u64(&self, offset: usize) -> Result<u64> {
+        let p = self.at(offset, 8, 8)?;
+        // SAFETY: in bounds and 8-aligned (checked).
+        Ok(unsafe { memory::load_acquire_u64(p.cast()) })
+    }
+
+    /// Release store of an aligned 64-bit word: publishes every earlier write.
+    pub fn store_release_u64(&self, offset: usize, value: u64) -> Result<()> {
+        let p = self.writable_at(offset, 8, 8)?;
+        // SAFETY: in bounds, 8-aligned and writable (checked).
+        unsafe { memory::store_release_u64(p.cast(), value) };
+        Ok(())
+    }
+
+    /// Acquire load of an aligned 32-bit word.
+    pub fn load_acquire_u32(&self, offset: usize) -> Result<u32> {
+        let p = self.at(offset, 4, 4)?;
+        // SAFETY: in bounds and 4-aligned (checked).
+        Ok(unsafe { memory::load_acquire_u32(p.cast()) })
+    }
+
+    /// Release store of an aligned 32-bit word.
+    pub fn store_release_u32(&self, offset: usize, value: u32) -> Result<()> {
+        let p = self.writable_at(offset, 4, 4)?;
+        // SAFETY: in bounds, 4-aligned and writable (checked).
+        unsafe { memory::store_release_u32(p.cast(), value) };
+        Ok(())
+    }
+
+    /// Copies `src` into the window at `offset` with the fastest copy for its size.
+    pub fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<()> {
+        let p = self.writable_at(offset, src.len(), 1)?;
+        // SAFETY: the range is in bounds and writable (checked); src is private memory, so
+        // the two cannot overlap.
+        unsafe { memory::copy_to_shared(p, src) };
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes of the window at `offset` into `dst`.
+    pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let p = self.at(offset, dst.len(), 1)?;
+        // SAFETY: the range is in bounds (checked); dst is private memory.
+        unsafe { memory::copy_from_shared(dst, p) };
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `offset` with `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
+        let p = self.writable_at(offset, len, 1)?;
+        // SAFETY: the range is in bounds and writable (checked).
+        unsafe { std::ptr::write_bytes(p, byte, len) };
+        Ok(())
+    }
+
+    /// Orders every earlier store to the window before every later one (`SCIStoreBarrier`).
+    pub fn store_barrier(&self) {
+        memory::store_barrier();
+    }
+
+    /// Pushes buffered stores out (`SCIFlush`); on shared memory a store barrier.
+    pub fn flush(&self) {
+        memory::store_barrier();
+    }
+
+    /// A sequence for checking bursts of PIO through this map (`SCICreateMapSequence`).
+    pub fn sequence(&self) -> Sequence {
+        Sequence::new(self.origin.clone())
+    }
+}

@@ -1,0 +1,171 @@
+//! Layer 3: the fabric API.
+//!
+//! A [`Fabric`] is an open descriptor on the fabric as one node. Through it a program
+//! creates [`LocalSegment`]s that other nodes connect to as [`RemoteSegment`]s, maps either
+//! kind as a bounds-checked [`Map`], and checks bursts of programmed I/O with a
+//! [`Sequence`]. [`status`] and [`cleanup`] inspect and tidy a fabric directory.
+
+mod local;
+mod map;
+mod remote;
+mod sequence;
+mod status;
+
+pub use local::LocalSegment;
+pub use map::{Map, MapAccess};
+pub use remote::{LossReason, RemoteSegment, RemoteState};
+pub use sequence::{Sequence, SequenceStatus};
+pub use status::{cleanup, status, CleanupReport, FabricStatus, NodeStatus, SegmentStatus};
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::config::{FabricConfig, NodeId};
+use crate::error::{Error, IoContext, Result};
+use crate::platform::files::ensure_private_dir;
+use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
+use crate::transport::shm::FabricPaths;
+
+/// How long a blocking call may wait: a bound, or for ever.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timeout {
+    /// Do not wait: fail at once if the condition does not hold.
+    Immediate,
+    /// Wait at most this long.
+    After(Duration),
+    /// Wait for ever.
+    Infinite,
+}
+
+impl Timeout {
+    /// From SISCI milliseconds: 0 is immediate, `0xFFFF_FFFF` infinite.
+    pub fn from_millis(ms: u32) -> Timeout {
+        match ms {
+            0 => Timeout::Immediate,
+            u32::MAX => Timeout::Infinite,
+            ms => Timeout::After(Duration::from_millis(ms.into())),
+        }
+    }
+}
+
+/// An open descriptor on the fabric, acting as one node. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Fabric {
+    inner: Arc<FabricInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct FabricInner {
+    pub(crate) node: NodeId,
+    pub(crate) paths: FabricPaths,
+    pub(crate) identity: ProcessIdentity,
+    _record: Arc<ProcessRecord>,
+}
+
+impl FabricInner {
+    /// Whether the process `identity`, registered as `node`, is alive.
+    pub(crate) fn is_alive(&self, node: u32, identity: ProcessIdentity) -> bool {
+        liveness::is_alive(&self.paths.procs(), node, identity)
+    }
+}
+
+/// This process's registrations, one per (directory, node): a second record-lock holder
+/// for the same file in one process would release the lock when it closed.
+type RecordKey = (PathBuf, u32, u32);
+static RECORDS: Mutex<Option<HashMap<RecordKey, Weak<ProcessRecord>>>> = Mutex::new(None);
+
+fn register(paths: &FabricPaths, node: NodeId) -> Result<Arc<ProcessRecord>> {
+    let key = (paths.root().to_path_buf(), node.get(), std::process::id());
+    let mut guard = RECORDS.lock().unwrap_or_else(|e| e.into_inner());
+    let map = guard.get_or_insert_with(HashMap::new);
+    if let Some(r) = map.get(&key).and_then(Weak::upgrade) {
+        return Ok(r);
+    }
+    let r = Arc::new(
+        ProcessRecord::register(&paths.procs(), node.get())
+            .context(|| format!("registering as node {node} in {}", paths.root().display()))?,
+    );
+    map.retain(|_, w| w.strong_count() > 0);
+    map.insert(key, Arc::downgrade(&r));
+    Ok(r)
+}
+
+impl Fabric {
+    /// Opens the fabric as configured by the environment (`LANES_NODE_ID`, `LANES_CONFIG`,
+    /// `LANES_DIR`): zero configuration gives node 4 in the user's private directory.
+    pub fn open() -> Result<Fabric> {
+        Self::open_with(FabricConfig::from_env()?)
+    }
+
+    /// Opens the fabric with an explicit configuration.
+    pub fn open_with(config: FabricConfig) -> Result<Fabric> {
+        let paths = FabricPaths::new(&config.dir);
+        for d in [paths.root().to_path_buf(), paths.procs(), paths.nodes(), paths.node_dir(config.node_id.get())] {
+            ensure_private_dir(&d).context(|| format!("fabric directory {}", d.display()))?;
+        }
+        let record = register(&paths, config.node_id)?;
+        Ok(Fabric {
+            inner: Arc::new(FabricInner { node: config.node_id, identity: record.identity(), paths, _record: record }),
+        })
+    }
+
+    /// This process's node id.
+    pub fn node_id(&self) -> NodeId {
+        self.inner.node
+    }
+
+    /// The fabric directory.
+    pub fn dir(&self) -> &Path {
+        self.inner.paths.root()
+    }
+
+    /// Creates a segment of `size` bytes with the chosen id.
+    pub fn create_segment(&self, id: u32, size: u64) -> Result<LocalSegment> {
+        LocalSegment::create(&self.inner, Some(id), size, None)
+    }
+
+    /// Creates a segment of `size` bytes with an id the library picks (`SCI_FLAG_AUTO_ID`).
+    pub fn create_segment_auto_id(&self, size: u64) -> Result<LocalSegment> {
+        LocalSegment::create(&self.inner, None, size, None)
+    }
+
+    /// Makes `len` bytes of the caller's memory at `addr` a segment that peers can map
+    /// (`SCIRegisterSegmentMemory`). The pages holding the range are re-backed in place by
+    /// shared memory with the same contents; they stay so after the segment is removed.
+    ///
+    /// # Safety
+    /// The memory must be the caller's, mapped, and valid for reads and writes of `len`
+    /// bytes; nobody may write the pages containing it during this call; the caller must
+    /// keep it mapped while the segment exists; and it should be page aligned (the whole
+    /// pages containing the range become visible to this user's processes).
+    pub unsafe fn register_segment_memory(&self, id: u32, addr: *mut u8, len: usize) -> Result<LocalSegment> {
+        let addr = std::ptr::NonNull::new(addr).ok_or(Error::IllegalOperation("null address"))?;
+        let mem = crate::transport::shm::segment_file::RegisteredMemory { addr, len };
+        LocalSegment::create(&self.inner, Some(id), len as u64, Some(mem))
+    }
+
+    /// Attaches to a segment that another process of this node created and shared
+    /// (`SCIAttachLocalSegment`). Removing the attached handle only detaches.
+    pub fn attach_local_segment(&self, id: u32) -> Result<LocalSegment> {
+        LocalSegment::attach(&self.inner, id)
+    }
+
+    /// Connects to segment `segment` of node `node`, waiting up to `timeout` for it to
+    /// exist and become available.
+    pub fn connect_segment(&self, node: u32, segment: u32, timeout: Timeout) -> Result<RemoteSegment> {
+        let node = NodeId::new(node)?;
+        RemoteSegment::connect(&self.inner, node, segment, timeout)
+    }
+
+    /// Whether any live process acts as `node` on this fabric.
+    pub fn probe_node(&self, node: u32) -> bool {
+        liveness::list_records(&self.inner.paths.procs()).iter().any(|r| r.node == node && r.alive)
+    }
+
+    /// The fabric's nodes and segments.
+    pub fn status(&self) -> Result<FabricStatus> {
+        status(self.dir())
+    }
+}

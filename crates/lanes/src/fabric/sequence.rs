@@ -1,0 +1,51 @@
+//! Sequences: did a burst of programmed I/O reach a live segment?
+
+use super::map::MapOrigin;
+use super::remote::RemoteState;
+
+/// The outcome of [`Sequence::start`] or [`Sequence::check`] (`sci_sequence_status_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SequenceStatus {
+    /// Every access since the start reached the segment.
+    Ok,
+    /// A transient error; repeat the burst. (Not produced by shared memory.)
+    Retriable,
+    /// The segment is gone (owner died, removed it, or this side disconnected).
+    NotRetriable,
+    /// The check could not decide yet. (Not produced by shared memory.)
+    Pending,
+}
+
+/// Error checking across a burst of PIO. Checks cost two atomic loads: the death watch
+/// thread and the owner's header publish failures; nothing on this path makes a system call.
+#[derive(Debug, Clone)]
+pub struct Sequence {
+    origin: MapOrigin,
+}
+
+impl Sequence {
+    pub(crate) fn new(origin: MapOrigin) -> Self {
+        Sequence { origin }
+    }
+
+    fn status(&self) -> SequenceStatus {
+        match &self.origin {
+            MapOrigin::Local(_) => SequenceStatus::Ok,
+            MapOrigin::Remote(r) => match r.state() {
+                RemoteState::Lost(_) => SequenceStatus::NotRetriable,
+                RemoteState::Operational | RemoteState::NotOperational => SequenceStatus::Ok,
+            },
+        }
+    }
+
+    /// Starts a burst (`SCIStartSequence`).
+    pub fn start(&self) -> SequenceStatus {
+        self.status()
+    }
+
+    /// Ends a burst: were all accesses since `start` good? (`SCICheckSequence`)
+    pub fn check(&self) -> SequenceStatus {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        self.status()
+    }
+}

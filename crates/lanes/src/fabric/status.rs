@@ -1,0 +1,198 @@
+//! What is on a fabric (for `lanes status`) and tidying up after dead processes
+//! (for `lanes cleanup`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{IoContext, Result};
+use crate::platform::files::DirLock;
+use crate::platform::liveness::{self, ProcessIdentity};
+use crate::transport::shm::layout::state;
+use crate::transport::shm::segment_file::{OpenError, SegmentFile};
+use crate::transport::shm::FabricPaths;
+
+/// Everything on one fabric directory.
+#[derive(Clone, Debug, Serialize)]
+pub struct FabricStatus {
+    pub dir: PathBuf,
+    pub nodes: Vec<NodeStatus>,
+    pub segments: Vec<SegmentStatus>,
+}
+
+/// A node and the live processes acting as it.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeStatus {
+    pub node: u32,
+    pub pids: Vec<u32>,
+    /// Records of processes that died without unregistering.
+    pub stale_records: usize,
+}
+
+/// One segment file.
+#[derive(Clone, Debug, Serialize)]
+pub struct SegmentStatus {
+    pub node: u32,
+    pub id: u32,
+    pub size: u64,
+    pub owner_pid: u32,
+    /// The owner lives and has not removed the segment.
+    pub alive: bool,
+    /// "prepared", "available", "shared", "removed", joined by '+'.
+    pub state: String,
+    /// Live connected peers as (node, pid).
+    pub connections: Vec<(u32, u32)>,
+    /// Why the file is not a usable segment, if it is not.
+    pub corrupt: Option<String>,
+}
+
+fn state_name(bits: u32) -> String {
+    let names: Vec<&str> = [
+        (state::PREPARED, "prepared"),
+        (state::AVAILABLE, "available"),
+        (state::SHARED, "shared"),
+        (state::REMOVED, "removed"),
+    ]
+    .iter()
+    .filter(|(b, _)| bits & b != 0)
+    .map(|(_, n)| *n)
+    .collect();
+    if names.is_empty() {
+        "created".into()
+    } else {
+        names.join("+")
+    }
+}
+
+/// Segment files of every node directory: (node, segment, path).
+fn segment_files(paths: &FabricPaths) -> Vec<(u32, u32, PathBuf)> {
+    let mut out = Vec::new();
+    let Ok(nodes) = fs::read_dir(paths.nodes()) else { return out };
+    for n in nodes.flatten() {
+        let Some(node) = n.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(segs) = fs::read_dir(n.path()) else { continue };
+        for s in segs.flatten() {
+            if let Some(id) = s.file_name().to_str().and_then(FabricPaths::parse_segment_file_name) {
+                out.push((node, id, s.path()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn alive(procs: &Path, node: u32, id: ProcessIdentity) -> bool {
+    liveness::is_alive(procs, node, id)
+}
+
+/// Reads the fabric directory `dir`: nodes, their processes, and every segment.
+pub fn status(dir: &Path) -> Result<FabricStatus> {
+    let paths = FabricPaths::new(dir);
+    let procs = paths.procs();
+    let mut nodes: Vec<NodeStatus> = Vec::new();
+    for r in liveness::list_records(&procs) {
+        let i = match nodes.iter().position(|n| n.node == r.node) {
+            Some(i) => i,
+            None => {
+                nodes.push(NodeStatus { node: r.node, pids: Vec::new(), stale_records: 0 });
+                nodes.len() - 1
+            }
+        };
+        if r.alive {
+            nodes[i].pids.push(r.pid);
+        } else {
+            nodes[i].stale_records += 1;
+        }
+    }
+    let mut segments = Vec::new();
+    for (node, id, path) in segment_files(&paths) {
+        segments.push(match SegmentFile::open_path(&path, node, id) {
+            Ok(f) => {
+                let snap = *f.snapshot();
+                let st = f.header().state();
+                let connections = f
+                    .header()
+                    .connections()
+                    .into_iter()
+                    .filter(|&(n, p)| n == 0 || alive(&procs, n, p))
+                    .map(|(n, p)| (n, p.pid()))
+                    .collect();
+                SegmentStatus {
+                    node,
+                    id,
+                    size: snap.segment_size,
+                    owner_pid: snap.owner.pid(),
+                    alive: st & state::REMOVED == 0 && alive(&procs, node, snap.owner),
+                    state: state_name(st),
+                    connections,
+                    corrupt: None,
+                }
+            }
+            Err(e) => SegmentStatus {
+                node,
+                id,
+                size: 0,
+                owner_pid: 0,
+                alive: false,
+                state: "unreadable".into(),
+                connections: Vec::new(),
+                corrupt: Some(match e {
+                    OpenError::Missing => "vanished while listing".into(),
+                    OpenError::Corrupt(r) => r,
+                    OpenError::Io(e) => e.to_string(),
+                }),
+            },
+        });
+    }
+    nodes.sort_by_key(|n| n.node);
+    Ok(FabricStatus { dir: dir.to_path_buf(), nodes, segments })
+}
+
+/// What [`cleanup`] removed.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CleanupReport {
+    /// (node, segment id, why)
+    pub segments: Vec<(u32, u32, String)>,
+    /// Process records of dead processes, as (node, pid).
+    pub records: Vec<(u32, u32)>,
+}
+
+/// Removes what dead processes left: segments whose owner died (or that are corrupt) and
+/// stale process records. Live segments are never touched; peers that still map a removed
+/// segment keep reading it (files are unlinked, never truncated).
+pub fn cleanup(dir: &Path) -> Result<CleanupReport> {
+    let paths = FabricPaths::new(dir);
+    let procs = paths.procs();
+    let mut report = CleanupReport::default();
+    for (node, id, path) in segment_files(&paths) {
+        let _lock = DirLock::acquire(&paths.node_lock(node)).context(|| format!("locking node directory {node}"))?;
+        let why = match SegmentFile::open_path(&path, node, id) {
+            Ok(f) => {
+                let st = f.header().state();
+                if st & state::REMOVED != 0 {
+                    Some("removed".to_string())
+                } else if !alive(&procs, node, f.snapshot().owner) {
+                    Some(format!("owner pid {} is dead", f.snapshot().owner.pid()))
+                } else {
+                    None
+                }
+            }
+            Err(OpenError::Corrupt(r)) => Some(format!("corrupt: {r}")),
+            Err(_) => None,
+        };
+        if let Some(why) = why {
+            fs::remove_file(&path).context(|| format!("removing {}", path.display()))?;
+            report.segments.push((node, id, why));
+        }
+    }
+    for r in liveness::list_records(&procs) {
+        if !r.alive {
+            // A record is recreated (and relocked) by its owner, so unlinking a dead one is safe.
+            if fs::remove_file(&r.path).is_ok() {
+                report.records.push((r.node, r.pid));
+            }
+        }
+    }
+    Ok(report)
+}

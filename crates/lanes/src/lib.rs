@@ -1,0 +1,37 @@
+//! Lanes: the programming model of a PCIe host-to-host fabric on ordinary Linux machines.
+//!
+//! A [`Fabric`] is opened as a node (`LANES_NODE_ID`, default 4). A node exports
+//! [`LocalSegment`]s; other nodes (other processes, possibly on other hosts) connect to
+//! them as [`RemoteSegment`]s and move data with plain CPU loads and stores through a
+//! [`Map`] — programmed I/O — checking bursts with a [`Sequence`].
+//!
+//! ```no_run
+//! use lanes::{Fabric, MapAccess, Timeout};
+//! # fn main() -> lanes::Result<()> {
+//! let fabric = Fabric::open()?;
+//! let seg = fabric.create_segment(1, 4096)?;
+//! seg.prepare()?;
+//! seg.set_available()?;
+//! // ... in another process acting as another node:
+//! let remote = fabric.connect_segment(4, 1, Timeout::Infinite)?;
+//! let map = remote.map(0, 4096, MapAccess::ReadWrite)?;
+//! map.write::<u64>(0, 42)?;
+//! map.store_barrier();
+//! # Ok(()) }
+//! ```
+//!
+//! Layers (see docs/ARCHITECTURE.md): [`platform`] building blocks, [`transport`]s, and the
+//! fabric API re-exported here from [`fabric`].
+
+pub mod config;
+pub mod error;
+pub mod fabric;
+pub mod platform;
+pub mod transport;
+
+pub use config::{FabricConfig, NodeId};
+pub use error::{Error, Result};
+pub use fabric::{
+    cleanup, status, CleanupReport, Fabric, FabricStatus, LocalSegment, LossReason, Map, MapAccess, RemoteSegment,
+    RemoteState, Sequence, SequenceStatus, Timeout,
+};

@@ -1,0 +1,232 @@
+//! Process identity and liveness.
+//!
+//! A process that opens the fabric as node N writes a record `procs/<N>-<pid>` and holds a
+//! POSIX record lock on it for as long as it lives; the kernel drops the lock the instant
+//! the process dies (kill -9 included), so "is the lock held?" is the truth about liveness.
+//! Record locks, unlike `flock` and OFD locks, are not inherited by `fork`, so a child never
+//! keeps a dead parent looking alive.
+//!
+//! A process is named by its [`ProcessIdentity`]: pid plus kernel start time, packed into
+//! one `u64` so shared structures can claim and release slots with a single CAS, and a
+//! recycled pid is never mistaken for the process it replaced.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::cvt;
+
+const PID_BITS: u32 = 22; // pid_max is at most 2^22 on Linux
+const PID_MASK: u64 = (1 << PID_BITS) - 1;
+const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"LANESPRC");
+const RECORD_VERSION: u32 = 1;
+const RECORD_LEN: usize = 32;
+
+/// A process: its pid and kernel start time (clock ticks since boot), packed in 64 bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProcessIdentity(u64);
+
+impl ProcessIdentity {
+    /// The calling process.
+    pub fn current() -> io::Result<Self> {
+        Self::of_pid(std::process::id())
+    }
+
+    /// The process that now has `pid`.
+    pub fn of_pid(pid: u32) -> io::Result<Self> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // The command name (field 2) is in parentheses and may contain anything: parse
+        // from the last ')'. starttime is field 22, the 20th after the name.
+        let rest = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))?;
+        let start: u64 = rest
+            .split_whitespace()
+            .nth(19)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no starttime in /proc stat"))?;
+        Ok(Self::from_parts(pid, start))
+    }
+
+    fn from_parts(pid: u32, start_ticks: u64) -> Self {
+        ProcessIdentity(((start_ticks + 1) << PID_BITS) | (u64::from(pid) & PID_MASK))
+    }
+
+    /// Unpacks a value stored in shared memory; 0 means "nobody".
+    pub fn from_bits(bits: u64) -> Option<Self> {
+        (bits & PID_MASK != 0).then_some(ProcessIdentity(bits))
+    }
+
+    /// The packed form stored in shared memory (never 0).
+    pub fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The process id.
+    pub fn pid(self) -> u32 {
+        (self.0 & PID_MASK) as u32
+    }
+}
+
+/// The record file of process `pid` acting as `node`.
+pub fn record_path(procs_dir: &Path, node: u32, pid: u32) -> PathBuf {
+    procs_dir.join(format!("{node}-{pid}"))
+}
+
+fn record_lock(kind: libc::c_short) -> libc::flock {
+    // SAFETY: flock is plain old data; all-zero is a valid value that we then fill in.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_start = 0;
+    l.l_len = 1;
+    l
+}
+
+/// This process's registration as a node: the record file and the lock on it.
+/// Dropping it unregisters. One per (directory, node) per process: a second open-and-close
+/// of the same file by this process would release the lock (POSIX record-lock semantics).
+#[derive(Debug)]
+pub struct ProcessRecord {
+    file: File,
+    path: PathBuf,
+    identity: ProcessIdentity,
+    node: u32,
+}
+
+impl ProcessRecord {
+    /// Registers the calling process as a member of `node`.
+    pub fn register(procs_dir: &Path, node: u32) -> io::Result<Self> {
+        let identity = ProcessIdentity::current()?;
+        let path = record_path(procs_dir, node, identity.pid());
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)?;
+        let lock = record_lock(libc::F_WRLCK as libc::c_short);
+        // SAFETY: the fd is open and `lock` is a valid flock for the duration of the call.
+        cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) }).map_err(|e| {
+            io::Error::new(e.kind(), format!("process record {} is locked by another process: {e}", path.display()))
+        })?;
+        let mut rec = [0u8; RECORD_LEN];
+        rec[0..8].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+        rec[8..12].copy_from_slice(&RECORD_VERSION.to_le_bytes());
+        rec[12..16].copy_from_slice(&node.to_le_bytes());
+        rec[16..24].copy_from_slice(&identity.bits().to_le_bytes());
+        file.set_len(0)?;
+        file.write_all_at(&rec, 0)?;
+        Ok(ProcessRecord { file, path, identity, node })
+    }
+
+    /// Who registered.
+    pub fn identity(&self) -> ProcessIdentity {
+        self.identity
+    }
+
+    /// As which node.
+    pub fn node(&self) -> u32 {
+        self.node
+    }
+}
+
+impl Drop for ProcessRecord {
+    fn drop(&mut self) {
+        // Only remove the file if it is still ours (a forked child must not remove the
+        // parent's record: its identity differs).
+        if ProcessIdentity::current().ok() == Some(self.identity) {
+            let _ = fs::remove_file(&self.path);
+        }
+        let _ = &self.file; // closing the file releases the lock
+    }
+}
+
+/// Reads the identity written in a record file, if it is a valid record.
+fn read_record(file: &File) -> Option<(u32, ProcessIdentity)> {
+    let mut rec = [0u8; RECORD_LEN];
+    file.read_exact_at(&mut rec, 0).ok()?;
+    let magic = u64::from_le_bytes(rec[0..8].try_into().ok()?);
+    let version = u32::from_le_bytes(rec[8..12].try_into().ok()?);
+    if magic != RECORD_MAGIC || version != RECORD_VERSION {
+        return None;
+    }
+    let node = u32::from_le_bytes(rec[12..16].try_into().ok()?);
+    let id = ProcessIdentity::from_bits(u64::from_le_bytes(rec[16..24].try_into().ok()?))?;
+    Some((node, id))
+}
+
+/// Whether `identity`, registered as `node`, is alive: its record names it and its lock is held.
+pub fn is_alive(procs_dir: &Path, node: u32, identity: ProcessIdentity) -> bool {
+    if identity.pid() == std::process::id() {
+        // Never open our own record: closing that fd would drop our own lock.
+        return ProcessIdentity::current().ok() == Some(identity);
+    }
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(record_path(procs_dir, node, identity.pid()))
+    else {
+        return false;
+    };
+    match read_record(&file) {
+        Some((n, id)) if n == node && id == identity => lock_is_held(&file),
+        _ => false,
+    }
+}
+
+fn lock_is_held(file: &File) -> bool {
+    let mut lock = record_lock(libc::F_WRLCK as libc::c_short);
+    // SAFETY: the fd is open and `lock` is valid for reads and writes during the call.
+    match cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut lock) }) {
+        Ok(_) => lock.l_type != libc::F_UNLCK as libc::c_short,
+        // If we cannot tell, do not declare a process dead: that would destroy its data.
+        Err(_) => true,
+    }
+}
+
+/// One registered process, as `lanes status` lists it.
+#[derive(Clone, Debug)]
+pub struct RecordInfo {
+    pub node: u32,
+    pub identity: Option<ProcessIdentity>,
+    pub pid: u32,
+    pub alive: bool,
+    pub path: PathBuf,
+}
+
+/// Every process record in `procs_dir`, live or stale.
+pub fn list_records(procs_dir: &Path) -> Vec<RecordInfo> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(procs_dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some((node, pid)) = name.to_str().and_then(|n| n.split_once('-')) else {
+            continue;
+        };
+        let (Ok(node), Ok(pid)) = (node.parse::<u32>(), pid.parse::<u32>()) else {
+            continue;
+        };
+        let path = e.path();
+        let (identity, alive) = if pid == std::process::id() {
+            let me = ProcessIdentity::current().ok();
+            (me, true)
+        } else {
+            match File::open(&path).ok().as_ref().and_then(read_record) {
+                Some((_, id)) => (Some(id), is_alive(procs_dir, node, id)),
+                None => (None, false),
+            }
+        };
+        out.push(RecordInfo { node, identity, pid, alive, path });
+    }
+    out.sort_by_key(|r| (r.node, r.pid));
+    out
+}

@@ -1,0 +1,40 @@
+//! Layer 1: the platform building blocks every transport and API object stands on.
+//!
+//! - [`files`]: the private fabric directory, directory locks, atomic publication of files.
+//! - [`mapping`]: `mmap` of shared files, owned and unmapped on drop.
+//! - [`memory`]: volatile and atomic access to memory a peer can write; fastest copies.
+//! - [`liveness`]: process identities and the lock that says a process is alive.
+//! - [`death_watch`]: one thread that learns of process deaths without polling (pidfd).
+//!
+//! `unsafe` lives here and in the FFI layers only.
+
+pub mod death_watch;
+pub mod files;
+pub mod liveness;
+pub mod mapping;
+pub mod memory;
+
+use std::io;
+
+/// `Err(last_os_error)` when a libc call returned -1.
+pub(crate) fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if v > 0 {
+            v as usize
+        } else {
+            4096
+        }
+    })
+}

@@ -1,0 +1,266 @@
+//! The segment header: the first page of every segment file.
+//!
+//! It is read by processes that did not write it, so it is untrusted input: every field is
+//! validated when a file is opened, the fields that bound memory accesses (size, data
+//! offset) are copied into a [`HeaderSnapshot`] then and never read again, and the fields
+//! that change (state, connection slots) are only touched with atomics.
+
+use std::mem::{offset_of, size_of};
+use std::ptr::addr_of_mut;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::platform::liveness::ProcessIdentity;
+
+/// `b"LANESSEG"`: first eight bytes of every segment file.
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"LANESSEG");
+/// Bumped whenever the header layout changes incompatibly.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Bytes reserved for the header; segment data starts at or after this file offset.
+pub const HEADER_PAGE: usize = 4096;
+/// Peers that can be connected to one segment at once.
+pub const MAX_CONNECTIONS: usize = 128;
+
+/// `state` bits, set by the owner only.
+pub mod state {
+    pub const PREPARED: u32 = 1 << 0;
+    pub const AVAILABLE: u32 = 1 << 1;
+    pub const REMOVED: u32 = 1 << 2;
+    /// Other processes of the owner's node may attach to the segment as local (SCIShareSegment).
+    pub const SHARED: u32 = 1 << 3;
+    pub const ALL: u32 = PREPARED | AVAILABLE | REMOVED | SHARED;
+}
+
+/// `create_flags` bits, fixed at creation.
+pub mod create_flags {
+    /// The data is caller-provided memory re-backed by this file.
+    pub const REGISTERED_MEMORY: u32 = 1 << 0;
+    pub const ALL: u32 = REGISTERED_MEMORY;
+}
+
+/// A peer's claim on a segment: who and from which node.
+#[repr(C)]
+pub struct ConnectionSlot {
+    /// Packed [`ProcessIdentity`] of the connected process; 0 when free.
+    pub peer: u64,
+    /// The peer's node id; 0 while the claim is being filled in.
+    pub node: u32,
+    pub _reserved: u32,
+}
+
+/// The header as it lies in shared memory.
+#[repr(C)]
+pub struct SegmentHeader {
+    pub magic: u64,
+    pub layout_version: u32,
+    pub header_size: u32,
+    pub segment_size: u64,
+    /// File offset of the segment's first byte.
+    pub data_offset: u64,
+    pub node_id: u32,
+    pub segment_id: u32,
+    /// Packed [`ProcessIdentity`] of the creator.
+    pub owner: u64,
+    pub create_flags: u32,
+    /// [`state`] bits.
+    pub state: u32,
+    /// Incremented on every state change; a futex word for waiters.
+    pub state_seq: u32,
+    pub _pad: u32,
+    /// Room for later additions (event rings) without moving the slots.
+    pub _reserved: [u64; 56],
+    pub connections: [ConnectionSlot; MAX_CONNECTIONS],
+}
+
+const _: () = assert!(size_of::<SegmentHeader>() <= HEADER_PAGE);
+const _: () = assert!(offset_of!(SegmentHeader, state) % 4 == 0);
+const _: () = assert!(offset_of!(SegmentHeader, connections) % 8 == 0);
+
+/// The validated, immutable facts of a segment, copied out of its header once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderSnapshot {
+    pub node_id: u32,
+    pub segment_id: u32,
+    pub segment_size: u64,
+    pub data_offset: u64,
+    pub owner: ProcessIdentity,
+    pub create_flags: u32,
+}
+
+/// Typed access to a header at a raw address (in a mapping that outlives the view).
+#[derive(Clone, Copy, Debug)]
+pub struct HeaderView {
+    ptr: *mut SegmentHeader,
+}
+
+// SAFETY: the view is an address; every access through it is atomic or volatile.
+unsafe impl Send for HeaderView {}
+// SAFETY: as above.
+unsafe impl Sync for HeaderView {}
+
+impl HeaderView {
+    /// # Safety
+    /// `ptr` must point to a mapping of at least [`HEADER_PAGE`] readable and writable bytes,
+    /// 8-byte aligned, that stays mapped as long as the view (or any copy) is used.
+    pub unsafe fn new(ptr: *mut u8) -> Self {
+        HeaderView { ptr: ptr.cast() }
+    }
+
+    fn u32_at(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset % 4 == 0 && offset + 4 <= HEADER_PAGE);
+        // SAFETY: the offset is inside the header page (new's contract) and 4-aligned; the
+        // word is only accessed atomically by every process.
+        unsafe { AtomicU32::from_ptr(self.ptr.cast::<u8>().add(offset).cast()) }
+    }
+
+    fn u64_at(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset % 8 == 0 && offset + 8 <= HEADER_PAGE);
+        // SAFETY: as for u32_at, with 8-byte alignment.
+        unsafe { AtomicU64::from_ptr(self.ptr.cast::<u8>().add(offset).cast()) }
+    }
+
+    /// Fills in a fresh header (the file is still unnamed, so nobody else sees it yet).
+    pub fn initialise(&self, snap: &HeaderSnapshot) {
+        // SAFETY: the page is ours, zeroed by ftruncate, and private until published.
+        unsafe {
+            let h = self.ptr;
+            addr_of_mut!((*h).layout_version).write_volatile(LAYOUT_VERSION);
+            addr_of_mut!((*h).header_size).write_volatile(size_of::<SegmentHeader>() as u32);
+            addr_of_mut!((*h).segment_size).write_volatile(snap.segment_size);
+            addr_of_mut!((*h).data_offset).write_volatile(snap.data_offset);
+            addr_of_mut!((*h).node_id).write_volatile(snap.node_id);
+            addr_of_mut!((*h).segment_id).write_volatile(snap.segment_id);
+            addr_of_mut!((*h).owner).write_volatile(snap.owner.bits());
+            addr_of_mut!((*h).create_flags).write_volatile(snap.create_flags);
+        }
+        // The magic goes last: a header without it is never trusted.
+        self.u64_at(offset_of!(SegmentHeader, magic)).store(SEGMENT_MAGIC, Ordering::Release);
+    }
+
+    /// Checks every field against what a segment named (node, segment) in a file of
+    /// `file_len` bytes must hold, and returns the immutable facts.
+    pub fn validate(&self, node: u32, segment: u32, file_len: u64) -> Result<HeaderSnapshot, String> {
+        let magic = self.u64_at(offset_of!(SegmentHeader, magic)).load(Ordering::Acquire);
+        if magic != SEGMENT_MAGIC {
+            return Err(format!("bad magic {magic:#018x}"));
+        }
+        let version = self.u32_at(offset_of!(SegmentHeader, layout_version)).load(Ordering::Relaxed);
+        if version != LAYOUT_VERSION {
+            return Err(format!("layout version {version}, this library reads {LAYOUT_VERSION}"));
+        }
+        let header_size = self.u32_at(offset_of!(SegmentHeader, header_size)).load(Ordering::Relaxed);
+        if header_size as usize != size_of::<SegmentHeader>() {
+            return Err(format!("header size {header_size}, expected {}", size_of::<SegmentHeader>()));
+        }
+        let snap = HeaderSnapshot {
+            node_id: self.u32_at(offset_of!(SegmentHeader, node_id)).load(Ordering::Relaxed),
+            segment_id: self.u32_at(offset_of!(SegmentHeader, segment_id)).load(Ordering::Relaxed),
+            segment_size: self.u64_at(offset_of!(SegmentHeader, segment_size)).load(Ordering::Relaxed),
+            data_offset: self.u64_at(offset_of!(SegmentHeader, data_offset)).load(Ordering::Relaxed),
+            owner: ProcessIdentity::from_bits(self.u64_at(offset_of!(SegmentHeader, owner)).load(Ordering::Relaxed))
+                .ok_or("no owner")?,
+            create_flags: self.u32_at(offset_of!(SegmentHeader, create_flags)).load(Ordering::Relaxed),
+        };
+        if snap.node_id != node || snap.segment_id != segment {
+            return Err(format!(
+                "header names node {} segment {:#x}, file is node {node} segment {segment:#x}",
+                snap.node_id, snap.segment_id
+            ));
+        }
+        if snap.segment_size == 0 {
+            return Err("segment size 0".into());
+        }
+        if snap.create_flags & !create_flags::ALL != 0 {
+            return Err(format!("unknown creation flags {:#x}", snap.create_flags));
+        }
+        if snap.data_offset < HEADER_PAGE as u64 {
+            return Err(format!("data offset {} overlaps the header", snap.data_offset));
+        }
+        let end = snap.data_offset.checked_add(snap.segment_size).ok_or("size overflows")?;
+        if end > file_len {
+            return Err(format!("segment ends at byte {end} but the file has {file_len}"));
+        }
+        Ok(snap)
+    }
+
+    /// The state bits (unknown bits masked off).
+    pub fn state(&self) -> u32 {
+        self.u32_at(offset_of!(SegmentHeader, state)).load(Ordering::Acquire) & state::ALL
+    }
+
+    /// Sets and clears state bits (owner only) and announces the change.
+    pub fn update_state(&self, set: u32, clear: u32) {
+        let w = self.u32_at(offset_of!(SegmentHeader, state));
+        let mut cur = w.load(Ordering::Relaxed);
+        loop {
+            let new = (cur | set) & !clear;
+            match w.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(v) => cur = v,
+            }
+        }
+        self.state_seq().fetch_add(1, Ordering::Release);
+    }
+
+    /// The futex word bumped on every state change.
+    pub fn state_seq(&self) -> &AtomicU32 {
+        self.u32_at(offset_of!(SegmentHeader, state_seq))
+    }
+
+    fn slot_offset(i: usize) -> usize {
+        offset_of!(SegmentHeader, connections) + i * size_of::<ConnectionSlot>()
+    }
+
+    /// Claims a free connection slot (or one whose holder `is_dead`) for `peer` on `node`.
+    pub fn claim_slot(
+        &self,
+        peer: ProcessIdentity,
+        node: u32,
+        is_dead: impl Fn(u32, ProcessIdentity) -> bool,
+    ) -> Option<usize> {
+        for i in 0..MAX_CONNECTIONS {
+            let base = Self::slot_offset(i);
+            let peer_word = self.u64_at(base + offset_of!(ConnectionSlot, peer));
+            let node_word = self.u32_at(base + offset_of!(ConnectionSlot, node));
+            let cur = peer_word.load(Ordering::Acquire);
+            let free = match ProcessIdentity::from_bits(cur) {
+                None => true,
+                Some(holder) => {
+                    let n = node_word.load(Ordering::Acquire);
+                    n != 0 && is_dead(n, holder)
+                }
+            };
+            if free && peer_word.compare_exchange(cur, peer.bits(), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                node_word.store(node, Ordering::Release);
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Releases slot `i` if `peer` still holds it.
+    pub fn release_slot(&self, i: usize, peer: ProcessIdentity) {
+        if i >= MAX_CONNECTIONS {
+            return;
+        }
+        let base = Self::slot_offset(i);
+        let peer_word = self.u64_at(base + offset_of!(ConnectionSlot, peer));
+        if peer_word.load(Ordering::Acquire) == peer.bits() {
+            self.u32_at(base + offset_of!(ConnectionSlot, node)).store(0, Ordering::Release);
+            let _ = peer_word.compare_exchange(peer.bits(), 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// The current holders of connection slots as (node, identity); a slot whose node is
+    /// still 0 is being claimed and is reported with node 0.
+    pub fn connections(&self) -> Vec<(u32, ProcessIdentity)> {
+        (0..MAX_CONNECTIONS)
+            .filter_map(|i| {
+                let base = Self::slot_offset(i);
+                let id = ProcessIdentity::from_bits(
+                    self.u64_at(base + offset_of!(ConnectionSlot, peer)).load(Ordering::Acquire),
+                )?;
+                Some((self.u32_at(base + offset_of!(ConnectionSlot, node)).load(Ordering::Acquire), id))
+            })
+            .collect()
+    }
+}

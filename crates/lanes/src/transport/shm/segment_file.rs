@@ -1,0 +1,210 @@
+//! One segment as a file: created unnamed, initialised, then published under its name;
+//! opened and validated by peers; its data mapped at any in-bounds window.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use super::layout::{HeaderSnapshot, HeaderView, HEADER_PAGE};
+use super::FabricPaths;
+use crate::platform::files::{open_existing, UnnamedFile};
+use crate::platform::mapping::{Access, Mapping};
+use crate::platform::page_size;
+
+/// Why an existing segment file could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// No file by that name.
+    Missing,
+    /// A file that is not a valid segment (never mapped beyond its header).
+    Corrupt(String),
+    Io(io::Error),
+}
+
+/// Caller memory that becomes the segment's data (re-backed in place by the file).
+#[derive(Clone, Copy, Debug)]
+pub struct RegisteredMemory {
+    pub addr: NonNull<u8>,
+    pub len: usize,
+}
+
+/// An open segment file with its header page mapped.
+#[derive(Debug)]
+pub struct SegmentFile {
+    file: File,
+    _header_map: Mapping,
+    header: HeaderView,
+    snap: HeaderSnapshot,
+    path: PathBuf,
+    inode: u64,
+}
+
+/// A window of segment data, mapped; `ptr` is the window's first byte.
+#[derive(Debug)]
+pub struct DataMapping {
+    _mapping: Mapping,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a DataMapping owns its mapping; all access through `ptr` is raw and synchronised
+// by its users as shared memory must be.
+unsafe impl Send for DataMapping {}
+// SAFETY: as above.
+unsafe impl Sync for DataMapping {}
+
+impl DataMapping {
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+fn round_up(v: u64, to: u64) -> u64 {
+    v.div_ceil(to) * to
+}
+
+impl SegmentFile {
+    /// Creates the segment file for `snap` (whose `data_offset` is filled in here) and
+    /// publishes it. `AlreadyExists` means the id is taken. With `registered`, the caller's
+    /// memory is copied into the file and the file is mapped over it in place.
+    ///
+    /// # Safety
+    /// If `registered` is given, its range must be memory the caller owns, mapped, and not
+    /// written by anyone else while this runs.
+    pub unsafe fn create(
+        paths: &FabricPaths,
+        mut snap: HeaderSnapshot,
+        registered: Option<RegisteredMemory>,
+    ) -> io::Result<SegmentFile> {
+        let page = page_size() as u64;
+        let dir = paths.node_dir(snap.node_id);
+        let unnamed = UnnamedFile::create(&dir)?;
+        let file = unnamed.file();
+        let (data_offset, registered_pages) = match registered {
+            Some(r) => {
+                let addr = r.addr.as_ptr() as u64;
+                let start = addr - addr % page;
+                let end = round_up(addr + r.len as u64, page);
+                (HEADER_PAGE as u64 + (addr - start), Some((start, end)))
+            }
+            None => (HEADER_PAGE as u64, None),
+        };
+        snap.data_offset = data_offset;
+        let file_len = round_up(data_offset + snap.segment_size, page);
+        check_free_space(&dir, file_len)?;
+        // ftruncate makes a sparse file: a 1 GiB segment costs nothing until touched.
+        file.set_len(file_len)?;
+        let header_map = Mapping::map(file.as_fd(), 0, HEADER_PAGE, Access::ReadWrite)?;
+        // SAFETY: header_map is HEADER_PAGE bytes, page aligned, and lives in self.
+        let header = unsafe { HeaderView::new(header_map.as_ptr()) };
+        header.initialise(&snap);
+        if let Some((start, end)) = registered_pages {
+            let len = (end - start) as usize;
+            // SAFETY: the caller owns these whole pages (contract), so they are readable.
+            let current = unsafe { std::slice::from_raw_parts(start as *const u8, len) };
+            file.write_all_at(current, HEADER_PAGE as u64)?;
+            let addr = NonNull::new(start as *mut u8).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+            // SAFETY: the caller owns the pages and nobody writes them now; the file holds an
+            // identical copy, so replacing the pages changes no byte the caller sees.
+            let m = unsafe { Mapping::map_fixed(file.as_fd(), HEADER_PAGE as u64, addr, len, Access::ReadWrite)? };
+            // The pages belong to the caller: they stay mapped after the segment is gone.
+            m.leak();
+        }
+        let name = FabricPaths::segment_file_name(snap.segment_id);
+        let file = unnamed.publish(&name)?;
+        let inode = file.metadata()?.ino();
+        Ok(SegmentFile { file, _header_map: header_map, header, snap, path: dir.join(name), inode })
+    }
+
+    /// Opens and validates the segment file of (node, segment).
+    pub fn open(paths: &FabricPaths, node: u32, segment: u32) -> Result<SegmentFile, OpenError> {
+        let path = paths.segment(node, segment);
+        Self::open_path(&path, node, segment)
+    }
+
+    /// Opens and validates a segment file at an explicit path.
+    pub fn open_path(path: &Path, node: u32, segment: u32) -> Result<SegmentFile, OpenError> {
+        let file = match open_existing(path, true) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(OpenError::Missing),
+            Err(e) => return Err(OpenError::Io(e)),
+        };
+        let meta = file.metadata().map_err(OpenError::Io)?;
+        if !meta.is_file() {
+            return Err(OpenError::Corrupt("not a regular file".into()));
+        }
+        if meta.len() < HEADER_PAGE as u64 {
+            return Err(OpenError::Corrupt(format!("{} bytes, shorter than the header", meta.len())));
+        }
+        let header_map = Mapping::map(file.as_fd(), 0, HEADER_PAGE, Access::ReadWrite).map_err(OpenError::Io)?;
+        // SAFETY: header_map is HEADER_PAGE bytes, page aligned, and lives in the result.
+        let header = unsafe { HeaderView::new(header_map.as_ptr()) };
+        let snap = header.validate(node, segment, meta.len()).map_err(OpenError::Corrupt)?;
+        Ok(SegmentFile { file, _header_map: header_map, header, snap, path: path.to_path_buf(), inode: meta.ino() })
+    }
+
+    /// Maps `len` bytes of segment data from `offset`. The range must already be checked
+    /// against the segment size; this re-checks it so no caller can map outside the segment.
+    pub fn map_data(&self, offset: u64, len: u64, access: Access) -> io::Result<DataMapping> {
+        let end = offset.checked_add(len).filter(|&e| e <= self.snap.segment_size && len > 0);
+        if end.is_none() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "window outside the segment"));
+        }
+        let page = page_size() as u64;
+        let file_off = self.snap.data_offset + offset;
+        let aligned = file_off - file_off % page;
+        let delta = (file_off - aligned) as usize;
+        let map_len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))? + delta;
+        let mapping = Mapping::map(self.file.as_fd(), aligned, map_len, access)?;
+        // SAFETY: delta < map_len, so the pointer stays inside the mapping.
+        let ptr = unsafe { NonNull::new_unchecked(mapping.as_ptr().add(delta)) };
+        Ok(DataMapping { _mapping: mapping, ptr, len: len as usize })
+    }
+
+    pub fn header(&self) -> &HeaderView {
+        &self.header
+    }
+
+    pub fn snapshot(&self) -> &HeaderSnapshot {
+        &self.snap
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether `path` still names this very file (not a newer one with the same id).
+    pub fn is_current_at(&self, path: &Path) -> bool {
+        std::fs::symlink_metadata(path).map(|m| m.ino() == self.inode).unwrap_or(false)
+    }
+}
+
+fn check_free_space(dir: &Path, bytes: u64) -> io::Result<()> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: statvfs is plain old data; zeroed is a valid value for the kernel to overwrite.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid C string and st is valid for writes.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Ok(()); // cannot tell: let the kernel decide
+    }
+    let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
+    if bytes > free {
+        return Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!("{bytes} bytes asked, {free} free in the fabric directory"),
+        ));
+    }
+    Ok(())
+}
