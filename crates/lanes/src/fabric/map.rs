@@ -56,6 +56,7 @@ impl Map {
     }
 
     /// Bytes in the window.
+    #[inline]
     pub fn len(&self) -> usize {
         self.data.len()
     }
@@ -77,11 +78,13 @@ impl Map {
 
     /// The window's first byte, for FFI and for programs that do their own PIO. Valid while
     /// this map lives; the memory may change under you at any time.
+    #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.data.as_ptr()
     }
 
     /// Checks `offset..offset+len` against the window and returns its address.
+    #[inline]
     fn at(&self, offset: usize, len: usize, align: usize) -> Result<*mut u8> {
         if offset.checked_add(len).is_none_or(|end| end > self.len()) {
             return Err(Error::OutOfRange {
@@ -99,6 +102,7 @@ impl Map {
         Ok(p)
     }
 
+    #[inline]
     fn writable_at(&self, offset: usize, len: usize, align: usize) -> Result<*mut u8> {
         if !self.writable {
             return Err(Error::ReadOnly);
@@ -107,6 +111,7 @@ impl Map {
     }
 
     /// Reads one naturally aligned scalar.
+    #[inline]
     pub fn read<T: Scalar>(&self, offset: usize) -> Result<T> {
         let p = self.at(offset, size_of::<T>(), align_of::<T>())?;
         // SAFETY: in bounds and aligned (checked); the mapping lives as long as self.
@@ -114,6 +119,7 @@ impl Map {
     }
 
     /// Writes one naturally aligned scalar with a single store.
+    #[inline]
     pub fn write<T: Scalar>(&self, offset: usize, value: T) -> Result<()> {
         let p = self.writable_at(offset, size_of::<T>(), align_of::<T>())?;
         // SAFETY: in bounds, aligned and writable (checked); the mapping lives as long as self.
@@ -123,6 +129,7 @@ impl Map {
 
     /// Acquire load of an aligned 64-bit word: later reads see what the writer wrote before
     /// its matching [`Map::store_release_u64`].
+    #[inline]
     pub fn load_acquire_u64(&self, offset: usize) -> Result<u64> {
         let p = self.at(offset, 8, 8)?;
         // SAFETY: in bounds and 8-aligned (checked).
@@ -130,6 +137,7 @@ impl Map {
     }
 
     /// Release store of an aligned 64-bit word: publishes every earlier write.
+    #[inline]
     pub fn store_release_u64(&self, offset: usize, value: u64) -> Result<()> {
         let p = self.writable_at(offset, 8, 8)?;
         // SAFETY: in bounds, 8-aligned and writable (checked).
@@ -138,6 +146,7 @@ impl Map {
     }
 
     /// Acquire load of an aligned 32-bit word.
+    #[inline]
     pub fn load_acquire_u32(&self, offset: usize) -> Result<u32> {
         let p = self.at(offset, 4, 4)?;
         // SAFETY: in bounds and 4-aligned (checked).
@@ -145,6 +154,7 @@ impl Map {
     }
 
     /// Release store of an aligned 32-bit word.
+    #[inline]
     pub fn store_release_u32(&self, offset: usize, value: u32) -> Result<()> {
         let p = self.writable_at(offset, 4, 4)?;
         // SAFETY: in bounds, 4-aligned and writable (checked).
@@ -153,6 +163,7 @@ impl Map {
     }
 
     /// Copies `src` into the window at `offset` with the fastest copy for its size.
+    #[inline]
     pub fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<()> {
         let p = self.writable_at(offset, src.len(), 1)?;
         // SAFETY: the range is in bounds and writable (checked); src is private memory, so
@@ -162,6 +173,7 @@ impl Map {
     }
 
     /// Copies `dst.len()` bytes of the window at `offset` into `dst`.
+    #[inline]
     pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         let p = self.at(offset, dst.len(), 1)?;
         // SAFETY: the range is in bounds (checked); dst is private memory.
