@@ -1,0 +1,244 @@
+//! The `lanes` command as a user runs it: pingpong (one command, and server and client
+//! started apart), status, cleanup, and clear errors. Every wait is bounded.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const LANES: &str = env!("CARGO_BIN_EXE_lanes");
+
+/// A private fabric directory per test, removed at the end.
+struct FabricDir(PathBuf);
+
+impl FabricDir {
+    fn new(name: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("lanes-cli-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        FabricDir(p)
+    }
+
+    fn lanes(&self, node: u32) -> Command {
+        let mut c = Command::new(LANES);
+        c.env("LANES_DIR", &self.0).env("LANES_NODE_ID", node.to_string()).env_remove("LANES_CONFIG");
+        c
+    }
+}
+
+impl Drop for FabricDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Kills and reaps a child on drop, so a failing assertion leaves nothing running.
+struct Reaped(Option<Child>);
+
+impl Reaped {
+    fn wait(mut self, limit: Duration) -> Output {
+        let child = self.0.take().expect("child");
+        wait_bounded(child, limit)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.as_ref().expect("child").id()
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_bounded(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "command did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn run(mut cmd: Command, limit: Duration) -> Output {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn lanes");
+    wait_bounded(child, limit)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn status_json(dir: &FabricDir) -> serde_json::Value {
+    let mut c = dir.lanes(4);
+    c.args(["status", "--json"]);
+    let out = run(c, Duration::from_secs(20));
+    assert!(out.status.success(), "status failed: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("status --json is JSON")
+}
+
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn check_summary(v: &serde_json::Value, what: &str) {
+    for k in ["avg", "min", "p50", "p99", "p999", "max"] {
+        let x = v[k].as_f64().unwrap_or_else(|| panic!("{what}.{k} missing in {v}"));
+        assert!(x.is_finite() && x > 0.0, "{what}.{k} = {x}");
+    }
+    assert!(v["min"].as_f64() <= v["p50"].as_f64() && v["p50"].as_f64() <= v["max"].as_f64(), "{what}: {v}");
+}
+
+#[test]
+fn pingpong_starts_its_peer_and_writes_json() {
+    let dir = FabricDir::new("pp");
+    let json = dir.0.with_extension("json");
+    let mut c = dir.lanes(4);
+    c.args(["pingpong", "--sizes", "4,8,100,1K", "--iterations", "3000", "--warmup", "200", "--hist", "--json"])
+        .arg(&json);
+    let out = run(c, Duration::from_secs(120));
+    assert!(out.status.success(), "pingpong failed: {}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains("floor"), "{table}");
+    assert!(table.contains("vs floor"), "{table}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let sizes: Vec<u64> = v["results"].as_array().unwrap().iter().map(|r| r["size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, vec![4, 8, 100, 1024]);
+    for r in v["results"].as_array().unwrap() {
+        check_summary(&r["one_way_ns"], "one_way_ns");
+        check_summary(&r["rtt_ns"], "rtt_ns");
+        let ratio = r["one_way_ns"]["avg"].as_f64().unwrap() * 2.0 / r["rtt_ns"]["avg"].as_f64().unwrap();
+        assert!((ratio - 1.0).abs() < 1e-6, "one-way is half the round trip");
+        assert!(r["histogram"]["buckets"].as_array().is_some_and(|b| !b.is_empty()));
+    }
+    check_summary(&v["floor"]["one_way_ns"], "floor");
+    assert_eq!(v["node"], 4);
+    assert_eq!(v["remote_node"], 8);
+    // The run leaves nothing behind: both mailboxes were removed.
+    assert_eq!(status_json(&dir)["segments"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn pingpong_server_and_client_run_apart_and_status_shows_them() {
+    let dir = FabricDir::new("apart");
+    let mut s = dir.lanes(12);
+    s.args(["pingpong", "--server", "--max-size", "64", "--timeout", "60"]).stdout(Stdio::null()).stderr(Stdio::null());
+    let server = Reaped(Some(s.spawn().unwrap()));
+    // The server's mailbox appears in `lanes status`, alive, owned by the server.
+    wait_until("the server's mailbox", Duration::from_secs(20), || {
+        status_json(&dir)["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["node"] == 12 && g["alive"] == true && g["owner_pid"] == server.pid())
+    });
+    let st = status_json(&dir);
+    assert!(st["nodes"].as_array().unwrap().iter().any(|n| n["node"] == 12), "{st}");
+    let mut c = dir.lanes(16);
+    c.args(["pingpong", "--client", "--remote-node", "12", "--sizes", "8,64", "--iterations", "2000", "--json", "-"]);
+    let out = run(c, Duration::from_secs(120));
+    assert!(out.status.success(), "client failed: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    assert_eq!(v["remote_node"], 12);
+    let out = server.wait(Duration::from_secs(20));
+    assert!(out.status.success(), "the server ends cleanly after its client");
+}
+
+#[test]
+fn client_fails_cleanly_when_the_server_is_killed() {
+    let dir = FabricDir::new("kill");
+    let mut s = dir.lanes(20);
+    s.args(["pingpong", "--server", "--max-size", "64"]).stdout(Stdio::null()).stderr(Stdio::null());
+    let server = Reaped(Some(s.spawn().unwrap()));
+    wait_until("the server's mailbox", Duration::from_secs(20), || {
+        status_json(&dir)["segments"].as_array().unwrap().iter().any(|g| g["node"] == 20 && g["alive"] == true)
+    });
+    let mut c = dir.lanes(24);
+    c.args(["pingpong", "--client", "--remote-node", "20", "--sizes", "8", "--iterations", "1000000000"]);
+    let client = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = server.pid();
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    let out = wait_bounded(client, Duration::from_secs(10));
+    assert!(!out.status.success(), "the client must report the loss");
+    assert!(text(&out.stderr).contains("peer is gone"), "stderr: {}", text(&out.stderr));
+    drop(server);
+
+    // The dead server's mailbox is reported dead, and cleanup removes it.
+    let st = status_json(&dir);
+    let seg = st["segments"].as_array().unwrap().iter().find(|g| g["node"] == 20).expect("stale mailbox listed");
+    assert_eq!(seg["alive"], false, "{st}");
+    let mut c = dir.lanes(4);
+    c.args(["cleanup"]);
+    let out = run(c, Duration::from_secs(20));
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("owner pid"), "{}", text(&out.stdout));
+    assert!(status_json(&dir)["segments"].as_array().unwrap().iter().all(|g| g["node"] != 20));
+    let mut c = dir.lanes(4);
+    c.args(["cleanup"]);
+    assert!(text(&run(c, Duration::from_secs(20)).stdout).contains("nothing to clean"));
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let dir = FabricDir::new("bad");
+    let cases: Vec<(Vec<&str>, Option<&str>, &str)> = vec![
+        (vec!["status"], Some("5"), "invalid node id"),
+        (vec!["status"], Some("252"), "broadcast"),
+        (vec!["pingpong", "--sizes", "3"], None, "multiples of 4"),
+        (vec!["pingpong", "--sizes", "x"], None, "bad size"),
+        (vec!["pingpong", "--cpu", "0"], None, "two CPUs"),
+        (vec!["pingpong", "--client", "--remote-node", "40", "--timeout", "1"], None, "timed out"),
+    ];
+    for (args, node, expect) in cases {
+        let mut c = dir.lanes(4);
+        if let Some(n) = node {
+            c.env("LANES_NODE_ID", n);
+        }
+        c.args(&args);
+        let out = run(c, Duration::from_secs(30));
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = text(&out.stderr);
+        assert!(err.contains(expect), "{args:?}: expected {expect:?} in {err:?}");
+    }
+    // A malformed configuration file names itself.
+    let cfg = dir.0.with_extension("toml");
+    std::fs::write(&cfg, "[[node]]\nid = 9\nhost = \"h\"\n").unwrap();
+    let mut c = Command::new(LANES);
+    c.env("LANES_DIR", &dir.0).env_remove("LANES_NODE_ID").env("LANES_CONFIG", &cfg).arg("status");
+    let out = run(c, Duration::from_secs(20));
+    let _ = std::fs::remove_file(&cfg);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains(&*cfg.to_string_lossy()), "{}", text(&out.stderr));
+}
+
+#[test]
+fn status_on_an_empty_fabric() {
+    let dir = FabricDir::new("empty");
+    let mut c = dir.lanes(4);
+    c.arg("status");
+    let out = run(c, Duration::from_secs(20));
+    assert!(out.status.success());
+    let t = text(&out.stdout);
+    assert!(t.contains("nodes\n  (none)"), "{t}");
+    assert!(t.contains("segments\n  (none)"), "{t}");
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it. Installs what the tests need when it is missing
+# (Debian packages, cargo tools), then checks formatting and lints and runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+# Debian packages the tests use, by the command that proves each is present.
+declare -A apt_for=(
+    [cc]=gcc
+    [pkg-config]=pkg-config
+)
+missing=()
+for cmd in "${!apt_for[@]}"; do
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("${apt_for[$cmd]}")
+done
+if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+if ! cargo nextest --version >/dev/null 2>&1; then
+    log "installing cargo-nextest"
+    cargo install cargo-nextest --locked
+fi
+
+log "format"
+cargo fmt --all -- --check
+log "lints"
+cargo clippy --workspace --all-targets -- -D warnings
+log "build"
+cargo build --workspace --all-targets
+log "doc tests"
+cargo test --workspace --doc
+log "tests"
+cargo nextest run --workspace --no-fail-fast "$@"
