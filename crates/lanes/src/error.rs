@@ -70,6 +70,38 @@ pub enum Error {
     #[error("segment {segment:#x} on node {node} was lost ({reason})")]
     SegmentLost { node: u32, segment: u32, reason: &'static str },
 
+    /// No interrupt with this number exists on that node (or its owner is gone).
+    #[error("no interrupt {number} on node {node}")]
+    NoSuchInterrupt { node: u32, number: u32 },
+
+    /// An interrupt number that a live interrupt of this node already holds.
+    #[error("interrupt number {number} is in use on node {node}")]
+    InterruptNumberInUse { node: u32, number: u32 },
+
+    /// The interrupt's owner removed it or died, or this side disconnected.
+    #[error("interrupt {number} on node {node} is gone ({reason})")]
+    InterruptLost { node: u32, number: u32, reason: &'static str },
+
+    /// A wait on an interrupt that was removed meanwhile.
+    #[error("interrupt {number} was removed")]
+    InterruptRemoved { number: u32 },
+
+    /// A data interrupt's receive queue stayed full for the whole timeout; nothing was sent.
+    #[error("the receive queue of data interrupt {number} on node {node} stayed full for {waited_ms} ms")]
+    QueueFull { node: u32, number: u32, waited_ms: u64 },
+
+    /// A received message does not fit the buffer; it stays queued for a larger one.
+    #[error("a {needed}-byte message does not fit the {given}-byte buffer (it is kept)")]
+    BufferTooSmall { needed: usize, given: usize },
+
+    /// A data interrupt payload over the maximum.
+    #[error("payload of {len} bytes exceeds the maximum of {max}")]
+    PayloadTooLarge { len: usize, max: usize },
+
+    /// A peer wrote something into shared memory that no correct peer writes.
+    #[error("malformed data from a peer: {0}")]
+    Malformed(String),
+
     /// The call does not apply to this object in its present state.
     #[error("illegal operation: {0}")]
     IllegalOperation(&'static str),

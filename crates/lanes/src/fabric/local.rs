@@ -1,17 +1,25 @@
-//! Local segments: memory this node exports.
+//! Local segments: memory this node exports, and the events of peers connecting to it.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
+use super::events::{self, CallbackAction, LocalEvent};
 use super::map::{Map, MapAccess, MapOrigin};
-use super::FabricInner;
+use super::{FabricInner, Timeout};
 use crate::error::{Error, IoContext, Result};
+use crate::platform::death_watch::{self, Watch};
+use crate::platform::doorbell::WaitError;
 use crate::platform::files::DirLock;
-use crate::platform::liveness::ProcessIdentity;
-use crate::transport::shm::layout::{create_flags, state, HeaderSnapshot};
+use crate::platform::liveness::{self, ProcessIdentity};
+use crate::transport::shm::layout::{create_flags, kind, state, HeaderSnapshot, MAX_CONNECTIONS};
 use crate::transport::shm::segment_file::{OpenError, RegisteredMemory, SegmentFile};
 
 /// Automatic segment ids are drawn from this range, clear of typical user-chosen ids.
 const AUTO_ID_BASE: u32 = 0x8000_0000;
+/// Automatic interrupt numbers start here.
+const AUTO_INTNO_BASE: u32 = 0x100;
 const AUTO_ID_ATTEMPTS: u32 = 4096;
 
 /// Which role this handle plays.
@@ -27,20 +35,64 @@ enum Role {
 /// Dropping the owner's handle removes the segment (forcibly).
 #[derive(Debug)]
 pub struct LocalSegment {
-    inner: Arc<LocalInner>,
+    pub(crate) inner: Arc<LocalInner>,
+}
+
+/// A peer as the event tracker last saw it in a connection slot.
+#[derive(Clone, Copy, Debug)]
+struct SeenPeer {
+    id: ProcessIdentity,
+    node: u32,
+    generation: u32,
+    reported_gone: bool,
+}
+
+#[derive(Debug, Default)]
+struct EventState {
+    seen: Vec<Option<SeenPeer>>,
+    queue: VecDeque<LocalEvent>,
+    watches: HashMap<usize, Watch>,
 }
 
 #[derive(Debug)]
 pub(crate) struct LocalInner {
-    fabric: Arc<FabricInner>,
+    pub(crate) fabric: Arc<FabricInner>,
     pub(crate) file: SegmentFile,
     role: Role,
-    removed: std::sync::atomic::AtomicBool,
+    removed: AtomicBool,
+    events: Mutex<EventState>,
+    /// Identities the death watch reported dead (kept apart from `events`: the watch may
+    /// fire synchronously while `events` is locked).
+    died: Mutex<HashSet<u64>>,
+    poll: Mutex<Option<Duration>>,
+}
+
+impl LocalInner {
+    fn new(fabric: &Arc<FabricInner>, file: SegmentFile, role: Role) -> Arc<LocalInner> {
+        Arc::new(LocalInner {
+            fabric: fabric.clone(),
+            file,
+            role,
+            removed: false.into(),
+            events: Mutex::new(EventState { seen: vec![None; MAX_CONNECTIONS], ..Default::default() }),
+            died: Mutex::new(HashSet::new()),
+            poll: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn poll_time(&self) -> Duration {
+        events::poll_time(*self.poll.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl LocalSegment {
     pub(crate) fn create(
         fabric: &Arc<FabricInner>,
+        object_kind: u32,
         id: Option<u32>,
         size: u64,
         registered: Option<RegisteredMemory>,
@@ -52,29 +104,35 @@ impl LocalSegment {
             return Err(Error::InvalidSize { size, reason: "larger than the address space" });
         }
         match id {
-            Some(id) => Self::create_with_id(fabric, id, size, registered),
+            Some(id) => Self::create_with_id(fabric, object_kind, id, size, registered),
             None => {
                 let start = std::process::id().wrapping_mul(2654435761);
                 for i in 0..AUTO_ID_ATTEMPTS {
-                    let id = AUTO_ID_BASE | (start.wrapping_add(i) & !AUTO_ID_BASE);
-                    match Self::create_with_id(fabric, id, size, registered) {
+                    let id = if object_kind == kind::SEGMENT {
+                        AUTO_ID_BASE | (start.wrapping_add(i) & !AUTO_ID_BASE)
+                    } else {
+                        AUTO_INTNO_BASE + (start.wrapping_add(i) % 0x10000)
+                    };
+                    match Self::create_with_id(fabric, object_kind, id, size, registered) {
                         Err(Error::SegmentIdInUse { .. }) => continue,
                         other => return other,
                     }
                 }
-                Err(Error::IllegalOperation("no free automatic segment id"))
+                Err(Error::IllegalOperation("no free automatic id"))
             }
         }
     }
 
     fn create_with_id(
         fabric: &Arc<FabricInner>,
+        object_kind: u32,
         id: u32,
         size: u64,
         registered: Option<RegisteredMemory>,
     ) -> Result<LocalSegment> {
         let node = fabric.node.get();
         let snap = HeaderSnapshot {
+            kind: object_kind,
             node_id: node,
             segment_id: id,
             segment_size: size,
@@ -82,26 +140,19 @@ impl LocalSegment {
             owner: fabric.identity,
             create_flags: if registered.is_some() { create_flags::REGISTERED_MEMORY } else { 0 },
         };
-        // If a stale segment holds the id, one round replaces it and the next creates; racing
+        // If a stale object holds the id, one round replaces it and the next creates; racing
         // creators may each take a round, so a few are allowed.
         for _ in 0..3 {
             // SAFETY: `registered`, when given, carries the contract of
             // Fabric::register_segment_memory, which the caller accepted.
             match unsafe { SegmentFile::create(&fabric.paths, snap, registered) } {
-                Ok(file) => {
-                    return Ok(LocalSegment {
-                        inner: Arc::new(LocalInner {
-                            fabric: fabric.clone(),
-                            file,
-                            role: Role::Owner,
-                            removed: false.into(),
-                        }),
-                    })
-                }
+                Ok(file) => return Ok(LocalSegment { inner: LocalInner::new(fabric, file, Role::Owner) }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    replace_if_stale(fabric, node, id)?;
+                    replace_if_stale(fabric, object_kind, node, id)?;
                 }
-                Err(e) => return Err(Error::io(format!("creating segment {id:#x} on node {node}"), e)),
+                Err(e) => {
+                    return Err(Error::io(format!("creating {} {id:#x} on node {node}", kind_name(object_kind)), e))
+                }
             }
         }
         Err(Error::SegmentIdInUse { node, segment: id })
@@ -109,7 +160,7 @@ impl LocalSegment {
 
     pub(crate) fn attach(fabric: &Arc<FabricInner>, id: u32) -> Result<LocalSegment> {
         let node = fabric.node.get();
-        let file = match SegmentFile::open(&fabric.paths, node, id) {
+        let file = match SegmentFile::open(&fabric.paths, kind::SEGMENT, node, id) {
             Ok(f) => f,
             Err(OpenError::Missing) => return Err(Error::NoSuchSegment { node, segment: id }),
             Err(OpenError::Corrupt(reason)) => {
@@ -124,9 +175,7 @@ impl LocalSegment {
         if st & state::SHARED == 0 {
             return Err(Error::IllegalOperation("the segment's owner has not shared it"));
         }
-        Ok(LocalSegment {
-            inner: Arc::new(LocalInner { fabric: fabric.clone(), file, role: Role::Attached, removed: false.into() }),
-        })
+        Ok(LocalSegment { inner: LocalInner::new(fabric, file, Role::Attached) })
     }
 
     /// The segment id.
@@ -150,7 +199,7 @@ impl LocalSegment {
     }
 
     fn owner_only(&self, what: &'static str) -> Result<()> {
-        if self.inner.removed.load(std::sync::atomic::Ordering::Acquire) {
+        if self.inner.is_removed() {
             return Err(Error::IllegalOperation("the segment was removed"));
         }
         if self.inner.role != Role::Owner {
@@ -167,6 +216,7 @@ impl LocalSegment {
     }
 
     /// Lets peers connect (`SCISetSegmentAvailable`). The segment must be prepared.
+    /// Connected peers get an `Operational` event.
     pub fn set_available(&self) -> Result<()> {
         self.owner_only("only the owner makes a segment available")?;
         if self.inner.file.header().state() & state::PREPARED == 0 {
@@ -176,7 +226,8 @@ impl LocalSegment {
         Ok(())
     }
 
-    /// Refuses new connections (`SCISetSegmentUnavailable`); existing ones stay.
+    /// Refuses new connections (`SCISetSegmentUnavailable`); existing ones stay and get a
+    /// `NotOperational` event.
     pub fn set_unavailable(&self) -> Result<()> {
         self.owner_only("only the owner makes a segment unavailable")?;
         self.inner.file.header().update_state(0, state::AVAILABLE);
@@ -205,22 +256,42 @@ impl LocalSegment {
         Map::new(&self.inner.file, offset, size, access, MapOrigin::Local(self.inner.clone()))
     }
 
+    /// Sets how long waits on this object spin before they sleep (default: `LANES_POLL_US`).
+    pub fn set_poll_time(&self, poll: Duration) {
+        *self.inner.poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(poll);
+    }
+
+    /// Waits for the next peer event: a connection, a disconnection, or a connected peer's
+    /// death (noticed through its pidfd at once). Events queue from the segment's creation.
+    pub fn wait_event(&self, timeout: Timeout) -> Result<LocalEvent> {
+        self.inner.wait_event(timeout)
+    }
+
+    /// Calls `cb` from a library thread for every peer event until it returns
+    /// [`CallbackAction::Cancel`] or the segment is removed.
+    pub fn on_event(&self, cb: impl FnMut(LocalEvent) -> CallbackAction + Send + 'static) -> Result<()> {
+        let inner = self.inner.clone();
+        events::spawn_callback_thread("lanes-segment-events", move || inner.wait_event(Timeout::Infinite), cb)
+            .context(|| "starting the event callback thread".into())
+    }
+
     /// Removes the segment (`SCIRemoveSegment`). Refused with [`Error::SegmentBusy`] while
     /// live peers are connected, unless `force`; their sequences then fail and their maps
-    /// stay readable. An attached handle only detaches.
-    pub fn remove(self, force: bool) -> Result<()> {
+    /// stay readable. An attached handle only detaches. A refused removal leaves the segment
+    /// and this handle as they were (the handle is borrowed, so dropping it later is not a
+    /// forced removal behind the caller's back).
+    pub fn remove(&self, force: bool) -> Result<()> {
         self.inner.remove(force)
     }
 }
 
 impl LocalInner {
     fn remove(&self, force: bool) -> Result<()> {
-        use std::sync::atomic::Ordering;
         if self.role == Role::Attached {
             self.removed.store(true, Ordering::Release);
             return Ok(());
         }
-        if self.removed.load(Ordering::Acquire) {
+        if self.is_removed() {
             return Ok(());
         }
         let peers = live_connections(&self.fabric, &self.file);
@@ -229,7 +300,9 @@ impl LocalInner {
             return Err(Error::SegmentBusy { node: s.node_id, segment: s.segment_id, connections: peers.len() });
         }
         self.removed.store(true, Ordering::Release);
+        // Peers' waits and sequences see REMOVED; our own event waiters are woken too.
         self.file.header().update_state(state::REMOVED, state::AVAILABLE | state::SHARED);
+        self.file.header().conn_doorbell().ring();
         let node = self.file.snapshot().node_id;
         let _lock = DirLock::acquire(&self.fabric.paths.node_lock(node))
             .context(|| format!("locking node directory {node}"))?;
@@ -238,12 +311,103 @@ impl LocalInner {
         }
         Ok(())
     }
+
+    pub(crate) fn wait_event(self: &Arc<Self>, timeout: Timeout) -> Result<LocalEvent> {
+        let bell = self.file.header().conn_doorbell();
+        let r = bell.wait(
+            || {
+                let mut st = self.events.lock().unwrap_or_else(|e| e.into_inner());
+                self.refresh(&mut st);
+                st.queue.pop_front()
+            },
+            || self.is_removed().then_some(()),
+            self.poll_time(),
+            events::deadline(timeout),
+        );
+        match r {
+            Ok(ev) => Ok(ev),
+            Err(WaitError::Aborted(())) => Err(Error::IllegalOperation("the segment was removed")),
+            Err(WaitError::TimedOut) => Err(Error::Timeout {
+                what: format!("an event of segment {:#x}", self.file.snapshot().segment_id),
+                waited_ms: match timeout {
+                    Timeout::After(d) => d.as_millis() as u64,
+                    _ => 0,
+                },
+            }),
+        }
+    }
+
+    /// Compares the connection slots with what was seen last and queues the differences.
+    fn refresh(self: &Arc<Self>, st: &mut EventState) {
+        let died: HashSet<u64> = self.died.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for i in 0..MAX_CONNECTIONS {
+            let (holder, node, generation) = self.file.header().slot(i);
+            let cur = holder.filter(|_| node != 0);
+            let prev = st.seen[i];
+            if let (Some(p), Some(c)) = (prev, cur) {
+                if p.id == c && p.generation == generation {
+                    if !p.reported_gone && died.contains(&p.id.bits()) {
+                        st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died: true });
+                        st.seen[i] = Some(SeenPeer { reported_gone: true, ..p });
+                        st.watches.remove(&i);
+                    }
+                    continue;
+                }
+            }
+            if prev.is_none() && cur.is_none() {
+                continue;
+            }
+            if let Some(p) = prev {
+                if !p.reported_gone {
+                    let gone = died.contains(&p.id.bits()) || !self.fabric.is_alive(p.node, p.id);
+                    st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died: gone });
+                }
+                st.watches.remove(&i);
+            }
+            st.seen[i] = None;
+            if let Some(c) = cur {
+                let alive = self.fabric.is_alive(node, c);
+                st.seen[i] = Some(SeenPeer { id: c, node, generation, reported_gone: !alive });
+                if alive {
+                    st.queue.push_back(LocalEvent::Connected { node, pid: c.pid() });
+                    if let Ok(w) = self.watch_peer(node, c) {
+                        st.watches.insert(i, w);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hears of a connected peer's death: remembers it and rings the connection doorbell.
+    fn watch_peer(self: &Arc<Self>, node: u32, id: ProcessIdentity) -> std::io::Result<Watch> {
+        let weak: Weak<LocalInner> = Arc::downgrade(self);
+        let procs = self.fabric.paths.procs();
+        death_watch::watch(
+            id.pid(),
+            move || liveness::is_alive(&procs, node, id),
+            move || {
+                if let Some(inner) = weak.upgrade() {
+                    inner.died.lock().unwrap_or_else(|e| e.into_inner()).insert(id.bits());
+                    inner.file.header().conn_doorbell().ring();
+                }
+            },
+        )
+    }
 }
 
 impl Drop for LocalSegment {
     fn drop(&mut self) {
         // Maps may still hold the inner data; the segment itself goes now.
         let _ = self.inner.remove(true);
+    }
+}
+
+/// A human name of an object kind, for messages.
+pub(crate) fn kind_name(object_kind: u32) -> &'static str {
+    match object_kind {
+        kind::INTERRUPT => "interrupt",
+        kind::DATA_INTERRUPT => "data interrupt",
+        _ => "segment",
     }
 }
 
@@ -258,15 +422,15 @@ pub(crate) fn live_connections(fabric: &FabricInner, file: &SegmentFile) -> Vec<
 }
 
 /// Called when creating `id` found the name taken: under the node lock, removes the file if
-/// its owner is dead, it was removed, or it is not a valid segment; else reports the id in use.
-fn replace_if_stale(fabric: &FabricInner, node: u32, id: u32) -> Result<()> {
+/// its owner is dead, it was removed, or it is not a valid object; else reports the id in use.
+fn replace_if_stale(fabric: &FabricInner, object_kind: u32, node: u32, id: u32) -> Result<()> {
     let _lock = DirLock::acquire(&fabric.paths.node_lock(node)).context(|| format!("locking node directory {node}"))?;
-    let path = fabric.paths.segment(node, id);
-    match SegmentFile::open(&fabric.paths, node, id) {
+    let path = fabric.paths.object(object_kind, node, id);
+    match SegmentFile::open(&fabric.paths, object_kind, node, id) {
         Err(OpenError::Missing) => Ok(()),
         Err(OpenError::Io(e)) => Err(Error::io(format!("opening {}", path.display()), e)),
         Err(OpenError::Corrupt(_)) => {
-            // A file that was never a valid segment (published files are always complete).
+            // A file that was never a valid object (published files are always complete).
             std::fs::remove_file(&path).context(|| format!("removing corrupt {}", path.display()))
         }
         Ok(existing) => {

@@ -5,12 +5,20 @@
 //! kind as a bounds-checked [`Map`], and checks bursts of programmed I/O with a
 //! [`Sequence`]. [`status`] and [`cleanup`] inspect and tidy a fabric directory.
 
+mod data_interrupt;
+mod events;
+mod interrupt;
 mod local;
 mod map;
 mod remote;
 mod sequence;
 mod status;
+#[cfg(test)]
+mod tests;
 
+pub use data_interrupt::{LocalDataInterrupt, RemoteDataInterrupt, MAX_DATA_INTERRUPT_PAYLOAD};
+pub use events::{CallbackAction, LocalEvent, RemoteEvent};
+pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use local::LocalSegment;
 pub use map::{Map, MapAccess};
 pub use remote::{LossReason, RemoteSegment, RemoteState};
@@ -26,6 +34,7 @@ use crate::config::{FabricConfig, NodeId};
 use crate::error::{Error, IoContext, Result};
 use crate::platform::files::ensure_private_dir;
 use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
+use crate::transport::shm::layout::kind;
 use crate::transport::shm::FabricPaths;
 
 /// How long a blocking call may wait: a bound, or for ever.
@@ -123,12 +132,12 @@ impl Fabric {
 
     /// Creates a segment of `size` bytes with the chosen id.
     pub fn create_segment(&self, id: u32, size: u64) -> Result<LocalSegment> {
-        LocalSegment::create(&self.inner, Some(id), size, None)
+        LocalSegment::create(&self.inner, kind::SEGMENT, Some(id), size, None)
     }
 
     /// Creates a segment of `size` bytes with an id the library picks (`SCI_FLAG_AUTO_ID`).
     pub fn create_segment_auto_id(&self, size: u64) -> Result<LocalSegment> {
-        LocalSegment::create(&self.inner, None, size, None)
+        LocalSegment::create(&self.inner, kind::SEGMENT, None, size, None)
     }
 
     /// Makes `len` bytes of the caller's memory at `addr` a segment that peers can map
@@ -143,7 +152,7 @@ impl Fabric {
     pub unsafe fn register_segment_memory(&self, id: u32, addr: *mut u8, len: usize) -> Result<LocalSegment> {
         let addr = std::ptr::NonNull::new(addr).ok_or(Error::IllegalOperation("null address"))?;
         let mem = crate::transport::shm::segment_file::RegisteredMemory { addr, len };
-        LocalSegment::create(&self.inner, Some(id), len as u64, Some(mem))
+        LocalSegment::create(&self.inner, kind::SEGMENT, Some(id), len as u64, Some(mem))
     }
 
     /// Attaches to a segment that another process of this node created and shared
@@ -156,7 +165,27 @@ impl Fabric {
     /// exist and become available.
     pub fn connect_segment(&self, node: u32, segment: u32, timeout: Timeout) -> Result<RemoteSegment> {
         let node = NodeId::new(node)?;
-        RemoteSegment::connect(&self.inner, node, segment, timeout)
+        RemoteSegment::connect(&self.inner, kind::SEGMENT, node, segment, timeout)
+    }
+
+    /// Creates an interrupt with number `number`, or one the library picks if `None`.
+    pub fn create_interrupt(&self, number: Option<u32>) -> Result<LocalInterrupt> {
+        LocalInterrupt::create(&self.inner, number)
+    }
+
+    /// Connects to interrupt `number` of `node`, waiting up to `timeout` for it to exist.
+    pub fn connect_interrupt(&self, node: u32, number: u32, timeout: Timeout) -> Result<RemoteInterrupt> {
+        RemoteInterrupt::connect(&self.inner, NodeId::new(node)?, number, timeout)
+    }
+
+    /// Creates a data interrupt with number `number`, or one the library picks if `None`.
+    pub fn create_data_interrupt(&self, number: Option<u32>) -> Result<LocalDataInterrupt> {
+        LocalDataInterrupt::create(&self.inner, number)
+    }
+
+    /// Connects to data interrupt `number` of `node`, waiting up to `timeout` for it to exist.
+    pub fn connect_data_interrupt(&self, node: u32, number: u32, timeout: Timeout) -> Result<RemoteDataInterrupt> {
+        RemoteDataInterrupt::connect(&self.inner, NodeId::new(node)?, number, timeout)
     }
 
     /// Whether any live process acts as `node` on this fabric.

@@ -1,14 +1,16 @@
-//! Remote segments: another node's memory, connected to and mapped.
+//! Remote segments: another node's memory (or interrupt), connected to and mapped.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use super::events::{self, CallbackAction, RemoteEvent};
 use super::map::{Map, MapAccess, MapOrigin};
 use super::{FabricInner, Timeout};
 use crate::config::NodeId;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::platform::death_watch::{self, Watch};
+use crate::platform::doorbell::Doorbell;
 use crate::platform::liveness;
 use crate::transport::shm::layout::state;
 use crate::transport::shm::segment_file::{OpenError, SegmentFile};
@@ -42,7 +44,7 @@ impl LossReason {
         }
     }
 
-    fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             LossReason::OwnerDied => "its owner died",
             LossReason::Removed => "its owner removed it",
@@ -65,16 +67,22 @@ pub enum RemoteState {
 /// A connection to another node's segment. Dropping it disconnects.
 #[derive(Debug)]
 pub struct RemoteSegment {
-    inner: Arc<RemoteInner>,
+    pub(crate) inner: Arc<RemoteInner>,
 }
 
 pub(crate) struct RemoteInner {
-    fabric: Arc<FabricInner>,
-    file: SegmentFile,
-    slot: usize,
+    pub(crate) fabric: Arc<FabricInner>,
+    pub(crate) file: SegmentFile,
+    pub(crate) slot: usize,
     /// 0 while connected, else a [`LossReason`] code; set by the death watch or by checks.
-    lost: Arc<AtomicU8>,
+    lost: AtomicU8,
     watch: Mutex<Option<Watch>>,
+    /// The state the last event reported (events report changes from it).
+    reported: Mutex<RemoteState>,
+    poll: Mutex<Option<Duration>>,
+    /// Further doorbells that waiters on this connection sleep on (a data interrupt
+    /// sender's ring), rung when the connection is lost.
+    loss_bells: Mutex<Vec<Doorbell>>,
 }
 
 impl std::fmt::Debug for RemoteInner {
@@ -90,17 +98,19 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 impl RemoteSegment {
+    /// Connects to object `id` of `object_kind` on `node`, waiting up to `timeout`.
     pub(crate) fn connect(
         fabric: &Arc<FabricInner>,
+        object_kind: u32,
         node: NodeId,
-        segment: u32,
+        id: u32,
         timeout: Timeout,
     ) -> Result<RemoteSegment> {
         let node = node.get();
         let started = Instant::now();
         let mut attempt = 0;
         loop {
-            let refusal = match Self::try_connect(fabric, node, segment)? {
+            let refusal = match Self::try_connect(fabric, object_kind, node, id)? {
                 Ok(seg) => return Ok(seg),
                 Err(refusal) => refusal,
             };
@@ -109,7 +119,7 @@ impl RemoteSegment {
                 Timeout::Immediate => return Err(refusal),
                 Timeout::After(t) if waited >= t => {
                     return Err(Error::Timeout {
-                        what: format!("segment {segment:#x} on node {node} ({refusal})"),
+                        what: format!("{} {id:#x} on node {node} ({refusal})", super::local::kind_name(object_kind)),
                         waited_ms: waited.as_millis() as u64,
                     })
                 }
@@ -126,12 +136,17 @@ impl RemoteSegment {
 
     /// One attempt: `Ok(Ok(seg))` connected, `Ok(Err(e))` a refusal worth waiting out,
     /// `Err(e)` a failure that waiting cannot cure.
-    fn try_connect(fabric: &Arc<FabricInner>, node: u32, segment: u32) -> Result<Result<RemoteSegment>> {
-        let file = match SegmentFile::open(&fabric.paths, node, segment) {
+    fn try_connect(
+        fabric: &Arc<FabricInner>,
+        object_kind: u32,
+        node: u32,
+        segment: u32,
+    ) -> Result<Result<RemoteSegment>> {
+        let file = match SegmentFile::open(&fabric.paths, object_kind, node, segment) {
             Ok(f) => f,
             Err(OpenError::Missing) => return Ok(Err(Error::NoSuchSegment { node, segment })),
             Err(OpenError::Corrupt(reason)) => {
-                return Err(Error::CorruptSegment { path: fabric.paths.segment(node, segment), reason })
+                return Err(Error::CorruptSegment { path: fabric.paths.object(object_kind, node, segment), reason })
             }
             Err(OpenError::Io(e)) => return Err(Error::io(format!("opening segment {segment:#x} of node {node}"), e)),
         };
@@ -154,20 +169,32 @@ impl RemoteSegment {
             file.header().release_slot(slot, me);
             return Ok(Err(Error::NoSuchSegment { node, segment }));
         }
-        let lost = Arc::new(AtomicU8::new(0));
+        let inner = Arc::new(RemoteInner {
+            fabric: fabric.clone(),
+            file,
+            slot,
+            lost: AtomicU8::new(0),
+            watch: Mutex::new(None),
+            reported: Mutex::new(RemoteState::Operational),
+            poll: Mutex::new(None),
+            loss_bells: Mutex::new(Vec::new()),
+        });
+        // The watch holds the connection weakly: it marks it lost and rings the state
+        // doorbell so that waiters on this segment's events wake up.
+        let weak: Weak<RemoteInner> = Arc::downgrade(&inner);
         let procs = fabric.paths.procs();
-        let flag = lost.clone();
         let watch = death_watch::watch(
             owner.pid(),
             move || liveness::is_alive(&procs, node, owner),
             move || {
-                let _ = flag.compare_exchange(0, LossReason::OwnerDied.code(), Ordering::AcqRel, Ordering::Relaxed);
+                if let Some(inner) = weak.upgrade() {
+                    inner.mark_lost(LossReason::OwnerDied);
+                }
             },
         )
         .map_err(|e| Error::io("watching the segment owner", e))?;
-        Ok(Ok(RemoteSegment {
-            inner: Arc::new(RemoteInner { fabric: fabric.clone(), file, slot, lost, watch: Mutex::new(Some(watch)) }),
-        }))
+        *inner.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(watch);
+        Ok(Ok(RemoteSegment { inner }))
     }
 
     /// The segment id.
@@ -192,18 +219,41 @@ impl RemoteSegment {
 
     /// `Ok` while the connection lives, else [`Error::SegmentLost`] with the reason.
     pub fn check(&self) -> Result<()> {
-        match self.inner.state() {
-            RemoteState::Lost(r) => {
-                Err(Error::SegmentLost { node: self.node_id(), segment: self.id(), reason: r.describe() })
-            }
-            _ => Ok(()),
-        }
+        self.inner.check()
     }
 
     /// Maps `size` bytes from `offset` of the remote segment.
     pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
         self.check()?;
         Map::new(&self.inner.file, offset, size, access, MapOrigin::Remote(self.inner.clone()))
+    }
+
+    /// Sets how long waits on this object spin before they sleep (default: `LANES_POLL_US`).
+    pub fn set_poll_time(&self, poll: Duration) {
+        *self.inner.poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(poll);
+    }
+
+    /// Waits for the segment's next state change: not operational, operational again, or
+    /// lost (the last event; further waits fail with [`Error::SegmentLost`]).
+    pub fn wait_event(&self, timeout: Timeout) -> Result<RemoteEvent> {
+        self.inner.wait_event(timeout)
+    }
+
+    /// Calls `cb` from a library thread for every state change until it cancels, the
+    /// segment is lost (that event is delivered, then the callback ends) or this side
+    /// disconnects.
+    pub fn on_event(&self, cb: impl FnMut(RemoteEvent) -> CallbackAction + Send + 'static) -> Result<()> {
+        let inner = self.inner.clone();
+        events::spawn_callback_thread(
+            "lanes-remote-events",
+            move || match inner.wait_event(Timeout::Infinite) {
+                Ok(RemoteEvent::Lost(LossReason::Disconnected)) => Err(()),
+                Ok(ev) => Ok(ev),
+                Err(_) => Err(()),
+            },
+            cb,
+        )
+        .context(|| "starting the event callback thread".into())
     }
 
     /// Disconnects (`SCIDisconnectSegment`). Existing maps stay readable; their sequences fail.
@@ -213,6 +263,25 @@ impl RemoteSegment {
 }
 
 impl RemoteInner {
+    /// Marks the connection lost (first reason wins) and wakes every waiter on its events.
+    fn mark_lost(&self, reason: LossReason) {
+        let _ = self.lost.compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Relaxed);
+        // Ringing the owner's header is harmless even after the owner died: the page stays
+        // mapped; other peers' waiters merely re-check.
+        self.file.header().state_doorbell().ring();
+        for b in self.loss_bells.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            b.ring();
+        }
+    }
+
+    /// Also rings `bell` when the connection is lost.
+    ///
+    /// # Safety
+    /// The doorbell's words must lie in a mapping that lives as long as this connection.
+    pub(crate) unsafe fn ring_on_loss(&self, bell: Doorbell) {
+        self.loss_bells.lock().unwrap_or_else(|e| e.into_inner()).push(bell);
+    }
+
     /// The connection's state; a check costs two atomic loads and no system call.
     pub(crate) fn state(&self) -> RemoteState {
         if let Some(r) = LossReason::from_code(self.lost.load(Ordering::Acquire)) {
@@ -229,12 +298,59 @@ impl RemoteInner {
             RemoteState::Operational
         }
     }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.state() {
+            RemoteState::Lost(r) => {
+                let s = self.file.snapshot();
+                Err(Error::SegmentLost { node: s.node_id, segment: s.segment_id, reason: r.describe() })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn poll_time(&self) -> Duration {
+        events::poll_time(*self.poll.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn wait_event(&self, timeout: Timeout) -> Result<RemoteEvent> {
+        {
+            let reported = *self.reported.lock().unwrap_or_else(|e| e.into_inner());
+            if matches!(reported, RemoteState::Lost(_)) {
+                return self.check().map(|_| RemoteEvent::Operational);
+            }
+        }
+        let r = self.file.header().state_doorbell().wait(
+            || {
+                let now = self.state();
+                let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+                (now != *reported).then(|| {
+                    *reported = now;
+                    match now {
+                        RemoteState::Operational => RemoteEvent::Operational,
+                        RemoteState::NotOperational => RemoteEvent::NotOperational,
+                        RemoteState::Lost(r) => RemoteEvent::Lost(r),
+                    }
+                })
+            },
+            || None::<()>,
+            self.poll_time(),
+            events::deadline(timeout),
+        );
+        r.map_err(|_| Error::Timeout {
+            what: format!("an event of remote segment {:#x}", self.file.snapshot().segment_id),
+            waited_ms: match timeout {
+                Timeout::After(d) => d.as_millis() as u64,
+                _ => 0,
+            },
+        })
+    }
 }
 
 impl Drop for RemoteSegment {
     fn drop(&mut self) {
         let inner = &self.inner;
-        let _ = inner.lost.compare_exchange(0, LossReason::Disconnected.code(), Ordering::AcqRel, Ordering::Relaxed);
+        inner.mark_lost(LossReason::Disconnected);
         inner.file.header().release_slot(inner.slot, inner.fabric.identity);
         inner.watch.lock().unwrap_or_else(|e| e.into_inner()).take();
     }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::error::{IoContext, Result};
 use crate::platform::files::DirLock;
 use crate::platform::liveness::{self, ProcessIdentity};
-use crate::transport::shm::layout::state;
+use crate::transport::shm::layout::{kind, state};
 use crate::transport::shm::segment_file::{OpenError, SegmentFile};
 use crate::transport::shm::FabricPaths;
 
@@ -30,9 +30,11 @@ pub struct NodeStatus {
     pub stale_records: usize,
 }
 
-/// One segment file.
+/// One fabric object file: a segment, an interrupt or a data interrupt.
 #[derive(Clone, Debug, Serialize)]
 pub struct SegmentStatus {
+    /// "segment", "interrupt" or "data-interrupt".
+    pub kind: &'static str,
     pub node: u32,
     pub id: u32,
     pub size: u64,
@@ -65,16 +67,24 @@ fn state_name(bits: u32) -> String {
     }
 }
 
-/// Segment files of every node directory: (node, segment, path).
-fn segment_files(paths: &FabricPaths) -> Vec<(u32, u32, PathBuf)> {
+fn kind_label(k: u32) -> &'static str {
+    match k {
+        kind::INTERRUPT => "interrupt",
+        kind::DATA_INTERRUPT => "data-interrupt",
+        _ => "segment",
+    }
+}
+
+/// Object files of every node directory: (node, kind, id, path).
+fn object_files(paths: &FabricPaths) -> Vec<(u32, u32, u32, PathBuf)> {
     let mut out = Vec::new();
     let Ok(nodes) = fs::read_dir(paths.nodes()) else { return out };
     for n in nodes.flatten() {
         let Some(node) = n.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let Ok(segs) = fs::read_dir(n.path()) else { continue };
         for s in segs.flatten() {
-            if let Some(id) = s.file_name().to_str().and_then(FabricPaths::parse_segment_file_name) {
-                out.push((node, id, s.path()));
+            if let Some((k, id)) = s.file_name().to_str().and_then(FabricPaths::parse_object_file_name) {
+                out.push((node, k, id, s.path()));
             }
         }
     }
@@ -106,8 +116,8 @@ pub fn status(dir: &Path) -> Result<FabricStatus> {
         }
     }
     let mut segments = Vec::new();
-    for (node, id, path) in segment_files(&paths) {
-        segments.push(match SegmentFile::open_path(&path, node, id) {
+    for (node, k, id, path) in object_files(&paths) {
+        segments.push(match SegmentFile::open_path(&path, k, node, id) {
             Ok(f) => {
                 let snap = *f.snapshot();
                 let st = f.header().state();
@@ -119,6 +129,7 @@ pub fn status(dir: &Path) -> Result<FabricStatus> {
                     .map(|(n, p)| (n, p.pid()))
                     .collect();
                 SegmentStatus {
+                    kind: kind_label(k),
                     node,
                     id,
                     size: snap.segment_size,
@@ -130,6 +141,7 @@ pub fn status(dir: &Path) -> Result<FabricStatus> {
                 }
             }
             Err(e) => SegmentStatus {
+                kind: kind_label(k),
                 node,
                 id,
                 size: 0,
@@ -152,7 +164,7 @@ pub fn status(dir: &Path) -> Result<FabricStatus> {
 /// What [`cleanup`] removed.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CleanupReport {
-    /// (node, segment id, why)
+    /// (node, object id, why): segments, interrupts and data interrupts.
     pub segments: Vec<(u32, u32, String)>,
     /// Process records of dead processes, as (node, pid).
     pub records: Vec<(u32, u32)>,
@@ -165,9 +177,9 @@ pub fn cleanup(dir: &Path) -> Result<CleanupReport> {
     let paths = FabricPaths::new(dir);
     let procs = paths.procs();
     let mut report = CleanupReport::default();
-    for (node, id, path) in segment_files(&paths) {
+    for (node, k, id, path) in object_files(&paths) {
         let _lock = DirLock::acquire(&paths.node_lock(node)).context(|| format!("locking node directory {node}"))?;
-        let why = match SegmentFile::open_path(&path, node, id) {
+        let why = match SegmentFile::open_path(&path, k, node, id) {
             Ok(f) => {
                 let st = f.header().state();
                 if st & state::REMOVED != 0 {
@@ -183,6 +195,7 @@ pub fn cleanup(dir: &Path) -> Result<CleanupReport> {
         };
         if let Some(why) = why {
             fs::remove_file(&path).context(|| format!("removing {}", path.display()))?;
+            let why = if k == kind::SEGMENT { why } else { format!("{} {why}", kind_label(k)) };
             report.segments.push((node, id, why));
         }
     }

@@ -46,6 +46,12 @@ pub struct Watch {
     id: u64,
 }
 
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch").field("id", &self.id).finish()
+    }
+}
+
 impl Drop for Watch {
     fn drop(&mut self) {
         if let Some(m) = &self.monitor {

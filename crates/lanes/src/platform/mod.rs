@@ -5,11 +5,14 @@
 //! - [`memory`]: volatile and atomic access to memory a peer can write; fastest copies.
 //! - [`liveness`]: process identities and the lock that says a process is alive.
 //! - [`death_watch`]: one thread that learns of process deaths without polling (pidfd).
+//! - [`futex`], [`doorbell`]: cross-process waits that spin, then sleep, and never lose a wake-up.
 //!
 //! `unsafe` lives here and in the FFI layers only.
 
 pub mod death_watch;
+pub mod doorbell;
 pub mod files;
+pub mod futex;
 pub mod liveness;
 pub mod mapping;
 pub mod memory;

@@ -9,6 +9,7 @@ use std::mem::{offset_of, size_of};
 use std::ptr::addr_of_mut;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use crate::platform::doorbell::Doorbell;
 use crate::platform::liveness::ProcessIdentity;
 
 /// `b"LANESSEG"`: first eight bytes of every segment file.
@@ -30,6 +31,28 @@ pub mod state {
     pub const ALL: u32 = PREPARED | AVAILABLE | REMOVED | SHARED;
 }
 
+/// What a fabric object file holds; each kind has its own file-name prefix.
+pub mod kind {
+    /// A memory segment.
+    pub const SEGMENT: u32 = 1;
+    /// A remote interrupt (doorbell without data).
+    pub const INTERRUPT: u32 = 2;
+    /// A data interrupt (doorbell with a message).
+    pub const DATA_INTERRUPT: u32 = 3;
+
+    /// The file-name prefix of a kind.
+    pub fn prefix(kind: u32) -> &'static str {
+        match kind {
+            INTERRUPT => "int",
+            DATA_INTERRUPT => "dint",
+            _ => "seg",
+        }
+    }
+
+    /// Every kind, for listing and clean-up.
+    pub const ALL: [u32; 3] = [SEGMENT, INTERRUPT, DATA_INTERRUPT];
+}
+
 /// `create_flags` bits, fixed at creation.
 pub mod create_flags {
     /// The data is caller-provided memory re-backed by this file.
@@ -44,7 +67,9 @@ pub struct ConnectionSlot {
     pub peer: u64,
     /// The peer's node id; 0 while the claim is being filled in.
     pub node: u32,
-    pub _reserved: u32,
+    /// Bumped by every claim and release, so the owner notices a disconnect and reconnect
+    /// that happened between two of its looks.
+    pub generation: u32,
 }
 
 /// The header as it lies in shared memory.
@@ -63,21 +88,29 @@ pub struct SegmentHeader {
     pub create_flags: u32,
     /// [`state`] bits.
     pub state: u32,
-    /// Incremented on every state change; a futex word for waiters.
+    /// Doorbell of state changes (peers wait on it for remote-segment events).
     pub state_seq: u32,
+    pub state_sleepers: u32,
+    /// [`kind`] of object.
+    pub kind: u32,
+    /// Doorbell of connection changes (the owner waits on it for local-segment events).
+    pub conn_seq: u32,
+    pub conn_sleepers: u32,
     pub _pad: u32,
-    /// Room for later additions (event rings) without moving the slots.
-    pub _reserved: [u64; 56],
+    /// Room for later additions without moving the slots.
+    pub _reserved: [u64; 54],
     pub connections: [ConnectionSlot; MAX_CONNECTIONS],
 }
 
 const _: () = assert!(size_of::<SegmentHeader>() <= HEADER_PAGE);
 const _: () = assert!(offset_of!(SegmentHeader, state) % 4 == 0);
-const _: () = assert!(offset_of!(SegmentHeader, connections) % 8 == 0);
+const _: () = assert!(offset_of!(SegmentHeader, connections) == 512);
 
 /// The validated, immutable facts of a segment, copied out of its header once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeaderSnapshot {
+    /// [`kind`] of object.
+    pub kind: u32,
     pub node_id: u32,
     pub segment_id: u32,
     pub segment_size: u64,
@@ -131,14 +164,15 @@ impl HeaderView {
             addr_of_mut!((*h).segment_id).write_volatile(snap.segment_id);
             addr_of_mut!((*h).owner).write_volatile(snap.owner.bits());
             addr_of_mut!((*h).create_flags).write_volatile(snap.create_flags);
+            addr_of_mut!((*h).kind).write_volatile(snap.kind);
         }
         // The magic goes last: a header without it is never trusted.
         self.u64_at(offset_of!(SegmentHeader, magic)).store(SEGMENT_MAGIC, Ordering::Release);
     }
 
-    /// Checks every field against what a segment named (node, segment) in a file of
-    /// `file_len` bytes must hold, and returns the immutable facts.
-    pub fn validate(&self, node: u32, segment: u32, file_len: u64) -> Result<HeaderSnapshot, String> {
+    /// Checks every field against what an object of `kind` named (node, segment) in a file
+    /// of `file_len` bytes must hold, and returns the immutable facts.
+    pub fn validate(&self, kind: u32, node: u32, segment: u32, file_len: u64) -> Result<HeaderSnapshot, String> {
         let magic = self.u64_at(offset_of!(SegmentHeader, magic)).load(Ordering::Acquire);
         if magic != SEGMENT_MAGIC {
             return Err(format!("bad magic {magic:#018x}"));
@@ -152,6 +186,7 @@ impl HeaderView {
             return Err(format!("header size {header_size}, expected {}", size_of::<SegmentHeader>()));
         }
         let snap = HeaderSnapshot {
+            kind: self.u32_at(offset_of!(SegmentHeader, kind)).load(Ordering::Relaxed),
             node_id: self.u32_at(offset_of!(SegmentHeader, node_id)).load(Ordering::Relaxed),
             segment_id: self.u32_at(offset_of!(SegmentHeader, segment_id)).load(Ordering::Relaxed),
             segment_size: self.u64_at(offset_of!(SegmentHeader, segment_size)).load(Ordering::Relaxed),
@@ -165,6 +200,9 @@ impl HeaderView {
                 "header names node {} segment {:#x}, file is node {node} segment {segment:#x}",
                 snap.node_id, snap.segment_id
             ));
+        }
+        if snap.kind != kind {
+            return Err(format!("object kind {}, expected {kind}", snap.kind));
         }
         if snap.segment_size == 0 {
             return Err("segment size 0".into());
@@ -187,7 +225,7 @@ impl HeaderView {
         self.u32_at(offset_of!(SegmentHeader, state)).load(Ordering::Acquire) & state::ALL
     }
 
-    /// Sets and clears state bits (owner only) and announces the change.
+    /// Sets and clears state bits (owner only) and rings the state doorbell.
     pub fn update_state(&self, set: u32, clear: u32) {
         let w = self.u32_at(offset_of!(SegmentHeader, state));
         let mut cur = w.load(Ordering::Relaxed);
@@ -198,12 +236,29 @@ impl HeaderView {
                 Err(v) => cur = v,
             }
         }
-        self.state_seq().fetch_add(1, Ordering::Release);
+        self.state_doorbell().ring();
     }
 
-    /// The futex word bumped on every state change.
-    pub fn state_seq(&self) -> &AtomicU32 {
-        self.u32_at(offset_of!(SegmentHeader, state_seq))
+    /// Rung on every state change, and by a peer's death watch when the owner dies.
+    pub fn state_doorbell(&self) -> Doorbell {
+        // SAFETY: both words lie in the header page, which outlives the view (new's contract).
+        unsafe {
+            Doorbell::new(
+                self.u32_at(offset_of!(SegmentHeader, state_seq)).as_ptr(),
+                self.u32_at(offset_of!(SegmentHeader, state_sleepers)).as_ptr(),
+            )
+        }
+    }
+
+    /// Rung when a peer connects or disconnects, and by the owner's death watch of a peer.
+    pub fn conn_doorbell(&self) -> Doorbell {
+        // SAFETY: both words lie in the header page, which outlives the view (new's contract).
+        unsafe {
+            Doorbell::new(
+                self.u32_at(offset_of!(SegmentHeader, conn_seq)).as_ptr(),
+                self.u32_at(offset_of!(SegmentHeader, conn_sleepers)).as_ptr(),
+            )
+        }
     }
 
     fn slot_offset(i: usize) -> usize {
@@ -231,6 +286,8 @@ impl HeaderView {
             };
             if free && peer_word.compare_exchange(cur, peer.bits(), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 node_word.store(node, Ordering::Release);
+                self.u32_at(base + offset_of!(ConnectionSlot, generation)).fetch_add(1, Ordering::SeqCst);
+                self.conn_doorbell().ring();
                 return Some(i);
             }
         }
@@ -246,8 +303,21 @@ impl HeaderView {
         let peer_word = self.u64_at(base + offset_of!(ConnectionSlot, peer));
         if peer_word.load(Ordering::Acquire) == peer.bits() {
             self.u32_at(base + offset_of!(ConnectionSlot, node)).store(0, Ordering::Release);
-            let _ = peer_word.compare_exchange(peer.bits(), 0, Ordering::AcqRel, Ordering::Relaxed);
+            if peer_word.compare_exchange(peer.bits(), 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.u32_at(base + offset_of!(ConnectionSlot, generation)).fetch_add(1, Ordering::SeqCst);
+                self.conn_doorbell().ring();
+            }
         }
+    }
+
+    /// Slot `i` as (holder, node, generation).
+    pub fn slot(&self, i: usize) -> (Option<ProcessIdentity>, u32, u32) {
+        let base = Self::slot_offset(i);
+        let gen = self.u32_at(base + offset_of!(ConnectionSlot, generation)).load(Ordering::SeqCst);
+        let id =
+            ProcessIdentity::from_bits(self.u64_at(base + offset_of!(ConnectionSlot, peer)).load(Ordering::SeqCst));
+        let node = self.u32_at(base + offset_of!(ConnectionSlot, node)).load(Ordering::SeqCst);
+        (id, node, gen)
     }
 
     /// The current holders of connection slots as (node, identity); a slot whose node is

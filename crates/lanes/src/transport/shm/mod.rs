@@ -5,6 +5,8 @@
 //!   procs/<node>-<pid>          process record; its lock says the process lives
 //!   nodes/<node>/.lock          serialises stale-segment replacement and clean-up
 //!   nodes/<node>/seg-<id:08x>   one segment: a header page, then the data
+//!   nodes/<node>/int-<no:08x>   one interrupt: the same header, then its doorbell page
+//!   nodes/<node>/dint-<no:08x>  one data interrupt: header, doorbell page, per-sender rings
 //! ```
 
 pub mod layout;
@@ -43,19 +45,28 @@ impl FabricPaths {
         self.node_dir(node).join(".lock")
     }
 
-    pub fn segment_file_name(segment: u32) -> String {
-        format!("seg-{segment:08x}")
+    /// The file name of object `id` of `kind` (see [`layout::kind`]).
+    pub fn object_file_name(kind: u32, id: u32) -> String {
+        format!("{}-{id:08x}", layout::kind::prefix(kind))
     }
 
-    pub fn parse_segment_file_name(name: &str) -> Option<u32> {
-        let hex = name.strip_prefix("seg-")?;
+    /// (kind, id) of an object file name.
+    pub fn parse_object_file_name(name: &str) -> Option<(u32, u32)> {
+        let (prefix, hex) = name.split_once('-')?;
+        let kind = layout::kind::ALL.into_iter().find(|&k| layout::kind::prefix(k) == prefix)?;
         if hex.len() != 8 {
             return None;
         }
-        u32::from_str_radix(hex, 16).ok()
+        Some((kind, u32::from_str_radix(hex, 16).ok()?))
     }
 
+    /// The path of object `id` of `kind` on `node`.
+    pub fn object(&self, kind: u32, node: u32, id: u32) -> PathBuf {
+        self.node_dir(node).join(Self::object_file_name(kind, id))
+    }
+
+    /// The path of segment `segment` on `node`.
     pub fn segment(&self, node: u32, segment: u32) -> PathBuf {
-        self.node_dir(node).join(Self::segment_file_name(segment))
+        self.object(layout::kind::SEGMENT, node, segment)
     }
 }

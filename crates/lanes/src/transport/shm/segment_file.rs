@@ -121,20 +121,20 @@ impl SegmentFile {
             // The pages belong to the caller: they stay mapped after the segment is gone.
             m.leak();
         }
-        let name = FabricPaths::segment_file_name(snap.segment_id);
+        let name = FabricPaths::object_file_name(snap.kind, snap.segment_id);
         let file = unnamed.publish(&name)?;
         let inode = file.metadata()?.ino();
         Ok(SegmentFile { file, _header_map: header_map, header, snap, path: dir.join(name), inode })
     }
 
-    /// Opens and validates the segment file of (node, segment).
-    pub fn open(paths: &FabricPaths, node: u32, segment: u32) -> Result<SegmentFile, OpenError> {
-        let path = paths.segment(node, segment);
-        Self::open_path(&path, node, segment)
+    /// Opens and validates the file of object (kind, node, id).
+    pub fn open(paths: &FabricPaths, kind: u32, node: u32, segment: u32) -> Result<SegmentFile, OpenError> {
+        let path = paths.object(kind, node, segment);
+        Self::open_path(&path, kind, node, segment)
     }
 
-    /// Opens and validates a segment file at an explicit path.
-    pub fn open_path(path: &Path, node: u32, segment: u32) -> Result<SegmentFile, OpenError> {
+    /// Opens and validates an object file at an explicit path.
+    pub fn open_path(path: &Path, kind: u32, node: u32, segment: u32) -> Result<SegmentFile, OpenError> {
         let file = match open_existing(path, true) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(OpenError::Missing),
@@ -150,7 +150,7 @@ impl SegmentFile {
         let header_map = Mapping::map(file.as_fd(), 0, HEADER_PAGE, Access::ReadWrite).map_err(OpenError::Io)?;
         // SAFETY: header_map is HEADER_PAGE bytes, page aligned, and lives in the result.
         let header = unsafe { HeaderView::new(header_map.as_ptr()) };
-        let snap = header.validate(node, segment, meta.len()).map_err(OpenError::Corrupt)?;
+        let snap = header.validate(kind, node, segment, meta.len()).map_err(OpenError::Corrupt)?;
         Ok(SegmentFile { file, _header_map: header_map, header, snap, path: path.to_path_buf(), inode: meta.ino() })
     }
 
