@@ -251,8 +251,12 @@ impl LocalSegment {
         live_connections(&self.inner.fabric, &self.inner.file)
     }
 
-    /// Maps `size` bytes from `offset` of the segment.
+    /// Maps `size` bytes from `offset` of the segment. Refused once this handle removed (or
+    /// detached from) the segment; maps made before stay valid.
     pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
+        if self.inner.is_removed() {
+            return Err(Error::IllegalOperation("the segment was removed"));
+        }
         Map::new(&self.inner.file, offset, size, access, MapOrigin::Local(self.inner.clone()))
     }
 

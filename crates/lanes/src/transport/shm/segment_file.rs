@@ -114,16 +114,33 @@ impl SegmentFile {
             // SAFETY: the caller owns these whole pages (contract), so they are readable.
             let current = unsafe { std::slice::from_raw_parts(start as *const u8, len) };
             file.write_all_at(current, HEADER_PAGE as u64)?;
-            let addr = NonNull::new(start as *mut u8).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-            // SAFETY: the caller owns the pages and nobody writes them now; the file holds an
-            // identical copy, so replacing the pages changes no byte the caller sees.
-            let m = unsafe { Mapping::map_fixed(file.as_fd(), HEADER_PAGE as u64, addr, len, Access::ReadWrite)? };
-            // The pages belong to the caller: they stay mapped after the segment is gone.
-            m.leak();
         }
         let name = FabricPaths::object_file_name(snap.kind, snap.segment_id);
         let file = unnamed.publish(&name)?;
         let inode = file.metadata()?.ino();
+        // The caller's pages are re-backed only once the name is ours: a creation that fails
+        // (id taken) must leave the caller's memory as it was, e.g. still another segment's.
+        if let Some((start, end)) = registered_pages {
+            let len = (end - start) as usize;
+            let addr = NonNull::new(start as *mut u8).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput));
+            // SAFETY: the caller owns the pages and nobody writes them now; the file holds an
+            // identical copy, so replacing the pages changes no byte the caller sees.
+            let mapped = addr.and_then(|addr| unsafe {
+                Mapping::map_fixed(file.as_fd(), HEADER_PAGE as u64, addr, len, Access::ReadWrite)
+            });
+            match mapped {
+                // The pages belong to the caller: they stay mapped after the segment is gone.
+                Ok(m) => m.leak(),
+                Err(e) => {
+                    // Not yet available or shared, so nobody uses it: withdraw the name.
+                    let path = dir.join(&name);
+                    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.ino() == inode) {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         Ok(SegmentFile { file, _header_map: header_map, header, snap, path: dir.join(name), inode })
     }
 

@@ -1,0 +1,876 @@
+//! Shared helpers for the multi-process integration tests.
+//!
+//! Every node of a scenario is a separate process: the test binary re-runs itself
+//! (`current_exe() child_entry --exact --nocapture --test-threads=1`) with `LANES_TEST_ROLE`
+//! naming what the child does. The usual role is `node`: a small command interpreter that
+//! opens the fabric as one node and then executes one command per line read from its stdin
+//! (`create s 0x10 4096`, `connect r 8 0x10 1000`, `map m r 0 4096 rw`, ...), answering each
+//! with a `BEGIN` line when it starts and an `OK ...` or `ERR <Variant> ...` line when done.
+//! Protocol lines on stdout carry a marker so that libtest's own output is ignored.
+//!
+//! The parent side ([`Proc`]) bounds every wait, collects the child's output for failure
+//! messages, and kills and reaps the child when dropped, so nothing outlives a failed test.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lanes::{Error, Fabric, FabricConfig, LocalSegment, Map, MapAccess, NodeId, RemoteSegment, Sequence, Timeout};
+
+/// Selects the child's role; absent in the parent.
+pub const ROLE_VAR: &str = "LANES_TEST_ROLE";
+/// The fabric directory of a `node` child.
+pub const DIR_VAR: &str = "LANES_TEST_DIR";
+/// The node id of a `node` child.
+pub const NODE_VAR: &str = "LANES_TEST_NODE";
+/// The longest any single wait of a test may take.
+pub const WAIT: Duration = Duration::from_secs(10);
+/// A child that hears nothing from its parent for this long gives up.
+const CHILD_IDLE: Duration = Duration::from_secs(60);
+/// Prefix of protocol lines on a child's stdout.
+const MARK: &str = "@@lanes-test@@ ";
+
+// ---------------------------------------------------------------------------------------
+// Test data
+// ---------------------------------------------------------------------------------------
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The byte at absolute position `pos` of the pseudo-random pattern `seed`.
+pub fn pattern_byte(seed: u64, pos: u64) -> u8 {
+    let word = splitmix64(seed.wrapping_mul(0x1000_0000_01B3) ^ (pos / 8));
+    (word >> ((pos % 8) * 8)) as u8
+}
+
+/// `len` bytes of pattern `seed` from absolute position `pos`.
+pub fn pattern(seed: u64, pos: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| pattern_byte(seed, pos + i)).collect()
+}
+
+/// FNV-1a, 64 bits: the checksum the processes exchange.
+pub fn fnv64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The checksum of `len` bytes of pattern `seed` from `pos`, as the `sum` command prints it.
+pub fn pattern_sum(seed: u64, pos: u64, len: usize) -> String {
+    format!("{:016x}", fnv64(&pattern(seed, pos, len)))
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(s: &str) -> Vec<u8> {
+    assert!(s.len() % 2 == 0, "odd hex string {s:?}");
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Temporary fabric directories
+// ---------------------------------------------------------------------------------------
+
+/// A fresh private scratch directory, removed when dropped. The fabric lives in its
+/// `fabric` subdirectory, which the library creates.
+pub struct TestDir {
+    root: PathBuf,
+}
+
+impl TestDir {
+    pub fn new(name: &str) -> TestDir {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let root = std::env::temp_dir().join(format!("lanes-it-{name}-{}-{n}-{nanos:x}", std::process::id()));
+        std::fs::create_dir(&root).unwrap_or_else(|e| panic!("creating {}: {e}", root.display()));
+        TestDir { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The fabric directory (not created until a node opens the fabric).
+    pub fn fabric(&self) -> PathBuf {
+        self.root.join("fabric")
+    }
+
+    /// `<fabric>/nodes/<node>`.
+    pub fn node_dir(&self, node: u32) -> PathBuf {
+        self.fabric().join("nodes").join(node.to_string())
+    }
+
+    /// `<fabric>/nodes/<node>/seg-<id as 8 lowercase hex digits>`.
+    pub fn seg_path(&self, node: u32, id: u32) -> PathBuf {
+        self.node_dir(node).join(format!("seg-{id:08x}"))
+    }
+
+    /// `<fabric>/procs/<node>-<pid>`.
+    pub fn record_path(&self, node: u32, pid: u32) -> PathBuf {
+        self.fabric().join("procs").join(format!("{node}-{pid}"))
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Parent side
+// ---------------------------------------------------------------------------------------
+
+/// An error a child reported: the variant's name, its `Debug` and its `Display`.
+#[derive(Clone, Debug)]
+pub struct ErrReply {
+    pub variant: String,
+    pub debug: String,
+    pub display: String,
+}
+
+impl fmt::Display for ErrReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.display, self.debug)
+    }
+}
+
+/// A child process of this test, killed and reaped when dropped.
+pub struct Proc {
+    name: String,
+    child: Child,
+    pid: u32,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    log: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+    status: Option<ExitStatus>,
+}
+
+fn pump(
+    stream: impl Read + Send + 'static,
+    tag: &'static str,
+    log: Arc<Mutex<String>>,
+    tx: Option<mpsc::Sender<String>>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(stream);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let line = String::from_utf8_lossy(&buf);
+            let line = line.trim_end_matches(['\n', '\r']);
+            log.lock().unwrap_or_else(|e| e.into_inner()).push_str(&format!("{tag}{line}\n"));
+            if let (Some(tx), Some(i)) = (&tx, line.find(MARK)) {
+                if tx.send(line[i + MARK.len()..].to_string()).is_err() {
+                    break;
+                }
+            }
+        }
+    })
+}
+
+impl Proc {
+    /// Starts this test binary again in role `role` with extra environment `envs`. The
+    /// fabric variables of the parent's environment are not passed on.
+    pub fn spawn(name: &str, role: &str, envs: &[(&str, &str)]) -> Proc {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut cmd = Command::new(exe);
+        cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"]);
+        for v in ["LANES_NODE_ID", "LANES_DIR", "LANES_CONFIG", ROLE_VAR, DIR_VAR, NODE_VAR] {
+            cmd.env_remove(v);
+        }
+        cmd.env(ROLE_VAR, role);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawning child {name}: {e}"));
+        let pid = child.id();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().expect("piped stdout");
+        let err = child.stderr.take().expect("piped stderr");
+        let readers = vec![pump(out, "", log.clone(), Some(tx)), pump(err, "[stderr] ", log.clone(), None)];
+        let stdin = child.stdin.take();
+        Proc { name: format!("{name} (pid {pid})"), child, pid, stdin, lines: rx, log, readers, status: None }
+    }
+
+    /// Starts a `node` child acting as `node` on the fabric of `dir`, and waits until it
+    /// has opened the fabric.
+    pub fn node(dir: &TestDir, node: u32) -> Proc {
+        let fabric = dir.fabric();
+        let node_s = node.to_string();
+        let mut p = Proc::spawn(
+            &format!("node {node}"),
+            "node",
+            &[(DIR_VAR, fabric.to_str().expect("utf-8 temp path")), (NODE_VAR, &node_s)],
+        );
+        let l = p.line("READY");
+        assert!(l.starts_with("READY"), "{}: expected READY, got {l:?}", p.name);
+        p
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Everything the child printed so far.
+    pub fn output(&mut self) -> String {
+        if self.status.is_some() {
+            // The child is gone: let the readers drain its pipes (bounded).
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while self.readers.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The next protocol line, waiting at most [`WAIT`].
+    pub fn line(&mut self, what: &str) -> String {
+        self.line_within(what, WAIT)
+    }
+
+    /// The next protocol line, waiting at most `limit`.
+    pub fn line_within(&mut self, what: &str, limit: Duration) -> String {
+        match self.lines.recv_timeout(limit) {
+            Ok(l) => l,
+            Err(RecvTimeoutError::Timeout) => {
+                let out = self.output();
+                panic!("{} did not report {what} within {limit:?}\n--- its output ---\n{out}", self.name)
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let st = self.wait_exit();
+                let out = self.output();
+                panic!("{} ended ({st}) before reporting {what}\n--- its output ---\n{out}", self.name)
+            }
+        }
+    }
+
+    /// Sends one command line.
+    pub fn send(&mut self, cmd: &str) {
+        let stdin = self.stdin.as_mut().unwrap_or_else(|| panic!("{}: stdin already closed", self.name));
+        if let Err(e) = stdin.write_all(format!("{cmd}\n").as_bytes()).and_then(|_| stdin.flush()) {
+            let out = self.output();
+            panic!("{}: cannot send {cmd:?}: {e}\n--- its output ---\n{out}", self.name);
+        }
+    }
+
+    /// Sends `cmd` and waits until the child has started executing it.
+    pub fn start(&mut self, cmd: &str) {
+        self.send(cmd);
+        let l = self.line(&format!("the start of {cmd:?}"));
+        assert_eq!(l, "BEGIN", "{}: unexpected line for {cmd:?}", self.name);
+    }
+
+    /// Waits (at most [`WAIT`]) for the result of a started command.
+    pub fn finish(&mut self, cmd: &str) -> Result<String, ErrReply> {
+        self.finish_within(cmd, WAIT)
+    }
+
+    /// Waits at most `limit` for the result of a started command.
+    pub fn finish_within(&mut self, cmd: &str, limit: Duration) -> Result<String, ErrReply> {
+        let l = self.line_within(&format!("the result of {cmd:?}"), limit);
+        if l == "OK" {
+            return Ok(String::new());
+        }
+        if let Some(rest) = l.strip_prefix("OK ") {
+            return Ok(rest.to_string());
+        }
+        if let Some(rest) = l.strip_prefix("ERR ") {
+            let mut parts = rest.splitn(3, '\t');
+            let variant = parts.next().unwrap_or_default().to_string();
+            let debug = parts.next().unwrap_or_default().replace("\\n", "\n");
+            let display = parts.next().unwrap_or_default().replace("\\n", "\n");
+            return Err(ErrReply { variant, debug, display });
+        }
+        panic!("{}: unexpected reply {l:?} to {cmd:?}", self.name)
+    }
+
+    /// Runs one command.
+    pub fn call(&mut self, cmd: &str) -> Result<String, ErrReply> {
+        self.start(cmd);
+        self.finish(cmd)
+    }
+
+    /// Runs one command that must succeed; returns what it printed.
+    pub fn ok(&mut self, cmd: &str) -> String {
+        match self.call(cmd) {
+            Ok(s) => s,
+            Err(e) => panic!("{}: {cmd:?} failed: {e}", self.name),
+        }
+    }
+
+    /// Runs one command that must fail.
+    pub fn err(&mut self, cmd: &str) -> ErrReply {
+        match self.call(cmd) {
+            Ok(s) => panic!("{}: {cmd:?} unexpectedly succeeded: {s:?}", self.name),
+            Err(e) => e,
+        }
+    }
+
+    /// Runs one command that must fail with the error variant `variant`.
+    pub fn err_is(&mut self, cmd: &str, variant: &str) -> ErrReply {
+        let e = self.err(cmd);
+        assert_eq!(e.variant, variant, "{}: {cmd:?} failed differently: {e}", self.name);
+        e
+    }
+
+    /// Asks the child to exit and checks that it exited cleanly.
+    pub fn exit(&mut self) {
+        self.ok("exit");
+        self.stdin.take();
+        let st = self.wait_exit();
+        if !st.success() {
+            let out = self.output();
+            panic!("{} exited with {st}\n--- its output ---\n{out}", self.name);
+        }
+    }
+
+    /// `kill -9`, then reaps the child.
+    pub fn kill9(&mut self) -> ExitStatus {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child, so
+        // it cannot have been recycled for another process.
+        let rc = unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) };
+        assert_eq!(rc, 0, "kill -9 {}: {}", self.pid, std::io::Error::last_os_error());
+        self.wait_exit()
+    }
+
+    /// Waits (at most [`WAIT`]) for the child to exit; kills it and panics if it does not.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        if let Some(s) = self.status {
+            return s;
+        }
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => {
+                    self.status = Some(s);
+                    return s;
+                }
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Ok(None) => {
+                    let _ = self.child.kill();
+                    self.status = self.child.wait().ok();
+                    let out = self.output();
+                    panic!("{} did not exit within {WAIT:?}; killed it\n--- its output ---\n{out}", self.name);
+                }
+                Err(e) => panic!("waiting for {}: {e}", self.name),
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stdin.take();
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Waits until `cond` holds, polling; panics after [`WAIT`] with `what`.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out after {WAIT:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Child side
+// ---------------------------------------------------------------------------------------
+
+/// A child's line-based channel to its parent: stdout out, stdin in.
+pub struct ChildIo {
+    rx: Receiver<String>,
+}
+
+impl ChildIo {
+    fn new() -> ChildIo {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(l).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        ChildIo { rx }
+    }
+
+    /// Sends one protocol line to the parent.
+    pub fn send(&self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{MARK}{line}");
+        let _ = out.flush();
+    }
+
+    /// The next line from the parent; `None` when the parent closed our stdin (or died).
+    pub fn recv(&self) -> Option<String> {
+        match self.rx.recv_timeout(CHILD_IDLE) {
+            Ok(l) => Some(l),
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => panic!("test child: no word from the parent for {CHILD_IDLE:?}"),
+        }
+    }
+}
+
+/// The body of every test file's `child_entry` test: does nothing in the parent; in a child
+/// runs the `node` interpreter or hands the role to `custom` (which returns false for a
+/// role it does not know).
+pub fn child_entry(custom: impl FnOnce(&str, &ChildIo) -> bool) {
+    let Ok(role) = std::env::var(ROLE_VAR) else { return };
+    let io = ChildIo::new();
+    if role == "node" {
+        run_node(&io);
+    } else if !custom(&role, &io) {
+        panic!("unknown test role {role:?}");
+    }
+}
+
+/// The name of an error's variant, from its `Debug` form.
+pub fn variant_name(e: &Error) -> String {
+    let d = format!("{e:?}");
+    d.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or_default().to_string()
+}
+
+/// The `ERR` line for a library error: variant, Debug and Display separated by tabs.
+pub fn err_line(e: &Error) -> String {
+    let esc = |s: String| s.replace('\t', " ").replace('\n', "\\n");
+    format!("ERR {}\t{}\t{}", variant_name(e), esc(format!("{e:?}")), esc(e.to_string()))
+}
+
+enum Fail {
+    Lanes(Error),
+    Test(String),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Lanes(e)
+    }
+}
+
+type Reply = Result<String, Fail>;
+
+fn test_fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
+    Err(Fail::Test(msg.into()))
+}
+
+struct Args<'a>(Vec<&'a str>);
+
+impl<'a> Args<'a> {
+    fn s(&self, i: usize) -> &'a str {
+        self.0.get(i).copied().unwrap_or_else(|| panic!("command {:?}: missing argument {i}", self.0))
+    }
+
+    fn n(&self, i: usize) -> u64 {
+        let s = self.s(i);
+        let v = match s.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16),
+            None => s.parse(),
+        };
+        v.unwrap_or_else(|_| panic!("command {:?}: argument {i} is not a number", self.0))
+    }
+
+    fn u32(&self, i: usize) -> u32 {
+        u32::try_from(self.n(i)).expect("a 32-bit argument")
+    }
+
+    fn us(&self, i: usize) -> usize {
+        usize::try_from(self.n(i)).expect("a usize argument")
+    }
+}
+
+/// A buffer of this process's heap registered as a segment: (address, length).
+#[derive(Clone, Copy)]
+struct Buf {
+    addr: usize,
+    len: usize,
+}
+
+struct NodeState {
+    fabric: Fabric,
+    locals: HashMap<String, LocalSegment>,
+    remotes: HashMap<String, RemoteSegment>,
+    maps: HashMap<String, Map>,
+    seqs: HashMap<String, Sequence>,
+    bufs: HashMap<String, Buf>,
+}
+
+fn run_node(io: &ChildIo) {
+    let dir = std::env::var(DIR_VAR).expect("LANES_TEST_DIR");
+    let node: u32 = std::env::var(NODE_VAR).expect("LANES_TEST_NODE").parse().expect("node id");
+    let fabric = match NodeId::new(node).and_then(|n| Fabric::open_with(FabricConfig::new(&dir, n))) {
+        Ok(f) => f,
+        Err(e) => {
+            io.send(&format!("OPEN_FAILED {}", err_line(&e)));
+            return;
+        }
+    };
+    io.send(&format!("READY {}", std::process::id()));
+    let mut st = NodeState {
+        fabric,
+        locals: HashMap::new(),
+        remotes: HashMap::new(),
+        maps: HashMap::new(),
+        seqs: HashMap::new(),
+        bufs: HashMap::new(),
+    };
+    while let Some(line) = io.recv() {
+        io.send("BEGIN");
+        match st.exec(&line) {
+            Ok(s) if s.is_empty() => io.send("OK"),
+            Ok(s) => io.send(&format!("OK {s}")),
+            Err(Fail::Lanes(e)) => io.send(&err_line(&e)),
+            Err(Fail::Test(m)) => io.send(&format!("ERR Test\t{m}\t{m}")),
+        }
+        if line.trim() == "exit" {
+            break;
+        }
+    }
+}
+
+fn access(s: &str) -> MapAccess {
+    match s {
+        "ro" => MapAccess::ReadOnly,
+        "rw" => MapAccess::ReadWrite,
+        other => panic!("map access {other:?} is neither ro nor rw"),
+    }
+}
+
+fn timeout(s: &str) -> Timeout {
+    match s {
+        "imm" => Timeout::Immediate,
+        "inf" => Timeout::Infinite,
+        ms => Timeout::After(Duration::from_millis(ms.parse().expect("timeout in ms"))),
+    }
+}
+
+impl NodeState {
+    fn local(&self, name: &str) -> &LocalSegment {
+        self.locals.get(name).unwrap_or_else(|| panic!("no local segment {name:?}"))
+    }
+
+    fn remote(&self, name: &str) -> &RemoteSegment {
+        self.remotes.get(name).unwrap_or_else(|| panic!("no remote segment {name:?}"))
+    }
+
+    fn map(&self, name: &str) -> &Map {
+        self.maps.get(name).unwrap_or_else(|| panic!("no map {name:?}"))
+    }
+
+    fn seq(&self, name: &str) -> &Sequence {
+        self.seqs.get(name).unwrap_or_else(|| panic!("no sequence {name:?}"))
+    }
+
+    fn buf(&self, name: &str) -> Buf {
+        *self.bufs.get(name).unwrap_or_else(|| panic!("no registered buffer {name:?}"))
+    }
+
+    fn exec(&mut self, line: &str) -> Reply {
+        let a = Args(line.split_whitespace().collect());
+        let cmd = a.s(0);
+        match cmd {
+            "exit" => Ok(String::new()),
+            "pid" => Ok(std::process::id().to_string()),
+            "nocore" => {
+                // No core file for a crash the test provokes.
+                let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                // SAFETY: setrlimit reads a valid rlimit for the duration of the call.
+                let rc = unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) };
+                if rc != 0 {
+                    return test_fail(format!("setrlimit: {}", std::io::Error::last_os_error()));
+                }
+                Ok(String::new())
+            }
+            "node_id" => Ok(self.fabric.node_id().to_string()),
+            // --- local segments ---
+            "create" => {
+                let seg = self.fabric.create_segment(a.u32(2), a.n(3))?;
+                let id = seg.id();
+                self.locals.insert(a.s(1).to_string(), seg);
+                Ok(id.to_string())
+            }
+            "create_auto" => {
+                let seg = self.fabric.create_segment_auto_id(a.n(2))?;
+                let id = seg.id();
+                self.locals.insert(a.s(1).to_string(), seg);
+                Ok(id.to_string())
+            }
+            "attach" => {
+                let seg = self.fabric.attach_local_segment(a.u32(2))?;
+                self.locals.insert(a.s(1).to_string(), seg);
+                Ok(String::new())
+            }
+            "prepare" => self.local(a.s(1)).prepare().map(|_| String::new()).map_err(Fail::from),
+            "available" => self.local(a.s(1)).set_available().map(|_| String::new()).map_err(Fail::from),
+            "unavailable" => self.local(a.s(1)).set_unavailable().map(|_| String::new()).map_err(Fail::from),
+            "share" => self.local(a.s(1)).share().map(|_| String::new()).map_err(Fail::from),
+            "remove" => {
+                let force = a.n(2) != 0;
+                let name = a.s(1);
+                self.local(name).remove(force)?;
+                self.locals.remove(name);
+                Ok(String::new())
+            }
+            "remove_keep" => {
+                // Like remove, but the handle stays in the table for later calls.
+                self.local(a.s(1)).remove(a.n(2) != 0)?;
+                Ok(String::new())
+            }
+            "drop_local" => {
+                self.locals.remove(a.s(1)).unwrap_or_else(|| panic!("no local segment {:?}", a.s(1)));
+                Ok(String::new())
+            }
+            "peers" => {
+                let mut peers = self.local(a.s(1)).connected_peers();
+                peers.sort_unstable();
+                Ok(peers.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","))
+            }
+            "linfo" => {
+                let s = self.local(a.s(1));
+                Ok(format!(
+                    "id={} size={} node={} owner={} available={}",
+                    s.id(),
+                    s.size(),
+                    s.node_id(),
+                    s.is_owner(),
+                    s.is_available()
+                ))
+            }
+            // --- remote segments ---
+            "connect" => {
+                let r = self.fabric.connect_segment(a.u32(2), a.u32(3), timeout(a.s(4)))?;
+                let info = format!("node={} id={} size={}", r.node_id(), r.id(), r.size());
+                self.remotes.insert(a.s(1).to_string(), r);
+                Ok(info)
+            }
+            "rinfo" => {
+                let r = self.remote(a.s(1));
+                Ok(format!("node={} id={} size={}", r.node_id(), r.id(), r.size()))
+            }
+            "disconnect" => {
+                self.remotes.remove(a.s(1)).unwrap_or_else(|| panic!("no remote {:?}", a.s(1))).disconnect();
+                Ok(String::new())
+            }
+            "state" => Ok(format!("{:?}", self.remote(a.s(1)).state())),
+            "check" => self.remote(a.s(1)).check().map(|_| String::new()).map_err(Fail::from),
+            // --- maps ---
+            "map" => {
+                let (name, seg, off, size, acc) = (a.s(1), a.s(2), a.n(3), a.n(4), access(a.s(5)));
+                let map = if let Some(l) = self.locals.get(seg) {
+                    l.map(off, size, acc)?
+                } else if let Some(r) = self.remotes.get(seg) {
+                    r.map(off, size, acc)?
+                } else {
+                    panic!("no segment {seg:?} to map")
+                };
+                let info = format!("len={} offset={} writable={}", map.len(), map.segment_offset(), map.is_writable());
+                self.maps.insert(name.to_string(), map);
+                Ok(info)
+            }
+            "unmap" => {
+                self.maps.remove(a.s(1)).unwrap_or_else(|| panic!("no map {:?}", a.s(1)));
+                Ok(String::new())
+            }
+            "r8" => Ok(self.map(a.s(1)).read::<u8>(a.us(2))?.to_string()),
+            "r16" => Ok(self.map(a.s(1)).read::<u16>(a.us(2))?.to_string()),
+            "r32" => Ok(self.map(a.s(1)).read::<u32>(a.us(2))?.to_string()),
+            "r64" => Ok(self.map(a.s(1)).read::<u64>(a.us(2))?.to_string()),
+            "w8" => self.map(a.s(1)).write::<u8>(a.us(2), a.n(3) as u8).map(|_| String::new()).map_err(Fail::from),
+            "w16" => self.map(a.s(1)).write::<u16>(a.us(2), a.n(3) as u16).map(|_| String::new()).map_err(Fail::from),
+            "w32" => self.map(a.s(1)).write::<u32>(a.us(2), a.n(3) as u32).map(|_| String::new()).map_err(Fail::from),
+            "w64" => self.map(a.s(1)).write::<u64>(a.us(2), a.n(3)).map(|_| String::new()).map_err(Fail::from),
+            "acq64" => Ok(self.map(a.s(1)).load_acquire_u64(a.us(2))?.to_string()),
+            "rel64" => self.map(a.s(1)).store_release_u64(a.us(2), a.n(3)).map(|_| String::new()).map_err(Fail::from),
+            "acq32" => Ok(self.map(a.s(1)).load_acquire_u32(a.us(2))?.to_string()),
+            "rel32" => self.map(a.s(1)).store_release_u32(a.us(2), a.u32(3)).map(|_| String::new()).map_err(Fail::from),
+            "waitacq64" => {
+                // waitacq64 MAP OFF VALUE MS: polls an acquire load until it reads VALUE.
+                let (m, off, want, ms) = (self.map(a.s(1)), a.us(2), a.n(3), a.n(4));
+                let deadline = Instant::now() + Duration::from_millis(ms);
+                loop {
+                    let v = m.load_acquire_u64(off)?;
+                    if v == want {
+                        return Ok(String::new());
+                    }
+                    if Instant::now() > deadline {
+                        return test_fail(format!("word at {off} is still {v}, not {want}, after {ms} ms"));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            "wbytes" => {
+                self.map(a.s(1)).write_bytes(a.us(2), &from_hex(a.s(3))).map(|_| String::new()).map_err(Fail::from)
+            }
+            "rbytes" => {
+                let mut v = vec![0u8; a.us(3)];
+                self.map(a.s(1)).read_bytes(a.us(2), &mut v)?;
+                Ok(to_hex(&v))
+            }
+            "fill" => self.map(a.s(1)).fill(a.us(2), a.us(3), a.n(4) as u8).map(|_| String::new()).map_err(Fail::from),
+            "barrier" => {
+                self.map(a.s(1)).store_barrier();
+                Ok(String::new())
+            }
+            "wpat" => {
+                // wpat MAP OFF LEN SEED POS: writes pattern SEED from absolute position POS.
+                let m = self.map(a.s(1));
+                m.write_bytes(a.us(2), &pattern(a.n(4), a.n(5), a.us(3)))?;
+                m.store_barrier();
+                Ok(String::new())
+            }
+            "vpat" => {
+                // vpat MAP OFF LEN SEED POS: reads and compares with pattern SEED from POS.
+                let (off, len, seed, pos) = (a.us(2), a.us(3), a.n(4), a.n(5));
+                let mut v = vec![0u8; len];
+                self.map(a.s(1)).read_bytes(off, &mut v)?;
+                verify_pattern(&v, seed, pos)
+            }
+            "sum" => {
+                let mut v = vec![0u8; a.us(3)];
+                self.map(a.s(1)).read_bytes(a.us(2), &mut v)?;
+                Ok(format!("{:016x}", fnv64(&v)))
+            }
+            "rawwrite" => {
+                // rawwrite MAP OFF BYTE: a store through Map::as_ptr, bypassing every check.
+                let (m, off, byte) = (self.map(a.s(1)), a.us(2), a.n(3) as u8);
+                assert!(off < m.len(), "rawwrite outside the map");
+                // SAFETY: off is inside the map (asserted), which stays mapped while `m` lives.
+                // For a read-only map this store faults on purpose: the test expects SIGSEGV.
+                unsafe { m.as_ptr().add(off).write_volatile(byte) };
+                Ok(String::new())
+            }
+            "rawread" => {
+                let (m, off) = (self.map(a.s(1)), a.us(2));
+                assert!(off < m.len(), "rawread outside the map");
+                // SAFETY: off is inside the map (asserted), which stays mapped while `m` lives.
+                Ok(unsafe { m.as_ptr().add(off).read_volatile() }.to_string())
+            }
+            // --- sequences ---
+            "seq" => {
+                let s = self.map(a.s(2)).sequence();
+                self.seqs.insert(a.s(1).to_string(), s);
+                Ok(String::new())
+            }
+            "seqstart" => Ok(format!("{:?}", self.seq(a.s(1)).start())),
+            "seqcheck" => Ok(format!("{:?}", self.seq(a.s(1)).check())),
+            "waitlost" => {
+                // waitlost SEQ MS: polls check() until NotRetriable; prints the ms waited and
+                // how many checks said Ok before.
+                let (s, ms) = (self.seq(a.s(1)), a.n(2));
+                let started = Instant::now();
+                let mut oks = 0u64;
+                loop {
+                    match s.check() {
+                        lanes::SequenceStatus::NotRetriable => {
+                            return Ok(format!("{} {oks}", started.elapsed().as_millis()));
+                        }
+                        lanes::SequenceStatus::Ok => oks += 1,
+                        other => return test_fail(format!("sequence check gave {other:?}")),
+                    }
+                    if started.elapsed() > Duration::from_millis(ms) {
+                        return test_fail(format!("sequence still Ok after {ms} ms ({oks} checks)"));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            // --- caller-provided memory ---
+            "register" => {
+                // register NAME ID LEN SEED: a page-aligned heap buffer filled with pattern
+                // SEED, registered as segment ID.
+                let (name, id, len, seed) = (a.s(1), a.u32(2), a.us(3), a.n(4));
+                let layout = std::alloc::Layout::from_size_align(len.next_multiple_of(4096), 4096).expect("layout");
+                // SAFETY: the layout has a non-zero size.
+                let p = unsafe { std::alloc::alloc_zeroed(layout) };
+                assert!(!p.is_null(), "allocation failed");
+                let data = pattern(seed, 0, len);
+                // SAFETY: p is a fresh allocation of at least len bytes, disjoint from `data`.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, len) };
+                // SAFETY: the buffer is ours, mapped, page aligned and len bytes long; no other
+                // thread touches it; it is never freed (leaked for the life of this process),
+                // so it stays mapped while the segment exists.
+                let seg = unsafe { self.fabric.register_segment_memory(id, p, len) }?;
+                self.bufs.insert(name.to_string(), Buf { addr: p as usize, len });
+                self.locals.insert(name.to_string(), seg);
+                Ok(String::new())
+            }
+            "register_again" => {
+                // register_again NAME BUF ID: registers the buffer of BUF once more, as ID.
+                let (name, b, id) = (a.s(1), self.buf(a.s(2)), a.u32(3));
+                // SAFETY: as for `register`: the buffer is ours, page aligned, never freed.
+                let seg = unsafe { self.fabric.register_segment_memory(id, b.addr as *mut u8, b.len) }?;
+                self.locals.insert(name.to_string(), seg);
+                Ok(String::new())
+            }
+            "bufvpat" => {
+                let (b, off, len, seed, pos) = (self.buf(a.s(1)), a.us(2), a.us(3), a.n(4), a.n(5));
+                assert!(off + len <= b.len, "bufvpat outside the buffer");
+                let v: Vec<u8> = (0..len)
+                    .map(|i| {
+                        // SAFETY: inside the registered buffer, which is never freed.
+                        unsafe { ((b.addr + off + i) as *const u8).read_volatile() }
+                    })
+                    .collect();
+                verify_pattern(&v, seed, pos)
+            }
+            "bufwpat" => {
+                let (b, off, len, seed, pos) = (self.buf(a.s(1)), a.us(2), a.us(3), a.n(4), a.n(5));
+                assert!(off + len <= b.len, "bufwpat outside the buffer");
+                for (i, byte) in pattern(seed, pos, len).into_iter().enumerate() {
+                    // SAFETY: inside the registered buffer, which is never freed.
+                    unsafe { ((b.addr + off + i) as *mut u8).write_volatile(byte) };
+                }
+                std::sync::atomic::fence(Ordering::SeqCst);
+                Ok(String::new())
+            }
+            other => panic!("unknown node command {other:?}"),
+        }
+    }
+}
+
+fn verify_pattern(v: &[u8], seed: u64, pos: u64) -> Reply {
+    for (i, &b) in v.iter().enumerate() {
+        let want = pattern_byte(seed, pos + i as u64);
+        if b != want {
+            return test_fail(format!(
+                "mismatch at byte {i} (pattern position {}): {b:#04x} != {want:#04x}",
+                pos + i as u64
+            ));
+        }
+    }
+    Ok(format!("{:016x}", fnv64(v)))
+}
