@@ -53,6 +53,18 @@ impl NodeId {
     pub fn get(self) -> u32 {
         self.0
     }
+
+    /// The next valid node id after this one, wrapping round to 4: a peer for a
+    /// two-node measurement started from this node.
+    pub fn next_after(self) -> NodeId {
+        let mut n = self.0;
+        loop {
+            n = if n >= MAX_NODE_ID { 4 } else { n + 4 };
+            if let Ok(id) = NodeId::new(n) {
+                return id;
+            }
+        }
+    }
 }
 
 impl fmt::Display for NodeId {
@@ -236,6 +248,9 @@ mod tests {
         }
         assert!("x".parse::<NodeId>().is_err());
         assert_eq!(" 8 ".parse::<NodeId>().unwrap().get(), 8);
+        assert_eq!(NodeId(4).next_after(), NodeId(8));
+        assert_eq!(NodeId(248).next_after(), NodeId(256), "skips the broadcast id 252");
+        assert_eq!(NodeId(65532).next_after(), NodeId(4));
     }
 
     #[test]

@@ -98,6 +98,14 @@ pub enum Error {
     #[error("payload of {len} bytes exceeds the maximum of {max}")]
     PayloadTooLarge { len: usize, max: usize },
 
+    /// More DMA entries than the queue was created for are outstanding.
+    #[error("{requested} more DMA entries do not fit: {outstanding} outstanding of at most {max}")]
+    TooManyEntries { requested: usize, outstanding: usize, max: usize },
+
+    /// A DMA transfer could not complete (its remote segment was lost); the queue is in error.
+    #[error("DMA transfer failed: {reason}")]
+    DmaFailed { reason: String },
+
     /// A peer wrote something into shared memory that no correct peer writes.
     #[error("malformed data from a peer: {0}")]
     Malformed(String),

@@ -32,6 +32,8 @@ pub mod transport;
 pub use config::{FabricConfig, NodeId};
 pub use error::{Error, Result};
 pub use fabric::{
-    cleanup, status, CleanupReport, Fabric, FabricStatus, LocalSegment, LossReason, Map, MapAccess, RemoteSegment,
-    RemoteState, Sequence, SequenceStatus, Timeout,
+    cleanup, status, CallbackAction, CleanupReport, CopyPath, DmaCallback, DmaChannel, DmaDirection, DmaQueue,
+    DmaQueueState, DmaVec, Fabric, FabricStatus, LocalDataInterrupt, LocalEvent, LocalInterrupt, LocalSegment,
+    LossReason, Map, MapAccess, RemoteDataInterrupt, RemoteEvent, RemoteInterrupt, RemoteSegment, RemoteState,
+    Sequence, SequenceStatus, Timeout, MAX_DATA_INTERRUPT_PAYLOAD,
 };

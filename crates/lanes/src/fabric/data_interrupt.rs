@@ -332,6 +332,11 @@ impl RemoteDataInterrupt {
         Ok(())
     }
 
+    /// `Ok` while the data interrupt exists, else [`Error::InterruptLost`] with the reason.
+    pub fn check(&self) -> Result<()> {
+        self.seg.inner.check().map_err(interrupt_error)
+    }
+
     /// Disconnects (`SCIDisconnectDataInterrupt`).
     pub fn disconnect(self) {
         drop(self)

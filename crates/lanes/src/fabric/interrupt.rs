@@ -187,6 +187,11 @@ impl RemoteInterrupt {
         Ok(())
     }
 
+    /// `Ok` while the interrupt exists, else [`Error::InterruptLost`] with the reason.
+    pub fn check(&self) -> Result<()> {
+        self.seg.inner.check().map_err(interrupt_error)
+    }
+
     /// Disconnects (`SCIDisconnectInterrupt`).
     pub fn disconnect(self) {
         drop(self)

@@ -6,6 +6,8 @@
 //! [`Sequence`]. [`status`] and [`cleanup`] inspect and tidy a fabric directory.
 
 mod data_interrupt;
+mod dma;
+mod dma_engine;
 mod events;
 mod interrupt;
 mod local;
@@ -17,6 +19,7 @@ mod status;
 mod tests;
 
 pub use data_interrupt::{LocalDataInterrupt, RemoteDataInterrupt, MAX_DATA_INTERRUPT_PAYLOAD};
+pub use dma::{CopyPath, DmaCallback, DmaChannel, DmaDirection, DmaQueue, DmaQueueState, DmaVec};
 pub use events::{CallbackAction, LocalEvent, RemoteEvent};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use local::LocalSegment;
@@ -186,6 +189,16 @@ impl Fabric {
     /// Connects to data interrupt `number` of `node`, waiting up to `timeout` for it to exist.
     pub fn connect_data_interrupt(&self, node: u32, number: u32, timeout: Timeout) -> Result<RemoteDataInterrupt> {
         RemoteDataInterrupt::connect(&self.inner, NodeId::new(node)?, number, timeout)
+    }
+
+    /// A DMA queue for at most `max_entries` outstanding transfers (`SCICreateDMAQueue`).
+    pub fn create_dma_queue(&self, max_entries: usize) -> Result<DmaQueue> {
+        DmaQueue::new(max_entries)
+    }
+
+    /// A DMA channel: `Some(id)` that channel, `None` the least loaded (`SCIRequestDMAChannel`).
+    pub fn request_dma_channel(&self, id: Option<u32>) -> Result<DmaChannel> {
+        DmaChannel::request(id)
     }
 
     /// Whether any live process acts as `node` on this fabric.

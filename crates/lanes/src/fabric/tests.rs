@@ -226,3 +226,145 @@ fn segment_events_report_connect_disconnect_and_availability() {
     assert_eq!(r.wait_event(T).unwrap(), RemoteEvent::Lost(LossReason::Removed));
     assert!(r.wait_event(Timeout::Immediate).is_err());
 }
+
+fn dma_pair(n: &TwoNodes, size: u64) -> (LocalSegment, LocalSegment, RemoteSegment) {
+    let theirs = n.b.create_segment(0x44, size).unwrap();
+    theirs.prepare().unwrap();
+    theirs.set_available().unwrap();
+    let mine = n.a.create_segment(0x45, size).unwrap();
+    let remote = n.a.connect_segment(8, 0x44, T).unwrap();
+    (mine, theirs, remote)
+}
+
+fn fill(seg: &LocalSegment, seed: u32) {
+    let m = seg.map(0, seg.size(), MapAccess::ReadWrite).unwrap();
+    let data: Vec<u8> = (0..seg.size() as u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 ^ seed as u8).collect();
+    m.write_bytes(0, &data).unwrap();
+}
+
+fn bytes(seg: &LocalSegment, off: u64, len: usize) -> Vec<u8> {
+    let m = seg.map(0, seg.size(), MapAccess::ReadOnly).unwrap();
+    let mut v = vec![0u8; len];
+    m.read_bytes(off as usize, &mut v).unwrap();
+    v
+}
+
+#[test]
+fn dma_moves_checksummed_data_both_ways_and_in_vectors() {
+    let n = TwoNodes::new("dma");
+    let (mine, theirs, remote) = dma_pair(&n, 3 << 20);
+    fill(&mine, 1);
+    fill(&theirs, 2);
+    let mut q = n.a.create_dma_queue(64).unwrap();
+    assert_eq!(q.state(), DmaQueueState::Idle);
+    // Writes at odd offsets and sizes, from 1 byte to past the non-temporal threshold.
+    for (lo, size, ro) in [(1u64, 1u64, 3u64), (5, 63, 1001), (4096, 4096, 7), (17, (1 << 20) + 13, 1 << 20)] {
+        q.start(&mine, &remote, lo, size, ro, DmaDirection::Write, None).unwrap();
+        assert_eq!(q.wait(T).unwrap(), DmaQueueState::Done);
+        assert_eq!(bytes(&theirs, ro, size as usize), bytes(&mine, lo, size as usize), "write {lo} {size} {ro}");
+    }
+    // A read.
+    q.start(&mine, &remote, 100, 5000, 2 << 20, DmaDirection::Read, None).unwrap();
+    q.wait(T).unwrap();
+    assert_eq!(bytes(&mine, 100, 5000), bytes(&theirs, 2 << 20, 5000));
+    // A vector of scattered and contiguous entries, merged or not, gives the same bytes.
+    for merge in [false, true] {
+        fill(&mine, 3 + merge as u32);
+        q.set_batching(if merge { 256 } else { 1 }, merge);
+        let vec: Vec<DmaVec> = (0..40u64)
+            .map(|i| DmaVec { size: 64 + i * 7, local_offset: i * 10_000 + 3, remote_offset: i * 10_000 + 9 })
+            .chain((0..20u64).map(|i| DmaVec {
+                size: 100,
+                local_offset: 800_000 + i * 100,
+                remote_offset: 900_000 + i * 100,
+            }))
+            .collect();
+        q.start_vec(&mine, &remote, &vec, DmaDirection::Write, None).unwrap();
+        q.wait(T).unwrap();
+        for v in &vec {
+            assert_eq!(bytes(&theirs, v.remote_offset, v.size as usize), bytes(&mine, v.local_offset, v.size as usize));
+        }
+    }
+    // From and to ordinary memory.
+    let mut buf: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    // SAFETY: buf lives and is untouched until the wait returns.
+    unsafe { q.start_memory(buf.as_mut_ptr(), &remote, 10_000, 77, DmaDirection::Write, None).unwrap() };
+    q.wait(T).unwrap();
+    assert_eq!(bytes(&theirs, 77, 10_000), buf);
+    let mut back = vec![0u8; 10_000];
+    // SAFETY: as above.
+    unsafe { q.start_memory(back.as_mut_ptr(), &remote, 10_000, 77, DmaDirection::Read, None).unwrap() };
+    q.wait(T).unwrap();
+    assert_eq!(back, buf);
+}
+
+#[test]
+fn dma_rejects_bad_transfers_whole_and_reports_completion() {
+    let n = TwoNodes::new("dmaerr");
+    let (mine, _theirs, remote) = dma_pair(&n, 1 << 16);
+    let mut q = n.a.create_dma_queue(4).unwrap();
+    let size = 1 << 16;
+    assert!(matches!(q.start(&mine, &remote, 1, size, 0, DmaDirection::Write, None), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        q.start(&mine, &remote, 0, 10, size - 9, DmaDirection::Write, None),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(q.start(&mine, &remote, 0, 0, 0, DmaDirection::Write, None), Err(Error::InvalidSize { .. })));
+    let five: Vec<DmaVec> = (0..5).map(|i| DmaVec { size: 8, local_offset: i * 8, remote_offset: i * 8 }).collect();
+    assert!(matches!(q.start_vec(&mine, &remote, &five, DmaDirection::Write, None), Err(Error::TooManyEntries { .. })));
+    let mut bad = five[..3].to_vec();
+    bad.push(DmaVec { size: 8, local_offset: size, remote_offset: 0 });
+    assert!(q.start_vec(&mine, &remote, &bad, DmaDirection::Write, None).is_err());
+    assert_eq!(q.state(), DmaQueueState::Idle, "a rejected vector queues nothing");
+    // Callbacks, once per start call, with the final state.
+    let (tx, rx) = mpsc::channel();
+    for i in 0..3u64 {
+        let tx = tx.clone();
+        q.start(
+            &mine,
+            &remote,
+            i * 100,
+            100,
+            i * 100,
+            DmaDirection::Write,
+            Some(Box::new(move |s| tx.send((i, s)).unwrap())),
+        )
+        .unwrap();
+    }
+    for i in 0..3 {
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), (i, DmaQueueState::Done));
+    }
+    // The automatic path choice.
+    q.set_pio_threshold(4096);
+    assert_eq!(q.copy(&mine, &remote, 0, 4095, 0, DmaDirection::Write).unwrap(), CopyPath::Pio);
+    assert_eq!(q.copy(&mine, &remote, 0, 4096, 0, DmaDirection::Read).unwrap(), CopyPath::Dma);
+    // A lost peer puts the queue in error; nothing hangs.
+    drop(_theirs);
+    let r = q.start(&mine, &remote, 0, 8, 0, DmaDirection::Write, None);
+    assert!(matches!(r, Err(Error::SegmentLost { .. })), "{r:?}");
+}
+
+#[test]
+fn dma_abort_and_peer_loss_mid_transfer() {
+    let n = TwoNodes::new("dmaabort");
+    let (mine, theirs, remote) = dma_pair(&n, 64 << 20);
+    let mut q = n.a.create_dma_queue(1024).unwrap();
+    q.set_batching(1, false);
+    let vec: Vec<DmaVec> =
+        (0..1000u64).map(|i| DmaVec { size: 64 << 10, local_offset: (i % 900) * 65536, remote_offset: 0 }).collect();
+    q.start_vec(&mine, &remote, &vec, DmaDirection::Write, None).unwrap();
+    q.abort();
+    let s = q.wait(T).unwrap();
+    assert!(matches!(s, DmaQueueState::Aborted | DmaQueueState::Done), "{s:?}");
+    // The queue works again after an abort.
+    q.start(&mine, &remote, 0, 8, 0, DmaDirection::Write, None).unwrap();
+    assert_eq!(q.wait(T).unwrap(), DmaQueueState::Done);
+    // The remote owner removes its segment while transfers are queued: error, not a hang.
+    q.start_vec(&mine, &remote, &vec, DmaDirection::Write, None).unwrap();
+    theirs.remove(true).unwrap();
+    match q.wait(T) {
+        Err(Error::DmaFailed { reason }) => assert!(reason.contains("removed"), "{reason}"),
+        Ok(DmaQueueState::Done) => {} // the engine finished before the removal
+        other => panic!("{other:?}"),
+    }
+}
