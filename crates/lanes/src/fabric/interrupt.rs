@@ -119,7 +119,10 @@ impl LocalInterrupt {
 
     /// Removes the interrupt: connected triggers fail from now on, waiters get an error.
     pub fn remove(&self) -> Result<()> {
-        self.inner.seg.remove(true)
+        self.inner.seg.remove(true)?;
+        // Waiters sleep on the interrupt's own doorbell: wake them to see the removal.
+        self.inner.page.bell.ring();
+        Ok(())
     }
 }
 
@@ -140,8 +143,7 @@ impl LocalInterruptInner {
 impl Drop for LocalInterrupt {
     fn drop(&mut self) {
         // Removal wakes a callback thread, which then lets go of the inner state.
-        let _ = self.inner.seg.remove(true);
-        self.inner.page.bell.ring();
+        let _ = self.remove();
     }
 }
 

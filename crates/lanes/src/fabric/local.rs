@@ -43,13 +43,19 @@ pub struct LocalSegment {
 struct SeenPeer {
     id: ProcessIdentity,
     node: u32,
-    generation: u32,
     reported_gone: bool,
+}
+
+/// A connection slot as the event tracker last saw it.
+#[derive(Clone, Copy, Debug, Default)]
+struct SeenSlot {
+    generation: u32,
+    peer: Option<SeenPeer>,
 }
 
 #[derive(Debug, Default)]
 struct EventState {
-    seen: Vec<Option<SeenPeer>>,
+    seen: Vec<SeenSlot>,
     queue: VecDeque<LocalEvent>,
     watches: HashMap<usize, Watch>,
 }
@@ -74,7 +80,7 @@ impl LocalInner {
             file,
             role,
             removed: false.into(),
-            events: Mutex::new(EventState { seen: vec![None; MAX_CONNECTIONS], ..Default::default() }),
+            events: Mutex::new(EventState { seen: vec![SeenSlot::default(); MAX_CONNECTIONS], ..Default::default() }),
             died: Mutex::new(HashSet::new()),
             poll: Mutex::new(None),
         })
@@ -341,43 +347,52 @@ impl LocalInner {
         }
     }
 
-    /// Compares the connection slots with what was seen last and queues the differences.
+    /// Compares the connection slots with what was seen last and queues the differences:
+    /// the peer seen last has left; a peer that came and went between two looks (known from
+    /// the slot's generation and last holder) is reported as a pair; the current holder has
+    /// connected (and, if it is already dead, disconnected).
     fn refresh(self: &Arc<Self>, st: &mut EventState) {
         let died: HashSet<u64> = self.died.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let gone = |node: u32, id: ProcessIdentity| died.contains(&id.bits()) || !self.fabric.is_alive(node, id);
         for i in 0..MAX_CONNECTIONS {
-            let (holder, node, generation) = self.file.header().slot(i);
-            let cur = holder.filter(|_| node != 0);
-            let prev = st.seen[i];
-            if let (Some(p), Some(c)) = (prev, cur) {
-                if p.id == c && p.generation == generation {
-                    if !p.reported_gone && died.contains(&p.id.bits()) {
-                        st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died: true });
-                        st.seen[i] = Some(SeenPeer { reported_gone: true, ..p });
-                        st.watches.remove(&i);
-                    }
-                    continue;
+            let Some(now) = self.file.header().slot(i) else { continue };
+            let seen = st.seen[i];
+            if now.generation == seen.generation {
+                if let Some(p) = seen.peer.filter(|p| !p.reported_gone && died.contains(&p.id.bits())) {
+                    st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died: true });
+                    st.seen[i].peer = Some(SeenPeer { reported_gone: true, ..p });
+                    st.watches.remove(&i);
                 }
-            }
-            if prev.is_none() && cur.is_none() {
                 continue;
             }
-            if let Some(p) = prev {
+            let changes = now.generation.wrapping_sub(seen.generation) / 2;
+            let seen_id = seen.peer.map(|p| p.id);
+            if let Some(p) = seen.peer {
                 if !p.reported_gone {
-                    let gone = died.contains(&p.id.bits()) || !self.fabric.is_alive(p.node, p.id);
-                    st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died: gone });
+                    let died = gone(p.node, p.id);
+                    st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died });
                 }
                 st.watches.remove(&i);
             }
-            st.seen[i] = None;
-            if let Some(c) = cur {
-                let alive = self.fabric.is_alive(node, c);
-                st.seen[i] = Some(SeenPeer { id: c, node, generation, reported_gone: !alive });
+            if let Some(last) = now.last {
+                if changes >= 2 && Some(last) != seen_id && Some(last) != now.holder {
+                    let (node, pid) = (now.last_node, last.pid());
+                    st.queue.push_back(LocalEvent::Connected { node, pid });
+                    st.queue.push_back(LocalEvent::Disconnected { node, pid, died: gone(node, last) });
+                }
+            }
+            st.seen[i] = SeenSlot { generation: now.generation, peer: None };
+            if let Some(c) = now.holder {
+                let alive = self.fabric.is_alive(now.node, c);
+                st.queue.push_back(LocalEvent::Connected { node: now.node, pid: c.pid() });
                 if alive {
-                    st.queue.push_back(LocalEvent::Connected { node, pid: c.pid() });
-                    if let Ok(w) = self.watch_peer(node, c) {
+                    if let Ok(w) = self.watch_peer(now.node, c) {
                         st.watches.insert(i, w);
                     }
+                } else {
+                    st.queue.push_back(LocalEvent::Disconnected { node: now.node, pid: c.pid(), died: true });
                 }
+                st.seen[i].peer = Some(SeenPeer { id: c, node: now.node, reported_gone: !alive });
             }
         }
     }

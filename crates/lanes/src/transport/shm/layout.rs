@@ -18,8 +18,8 @@ pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"LANESSEG");
 pub const LAYOUT_VERSION: u32 = 1;
 /// Bytes reserved for the header; segment data starts at or after this file offset.
 pub const HEADER_PAGE: usize = 4096;
-/// Peers that can be connected to one segment at once.
-pub const MAX_CONNECTIONS: usize = 128;
+/// Peers that can be connected to one segment at once (the slots fill the header page).
+pub const MAX_CONNECTIONS: usize = 112;
 
 /// `state` bits, set by the owner only.
 pub mod state {
@@ -61,15 +61,26 @@ pub mod create_flags {
 }
 
 /// A peer's claim on a segment: who and from which node.
+///
+/// A small seqlock: a claim or release first makes `generation` odd (which also excludes
+/// other writers), changes the fields, then makes it even again, 2 higher than before.
+/// Readers take a consistent snapshot by reading `generation` before and after. The owner
+/// counts the claims and releases it missed from the generation and learns the last peer
+/// that left from `last_peer`, so a connect and disconnect between two of its looks is
+/// still reported.
 #[repr(C)]
 pub struct ConnectionSlot {
     /// Packed [`ProcessIdentity`] of the connected process; 0 when free.
     pub peer: u64,
-    /// The peer's node id; 0 while the claim is being filled in.
+    /// The process that held the slot before the current state (0: none yet).
+    pub last_peer: u64,
+    /// The node of the current holder.
     pub node: u32,
-    /// Bumped by every claim and release, so the owner notices a disconnect and reconnect
-    /// that happened between two of its looks.
+    /// Seqlock and change counter: odd while a claim or release is in progress.
     pub generation: u32,
+    /// The node of `last_peer`.
+    pub last_node: u32,
+    pub _reserved: u32,
 }
 
 /// The header as it lies in shared memory.
@@ -105,6 +116,22 @@ pub struct SegmentHeader {
 const _: () = assert!(size_of::<SegmentHeader>() <= HEADER_PAGE);
 const _: () = assert!(offset_of!(SegmentHeader, state) % 4 == 0);
 const _: () = assert!(offset_of!(SegmentHeader, connections) == 512);
+const _: () = assert!(size_of::<ConnectionSlot>() == 32);
+
+/// A consistent view of one connection slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotSnapshot {
+    /// Who holds it now.
+    pub holder: Option<ProcessIdentity>,
+    /// Who held it before (the last to leave, when it is free).
+    pub last: Option<ProcessIdentity>,
+    /// The node of the holder.
+    pub node: u32,
+    /// The node of the last holder.
+    pub last_node: u32,
+    /// Even; +2 for every claim and every release.
+    pub generation: u32,
+}
 
 /// The validated, immutable facts of a segment, copied out of its header once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,6 +292,60 @@ impl HeaderView {
         offset_of!(SegmentHeader, connections) + i * size_of::<ConnectionSlot>()
     }
 
+    fn slot_words(&self, i: usize) -> (&AtomicU64, &AtomicU64, &AtomicU32, &AtomicU32) {
+        let base = Self::slot_offset(i);
+        (
+            self.u64_at(base + offset_of!(ConnectionSlot, peer)),
+            self.u64_at(base + offset_of!(ConnectionSlot, last_peer)),
+            self.u32_at(base + offset_of!(ConnectionSlot, node)),
+            self.u32_at(base + offset_of!(ConnectionSlot, generation)),
+        )
+    }
+
+    fn last_node_word(&self, i: usize) -> &AtomicU32 {
+        self.u32_at(Self::slot_offset(i) + offset_of!(ConnectionSlot, last_node))
+    }
+
+    /// A consistent snapshot of slot `i`, or `None` if a writer holds it (for long: a writer
+    /// that died inside its few instructions leaves the slot locked for good).
+    pub fn slot(&self, i: usize) -> Option<SlotSnapshot> {
+        let (peer, last, node, generation) = self.slot_words(i);
+        for attempt in 0..1000 {
+            let g1 = generation.load(Ordering::SeqCst);
+            if g1 % 2 == 0 {
+                let snap = SlotSnapshot {
+                    holder: ProcessIdentity::from_bits(peer.load(Ordering::SeqCst)),
+                    last: ProcessIdentity::from_bits(last.load(Ordering::SeqCst)),
+                    node: node.load(Ordering::SeqCst),
+                    last_node: self.last_node_word(i).load(Ordering::SeqCst),
+                    generation: g1,
+                };
+                if generation.load(Ordering::SeqCst) == g1 {
+                    return Some(snap);
+                }
+            }
+            if attempt > 100 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        None
+    }
+
+    /// Locks slot `i` if its generation is still `g` (even); returns whether it did.
+    fn lock_slot(&self, i: usize, g: u32) -> bool {
+        g % 2 == 0 && self.slot_words(i).3.compare_exchange(g, g + 1, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+    }
+
+    /// Unlocks slot `i` locked at generation `g`: `changed` moves it to `g + 2`, else back to `g`.
+    fn unlock_slot(&self, i: usize, g: u32, changed: bool) {
+        self.slot_words(i).3.store(if changed { g.wrapping_add(2) } else { g }, Ordering::SeqCst);
+        if changed {
+            self.conn_doorbell().ring();
+        }
+    }
+
     /// Claims a free connection slot (or one whose holder `is_dead`) for `peer` on `node`.
     pub fn claim_slot(
         &self,
@@ -273,23 +354,29 @@ impl HeaderView {
         is_dead: impl Fn(u32, ProcessIdentity) -> bool,
     ) -> Option<usize> {
         for i in 0..MAX_CONNECTIONS {
-            let base = Self::slot_offset(i);
-            let peer_word = self.u64_at(base + offset_of!(ConnectionSlot, peer));
-            let node_word = self.u32_at(base + offset_of!(ConnectionSlot, node));
-            let cur = peer_word.load(Ordering::Acquire);
-            let free = match ProcessIdentity::from_bits(cur) {
+            let Some(snap) = self.slot(i) else { continue };
+            let claimable = match snap.holder {
                 None => true,
-                Some(holder) => {
-                    let n = node_word.load(Ordering::Acquire);
-                    n != 0 && is_dead(n, holder)
-                }
+                Some(h) => is_dead(snap.node, h),
             };
-            if free && peer_word.compare_exchange(cur, peer.bits(), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                node_word.store(node, Ordering::Release);
-                self.u32_at(base + offset_of!(ConnectionSlot, generation)).fetch_add(1, Ordering::SeqCst);
-                self.conn_doorbell().ring();
-                return Some(i);
+            if !claimable || !self.lock_slot(i, snap.generation) {
+                continue;
             }
+            let (peer_w, last_w, node_w, _) = self.slot_words(i);
+            let cur = peer_w.load(Ordering::SeqCst);
+            if cur != snap.holder.map_or(0, |h| h.bits()) {
+                self.unlock_slot(i, snap.generation, false);
+                continue;
+            }
+            if cur != 0 {
+                // A dead holder, displaced.
+                last_w.store(cur, Ordering::SeqCst);
+                self.last_node_word(i).store(node_w.load(Ordering::SeqCst), Ordering::SeqCst);
+            }
+            peer_w.store(peer.bits(), Ordering::SeqCst);
+            node_w.store(node, Ordering::SeqCst);
+            self.unlock_slot(i, snap.generation, true);
+            return Some(i);
         }
         None
     }
@@ -299,38 +386,28 @@ impl HeaderView {
         if i >= MAX_CONNECTIONS {
             return;
         }
-        let base = Self::slot_offset(i);
-        let peer_word = self.u64_at(base + offset_of!(ConnectionSlot, peer));
-        if peer_word.load(Ordering::Acquire) == peer.bits() {
-            self.u32_at(base + offset_of!(ConnectionSlot, node)).store(0, Ordering::Release);
-            if peer_word.compare_exchange(peer.bits(), 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                self.u32_at(base + offset_of!(ConnectionSlot, generation)).fetch_add(1, Ordering::SeqCst);
-                self.conn_doorbell().ring();
+        loop {
+            let Some(snap) = self.slot(i) else { return };
+            if snap.holder != Some(peer) {
+                return;
             }
+            if !self.lock_slot(i, snap.generation) {
+                continue;
+            }
+            let (peer_w, last_w, node_w, _) = self.slot_words(i);
+            let mine = peer_w.load(Ordering::SeqCst) == peer.bits();
+            if mine {
+                last_w.store(peer.bits(), Ordering::SeqCst);
+                self.last_node_word(i).store(node_w.load(Ordering::SeqCst), Ordering::SeqCst);
+                peer_w.store(0, Ordering::SeqCst);
+            }
+            self.unlock_slot(i, snap.generation, mine);
+            return;
         }
     }
 
-    /// Slot `i` as (holder, node, generation).
-    pub fn slot(&self, i: usize) -> (Option<ProcessIdentity>, u32, u32) {
-        let base = Self::slot_offset(i);
-        let gen = self.u32_at(base + offset_of!(ConnectionSlot, generation)).load(Ordering::SeqCst);
-        let id =
-            ProcessIdentity::from_bits(self.u64_at(base + offset_of!(ConnectionSlot, peer)).load(Ordering::SeqCst));
-        let node = self.u32_at(base + offset_of!(ConnectionSlot, node)).load(Ordering::SeqCst);
-        (id, node, gen)
-    }
-
-    /// The current holders of connection slots as (node, identity); a slot whose node is
-    /// still 0 is being claimed and is reported with node 0.
+    /// The current holders of connection slots as (node, identity).
     pub fn connections(&self) -> Vec<(u32, ProcessIdentity)> {
-        (0..MAX_CONNECTIONS)
-            .filter_map(|i| {
-                let base = Self::slot_offset(i);
-                let id = ProcessIdentity::from_bits(
-                    self.u64_at(base + offset_of!(ConnectionSlot, peer)).load(Ordering::Acquire),
-                )?;
-                Some((self.u32_at(base + offset_of!(ConnectionSlot, node)).load(Ordering::Acquire), id))
-            })
-            .collect()
+        (0..MAX_CONNECTIONS).filter_map(|i| self.slot(i)).filter_map(|s| Some((s.node, s.holder?))).collect()
     }
 }
