@@ -1,19 +1,18 @@
 //! Local segments: memory this node exports, and the events of peers connecting to it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::events::{self, CallbackAction, LocalEvent};
 use super::map::{Map, MapAccess, MapOrigin};
+use super::slot_tracker::{Ringer, SlotTracker};
 use super::{FabricInner, Timeout};
 use crate::error::{Error, IoContext, Result};
-use crate::platform::death_watch::{self, Watch};
 use crate::platform::doorbell::WaitError;
 use crate::platform::files::DirLock;
-use crate::platform::liveness::{self, ProcessIdentity};
-use crate::transport::shm::layout::{create_flags, kind, state, HeaderSnapshot, MAX_CONNECTIONS};
+use crate::platform::liveness::ProcessIdentity;
+use crate::transport::shm::layout::{create_flags, kind, state, HeaderSnapshot};
 use crate::transport::shm::segment_file::{OpenError, RegisteredMemory, SegmentFile};
 
 /// Automatic segment ids are drawn from this range, clear of typical user-chosen ids.
@@ -38,38 +37,13 @@ pub struct LocalSegment {
     pub(crate) inner: Arc<LocalInner>,
 }
 
-/// A peer as the event tracker last saw it in a connection slot.
-#[derive(Clone, Copy, Debug)]
-struct SeenPeer {
-    id: ProcessIdentity,
-    node: u32,
-    reported_gone: bool,
-}
-
-/// A connection slot as the event tracker last saw it.
-#[derive(Clone, Copy, Debug, Default)]
-struct SeenSlot {
-    generation: u32,
-    peer: Option<SeenPeer>,
-}
-
-#[derive(Debug, Default)]
-struct EventState {
-    seen: Vec<SeenSlot>,
-    queue: VecDeque<LocalEvent>,
-    watches: HashMap<usize, Watch>,
-}
-
 #[derive(Debug)]
 pub(crate) struct LocalInner {
     pub(crate) fabric: Arc<FabricInner>,
     pub(crate) file: SegmentFile,
     role: Role,
     removed: AtomicBool,
-    events: Mutex<EventState>,
-    /// Identities the death watch reported dead (kept apart from `events`: the watch may
-    /// fire synchronously while `events` is locked).
-    died: Mutex<HashSet<u64>>,
+    events: SlotTracker,
     poll: Mutex<Option<Duration>>,
 }
 
@@ -80,8 +54,7 @@ impl LocalInner {
             file,
             role,
             removed: false.into(),
-            events: Mutex::new(EventState { seen: vec![SeenSlot::default(); MAX_CONNECTIONS], ..Default::default() }),
-            died: Mutex::new(HashSet::new()),
+            events: SlotTracker::new(None),
             poll: Mutex::new(None),
         })
     }
@@ -324,12 +297,14 @@ impl LocalInner {
 
     pub(crate) fn wait_event(self: &Arc<Self>, timeout: Timeout) -> Result<LocalEvent> {
         let bell = self.file.header().conn_doorbell();
+        let weak: Weak<LocalInner> = Arc::downgrade(self);
+        let ring: Ringer = Arc::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                inner.file.header().conn_doorbell().ring();
+            }
+        });
         let r = bell.wait(
-            || {
-                let mut st = self.events.lock().unwrap_or_else(|e| e.into_inner());
-                self.refresh(&mut st);
-                st.queue.pop_front()
-            },
+            || self.events.next(&self.fabric, self.file.header(), &ring),
             || self.is_removed().then_some(()),
             self.poll_time(),
             events::deadline(timeout),
@@ -339,78 +314,9 @@ impl LocalInner {
             Err(WaitError::Aborted(())) => Err(Error::IllegalOperation("the segment was removed")),
             Err(WaitError::TimedOut) => Err(Error::Timeout {
                 what: format!("an event of segment {:#x}", self.file.snapshot().segment_id),
-                waited_ms: match timeout {
-                    Timeout::After(d) => d.as_millis() as u64,
-                    _ => 0,
-                },
+                waited_ms: super::interrupt::timeout_ms(timeout),
             }),
         }
-    }
-
-    /// Compares the connection slots with what was seen last and queues the differences:
-    /// the peer seen last has left; a peer that came and went between two looks (known from
-    /// the slot's generation and last holder) is reported as a pair; the current holder has
-    /// connected (and, if it is already dead, disconnected).
-    fn refresh(self: &Arc<Self>, st: &mut EventState) {
-        let died: HashSet<u64> = self.died.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let gone = |node: u32, id: ProcessIdentity| died.contains(&id.bits()) || !self.fabric.is_alive(node, id);
-        for i in 0..MAX_CONNECTIONS {
-            let Some(now) = self.file.header().slot(i) else { continue };
-            let seen = st.seen[i];
-            if now.generation == seen.generation {
-                if let Some(p) = seen.peer.filter(|p| !p.reported_gone && died.contains(&p.id.bits())) {
-                    st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died: true });
-                    st.seen[i].peer = Some(SeenPeer { reported_gone: true, ..p });
-                    st.watches.remove(&i);
-                }
-                continue;
-            }
-            let changes = now.generation.wrapping_sub(seen.generation) / 2;
-            let seen_id = seen.peer.map(|p| p.id);
-            if let Some(p) = seen.peer {
-                if !p.reported_gone {
-                    let died = gone(p.node, p.id);
-                    st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died });
-                }
-                st.watches.remove(&i);
-            }
-            if let Some(last) = now.last {
-                if changes >= 2 && Some(last) != seen_id && Some(last) != now.holder {
-                    let (node, pid) = (now.last_node, last.pid());
-                    st.queue.push_back(LocalEvent::Connected { node, pid });
-                    st.queue.push_back(LocalEvent::Disconnected { node, pid, died: gone(node, last) });
-                }
-            }
-            st.seen[i] = SeenSlot { generation: now.generation, peer: None };
-            if let Some(c) = now.holder {
-                let alive = self.fabric.is_alive(now.node, c);
-                st.queue.push_back(LocalEvent::Connected { node: now.node, pid: c.pid() });
-                if alive {
-                    if let Ok(w) = self.watch_peer(now.node, c) {
-                        st.watches.insert(i, w);
-                    }
-                } else {
-                    st.queue.push_back(LocalEvent::Disconnected { node: now.node, pid: c.pid(), died: true });
-                }
-                st.seen[i].peer = Some(SeenPeer { id: c, node: now.node, reported_gone: !alive });
-            }
-        }
-    }
-
-    /// Hears of a connected peer's death: remembers it and rings the connection doorbell.
-    fn watch_peer(self: &Arc<Self>, node: u32, id: ProcessIdentity) -> std::io::Result<Watch> {
-        let weak: Weak<LocalInner> = Arc::downgrade(self);
-        let procs = self.fabric.paths.procs();
-        death_watch::watch(
-            id.pid(),
-            move || liveness::is_alive(&procs, node, id),
-            move || {
-                if let Some(inner) = weak.upgrade() {
-                    inner.died.lock().unwrap_or_else(|e| e.into_inner()).insert(id.bits());
-                    inner.file.header().conn_doorbell().ring();
-                }
-            },
-        )
     }
 }
 

@@ -14,6 +14,7 @@ mod local;
 mod map;
 mod remote;
 mod sequence;
+mod slot_tracker;
 mod status;
 #[cfg(test)]
 mod tests;
