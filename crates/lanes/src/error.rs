@@ -106,6 +106,22 @@ pub enum Error {
     #[error("DMA transfer failed: {reason}")]
     DmaFailed { reason: String },
 
+    /// No live reflective group has this id.
+    #[error("no reflective group {group}")]
+    NoSuchGroup { group: u32 },
+
+    /// A live reflective group already has this id.
+    #[error("reflective group {group} exists already (created by node {node})")]
+    GroupInUse { group: u32, node: u32 },
+
+    /// The fabric already has its maximum number of reflective groups.
+    #[error("the fabric has {max} reflective groups already, the most it supports")]
+    TooManyGroups { max: usize },
+
+    /// The group's creator did not choose this node as a receiver.
+    #[error("node {node} is not a receiver of reflective group {group}")]
+    NotAReceiver { node: u32, group: u32 },
+
     /// A peer wrote something into shared memory that no correct peer writes.
     #[error("malformed data from a peer: {0}")]
     Malformed(String),

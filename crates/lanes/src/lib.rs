@@ -33,7 +33,8 @@ pub use config::{FabricConfig, NodeId};
 pub use error::{Error, Result};
 pub use fabric::{
     cleanup, status, CallbackAction, CleanupReport, CopyPath, DmaCallback, DmaChannel, DmaDirection, DmaQueue,
-    DmaQueueState, DmaVec, Fabric, FabricStatus, LocalDataInterrupt, LocalEvent, LocalInterrupt, LocalSegment,
-    LossReason, Map, MapAccess, RemoteDataInterrupt, RemoteEvent, RemoteInterrupt, RemoteSegment, RemoteState,
-    Sequence, SequenceStatus, Timeout, MAX_DATA_INTERRUPT_PAYLOAD,
+    DmaQueueState, DmaVec, Fabric, FabricStatus, GroupEvent, LocalDataInterrupt, LocalEvent, LocalInterrupt,
+    LocalSegment, LossReason, Map, MapAccess, ReflectiveGroup, ReflectiveMember, RemoteDataInterrupt, RemoteEvent,
+    RemoteInterrupt, RemoteSegment, RemoteState, Sequence, SequenceStatus, Timeout, MAX_DATA_INTERRUPT_PAYLOAD,
+    MAX_GROUPS,
 };

@@ -332,6 +332,7 @@ pub(crate) fn kind_name(object_kind: u32) -> &'static str {
     match object_kind {
         kind::INTERRUPT => "interrupt",
         kind::DATA_INTERRUPT => "data interrupt",
+        kind::REFLECTIVE => "reflective group",
         _ => "segment",
     }
 }

@@ -12,6 +12,7 @@ mod events;
 mod interrupt;
 mod local;
 mod map;
+mod reflective;
 mod remote;
 mod sequence;
 mod slot_tracker;
@@ -25,6 +26,7 @@ pub use events::{CallbackAction, LocalEvent, RemoteEvent};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use local::LocalSegment;
 pub use map::{Map, MapAccess};
+pub use reflective::{GroupEvent, ReflectiveGroup, ReflectiveMember, MAX_GROUPS};
 pub use remote::{LossReason, RemoteSegment, RemoteState};
 pub use sequence::{Sequence, SequenceStatus};
 pub use status::{cleanup, status, CleanupReport, FabricStatus, NodeStatus, SegmentStatus};
@@ -200,6 +202,17 @@ impl Fabric {
     /// A DMA channel: `Some(id)` that channel, `None` the least loaded (`SCIRequestDMAChannel`).
     pub fn request_dma_channel(&self, id: Option<u32>) -> Result<DmaChannel> {
         DmaChannel::request(id)
+    }
+
+    /// Creates reflective group `group` with `size` bytes of reflective memory. `receivers`
+    /// names the nodes that may join (empty: any). At most [`MAX_GROUPS`] per fabric.
+    pub fn create_reflective_group(&self, group: u32, size: u64, receivers: &[u32]) -> Result<ReflectiveGroup> {
+        ReflectiveGroup::create(&self.inner, group, size, receivers)
+    }
+
+    /// Joins reflective group `group`, waiting up to `timeout` for it to exist.
+    pub fn join_reflective_group(&self, group: u32, timeout: Timeout) -> Result<ReflectiveMember> {
+        ReflectiveMember::join(&self.inner, group, timeout)
     }
 
     /// Whether any live process acts as `node` on this fabric.

@@ -92,7 +92,10 @@ impl SlotTracker {
             let seen_id = seen.peer.map(|p| p.id);
             if let Some(p) = seen.peer {
                 if !p.reported_gone {
-                    let died = gone(p.node, p.id);
+                    // A holder that released the slot itself disconnected, even if its
+                    // process has exited since; one displaced (or unknown) is judged alive.
+                    let released = now.last == Some(p.id) && now.last_released;
+                    let died = !released && gone(p.node, p.id);
                     st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died });
                 }
                 st.watches.remove(&i);
@@ -101,7 +104,8 @@ impl SlotTracker {
                 if changes >= 2 && Some(last) != seen_id && Some(last) != now.holder {
                     let (node, pid) = (now.last_node, last.pid());
                     st.queue.push_back(LocalEvent::Connected { node, pid });
-                    st.queue.push_back(LocalEvent::Disconnected { node, pid, died: gone(node, last) });
+                    let died = !now.last_released && gone(node, last);
+                    st.queue.push_back(LocalEvent::Disconnected { node, pid, died });
                 }
             }
             st.seen[i] = SeenSlot { generation: now.generation, peer: None };

@@ -71,6 +71,7 @@ fn kind_label(k: u32) -> &'static str {
     match k {
         kind::INTERRUPT => "interrupt",
         kind::DATA_INTERRUPT => "data-interrupt",
+        kind::REFLECTIVE => "reflective",
         _ => "segment",
     }
 }

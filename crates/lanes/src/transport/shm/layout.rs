@@ -18,6 +18,9 @@ pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"LANESSEG");
 pub const LAYOUT_VERSION: u32 = 1;
 /// Bytes reserved for the header; segment data starts at or after this file offset.
 pub const HEADER_PAGE: usize = 4096;
+/// Nodes a reflective group's receiver list can name.
+pub const MAX_RECEIVERS: usize = 64;
+
 /// Peers that can be connected to one segment at once (the slots fill the header page).
 pub const MAX_CONNECTIONS: usize = 112;
 
@@ -39,18 +42,21 @@ pub mod kind {
     pub const INTERRUPT: u32 = 2;
     /// A data interrupt (doorbell with a message).
     pub const DATA_INTERRUPT: u32 = 3;
+    /// A reflective-memory group (multicast segment).
+    pub const REFLECTIVE: u32 = 4;
 
     /// The file-name prefix of a kind.
     pub fn prefix(kind: u32) -> &'static str {
         match kind {
             INTERRUPT => "int",
             DATA_INTERRUPT => "dint",
+            REFLECTIVE => "refl",
             _ => "seg",
         }
     }
 
     /// Every kind, for listing and clean-up.
-    pub const ALL: [u32; 3] = [SEGMENT, INTERRUPT, DATA_INTERRUPT];
+    pub const ALL: [u32; 4] = [SEGMENT, INTERRUPT, DATA_INTERRUPT, REFLECTIVE];
 }
 
 /// `create_flags` bits, fixed at creation.
@@ -80,7 +86,8 @@ pub struct ConnectionSlot {
     pub generation: u32,
     /// The node of `last_peer`.
     pub last_node: u32,
-    pub _reserved: u32,
+    /// 1 if `last_peer` released the slot itself, 0 if it was displaced after dying.
+    pub last_released: u32,
 }
 
 /// The header as it lies in shared memory.
@@ -107,9 +114,12 @@ pub struct SegmentHeader {
     /// Doorbell of connection changes (the owner waits on it for local-segment events).
     pub conn_seq: u32,
     pub conn_sleepers: u32,
-    pub _pad: u32,
+    /// Reflective groups: how many nodes `receivers` names (0: any node may join). Written
+    /// by the owner before the group becomes available, read-only after.
+    pub receivers_len: u32,
+    pub receivers: [u32; MAX_RECEIVERS],
     /// Room for later additions without moving the slots.
-    pub _reserved: [u64; 54],
+    pub _reserved: [u64; 22],
     pub connections: [ConnectionSlot; MAX_CONNECTIONS],
 }
 
@@ -129,6 +139,8 @@ pub struct SlotSnapshot {
     pub node: u32,
     /// The node of the last holder.
     pub last_node: u32,
+    /// Whether the last holder released the slot itself (else it died and was displaced).
+    pub last_released: bool,
     /// Even; +2 for every claim and every release.
     pub generation: u32,
 }
@@ -306,6 +318,28 @@ impl HeaderView {
         self.u32_at(Self::slot_offset(i) + offset_of!(ConnectionSlot, last_node))
     }
 
+    fn last_released_word(&self, i: usize) -> &AtomicU32 {
+        self.u32_at(Self::slot_offset(i) + offset_of!(ConnectionSlot, last_released))
+    }
+
+    /// Sets a reflective group's receiver list (owner only, before it becomes available).
+    pub fn set_receivers(&self, nodes: &[u32]) {
+        let n = nodes.len().min(MAX_RECEIVERS);
+        for (i, &node) in nodes[..n].iter().enumerate() {
+            self.u32_at(offset_of!(SegmentHeader, receivers) + 4 * i).store(node, Ordering::Relaxed);
+        }
+        self.u32_at(offset_of!(SegmentHeader, receivers_len)).store(n as u32, Ordering::Release);
+    }
+
+    /// A reflective group's receiver list (empty: any node); `Err` if the length is corrupt.
+    pub fn receivers(&self) -> Result<Vec<u32>, String> {
+        let n = self.u32_at(offset_of!(SegmentHeader, receivers_len)).load(Ordering::Acquire) as usize;
+        if n > MAX_RECEIVERS {
+            return Err(format!("receiver list of {n} nodes (at most {MAX_RECEIVERS})"));
+        }
+        Ok((0..n).map(|i| self.u32_at(offset_of!(SegmentHeader, receivers) + 4 * i).load(Ordering::Relaxed)).collect())
+    }
+
     /// A consistent snapshot of slot `i`, or `None` if a writer holds it (for long: a writer
     /// that died inside its few instructions leaves the slot locked for good).
     pub fn slot(&self, i: usize) -> Option<SlotSnapshot> {
@@ -318,6 +352,7 @@ impl HeaderView {
                     last: ProcessIdentity::from_bits(last.load(Ordering::SeqCst)),
                     node: node.load(Ordering::SeqCst),
                     last_node: self.last_node_word(i).load(Ordering::SeqCst),
+                    last_released: self.last_released_word(i).load(Ordering::SeqCst) == 1,
                     generation: g1,
                 };
                 if generation.load(Ordering::SeqCst) == g1 {
@@ -372,6 +407,7 @@ impl HeaderView {
                 // A dead holder, displaced.
                 last_w.store(cur, Ordering::SeqCst);
                 self.last_node_word(i).store(node_w.load(Ordering::SeqCst), Ordering::SeqCst);
+                self.last_released_word(i).store(0, Ordering::SeqCst);
             }
             peer_w.store(peer.bits(), Ordering::SeqCst);
             node_w.store(node, Ordering::SeqCst);
@@ -399,6 +435,7 @@ impl HeaderView {
             if mine {
                 last_w.store(peer.bits(), Ordering::SeqCst);
                 self.last_node_word(i).store(node_w.load(Ordering::SeqCst), Ordering::SeqCst);
+                self.last_released_word(i).store(1, Ordering::SeqCst);
                 peer_w.store(0, Ordering::SeqCst);
             }
             self.unlock_slot(i, snap.generation, mine);

@@ -1,0 +1,334 @@
+//! Reflective memory across processes: groups of 2 to 8 node processes, checksummed writes
+//! from several writers seen by every member in order, joins and leaves while writing, a
+//! member killed, four groups at once and a fifth refused, receiver lists, DMA to a group.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lanes::{
+    DmaDirection, Error, Fabric, FabricConfig, GroupEvent, LossReason, MapAccess, NodeId, ReflectiveMember, Timeout,
+};
+use support::{pattern, ChildIo, Proc, TestDir};
+
+const T: Timeout = Timeout::After(Duration::from_secs(10));
+/// Each writer owns one region: a seqlock word, then its record.
+const REGION: usize = 4096;
+const RECORD: usize = 512;
+const GROUP_BYTES: u64 = 16 * REGION as u64;
+
+/// Writer `k`'s record number `n` (odd seq = being written).
+fn write_record(m: &lanes::Map, k: usize, n: u64) {
+    let base = k * REGION;
+    m.store_release_u64(base, 2 * n + 1).unwrap();
+    m.write_bytes(base + 64, &pattern(k as u64, n, RECORD)).unwrap();
+    m.store_release_u64(base, 2 * n + 2).unwrap();
+}
+
+/// Reads writer `k`'s region until record `last` was seen, checking every consistent read:
+/// the payload matches its record number and numbers never go back. Returns reads checked.
+fn follow(m: &lanes::Map, k: usize, last: u64, limit: Duration) -> Result<u64, String> {
+    let base = k * REGION;
+    let start = Instant::now();
+    let (mut prev, mut checked) = (0u64, 0u64);
+    let mut buf = vec![0u8; RECORD];
+    loop {
+        let s1 = m.load_acquire_u64(base).unwrap();
+        if s1 % 2 == 0 && s1 > 0 {
+            m.read_bytes(base + 64, &mut buf).unwrap();
+            let s2 = m.load_acquire_u64(base).unwrap();
+            if s1 == s2 {
+                let n = s1 / 2 - 1;
+                if n < prev {
+                    return Err(format!("writer {k}: record {n} after {prev}: out of order"));
+                }
+                if buf != pattern(k as u64, n, RECORD) {
+                    return Err(format!("writer {k}: record {n} does not match its checksum"));
+                }
+                prev = n;
+                checked += 1;
+                if n >= last {
+                    return Ok(checked);
+                }
+            }
+        }
+        if start.elapsed() > limit {
+            return Err(format!("writer {k}: stuck at record {prev}, waiting for {last}"));
+        }
+        std::thread::yield_now();
+    }
+}
+
+fn event_line(e: lanes::Result<GroupEvent>) -> String {
+    match e {
+        Ok(GroupEvent::Joined { node, .. }) => format!("joined {node}"),
+        Ok(GroupEvent::Left { node, died, .. }) => format!("left {node} died={died}"),
+        Ok(GroupEvent::Lost(r)) => format!("lost {r:?}"),
+        Err(e) => format!("error {}", support::variant_name(&e)),
+    }
+}
+
+/// The `member` role: joins group `LANES_TEST_GROUP`, then obeys one command per line.
+fn member(io: &ChildIo) {
+    let group: u32 = std::env::var("LANES_TEST_GROUP").unwrap().parse().unwrap();
+    let fabric = Fabric::open().unwrap();
+    let m: ReflectiveMember = match fabric.join_reflective_group(group, T) {
+        Ok(m) => m,
+        Err(e) => {
+            io.send(&format!("ERR {}", support::variant_name(&e)));
+            return;
+        }
+    };
+    io.send("JOINED");
+    while let Some(line) = io.recv() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let reply = match w[0] {
+            "write" => {
+                let (k, count): (usize, u64) = (w[1].parse().unwrap(), w[2].parse().unwrap());
+                for n in 0..count {
+                    write_record(m.write_map(), k, n);
+                }
+                "OK".to_string()
+            }
+            "follow" => {
+                let (k, last): (usize, u64) = (w[1].parse().unwrap(), w[2].parse().unwrap());
+                match follow(m.read_map(), k, last, Duration::from_secs(20)) {
+                    Ok(n) => format!("OK {n}"),
+                    Err(e) => format!("FAIL {e}"),
+                }
+            }
+            "sum" => {
+                let (off, len): (usize, usize) = (w[1].parse().unwrap(), w[2].parse().unwrap());
+                let mut v = vec![0u8; len];
+                m.read_map().read_bytes(off, &mut v).unwrap();
+                format!("{:016x}", support::fnv64(&v))
+            }
+            "event" => event_line(m.wait_event(Timeout::After(Duration::from_millis(w[1].parse().unwrap())))),
+            "readonly" => match m.read_map().write::<u64>(0, 1) {
+                Err(Error::ReadOnly) => "OK".into(),
+                other => format!("FAIL {other:?}"),
+            },
+            "exit" => break,
+            other => format!("FAIL unknown {other}"),
+        };
+        io.send(&reply);
+    }
+}
+
+/// The `creator` role: creates group `LANES_TEST_GROUP`, then answers `sum` until told to exit.
+fn creator(io: &ChildIo) {
+    let group: u32 = std::env::var("LANES_TEST_GROUP").unwrap().parse().unwrap();
+    let fabric = Fabric::open().unwrap();
+    let g = fabric.create_reflective_group(group, GROUP_BYTES, &[]).unwrap();
+    io.send("CREATED");
+    while let Some(line) = io.recv() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if w[0] != "sum" {
+            break;
+        }
+        let (off, len): (usize, usize) = (w[1].parse().unwrap(), w[2].parse().unwrap());
+        let mut v = vec![0u8; len];
+        g.read_map().read_bytes(off, &mut v).unwrap();
+        io.send(&format!("{:016x}", support::fnv64(&v)));
+    }
+}
+
+#[test]
+fn child_entry() {
+    support::child_entry(|role, io| {
+        match role {
+            "member" => member(io),
+            "creator" => creator(io),
+            _ => return false,
+        }
+        true
+    });
+}
+
+fn spawn_member(dir: &TestDir, node: u32, group: u32) -> Proc {
+    let fabric = dir.fabric();
+    let mut p = Proc::spawn(
+        &format!("member {node}"),
+        "member",
+        &[
+            ("LANES_DIR", fabric.to_str().unwrap()),
+            ("LANES_NODE_ID", &node.to_string()),
+            ("LANES_TEST_GROUP", &group.to_string()),
+        ],
+    );
+    let l = p.line("JOINED");
+    assert_eq!(l, "JOINED", "member {node}");
+    p
+}
+
+fn me(dir: &TestDir, node: u32) -> Fabric {
+    Fabric::open_with(FabricConfig::new(dir.fabric(), NodeId::new(node).unwrap())).unwrap()
+}
+
+#[test]
+fn every_member_of_groups_of_2_to_8_sees_every_writers_records_whole_and_in_order() {
+    for n in [2usize, 5, 8] {
+        let dir = TestDir::new(&format!("refl-{n}"));
+        let creator = me(&dir, 4);
+        let g = creator.create_reflective_group(7, GROUP_BYTES, &[]).unwrap();
+        let mut members: Vec<Proc> = (1..n as u32).map(|i| spawn_member(&dir, 4 + 4 * i, 7)).collect();
+        assert_eq!(g.members().len(), n - 1);
+        // Writer 0 is the creator (a thread of this process); in groups larger than two,
+        // member 0 writes too, as writer 1. Every member follows every writer but itself.
+        let writers = if n > 2 { 2 } else { 1 };
+        let count = 3000u64;
+        for (i, m) in members.iter_mut().enumerate() {
+            for k in 0..writers {
+                if !(k == 1 && i == 0) {
+                    m.send(&format!("follow {k} {}", count - 1));
+                }
+            }
+        }
+        if writers == 2 {
+            members[0].send(&format!("write 1 {count}"));
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for r in 0..count {
+                    write_record(g.write_map(), 0, r);
+                }
+            });
+            if writers == 2 {
+                follow(g.read_map(), 1, count - 1, Duration::from_secs(30)).unwrap();
+            }
+        });
+        for (i, m) in members.iter_mut().enumerate() {
+            let expected = if i == 0 { writers - usize::from(writers == 2) } else { writers };
+            for _ in 0..expected {
+                let r = m.line("a follow result");
+                assert!(r.starts_with("OK"), "group of {n}: {r}");
+            }
+        }
+        if writers == 2 {
+            assert_eq!(members[0].line("write done"), "OK");
+        }
+        // The read map really is read-only.
+        members[0].send("readonly");
+        assert_eq!(members[0].line("readonly"), "OK");
+        for m in members.iter_mut() {
+            m.send("exit");
+        }
+    }
+}
+
+#[test]
+fn members_hear_joins_leaves_deaths_and_the_groups_loss() {
+    let dir = TestDir::new("refl-events");
+    let creator = me(&dir, 4);
+    let g = creator.create_reflective_group(9, GROUP_BYTES, &[]).unwrap();
+    let mut a = spawn_member(&dir, 8, 9);
+    assert_eq!(event_line(g.wait_event(T)), "joined 8");
+    let mut b = spawn_member(&dir, 12, 9);
+    assert_eq!(event_line(g.wait_event(T)), "joined 12");
+    a.send("event 5000");
+    assert_eq!(a.line("event"), "joined 12", "a member hears another join");
+    // Writing while a third member joins: it sees the latest record.
+    a.send("write 0 500");
+    let mut c = spawn_member(&dir, 16, 9);
+    assert_eq!(a.line("write"), "OK");
+    c.send("follow 0 499");
+    assert!(c.line("follow").starts_with("OK"));
+    // b leaves normally, c is killed: the others hear both.
+    b.send("exit");
+    let killed = Instant::now();
+    c.kill9();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.push(event_line(g.wait_event(T)));
+    }
+    println!("creator saw {seen:?}, the kill after {:?}", killed.elapsed());
+    assert!(seen.contains(&"joined 16".to_string()), "{seen:?}");
+    assert!(seen.contains(&"left 12 died=false".to_string()), "{seen:?}");
+    assert!(seen.contains(&"left 16 died=true".to_string()), "{seen:?}");
+    let mut heard = Vec::new();
+    while heard.len() < 3 {
+        a.send("event 5000");
+        heard.push(a.line("event"));
+    }
+    assert!(heard.contains(&"left 16 died=true".to_string()), "{heard:?}");
+    // The creator dies: the member hears the loss.
+    drop(g);
+    a.send("event 5000");
+    assert_eq!(a.line("event"), "lost Removed");
+    a.send("exit");
+}
+
+#[test]
+fn four_groups_at_once_a_fifth_refused_and_receiver_lists() {
+    let dir = TestDir::new("refl-limits");
+    let f = me(&dir, 4);
+    let groups: Vec<_> = (1..=4).map(|i| f.create_reflective_group(i, 4096, &[]).unwrap()).collect();
+    assert!(matches!(f.create_reflective_group(5, 4096, &[]), Err(Error::TooManyGroups { max: 4 })));
+    let other = me(&dir, 8);
+    assert!(matches!(other.create_reflective_group(5, 4096, &[]), Err(Error::TooManyGroups { max: 4 })));
+    groups[3].remove().unwrap();
+    assert!(matches!(other.create_reflective_group(1, 4096, &[]), Err(Error::GroupInUse { group: 1, node: 4 })));
+    let g5 = other.create_reflective_group(5, 4096, &[12, 16]).unwrap();
+    // Only the chosen receivers join.
+    let mut c = Proc::spawn(
+        "non-receiver",
+        "member",
+        &[("LANES_DIR", dir.fabric().to_str().unwrap()), ("LANES_NODE_ID", "20"), ("LANES_TEST_GROUP", "5")],
+    );
+    assert_eq!(c.line("refusal"), "ERR NotAReceiver");
+    let mut r = spawn_member(&dir, 16, 5);
+    r.send("exit");
+    assert!(matches!(f.join_reflective_group(77, Timeout::Immediate), Err(Error::NoSuchGroup { group: 77 })));
+    assert!(matches!(
+        f.join_reflective_group(77, Timeout::After(Duration::from_millis(50))),
+        Err(Error::Timeout { .. })
+    ));
+    drop(g5);
+}
+
+#[test]
+fn dma_writes_reach_every_member_and_a_killed_creator_is_a_loss() {
+    let dir = TestDir::new("refl-dma");
+    let mut creator = Proc::spawn(
+        "creator",
+        "creator",
+        &[("LANES_DIR", dir.fabric().to_str().unwrap()), ("LANES_NODE_ID", "8"), ("LANES_TEST_GROUP", "3")],
+    );
+    assert_eq!(creator.line("CREATED"), "CREATED");
+    let mut reader = spawn_member(&dir, 12, 3);
+    let f = me(&dir, 16);
+    let w = f.join_reflective_group(3, T).unwrap();
+    assert_eq!(w.creator_node(), 8);
+    // DMA from a local segment of node 16 into the group.
+    let src = f.create_segment(0x77, 64 << 10).unwrap();
+    let data = pattern(0xFEED, 0, 64 << 10);
+    src.map(0, 64 << 10, MapAccess::ReadWrite).unwrap().write_bytes(0, &data).unwrap();
+    let mut q = f.create_dma_queue(8).unwrap();
+    q.start(&src, w.segment(), 0, 60_000, 1000, DmaDirection::Write, None).unwrap();
+    q.wait(T).unwrap();
+    let want = format!("{:016x}", support::fnv64(&data[..60_000]));
+    reader.send("sum 1000 60000");
+    assert_eq!(reader.line("sum"), want, "a DMA write reaches another member");
+    creator.send("sum 1000 60000");
+    assert_eq!(creator.line("sum"), want, "and the creator");
+    // The creator is killed: the members hear the loss, as the last event.
+    let mut seen = Vec::new();
+    let killed = Instant::now();
+    creator.kill9();
+    loop {
+        match w.wait_event(T) {
+            Ok(GroupEvent::Lost(r)) => {
+                assert_eq!(r, LossReason::OwnerDied);
+                break;
+            }
+            Ok(e) => seen.push(e),
+            Err(e) => panic!("{e} after {seen:?}"),
+        }
+    }
+    assert!(killed.elapsed() < Duration::from_secs(2), "noticed after {:?}", killed.elapsed());
+    println!("the creator's death was noticed after {:?}", killed.elapsed());
+    assert!(w.wait_event(Timeout::Immediate).is_err(), "the loss is the last event");
+    reader.send("event 5000");
+    assert_eq!(reader.line("event"), "lost OwnerDied");
+    reader.send("exit");
+}
