@@ -36,5 +36,5 @@ pub use fabric::{
     DmaQueueState, DmaVec, Fabric, FabricStatus, GroupEvent, LocalDataInterrupt, LocalEvent, LocalInterrupt,
     LocalSegment, LossReason, Map, MapAccess, ReflectiveGroup, ReflectiveMember, RemoteDataInterrupt, RemoteEvent,
     RemoteInterrupt, RemoteSegment, RemoteState, Sequence, SequenceStatus, Timeout, MAX_DATA_INTERRUPT_PAYLOAD,
-    MAX_GROUPS,
+    MAX_DMA_CHANNELS, MAX_GROUPS,
 };

@@ -40,6 +40,9 @@ pub(crate) struct Descriptor {
 // SAFETY: a descriptor is addresses; the queue guarantees they stay valid until the engine
 // reports the descriptor complete (its map cache and the caller's contracts).
 unsafe impl Send for Descriptor {}
+// SAFETY: a shared descriptor only lets others read the addresses it carries; it never
+// dereferences them.
+unsafe impl Sync for Descriptor {}
 
 impl Default for Descriptor {
     fn default() -> Self {

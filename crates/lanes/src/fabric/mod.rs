@@ -22,6 +22,7 @@ mod tests;
 
 pub use data_interrupt::{LocalDataInterrupt, RemoteDataInterrupt, MAX_DATA_INTERRUPT_PAYLOAD};
 pub use dma::{CopyPath, DmaCallback, DmaChannel, DmaDirection, DmaQueue, DmaQueueState, DmaVec};
+pub use dma_engine::MAX_CHANNELS as MAX_DMA_CHANNELS;
 pub use events::{CallbackAction, LocalEvent, RemoteEvent};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use local::LocalSegment;

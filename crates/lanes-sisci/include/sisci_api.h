@@ -1,0 +1,393 @@
+/*
+ * sisci_api.h - the SISCI API (Software Infrastructure for Shared-Memory Cluster
+ * Interconnect), as implemented by Lanes: libsisci.so over a software shared-memory fabric
+ * whose nodes are processes (LANES_NODE_ID) on this host.
+ *
+ * Build:  cc -D_REENTRANT -pthread -I/opt/DIS/include -I/opt/DIS/include/dis prog.c \
+ *            -L/opt/DIS/lib64 -lsisci      (or: pkg-config --cflags --libs sisci)
+ *
+ * Every function is exported three times: under its plain name, and as
+ * _SISCI_PUBLIC_FUNC_ST_<Name> and _SISCI_PUBLIC_FUNC_MT_<Name> (the names the vendor library
+ * exports, for programs that dlopen("libsisci.so") and dlsym them). This header declares the
+ * plain names; it does not rename them.
+ *
+ * Constants are plain #define literals (the vendor header makes them link-time constants, so
+ * every program written for it also compiles here). Flags are per function: values overlap.
+ * A function refuses flags it does not know with SCI_ERR_ILLEGAL_FLAG, and flags it knows but
+ * a software fabric cannot honour with SCI_ERR_FLAG_NOT_IMPLEMENTED or SCI_ERR_NOT_SUPPORTED.
+ *
+ * Lanes behaviour where the API leaves a choice:
+ *  - SCIOpen() before SCIInitialize() fails with SCI_ERR_NOT_INITIALIZED.
+ *  - SCIClose() refuses with SCI_ERR_BUSY while resources created through the descriptor
+ *    (segments, connections, maps, sequences, interrupts, DMA queues) are still open; with
+ *    SCI_FLAG_FORCE_REMOVE it releases them all (segments are removed forcibly).
+ *  - SCIRemoveSegment() and SCIDisconnectSegment() refuse with SCI_ERR_BUSY while maps of the
+ *    segment exist; SCIRemoveSegment() also while peers are connected, unless
+ *    SCI_FLAG_FORCE_REMOVE. SCIUnmapSegment() refuses while sequences of the map exist.
+ *  - Callbacks are used when SCI_FLAG_USE_CALLBACK is given and the callback is not NULL;
+ *    they run on a library thread. While one is registered, the matching SCIWaitFor...()
+ *    call fails with SCI_ERR_ILLEGAL_OPERATION; returning SCI_CALLBACK_CANCEL removes it.
+ *  - Segment events: a local segment reports SCI_CB_CONNECT, SCI_CB_DISCONNECT and, when a
+ *    connected peer dies, SCI_CB_LOST; a remote segment reports SCI_CB_NOT_OPERATIONAL /
+ *    SCI_CB_OPERATIONAL (owner made it unavailable / available), SCI_CB_DISCONNECT (owner
+ *    removed it) and SCI_CB_LOST (owner died).
+ *  - Timeouts are in milliseconds; 0 does not wait; SCI_INFINITE_TIMEOUT waits for ever.
+ *  - SCITriggerDataInterrupt() waits up to 10 s for room in the receiver's queue (16
+ *    messages per sender), then fails with SCI_ERR_REMOTE_BUSY. Payloads are at most 4096
+ *    bytes. SCIWaitForDataInterrupt() with a too-small buffer fails with SCI_ERR_OVERFLOW,
+ *    sets *length to the size needed and keeps the message.
+ *  - Reflective memory (SCI_FLAG_BROADCAST, node DIS_BROADCAST_NODEID_GROUP_ALL), device
+ *    lending, physical memory and CSR access answer SCI_ERR_NOT_SUPPORTED.
+ */
+#ifndef LANES_SISCI_API_H
+#define LANES_SISCI_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sisci_types.h"
+#include "sisci_error.h"
+#include "dis/dis_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The version of the API these declarations follow, and of Lanes. */
+#define SISCI_API_VERSION_MAJOR 2
+#define SISCI_API_VERSION_MINOR 0
+#define LANES_SISCI_VERSION     "0.1.0"
+
+#define SCI_INFINITE_TIMEOUT 0xFFFFFFFFU
+
+/* ---- Flags (per function; values overlap between functions) ---------------------------- */
+
+/* General */
+#define SCI_FLAG_USE_CALLBACK            0x1U
+#define SCI_FLAG_EMPTY                   0x2U
+#define SCI_FLAG_PRIVATE                 0x4U
+#define SCI_FLAG_DMA_SOURCE_ONLY         0x8U
+#define SCI_FLAG_PHYSICAL                0x1000U
+#define SCI_FLAG_CUDA_BUFFER             0x2000U
+#define SCI_FLAG_AUTO_ID                 0x20000000U
+
+/* Interrupts */
+#define SCI_FLAG_FIXED_INTNO             0x2U
+#define SCI_FLAG_SHARED_INT              0x4U
+#define SCI_FLAG_CONDITIONAL_INTERRUPT   0x8U
+#define SCI_FLAG_COUNTING_INT            0x20U
+
+/* DMA */
+#define SCI_FLAG_DMA_WAIT                0x4U
+#define SCI_FLAG_DMA_READ                0x10U
+#define SCI_FLAG_DMA_PHDMA               0x20U
+#define SCI_FLAG_DMA_GLOBAL              0x40U
+#define SCI_FLAG_ALLOW_UNICAST           0x80U
+#define SCI_FLAG_DMA_SYSDMA              0x100U
+#define SCI_FLAG_DMA_USER_MEM            0x200U
+#define SCI_FLAG_DMA_ADAPTER             0x800U
+
+/* Maps */
+#define SCI_FLAG_FIXED_MAP_ADDR          0x1U
+#define SCI_FLAG_READONLY_MAP            0x2U
+#define SCI_FLAG_LOCK_OPERATION          0x4U
+#define SCI_FLAG_IO_MAP_IOSPACE          0x80U
+#define SCI_FLAG_NO_MEMORY_LOOPBACK      0x800U
+#define SCI_FLAG_SHARED_MAP              0x2000U
+#define SCI_FLAG_BROADCAST               0x40000U
+
+/* Cache */
+#define SCI_FLAG_CACHE_FLUSH             0x100000U
+#define SCI_FLAG_CACHE_INVALIDATE        0x200000U
+
+/* Other */
+#define SCI_FLAG_FORCE_REMOVE            0x20U
+#define SCI_FLAG_EXCLUSIVE               0x1000000U
+
+/* Older names still used by programs (Lanes values). */
+#define SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY  0x10000U  /* SCIFlush */
+#define SCI_FLAG_BLOCK_READ              0x4000U   /* SCIMemCpy: copy from the remote side */
+#define SCI_FLAG_ERROR_CHECK             0x8000U   /* SCIMemCpy, SCIMemWrite */
+#define SCI_FLAG_NO_FLUSH                0x400U    /* SCIMemCpy, SCIMemWrite */
+#define SCI_FLAG_NO_STORE_BARRIER        0x40000000U /* SCIMemCpy, SCIMemWrite */
+
+/* ---- Queries (SCIQuery) ----------------------------------------------------------------- */
+
+/* Commands */
+#define SCI_Q_VENDORID                   1U  /* data: sci_query_string_t */
+#define SCI_Q_API                        2U  /* data: sci_query_string_t */
+#define SCI_Q_ADAPTER                    3U  /* data: sci_query_adapter_t */
+#define SCI_Q_SYSTEM                     4U  /* data: sci_query_system_t */
+#define SCI_Q_LOCAL_SEGMENT              5U  /* data: sci_query_local_segment_t */
+#define SCI_Q_REMOTE_SEGMENT             6U  /* data: sci_query_remote_segment_t */
+#define SCI_Q_MAP                        7U  /* data: sci_query_map_t */
+#define SCI_Q_DMA                        8U  /* data: sci_query_dma_t */
+
+/* SCI_Q_ADAPTER subcommands; data points to an unsigned int unless noted. */
+#define SCI_Q_ADAPTER_DMA_SIZE_ALIGNMENT        0x101U
+#define SCI_Q_ADAPTER_DMA_OFFSET_ALIGNMENT      0x102U
+#define SCI_Q_ADAPTER_DMA_MTU                   0x103U
+#define SCI_Q_ADAPTER_SUGGESTED_MIN_DMA_SIZE    0x104U
+#define SCI_Q_ADAPTER_SUGGESTED_MIN_BLOCK_SIZE  0x105U
+#define SCI_Q_ADAPTER_NODEID                    0x106U
+#define SCI_Q_ADAPTER_SERIAL_NUMBER             0x107U
+#define SCI_Q_ADAPTER_CARD_TYPE                 0x108U
+#define SCI_Q_ADAPTER_NUMBER_OF_STREAMS         0x109U
+#define SCI_Q_ADAPTER_STREAM_BUFFER_SIZE        0x10AU
+#define SCI_Q_ADAPTER_CONFIGURED                0x10BU
+#define SCI_Q_ADAPTER_LINK_OPERATIONAL          0x10CU
+#define SCI_Q_ADAPTER_HW_LINK_STATUS_IS_OK      0x10DU
+#define SCI_Q_ADAPTER_NUMBER                    0x10EU
+#define SCI_Q_ADAPTER_INSTANCE_NUMBER           0x10FU
+#define SCI_Q_ADAPTER_FIRMWARE_OK               0x110U
+#define SCI_Q_ADAPTER_CONNECTED_TO_SWITCH       0x111U
+#define SCI_Q_ADAPTER_ATT_PAGE_SIZE             0x112U
+#define SCI_Q_ADAPTER_ATT_NUMBER_OF_ENTRIES     0x113U
+#define SCI_Q_ADAPTER_ATT_AVAILABLE_ENTRIES     0x114U
+#define SCI_Q_ADAPTER_MCAST_MAX_GROUPS          0x115U
+#define SCI_Q_ADAPTER_BDF                       0x116U
+#define SCI_Q_ADAPTER_NUMBER_OF_LINKS           0x117U
+#define SCI_Q_ADAPTER_LINK_WIDTH                0x118U
+#define SCI_Q_ADAPTER_LINK_SPEED                0x119U
+#define SCI_Q_ADAPTER_LINK_UPTIME               0x11AU  /* seconds since this process called SCIInitialize */
+#define SCI_Q_ADAPTER_LINK_DOWNTIME             0x11BU
+#define SCI_Q_ADAPTER_LINK_CABLE_INSERTED       0x11CU
+#define SCI_Q_ADAPTER_LINK_ENABLED              0x11DU
+#define SCI_Q_ADAPTER_LINK_PARTNER_PORT_NO      0x11EU
+
+/* The card type SCI_Q_ADAPTER_CARD_TYPE reports for the Lanes software adapter. */
+#define SCI_ADAPTER_TYPE_LANES                  0x4C4EU
+
+/* SCI_Q_SYSTEM subcommands */
+#define SCI_Q_SYSTEM_HOSTBRIDGE                 0x201U
+#define SCI_Q_SYSTEM_WRITE_POSTING_ENABLED      0x202U
+#define SCI_Q_SYSTEM_WRITE_COMBINING_ENABLED    0x203U
+#define HOSTBRIDGE_NOT_AVAILABLE                0U
+#define HOSTBRIDGE_UNKNOWN                      1U
+
+/* SCI_Q_LOCAL_SEGMENT / SCI_Q_REMOTE_SEGMENT / SCI_Q_MAP subcommands */
+#define SCI_Q_LOCAL_SEGMENT_IOADDR                     0x301U
+#define SCI_Q_REMOTE_SEGMENT_IOADDR                    0x302U
+#define SCI_Q_MAP_MAPPED_TO_LOCAL_TARGET               0x303U
+#define SCI_Q_MAP_QUERY_REMOTE_MAPPED_TO_LOCAL_TARGET  0x304U
+
+/* SCI_Q_DMA subcommands; the flags argument of SCIQuery picks the engine
+ * (SCI_FLAG_DMA_ADAPTER, SCI_FLAG_DMA_SYSDMA or SCI_FLAG_DMA_GLOBAL; 0 means the adapter's). */
+#define SCI_Q_DMA_AVAILABLE                     0x401U  /* data: unsigned int, 1 or 0 */
+#define SCI_Q_DMA_CAPABILITIES                  0x402U  /* data: sci_dma_capabilities_t */
+
+typedef struct {
+    char         *str;    /* a buffer of `length` bytes; receives a NUL-terminated string */
+    unsigned int  length;
+} sci_query_string_t;
+
+typedef struct {
+    unsigned int  localAdapterNo;
+    unsigned int  portNo;
+    unsigned int  subcommand;
+    void         *data;
+} sci_query_adapter_t;
+
+typedef struct {
+    unsigned int  subcommand;
+    void         *data;
+} sci_query_system_t;
+
+typedef struct {
+    sci_local_segment_t segment;
+    unsigned int        subcommand;
+    union {
+        sci_ioaddr_t    ioaddr;
+    } data;
+} sci_query_local_segment_t;
+
+typedef struct {
+    sci_remote_segment_t segment;
+    unsigned int         subcommand;
+    union {
+        sci_ioaddr_t     ioaddr;
+    } data;
+} sci_query_remote_segment_t;
+
+typedef struct {
+    sci_map_t     map;
+    unsigned int  subcommand;
+    unsigned int  data;
+} sci_query_map_t;
+
+typedef struct {
+    unsigned int  localAdapterNo;
+    unsigned int  subcommand;
+    void         *data;
+} sci_query_dma_t;
+
+typedef struct {
+    unsigned int  num_channels;
+    unsigned int  max_transfer_size;
+    unsigned int  max_vector_length;
+    unsigned int  min_align_bytes;
+    unsigned int  suggested_align_bytes;
+} sci_dma_capabilities_t;
+
+/* ---- Library and node ------------------------------------------------------------------- */
+
+void        SCIInitialize(unsigned int flags, sci_error_t *error);
+void        SCITerminate(void);
+void        SCIOpen(sci_desc_t *sd, unsigned int flags, sci_error_t *error);
+void        SCIClose(sci_desc_t sd, unsigned int flags, sci_error_t *error);
+const char *SCIGetErrorString(sci_error_t error);
+void        SCIGetLocalNodeId(unsigned int adapterNo, unsigned int *nodeId, unsigned int flags,
+                              sci_error_t *error);
+int         SCIProbeNode(sci_desc_t sd, unsigned int localAdapterNo, unsigned int nodeId,
+                         unsigned int flags, sci_error_t *error);
+void        SCIQuery(unsigned int command, void *data, unsigned int flags, sci_error_t *error);
+void        SCIGetNodeIdByAdapterName(char *adapterName, dis_nodeId_list_t *nodeIdList,
+                                      dis_virt_adapter_t *adapterType, unsigned int flags,
+                                      sci_error_t *error);
+
+/* ---- Local segments --------------------------------------------------------------------- */
+
+void   SCICreateSegment(sci_desc_t sd, sci_local_segment_t *segment, unsigned int segmentId,
+                        size_t size, sci_cb_local_segment_t callback, void *callbackArg,
+                        unsigned int flags, sci_error_t *error);
+void   SCIPrepareSegment(sci_local_segment_t segment, unsigned int localAdapterNo,
+                         unsigned int flags, sci_error_t *error);
+void   SCISetSegmentAvailable(sci_local_segment_t segment, unsigned int localAdapterNo,
+                              unsigned int flags, sci_error_t *error);
+void   SCISetSegmentUnavailable(sci_local_segment_t segment, unsigned int localAdapterNo,
+                                unsigned int flags, sci_error_t *error);
+void   SCIRemoveSegment(sci_local_segment_t segment, unsigned int flags, sci_error_t *error);
+size_t SCIGetLocalSegmentSize(sci_local_segment_t segment);
+unsigned int SCIGetLocalSegmentId(sci_local_segment_t segment);
+sci_segment_cb_reason_t SCIWaitForLocalSegmentEvent(sci_local_segment_t segment,
+                                                    unsigned int *sourceNodeId,
+                                                    unsigned int *localAdapterNo,
+                                                    unsigned int timeout, unsigned int flags,
+                                                    sci_error_t *error);
+void   SCIRegisterSegmentMemory(void *address, size_t size, sci_local_segment_t segment,
+                                unsigned int flags, sci_error_t *error);
+void   SCIAttachPhysicalMemory(sci_ioaddr_t ioaddress, void *address, unsigned int busNo,
+                               size_t size, sci_local_segment_t segment, unsigned int flags,
+                               sci_error_t *error);
+void   SCIAttachLocalSegment(sci_desc_t sd, sci_local_segment_t *segment, unsigned int segmentId,
+                             size_t *size, sci_cb_local_segment_t callback, void *callbackArg,
+                             unsigned int flags, sci_error_t *error);
+void   SCIShareSegment(sci_local_segment_t segment, unsigned int flags, sci_error_t *error);
+
+/* ---- Remote segments -------------------------------------------------------------------- */
+
+void   SCIConnectSegment(sci_desc_t sd, sci_remote_segment_t *segment, unsigned int nodeId,
+                         unsigned int segmentId, unsigned int localAdapterNo,
+                         sci_cb_remote_segment_t callback, void *callbackArg,
+                         unsigned int timeout, unsigned int flags, sci_error_t *error);
+void   SCIDisconnectSegment(sci_remote_segment_t segment, unsigned int flags, sci_error_t *error);
+size_t SCIGetRemoteSegmentSize(sci_remote_segment_t segment);
+unsigned int SCIGetRemoteSegmentId(sci_remote_segment_t segment);
+unsigned int SCIGetRemoteSegmentNodeId(sci_remote_segment_t segment);
+sci_segment_cb_reason_t SCIWaitForRemoteSegmentEvent(sci_remote_segment_t segment,
+                                                     sci_error_t *status, unsigned int timeout,
+                                                     unsigned int flags, sci_error_t *error);
+
+/* ---- Maps and programmed I/O ------------------------------------------------------------ */
+
+volatile void *SCIMapRemoteSegment(sci_remote_segment_t segment, sci_map_t *map, size_t offset,
+                                   size_t size, void *addr, unsigned int flags, sci_error_t *error);
+void          *SCIMapLocalSegment(sci_local_segment_t segment, sci_map_t *map, size_t offset,
+                                  size_t size, void *addr, unsigned int flags, sci_error_t *error);
+void           SCIUnmapSegment(sci_map_t map, unsigned int flags, sci_error_t *error);
+volatile void *SCIGetMapPointer(sci_map_t map);
+
+void   SCICreateMapSequence(sci_map_t map, sci_sequence_t *sequence, unsigned int flags,
+                            sci_error_t *error);
+void   SCIRemoveSequence(sci_sequence_t sequence, unsigned int flags, sci_error_t *error);
+sci_sequence_status_t SCIStartSequence(sci_sequence_t sequence, unsigned int flags,
+                                       sci_error_t *error);
+sci_sequence_status_t SCICheckSequence(sci_sequence_t sequence, unsigned int flags,
+                                       sci_error_t *error);
+void   SCIStoreBarrier(sci_sequence_t sequence, unsigned int flags);
+void   SCIFlush(sci_sequence_t sequence, unsigned int flags);
+void   SCIMemCpy(sci_sequence_t sequence, void *memAddr, sci_map_t remoteMap, size_t remoteOffset,
+                 size_t size, unsigned int flags, sci_error_t *error);
+void   SCIMemWrite(void *memAddr, volatile void *remoteAddr, size_t size, unsigned int flags,
+                   sci_error_t *error);
+void   SCICacheSync(sci_map_t map, void *addr, size_t length, unsigned int flags,
+                    sci_error_t *error);
+
+/* ---- DMA -------------------------------------------------------------------------------- */
+
+void   SCICreateDMAQueue(sci_desc_t sd, sci_dma_queue_t *dq, unsigned int localAdapterNo,
+                         unsigned int maxEntries, unsigned int flags, sci_error_t *error);
+void   SCIRemoveDMAQueue(sci_dma_queue_t dq, unsigned int flags, sci_error_t *error);
+void   SCIAbortDMAQueue(sci_dma_queue_t dq, unsigned int flags, sci_error_t *error);
+sci_dma_queue_state_t SCIDMAQueueState(sci_dma_queue_t dq);
+sci_dma_queue_state_t SCIWaitForDMAQueue(sci_dma_queue_t dq, unsigned int timeout,
+                                         unsigned int flags, sci_error_t *error);
+void   SCIStartDmaTransfer(sci_dma_queue_t dq, sci_local_segment_t localSegment,
+                           sci_remote_segment_t remoteSegment, size_t localOffset, size_t size,
+                           size_t remoteOffset, sci_cb_dma_t callback, void *callbackArg,
+                           unsigned int flags, sci_error_t *error);
+void   SCIStartDmaTransferVec(sci_dma_queue_t dq, sci_local_segment_t localSegment,
+                              sci_remote_segment_t remoteSegment, unsigned int vecLength,
+                              dis_dma_vec_t *disDmaVec, sci_cb_dma_t callback, void *callbackArg,
+                              unsigned int flags, sci_error_t *error);
+void   SCIStartDmaTransferMem(sci_dma_queue_t dq, void *localAddress,
+                              sci_remote_segment_t remoteSegment, size_t size, size_t remoteOffset,
+                              sci_cb_dma_t callback, void *callbackArg, unsigned int flags,
+                              sci_error_t *error);
+void   SCIRequestDMAChannel(sci_desc_t sd, sci_dma_channel_t *channel, unsigned int localAdapterNo,
+                            sci_dma_type_t type, unsigned int channelId, unsigned int flags,
+                            sci_error_t *error);
+void   SCIAssignDMAChannel(sci_dma_channel_t channel, sci_dma_queue_t dq, unsigned int flags,
+                           sci_error_t *error);
+void   SCIReturnDMAChannel(sci_dma_channel_t channel, unsigned int flags, sci_error_t *error);
+
+/* ---- Interrupts ------------------------------------------------------------------------- */
+
+void   SCICreateInterrupt(sci_desc_t sd, sci_local_interrupt_t *interrupt, unsigned int localAdapterNo,
+                          unsigned int *interruptNo, sci_cb_interrupt_t callback, void *callbackArg,
+                          unsigned int flags, sci_error_t *error);
+void   SCIRemoveInterrupt(sci_local_interrupt_t interrupt, unsigned int flags, sci_error_t *error);
+void   SCIWaitForInterrupt(sci_local_interrupt_t interrupt, unsigned int timeout, unsigned int flags,
+                           sci_error_t *error);
+void   SCIConnectInterrupt(sci_desc_t sd, sci_remote_interrupt_t *interrupt, unsigned int nodeId,
+                           unsigned int localAdapterNo, unsigned int interruptNo,
+                           unsigned int timeout, unsigned int flags, sci_error_t *error);
+void   SCIDisconnectInterrupt(sci_remote_interrupt_t interrupt, unsigned int flags,
+                              sci_error_t *error);
+void   SCITriggerInterrupt(sci_remote_interrupt_t interrupt, unsigned int flags, sci_error_t *error);
+
+/* ---- Data interrupts -------------------------------------------------------------------- */
+
+void   SCICreateDataInterrupt(sci_desc_t sd, sci_local_data_interrupt_t *interrupt,
+                              unsigned int localAdapterNo, unsigned int *interruptNo,
+                              sci_cb_data_interrupt_t callback, void *callbackArg,
+                              unsigned int flags, sci_error_t *error);
+void   SCIRemoveDataInterrupt(sci_local_data_interrupt_t interrupt, unsigned int flags,
+                              sci_error_t *error);
+void   SCIWaitForDataInterrupt(sci_local_data_interrupt_t interrupt, void *data,
+                               unsigned int *length, unsigned int timeout, unsigned int flags,
+                               sci_error_t *error);
+void   SCIConnectDataInterrupt(sci_desc_t sd, sci_remote_data_interrupt_t *interrupt,
+                               unsigned int nodeId, unsigned int localAdapterNo,
+                               unsigned int interruptNo, unsigned int timeout, unsigned int flags,
+                               sci_error_t *error);
+void   SCIDisconnectDataInterrupt(sci_remote_data_interrupt_t interrupt, unsigned int flags,
+                                  sci_error_t *error);
+void   SCITriggerDataInterrupt(sci_remote_data_interrupt_t interrupt, void *data,
+                               unsigned int length, unsigned int flags, sci_error_t *error);
+
+/* ---- Device lending (SmartIO): not available on a software fabric ----------------------- */
+
+void   SCIBorrowDevice(sci_desc_t sd, sci_smartio_device_t *device, unsigned long long fdid,
+                       unsigned int flags, sci_error_t *error);
+void   SCIReturnDevice(sci_smartio_device_t device, unsigned int flags, sci_error_t *error);
+void   SCIConnectDeviceSegment(sci_smartio_device_t device, sci_remote_segment_t *segment,
+                               unsigned int segmentId, unsigned int memoryType,
+                               sci_cb_remote_segment_t callback, void *callbackArg,
+                               unsigned int flags, sci_error_t *error);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LANES_SISCI_API_H */

@@ -1,0 +1,449 @@
+//! Local segments (created, prepared, made available, removed; events and callbacks) and
+//! remote segments (connected, disconnected; events and callbacks).
+
+use std::ffi::{c_uint, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use lanes::fabric::{LocalEvent, RemoteEvent};
+use lanes::{Fabric, LocalSegment, LossReason, NodeId, RemoteSegment, Timeout};
+
+use crate::consts::*;
+use crate::error::{fail, Code, SciResult};
+use crate::ffi::{adapter, call, call_quiet, flags, keep, need, no_broadcast, put, CbArg};
+use crate::node::desc;
+use crate::registry::{self, Handle, Object};
+
+/// `sci_cb_local_segment_t`.
+pub type LocalSegmentCb = Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u32, c_uint, c_uint, SciError) -> u32>;
+/// `sci_cb_remote_segment_t`.
+pub type RemoteSegmentCb = Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u32, SciError) -> u32>;
+
+/// A local segment handle (`sci_local_segment_t`).
+pub struct LSeg {
+    fabric: Fabric,
+    /// The segment; unset while a `SCI_FLAG_EMPTY` segment waits for its memory.
+    seg: OnceLock<LocalSegment>,
+    /// The id asked for at creation (`None`: automatic).
+    id: Option<u32>,
+    /// The size given at creation.
+    size: u64,
+    private: bool,
+    callback: Option<(LocalSegmentCb, CbArg)>,
+    callback_active: Arc<AtomicBool>,
+}
+
+impl Object for LSeg {
+    const MAGIC: u32 = 0x5347_4C53; // "SLGS"
+}
+
+impl LSeg {
+    /// The segment, once it has memory.
+    pub fn live(&self) -> SciResult<&LocalSegment> {
+        self.seg.get().ok_or(Code(SCI_ERR_SEGMENT_NOT_PREPARED))
+    }
+}
+
+/// A remote segment handle (`sci_remote_segment_t`).
+pub struct RSeg {
+    pub seg: RemoteSegment,
+    callback_active: Arc<AtomicBool>,
+}
+
+impl Object for RSeg {
+    const MAGIC: u32 = 0x5347_5253; // "SRGS"
+}
+
+fn local_reason(ev: LocalEvent) -> (u32, u32) {
+    match ev {
+        LocalEvent::Connected { node, .. } => (SCI_CB_CONNECT, node),
+        LocalEvent::Disconnected { node, died: false, .. } => (SCI_CB_DISCONNECT, node),
+        LocalEvent::Disconnected { node, died: true, .. } => (SCI_CB_LOST, node),
+    }
+}
+
+fn remote_reason(ev: RemoteEvent) -> u32 {
+    match ev {
+        RemoteEvent::Operational => SCI_CB_OPERATIONAL,
+        RemoteEvent::NotOperational => SCI_CB_NOT_OPERATIONAL,
+        RemoteEvent::Lost(LossReason::OwnerDied) => SCI_CB_LOST,
+        RemoteEvent::Lost(_) => SCI_CB_DISCONNECT,
+    }
+}
+
+/// Starts the program's callback for the segment's events on a library thread.
+fn start_local_callback(h: &Arc<Handle<LSeg>>) -> SciResult<()> {
+    let (Some((Some(cb), arg)), Some(seg)) = (h.body.callback, h.body.seg.get()) else { return Ok(()) };
+    let key = h.key();
+    let active = h.body.callback_active.clone();
+    active.store(true, Ordering::Release);
+    seg.on_event(move |ev| {
+        let (reason, node) = local_reason(ev);
+        // SAFETY: the program registered this callback with SCI_FLAG_USE_CALLBACK and its
+        // argument; SISCI calls it from a library thread with these arguments.
+        let action = unsafe { cb(arg.ptr(), key as *mut c_void, reason, node, 0, SCI_ERR_OK) };
+        let k = keep(action);
+        if k == lanes::fabric::CallbackAction::Cancel {
+            active.store(false, Ordering::Release);
+        }
+        k
+    })?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn create_segment(
+    sd: *mut c_void,
+    segment: *mut *mut c_void,
+    segment_id: c_uint,
+    size: usize,
+    callback: LocalSegmentCb,
+    callback_arg: *mut c_void,
+    fl: c_uint,
+    error: *mut SciError,
+) {
+    call(error, (), || {
+        let d = desc(sd)?;
+        need(segment)?;
+        no_broadcast(fl)?;
+        flags(
+            fl,
+            SCI_FLAG_USE_CALLBACK
+                | SCI_FLAG_EMPTY
+                | SCI_FLAG_AUTO_ID
+                | SCI_FLAG_PRIVATE
+                | SCI_FLAG_DMA_SOURCE_ONLY
+                | SCI_FLAG_PHYSICAL
+                | SCI_FLAG_CUDA_BUFFER,
+        )?;
+        if fl & (SCI_FLAG_PHYSICAL | SCI_FLAG_CUDA_BUFFER) != 0 {
+            return fail(SCI_ERR_NOT_SUPPORTED);
+        }
+        if size == 0 {
+            return fail(SCI_ERR_ILLEGAL_PARAMETER);
+        }
+        let fabric = d.body.fabric.clone();
+        let id = (fl & SCI_FLAG_AUTO_ID == 0).then_some(segment_id);
+        let seg = OnceLock::new();
+        if fl & SCI_FLAG_EMPTY == 0 {
+            let s = match id {
+                Some(id) => fabric.create_segment(id, size as u64)?,
+                None => fabric.create_segment_auto_id(size as u64)?,
+            };
+            let _ = seg.set(s);
+        }
+        let cb = (fl & SCI_FLAG_USE_CALLBACK != 0 && callback.is_some()).then_some((callback, CbArg(callback_arg)));
+        let body = LSeg {
+            fabric,
+            seg,
+            id,
+            size: size as u64,
+            private: fl & SCI_FLAG_PRIVATE != 0,
+            callback: cb,
+            callback_active: Arc::default(),
+        };
+        let (p, h) = registry::insert(d.key(), 0, body);
+        if let Err(e) = start_local_callback(&h) {
+            drop(registry::write().take::<LSeg>(p));
+            return Err(e);
+        }
+        put(segment, p)
+    })
+}
+
+pub(crate) fn register_segment_memory(
+    addr: *mut c_void,
+    size: usize,
+    segment: *mut c_void,
+    fl: c_uint,
+    error: *mut SciError,
+) {
+    call(error, (), || {
+        let h = registry::get::<LSeg>(segment)?;
+        flags(fl, 0)?;
+        if addr.is_null() {
+            return fail(SCI_ERR_ILLEGAL_ADDRESS);
+        }
+        if size == 0 {
+            return fail(SCI_ERR_ILLEGAL_PARAMETER);
+        }
+        if h.body.seg.get().is_some() {
+            // Only segments created with SCI_FLAG_EMPTY take memory, and only once.
+            return fail(SCI_ERR_ILLEGAL_OPERATION);
+        }
+        let fabric = &h.body.fabric;
+        let register = |id: u32| {
+            // SAFETY: SCIRegisterSegmentMemory's contract: the program gives its own mapped
+            // memory of `size` bytes, keeps it while the segment exists, and does not write it
+            // during this call.
+            unsafe { fabric.register_segment_memory(id, addr.cast::<u8>(), size) }
+        };
+        let seg = match h.body.id {
+            Some(id) => register(id)?,
+            None => {
+                // Automatic ids, drawn as the fabric draws them for created segments.
+                let start = std::process::id().wrapping_mul(2_654_435_761) ^ (addr as usize as u32);
+                let mut found = None;
+                for i in 0..4096u32 {
+                    let id = 0x8000_0000 | (start.wrapping_add(i) & 0x7FFF_FFFF);
+                    match register(id) {
+                        Ok(s) => {
+                            found = Some(s);
+                            break;
+                        }
+                        Err(lanes::Error::SegmentIdInUse { .. }) => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                found.ok_or(Code(SCI_ERR_NOSPC))?
+            }
+        };
+        if h.body.seg.set(seg).is_err() {
+            // Another thread registered memory meanwhile; ours is dropped (removed) again.
+            return fail(SCI_ERR_ILLEGAL_OPERATION);
+        }
+        start_local_callback(&h)
+    })
+}
+
+pub(crate) fn prepare_segment(segment: *mut c_void, adapter_no: c_uint, fl: c_uint, error: *mut SciError) {
+    call(error, (), || {
+        let h = registry::get::<LSeg>(segment)?;
+        flags(fl, SCI_FLAG_DMA_SOURCE_ONLY)?;
+        adapter(adapter_no)?;
+        Ok(h.body.live()?.prepare()?)
+    })
+}
+
+pub(crate) fn set_segment_available(segment: *mut c_void, adapter_no: c_uint, fl: c_uint, error: *mut SciError) {
+    call(error, (), || {
+        let h = registry::get::<LSeg>(segment)?;
+        flags(fl, 0)?;
+        adapter(adapter_no)?;
+        if h.body.private {
+            return fail(SCI_ERR_ILLEGAL_OPERATION);
+        }
+        Ok(h.body.live()?.set_available()?)
+    })
+}
+
+pub(crate) fn set_segment_unavailable(segment: *mut c_void, adapter_no: c_uint, fl: c_uint, error: *mut SciError) {
+    call(error, (), || {
+        let h = registry::get::<LSeg>(segment)?;
+        flags(fl, 0)?;
+        adapter(adapter_no)?;
+        Ok(h.body.live()?.set_unavailable()?)
+    })
+}
+
+pub(crate) fn share_segment(segment: *mut c_void, fl: c_uint, error: *mut SciError) {
+    call(error, (), || {
+        let h = registry::get::<LSeg>(segment)?;
+        flags(fl, 0)?;
+        Ok(h.body.live()?.share()?)
+    })
+}
+
+pub(crate) fn remove_segment(segment: *mut c_void, fl: c_uint, error: *mut SciError) {
+    call(error, (), || {
+        flags(fl, SCI_FLAG_FORCE_REMOVE)?;
+        let taken = {
+            let mut reg = registry::write();
+            let h = reg.get::<LSeg>(segment)?;
+            if reg.children(h.key()) > 0 {
+                return fail(SCI_ERR_BUSY);
+            }
+            if let Some(s) = h.body.seg.get() {
+                s.remove(fl & SCI_FLAG_FORCE_REMOVE != 0)?;
+            }
+            reg.take::<LSeg>(segment)?
+        };
+        drop(taken);
+        Ok(())
+    })
+}
+
+pub(crate) fn get_local_segment_size(segment: *mut c_void) -> usize {
+    call_quiet(0, || match registry::get::<LSeg>(segment) {
+        Ok(h) => h.body.seg.get().map_or(h.body.size, |s| s.size()) as usize,
+        Err(_) => 0,
+    })
+}
+
+pub(crate) fn get_local_segment_id(segment: *mut c_void) -> c_uint {
+    call_quiet(0, || match registry::get::<LSeg>(segment) {
+        Ok(h) => h.body.seg.get().map_or(h.body.id.unwrap_or(0), |s| s.id()),
+        Err(_) => 0,
+    })
+}
+
+pub(crate) fn wait_for_local_segment_event(
+    segment: *mut c_void,
+    source_node_id: *mut c_uint,
+    local_adapter_no: *mut c_uint,
+    timeout: c_uint,
+    fl: c_uint,
+    error: *mut SciError,
+) -> u32 {
+    call(error, 0, || {
+        let h = registry::get::<LSeg>(segment)?;
+        flags(fl, 0)?;
+        if h.body.callback_active.load(Ordering::Acquire) {
+            return fail(SCI_ERR_ILLEGAL_OPERATION);
+        }
+        let ev = h.body.live()?.wait_event(Timeout::from_millis(timeout))?;
+        let (reason, node) = local_reason(ev);
+        if !source_node_id.is_null() {
+            put(source_node_id, node)?;
+        }
+        if !local_adapter_no.is_null() {
+            put(local_adapter_no, 0)?;
+        }
+        Ok(reason)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attach_local_segment(
+    sd: *mut c_void,
+    segment: *mut *mut c_void,
+    segment_id: c_uint,
+    size: *mut usize,
+    callback: LocalSegmentCb,
+    callback_arg: *mut c_void,
+    fl: c_uint,
+    error: *mut SciError,
+) {
+    call(error, (), || {
+        let d = desc(sd)?;
+        need(segment)?;
+        need(size)?;
+        flags(fl, SCI_FLAG_USE_CALLBACK)?;
+        let fabric = d.body.fabric.clone();
+        let s = fabric.attach_local_segment(segment_id)?;
+        let bytes = s.size();
+        let cb = (fl & SCI_FLAG_USE_CALLBACK != 0 && callback.is_some()).then_some((callback, CbArg(callback_arg)));
+        let body = LSeg {
+            fabric,
+            seg: OnceLock::from(s),
+            id: Some(segment_id),
+            size: bytes,
+            private: false,
+            callback: cb,
+            callback_active: Arc::default(),
+        };
+        let (p, h) = registry::insert(d.key(), 0, body);
+        if let Err(e) = start_local_callback(&h) {
+            drop(registry::write().take::<LSeg>(p));
+            return Err(e);
+        }
+        put(size, bytes as usize)?;
+        put(segment, p)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn connect_segment(
+    sd: *mut c_void,
+    segment: *mut *mut c_void,
+    node_id: c_uint,
+    segment_id: c_uint,
+    adapter_no: c_uint,
+    callback: RemoteSegmentCb,
+    callback_arg: *mut c_void,
+    timeout: c_uint,
+    fl: c_uint,
+    error: *mut SciError,
+) {
+    call(error, (), || {
+        let d = desc(sd)?;
+        need(segment)?;
+        no_broadcast(fl)?;
+        flags(fl, SCI_FLAG_USE_CALLBACK)?;
+        adapter(adapter_no)?;
+        if node_id == DIS_BROADCAST_NODEID_GROUP_ALL {
+            return fail(SCI_ERR_NOT_SUPPORTED);
+        }
+        NodeId::new(node_id)?;
+        let fabric = &d.body.fabric;
+        let seg = match fabric.connect_segment(node_id, segment_id, Timeout::from_millis(timeout)) {
+            Ok(s) => s,
+            Err(lanes::Error::NoSuchSegment { .. }) if !fabric.probe_node(node_id) => {
+                return fail(SCI_ERR_NO_SUCH_NODEID)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let (p, h) = registry::insert(d.key(), 0, RSeg { seg, callback_active: Arc::default() });
+        if let (true, Some(cb)) = (fl & SCI_FLAG_USE_CALLBACK != 0, callback) {
+            let arg = CbArg(callback_arg);
+            let key = h.key();
+            let active = h.body.callback_active.clone();
+            active.store(true, Ordering::Release);
+            let started = h.body.seg.on_event(move |ev| {
+                // SAFETY: the program registered this callback with SCI_FLAG_USE_CALLBACK and
+                // its argument; SISCI calls it from a library thread with these arguments.
+                let action = unsafe { cb(arg.ptr(), key as *mut c_void, remote_reason(ev), SCI_ERR_OK) };
+                let k = keep(action);
+                if k == lanes::fabric::CallbackAction::Cancel || matches!(ev, RemoteEvent::Lost(_)) {
+                    active.store(false, Ordering::Release);
+                }
+                k
+            });
+            if let Err(e) = started {
+                drop(registry::write().take::<RSeg>(p));
+                return Err(e.into());
+            }
+        }
+        put(segment, p)
+    })
+}
+
+pub(crate) fn disconnect_segment(segment: *mut c_void, fl: c_uint, error: *mut SciError) {
+    call(error, (), || {
+        flags(fl, 0)?;
+        let taken = {
+            let mut reg = registry::write();
+            let h = reg.get::<RSeg>(segment)?;
+            if reg.children(h.key()) > 0 {
+                return fail(SCI_ERR_BUSY);
+            }
+            reg.take::<RSeg>(segment)?
+        };
+        drop(taken);
+        Ok(())
+    })
+}
+
+pub(crate) fn get_remote_segment_size(segment: *mut c_void) -> usize {
+    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.seg.size() as usize))
+}
+
+pub(crate) fn get_remote_segment_id(segment: *mut c_void) -> c_uint {
+    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.seg.id()))
+}
+
+pub(crate) fn get_remote_segment_node_id(segment: *mut c_void) -> c_uint {
+    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.seg.node_id()))
+}
+
+pub(crate) fn wait_for_remote_segment_event(
+    segment: *mut c_void,
+    status: *mut SciError,
+    timeout: c_uint,
+    fl: c_uint,
+    error: *mut SciError,
+) -> u32 {
+    call(error, 0, || {
+        let h = registry::get::<RSeg>(segment)?;
+        flags(fl, 0)?;
+        if h.body.callback_active.load(Ordering::Acquire) {
+            return fail(SCI_ERR_ILLEGAL_OPERATION);
+        }
+        let ev = h.body.seg.wait_event(Timeout::from_millis(timeout))?;
+        if !status.is_null() {
+            let st = if matches!(ev, RemoteEvent::Lost(_)) { SCI_ERR_NOT_CONNECTED } else { SCI_ERR_OK };
+            put(status, st)?;
+        }
+        Ok(remote_reason(ev))
+    })
+}
