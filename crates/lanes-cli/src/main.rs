@@ -1,9 +1,14 @@
 //! `lanes`: benchmarks, status and clean-up for the Lanes fabric.
 
+mod bench;
+mod dma_bench;
 mod measure;
 mod pingpong;
+mod reflective_bench;
+mod sdk_cmd;
 mod sizes;
 mod status_cmd;
+mod wakeup;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,15 +38,75 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// PIO ping-pong latency between two processes acting as two nodes, against the floor.
+    /// Throughput and latency per message size for every path, against kernel TCP, Unix
+    /// sockets and the floor.
+    Bench(bench::BenchArgs),
+    /// Ping-pong latency between two processes acting as two nodes: PIO against the floor,
+    /// or interrupts and data interrupts against the kernel's wake-ups (--mode).
     Pingpong(PingpongArgs),
+    /// Install or uninstall the SISCI SDK (headers, libsisci.so, pkg-config file).
+    Sdk(sdk_cmd::SdkArgs),
+    /// (internal) a receiver of `pingpong --mode reflective`.
+    #[command(hide = true)]
+    ReflectivePeer {
+        #[arg(long)]
+        group: u32,
+        #[arg(long)]
+        index: usize,
+        #[arg(long)]
+        rounds: u64,
+        #[arg(long)]
+        cpu: Option<usize>,
+        #[arg(long)]
+        share_cpu: bool,
+    },
+    /// (internal) the peer of `pingpong --mode interrupt|data-interrupt`.
+    #[command(hide = true)]
+    WakeupPeer {
+        #[arg(long, value_enum)]
+        mode: wakeup::Mode,
+        #[arg(long)]
+        client_node: u32,
+        #[arg(long)]
+        client_number: u32,
+        #[arg(long)]
+        number: u32,
+        #[arg(long)]
+        poll_us: u64,
+        #[arg(long)]
+        cpu: Option<usize>,
+    },
+}
+
+/// What `lanes pingpong` bounces between the two nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PingpongMode {
+    /// Stores into the peer's segment, spinning on our own (the default).
+    Pio,
+    /// Remote interrupts (doorbells without data).
+    Interrupt,
+    /// Data interrupts (doorbells with a message of --sizes bytes, at most 4K).
+    DataInterrupt,
+    /// Reflective memory: one writer, --nodes - 1 acknowledging receivers.
+    Reflective,
 }
 
 #[derive(clap::Args)]
 struct PingpongArgs {
-    /// Message sizes: a list (4,64,1K) or power-of-two ranges (4-8K).
-    #[arg(long, default_value = "4-8K")]
-    sizes: String,
+    /// What to bounce: PIO messages, interrupts, data interrupts, or reflective memory.
+    #[arg(long, value_enum, default_value = "pio")]
+    mode: PingpongMode,
+    /// With --mode reflective: the largest group measured (every size from 2 up).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// With interrupt modes: microseconds a waiter spins before it sleeps; the sleeping
+    /// variant (0) is always measured too.
+    #[arg(long, default_value_t = 1000)]
+    poll_us: u64,
+    /// Message sizes: a list (4,64,1K) or power-of-two ranges (4-8K); default 4-8K for PIO,
+    /// 4-4K for data interrupts.
+    #[arg(long)]
+    sizes: Option<String>,
     /// Measured round trips per size.
     #[arg(long, default_value_t = 100_000)]
     iterations: usize,
@@ -85,7 +150,20 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Status { json } => status_cmd::status(json),
         Cmd::Cleanup { json } => status_cmd::cleanup(json),
+        Cmd::Pingpong(a) if a.mode == PingpongMode::Reflective => open_fabric().and_then(|f| {
+            let r = reflective_bench::run(&f, a.nodes, a.iterations.max(1), a.warmup)?;
+            emit(&r, a.json.as_deref(), || reflective_bench::print_report(&r))
+        }),
+        Cmd::Pingpong(a) if a.mode != PingpongMode::Pio => wakeup_cmd(a),
+        Cmd::ReflectivePeer { group, index, rounds, cpu, share_cpu } => {
+            open_fabric().and_then(|f| reflective_bench::run_peer(&f, group, index, rounds, cpu, share_cpu))
+        }
+        Cmd::Bench(a) => bench::run(a),
         Cmd::Pingpong(a) => pingpong_cmd(a),
+        Cmd::Sdk(a) => sdk_cmd::run(a),
+        Cmd::WakeupPeer { mode, client_node, client_number, number, poll_us, cpu } => open_fabric().and_then(|f| {
+            wakeup::run_peer(&f, mode, client_node, client_number, number, Duration::from_micros(poll_us), cpu)
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -126,7 +204,7 @@ fn pingpong_cmd(a: PingpongArgs) -> Result<(), String> {
         None => measure::affinity::default_pair(),
     };
     let opts = pingpong::Options {
-        sizes: sizes::parse_sizes(&a.sizes)?,
+        sizes: sizes::parse_sizes(a.sizes.as_deref().unwrap_or("4-8K"))?,
         iterations: a.iterations.max(1),
         warmup: a.warmup,
         cpus,
@@ -136,16 +214,47 @@ fn pingpong_cmd(a: PingpongArgs) -> Result<(), String> {
         connect_timeout: Duration::from_secs(a.timeout.max(1)),
     };
     let report = pingpong::run_client(&fabric, &opts)?;
-    match a.json.as_deref() {
+    emit(&report, a.json.as_deref(), || pingpong::print_report(&report, a.hist))
+}
+
+/// Prints the table, and the JSON to a file or (`-`) to standard output instead.
+pub(crate) fn emit<R: serde::Serialize>(report: &R, json: Option<&std::path::Path>, table: impl FnOnce()) -> Result<(), String> {
+    match json {
         Some(p) if p.as_os_str() == "-" => {
-            println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            println!("{}", serde_json::to_string_pretty(report).map_err(|e| e.to_string())?);
         }
         Some(p) => {
-            pingpong::print_report(&report, a.hist);
-            let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+            table();
+            let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
             std::fs::write(p, text + "\n").map_err(|e| format!("writing {}: {e}", p.display()))?;
         }
-        None => pingpong::print_report(&report, a.hist),
+        None => table(),
     }
     Ok(())
+}
+
+fn wakeup_cmd(a: PingpongArgs) -> Result<(), String> {
+    if a.server || a.client {
+        return Err("--server/--client run PIO ping-pong only; interrupt modes start their own peers".into());
+    }
+    let fabric = open_fabric()?;
+    let cpus = match &a.cpu {
+        Some(c) => Some(measure::affinity::parse_pair(c)?),
+        None => measure::affinity::default_pair(),
+    };
+    let mode = match a.mode {
+        PingpongMode::DataInterrupt => wakeup::Mode::DataInterrupt,
+        _ => wakeup::Mode::Interrupt,
+    };
+    let opts = wakeup::Options {
+        mode,
+        sizes: sizes::parse_sizes(a.sizes.as_deref().unwrap_or("4-4K"))?,
+        iterations: a.iterations.max(1),
+        warmup: a.warmup,
+        cpus,
+        poll_us: a.poll_us,
+        histograms: a.hist,
+    };
+    let report = wakeup::run_client(&fabric, &opts)?;
+    emit(&report, a.json.as_deref(), || wakeup::print_report(&report, a.hist))
 }

@@ -38,14 +38,14 @@ pub fn status(json: bool) -> Result<(), String> {
         let stale = if n.stale_records > 0 { format!("  ({} stale records)", n.stale_records) } else { String::new() };
         println!("  node {:>5}  pids {}{stale}", n.node, if pids.is_empty() { "-".into() } else { pids.join(",") });
     }
-    println!("\nsegments");
+    println!("\nsegments and interrupts");
     if st.segments.is_empty() {
         println!("  (none)");
         return Ok(());
     }
     println!(
-        "  {:>5}  {:>10}  {:>10}  {:>8}  {:>5}  {:<24}  connections",
-        "node", "id", "size", "owner", "alive", "state"
+        "  {:<14}  {:>5}  {:>10}  {:>10}  {:>8}  {:>5}  {:<24}  connections",
+        "kind", "node", "id", "size", "owner", "alive", "state"
     );
     for s in &st.segments {
         let conns: Vec<String> = s.connections.iter().map(|(n, p)| format!("{n}:{p}")).collect();
@@ -54,7 +54,8 @@ pub fn status(json: bool) -> Result<(), String> {
             None => s.state.clone(),
         };
         println!(
-            "  {:>5}  {:>#10x}  {:>10}  {:>8}  {:>5}  {:<24}  {}",
+            "  {:<14}  {:>5}  {:>#10x}  {:>10}  {:>8}  {:>5}  {:<24}  {}",
+            s.kind,
             s.node,
             s.id,
             human_bytes(s.size),

@@ -240,5 +240,87 @@ fn status_on_an_empty_fabric() {
     assert!(out.status.success());
     let t = text(&out.stdout);
     assert!(t.contains("nodes\n  (none)"), "{t}");
-    assert!(t.contains("segments\n  (none)"), "{t}");
+    assert!(t.contains("segments and interrupts\n  (none)"), "{t}");
+}
+
+#[test]
+fn interrupt_pingpong_measures_lanes_against_kernel_wakeups() {
+    let dir = FabricDir::new("intpp");
+    for (mode, sizes, expect_paths) in [
+        (
+            "interrupt",
+            None,
+            vec!["interrupt, spinning", "interrupt, sleeping", "floor", "eventfd", "pipe", "unix datagram"],
+        ),
+        (
+            "data-interrupt",
+            Some("8,4K"),
+            vec!["data interrupt, spinning", "data interrupt, sleeping", "pipe", "unix datagram"],
+        ),
+    ] {
+        let mut c = dir.lanes(4);
+        c.args(["pingpong", "--mode", mode, "--iterations", "500", "--warmup", "50", "--json", "-"]);
+        if let Some(s) = sizes {
+            c.args(["--sizes", s]);
+        }
+        let out = run(c, Duration::from_secs(120));
+        assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let rows = v["results"].as_array().unwrap();
+        for p in &expect_paths {
+            assert!(rows.iter().any(|r| r["path"].as_str().unwrap().starts_with(p)), "{mode}: no {p} in {v}");
+        }
+        for r in rows {
+            check_summary(&r["one_way_ns"], &format!("{mode} {}", r["path"]));
+        }
+        let judged: Vec<&serde_json::Value> = rows.iter().filter(|r| r["vs"].is_object()).collect();
+        assert_eq!(judged.len(), if mode == "interrupt" { 2 } else { 4 }, "{mode}: every Lanes row has a baseline");
+        for r in judged {
+            assert!(r["vs"]["ratio_p50"].as_f64().unwrap() > 0.0);
+        }
+        if mode == "data-interrupt" {
+            let sizes: Vec<u64> = rows.iter().map(|r| r["size"].as_u64().unwrap()).collect();
+            assert!(sizes.contains(&8) && sizes.contains(&4096), "{sizes:?}");
+        }
+    }
+    assert_eq!(status_json(&dir)["segments"].as_array().unwrap().len(), 0, "peers and interrupts are gone");
+    let mut c = dir.lanes(4);
+    c.args(["pingpong", "--mode", "data-interrupt", "--sizes", "8K"]);
+    let out = run(c, Duration::from_secs(30));
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("at most 4096"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn reflective_pingpong_reports_latency_against_group_size() {
+    let dir = FabricDir::new("reflpp");
+    let mut c = dir.lanes(4);
+    c.args([
+        "pingpong",
+        "--mode",
+        "reflective",
+        "--nodes",
+        "4",
+        "--iterations",
+        "300",
+        "--warmup",
+        "20",
+        "--json",
+        "-",
+    ]);
+    let out = run(c, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["nodes"].as_u64().unwrap()).collect::<Vec<_>>(), vec![2, 3, 4]);
+    let cpus = v["cpus"].as_u64().unwrap();
+    for r in rows {
+        check_summary(&r["one_way_ns"], "reflective");
+        assert_eq!(r["oversubscribed"].as_bool().unwrap(), r["nodes"].as_u64().unwrap() > cpus);
+    }
+    assert_eq!(status_json(&dir)["segments"].as_array().unwrap().len(), 0, "every group was removed");
+    let mut c = dir.lanes(4);
+    c.args(["pingpong", "--mode", "reflective", "--nodes", "1"]);
+    let out = run(c, Duration::from_secs(30));
+    assert!(!out.status.success() && text(&out.stderr).contains("2 to 16"), "{}", text(&out.stderr));
 }

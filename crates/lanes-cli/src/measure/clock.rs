@@ -50,3 +50,9 @@ pub fn ticks_to_ns(ticks: u64) -> f64 {
 pub fn calibrate() {
     let _ = ns_per_tick();
 }
+
+/// Converts nanoseconds to ticks (for deadlines checked against [`now_ticks`]).
+#[inline]
+pub fn ns_to_ticks(ns: f64) -> u64 {
+    (ns / ns_per_tick()).max(0.0) as u64
+}

@@ -21,9 +21,10 @@ impl LatencySummary {
             return Self::default();
         }
         ns.sort_by(|a, b| a.total_cmp(b));
+        // Nearest rank: the smallest sample with at least p% of the samples at or below it.
         let pct = |p: f64| {
-            let i = ((p / 100.0) * (ns.len() - 1) as f64).round() as usize;
-            ns[i.min(ns.len() - 1)]
+            let rank = ((p / 100.0) * ns.len() as f64).ceil() as usize;
+            ns[rank.clamp(1, ns.len()) - 1]
         };
         LatencySummary {
             avg: ns.iter().sum::<f64>() / ns.len() as f64,
@@ -59,6 +60,11 @@ pub struct Histogram {
 
 impl Histogram {
     pub fn from_samples(ns: &[f64]) -> Self {
+        Self::from_weighted(ns.iter().map(|&v| (v, 1)))
+    }
+
+    /// From (value in ns, how many times it occurred) pairs.
+    pub fn from_weighted(values: impl IntoIterator<Item = (f64, u64)>) -> Self {
         let mut edges = Vec::new();
         let mut decade = 10.0;
         while decade <= 1e10 {
@@ -69,9 +75,9 @@ impl Histogram {
         }
         edges.push(f64::MAX);
         let mut counts = vec![0u64; edges.len()];
-        for &v in ns {
+        for (v, n) in values {
             let i = edges.partition_point(|&e| e < v);
-            counts[i.min(edges.len() - 1)] += 1;
+            counts[i.min(edges.len() - 1)] += n;
         }
         // Trim empty buckets at both ends.
         let first = counts.iter().position(|&c| c > 0).unwrap_or(0);

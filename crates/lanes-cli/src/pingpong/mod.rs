@@ -11,12 +11,13 @@ mod protocol;
 
 use std::time::Duration;
 
-use lanes::{Fabric, NodeId, Timeout};
+use lanes::{Fabric, Timeout};
 use serde::Serialize;
 
+use crate::measure::affinity;
 use crate::measure::clock::{self, now_ticks, ticks_to_ns};
+use crate::measure::peer::{peer_node, Peer};
 use crate::measure::stats::{Histogram, LatencySummary};
-use crate::measure::{affinity, peer::Peer};
 use protocol::{Command, Kind, Mailbox, Spin};
 
 pub use protocol::DEFAULT_SERVER_SEGMENT;
@@ -74,15 +75,6 @@ pub struct Report {
     pub iterations: usize,
     pub results: Vec<SizeResult>,
     pub floor: FloorResult,
-}
-
-/// Node id for a peer started by us: the next multiple of 4 that is a valid node.
-fn peer_node(me: u32) -> u32 {
-    let mut n = me + 4;
-    while NodeId::new(n).is_err() {
-        n = if n >= lanes::config::MAX_NODE_ID { 4 } else { n + 4 };
-    }
-    n
 }
 
 /// Runs the client side; starts the server too unless `opts.remote_node` is set.

@@ -1,0 +1,261 @@
+//! `lanes bench`: every path against the kernel and the floor, in one run.
+//!
+//! Per message size (4 B to 1 MiB by default) and per path it measures latency (two-process
+//! ping-pong, every round trip recorded) and throughput (one-way streaming for a time
+//! slice, the receiver copying every message out, with the CPU time of both processes),
+//! then prints a table with ratios against the baselines, and on request JSON, plots and
+//! latency histograms. The peer is this executable re-run with the hidden `--peer` role.
+//!
+//! ```text
+//! mod.rs          arguments and the command's flow
+//! options.rs      durations, sizes, path selection, the time budget (Plan)
+//! paths/          the path registry and traits; floor, pio (shared-memory protocols in
+//!                 shm.rs), socket (tcp and unix)
+//! control.rs      the control channel and the peer's command loop
+//! wait.rs         spinning waits with bounded, non-blocking liveness checks
+//! runner.rs       the peer session, slices, rounds, the results
+//! report.rs       the JSON model (written by --json, read by --compare)
+//! table.rs        the terminal table and --hist
+//! plot.rs         --plot: PNG and SVG
+//! compare.rs      --compare A.json B.json
+//! floor_check.rs  --check-floor against the independent lanes-spin-floor program
+//! machine.rs      CPU, cores, kernel, date
+//! progress.rs     the progress bar
+//! ```
+
+mod compare;
+mod control;
+mod floor_check;
+mod machine;
+mod options;
+mod paths;
+mod plot;
+mod progress;
+mod report;
+mod runner;
+mod table;
+mod wait;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::measure::affinity;
+pub(crate) use crate::measure::stats::fmt_ns;
+use options::{PathChoice, Plan};
+
+/// Arguments of `lanes bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// A measurement of its own instead of the path comparison.
+    #[command(subcommand)]
+    what: Option<BenchWhat>,
+    /// A short run (about 15 s): sizes 4 B to 1 MiB in powers of 4.
+    #[arg(long)]
+    quick: bool,
+    /// Total time: 90, 30s, 5m, 24h (default 60s, 15s with --quick). Runs over 2 minutes go
+    /// in rounds of one minute and report the worst latency seen and when.
+    #[arg(long, value_name = "TIME")]
+    duration: Option<String>,
+    /// Message sizes: a list (4,64,1K) or power-of-two ranges (4-1M); multiples of 4.
+    #[arg(long, value_name = "SIZES")]
+    sizes: Option<String>,
+    /// Paths to measure, comma-separated (default: all available); `list` lists them.
+    #[arg(long, value_name = "LIST")]
+    paths: Option<String>,
+    /// CPUs: `A,B` runs this process on A and the peer on B (default: the first two allowed).
+    #[arg(long, value_name = "A,B")]
+    cpu: Option<String>,
+    /// Write the results as JSON to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write throughput and latency plots (PNG and SVG) into DIR.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Print a latency histogram per path and size.
+    #[arg(long)]
+    hist: bool,
+    /// Real-time mode: lock memory, pin both processes, SCHED_FIFO where permitted.
+    #[arg(long)]
+    rt: bool,
+    /// Also measure the floor against an independent two-process spin (lanes-spin-floor)
+    /// and print the ratio.
+    #[arg(long)]
+    check_floor: bool,
+    /// Print two runs side by side (files written by --json), ratios B / A.
+    #[arg(
+        long,
+        num_args = 2,
+        value_names = ["A", "B"],
+        conflicts_with_all = ["quick", "duration", "sizes", "paths", "cpu", "json", "plot", "hist", "rt", "check_floor"]
+    )]
+    compare: Option<Vec<PathBuf>>,
+    /// Print the table (and with --plot write the plots) of a run saved with --json, instead
+    /// of measuring.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["quick", "duration", "sizes", "paths", "cpu", "json", "hist", "rt", "check_floor", "compare"]
+    )]
+    from: Option<PathBuf>,
+    /// (internal) run as the peer of a bench.
+    #[arg(long, hide = true)]
+    peer: bool,
+    /// (internal) the peer's CPU.
+    #[arg(long, hide = true, requires = "peer")]
+    peer_cpu: Option<usize>,
+}
+
+/// Measurements other than the path comparison.
+#[derive(clap::Subcommand, Debug)]
+enum BenchWhat {
+    /// DMA against PIO and memcpy: bandwidth, latency and CPU per size (64 B to 16 MiB), the
+    /// small-packet scenario (naive against optimised engine), the PIO/DMA crossover.
+    Dma(crate::dma_bench::DmaArgs),
+}
+
+/// `4 B`, `64 KiB`, `1 MiB`, `1536 B`.
+pub(crate) fn fmt_size(bytes: usize) -> String {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// Writes to standard output; a reader that went away (`| head`) just ends the output.
+fn say(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("writing the output: {e}")),
+        _ => Ok(()),
+    }
+}
+
+/// Runs `lanes bench`.
+pub fn run(a: BenchArgs) -> Result<(), String> {
+    if let Some(BenchWhat::Dma(d)) = a.what {
+        return crate::dma_bench::run_cmd(d);
+    }
+    if a.peer {
+        return control::serve(a.peer_cpu, a.rt);
+    }
+    if let Some(files) = &a.compare {
+        let [x, y] = files.as_slice() else {
+            return Err("--compare takes two files".into());
+        };
+        return say(&compare::compare(x, y)?);
+    }
+    if let Some(file) = &a.from {
+        let report = report::Report::read_json(file)?;
+        if report.results.is_empty() {
+            return Err(format!("{} holds no results", file.display()));
+        }
+        say(&table::render(&report))?;
+        if let Some(dir) = &a.plot {
+            let files: Vec<String> = plot::write(&report, dir)?.iter().map(|f| f.display().to_string()).collect();
+            say(&format!("plots: {}\n", files.join(", ")))?;
+        }
+        return Ok(());
+    }
+    let paths = match options::parse_paths(a.paths.as_deref())? {
+        PathChoice::List => return say(&options::list_paths()),
+        PathChoice::Run(p) => p,
+    };
+    let duration = match &a.duration {
+        Some(d) => options::parse_duration(d)?,
+        None if a.quick => options::QUICK_DURATION,
+        None => options::DEFAULT_DURATION,
+    };
+    let sizes = options::parse_bench_sizes(a.sizes.as_deref().unwrap_or(if a.quick {
+        options::QUICK_SIZES
+    } else {
+        options::DEFAULT_SIZES
+    }))?;
+    let cpus = match &a.cpu {
+        Some(c) => {
+            let (x, y) = affinity::parse_pair(c)?;
+            if x == y {
+                return Err(format!("--cpu {c}: the two processes need two different CPUs"));
+            }
+            Some((x, y))
+        }
+        None => affinity::default_pair(),
+    };
+    if let Some(dir) = &a.plot {
+        if dir.exists() && !dir.is_dir() {
+            return Err(format!("--plot {}: not a directory", dir.display()));
+        }
+    }
+    let plan = Plan::new(paths, sizes, duration, cpus, a.rt, a.quick);
+    if cpus.is_none() {
+        eprintln!("lanes bench: only one CPU is available; both processes share it, so spinning paths yield");
+    }
+    let extra: Vec<&'static paths::PathDef> = if a.check_floor {
+        floor_check::program()?;
+        paths::find("floor").into_iter().collect()
+    } else {
+        Vec::new()
+    };
+    let est = plan.round_estimate();
+    if !plan.rounds && est > duration + Duration::from_secs(2) {
+        eprintln!(
+            "lanes bench: {} paths x {} sizes need about {:.0} s at the shortest useful slices",
+            plan.paths.len(),
+            plan.sizes.len(),
+            est.as_secs_f64()
+        );
+    }
+    let json = a.json.clone();
+    let mut floor_check = None;
+    let measured = runner::run(
+        &plan,
+        &extra,
+        |m| match &json {
+            Some(p) if p.as_os_str() != "-" => m.report().write_json(p),
+            _ => Ok(()),
+        },
+        |s| {
+            if a.check_floor {
+                eprintln!("lanes bench: checking the floor against lanes-spin-floor (about 5 s)");
+                floor_check = Some(floor_check::run(s)?);
+            }
+            Ok(())
+        },
+    )?;
+    let mut report = measured.report();
+    report.floor_check = floor_check;
+    let to_stdout = a.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let mut text = table::render(&report);
+    if a.hist {
+        text.push_str(&table::render_histograms(&measured));
+    }
+    // With `--json -` the JSON owns standard output and everything else goes to stderr.
+    let tell = |s: &str| -> Result<(), String> {
+        if to_stdout {
+            eprint!("{s}");
+            Ok(())
+        } else {
+            say(s)
+        }
+    };
+    tell(&text)?;
+    if let Some(p) = &a.json {
+        if to_stdout {
+            say(&report.to_json()?)?;
+        } else {
+            report.write_json(p)?;
+            tell(&format!("JSON: {}\n", p.display()))?;
+        }
+    }
+    if let Some(dir) = &a.plot {
+        let files: Vec<String> = plot::write(&report, dir)?.iter().map(|f| f.display().to_string()).collect();
+        tell(&format!("plots: {}\n", files.join(", ")))?;
+    }
+    if report.run.interrupted {
+        return Err("interrupted; the results above cover what was measured".into());
+    }
+    Ok(())
+}

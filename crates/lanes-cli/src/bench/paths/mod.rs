@@ -1,0 +1,205 @@
+//! The paths `lanes bench` measures, and the two traits a path implements.
+//!
+//! A path is one way of moving a message from one process to another: the floor (a raw
+//! shared-memory spin), PIO through the Lanes API, the kernel's TCP loopback and Unix
+//! sockets, and later data interrupts, DMA and accelerated sockets. Each path has a
+//! *client* side, in the `lanes bench` process, that drives and times, and a *peer* side, in
+//! the peer process, that answers. The runner only sees the traits below; adding a path is
+//! one new module plus one entry in [`REGISTRY`].
+//!
+//! Set-up is one exchange over the control channel: the client side makes an *offer* (what
+//! the peer needs to reach it, one line of text), the peer side sets itself up from it and
+//! replies (one line), and the client side completes from the reply.
+
+pub(crate) mod floor;
+pub(crate) mod pio;
+pub(crate) mod shm;
+pub(crate) mod socket;
+
+use crate::bench::wait::Waiter;
+use crate::measure::ticks::TickHistogram;
+
+/// Whether a path is a baseline the others are compared with, or a Lanes path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Group {
+    Baseline,
+    Lanes,
+}
+
+/// Which measurement a slice is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Ping-pong round trips, each timed.
+    Latency,
+    /// One-directional streaming for a time slice.
+    Throughput,
+}
+
+impl Kind {
+    /// The word for it on the control channel.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Kind::Latency => "lat",
+            Kind::Throughput => "tput",
+        }
+    }
+}
+
+/// What both sides know when they set a path up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SetupEnv {
+    /// The largest message of the run, in bytes.
+    pub max_size: usize,
+}
+
+/// What a throughput slice moved, as the client timed it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Streamed {
+    /// Messages the receiver took in full.
+    pub msgs: u64,
+    /// Clock ticks from the first send until the receiver had taken the last message.
+    pub ticks: u64,
+}
+
+/// A path's client side after set-up.
+pub(crate) trait ClientPath {
+    /// Readies shared state for a slice; called before the command goes to the peer (which is
+    /// idle then), so plain stores suffice.
+    fn prepare(&mut self, _kind: Kind, _size: usize) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Round trips of `size`-byte messages until the clock passes `until` (ticks), at least
+    /// one; records each round trip's ticks in `rec`. Ends by telling the peer to stop.
+    fn latency(&mut self, size: usize, until: u64, rec: &mut TickHistogram, wait: &Waiter) -> Result<(), String>;
+
+    /// Streams `size`-byte messages to the peer until the clock passes `until`, at least one,
+    /// then waits until the peer has taken them all.
+    fn throughput(&mut self, size: usize, until: u64, wait: &Waiter) -> Result<Streamed, String>;
+}
+
+/// A path's client side during set-up: its offer made, waiting for the peer's reply.
+pub(crate) trait ClientOffer {
+    /// One line of text for the peer.
+    fn offer(&self) -> String;
+    /// Completes set-up with the peer's one-line reply.
+    fn accept(self: Box<Self>, reply: &str) -> Result<Box<dyn ClientPath>, String>;
+}
+
+/// A path's peer side after set-up.
+pub(crate) trait PeerPath {
+    /// Answers round trips of `size`-byte messages until the client says stop.
+    fn latency(&mut self, size: usize, wait: &Waiter) -> Result<(), String>;
+    /// Receives `size`-byte messages, copying each out, until the client closes the stream;
+    /// returns how many arrived.
+    fn throughput(&mut self, size: usize, wait: &Waiter) -> Result<u64, String>;
+}
+
+type ClientSetup = fn(&SetupEnv) -> Result<Box<dyn ClientOffer>, String>;
+type PeerSetup = fn(&SetupEnv, &str) -> Result<(Box<dyn PeerPath>, String), String>;
+
+/// Whether a path can be measured in this build.
+#[derive(Clone, Copy)]
+pub(crate) enum Status {
+    Available {
+        client: ClientSetup,
+        peer: PeerSetup,
+    },
+    /// Not yet: what it waits for.
+    Pending(&'static str),
+}
+
+/// One entry of the registry.
+#[derive(Debug)]
+pub(crate) struct PathDef {
+    /// The name on the command line, in the JSON and on the plots.
+    pub name: &'static str,
+    pub group: Group,
+    pub about: &'static str,
+    pub status: Status,
+}
+
+impl std::fmt::Debug for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Status::Available { .. } => f.write_str("Available"),
+            Status::Pending(when) => write!(f, "Pending({when:?})"),
+        }
+    }
+}
+
+impl PathDef {
+    pub(crate) fn available(&self) -> bool {
+        matches!(self.status, Status::Available { .. })
+    }
+}
+
+/// Every path, in the order the table, the JSON and the plots list them.
+pub(crate) static REGISTRY: &[PathDef] = &[
+    PathDef {
+        name: "floor",
+        group: Group::Baseline,
+        about: "raw shared-memory spin: the same protocols on a plain shared mapping, no Lanes API",
+        status: Status::Available { client: floor::client, peer: floor::peer },
+    },
+    PathDef {
+        name: "pio",
+        group: Group::Lanes,
+        about: "programmed I/O: CPU stores into the peer's segment through a Lanes Map",
+        status: Status::Available { client: pio::client, peer: pio::peer },
+    },
+    PathDef {
+        name: "data-interrupt",
+        group: Group::Lanes,
+        about: "remote interrupts carrying data (doorbells)",
+        status: Status::Pending("no bench module yet"),
+    },
+    PathDef {
+        name: "dma",
+        group: Group::Lanes,
+        about: "DMA queues writing into the peer's segment",
+        status: Status::Pending("no bench module yet"),
+    },
+    PathDef {
+        name: "sockets",
+        group: Group::Lanes,
+        about: "accelerated TCP sockets (LD_PRELOAD), measured by the same code as tcp",
+        status: Status::Pending("lands with the socket accelerator"),
+    },
+    PathDef {
+        name: "tcp",
+        group: Group::Baseline,
+        about: "kernel TCP over loopback (TCP_NODELAY)",
+        status: Status::Available { client: socket::tcp_client, peer: socket::tcp_peer },
+    },
+    PathDef {
+        name: "unix",
+        group: Group::Baseline,
+        about: "kernel Unix domain stream socket",
+        status: Status::Available { client: socket::unix_client, peer: socket::unix_peer },
+    },
+];
+
+/// The registry entry named `name`.
+pub(crate) fn find(name: &str) -> Option<&'static PathDef> {
+    REGISTRY.iter().find(|p| p.name == name)
+}
+
+/// The message-stamp every throughput message carries in its first 4 bytes: its index.
+#[inline(always)]
+pub(crate) fn stamp(msg: &mut [u8], index: u64) {
+    if let Some(w) = msg.get_mut(..4) {
+        w.copy_from_slice(&(index as u32).to_le_bytes());
+    }
+}
+
+/// Whether `msg` carries the stamp of message `index` (messages under 4 bytes carry none).
+#[inline(always)]
+pub(crate) fn stamped(msg: &[u8], index: u64) -> bool {
+    msg.get(..4).is_none_or(|w| w == (index as u32).to_le_bytes())
+}
+
+/// A payload of `len` bytes with a recognisable pattern.
+pub(crate) fn pattern(len: usize, seed: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(7).wrapping_add(seed)) as u8).collect()
+}

@@ -1,0 +1,128 @@
+//! PIO: the shared-memory protocols of [`super::shm`] through the Lanes API. Each side
+//! exports a segment (the client's holds its message area, the peer's its message area and
+//! the ring) and connects to the other's; every load, store and copy goes through a
+//! bounds-checked [`Map`], local for the side's own segment and remote for the other's.
+
+use std::time::Duration;
+
+use lanes::{Fabric, LocalSegment, Map, MapAccess, RemoteSegment, Timeout};
+
+use crate::bench::paths::shm::{receiver_bytes, sender_bytes, Mem, ShmClient, ShmPeer};
+use crate::bench::paths::{ClientOffer, ClientPath, PeerPath, SetupEnv};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The segment handle a map came from, kept as long as the map.
+enum Hold {
+    Local(#[allow(dead_code)] LocalSegment),
+    Remote(#[allow(dead_code)] RemoteSegment),
+}
+
+/// A whole segment, mapped.
+pub(crate) struct SegmentMem {
+    map: Map,
+    _hold: Hold,
+}
+
+#[cold]
+fn fault(e: lanes::Error) -> String {
+    format!("PIO: {e}")
+}
+
+impl Mem for SegmentMem {
+    #[inline(always)]
+    fn load_u64(&self, off: usize) -> Result<u64, String> {
+        self.map.load_acquire_u64(off).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn store_u64(&self, off: usize, v: u64) -> Result<(), String> {
+        self.map.store_release_u64(off, v).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn load_u32(&self, off: usize) -> Result<u32, String> {
+        self.map.load_acquire_u32(off).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn store_u32(&self, off: usize, v: u32) -> Result<(), String> {
+        self.map.store_release_u32(off, v).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn put(&self, off: usize, src: &[u8]) -> Result<(), String> {
+        self.map.write_bytes(off, src).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn get(&self, off: usize, dst: &mut [u8]) -> Result<(), String> {
+        self.map.read_bytes(off, dst).map_err(fault)
+    }
+}
+
+fn export(fabric: &Fabric, bytes: usize) -> Result<(SegmentMem, u32), String> {
+    let seg = fabric.create_segment_auto_id(bytes as u64).map_err(|e| format!("creating a PIO segment: {e}"))?;
+    seg.prepare().and_then(|_| seg.set_available()).map_err(|e| format!("exporting a PIO segment: {e}"))?;
+    let map = seg.map(0, bytes as u64, MapAccess::ReadWrite).map_err(|e| format!("mapping a PIO segment: {e}"))?;
+    let id = seg.id();
+    Ok((SegmentMem { map, _hold: Hold::Local(seg) }, id))
+}
+
+fn connect(fabric: &Fabric, node: u32, segment: u32, bytes: usize) -> Result<SegmentMem, String> {
+    let remote = fabric
+        .connect_segment(node, segment, Timeout::After(CONNECT_TIMEOUT))
+        .map_err(|e| format!("connecting to segment {segment:#x} of node {node}: {e}"))?;
+    if remote.size() < bytes as u64 {
+        return Err(format!("segment {segment:#x} of node {node} holds {} bytes, {bytes} needed", remote.size()));
+    }
+    let map =
+        remote.map(0, bytes as u64, MapAccess::ReadWrite).map_err(|e| format!("mapping a remote segment: {e}"))?;
+    Ok(SegmentMem { map, _hold: Hold::Remote(remote) })
+}
+
+fn parse_ids(s: &str) -> Result<(u32, u32), String> {
+    let mut it = s.split_whitespace().map(str::parse::<u32>);
+    match (it.next(), it.next()) {
+        (Some(Ok(node)), Some(Ok(seg))) => Ok((node, seg)),
+        _ => Err(format!("expected `node segment`, got {s:?}")),
+    }
+}
+
+fn open() -> Result<Fabric, String> {
+    Fabric::open().map_err(|e| format!("opening the fabric: {e}"))
+}
+
+struct Offer {
+    fabric: Fabric,
+    mine: SegmentMem,
+    id: u32,
+    max: usize,
+}
+
+pub(crate) fn client(env: &SetupEnv) -> Result<Box<dyn ClientOffer>, String> {
+    let fabric = open()?;
+    let (mine, id) = export(&fabric, sender_bytes(env.max_size))?;
+    Ok(Box::new(Offer { fabric, mine, id, max: env.max_size }))
+}
+
+impl ClientOffer for Offer {
+    fn offer(&self) -> String {
+        format!("{} {}", self.fabric.node_id().get(), self.id)
+    }
+
+    fn accept(self: Box<Self>, reply: &str) -> Result<Box<dyn ClientPath>, String> {
+        let (node, seg) = parse_ids(reply)?;
+        let theirs = connect(&self.fabric, node, seg, receiver_bytes(self.max))?;
+        Ok(Box::new(ShmClient::new(self.mine, theirs, self.max)))
+    }
+}
+
+pub(crate) fn peer(env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
+    let (node, seg) = parse_ids(offer)?;
+    let fabric = open()?;
+    let (mine, id) = export(&fabric, receiver_bytes(env.max_size))?;
+    let theirs = connect(&fabric, node, seg, sender_bytes(env.max_size))?;
+    let reply = format!("{} {id}", fabric.node_id().get());
+    Ok((Box::new(ShmPeer::new(mine, theirs, env.max_size)), reply))
+}

@@ -1,0 +1,316 @@
+//! `lanes bench` as a user runs it: a quick run writes valid JSON with every available path
+//! and size and non-empty plots; `--compare`, `--hist`, `--check-floor` and `--rt` work;
+//! bad arguments fail clearly. Every run is bounded in time; nothing asserts on speed
+//! (the machine is two shared cores).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const LANES: &str = env!("CARGO_BIN_EXE_lanes");
+const SPIN_FLOOR: &str = env!("CARGO_BIN_EXE_lanes-spin-floor");
+
+/// A private directory per test (fabric and outputs), removed at the end.
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn new(name: &str) -> Self {
+        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let p = base.join(format!("lanes-bench-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("test dir");
+        TestDir(p)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn lanes(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(LANES);
+        c.arg("bench")
+            .args(args)
+            .env("LANES_DIR", self.path("fabric"))
+            .env("LANES_SPIN_FLOOR", SPIN_FLOOR)
+            .env_remove("LANES_NODE_ID")
+            .env_remove("LANES_CONFIG");
+        c
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Ran {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd` to completion, killing it past `limit`; output is drained while it runs.
+fn run(mut cmd: Command, limit: Duration) -> Ran {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break Some(st);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (out.join().expect("stdout"), err.join().expect("stderr"));
+    let Some(status) = status else {
+        panic!("lanes bench did not finish within {limit:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    };
+    Ran { ok: status.success(), stdout, stderr }
+}
+
+fn must_pass(r: Ran) -> Ran {
+    assert!(r.ok, "lanes bench failed\nstdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    r
+}
+
+/// Available paths, from `--paths list`.
+fn available_paths(d: &TestDir) -> Vec<String> {
+    let r = must_pass(run(d.lanes(&["--paths", "list"]), Duration::from_secs(30)));
+    let names: Vec<String> = r
+        .stdout
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some("available"))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    for expected in ["floor", "pio", "tcp", "unix"] {
+        assert!(names.iter().any(|n| n == expected), "{expected} not listed as available:\n{}", r.stdout);
+    }
+    for pending in ["data-interrupt", "dma", "sockets"] {
+        assert!(r.stdout.contains(pending), "{pending} missing from the list:\n{}", r.stdout);
+    }
+    names
+}
+
+fn positive(v: &Value, what: &str) -> f64 {
+    let x = v.as_f64().unwrap_or_else(|| panic!("{what} is not a number: {v}"));
+    assert!(x.is_finite() && x > 0.0, "{what} = {x}");
+    x
+}
+
+fn check_png(p: &Path) {
+    let b = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    assert!(b.len() > 1000, "{} is tiny", p.display());
+    assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n", "{} is not a PNG", p.display());
+}
+
+fn check_svg(p: &Path) {
+    let s = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    assert!(s.contains("<svg") && s.trim_end().ends_with("</svg>"), "{} is not an SVG", p.display());
+    assert!(s.contains("<polyline") || s.contains("<path"), "{} has no lines", p.display());
+}
+
+#[test]
+fn quick_run_writes_json_with_every_path_and_size_and_plots() {
+    let d = TestDir::new("quick");
+    let paths = available_paths(&d);
+    let json = d.path("a.json");
+    let plots = d.path("plots");
+    let r = must_pass(run(
+        d.lanes(&["--quick", "--json", json.to_str().unwrap(), "--plot", plots.to_str().unwrap()]),
+        Duration::from_secs(240),
+    ));
+    assert!(r.stdout.contains("lat avg") && r.stdout.contains("GB/s"), "no table:\n{}", r.stdout);
+    assert!(r.stdout.contains("latency vs") && r.stdout.contains("throughput vs"), "no ratios:\n{}", r.stdout);
+
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("valid JSON");
+    let m = &v["machine"];
+    assert!(m["cpu_model"].as_str().is_some_and(|s| !s.is_empty()), "{m}");
+    assert!(m["kernel"].as_str().is_some_and(|s| !s.is_empty()), "{m}");
+    assert!(m["date"].as_str().is_some_and(|s| s.ends_with('Z')), "{m}");
+    positive(&m["cores"], "machine.cores");
+    assert!(v["units"]["gbps"].as_str().is_some_and(|s| s.contains("1e9")), "{}", v["units"]);
+    let results = v["results"].as_array().expect("results");
+    let sizes = [4u64, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576];
+    for p in &paths {
+        for s in sizes {
+            let r = results
+                .iter()
+                .find(|r| r["path"] == p.as_str() && r["size"] == s)
+                .unwrap_or_else(|| panic!("no result for {p} at {s}"));
+            let what = format!("{p}@{s}");
+            let l = &r["lat_ns"];
+            let (min, avg, p50, p99, max) = (
+                positive(&l["min"], &format!("{what} min")),
+                positive(&l["avg"], &format!("{what} avg")),
+                positive(&l["p50"], &format!("{what} p50")),
+                positive(&l["p99"], &format!("{what} p99")),
+                positive(&l["max"], &format!("{what} max")),
+            );
+            assert!(min <= avg && avg <= max && min <= p50 && p50 <= p99 && p99 <= max, "{what}: {l}");
+            assert!(l["samples"].as_u64().is_some_and(|n| n >= 1), "{what}: {l}");
+            assert!(l["max_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{what}: {l}");
+            positive(&r["gbps"], &format!("{what} gbps"));
+            positive(&r["msgs_per_s"], &format!("{what} msgs_per_s"));
+            let cpu = positive(&r["cpu_pct"], &format!("{what} cpu_pct"));
+            assert!(cpu < 1000.0, "{what} cpu_pct {cpu}");
+            let gb = r["gbps"].as_f64().unwrap() * 1e9 / s as f64;
+            let rate = r["msgs_per_s"].as_f64().unwrap();
+            assert!((gb - rate).abs() <= rate * 1e-6, "{what}: gbps and msgs_per_s disagree");
+        }
+    }
+    for stem in ["bench-throughput", "bench-latency"] {
+        check_png(&plots.join(format!("{stem}.png")));
+        check_svg(&plots.join(format!("{stem}.svg")));
+    }
+
+    // --from: the table and the plots again, from the file.
+    let replot = d.path("replot");
+    let f = must_pass(run(
+        d.lanes(&["--from", json.to_str().unwrap(), "--plot", replot.to_str().unwrap()]),
+        Duration::from_secs(60),
+    ));
+    assert!(f.stdout.contains("lat avg") && f.stdout.contains("latency vs"), "{}", f.stdout);
+    check_png(&replot.join("bench-latency.png"));
+    check_svg(&replot.join("bench-throughput.svg"));
+
+    // --compare: the run against a copy with PIO latency doubled and TCP throughput halved.
+    let mut b = v.clone();
+    for r in b["results"].as_array_mut().unwrap() {
+        if r["path"] == "pio" {
+            let avg = r["lat_ns"]["avg"].as_f64().unwrap();
+            r["lat_ns"]["avg"] = (avg * 2.0).into();
+        }
+        if r["path"] == "tcp" {
+            let g = r["gbps"].as_f64().unwrap();
+            r["gbps"] = (g / 2.0).into();
+        }
+    }
+    let bpath = d.path("b.json");
+    std::fs::write(&bpath, serde_json::to_string(&b).unwrap()).unwrap();
+    let c = must_pass(run(
+        d.lanes(&["--compare", json.to_str().unwrap(), bpath.to_str().unwrap()]),
+        Duration::from_secs(30),
+    ));
+    let pio_line = c.stdout.lines().find(|l| l.contains(" pio ")).expect("a pio row");
+    assert!(pio_line.contains("2.00x") && pio_line.contains("worse"), "{}", c.stdout);
+    let tcp_line = c.stdout.lines().find(|l| l.contains(" tcp ")).expect("a tcp row");
+    assert!(tcp_line.contains("0.50x") && tcp_line.contains("worse"), "{}", c.stdout);
+    assert!(c.stdout.contains(&format!("{} path-size pairs compared", paths.len() * sizes.len())), "{}", c.stdout);
+}
+
+#[test]
+fn short_run_prints_histograms_and_checks_the_floor() {
+    let d = TestDir::new("short");
+    let r = must_pass(run(
+        d.lanes(&[
+            "--paths",
+            "floor,tcp",
+            "--sizes",
+            "8,64",
+            "--duration",
+            "2s",
+            "--hist",
+            "--check-floor",
+            "--json",
+            "-",
+        ]),
+        Duration::from_secs(120),
+    ));
+    // JSON on stdout, the table and the rest on stderr.
+    let v: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
+    assert_eq!(v["results"].as_array().unwrap().len(), 4);
+    let f = &v["floor_check"];
+    positive(&f["ratio"], "floor_check.ratio");
+    positive(&f["floor_ns"], "floor_check.floor_ns");
+    positive(&f["independent_ns"], "floor_check.independent_ns");
+    assert!(r.stderr.contains("floor vs independent spin: "), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("floor latency histograms") && r.stderr.contains("tcp latency histograms"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("best ") && r.stderr.contains("worst ") && r.stderr.contains("p99.9"), "{}", r.stderr);
+}
+
+#[test]
+fn rt_mode_runs_and_says_what_it_got() {
+    let d = TestDir::new("rt");
+    let json = d.path("rt.json");
+    let r = must_pass(run(
+        d.lanes(&["--rt", "--paths", "pio", "--sizes", "64", "--duration", "1s", "--json", json.to_str().unwrap()]),
+        Duration::from_secs(120),
+    ));
+    assert!(r.stderr.contains("real-time mode"), "{}", r.stderr);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["run"]["rt"], true);
+    for side in ["rt_client", "rt_peer"] {
+        assert!(v["run"][side]["sched_fifo"].is_boolean(), "{side}: {}", v["run"]);
+        assert!(v["run"][side]["mlockall"].is_boolean(), "{side}: {}", v["run"]);
+    }
+}
+
+#[test]
+fn bad_arguments_fail_clearly() {
+    let d = TestDir::new("bad");
+    let notjson = d.path("not.json");
+    std::fs::write(&notjson, "hello").unwrap();
+    let missing = d.path("missing.json");
+    let (nj, mi) = (notjson.to_str().unwrap(), missing.to_str().unwrap());
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--paths", "bogus"], "unknown path \"bogus\""),
+        (vec!["--paths", "pio,dma"], "path dma is not available yet"),
+        (vec!["--paths", ","], "names no path"),
+        (vec!["--sizes", "6"], "bad message size 6"),
+        (vec!["--sizes", "abc"], "bad size"),
+        (vec!["--sizes", "128M"], "bad message size"),
+        (vec!["--duration", "10x"], "bad duration"),
+        (vec!["--duration", "0s"], "too short"),
+        (vec!["--cpu", "0,0"], "two different CPUs"),
+        (vec!["--cpu", "x"], "--cpu wants two CPUs"),
+        (vec!["--compare", mi, mi], "reading"),
+        (vec!["--compare", nj, nj], "is not a `lanes bench --json` file"),
+        (vec!["--compare", nj], "2 values required"),
+        (vec!["--compare", nj, nj, "--quick"], "cannot be used with"),
+        (vec!["--from", mi], "reading"),
+        (vec!["--from", nj, "--sizes", "8"], "cannot be used with"),
+    ];
+    for (args, expect) in cases {
+        let r = run(d.lanes(&args), Duration::from_secs(30));
+        assert!(!r.ok, "{args:?} succeeded:\n{}", r.stdout);
+        assert!(r.stderr.contains(expect), "{args:?}: expected {expect:?} in:\n{}", r.stderr);
+    }
+}
+
+#[test]
+fn compare_refuses_runs_with_nothing_in_common() {
+    let d = TestDir::new("disjoint");
+    let result = |path: &str| {
+        serde_json::json!({"format": "lanes-bench/1", "results": [{"path": path, "size": 8,
+            "lat_ns": {"avg": 100.0, "p99": 120.0}, "gbps": 1.0, "msgs_per_s": 1.25e8, "cpu_pct": 200.0}]})
+    };
+    let (a, b) = (d.path("a.json"), d.path("b.json"));
+    std::fs::write(&a, result("floor").to_string()).unwrap();
+    std::fs::write(&b, result("tcp").to_string()).unwrap();
+    let r = run(d.lanes(&["--compare", a.to_str().unwrap(), b.to_str().unwrap()]), Duration::from_secs(30));
+    assert!(!r.ok && r.stderr.contains("no path and size in common"), "{}", r.stderr);
+    let empty = d.path("empty.json");
+    std::fs::write(&empty, r#"{"results": []}"#).unwrap();
+    let r = run(d.lanes(&["--compare", a.to_str().unwrap(), empty.to_str().unwrap()]), Duration::from_secs(30));
+    assert!(!r.ok && r.stderr.contains("holds no results"), "{}", r.stderr);
+}

@@ -1,0 +1,486 @@
+//! The SISCI SDK as a C developer uses it: `lanes sdk install` into a private prefix, the
+//! example programs of examples/c built with plain `cc -Wall -Wextra -Werror` against it,
+//! run as separate node processes (LANES_NODE_ID, a private LANES_DIR) with their output
+//! checked; a program that dlopens libsisci.so; and a program that walks the error paths.
+//! Every wait is bounded and every child is killed when a test ends.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const LANES: &str = env!("CARGO_BIN_EXE_lanes");
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A private directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("lanes-sdk-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn show(what: &str, out: &Output) -> String {
+    format!("{what}: {}\nstdout:\n{}\nstderr:\n{}", out.status, text(&out.stdout), text(&out.stderr))
+}
+
+/// Kills and reaps a child on drop.
+struct Reaped(Option<Child>);
+
+impl Reaped {
+    fn wait(mut self, limit: Duration) -> Output {
+        let mut child = self.0.take().expect("child");
+        let start = Instant::now();
+        loop {
+            if child.try_wait().expect("try_wait").is_some() {
+                return child.wait_with_output().expect("output");
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("output");
+                panic!("{}", show(&format!("still running after {limit:?}"), &out));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+        }
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// An SDK installed into a private prefix, programs built against it, and a private fabric.
+struct Sdk {
+    dir: TempDir,
+}
+
+impl Sdk {
+    fn install(name: &str) -> Sdk {
+        let dir = TempDir::new(name);
+        let out = Command::new(LANES)
+            .args(["sdk", "install", "--no-ldconfig", "--prefix"])
+            .arg(dir.0.join("sdk"))
+            .output()
+            .expect("run lanes sdk install");
+        assert!(out.status.success(), "{}", show("lanes sdk install", &out));
+        std::fs::create_dir_all(dir.0.join("bin")).expect("bin dir");
+        Sdk { dir }
+    }
+
+    fn prefix(&self) -> PathBuf {
+        self.dir.0.join("sdk")
+    }
+
+    fn fabric(&self) -> PathBuf {
+        self.dir.0.join("fabric")
+    }
+
+    /// Builds `src` with plain cc, warnings as errors, against the installed SDK.
+    fn cc(&self, src: &Path, name: &str, extra: &[&str]) -> PathBuf {
+        let p = self.prefix();
+        let bin = self.dir.0.join("bin").join(name);
+        let out = Command::new("cc")
+            .args(["-Wall", "-Wextra", "-Werror", "-O2", "-D_REENTRANT", "-pthread"])
+            .arg(format!("-I{}", p.join("include").display()))
+            .arg(format!("-I{}", p.join("include/dis").display()))
+            .arg(src)
+            .arg(format!("-L{}", p.join("lib64").display()))
+            .arg("-lsisci")
+            .arg(format!("-Wl,-rpath,{}", p.join("lib64").display()))
+            .args(extra)
+            .arg("-o")
+            .arg(&bin)
+            .output()
+            .expect("run cc (scripts/test.sh installs gcc)");
+        assert!(out.status.success(), "{}", show(&format!("cc {}", src.display()), &out));
+        bin
+    }
+
+    fn example(&self, name: &str) -> PathBuf {
+        self.cc(&repo().join("examples/c").join(format!("{name}.c")), name, &[])
+    }
+
+    /// A program of this test suite (tests/sdk/NAME.c).
+    fn test_program(&self, name: &str, extra: &[&str]) -> PathBuf {
+        self.cc(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk").join(format!("{name}.c")), name, extra)
+    }
+
+    fn node(&self, prog: &Path, node: u32, args: &[&str]) -> Command {
+        let mut c = Command::new(prog);
+        c.args(args)
+            .env("LANES_NODE_ID", node.to_string())
+            .env("LANES_DIR", self.fabric())
+            .env_remove("LANES_CONFIG")
+            .env_remove("LD_LIBRARY_PATH");
+        c
+    }
+
+    fn start(&self, prog: &Path, node: u32, args: &[&str]) -> Reaped {
+        let child = self
+            .node(prog, node, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a node process");
+        Reaped(Some(child))
+    }
+
+    fn run(&self, prog: &Path, node: u32, args: &[&str]) -> Output {
+        self.start(prog, node, args).wait(LIMIT)
+    }
+
+    /// Runs a server on node 8 and a client on node 4; both must succeed.
+    fn pair(&self, prog: &Path, server: &[&str], client: &[&str]) -> (String, String) {
+        let s = self.start(prog, 8, server);
+        let c = self.run(prog, 4, client);
+        let s = s.wait(LIMIT);
+        assert!(c.status.success(), "{}\n{}", show("client", &c), show("server", &s));
+        assert!(s.status.success(), "{}\n{}", show("server", &s), show("client", &c));
+        (text(&s.stdout) + &text(&s.stderr), text(&c.stdout))
+    }
+}
+
+const EXAMPLES: &[&str] = &["pingpong", "scibench", "interrupts", "dataintr", "query", "dma_bench"];
+
+/// Numbers of a table row: the whitespace-separated fields that parse as numbers.
+fn numbers(line: &str) -> Vec<f64> {
+    line.split_whitespace().filter_map(|w| w.parse::<f64>().ok()).collect()
+}
+
+/// The row of a table whose first field is `first`.
+fn row<'a>(out: &'a str, first: &str) -> Option<&'a str> {
+    out.lines().find(|l| l.split_whitespace().next() == Some(first))
+}
+
+#[test]
+fn install_writes_the_layout_and_uninstall_removes_exactly_it() {
+    let dir = TempDir::new("layout");
+    let prefix = dir.0.join("opt/DIS");
+    let out = Command::new(LANES)
+        .args(["sdk", "install", "--no-ldconfig", "--prefix"])
+        .arg(&prefix)
+        .output()
+        .expect("lanes sdk install");
+    assert!(out.status.success(), "{}", show("install", &out));
+    for f in [
+        "include/sisci_api.h",
+        "include/sisci_types.h",
+        "include/sisci_error.h",
+        "include/dis_types.h",
+        "include/dis/dis_types.h",
+        "lib64/libsisci.so",
+        "lib64/pkgconfig/sisci.pc",
+    ] {
+        assert!(prefix.join(f).is_file(), "{f} missing");
+    }
+    let pc = std::fs::read_to_string(prefix.join("lib64/pkgconfig/sisci.pc")).expect("sisci.pc");
+    assert!(pc.contains(&format!("prefix={}", prefix.display())), "{pc}");
+    assert!(pc.contains("-lsisci") && pc.contains("${includedir}/dis"), "{pc}");
+    if Command::new("pkg-config").arg("--version").output().is_ok() {
+        let out = Command::new("pkg-config")
+            .args(["--cflags", "--libs", "sisci"])
+            .env("PKG_CONFIG_PATH", prefix.join("lib64/pkgconfig"))
+            .output()
+            .expect("pkg-config");
+        assert!(out.status.success(), "{}", show("pkg-config", &out));
+        assert!(text(&out.stdout).contains(&format!("-I{}/include/dis", prefix.display())));
+    }
+    // Something of the user's own under the prefix survives the uninstall.
+    std::fs::write(prefix.join("include/mine.h"), "/* mine */\n").expect("write");
+    let out = Command::new(LANES)
+        .args(["sdk", "uninstall", "--no-ldconfig", "--prefix"])
+        .arg(&prefix)
+        .output()
+        .expect("uninstall");
+    assert!(out.status.success(), "{}", show("uninstall", &out));
+    assert!(prefix.join("include/mine.h").is_file(), "uninstall removed a file it did not write");
+    assert!(!prefix.join("lib64").exists(), "lib64 left behind");
+    assert!(!prefix.join("include/dis").exists(), "include/dis left behind");
+    std::fs::remove_file(prefix.join("include/mine.h")).expect("rm");
+    let out = Command::new(LANES).args(["sdk", "uninstall", "--prefix"]).arg(&prefix).output().expect("uninstall");
+    assert!(!out.status.success(), "a second uninstall must say there is nothing to remove");
+    assert!(text(&out.stderr).contains("no SDK installed"), "{}", show("uninstall", &out));
+}
+
+#[test]
+fn every_function_is_exported_under_its_name_and_both_vendor_aliases() {
+    let sdk = Sdk::install("exports");
+    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(sdk.prefix().join("lib64/libsisci.so")).output();
+    let out = out.expect("nm (binutils, installed with gcc)");
+    assert!(out.status.success(), "{}", show("nm", &out));
+    let symbols = text(&out.stdout);
+    let exported: std::collections::HashSet<&str> =
+        symbols.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
+    let header = std::fs::read_to_string(sdk.prefix().join("include/sisci_api.h")).expect("header");
+    let mut missing = Vec::new();
+    for f in sisci::FUNCTIONS {
+        for name in [f.to_string(), format!("_SISCI_PUBLIC_FUNC_ST_{f}"), format!("_SISCI_PUBLIC_FUNC_MT_{f}")] {
+            if !exported.contains(name.as_str()) {
+                missing.push(name);
+            }
+        }
+        let declared = [' ', '*'].iter().any(|c| header.contains(&format!("{c}{f}(")));
+        assert!(declared, "sisci_api.h does not declare {f}");
+    }
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+    // The reference's functions, all of them.
+    for f in [
+        "SCIInitialize",
+        "SCITerminate",
+        "SCIOpen",
+        "SCIClose",
+        "SCIGetErrorString",
+        "SCIGetLocalNodeId",
+        "SCIProbeNode",
+        "SCIQuery",
+        "SCIGetNodeIdByAdapterName",
+        "SCICreateSegment",
+        "SCIPrepareSegment",
+        "SCISetSegmentAvailable",
+        "SCISetSegmentUnavailable",
+        "SCIRemoveSegment",
+        "SCIGetLocalSegmentSize",
+        "SCIGetLocalSegmentId",
+        "SCIWaitForLocalSegmentEvent",
+        "SCIRegisterSegmentMemory",
+        "SCIAttachPhysicalMemory",
+        "SCIAttachLocalSegment",
+        "SCIShareSegment",
+        "SCIConnectSegment",
+        "SCIDisconnectSegment",
+        "SCIGetRemoteSegmentSize",
+        "SCIGetRemoteSegmentId",
+        "SCIGetRemoteSegmentNodeId",
+        "SCIWaitForRemoteSegmentEvent",
+        "SCIMapRemoteSegment",
+        "SCIMapLocalSegment",
+        "SCIUnmapSegment",
+        "SCIGetMapPointer",
+        "SCICreateMapSequence",
+        "SCIRemoveSequence",
+        "SCIStartSequence",
+        "SCICheckSequence",
+        "SCIStoreBarrier",
+        "SCIFlush",
+        "SCIMemCpy",
+        "SCIMemWrite",
+        "SCICacheSync",
+        "SCICreateDMAQueue",
+        "SCIRemoveDMAQueue",
+        "SCIAbortDMAQueue",
+        "SCIDMAQueueState",
+        "SCIWaitForDMAQueue",
+        "SCIStartDmaTransfer",
+        "SCIStartDmaTransferVec",
+        "SCIStartDmaTransferMem",
+        "SCIRequestDMAChannel",
+        "SCIAssignDMAChannel",
+        "SCIReturnDMAChannel",
+        "SCICreateInterrupt",
+        "SCIRemoveInterrupt",
+        "SCIWaitForInterrupt",
+        "SCIConnectInterrupt",
+        "SCIDisconnectInterrupt",
+        "SCITriggerInterrupt",
+        "SCICreateDataInterrupt",
+        "SCIRemoveDataInterrupt",
+        "SCIWaitForDataInterrupt",
+        "SCIConnectDataInterrupt",
+        "SCIDisconnectDataInterrupt",
+        "SCITriggerDataInterrupt",
+    ] {
+        assert!(sisci::FUNCTIONS.contains(&f), "{f} is not implemented");
+    }
+}
+
+#[test]
+fn examples_build_warning_free_with_cc_and_with_their_makefile() {
+    let sdk = Sdk::install("build");
+    for name in EXAMPLES {
+        let bin = sdk.example(name);
+        let out = sdk.run(&bin, 4, &["-h"]);
+        assert!(out.status.success(), "{}", show(&format!("{name} -h"), &out));
+        assert!(text(&out.stdout).contains("Usage"), "{name} -h printed no usage");
+        let out = sdk.run(&bin, 4, &["-no-such-option"]);
+        assert_eq!(out.status.code(), Some(1), "{}", show(&format!("{name} -no-such-option"), &out));
+    }
+    if Command::new("make").arg("--version").output().is_ok() {
+        let out_dir = sdk.dir.0.join("make-out");
+        std::fs::create_dir_all(&out_dir).expect("dir");
+        let out = Command::new("make")
+            .arg("-C")
+            .arg(repo().join("examples/c"))
+            .arg(format!("PREFIX={}", sdk.prefix().display()))
+            .arg(format!("OUT={}", out_dir.display()))
+            .arg("RPATH=1")
+            .output()
+            .expect("make");
+        assert!(out.status.success(), "{}", show("make", &out));
+        for name in EXAMPLES {
+            assert!(out_dir.join(name).is_file(), "make did not build {name}");
+        }
+    }
+}
+
+#[test]
+fn pingpong_measures_round_trips_between_two_node_processes() {
+    let sdk = Sdk::install("pingpong");
+    let pp = sdk.example("pingpong");
+    let (server, client) = sdk.pair(
+        &pp,
+        &["-server"],
+        &["-client", "-rn", "8", "-sizes", "4,64,1K,8K", "-iter", "2000", "-warmup", "200"],
+    );
+    assert!(server.contains("client node 4 connected"), "{server}");
+    assert!(client.contains("node 4 <-> node 8"), "{client}");
+    for size in ["4", "64", "1024", "8192"] {
+        let r = row(&client, size).unwrap_or_else(|| panic!("no row for size {size}:\n{client}"));
+        let n = numbers(r);
+        assert_eq!(n.len(), 7, "{r}");
+        let (rtt, one_way, min, max) = (n[1], n[2], n[3], n[6]);
+        assert!(rtt > 0.0 && (one_way - rtt / 2.0).abs() < 1e-3 * rtt.max(1.0), "{r}");
+        assert!(min > 0.0 && min <= one_way && one_way <= max, "{r}");
+    }
+}
+
+#[test]
+fn pingpong_client_notices_a_dead_server() {
+    let sdk = Sdk::install("pingpong-dead");
+    let pp = sdk.example("pingpong");
+    let mut server = sdk.start(&pp, 8, &["-server"]);
+    let client = sdk.start(&pp, 4, &["-client", "-rn", "8", "-sizes", "8", "-iter", "2000000000", "-warmup", "0"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    server.kill();
+    let out = client.wait(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(3), "{}", show("client", &out));
+    assert!(text(&out.stderr).contains("gone"), "{}", show("client", &out));
+}
+
+#[test]
+fn scibench_sweeps_sizes_and_the_server_verifies_the_data() {
+    let sdk = Sdk::install("scibench");
+    let sb = sdk.example("scibench");
+    for extra in [&[][..], &["-pio"][..]] {
+        let mut args = vec!["-client", "-rn", "8", "-max", "64K", "-loops", "200"];
+        args.extend_from_slice(extra);
+        let (server, client) = sdk.pair(&sb, &["-server", "-size", "64K"], &args);
+        assert!(server.contains("verified 65536 bytes"), "{server}");
+        for size in ["4", "1024", "65536"] {
+            let r = row(&client, size).unwrap_or_else(|| panic!("no row for {size}:\n{client}"));
+            let n = numbers(r);
+            assert!(n.len() == 4 && n[2] > 0.0 && n[3] > 0.0, "{r}");
+        }
+    }
+}
+
+#[test]
+fn interrupts_ping_pong_with_waits_and_with_callbacks() {
+    let sdk = Sdk::install("interrupts");
+    let it = sdk.example("interrupts");
+    for server_mode in [&[][..], &["-callback"][..]] {
+        let mut args = vec!["-server", "-rn", "4"];
+        args.extend_from_slice(server_mode);
+        let (server, client) = sdk.pair(&it, &args, &["-client", "-rn", "8", "-iter", "500"]);
+        assert!(server.contains("answered 500 interrupts"), "{server}");
+        let line = client.lines().find(|l| l.starts_with("interrupt latency")).expect(&client);
+        assert!(line.contains("avg") && numbers(&line.replace(',', " ")).len() >= 3, "{line}");
+    }
+}
+
+#[test]
+fn data_interrupts_ping_pong_and_every_message_arrives_intact() {
+    let sdk = Sdk::install("dataintr");
+    let di = sdk.example("dataintr");
+    for server_mode in [&[][..], &["-callback"][..]] {
+        let mut args = vec!["-server", "-rn", "4"];
+        args.extend_from_slice(server_mode);
+        let (server, client) = sdk.pair(&di, &args, &["-client", "-rn", "8", "-iter", "200", "-sizes", "8,100,4096"]);
+        assert!(server.contains("echoed 600 messages"), "{server}");
+        for size in ["8", "100", "4096"] {
+            let r = row(&client, size).unwrap_or_else(|| panic!("no row for {size}:\n{client}"));
+            assert_eq!(numbers(r).len(), 5, "{r}");
+        }
+    }
+}
+
+#[test]
+fn query_reports_the_node_the_adapter_and_probes() {
+    let sdk = Sdk::install("query");
+    let q = sdk.example("query");
+    let out = sdk.run(&q, 12, &["-probe", "12,16", "-host", "localhost"]);
+    let s = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "node 16 is absent: {}", show("query", &out));
+    assert!(s.contains("local node id (adapter 0): 12"), "{s}");
+    assert!(s.contains("node id                      12"), "{s}");
+    assert!(s.contains("probe node 12: reachable"), "{s}");
+    assert!(s.contains("probe node 16: not reachable"), "{s}");
+    assert!(s.contains("host localhost: node 12"), "{s}");
+    assert!(s.contains("adapter    available"), "{s}");
+    assert!(s.contains("DMA MTU"), "{s}");
+}
+
+#[test]
+fn dma_bench_writes_reads_vectors_and_memory() {
+    let sdk = Sdk::install("dma");
+    let db = sdk.example("dma_bench");
+    for extra in [&[][..], &["-vec", "8", "-callback"][..], &["-read"][..], &["-mem", "-read", "-vec", "4"][..]] {
+        let mut args = vec!["-client", "-rn", "8", "-max", "64K", "-loops", "20"];
+        args.extend_from_slice(extra);
+        let (server, client) = sdk.pair(&db, &["-server", "-size", "1M"], &args);
+        assert!(server.contains("verified 1048576 bytes written by DMA"), "{extra:?}: {server}");
+        assert!(row(&client, "64").is_some_and(|r| numbers(r).len() == 4), "{extra:?}: {client}");
+        if extra.contains(&"-read") {
+            assert!(client.contains("read by DMA"), "{extra:?}: {client}");
+        }
+    }
+}
+
+#[test]
+fn a_program_that_dlopens_libsisci_resolves_the_vendor_names() {
+    let sdk = Sdk::install("dlopen");
+    let prog = sdk.test_program("dlopen", &["-ldl"]);
+    let lib = sdk.prefix().join("lib64/libsisci.so");
+    let out = sdk.run(&prog, 4, &[lib.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", show("dlopen", &out));
+    assert!(text(&out.stdout).contains("ok: opened through _SISCI_PUBLIC_FUNC_ST_SCIOpen as node 4"));
+}
+
+#[test]
+fn error_paths_return_the_documented_codes_and_nothing_crashes() {
+    let sdk = Sdk::install("errors");
+    let prog = sdk.test_program("errors", &[]);
+    let out = sdk.run(&prog, 4, &[]);
+    let s = text(&out.stdout);
+    let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(out.status.success() && failed.is_empty(), "{failed:#?}\n{}", show("errors", &out));
+    assert!(s.lines().filter(|l| l.starts_with("ok ")).count() > 150, "{s}");
+    assert!(s.contains("0 failures"), "{s}");
+}
