@@ -218,7 +218,11 @@ fn pingpong_cmd(a: PingpongArgs) -> Result<(), String> {
 }
 
 /// Prints the table, and the JSON to a file or (`-`) to standard output instead.
-pub(crate) fn emit<R: serde::Serialize>(report: &R, json: Option<&std::path::Path>, table: impl FnOnce()) -> Result<(), String> {
+pub(crate) fn emit<R: serde::Serialize>(
+    report: &R,
+    json: Option<&std::path::Path>,
+    table: impl FnOnce(),
+) -> Result<(), String> {
     match json {
         Some(p) if p.as_os_str() == "-" => {
             println!("{}", serde_json::to_string_pretty(report).map_err(|e| e.to_string())?);

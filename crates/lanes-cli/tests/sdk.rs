@@ -168,7 +168,7 @@ impl Sdk {
     }
 }
 
-const EXAMPLES: &[&str] = &["pingpong", "scibench", "interrupts", "dataintr", "query", "dma_bench"];
+const EXAMPLES: &[&str] = &["pingpong", "scibench", "interrupts", "dataintr", "query", "dma_bench", "reflective"];
 
 /// Numbers of a table row: the whitespace-separated fields that parse as numbers.
 fn numbers(line: &str) -> Vec<f64> {
@@ -482,5 +482,106 @@ fn error_paths_return_the_documented_codes_and_nothing_crashes() {
     let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
     assert!(out.status.success() && failed.is_empty(), "{failed:#?}\n{}", show("errors", &out));
     assert!(s.lines().filter(|l| l.starts_with("ok ")).count() > 150, "{s}");
+    assert!(s.contains("0 failures"), "{s}");
+}
+
+/// Waits up to `limit` for `file` to contain `what`; false if it never did.
+fn await_text(file: &Path, what: &str, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if std::fs::read_to_string(file).is_ok_and(|s| s.contains(what)) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn reflective_writer_measures_round_trips_until_both_receivers_acknowledged() {
+    let sdk = Sdk::install("reflective");
+    let rf = sdk.example("reflective");
+    let server = sdk.start(
+        &rf,
+        8,
+        &["-server", "-group", "0x5246", "-size", "2", "-iter", "2000", "-warmup", "200", "-timeout", "60"],
+    );
+    let clients: Vec<Reaped> =
+        [4, 12].iter().map(|&n| sdk.start(&rf, n, &["-client", "-group", "0x5246", "-timeout", "60"])).collect();
+    let s = server.wait(LIMIT);
+    let c: Vec<Output> = clients.into_iter().map(|c| c.wait(LIMIT)).collect();
+    let all = format!("{}\n{}\n{}", show("server", &s), show("client 4", &c[0]), show("client 12", &c[1]));
+    assert!(s.status.success() && c.iter().all(|c| c.status.success()), "{all}");
+    let out = text(&s.stdout);
+    let head = out.lines().next().unwrap_or("");
+    assert!(head.contains("group 21062, writer node 8, 2 receivers (nodes"), "{all}");
+    assert!(head.contains(" 4") && head.contains(" 12") && head.contains("2000 rounds after 200 warm-up"), "{all}");
+    let stats = |prefix: &str| -> Vec<f64> {
+        let line = out.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} line: {all}"));
+        let n = numbers(&line[prefix.len()..].replace(',', " "));
+        assert_eq!(n.len(), 4, "avg, min, median, max: {line}");
+        let (avg, min, med, max) = (n[0], n[1], n[2], n[3]);
+        assert!(min > 0.0 && min <= med && med <= max && min <= avg && avg <= max, "{line}");
+        n
+    };
+    let rtt = stats("round trip (all 2 acknowledged):");
+    let one_way = stats("one-way latency (round trip / 2):");
+    for (r, o) in rtt.iter().zip(&one_way) {
+        assert!((o - r / 2.0).abs() <= 0.002 + 1e-6 * r, "one-way is half the round trip: {rtt:?} {one_way:?}");
+    }
+    assert!(out.contains("bytes written to the group by one SCI_FLAG_BROADCAST transfer"), "{all}");
+    assert!(out.contains("verified by 2 receivers"), "{all}");
+    for (node, c) in [(4, &c[0]), (12, &c[1])] {
+        let o = text(&c.stdout);
+        assert!(o.contains(&format!("node {node}, receiver ")), "{all}");
+        assert!(o.contains("of group 21062: acknowledged 2200 rounds; DMA payload of 57344 bytes verified"), "{all}");
+    }
+}
+
+#[test]
+fn reflective_receivers_hear_that_their_writer_died() {
+    let sdk = Sdk::install("reflective-dead");
+    let rf = sdk.example("reflective");
+    let log = sdk.dir.0.join("server.err");
+    let file = std::fs::File::create(&log).expect("log file");
+    let child = sdk
+        .node(&rf, 8, &["-server", "-group", "77", "-size", "2", "-iter", "10000000", "-warmup", "0"])
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("start the writer");
+    let mut server = Reaped(Some(child));
+    let clients: Vec<Reaped> =
+        [4, 12].iter().map(|&n| sdk.start(&rf, n, &["-client", "-group", "77", "-timeout", "30"])).collect();
+    let joined = await_text(&log, "receiver 2: node", Duration::from_secs(60));
+    assert!(joined, "the receivers did not join: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    std::thread::sleep(Duration::from_millis(300));
+    server.kill();
+    for c in clients {
+        let out = c.wait(Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(3), "{}", show("client", &out));
+        assert!(text(&out.stderr).contains("group 77 is gone (SCI_CB_LOST)"), "{}", show("client", &out));
+    }
+}
+
+#[test]
+fn reflective_memory_calls_and_their_error_paths() {
+    let sdk = Sdk::install("reflective-errors");
+    let prog = sdk.test_program("reflective", &[]);
+    let out = sdk.run(&prog, 4, &[]);
+    let s = text(&out.stdout);
+    let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(out.status.success() && failed.is_empty(), "{failed:#?}\n{}", show("reflective", &out));
+    assert!(s.lines().filter(|l| l.starts_with("ok ")).count() > 80, "{s}");
+    for check in [
+        "ok a fifth group is refused: SCI_ERR_NOSPC",
+        "ok node 252 without SCI_FLAG_BROADCAST: SCI_ERR_ILLEGAL_NODEID",
+        "ok SCI_FLAG_BROADCAST with a node id: SCI_ERR_ILLEGAL_NODEID",
+        "ok a second group with the same id",
+        "ok SCIStartDmaTransfer(SCI_FLAG_DMA_GLOBAL | SCI_FLAG_BROADCAST)",
+        "ok the group's loss is SCI_CB_LOST",
+    ] {
+        assert!(s.lines().any(|l| l == check), "missing {check:?}:\n{s}");
+    }
     assert!(s.contains("0 failures"), "{s}");
 }

@@ -591,8 +591,8 @@ fn interrupt_numbers_in_use_dead_owners_replaced_status_and_cleanup() {
     let i = listed(&dir, "interrupt", 8, 42).expect("a dead owner's interrupt is still listed");
     assert!(!i.alive, "{i:?}");
     assert!(!listed(&dir, "data-interrupt", 8, 43).expect("listed").alive);
-    peer.err_is("itrig r 1", "InterruptLost");
-    peer.err_is("dsend rd 1 0 1 1000", "InterruptLost");
+    peer.eventually_err_is("itrig r 1", "InterruptLost");
+    peer.eventually_err_is("dsend rd 1 0 1 1000", "InterruptLost");
     peer.err_is("iconnect r2 8 42 imm", "NoSuchInterrupt");
 
     // A new process re-creates number 42 over the stale object; peers reach the new one.

@@ -345,6 +345,10 @@ pub(crate) fn run(
                         m.interrupted = true;
                         break 'rounds;
                     }
+                    if def.max_size.is_some_and(|max| size > max) {
+                        done += 1;
+                        continue;
+                    }
                     let fraction = if plan.rounds {
                         started.elapsed().as_secs_f64() / plan.duration.as_secs_f64()
                     } else {

@@ -301,8 +301,8 @@ int main(void)
     check("SCICreateSegment: size 0", err, SCI_ERR_ILLEGAL_PARAMETER);
     SCICreateSegment(sd, &seg2, 0x101, 4096, NULL, NULL, 0x4000000, &err);
     check("SCICreateSegment: unknown flag", err, SCI_ERR_ILLEGAL_FLAG);
-    SCICreateSegment(sd, &seg2, 0x101, 4096, NULL, NULL, SCI_FLAG_BROADCAST, &err);
-    check("SCICreateSegment: SCI_FLAG_BROADCAST", err, SCI_ERR_NOT_SUPPORTED);
+    SCICreateSegment(sd, &seg2, 0x101, 4096, NULL, NULL, SCI_FLAG_BROADCAST | SCI_FLAG_EMPTY, &err);
+    check("SCICreateSegment: SCI_FLAG_BROADCAST | SCI_FLAG_EMPTY", err, SCI_ERR_ILLEGAL_FLAG);
     SCICreateSegment(sd, NULL, 0x101, 4096, NULL, NULL, NO_FLAGS, &err);
     check("SCICreateSegment(NULL handle)", err, SCI_ERR_ILLEGAL_PARAMETER);
     SCICreateSegment(sd, &seg2, 0, 4096, NULL, NULL, SCI_FLAG_AUTO_ID, &err);
@@ -340,7 +340,7 @@ int main(void)
     SCIConnectSegment(sd, &rseg, 64, 0x100, 0, NULL, NULL, 0, NO_FLAGS, &err);
     check("SCIConnectSegment: absent node 64", err, SCI_ERR_NO_SUCH_NODEID);
     SCIConnectSegment(sd, &rseg, DIS_BROADCAST_NODEID_GROUP_ALL, 0x100, 0, NULL, NULL, 0, NO_FLAGS, &err);
-    check("SCIConnectSegment: broadcast group", err, SCI_ERR_NOT_SUPPORTED);
+    check("SCIConnectSegment: node 252 without SCI_FLAG_BROADCAST", err, SCI_ERR_ILLEGAL_NODEID);
     SCIConnectSegment(sd, &rseg, me, 0x100, 0, NULL, NULL, SCI_INFINITE_TIMEOUT, NO_FLAGS, &err);
     check("SCIConnectSegment", err, SCI_ERR_OK);
     truth("SCIGetRemoteSegmentSize", SCIGetRemoteSegmentSize(rseg) == 8192);
@@ -668,7 +668,7 @@ int main(void)
         SCIStartDmaTransfer(dq, a, rseg, 0, 4096, 6000, NULL, NULL, NO_FLAGS, &err);
         check("SCIStartDmaTransfer: out of range", err, SCI_ERR_OUT_OF_RANGE);
         SCIStartDmaTransfer(dq, a, rseg, 0, 4096, 0, NULL, NULL, SCI_FLAG_BROADCAST, &err);
-        check("SCIStartDmaTransfer: SCI_FLAG_BROADCAST", err, SCI_ERR_NOT_SUPPORTED);
+        check("SCIStartDmaTransfer: SCI_FLAG_BROADCAST to an ordinary segment", err, SCI_ERR_ILLEGAL_FLAG);
         dis_dma_vec_t vec[5];
         for (int i = 0; i < 5; i++) {
             vec[i].size = 512;

@@ -261,9 +261,18 @@ impl Drop for LocalDataInterrupt {
 pub struct RemoteDataInterrupt {
     seg: RemoteSegment,
     rings: Rings,
-    /// This sender's ring (its connection slot); the lock keeps the ring single-producer
-    /// when several threads trigger through one connection.
-    send: Mutex<usize>,
+    /// This sender's ring; the lock keeps the ring single-producer when several threads
+    /// trigger through one connection.
+    send: Mutex<SendState>,
+}
+
+#[derive(Debug)]
+struct SendState {
+    /// The connection slot, which is the ring's index.
+    slot: usize,
+    /// The receiver's head as last read: room is re-checked against the shared head (a line
+    /// the receiver writes) only when this view says the ring is full.
+    head_seen: u64,
 }
 
 impl RemoteDataInterrupt {
@@ -283,7 +292,8 @@ impl RemoteDataInterrupt {
         // SAFETY: the ring's doorbell lies in `rings.map`, which this struct keeps as long as
         // the connection (`seg`) lives; the connection is dropped first (field order).
         unsafe { seg.inner.ring_on_loss(rings.space_bell(slot)) };
-        Ok(RemoteDataInterrupt { seg, rings, send: Mutex::new(slot) })
+        let head_seen = rings.word64(Rings::ring(slot) + RING_HEAD).load(Ordering::Acquire);
+        Ok(RemoteDataInterrupt { seg, rings, send: Mutex::new(SendState { slot, head_seen }) })
     }
 
     /// The number.
@@ -303,23 +313,28 @@ impl RemoteDataInterrupt {
         if data.len() > MAX_DATA_INTERRUPT_PAYLOAD {
             return Err(Error::PayloadTooLarge { len: data.len(), max: MAX_DATA_INTERRUPT_PAYLOAD });
         }
-        let guard = self.send.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = *guard;
+        let mut st = self.send.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = st.slot;
         self.seg.inner.check().map_err(interrupt_error)?;
         let r = &self.rings;
         let base = Rings::ring(slot);
         let tail = r.word64(base + RING_TAIL).load(Ordering::Relaxed);
-        let room = || (tail.wrapping_sub(r.word64(base + RING_HEAD).load(Ordering::SeqCst)) < RING_CAP).then_some(());
-        let lost = || self.seg.inner.check().err();
-        match r.space_bell(slot).wait(room, lost, self.seg.inner.poll_time(), events::deadline(timeout)) {
-            Ok(()) => {}
-            Err(WaitError::Aborted(e)) => return Err(interrupt_error(e)),
-            Err(WaitError::TimedOut) => {
-                return Err(Error::QueueFull {
-                    node: self.node_id(),
-                    number: self.number(),
-                    waited_ms: timeout_ms(timeout),
-                })
+        if tail.wrapping_sub(st.head_seen) >= RING_CAP {
+            let room = || {
+                let h = r.word64(base + RING_HEAD).load(Ordering::SeqCst);
+                (tail.wrapping_sub(h) < RING_CAP).then_some(h)
+            };
+            let lost = || self.seg.inner.check().err();
+            match r.space_bell(slot).wait(room, lost, self.seg.inner.poll_time(), events::deadline(timeout)) {
+                Ok(h) => st.head_seen = h,
+                Err(WaitError::Aborted(e)) => return Err(interrupt_error(e)),
+                Err(WaitError::TimedOut) => {
+                    return Err(Error::QueueFull {
+                        node: self.node_id(),
+                        number: self.number(),
+                        waited_ms: timeout_ms(timeout),
+                    })
+                }
             }
         }
         let entry = Rings::entry(slot, tail);

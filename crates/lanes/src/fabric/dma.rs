@@ -104,6 +104,7 @@ pub struct DmaQueue {
     maps: HashMap<usize, Arc<Map>>,
     scratch: Vec<Descriptor>,
     pio_threshold: usize,
+    poll: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for DmaQueue {
@@ -138,6 +139,7 @@ impl DmaQueue {
             maps: HashMap::new(),
             scratch: Vec::new(),
             pio_threshold: default_pio_threshold(),
+            poll: None,
         })
     }
 
@@ -177,6 +179,12 @@ impl DmaQueue {
     /// Sizes from which [`DmaQueue::copy`] uses DMA rather than PIO.
     pub fn set_pio_threshold(&mut self, bytes: usize) {
         self.pio_threshold = bytes;
+    }
+
+    /// How long [`DmaQueue::wait`] spins before it sleeps (default: `LANES_POLL_US`). Zero
+    /// frees the waiter's CPU at once, which lets a channel thread run where cores are few.
+    pub fn set_poll_time(&mut self, poll: std::time::Duration) {
+        self.poll = Some(poll);
     }
 
     /// The current PIO/DMA crossover of [`DmaQueue::copy`].
@@ -338,7 +346,8 @@ impl DmaQueue {
     pub fn wait(&self, timeout: Timeout) -> Result<DmaQueueState> {
         let target = self.submitted;
         let done = || (self.shared.completed.load(Ordering::SeqCst) >= target).then_some(());
-        match self.shared.bell().wait(done, || None::<()>, default_poll_time(), events::deadline(timeout)) {
+        let poll = self.poll.unwrap_or_else(default_poll_time);
+        match self.shared.bell().wait(done, || None::<()>, poll, events::deadline(timeout)) {
             Ok(()) => {}
             Err(WaitError::TimedOut | WaitError::Aborted(())) => {
                 return Err(Error::Timeout {

@@ -244,7 +244,14 @@ impl Channel {
                     (self.generation.load(Ordering::Acquire) != seen_gen || snapshot.iter().any(|q| !q.ring.is_empty()))
                         .then_some(())
                 };
-                let _ = self.bell().wait(busy, || None::<()>, CHANNEL_POLL, None);
+                // Idle: poll for a while, yielding so that a thread sharing this CPU (often
+                // the submitter waiting for completion, on a pinned or small machine) runs
+                // at once; then sleep until a submitter rings.
+                let until = std::time::Instant::now() + CHANNEL_POLL;
+                while busy().is_none() && std::time::Instant::now() < until {
+                    std::thread::yield_now();
+                }
+                let _ = self.bell().wait(busy, || None::<()>, Duration::ZERO, None);
             }
         }
     }

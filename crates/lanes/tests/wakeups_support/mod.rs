@@ -407,6 +407,20 @@ impl Node {
     }
 
     /// Runs one command that must fail with error variant `variant`.
+    /// Repeats `cmd` until it fails with `variant`, for at most 2 s: a loss is noticed
+    /// asynchronously (the survivor's death watch), within milliseconds but not at once.
+    pub fn eventually_err_is(&mut self, cmd: &str, variant: &str) -> ErrReply {
+        let start = Instant::now();
+        loop {
+            match self.call(cmd) {
+                Err(e) if e.variant == variant => return e,
+                Err(e) => self.fail(format!("`{cmd}` failed with {e}, expected {variant}")),
+                Ok(_) if start.elapsed() < Duration::from_secs(2) => std::thread::sleep(Duration::from_millis(1)),
+                Ok(r) => self.fail(format!("`{cmd}` still succeeds ({r}) 2 s later, expected {variant}")),
+            }
+        }
+    }
+
     pub fn err_is(&mut self, cmd: &str, variant: &str) -> ErrReply {
         match self.call(cmd) {
             Ok(s) => self.fail(format!("{cmd:?} unexpectedly succeeded: {s:?} (expected {variant})")),

@@ -11,6 +11,7 @@
 //! the peer needs to reach it, one line of text), the peer side sets itself up from it and
 //! replies (one line), and the client side completes from the reply.
 
+pub(crate) mod dataint;
 pub(crate) mod floor;
 pub(crate) mod pio;
 pub(crate) mod shm;
@@ -117,6 +118,8 @@ pub(crate) struct PathDef {
     pub group: Group,
     pub about: &'static str,
     pub status: Status,
+    /// The largest message the path carries (larger sizes are skipped), if it has a limit.
+    pub max_size: Option<usize>,
 }
 
 impl std::fmt::Debug for Status {
@@ -141,42 +144,49 @@ pub(crate) static REGISTRY: &[PathDef] = &[
         group: Group::Baseline,
         about: "raw shared-memory spin: the same protocols on a plain shared mapping, no Lanes API",
         status: Status::Available { client: floor::client, peer: floor::peer },
+        max_size: None,
     },
     PathDef {
         name: "pio",
         group: Group::Lanes,
         about: "programmed I/O: CPU stores into the peer's segment through a Lanes Map",
         status: Status::Available { client: pio::client, peer: pio::peer },
+        max_size: None,
     },
     PathDef {
         name: "data-interrupt",
         group: Group::Lanes,
-        about: "remote interrupts carrying data (doorbells)",
-        status: Status::Pending("no bench module yet"),
+        about: "data interrupts: a doorbell carrying the message (at most 4 KiB)",
+        status: Status::Available { client: dataint::client, peer: dataint::peer },
+        max_size: Some(lanes::MAX_DATA_INTERRUPT_PAYLOAD),
     },
     PathDef {
         name: "dma",
         group: Group::Lanes,
-        about: "DMA queues writing into the peer's segment",
-        status: Status::Pending("no bench module yet"),
+        about: "the PIO protocols with message bodies moved by DMA (one transfer per message, waited for)",
+        status: Status::Available { client: pio::dma_client, peer: pio::dma_peer },
+        max_size: None,
     },
     PathDef {
         name: "sockets",
         group: Group::Lanes,
         about: "accelerated TCP sockets (LD_PRELOAD), measured by the same code as tcp",
         status: Status::Pending("lands with the socket accelerator"),
+        max_size: None,
     },
     PathDef {
         name: "tcp",
         group: Group::Baseline,
         about: "kernel TCP over loopback (TCP_NODELAY)",
         status: Status::Available { client: socket::tcp_client, peer: socket::tcp_peer },
+        max_size: None,
     },
     PathDef {
         name: "unix",
         group: Group::Baseline,
         about: "kernel Unix domain stream socket",
         status: Status::Available { client: socket::unix_client, peer: socket::unix_peer },
+        max_size: None,
     },
 ];
 

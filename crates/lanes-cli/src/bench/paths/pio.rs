@@ -1,11 +1,18 @@
-//! PIO: the shared-memory protocols of [`super::shm`] through the Lanes API. Each side
-//! exports a segment (the client's holds its message area, the peer's its message area and
-//! the ring) and connects to the other's; every load, store and copy goes through a
+//! PIO and DMA: the shared-memory protocols of [`super::shm`] through the Lanes API. Each
+//! side exports a segment (the client's holds its message area, the peer's its message area
+//! and the ring) and connects to the other's; every load, store and copy goes through a
 //! bounds-checked [`Map`], local for the side's own segment and remote for the other's.
+//!
+//! The `dma` path is the same with one difference: message bodies go into the other side's
+//! segment by DMA (one transfer from the sender's buffer per message, waited for), while
+//! the words (sequence numbers, ring indices) stay CPU stores, as doorbells do on a PCIe
+//! fabric. It shows what a DMA start costs per message against plain stores.
 
 use std::time::Duration;
 
-use lanes::{Fabric, LocalSegment, Map, MapAccess, RemoteSegment, Timeout};
+use std::cell::RefCell;
+
+use lanes::{DmaDirection, DmaQueue, Fabric, LocalSegment, Map, MapAccess, RemoteSegment, Timeout};
 
 use crate::bench::paths::shm::{receiver_bytes, sender_bytes, Mem, ShmClient, ShmPeer};
 use crate::bench::paths::{ClientOffer, ClientPath, PeerPath, SetupEnv};
@@ -18,10 +25,11 @@ enum Hold {
     Remote(#[allow(dead_code)] RemoteSegment),
 }
 
-/// A whole segment, mapped.
+/// A whole segment, mapped; a remote one may take its bulk copies by DMA.
 pub(crate) struct SegmentMem {
     map: Map,
     _hold: Hold,
+    dma: Option<RefCell<DmaQueue>>,
 }
 
 #[cold]
@@ -52,6 +60,26 @@ impl Mem for SegmentMem {
 
     #[inline(always)]
     fn put(&self, off: usize, src: &[u8]) -> Result<(), String> {
+        if let (Some(q), Hold::Remote(remote)) = (&self.dma, &self._hold) {
+            if !src.is_empty() {
+                let mut q = q.borrow_mut();
+                // SAFETY: the DMA only reads `src` (a Write transfer), and `src` stays borrowed
+                // until the wait below has seen the transfer complete.
+                unsafe {
+                    q.start_memory(
+                        src.as_ptr().cast_mut(),
+                        remote,
+                        src.len() as u64,
+                        off as u64,
+                        DmaDirection::Write,
+                        None,
+                    )
+                }
+                .map_err(fault)?;
+                q.wait(Timeout::After(CONNECT_TIMEOUT)).map_err(fault)?;
+                return Ok(());
+            }
+        }
         self.map.write_bytes(off, src).map_err(fault)
     }
 
@@ -66,10 +94,10 @@ fn export(fabric: &Fabric, bytes: usize) -> Result<(SegmentMem, u32), String> {
     seg.prepare().and_then(|_| seg.set_available()).map_err(|e| format!("exporting a PIO segment: {e}"))?;
     let map = seg.map(0, bytes as u64, MapAccess::ReadWrite).map_err(|e| format!("mapping a PIO segment: {e}"))?;
     let id = seg.id();
-    Ok((SegmentMem { map, _hold: Hold::Local(seg) }, id))
+    Ok((SegmentMem { map, _hold: Hold::Local(seg), dma: None }, id))
 }
 
-fn connect(fabric: &Fabric, node: u32, segment: u32, bytes: usize) -> Result<SegmentMem, String> {
+fn connect(fabric: &Fabric, node: u32, segment: u32, bytes: usize, dma: bool) -> Result<SegmentMem, String> {
     let remote = fabric
         .connect_segment(node, segment, Timeout::After(CONNECT_TIMEOUT))
         .map_err(|e| format!("connecting to segment {segment:#x} of node {node}: {e}"))?;
@@ -78,7 +106,16 @@ fn connect(fabric: &Fabric, node: u32, segment: u32, bytes: usize) -> Result<Seg
     }
     let map =
         remote.map(0, bytes as u64, MapAccess::ReadWrite).map_err(|e| format!("mapping a remote segment: {e}"))?;
-    Ok(SegmentMem { map, _hold: Hold::Remote(remote) })
+    let dma = if dma {
+        let mut q = DmaQueue::new(4).map_err(|e| format!("a DMA queue: {e}"))?;
+        // Sleep at once while the engine copies: on a machine with few cores the channel
+        // thread needs the CPU this waiter would spin on.
+        q.set_poll_time(Duration::ZERO);
+        Some(RefCell::new(q))
+    } else {
+        None
+    };
+    Ok(SegmentMem { map, _hold: Hold::Remote(remote), dma })
 }
 
 fn parse_ids(s: &str) -> Result<(u32, u32), String> {
@@ -98,12 +135,21 @@ struct Offer {
     mine: SegmentMem,
     id: u32,
     max: usize,
+    dma: bool,
+}
+
+fn client_of(env: &SetupEnv, dma: bool) -> Result<Box<dyn ClientOffer>, String> {
+    let fabric = open()?;
+    let (mine, id) = export(&fabric, sender_bytes(env.max_size))?;
+    Ok(Box::new(Offer { fabric, mine, id, max: env.max_size, dma }))
 }
 
 pub(crate) fn client(env: &SetupEnv) -> Result<Box<dyn ClientOffer>, String> {
-    let fabric = open()?;
-    let (mine, id) = export(&fabric, sender_bytes(env.max_size))?;
-    Ok(Box::new(Offer { fabric, mine, id, max: env.max_size }))
+    client_of(env, false)
+}
+
+pub(crate) fn dma_client(env: &SetupEnv) -> Result<Box<dyn ClientOffer>, String> {
+    client_of(env, true)
 }
 
 impl ClientOffer for Offer {
@@ -113,16 +159,24 @@ impl ClientOffer for Offer {
 
     fn accept(self: Box<Self>, reply: &str) -> Result<Box<dyn ClientPath>, String> {
         let (node, seg) = parse_ids(reply)?;
-        let theirs = connect(&self.fabric, node, seg, receiver_bytes(self.max))?;
+        let theirs = connect(&self.fabric, node, seg, receiver_bytes(self.max), self.dma)?;
         Ok(Box::new(ShmClient::new(self.mine, theirs, self.max)))
     }
 }
 
 pub(crate) fn peer(env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
+    peer_of(env, offer, false)
+}
+
+pub(crate) fn dma_peer(env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
+    peer_of(env, offer, true)
+}
+
+fn peer_of(env: &SetupEnv, offer: &str, dma: bool) -> Result<(Box<dyn PeerPath>, String), String> {
     let (node, seg) = parse_ids(offer)?;
     let fabric = open()?;
     let (mine, id) = export(&fabric, receiver_bytes(env.max_size))?;
-    let theirs = connect(&fabric, node, seg, sender_bytes(env.max_size))?;
+    let theirs = connect(&fabric, node, seg, sender_bytes(env.max_size), dma)?;
     let reply = format!("{} {id}", fabric.node_id().get());
     Ok((Box::new(ShmPeer::new(mine, theirs, env.max_size)), reply))
 }
