@@ -36,8 +36,44 @@
  *    messages per sender), then fails with SCI_ERR_REMOTE_BUSY. Payloads are at most 4096
  *    bytes. SCIWaitForDataInterrupt() with a too-small buffer fails with SCI_ERR_OVERFLOW,
  *    sets *length to the size needed and keeps the message.
- *  - Reflective memory (SCI_FLAG_BROADCAST, node DIS_BROADCAST_NODEID_GROUP_ALL), device
- *    lending, physical memory and CSR access answer SCI_ERR_NOT_SUPPORTED.
+ *  - Device lending, physical memory and CSR access answer SCI_ERR_NOT_SUPPORTED.
+ *
+ * Reflective memory (multicast) is the broadcast flag on the segment calls. A store into a
+ * group reaches the memory of every member, in order per writer; reads are local.
+ *  - SCICreateSegment(..., segmentId, size, ..., SCI_FLAG_BROADCAST) creates a group whose
+ *    group id is segmentId (with SCI_FLAG_AUTO_ID: a free id, see SCIGetLocalSegmentId).
+ *    It is prepared and available at once: SCIPrepareSegment and SCISetSegmentAvailable
+ *    (which accept SCI_FLAG_BROADCAST) change nothing; SCISetSegmentUnavailable stops new
+ *    members from joining. Any node may join. A fabric holds at most 4 groups
+ *    (SCI_Q_ADAPTER_MCAST_MAX_GROUPS): a fifth fails with SCI_ERR_NOSPC (out of resources,
+ *    as too many connections); an id in use with SCI_ERR_SEGMENTID_USED. SCI_FLAG_EMPTY and
+ *    SCI_FLAG_PRIVATE do not go with SCI_FLAG_BROADCAST (SCI_ERR_ILLEGAL_FLAG).
+ *  - SCIMapLocalSegment on a group: with SCI_FLAG_READONLY_MAP the read map (local
+ *    reads), otherwise (with SCI_FLAG_BROADCAST or not) the multicast write map. The
+ *    creator's segment events are members joining (SCI_CB_CONNECT), leaving
+ *    (SCI_CB_DISCONNECT) and dying (SCI_CB_LOST). SCIRemoveSegment removes the group (while
+ *    members are connected only with SCI_FLAG_FORCE_REMOVE).
+ *  - SCIConnectSegment(sd, &seg, DIS_BROADCAST_NODEID_GROUP_ALL, groupId, ...,
+ *    SCI_FLAG_BROADCAST) joins the group, waiting up to the timeout for it to exist
+ *    (SCI_ERR_NO_SUCH_SEGMENT without a timeout, SCI_ERR_TIMEOUT after one; a node the
+ *    creator did not choose as a receiver, which only groups created through the Lanes
+ *    Rust API can name, gets SCI_ERR_CONNECTION_REFUSED). Node 252 without
+ *    the flag, or the flag with any other node id, is SCI_ERR_ILLEGAL_NODEID: the flag says
+ *    the node id addresses a group, and 252 is the only group address and no node.
+ *    SCIGetRemoteSegmentNodeId of a group connection is 252 (the address connected to, not
+ *    the creator's node); SCIGetRemoteSegmentId is the group id.
+ *  - SCIMapRemoteSegment on a group connection: with SCI_FLAG_BROADCAST the multicast
+ *    (write) address; without it the read address, mapped read-only (writes through it
+ *    fault; SCIMemCpy into it fails with SCI_ERR_ACCESS), because a plain map of a group is
+ *    where a member reads what everyone wrote. SCI_Q_MAP_MAPPED_TO_LOCAL_TARGET is 1 for
+ *    the read map, 0 for the multicast one.
+ *  - The group's loss (its creator removed it or died) is SCI_CB_LOST on a group connection
+ *    (status SCI_ERR_NOT_CONNECTED); sequences of its maps then fail.
+ *  - SCIStartDmaTransfer/Vec/Mem to a group connection write to the group, with
+ *    SCI_FLAG_DMA_GLOBAL | SCI_FLAG_BROADCAST or without; SCI_FLAG_BROADCAST with
+ *    SCI_FLAG_DMA_READ is SCI_ERR_ILLEGAL_FLAG.
+ *  - SCI_FLAG_BROADCAST on a segment, map or transfer that is not a group's is
+ *    SCI_ERR_ILLEGAL_FLAG.
  */
 #ifndef LANES_SISCI_API_H
 #define LANES_SISCI_API_H
@@ -144,7 +180,7 @@ extern "C" {
 #define SCI_Q_ADAPTER_ATT_PAGE_SIZE             0x112U
 #define SCI_Q_ADAPTER_ATT_NUMBER_OF_ENTRIES     0x113U
 #define SCI_Q_ADAPTER_ATT_AVAILABLE_ENTRIES     0x114U
-#define SCI_Q_ADAPTER_MCAST_MAX_GROUPS          0x115U
+#define SCI_Q_ADAPTER_MCAST_MAX_GROUPS          0x115U  /* reflective groups a fabric holds: 4 */
 #define SCI_Q_ADAPTER_BDF                       0x116U
 #define SCI_Q_ADAPTER_NUMBER_OF_LINKS           0x117U
 #define SCI_Q_ADAPTER_LINK_WIDTH                0x118U

@@ -11,10 +11,10 @@ use lanes::Timeout;
 
 use crate::consts::*;
 use crate::error::{fail, Code, SciResult};
-use crate::ffi::{adapter, call, call_quiet, flags, get_in, need, no_broadcast, put, CbArg};
+use crate::ffi::{adapter, call, call_quiet, flags, get_in, need, put, CbArg};
 use crate::node::{desc, QueryDma};
 use crate::registry::{self, Object};
-use crate::segment::{LSeg, RSeg};
+use crate::segment::{broadcast_only_for_groups, LSeg, RSeg};
 use crate::DmaCb;
 
 /// The engine's channel count.
@@ -107,12 +107,19 @@ const START_FLAGS: u32 = SCI_FLAG_USE_CALLBACK
     | SCI_FLAG_DMA_SYSDMA
     | SCI_FLAG_DMA_ADAPTER
     | SCI_FLAG_DMA_PHDMA
-    | SCI_FLAG_DMA_SOURCE_ONLY;
+    | SCI_FLAG_DMA_SOURCE_ONLY
+    | SCI_FLAG_BROADCAST;
 
-/// Direction and callback of a start call.
-fn start_flags(fl: u32, extra: u32, cb: DmaCb) -> SciResult<(DmaDirection, bool)> {
-    no_broadcast(fl)?;
+/// Direction and callback of a start call to `remote`. `SCI_FLAG_BROADCAST` (usually with
+/// `SCI_FLAG_DMA_GLOBAL`) writes to a reflective group through the member's connection; a
+/// transfer to a group's connection writes to the group with or without it. Broadcast is
+/// for groups only, and for writes only.
+fn start_flags(fl: u32, extra: u32, cb: DmaCb, remote: &RSeg) -> SciResult<(DmaDirection, bool)> {
     flags(fl, START_FLAGS | extra)?;
+    broadcast_only_for_groups(fl, remote.is_group())?;
+    if fl & SCI_FLAG_BROADCAST != 0 && fl & SCI_FLAG_DMA_READ != 0 {
+        return fail(SCI_ERR_ILLEGAL_FLAG);
+    }
     let dir = if fl & SCI_FLAG_DMA_READ != 0 { DmaDirection::Read } else { DmaDirection::Write };
     Ok((dir, fl & SCI_FLAG_USE_CALLBACK != 0 && cb.is_some()))
 }
@@ -235,11 +242,11 @@ pub(crate) fn start_dma_transfer(
         let q = registry::get::<DmaQ>(dq)?;
         let l = registry::get::<LSeg>(local)?;
         let r = registry::get::<RSeg>(remote)?;
-        let (dir, use_cb) = start_flags(fl, 0, callback)?;
+        let (dir, use_cb) = start_flags(fl, 0, callback, &r.body)?;
         let cb = if use_cb { completion(callback, callback_arg, q.key()) } else { None };
         let lseg = l.body.live()?;
         starting(&q.body, |queue| {
-            Ok(queue.start(lseg, &r.body.seg, local_offset as u64, size as u64, remote_offset as u64, dir, cb)?)
+            Ok(queue.start(lseg, r.body.seg(), local_offset as u64, size as u64, remote_offset as u64, dir, cb)?)
         })?;
         wait_if_asked(&q.body, fl)
     })
@@ -271,7 +278,7 @@ pub(crate) fn start_dma_transfer_vec(
         let q = registry::get::<DmaQ>(dq)?;
         let l = registry::get::<LSeg>(local)?;
         let r = registry::get::<RSeg>(remote)?;
-        let (dir, use_cb) = start_flags(fl, 0, callback)?;
+        let (dir, use_cb) = start_flags(fl, 0, callback, &r.body)?;
         if vec.is_null() || vec_length == 0 {
             return fail(SCI_ERR_ILLEGAL_PARAMETER);
         }
@@ -291,7 +298,7 @@ pub(crate) fn start_dma_transfer_vec(
             .collect::<SciResult<_>>()?;
         let cb = if use_cb { completion(callback, callback_arg, q.key()) } else { None };
         let lseg = l.body.live()?;
-        starting(&q.body, |queue| Ok(queue.start_vec(lseg, &r.body.seg, &entries, dir, cb)?))?;
+        starting(&q.body, |queue| Ok(queue.start_vec(lseg, r.body.seg(), &entries, dir, cb)?))?;
         wait_if_asked(&q.body, fl)
     })
 }
@@ -311,7 +318,7 @@ pub(crate) fn start_dma_transfer_mem(
     call(error, (), || {
         let q = registry::get::<DmaQ>(dq)?;
         let r = registry::get::<RSeg>(remote)?;
-        let (dir, use_cb) = start_flags(fl, SCI_FLAG_DMA_USER_MEM, callback)?;
+        let (dir, use_cb) = start_flags(fl, SCI_FLAG_DMA_USER_MEM, callback, &r.body)?;
         if local_address.is_null() {
             return fail(SCI_ERR_ILLEGAL_ADDRESS);
         }
@@ -321,7 +328,7 @@ pub(crate) fn start_dma_transfer_mem(
             // `local_address` holds `size` bytes and stays valid and untouched until the
             // transfer completes (SCIWaitForDMAQueue or the callback).
             let r = unsafe {
-                queue.start_memory(local_address.cast(), &r.body.seg, size as u64, remote_offset as u64, dir, cb)
+                queue.start_memory(local_address.cast(), r.body.seg(), size as u64, remote_offset as u64, dir, cb)
             };
             Ok(r?)
         })?;

@@ -55,6 +55,14 @@ pub fn code_of(e: &lanes::Error) -> SciError {
         E::PayloadTooLarge { .. } => SCI_ERR_ILLEGAL_PARAMETER,
         E::TooManyEntries { .. } => SCI_ERR_MAX_ENTRIES,
         E::DmaFailed { .. } => SCI_ERR_TRANSFER_FAILED,
+        // Reflective groups. A fabric holds at most four groups, as a multicast adapter
+        // holds a few: running out is SCI_ERR_NOSPC, the documented "out of resources" code
+        // (also what too many connections give). HW_NOSPC would name an adapter limit, and
+        // Lanes' limit is a fabric-wide count, not hardware.
+        E::TooManyGroups { .. } => SCI_ERR_NOSPC,
+        E::GroupInUse { .. } => SCI_ERR_SEGMENTID_USED,
+        E::NotAReceiver { .. } => SCI_ERR_CONNECTION_REFUSED,
+        E::NoSuchGroup { .. } => SCI_ERR_NO_SUCH_SEGMENT,
         E::Malformed(_) => SCI_ERR_TRANSFER_FAILED,
         E::IllegalOperation(_) => SCI_ERR_ILLEGAL_OPERATION,
         E::Io { source, .. } => match source.kind() {

@@ -70,16 +70,6 @@ pub fn flags(given: u32, allowed: u32) -> SciResult<()> {
     }
 }
 
-/// Refuses reflective-memory flags, which come later (`SCI_ERR_NOT_SUPPORTED`).
-#[inline]
-pub fn no_broadcast(given: u32) -> SciResult<()> {
-    if given & SCI_FLAG_BROADCAST != 0 {
-        fail(SCI_ERR_NOT_SUPPORTED)
-    } else {
-        Ok(())
-    }
-}
-
 /// Lanes has one adapter per node, number 0.
 #[inline]
 pub fn adapter(no: u32) -> SciResult<()> {

@@ -9,9 +9,9 @@ use lanes::{Map, MapAccess, Sequence};
 
 use crate::consts::*;
 use crate::error::{fail, SciResult};
-use crate::ffi::{call, call_quiet, flags, need, no_broadcast, put};
+use crate::ffi::{call, call_quiet, flags, need, put};
 use crate::registry::{self, Handle, Object};
-use crate::segment::{LSeg, RSeg};
+use crate::segment::{broadcast_only_for_groups, LSeg, RSeg};
 
 /// A map handle (`sci_map_t`).
 pub struct MapH {
@@ -53,11 +53,13 @@ const MAP_FLAGS: u32 = SCI_FLAG_FIXED_MAP_ADDR
     | SCI_FLAG_LOCK_OPERATION
     | SCI_FLAG_IO_MAP_IOSPACE
     | SCI_FLAG_NO_MEMORY_LOOPBACK
-    | SCI_FLAG_SHARED_MAP;
+    | SCI_FLAG_SHARED_MAP
+    | SCI_FLAG_BROADCAST;
 
-fn map_flags(fl: u32) -> SciResult<MapAccess> {
-    no_broadcast(fl)?;
+/// The access a map asks for. `SCI_FLAG_BROADCAST` is for reflective groups only.
+fn map_flags(fl: u32, group: bool) -> SciResult<MapAccess> {
     flags(fl, MAP_FLAGS)?;
+    broadcast_only_for_groups(fl, group)?;
     if fl & SCI_FLAG_FIXED_MAP_ADDR != 0 {
         // Maps go where the kernel puts them.
         return fail(SCI_ERR_FLAG_NOT_IMPLEMENTED);
@@ -92,9 +94,19 @@ pub(crate) fn map_remote_segment(
     call(error, std::ptr::null_mut(), || {
         let h: Arc<Handle<RSeg>> = registry::get(segment)?;
         need(map)?;
-        let access = map_flags(fl)?;
-        let m = h.body.seg.map(offset as u64, size as u64, access)?;
-        let own = h.body.seg.node_id() == crate::node::desc(h.desc as *mut c_void)?.body.fabric.node_id().get();
+        let group = h.body.is_group();
+        let mut access = map_flags(fl, group)?;
+        let own = if group {
+            // A group's multicast (write) address, with SCI_FLAG_BROADCAST, or else its read
+            // address: read-only, the local copy every member's stores reach.
+            if fl & SCI_FLAG_BROADCAST == 0 {
+                access = MapAccess::ReadOnly;
+            }
+            access == MapAccess::ReadOnly
+        } else {
+            h.body.seg().node_id() == crate::node::desc(h.desc as *mut c_void)?.body.fabric.node_id().get()
+        };
+        let m = h.body.seg().map(offset as u64, size as u64, access)?;
         register_map(h.desc, h.key(), m, false, own, map)
     })
 }
@@ -112,7 +124,9 @@ pub(crate) fn map_local_segment(
     call(error, std::ptr::null_mut(), || {
         let h: Arc<Handle<LSeg>> = registry::get(segment)?;
         need(map)?;
-        let access = map_flags(fl)?;
+        // For a group: SCI_FLAG_READONLY_MAP is the read map (local reads), otherwise (with
+        // SCI_FLAG_BROADCAST or not) the writable multicast map.
+        let access = map_flags(fl, h.body.is_group())?;
         let m = h.body.live()?.map(offset as u64, size as u64, access)?;
         register_map(h.desc, h.key(), m, true, true, map)
     })

@@ -343,8 +343,8 @@ fn query_adapter(q: QueryAdapter) -> SciResult<()> {
         SCI_Q_ADAPTER_ATT_NUMBER_OF_ENTRIES | SCI_Q_ADAPTER_ATT_AVAILABLE_ENTRIES => c_uint::MAX,
         SCI_Q_ADAPTER_NUMBER_OF_STREAMS => 0,
         SCI_Q_ADAPTER_STREAM_BUFFER_SIZE => 64,
-        // Reflective memory is not available yet.
-        SCI_Q_ADAPTER_MCAST_MAX_GROUPS => 0,
+        // Reflective groups a fabric holds at once.
+        SCI_Q_ADAPTER_MCAST_MAX_GROUPS => lanes::fabric::MAX_GROUPS as c_uint,
         SCI_Q_ADAPTER_DMA_SIZE_ALIGNMENT
         | SCI_Q_ADAPTER_DMA_OFFSET_ALIGNMENT
         | SCI_Q_ADAPTER_DMA_MTU

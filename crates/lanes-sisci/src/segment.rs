@@ -1,16 +1,21 @@
 //! Local segments (created, prepared, made available, removed; events and callbacks) and
 //! remote segments (connected, disconnected; events and callbacks).
+//!
+//! Reflective memory is the same calls with `SCI_FLAG_BROADCAST`: a local segment created
+//! with it is a reflective group ([`lanes::ReflectiveGroup`], group id = segment id), and a
+//! connection to node `DIS_BROADCAST_NODEID_GROUP_ALL` with it joins one
+//! ([`lanes::ReflectiveMember`]). Both then behave as segments: maps, DMA, events.
 
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use lanes::fabric::{LocalEvent, RemoteEvent};
-use lanes::{Fabric, LocalSegment, LossReason, NodeId, RemoteSegment, Timeout};
+use lanes::{Fabric, LocalSegment, LossReason, NodeId, ReflectiveGroup, ReflectiveMember, RemoteSegment, Timeout};
 
 use crate::consts::*;
 use crate::error::{fail, Code, SciResult};
-use crate::ffi::{adapter, call, call_quiet, flags, keep, need, no_broadcast, put, CbArg};
+use crate::ffi::{adapter, call, call_quiet, flags, keep, need, put, CbArg};
 use crate::node::desc;
 use crate::registry::{self, Handle, Object};
 
@@ -22,8 +27,11 @@ pub type RemoteSegmentCb = Option<unsafe extern "C" fn(*mut c_void, *mut c_void,
 /// A local segment handle (`sci_local_segment_t`).
 pub struct LSeg {
     fabric: Fabric,
-    /// The segment; unset while a `SCI_FLAG_EMPTY` segment waits for its memory.
+    /// The segment; unset while a `SCI_FLAG_EMPTY` segment waits for its memory, and for a
+    /// reflective group (whose segment is the group's own).
     seg: OnceLock<LocalSegment>,
+    /// The reflective group, for a segment created with `SCI_FLAG_BROADCAST`.
+    group: Option<ReflectiveGroup>,
     /// The id asked for at creation (`None`: automatic).
     id: Option<u32>,
     /// The size given at creation.
@@ -38,16 +46,61 @@ impl Object for LSeg {
 }
 
 impl LSeg {
+    /// The segment, if it has memory: a group's own segment, or the created one.
+    fn current(&self) -> Option<&LocalSegment> {
+        match &self.group {
+            Some(g) => Some(g.local_segment()),
+            None => self.seg.get(),
+        }
+    }
+
     /// The segment, once it has memory.
     pub fn live(&self) -> SciResult<&LocalSegment> {
-        self.seg.get().ok_or(Code(SCI_ERR_SEGMENT_NOT_PREPARED))
+        self.current().ok_or(Code(SCI_ERR_SEGMENT_NOT_PREPARED))
     }
+
+    /// Whether it is a reflective group (created with `SCI_FLAG_BROADCAST`).
+    pub fn is_group(&self) -> bool {
+        self.group.is_some()
+    }
+}
+
+/// What a remote segment handle is connected to.
+enum Conn {
+    /// Another node's segment.
+    Segment(RemoteSegment),
+    /// A reflective group (node `DIS_BROADCAST_NODEID_GROUP_ALL`, `SCI_FLAG_BROADCAST`).
+    Group(Box<ReflectiveMember>),
 }
 
 /// A remote segment handle (`sci_remote_segment_t`).
 pub struct RSeg {
-    pub seg: RemoteSegment,
+    conn: Conn,
     callback_active: Arc<AtomicBool>,
+}
+
+impl RSeg {
+    /// The connection as a remote segment (for a group: the member's view of the group,
+    /// the target of DMA writes to it).
+    pub fn seg(&self) -> &RemoteSegment {
+        match &self.conn {
+            Conn::Segment(s) => s,
+            Conn::Group(m) => m.segment(),
+        }
+    }
+
+    /// Whether it is a reflective group's membership.
+    pub fn is_group(&self) -> bool {
+        matches!(self.conn, Conn::Group(_))
+    }
+
+    /// The node id the C side sees: `DIS_BROADCAST_NODEID_GROUP_ALL` for a group.
+    pub fn node_id(&self) -> u32 {
+        match &self.conn {
+            Conn::Segment(s) => s.node_id(),
+            Conn::Group(_) => DIS_BROADCAST_NODEID_GROUP_ALL,
+        }
+    }
 }
 
 impl Object for RSeg {
@@ -62,18 +115,56 @@ fn local_reason(ev: LocalEvent) -> (u32, u32) {
     }
 }
 
-fn remote_reason(ev: RemoteEvent) -> u32 {
+/// A remote event's reason. A segment's removal is `SCI_CB_DISCONNECT` and its owner's
+/// death `SCI_CB_LOST`; a group that goes away (removed or its creator died) is
+/// `SCI_CB_LOST` either way: the multicast address no longer reaches anyone.
+fn remote_reason(ev: RemoteEvent, group: bool) -> u32 {
     match ev {
         RemoteEvent::Operational => SCI_CB_OPERATIONAL,
         RemoteEvent::NotOperational => SCI_CB_NOT_OPERATIONAL,
         RemoteEvent::Lost(LossReason::OwnerDied) => SCI_CB_LOST,
+        RemoteEvent::Lost(_) if group => SCI_CB_LOST,
         RemoteEvent::Lost(_) => SCI_CB_DISCONNECT,
+    }
+}
+
+/// Refuses `SCI_FLAG_BROADCAST` on a call for a segment that is not a reflective group.
+pub(crate) fn broadcast_only_for_groups(fl: u32, group: bool) -> SciResult<()> {
+    if fl & SCI_FLAG_BROADCAST != 0 && !group {
+        fail(SCI_ERR_ILLEGAL_FLAG)
+    } else {
+        Ok(())
+    }
+}
+
+/// Group ids `SCI_FLAG_AUTO_ID` tries: clear of small user-chosen ids, different per process.
+/// A fabric holds at most `MAX_GROUPS` groups, so a handful of candidates always finds a
+/// free id unless the fabric is full.
+fn auto_group_ids() -> impl Iterator<Item = u32> {
+    let start = std::process::id().wrapping_mul(2_654_435_761);
+    (0..(4 * lanes::fabric::MAX_GROUPS as u32 + 4)).map(move |i| 0x8000_0000 | (start.wrapping_add(i) & 0x7FFF_FFFF))
+}
+
+/// Creates a reflective group for `SCICreateSegment(..., SCI_FLAG_BROADCAST)`. Any node may
+/// join (the SISCI call has no receiver list).
+fn create_group(fabric: &Fabric, id: Option<u32>, size: u64) -> SciResult<ReflectiveGroup> {
+    match id {
+        Some(id) => Ok(fabric.create_reflective_group(id, size, &[])?),
+        None => {
+            for id in auto_group_ids() {
+                match fabric.create_reflective_group(id, size, &[]) {
+                    Err(lanes::Error::GroupInUse { .. }) => continue,
+                    other => return Ok(other?),
+                }
+            }
+            fail(SCI_ERR_NOSPC)
+        }
     }
 }
 
 /// Starts the program's callback for the segment's events on a library thread.
 fn start_local_callback(h: &Arc<Handle<LSeg>>) -> SciResult<()> {
-    let (Some((Some(cb), arg)), Some(seg)) = (h.body.callback, h.body.seg.get()) else { return Ok(()) };
+    let (Some((Some(cb), arg)), Some(seg)) = (h.body.callback, h.body.current()) else { return Ok(()) };
     let key = h.key();
     let active = h.body.callback_active.clone();
     active.store(true, Ordering::Release);
@@ -105,7 +196,6 @@ pub(crate) fn create_segment(
     call(error, (), || {
         let d = desc(sd)?;
         need(segment)?;
-        no_broadcast(fl)?;
         flags(
             fl,
             SCI_FLAG_USE_CALLBACK
@@ -114,10 +204,16 @@ pub(crate) fn create_segment(
                 | SCI_FLAG_PRIVATE
                 | SCI_FLAG_DMA_SOURCE_ONLY
                 | SCI_FLAG_PHYSICAL
-                | SCI_FLAG_CUDA_BUFFER,
+                | SCI_FLAG_CUDA_BUFFER
+                | SCI_FLAG_BROADCAST,
         )?;
         if fl & (SCI_FLAG_PHYSICAL | SCI_FLAG_CUDA_BUFFER) != 0 {
             return fail(SCI_ERR_NOT_SUPPORTED);
+        }
+        let broadcast = fl & SCI_FLAG_BROADCAST != 0;
+        if broadcast && fl & (SCI_FLAG_EMPTY | SCI_FLAG_PRIVATE) != 0 {
+            // A group has its own memory, and is joinable from its creation.
+            return fail(SCI_ERR_ILLEGAL_FLAG);
         }
         if size == 0 {
             return fail(SCI_ERR_ILLEGAL_PARAMETER);
@@ -125,7 +221,8 @@ pub(crate) fn create_segment(
         let fabric = d.body.fabric.clone();
         let id = (fl & SCI_FLAG_AUTO_ID == 0).then_some(segment_id);
         let seg = OnceLock::new();
-        if fl & SCI_FLAG_EMPTY == 0 {
+        let group = if broadcast { Some(create_group(&fabric, id, size as u64)?) } else { None };
+        if !broadcast && fl & SCI_FLAG_EMPTY == 0 {
             let s = match id {
                 Some(id) => fabric.create_segment(id, size as u64)?,
                 None => fabric.create_segment_auto_id(size as u64)?,
@@ -136,6 +233,7 @@ pub(crate) fn create_segment(
         let body = LSeg {
             fabric,
             seg,
+            group,
             id,
             size: size as u64,
             private: fl & SCI_FLAG_PRIVATE != 0,
@@ -167,7 +265,7 @@ pub(crate) fn register_segment_memory(
         if size == 0 {
             return fail(SCI_ERR_ILLEGAL_PARAMETER);
         }
-        if h.body.seg.get().is_some() {
+        if h.body.current().is_some() {
             // Only segments created with SCI_FLAG_EMPTY take memory, and only once.
             return fail(SCI_ERR_ILLEGAL_OPERATION);
         }
@@ -206,10 +304,13 @@ pub(crate) fn register_segment_memory(
     })
 }
 
+/// `SCIPrepareSegment`. A group is prepared and available from its creation: preparing it
+/// again (programs pass `SCI_FLAG_BROADCAST` here) changes nothing.
 pub(crate) fn prepare_segment(segment: *mut c_void, adapter_no: c_uint, fl: c_uint, error: *mut SciError) {
     call(error, (), || {
         let h = registry::get::<LSeg>(segment)?;
-        flags(fl, SCI_FLAG_DMA_SOURCE_ONLY)?;
+        flags(fl, SCI_FLAG_DMA_SOURCE_ONLY | SCI_FLAG_BROADCAST)?;
+        broadcast_only_for_groups(fl, h.body.is_group())?;
         adapter(adapter_no)?;
         Ok(h.body.live()?.prepare()?)
     })
@@ -218,7 +319,8 @@ pub(crate) fn prepare_segment(segment: *mut c_void, adapter_no: c_uint, fl: c_ui
 pub(crate) fn set_segment_available(segment: *mut c_void, adapter_no: c_uint, fl: c_uint, error: *mut SciError) {
     call(error, (), || {
         let h = registry::get::<LSeg>(segment)?;
-        flags(fl, 0)?;
+        flags(fl, SCI_FLAG_BROADCAST)?;
+        broadcast_only_for_groups(fl, h.body.is_group())?;
         adapter(adapter_no)?;
         if h.body.private {
             return fail(SCI_ERR_ILLEGAL_OPERATION);
@@ -227,10 +329,13 @@ pub(crate) fn set_segment_available(segment: *mut c_void, adapter_no: c_uint, fl
     })
 }
 
+/// `SCISetSegmentUnavailable`. On a group it stops new members from joining (their
+/// connects wait or time out) and reports `SCI_CB_NOT_OPERATIONAL` to members.
 pub(crate) fn set_segment_unavailable(segment: *mut c_void, adapter_no: c_uint, fl: c_uint, error: *mut SciError) {
     call(error, (), || {
         let h = registry::get::<LSeg>(segment)?;
-        flags(fl, 0)?;
+        flags(fl, SCI_FLAG_BROADCAST)?;
+        broadcast_only_for_groups(fl, h.body.is_group())?;
         adapter(adapter_no)?;
         Ok(h.body.live()?.set_unavailable()?)
     })
@@ -240,6 +345,11 @@ pub(crate) fn share_segment(segment: *mut c_void, fl: c_uint, error: *mut SciErr
     call(error, (), || {
         let h = registry::get::<LSeg>(segment)?;
         flags(fl, 0)?;
+        if h.body.is_group() {
+            // Other processes join a group (node DIS_BROADCAST_NODEID_GROUP_ALL); they do
+            // not attach to it.
+            return fail(SCI_ERR_ILLEGAL_OPERATION);
+        }
         Ok(h.body.live()?.share()?)
     })
 }
@@ -253,7 +363,7 @@ pub(crate) fn remove_segment(segment: *mut c_void, fl: c_uint, error: *mut SciEr
             if reg.children(h.key()) > 0 {
                 return fail(SCI_ERR_BUSY);
             }
-            if let Some(s) = h.body.seg.get() {
+            if let Some(s) = h.body.current() {
                 s.remove(fl & SCI_FLAG_FORCE_REMOVE != 0)?;
             }
             reg.take::<LSeg>(segment)?
@@ -265,14 +375,14 @@ pub(crate) fn remove_segment(segment: *mut c_void, fl: c_uint, error: *mut SciEr
 
 pub(crate) fn get_local_segment_size(segment: *mut c_void) -> usize {
     call_quiet(0, || match registry::get::<LSeg>(segment) {
-        Ok(h) => h.body.seg.get().map_or(h.body.size, |s| s.size()) as usize,
+        Ok(h) => h.body.current().map_or(h.body.size, |s| s.size()) as usize,
         Err(_) => 0,
     })
 }
 
 pub(crate) fn get_local_segment_id(segment: *mut c_void) -> c_uint {
     call_quiet(0, || match registry::get::<LSeg>(segment) {
-        Ok(h) => h.body.seg.get().map_or(h.body.id.unwrap_or(0), |s| s.id()),
+        Ok(h) => h.body.current().map_or(h.body.id.unwrap_or(0), |s| s.id()),
         Err(_) => 0,
     })
 }
@@ -326,6 +436,7 @@ pub(crate) fn attach_local_segment(
         let body = LSeg {
             fabric,
             seg: OnceLock::from(s),
+            group: None,
             id: Some(segment_id),
             size: bytes,
             private: false,
@@ -358,31 +469,43 @@ pub(crate) fn connect_segment(
     call(error, (), || {
         let d = desc(sd)?;
         need(segment)?;
-        no_broadcast(fl)?;
-        flags(fl, SCI_FLAG_USE_CALLBACK)?;
+        flags(fl, SCI_FLAG_USE_CALLBACK | SCI_FLAG_BROADCAST)?;
         adapter(adapter_no)?;
-        if node_id == DIS_BROADCAST_NODEID_GROUP_ALL {
-            return fail(SCI_ERR_NOT_SUPPORTED);
-        }
-        NodeId::new(node_id)?;
         let fabric = &d.body.fabric;
-        let seg = match fabric.connect_segment(node_id, segment_id, Timeout::from_millis(timeout)) {
-            Ok(s) => s,
-            Err(lanes::Error::NoSuchSegment { .. }) if !fabric.probe_node(node_id) => {
-                return fail(SCI_ERR_NO_SUCH_NODEID)
+        let timeout = Timeout::from_millis(timeout);
+        let broadcast = fl & SCI_FLAG_BROADCAST != 0;
+        let conn = if node_id == DIS_BROADCAST_NODEID_GROUP_ALL || broadcast {
+            // SCI_FLAG_BROADCAST says the node id addresses a group: the only such id is
+            // DIS_BROADCAST_NODEID_GROUP_ALL. Without the flag the node id names a node, and
+            // 252 is none. Either mismatch is an illegal node id for the connection asked
+            // for: SCI_ERR_ILLEGAL_NODEID, the code for a node id that is not valid here (as
+            // for node ids that are not multiples of 4), rather than NO_SUCH_NODEID (which
+            // says a valid node is absent) or ILLEGAL_FLAG (the flag is legal here).
+            if node_id != DIS_BROADCAST_NODEID_GROUP_ALL || !broadcast {
+                return fail(SCI_ERR_ILLEGAL_NODEID);
             }
-            Err(e) => return Err(e.into()),
+            Conn::Group(Box::new(fabric.join_reflective_group(segment_id, timeout)?))
+        } else {
+            NodeId::new(node_id)?;
+            match fabric.connect_segment(node_id, segment_id, timeout) {
+                Ok(s) => Conn::Segment(s),
+                Err(lanes::Error::NoSuchSegment { .. }) if !fabric.probe_node(node_id) => {
+                    return fail(SCI_ERR_NO_SUCH_NODEID)
+                }
+                Err(e) => return Err(e.into()),
+            }
         };
-        let (p, h) = registry::insert(d.key(), 0, RSeg { seg, callback_active: Arc::default() });
+        let (p, h) = registry::insert(d.key(), 0, RSeg { conn, callback_active: Arc::default() });
         if let (true, Some(cb)) = (fl & SCI_FLAG_USE_CALLBACK != 0, callback) {
             let arg = CbArg(callback_arg);
             let key = h.key();
+            let group = h.body.is_group();
             let active = h.body.callback_active.clone();
             active.store(true, Ordering::Release);
-            let started = h.body.seg.on_event(move |ev| {
+            let started = h.body.seg().on_event(move |ev| {
                 // SAFETY: the program registered this callback with SCI_FLAG_USE_CALLBACK and
                 // its argument; SISCI calls it from a library thread with these arguments.
-                let action = unsafe { cb(arg.ptr(), key as *mut c_void, remote_reason(ev), SCI_ERR_OK) };
+                let action = unsafe { cb(arg.ptr(), key as *mut c_void, remote_reason(ev, group), SCI_ERR_OK) };
                 let k = keep(action);
                 if k == lanes::fabric::CallbackAction::Cancel || matches!(ev, RemoteEvent::Lost(_)) {
                     active.store(false, Ordering::Release);
@@ -415,15 +538,18 @@ pub(crate) fn disconnect_segment(segment: *mut c_void, fl: c_uint, error: *mut S
 }
 
 pub(crate) fn get_remote_segment_size(segment: *mut c_void) -> usize {
-    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.seg.size() as usize))
+    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.seg().size() as usize))
 }
 
+/// The segment id; for a group, the group id.
 pub(crate) fn get_remote_segment_id(segment: *mut c_void) -> c_uint {
-    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.seg.id()))
+    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.seg().id()))
 }
 
+/// The node id connected to; for a group, `DIS_BROADCAST_NODEID_GROUP_ALL` (the address
+/// the program connected to), not the creator's node.
 pub(crate) fn get_remote_segment_node_id(segment: *mut c_void) -> c_uint {
-    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.seg.node_id()))
+    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.node_id()))
 }
 
 pub(crate) fn wait_for_remote_segment_event(
@@ -439,11 +565,11 @@ pub(crate) fn wait_for_remote_segment_event(
         if h.body.callback_active.load(Ordering::Acquire) {
             return fail(SCI_ERR_ILLEGAL_OPERATION);
         }
-        let ev = h.body.seg.wait_event(Timeout::from_millis(timeout))?;
+        let ev = h.body.seg().wait_event(Timeout::from_millis(timeout))?;
         if !status.is_null() {
             let st = if matches!(ev, RemoteEvent::Lost(_)) { SCI_ERR_NOT_CONNECTED } else { SCI_ERR_OK };
             put(status, st)?;
         }
-        Ok(remote_reason(ev))
+        Ok(remote_reason(ev, h.body.is_group()))
     })
 }

@@ -235,6 +235,10 @@ fn the_fabrics_errors_map_onto_documented_codes() {
         (E::TooManyEntries { requested: 2, outstanding: 1, max: 2 }, SCI_ERR_MAX_ENTRIES),
         (E::DmaFailed { reason: "r".into() }, SCI_ERR_TRANSFER_FAILED),
         (E::IllegalOperation("x"), SCI_ERR_ILLEGAL_OPERATION),
+        (E::TooManyGroups { max: 4 }, SCI_ERR_NOSPC),
+        (E::GroupInUse { group: 1, node: 4 }, SCI_ERR_SEGMENTID_USED),
+        (E::NotAReceiver { node: 4, group: 1 }, SCI_ERR_CONNECTION_REFUSED),
+        (E::NoSuchGroup { group: 1 }, SCI_ERR_NO_SUCH_SEGMENT),
         (io(std::io::ErrorKind::StorageFull), SCI_ERR_NOSPC),
         (io(std::io::ErrorKind::Other), SCI_ERR_SYSTEM),
     ];

@@ -13,7 +13,8 @@
 extern "C" {
 #endif
 
-/* The node id that addresses every member of a reflective-memory (multicast) group. */
+/* The node id that addresses every member of a reflective-memory (multicast) group: with
+ * SCI_FLAG_BROADCAST, SCIConnectSegment to it joins the group named by the segment id. */
 #define DIS_BROADCAST_NODEID_GROUP_ALL 252
 
 /* Adapters per node that SCIGetNodeIdByAdapterName() can report. */
