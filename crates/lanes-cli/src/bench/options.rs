@@ -218,7 +218,7 @@ mod tests {
         assert!(parse_bench_sizes("128M").is_err());
         let PathChoice::Run(p) = parse_paths(Some("tcp,floor")).unwrap() else { panic!() };
         assert_eq!(p.iter().map(|p| p.name).collect::<Vec<_>>(), ["floor", "tcp"]);
-        assert!(parse_paths(Some("dma")).unwrap_err().contains("not available yet"));
+        assert!(parse_paths(Some("sockets")).unwrap_err().contains("not available yet"));
         assert!(parse_paths(Some("bogus")).unwrap_err().contains("unknown path"));
         assert!(matches!(parse_paths(Some("list")).unwrap(), PathChoice::List));
         assert!(list_paths().contains("data-interrupt"));
