@@ -14,7 +14,6 @@ use crate::bench::report::{units, Lat, PathResult, Report, RunInfo, FORMAT};
 use crate::bench::wait::Waiter;
 use crate::bench::{fmt_ns, fmt_size};
 use crate::measure::clock::{self, now_ticks, ns_to_ticks, ticks_to_ns};
-use crate::measure::peer::peer_node;
 use crate::measure::rt::{self, RtStatus};
 use crate::measure::ticks::TickHistogram;
 use crate::measure::{affinity, cputime};
@@ -87,7 +86,7 @@ impl Session {
             args.push("--rt".into());
         }
         let env = [
-            ("LANES_NODE_ID", peer_node(config.node_id.get()).to_string()),
+            ("LANES_NODE_ID", config.node_id.next_after().get().to_string()),
             ("LANES_DIR", config.dir.display().to_string()),
         ];
         let mut ctl = Control::spawn(&args, &env)?;

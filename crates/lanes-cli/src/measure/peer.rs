@@ -3,8 +3,6 @@
 
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use lanes::NodeId;
-
 /// A child process that is killed and reaped on drop unless it was waited for.
 pub struct Peer {
     child: Option<Child>,
@@ -79,13 +77,4 @@ impl Drop for Peer {
             let _ = c.wait();
         }
     }
-}
-
-/// Node id for a peer started by node `me`: the next multiple of 4 that is a valid node.
-pub fn peer_node(me: u32) -> u32 {
-    let mut n = me + 4;
-    while NodeId::new(n).is_err() {
-        n = if n >= lanes::config::MAX_NODE_ID { 4 } else { n + 4 };
-    }
-    n
 }

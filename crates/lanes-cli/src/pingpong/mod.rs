@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::measure::affinity;
 use crate::measure::clock::{self, now_ticks, ticks_to_ns};
-use crate::measure::peer::{peer_node, Peer};
+use crate::measure::peer::Peer;
 use crate::measure::stats::{Histogram, LatencySummary};
 use protocol::{Command, Kind, Mailbox, Spin};
 
@@ -94,7 +94,7 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
     let (remote_node, server_segment, peer) = match opts.remote_node {
         Some(n) => (n, opts.server_segment, None),
         None => {
-            let node = peer_node(me);
+            let node = fabric.node_id().next_after().get();
             let seg = 0x4000_0000 | std::process::id();
             let mut args = vec!["pingpong".to_string(), "--server".into(), "--segment-id".into(), seg.to_string()];
             args.push("--max-size".into());

@@ -192,24 +192,22 @@ impl DmaQueue {
         self.pio_threshold
     }
 
-    fn local_map(&mut self, seg: &LocalSegment) -> Result<Arc<Map>> {
-        let key = Arc::as_ptr(&seg.inner) as usize;
+    /// The cached whole-segment map of the segment whose shared state is at `key`.
+    fn cached_map(&mut self, key: usize, map: impl FnOnce() -> Result<Map>) -> Result<Arc<Map>> {
         if let Some(m) = self.maps.get(&key) {
             return Ok(m.clone());
         }
-        let m = Arc::new(seg.map(0, seg.size(), MapAccess::ReadWrite)?);
+        let m = Arc::new(map()?);
         self.maps.insert(key, m.clone());
         Ok(m)
     }
 
+    fn local_map(&mut self, seg: &LocalSegment) -> Result<Arc<Map>> {
+        self.cached_map(Arc::as_ptr(&seg.inner) as usize, || seg.map(0, seg.size(), MapAccess::ReadWrite))
+    }
+
     fn remote_map(&mut self, seg: &RemoteSegment) -> Result<Arc<Map>> {
-        let key = Arc::as_ptr(&seg.inner) as usize;
-        if let Some(m) = self.maps.get(&key) {
-            return Ok(m.clone());
-        }
-        let m = Arc::new(seg.map(0, seg.size(), MapAccess::ReadWrite)?);
-        self.maps.insert(key, m.clone());
-        Ok(m)
+        self.cached_map(Arc::as_ptr(&seg.inner) as usize, || seg.map(0, seg.size(), MapAccess::ReadWrite))
     }
 
     fn check_room(&self, n: usize) -> Result<()> {
