@@ -95,9 +95,14 @@ static sci_callback_action_t on_message(void *arg, sci_local_data_interrupt_t ir
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
     }
+    /* Count the echo before it leaves: the client may finish and exit the instant it
+       arrives, and the main thread then reports the count at once. */
+    __atomic_fetch_add(&e->count, 1, __ATOMIC_SEQ_CST);
     SCITriggerDataInterrupt(peer, data, length, NO_FLAGS, &err);
-    if (err != SCI_ERR_OK) return SCI_CALLBACK_CANCEL;
-    e->count++;
+    if (err != SCI_ERR_OK) {
+        __atomic_fetch_sub(&e->count, 1, __ATOMIC_SEQ_CST);
+        return SCI_CALLBACK_CANCEL;
+    }
     return SCI_CALLBACK_CONTINUE;
 }
 
