@@ -37,5 +37,7 @@ log "build"
 cargo build --workspace --all-targets
 log "doc tests"
 cargo test --workspace --doc
+log "lock-free structures under loom (every interleaving)"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lanes --lib --release loom_tests
 log "tests"
 cargo nextest run --workspace --no-fail-fast "$@"
