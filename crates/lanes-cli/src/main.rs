@@ -26,23 +26,23 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// List the fabric's nodes and segments.
+    /// List the fabric's nodes, segments, interrupts and reflective groups.
     Status {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Remove what dead processes left behind (stale segments and process records).
+    /// Remove what dead processes left behind (their segments, interrupts, groups and records).
     Cleanup {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Throughput and latency per message size for every path, against kernel TCP, Unix
-    /// sockets and the floor.
+    /// sockets and the floor (`lanes bench dma`: DMA against PIO and memcpy).
     Bench(bench::BenchArgs),
-    /// Ping-pong latency between two processes acting as two nodes: PIO against the floor,
-    /// or interrupts and data interrupts against the kernel's wake-ups (--mode).
+    /// Ping-pong latency between processes acting as nodes: PIO against the floor, interrupts
+    /// against the kernel's wake-ups, reflective memory against group size (--mode).
     Pingpong(PingpongArgs),
     /// Install or uninstall the SISCI SDK (headers, libsisci.so, pkg-config file).
     Sdk(sdk_cmd::SdkArgs),
