@@ -3,7 +3,7 @@
 //! The receiver's object holds a doorbell page and one single-producer ring per connection
 //! slot, so every sender has its own queue: messages arrive whole and in order per sender,
 //! a sender that dies mid-write leaves nothing half-visible (a message is published by one
-//! release store of the ring's tail), and a new sender that inherits the slot continues
+//! release store of its entry's sequence word), and a new sender that inherits the slot continues
 //! after whatever the dead one published. A full ring makes the sender wait (spin, then
 //! sleep on the ring's own doorbell) up to its timeout, then fail with
 //! [`Error::QueueFull`]; nothing is ever dropped.
@@ -12,8 +12,13 @@
 //! page 0    line 0: receiver doorbell (seq, sleepers)   line 1: active-ring bitmap (128 bits)
 //! ring i    at 4096 + i * RING_BYTES:
 //!           line 0: tail (sender)  line 1: head (receiver)  line 2: space doorbell
-//!           then RING_CAP entries of 64 bytes of header (length) + 4096 bytes of payload
+//!           then RING_CAP entries: a 64-byte header (sequence word, length), 4096 bytes of payload
 //! ```
+//!
+//! A message is published by its entry's sequence word (message number + 1), stored last
+//! with release ordering; the receiver reads only the entry, one line fewer than reading a
+//! separate tail. The sender records its tail afterwards, for whoever inherits its slot: a
+//! new sender continues past any entry already published beyond the recorded tail.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,6 +49,9 @@ const RING_SPACE_SEQ: usize = 128;
 const RING_SPACE_SLEEPERS: usize = 132;
 const RING_ENTRIES: usize = 192;
 const ENTRY_HEADER: usize = 64;
+/// Within an entry header: the sequence word, then the length.
+const ENTRY_SEQ: usize = 0;
+const ENTRY_LEN: usize = 8;
 const ENTRY_BYTES: usize = ENTRY_HEADER + MAX_DATA_INTERRUPT_PAYLOAD;
 /// Messages a sender may have queued before it must wait.
 pub const RING_CAP: u64 = 16;
@@ -213,22 +221,12 @@ impl LocalDataInner {
             }
             let base = Rings::ring(i);
             let head = r.word64(base + RING_HEAD).load(Ordering::Relaxed);
-            let tail = r.word64(base + RING_TAIL).load(Ordering::Acquire);
-            let queued = tail.wrapping_sub(head);
-            if queued == 0 {
+            let entry = Rings::entry(i, head);
+            if r.word64(entry + ENTRY_SEQ).load(Ordering::Acquire) != head.wrapping_add(1) {
                 continue;
             }
             *next = (i + 1) % MAX_CONNECTIONS;
-            if queued > RING_CAP {
-                // A sender wrote an impossible tail: drop its queue rather than read garbage.
-                r.word64(base + RING_HEAD).store(tail, Ordering::Release);
-                r.space_bell(i).ring();
-                return Some(Err(Error::Malformed(format!(
-                    "data interrupt sender ring {i} claims {queued} queued messages (at most {RING_CAP}); its queue was dropped"
-                ))));
-            }
-            let entry = Rings::entry(i, head);
-            let len = r.word32(entry).load(Ordering::Relaxed) as usize;
+            let len = r.word32(entry + ENTRY_LEN).load(Ordering::Relaxed) as usize;
             if len > MAX_DATA_INTERRUPT_PAYLOAD {
                 r.word64(base + RING_HEAD).store(head + 1, Ordering::Release);
                 r.space_bell(i).ring();
@@ -273,6 +271,8 @@ struct SendState {
     /// The receiver's head as last read: room is re-checked against the shared head (a line
     /// the receiver writes) only when this view says the ring is full.
     head_seen: u64,
+    /// The number of the next message.
+    tail: u64,
 }
 
 impl RemoteDataInterrupt {
@@ -292,8 +292,17 @@ impl RemoteDataInterrupt {
         // SAFETY: the ring's doorbell lies in `rings.map`, which this struct keeps as long as
         // the connection (`seg`) lives; the connection is dropped first (field order).
         unsafe { seg.inner.ring_on_loss(rings.space_bell(slot)) };
-        let head_seen = rings.word64(Rings::ring(slot) + RING_HEAD).load(Ordering::Acquire);
-        Ok(RemoteDataInterrupt { seg, rings, send: Mutex::new(SendState { slot, head_seen }) })
+        let base = Rings::ring(slot);
+        let head_seen = rings.word64(base + RING_HEAD).load(Ordering::Acquire);
+        // Continue after whatever an earlier holder of the slot published, including an entry
+        // it published but died before recording in the tail.
+        let mut tail = rings.word64(base + RING_TAIL).load(Ordering::Acquire);
+        while tail.wrapping_sub(head_seen) < RING_CAP
+            && rings.word64(Rings::entry(slot, tail) + ENTRY_SEQ).load(Ordering::Acquire) == tail.wrapping_add(1)
+        {
+            tail = tail.wrapping_add(1);
+        }
+        Ok(RemoteDataInterrupt { seg, rings, send: Mutex::new(SendState { slot, head_seen, tail }) })
     }
 
     /// The number.
@@ -318,7 +327,7 @@ impl RemoteDataInterrupt {
         self.seg.inner.check().map_err(interrupt_error)?;
         let r = &self.rings;
         let base = Rings::ring(slot);
-        let tail = r.word64(base + RING_TAIL).load(Ordering::Relaxed);
+        let tail = st.tail;
         if tail.wrapping_sub(st.head_seen) >= RING_CAP {
             let room = || {
                 let h = r.word64(base + RING_HEAD).load(Ordering::SeqCst);
@@ -338,11 +347,13 @@ impl RemoteDataInterrupt {
             }
         }
         let entry = Rings::entry(slot, tail);
-        r.word32(entry).store(data.len() as u32, Ordering::Relaxed);
+        r.word32(entry + ENTRY_LEN).store(data.len() as u32, Ordering::Relaxed);
         // SAFETY: the entry's payload area (4096 bytes) lies inside ring `slot` in the map,
         // and data is at most 4096 bytes of private memory.
         unsafe { memory::copy_to_shared(r.map.as_ptr().add(entry + ENTRY_HEADER), data) };
-        r.word64(base + RING_TAIL).store(tail + 1, Ordering::SeqCst);
+        r.word64(entry + ENTRY_SEQ).store(tail.wrapping_add(1), Ordering::SeqCst);
+        r.word64(base + RING_TAIL).store(tail.wrapping_add(1), Ordering::Relaxed);
+        st.tail = tail.wrapping_add(1);
         r.bell().ring();
         Ok(())
     }

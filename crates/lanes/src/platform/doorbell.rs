@@ -80,8 +80,9 @@ impl Doorbell {
         poll: Duration,
         deadline: Option<Instant>,
     ) -> Result<T, WaitError<E>> {
-        let start = Instant::now();
-        let spin_until = start + poll;
+        // The clock is read only once the condition was found false: a waiter whose condition
+        // already holds (the common case for a spinning peer) pays for no clock reads.
+        let mut spin_until: Option<Instant> = None;
         loop {
             let seen = self.seq().load(Ordering::SeqCst);
             if let Some(v) = check() {
@@ -91,6 +92,7 @@ impl Doorbell {
                 return Err(WaitError::Aborted(e));
             }
             let now = Instant::now();
+            let spin_until = *spin_until.get_or_insert(now + poll);
             if deadline.is_some_and(|d| now >= d) {
                 return Err(WaitError::TimedOut);
             }
