@@ -43,9 +43,29 @@ pub(crate) fn deadline(timeout: Timeout) -> Option<Instant> {
     }
 }
 
-/// Spin time for waits: the process default (`LANES_POLL_US`) unless set on the object.
-pub(crate) fn poll_time(configured: Option<Duration>) -> Duration {
-    configured.unwrap_or_else(default_poll_time)
+/// An object's spin time for waits: the process default (`LANES_POLL_US`) unless set. An
+/// atomic, because every wait reads it.
+#[derive(Debug)]
+pub(crate) struct PollTime(std::sync::atomic::AtomicU64);
+
+impl PollTime {
+    const DEFAULT: u64 = u64::MAX;
+
+    pub fn new() -> Self {
+        PollTime(std::sync::atomic::AtomicU64::new(Self::DEFAULT))
+    }
+
+    pub fn set(&self, poll: Duration) {
+        let ns = u64::try_from(poll.as_nanos()).unwrap_or(Self::DEFAULT - 1).min(Self::DEFAULT - 1);
+        self.0.store(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> Duration {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            Self::DEFAULT => default_poll_time(),
+            ns => Duration::from_nanos(ns),
+        }
+    }
 }
 
 /// Starts a library thread that calls `cb` with every value `next` yields, until `cb`

@@ -1,7 +1,7 @@
 //! Local segments: memory this node exports, and the events of peers connecting to it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::events::{self, CallbackAction, LocalEvent};
@@ -44,7 +44,7 @@ pub(crate) struct LocalInner {
     role: Role,
     removed: AtomicBool,
     events: SlotTracker,
-    poll: Mutex<Option<Duration>>,
+    poll: events::PollTime,
 }
 
 impl LocalInner {
@@ -55,7 +55,7 @@ impl LocalInner {
             role,
             removed: false.into(),
             events: SlotTracker::new(None),
-            poll: Mutex::new(None),
+            poll: events::PollTime::new(),
         })
     }
 
@@ -64,7 +64,7 @@ impl LocalInner {
     }
 
     pub(crate) fn poll_time(&self) -> Duration {
-        events::poll_time(*self.poll.lock().unwrap_or_else(|e| e.into_inner()))
+        self.poll.get()
     }
 }
 
@@ -241,7 +241,7 @@ impl LocalSegment {
 
     /// Sets how long waits on this object spin before they sleep (default: `LANES_POLL_US`).
     pub fn set_poll_time(&self, poll: Duration) {
-        *self.inner.poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(poll);
+        self.inner.poll.set(poll);
     }
 
     /// Waits for the next peer event: a connection, a disconnection, or a connected peer's

@@ -79,7 +79,7 @@ pub(crate) struct RemoteInner {
     watch: Mutex<Option<Watch>>,
     /// The state the last event reported (events report changes from it).
     reported: Mutex<RemoteState>,
-    poll: Mutex<Option<Duration>>,
+    poll: events::PollTime,
     /// Further doorbells that waiters on this connection sleep on (a data interrupt
     /// sender's ring), rung when the connection is lost.
     loss_bells: Mutex<Vec<Doorbell>>,
@@ -176,7 +176,7 @@ impl RemoteSegment {
             lost: AtomicU8::new(0),
             watch: Mutex::new(None),
             reported: Mutex::new(RemoteState::Operational),
-            poll: Mutex::new(None),
+            poll: events::PollTime::new(),
             loss_bells: Mutex::new(Vec::new()),
         });
         // The watch holds the connection weakly: it marks it lost and rings the state
@@ -230,7 +230,7 @@ impl RemoteSegment {
 
     /// Sets how long waits on this object spin before they sleep (default: `LANES_POLL_US`).
     pub fn set_poll_time(&self, poll: Duration) {
-        *self.inner.poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(poll);
+        self.inner.poll.set(poll);
     }
 
     /// Waits for the segment's next state change: not operational, operational again, or
@@ -310,7 +310,7 @@ impl RemoteInner {
     }
 
     pub(crate) fn poll_time(&self) -> Duration {
-        events::poll_time(*self.poll.lock().unwrap_or_else(|e| e.into_inner()))
+        self.poll.get()
     }
 
     fn wait_event(&self, timeout: Timeout) -> Result<RemoteEvent> {
