@@ -34,6 +34,8 @@ fn dma_moves_checksummed_data_to_and_from_another_process() {
     owner.ok(&format!("wpat m 0 {SIZE} {REMOTE_SEED} 0"));
     owner.ok("available s");
 
+    // Transfers of 1 MiB and more take the non-temporal copy, whatever the cache size.
+    lanes::platform::memory::set_nontemporal_threshold(1 << 20);
     let fabric = me(&dir);
     let local = fabric.create_segment(0x2002, SIZE).unwrap();
     let lmap = local.map(0, SIZE, MapAccess::ReadWrite).unwrap();

@@ -399,8 +399,12 @@ impl DmaQueue {
                 let l = lmap.as_ptr().add(local_offset as usize);
                 let r = rmap.as_ptr().add(remote_offset as usize);
                 match direction {
-                    DmaDirection::Write => memory::copy_shared_to_shared(r, l, size as usize),
-                    DmaDirection::Read => memory::copy_shared_to_shared(l, r, size as usize),
+                    DmaDirection::Write => {
+                        memory::copy_shared_to_shared(r, l, size as usize, memory::nontemporal_threshold())
+                    }
+                    DmaDirection::Read => {
+                        memory::copy_shared_to_shared(l, r, size as usize, memory::nontemporal_threshold())
+                    }
                 }
             }
             memory::store_barrier();

@@ -183,7 +183,7 @@ impl QueueShared {
             // by the caller of a user-memory transfer) when queued, and the mappings stay alive
             // until completion; local and remote ranges never overlap (different mappings or
             // the caller's private memory).
-            unsafe { memory::copy_shared_to_shared(d.dst, d.src, len) };
+            unsafe { memory::copy_shared_to_shared(d.dst, d.src, len, memory::DMA_NONTEMPORAL_THRESHOLD) };
         }
         self.ring.consume(n);
         self.completed.fetch_add(n as u64, Ordering::SeqCst);

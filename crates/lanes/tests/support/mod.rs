@@ -199,6 +199,9 @@ impl Proc {
             cmd.env_remove(v);
         }
         cmd.env(ROLE_VAR, role);
+        // Copies of 1 MiB and more take the non-temporal path in these tests, whatever the
+        // machine's cache size makes the default, so that the path is exercised end to end.
+        cmd.env("LANES_NT_THRESHOLD", "1048576");
         for (k, v) in envs {
             cmd.env(k, v);
         }
