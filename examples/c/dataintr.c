@@ -24,6 +24,7 @@
 #define MAX_MSG 4096
 
 static const char *prog = "dataintr";
+#include "common.h"
 
 static void usage(void)
 {
@@ -38,21 +39,6 @@ static void usage(void)
            "  -timeout MS    longest wait for the peer or a message (default 30000)\n"
            "  -h             this help\n",
            prog, prog);
-}
-
-static void die_sci(const char *what, sci_error_t err)
-{
-    fprintf(stderr, "%s: %s failed: %s (0x%x)\n", prog, what, SCIGetErrorString(err), (unsigned)err);
-    exit(2);
-}
-
-#define CHECK(what) do { if (err != SCI_ERR_OK) die_sci((what), err); } while (0)
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
 /* A message: its sequence number, then pattern bytes derived from it. */

@@ -30,6 +30,8 @@
 #define DEFAULT_SIZE (4 * 1024 * 1024)
 
 static const char *prog = "dma_bench";
+#define DIE_SCI_EXIT(err) ((err) == SCI_ERR_TRANSFER_FAILED ? 3 : 2)
+#include "common.h"
 
 static void usage(void)
 {
@@ -52,32 +54,11 @@ static void usage(void)
            prog, prog, DEFAULT_SEGMENT_ID, DEFAULT_SIZE, DIS_DMA_MAX_VECLEN);
 }
 
-static void die_sci(const char *what, sci_error_t err)
-{
-    fprintf(stderr, "%s: %s failed: %s (0x%x)\n", prog, what, SCIGetErrorString(err), (unsigned)err);
-    exit(err == SCI_ERR_TRANSFER_FAILED ? 3 : 2);
-}
-
-#define CHECK(what) do { if (err != SCI_ERR_OK) die_sci((what), err); } while (0)
-
 static double now_sec(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno != 0 || end == s) return -1;
-    if (*end == 'k' || *end == 'K') { v <<= 10; end++; }
-    else if (*end == 'm' || *end == 'M') { v <<= 20; end++; }
-    if (*end != '\0') return -1;
-    *out = (size_t)v;
-    return 0;
 }
 
 static uint8_t client_pattern(size_t i) { return (uint8_t)((i * 29 + 3) ^ (i >> 9)); }

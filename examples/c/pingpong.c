@@ -52,6 +52,7 @@ enum { CMD_HELLO = 1, CMD_RUN = 2, CMD_DONE = 3 };
 #define SPINS_PER_CHECK 4096
 
 static const char *prog = "pingpong";
+#include "common.h"
 
 static void usage(void)
 {
@@ -74,14 +75,6 @@ static void usage(void)
            "The node id comes from LANES_NODE_ID (Lanes) or the adapter.\n",
            prog, prog);
 }
-
-static void die_sci(const char *what, sci_error_t err)
-{
-    fprintf(stderr, "%s: %s failed: %s (0x%x)\n", prog, what, SCIGetErrorString(err), (unsigned)err);
-    exit(2);
-}
-
-#define CHECK(what) do { if (err != SCI_ERR_OK) die_sci((what), err); } while (0)
 
 static double now_sec(void)
 {
@@ -115,19 +108,6 @@ static double calibrate(void)
 #else
     return 1.0;
 #endif
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno != 0 || end == s) return -1;
-    if (*end == 'k' || *end == 'K') { v <<= 10; end++; }
-    else if (*end == 'm' || *end == 'M') { v <<= 20; end++; }
-    if (*end != '\0') return -1;
-    *out = (size_t)v;
-    return 0;
 }
 
 /* Parses "4,64,1K" and "4-8K" (powers of two from 4 to 8K) into sizes[]. */

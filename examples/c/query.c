@@ -18,6 +18,7 @@
 #define NO_FLAGS 0
 
 static const char *prog = "query";
+#include "common.h"
 
 static void usage(void)
 {
@@ -29,14 +30,6 @@ static void usage(void)
            "  -h             this help\n",
            prog);
 }
-
-static void die_sci(const char *what, sci_error_t err)
-{
-    fprintf(stderr, "%s: %s failed: %s (0x%x)\n", prog, what, SCIGetErrorString(err), (unsigned)err);
-    exit(2);
-}
-
-#define CHECK(what) do { if (err != SCI_ERR_OK) die_sci((what), err); } while (0)
 
 static void adapter_value(unsigned int adapter, unsigned int sub, const char *name)
 {

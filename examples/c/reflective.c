@@ -69,6 +69,7 @@ enum { CHECK_OK = 1, CHECK_BAD = 2 };
 #define SPINS_PER_CHECK 4096
 
 static const char *prog = "reflective";
+#include "common.h"
 
 static void usage(void)
 {
@@ -91,14 +92,6 @@ static void usage(void)
            "round trip and the one-way latency (half of it): average, minimum, median, maximum.\n",
            prog, prog, MAX_RECEIVERS);
 }
-
-static void die_sci(const char *what, sci_error_t err)
-{
-    fprintf(stderr, "%s: %s failed: %s (0x%x)\n", prog, what, SCIGetErrorString(err), (unsigned)err);
-    exit(2);
-}
-
-#define CHECK(what) do { if (err != SCI_ERR_OK) die_sci((what), err); } while (0)
 
 /* A member lost, a timeout, or bad data: exit status 3. */
 static void die_lost(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -197,19 +190,6 @@ static void pin(int cpu)
 static inline uint8_t pattern(size_t i)
 {
     return (uint8_t)((i * 131u + 7u) ^ (i >> 8));
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno != 0 || end == s) return -1;
-    if (*end == 'k' || *end == 'K') { v <<= 10; end++; }
-    else if (*end == 'm' || *end == 'M') { v <<= 20; end++; }
-    if (*end != '\0') return -1;
-    *out = (size_t)v;
-    return 0;
 }
 
 static int parse_uint(const char *s, unsigned long *out)

@@ -26,6 +26,7 @@
 #define DEFAULT_SIZE (1024 * 1024)
 
 static const char *prog = "scibench";
+#include "common.h"
 
 static void usage(void)
 {
@@ -44,32 +45,11 @@ static void usage(void)
            prog, prog, DEFAULT_SEGMENT_ID, DEFAULT_SIZE);
 }
 
-static void die_sci(const char *what, sci_error_t err)
-{
-    fprintf(stderr, "%s: %s failed: %s (0x%x)\n", prog, what, SCIGetErrorString(err), (unsigned)err);
-    exit(2);
-}
-
-#define CHECK(what) do { if (err != SCI_ERR_OK) die_sci((what), err); } while (0)
-
 static double now_sec(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno != 0 || end == s) return -1;
-    if (*end == 'k' || *end == 'K') { v <<= 10; end++; }
-    else if (*end == 'm' || *end == 'M') { v <<= 20; end++; }
-    if (*end != '\0') return -1;
-    *out = (size_t)v;
-    return 0;
 }
 
 static uint8_t pattern(size_t i)
