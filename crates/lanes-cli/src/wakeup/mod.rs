@@ -78,6 +78,12 @@ pub struct Report {
 const ROUNDS: usize = 5;
 const T: Timeout = Timeout::After(Duration::from_secs(10));
 
+/// Our own interrupt of a variant, before the peer's is connected.
+enum Mine {
+    Plain(LocalInterrupt),
+    Data(LocalDataInterrupt),
+}
+
 /// The client's end of one Lanes variant: our interrupt, the peer's, and the peer process.
 enum Pair {
     Plain { mine: LocalInterrupt, theirs: RemoteInterrupt },
@@ -96,33 +102,23 @@ impl Variant {
         let peer_node = fabric.node_id().next_after().get();
         let number = 0x4000_0000 | (std::process::id() << 2) | tag;
         let e = |e: lanes::Error| e.to_string();
-        let (mine_no, pair_fn): (u32, Box<dyn FnOnce() -> Result<Pair, String>>) = match opts.mode {
+        // Our interrupt first (the peer connects to it), the connection to the peer's after
+        // the peer has started.
+        let mine = match opts.mode {
             Mode::Interrupt => {
-                let mine = fabric.create_interrupt(None).map_err(e)?;
-                mine.set_poll_time(poll);
-                let n = mine.number();
-                let f = fabric.clone();
-                (
-                    n,
-                    Box::new(move || {
-                        let theirs = f.connect_interrupt(peer_node, number, T).map_err(e)?;
-                        Ok(Pair::Plain { mine, theirs })
-                    }),
-                )
+                let m = fabric.create_interrupt(None).map_err(e)?;
+                m.set_poll_time(poll);
+                Mine::Plain(m)
             }
             Mode::DataInterrupt => {
-                let mine = fabric.create_data_interrupt(None).map_err(e)?;
-                mine.set_poll_time(poll);
-                let n = mine.number();
-                let f = fabric.clone();
-                (
-                    n,
-                    Box::new(move || {
-                        let theirs = f.connect_data_interrupt(peer_node, number, T).map_err(e)?;
-                        Ok(Pair::Data { mine, theirs })
-                    }),
-                )
+                let m = fabric.create_data_interrupt(None).map_err(e)?;
+                m.set_poll_time(poll);
+                Mine::Data(m)
             }
+        };
+        let mine_no = match &mine {
+            Mine::Plain(m) => m.number(),
+            Mine::Data(m) => m.number(),
         };
         let mut args = vec![
             "wakeup-peer".to_string(),
@@ -146,7 +142,14 @@ impl Variant {
         }
         let env = [("LANES_NODE_ID", peer_node.to_string()), ("LANES_DIR", fabric.dir().display().to_string())];
         let peer = Peer::spawn("wake-up peer", &args, &env).map_err(|e| format!("starting the peer: {e}"))?;
-        let pair = pair_fn()?;
+        let pair = match mine {
+            Mine::Plain(mine) => {
+                Pair::Plain { theirs: fabric.connect_interrupt(peer_node, number, T).map_err(e)?, mine }
+            }
+            Mine::Data(mine) => {
+                Pair::Data { theirs: fabric.connect_data_interrupt(peer_node, number, T).map_err(e)?, mine }
+            }
+        };
         let what = match opts.mode {
             Mode::Interrupt => "interrupt",
             Mode::DataInterrupt => "data interrupt",
