@@ -22,13 +22,12 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use lanes::fabric::{
     CallbackAction, LocalDataInterrupt, LocalInterrupt, RemoteDataInterrupt, RemoteInterrupt,
@@ -156,37 +155,9 @@ pub fn expected_sum(s: u8, count: u64) -> u64 {
 // Temporary fabric directories
 // ---------------------------------------------------------------------------------------
 
-/// A fresh private scratch directory, removed when dropped. The fabric lives in its
-/// `fabric` subdirectory, which the library creates.
-pub struct TestDir {
-    root: PathBuf,
-}
-
-impl TestDir {
-    pub fn new(name: &str) -> TestDir {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        let root = std::env::temp_dir().join(format!("lanes-wk-{name}-{}-{n}-{nanos:x}", std::process::id()));
-        std::fs::create_dir(&root).unwrap_or_else(|e| panic!("creating {}: {e}", root.display()));
-        TestDir { root }
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// The fabric directory (created by the first node that opens it).
-    pub fn fabric(&self) -> PathBuf {
-        self.root.join("fabric")
-    }
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
+#[path = "../common/test_dir.rs"]
+mod test_dir;
+pub use test_dir::TestDir;
 
 // ---------------------------------------------------------------------------------------
 // Parent side
