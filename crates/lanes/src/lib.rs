@@ -27,6 +27,7 @@ pub mod config;
 pub mod error;
 pub mod fabric;
 pub mod platform;
+pub mod sockets;
 pub mod transport;
 
 pub use config::{FabricConfig, NodeId};

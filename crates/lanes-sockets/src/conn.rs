@@ -1,0 +1,305 @@
+//! Accelerated sockets of this process: the fd table and each socket's records.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use lanes::sockets::endpoint::{FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_TX_CLOSED};
+use lanes::sockets::{ConnectionKey, Endpoint};
+
+use crate::config::{config, wanted};
+use crate::real::real;
+use crate::sock_diag;
+
+/// One accelerated socket (one open file description) as this process sees it.
+pub struct Conn {
+    pub own: Endpoint,
+    peer: OnceLock<Endpoint>,
+    /// The fd table entries of this process pointing here (dup).
+    pub key: ConnectionKey,
+    /// Our receiving direction is shut (SHUT_RD): reads go to the kernel from now on.
+    pub rx_shut: AtomicBool,
+}
+
+impl Conn {
+    /// The peer's record, attaching it once the peer has published one the kernel vouches
+    /// for. None: the peer has no library (yet), everything goes through the kernel.
+    pub fn peer(&self) -> Option<&Endpoint> {
+        if let Some(p) = self.peer.get() {
+            return Some(p);
+        }
+        if !self.own.has_flag(FLAG_PEER_FOUND) {
+            return None;
+        }
+        self.attach_peer()
+    }
+
+    fn attach_peer(&self) -> Option<&Endpoint> {
+        let peer_key = self.key.reversed();
+        let peer = Endpoint::open(&config().fabric_dir, &peer_key).ok()?;
+        // The kernel must confirm that the socket at the other end of our connection is the
+        // one the record describes: a stale record of an earlier connection with the same
+        // addresses, or a forged one, is never used.
+        if sock_diag::cookie_of(&peer_key) != Some(peer.cookie()) {
+            return None;
+        }
+        let _ = self.peer.set(peer);
+        self.own.set_flags(FLAG_ATTACHED);
+        self.peer.get()
+    }
+
+    /// Whether ring bytes from the peer are waiting (readiness without a system call).
+    pub fn ring_readable(&self) -> bool {
+        match self.peer.get() {
+            Some(p) => p.tx_word().load().ring_unread(self.own.rx_consumed().load(Ordering::Acquire)) > 0,
+            None => false,
+        }
+    }
+
+    /// Whether our side is O_NONBLOCK.
+    pub fn nonblocking(&self) -> bool {
+        self.own.nonblocking().load(Ordering::Relaxed) != 0
+    }
+}
+
+/// fd -> Conn. `MAYBE[fd]` lets every call on other fds skip the lock.
+const FAST_FDS: usize = 1 << 16;
+static MAYBE: [AtomicU8; FAST_FDS] = [const { AtomicU8::new(0) }; FAST_FDS];
+static TABLE: OnceLock<RwLock<HashMap<i32, Arc<Conn>>>> = OnceLock::new();
+
+fn table() -> &'static RwLock<HashMap<i32, Arc<Conn>>> {
+    TABLE.get_or_init(|| RwLock::new(HashMap::new()))
+}
+
+/// The accelerated socket behind `fd`, if any.
+#[inline]
+pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
+    if fd < 0 {
+        return None;
+    }
+    if (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) != 1 {
+        return None;
+    }
+    table().read().ok()?.get(&fd).cloned()
+}
+
+fn insert(fd: i32, conn: Arc<Conn>) {
+    if let Ok(mut t) = table().write() {
+        t.insert(fd, conn);
+        if (fd as usize) < FAST_FDS {
+            MAYBE[fd as usize].store(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A non-blocking connect is in progress on `fd`: complete the set-up on its first use.
+pub fn connect_pending(fd: i32) {
+    if fd >= 0 && (fd as usize) < FAST_FDS {
+        MAYBE[fd as usize].store(2, Ordering::Relaxed);
+    }
+}
+
+/// As [`lookup`], first finishing the set-up of a socket whose non-blocking connect has
+/// completed since.
+#[inline]
+pub fn lookup_or_complete(fd: i32) -> Option<Arc<Conn>> {
+    if fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == 2 {
+        name_of(fd, true)?; // None: still connecting, or failed
+        MAYBE[fd as usize].store(0, Ordering::Relaxed);
+        on_connected(fd);
+    }
+    lookup(fd)
+}
+
+/// Every accelerated fd of this process.
+pub fn all() -> Vec<(i32, Arc<Conn>)> {
+    table().read().map(|t| t.iter().map(|(k, v)| (*k, v.clone())).collect()).unwrap_or_default()
+}
+
+/// `newfd` now refers to the same socket as `oldfd` (dup family, F_DUPFD).
+pub fn duplicated(oldfd: i32, newfd: i32) {
+    forget(newfd);
+    if let Some(c) = lookup(oldfd) {
+        insert(newfd, c);
+    }
+}
+
+/// `fd` was closed (or replaced): drop it, and if it was this process's last reference
+/// to its socket, give up our holder slot; the last holder anywhere shuts both directions
+/// down for the ring and removes the record. Returns whether ring bytes from the peer were
+/// left unread (the caller then makes the kernel reset the connection, as closing a TCP
+/// socket with unread data does).
+pub fn forget(fd: i32) -> bool {
+    if fd >= 0 && (fd as usize) < FAST_FDS {
+        if MAYBE[fd as usize].load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        MAYBE[fd as usize].store(0, Ordering::Relaxed);
+    }
+    let removed = match table().write() {
+        Ok(mut t) => {
+            let c = t.remove(&fd);
+            let still_here = c.as_ref().is_some_and(|c| t.values().any(|o| Arc::ptr_eq(o, c)));
+            c.filter(|_| !still_here)
+        }
+        Err(_) => None,
+    };
+    let Some(conn) = removed else { return false };
+    if conn.own.remove_holder(std::process::id()) > 0 {
+        return false;
+    }
+    release(&conn)
+}
+
+/// The last holder is gone: no more ring traffic either way; returns whether ring bytes
+/// from the peer were left unread.
+fn release(conn: &Conn) -> bool {
+    conn.own.set_flags(FLAG_TX_CLOSED | FLAG_RX_CLOSED);
+    conn.own.tx_word().to_kernel_mode();
+    let mut unread = false;
+    if let Some(p) = conn.peer.get() {
+        p.tx_word().to_kernel_mode();
+        unread = conn.ring_readable();
+    }
+    conn.own.unlink();
+    unread
+}
+
+/// After fork, in the child: this process now holds every socket the parent held.
+pub fn adopt_after_fork() {
+    let pid = std::process::id();
+    // try_read: a thread of the parent may have held the lock at fork; it does not exist here.
+    let Ok(t) = table().try_read() else { return };
+    for c in t.values() {
+        c.own.add_holder(pid);
+    }
+}
+
+fn sockaddr_of(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match storage.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let a: libc::sockaddr_in =
+                unsafe { std::ptr::read_unaligned((storage as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::V4(SocketAddrV4::new(u32::from_be(a.sin_addr.s_addr).into(), u16::from_be(a.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let a: libc::sockaddr_in6 =
+                unsafe { std::ptr::read_unaligned((storage as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                a.sin6_addr.s6_addr.into(),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn name_of(fd: i32, peer: bool) -> Option<SocketAddr> {
+    // SAFETY: zeroed sockaddr_storage is valid.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let p = (&mut st as *mut libc::sockaddr_storage).cast();
+    // SAFETY: st and len are valid for writes of the sizes given.
+    let r = unsafe {
+        if peer {
+            libc::getpeername(fd, p, &mut len)
+        } else {
+            libc::getsockname(fd, p, &mut len)
+        }
+    };
+    (r == 0).then(|| sockaddr_of(&st)).flatten()
+}
+
+fn is_tcp_stream(fd: i32) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v and len are valid for writes.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL, (&mut v as *mut libc::c_int).cast(), &mut len)
+    };
+    r == 0 && v == libc::IPPROTO_TCP
+}
+
+/// A TCP socket just got connected (connect returned, or accept gave it): publish our
+/// record, look for the peer's, and tell the peer we exist. Every failure leaves the
+/// socket to the kernel alone.
+pub fn on_connected(fd: i32) {
+    if lookup(fd).is_some() || !is_tcp_stream(fd) {
+        return;
+    }
+    let (Some(local), Some(remote)) = (name_of(fd, false), name_of(fd, true)) else { return };
+    if !wanted(local, remote) {
+        return;
+    }
+    let Some(cookie) = sock_diag::own_cookie(fd) else { return };
+    let cfg = config();
+    let key = ConnectionKey::new(cfg.netns, local, remote);
+    let Ok(own) = Endpoint::create(&cfg.fabric_dir, &key, cookie, cfg.ring_bytes) else { return };
+    // SAFETY: F_GETFL on an fd we were handed; no memory is passed.
+    let fl = unsafe { (real().fcntl)(fd, libc::F_GETFL, 0) };
+    own.nonblocking().store(u32::from(fl >= 0 && fl & libc::O_NONBLOCK != 0), Ordering::Relaxed);
+    let conn = Arc::new(Conn { own, peer: OnceLock::new(), key, rx_shut: AtomicBool::new(false) });
+    // The peer may have published first: then we attach it now and tell it about us.
+    if let Some(p) = conn.attach_peer() {
+        p.set_flags(FLAG_PEER_FOUND);
+    }
+    insert(fd, conn);
+}
+
+/// An fd we have not seen, inherited across exec: if its socket has a record with its
+/// cookie, take it over.
+pub fn adopt_inherited(fd: i32) {
+    if !is_tcp_stream(fd) {
+        return;
+    }
+    let (Some(local), Some(remote)) = (name_of(fd, false), name_of(fd, true)) else { return };
+    let cfg = config();
+    let key = ConnectionKey::new(cfg.netns, local, remote);
+    let Ok(own) = Endpoint::open(&cfg.fabric_dir, &key) else { return };
+    if sock_diag::own_cookie(fd) != Some(own.cookie()) {
+        return;
+    }
+    own.add_holder(std::process::id());
+    let conn = Arc::new(Conn { own, peer: OnceLock::new(), key, rx_shut: AtomicBool::new(false) });
+    let _ = conn.peer();
+    if conn.peer.get().is_none() {
+        let _ = conn.attach_peer();
+    }
+    insert(fd, conn);
+}
+
+/// Once per process, on the first call into the library: take over the sockets inherited
+/// across exec.
+pub fn adopt_inherited_all() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    for fd in fds {
+        let is_socket = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map(|l| l.to_string_lossy().starts_with("socket:"))
+            .unwrap_or(false);
+        if is_socket {
+            adopt_inherited(fd);
+        }
+    }
+}
+
+/// Our receiving side is shut (shutdown SHUT_RD): the peer must send through the kernel.
+pub fn shut_rx(conn: &Conn) {
+    conn.rx_shut.store(true, Ordering::SeqCst);
+    conn.own.set_flags(FLAG_RX_CLOSED);
+    if let Some(p) = conn.peer() {
+        p.tx_word().to_kernel_mode();
+    }
+}
+
+/// Our sending side is shut (SHUT_WR): later bytes would be refused by the kernel anyway;
+/// the peer reads the ring, then the kernel's FIN.
+pub fn shut_tx(conn: &Conn) {
+    conn.own.set_flags(FLAG_TX_CLOSED);
+    conn.own.tx_word().to_kernel_mode();
+}

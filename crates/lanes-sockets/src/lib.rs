@@ -1,0 +1,956 @@
+//! `liblanes_sockets.so`: unmodified programs' TCP connections between processes of this
+//! host move over shared-memory rings when both ends carry the library
+//! (`LD_PRELOAD`, or `lanes run`), and stay ordinary kernel TCP otherwise.
+//!
+//! Every accelerated socket keeps its kernel connection; the rings (see
+//! `lanes::sockets`) carry the bytes while the receiver is busy or spinning, and the kernel
+//! carries them, and does all the waiting, otherwise. Discovery uses records in the fabric
+//! directory that the kernel must vouch for (`sock_diag`); nothing is ever written into a
+//! stream. This file holds the exported C functions only: each checks the recursion guard,
+//! dispatches accelerated sockets to [`stream`] and [`wait`], and hands everything else to
+//! the C library's own function.
+//!
+//! Variadic C functions (`fcntl`, `ioctl`) are defined with one integer-sized third
+//! argument: on the x86-64 and AArch64 Linux calling conventions a variadic caller passes
+//! it exactly where this callee reads it.
+
+mod config;
+mod conn;
+mod real;
+mod sock_diag;
+mod stream;
+mod wait;
+
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Once;
+use std::time::Duration;
+
+use libc::{
+    c_int, c_uint, c_ulong, c_void, epoll_event, iovec, msghdr, nfds_t, off_t, pollfd, sigset_t, size_t, sockaddr,
+    socklen_t, ssize_t, timespec,
+};
+
+use conn::{lookup, lookup_or_complete, Conn};
+use real::{errno, real, set_errno};
+
+thread_local! {
+    /// Set while this thread runs library code: calls our own code makes (std's file I/O,
+    /// the sock_diag socket) go straight to the C library.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+static INIT: Once = Once::new();
+
+extern "C" fn after_fork_in_child() {
+    INSIDE.with(|i| i.set(true));
+    conn::adopt_after_fork();
+    INSIDE.with(|i| i.set(false));
+}
+
+fn init() {
+    INIT.call_once(|| {
+        // SAFETY: registering a handler with no preconditions.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        if config::config().enabled {
+            conn::adopt_inherited_all();
+        }
+    });
+}
+
+/// Runs `accel` (None: not ours) with the guard set, else `pass`. A panic never crosses
+/// into C: the call fails with EIO.
+#[inline]
+fn intercept<R: Copy>(failed: R, accel: impl FnOnce() -> Option<R>, pass: impl FnOnce() -> R) -> R {
+    if INSIDE.with(|i| i.get()) {
+        return pass();
+    }
+    INSIDE.with(|i| i.set(true));
+    let out = catch_unwind(AssertUnwindSafe(|| {
+        init();
+        accel()
+    }));
+    let r = match out {
+        Ok(Some(r)) => r,
+        Ok(None) => pass(),
+        Err(_) => {
+            set_errno(libc::EIO);
+            failed
+        }
+    };
+    INSIDE.with(|i| i.set(false));
+    r
+}
+
+fn one(buf: *mut c_void, len: size_t) -> [iovec; 1] {
+    [iovec { iov_base: buf, iov_len: len }]
+}
+
+/// # Safety
+/// iov valid for cnt entries (cnt checked by the caller against the kernel's rules).
+unsafe fn iov_slice<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) || (iov.is_null() && cnt > 0) {
+        return None;
+    }
+    if cnt == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: as guaranteed by the caller.
+    Some(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
+}
+
+fn recv_on(c: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
+    stream::recv(c, fd, iov, flags, None)
+}
+
+// ---- connection set-up and tear-down ----------------------------------------------------
+
+/// # Safety
+/// As connect(2).
+#[no_mangle]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().connect)(fd, addr, len) };
+    intercept(
+        -1,
+        || {
+            let r = call();
+            let e = errno();
+            if r == 0 {
+                conn::on_connected(fd);
+            } else if e == libc::EINPROGRESS {
+                conn::connect_pending(fd);
+            }
+            set_errno(e);
+            Some(r)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As accept(2).
+#[no_mangle]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { accept4(fd, addr, len, 0) }
+}
+
+/// # Safety
+/// As accept4(2).
+#[no_mangle]
+pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe {
+        if flags == 0 {
+            (real().accept)(fd, addr, len)
+        } else {
+            (real().accept4)(fd, addr, len, flags)
+        }
+    };
+    intercept(
+        -1,
+        || {
+            let r = call();
+            let e = errno();
+            if r >= 0 {
+                conn::on_connected(r);
+            }
+            set_errno(e);
+            Some(r)
+        },
+        call,
+    )
+}
+
+fn before_close(fd: c_int) {
+    wait::closed(fd);
+    if conn::forget(fd) {
+        // Closing with unread data resets a TCP connection; ring data is unread data too.
+        let lin = libc::linger { l_onoff: 1, l_linger: 0 };
+        // SAFETY: lin is a valid linger structure.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&lin as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as socklen_t,
+            )
+        };
+    }
+}
+
+/// # Safety
+/// As close(2).
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    // SAFETY: the caller's fd.
+    let call = || unsafe { (real().close)(fd) };
+    intercept(
+        -1,
+        || {
+            before_close(fd);
+            Some(call())
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As close_range(2).
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().close_range)(first, last, flags) };
+    intercept(
+        -1,
+        || {
+            if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+                for (fd, _) in conn::all() {
+                    if (first..=last).contains(&(fd as c_uint)) {
+                        before_close(fd);
+                    }
+                }
+            }
+            Some(call())
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As shutdown(2).
+#[no_mangle]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().shutdown)(fd, how) };
+    intercept(
+        -1,
+        || {
+            let c = lookup_or_complete(fd)?;
+            if how == libc::SHUT_WR || how == libc::SHUT_RDWR {
+                conn::shut_tx(&c);
+            }
+            if how == libc::SHUT_RD || how == libc::SHUT_RDWR {
+                conn::shut_rx(&c);
+            }
+            None
+        },
+        call,
+    )
+}
+
+// ---- reading -----------------------------------------------------------------------------
+
+/// # Safety
+/// As read(2).
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().read)(fd, buf, n) };
+    intercept(-1, || lookup_or_complete(fd).map(|c| recv_on(&c, fd, &one(buf, n), 0)), call)
+}
+
+/// # Safety
+/// As recv(2).
+#[no_mangle]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().recv)(fd, buf, n, flags) };
+    intercept(-1, || lookup_or_complete(fd).map(|c| recv_on(&c, fd, &one(buf, n), flags)), call)
+}
+
+/// # Safety
+/// As recvfrom(2).
+#[no_mangle]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().recvfrom)(fd, buf, n, flags, addr, alen) };
+    intercept(
+        -1,
+        || {
+            let c = lookup_or_complete(fd)?;
+            let r = recv_on(&c, fd, &one(buf, n), flags);
+            if r >= 0 && !addr.is_null() && !alen.is_null() {
+                // A connected TCP socket reports no source address.
+                // SAFETY: the caller's length slot.
+                unsafe { *alen = 0 };
+            }
+            Some(r)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As recvmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().recvmsg)(fd, msg, flags) };
+    intercept(
+        -1,
+        || {
+            let c = lookup_or_complete(fd)?;
+            if msg.is_null() {
+                return None;
+            }
+            // SAFETY: non-null msghdr from the caller.
+            let m = unsafe { &mut *msg };
+            // SAFETY: the caller's iovec array.
+            let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?.to_vec();
+            m.msg_namelen = 0;
+            let control = m.msg_controllen;
+            m.msg_controllen = 0;
+            let r = stream::recv(&c, fd, &iov, flags, Some(m));
+            if r < 0 {
+                m.msg_controllen = control;
+            }
+            Some(r)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As readv(2).
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().readv)(fd, iov, cnt) };
+    // SAFETY: the caller's iovec array.
+    intercept(
+        -1,
+        || lookup_or_complete(fd).and_then(|c| Some(recv_on(&c, fd, unsafe { iov_slice(iov, cnt) }?, 0))),
+        call,
+    )
+}
+
+// ---- writing -----------------------------------------------------------------------------
+
+/// # Safety
+/// As write(2).
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().write)(fd, buf, n) };
+    intercept(-1, || lookup_or_complete(fd).map(|c| stream::send(&c, fd, &one(buf as *mut c_void, n), 0)), call)
+}
+
+/// # Safety
+/// As send(2).
+#[no_mangle]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().send)(fd, buf, n, flags) };
+    intercept(-1, || lookup_or_complete(fd).map(|c| stream::send(&c, fd, &one(buf as *mut c_void, n), flags)), call)
+}
+
+/// # Safety
+/// As sendto(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().sendto)(fd, buf, n, flags, addr, alen) };
+    // A connected TCP socket ignores the address, as the kernel does.
+    intercept(-1, || lookup_or_complete(fd).map(|c| stream::send(&c, fd, &one(buf as *mut c_void, n), flags)), call)
+}
+
+/// # Safety
+/// As sendmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().sendmsg)(fd, msg, flags) };
+    intercept(
+        -1,
+        || {
+            let c = lookup_or_complete(fd)?;
+            if msg.is_null() {
+                return None;
+            }
+            // SAFETY: non-null msghdr from the caller.
+            let m = unsafe { &*msg };
+            if m.msg_controllen != 0 {
+                return None; // ancillary data: the kernel's business (the bytes count as kernel bytes below)
+            }
+            // SAFETY: the caller's iovec array.
+            let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?;
+            Some(stream::send(&c, fd, iov, flags))
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As writev(2).
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().writev)(fd, iov, cnt) };
+    // SAFETY: the caller's iovec array.
+    intercept(
+        -1,
+        || lookup_or_complete(fd).and_then(|c| Some(stream::send(&c, fd, unsafe { iov_slice(iov, cnt) }?, 0))),
+        call,
+    )
+}
+
+/// A kernel-side transfer into an accelerated socket: the bytes are reserved as kernel
+/// bytes first, so the receiver reads them after the ring's.
+fn kernel_transfer_out(c: &Conn, count: usize, transfer: impl FnOnce() -> ssize_t) -> ssize_t {
+    let word = c.own.tx_word();
+    let reservation = word.reserve_kernel(count);
+    let r = transfer();
+    let e = errno();
+    word.settle_kernel(reservation, r.max(0) as usize);
+    set_errno(e);
+    r
+}
+
+/// # Safety
+/// As sendfile(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().sendfile)(out_fd, in_fd, offset, count) };
+    let count = count.min(lanes::sockets::direction::MAX_KERNEL_CHUNK);
+    intercept(
+        -1,
+        || {
+            let c = lookup_or_complete(out_fd)?;
+            // SAFETY: the caller's arguments, count lowered (sendfile may move fewer bytes).
+            let transfer = || unsafe { (real().sendfile)(out_fd, in_fd, offset, count) };
+            Some(kernel_transfer_out(&c, count, transfer))
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As sendfile64(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    unsafe { sendfile(out_fd, in_fd, offset, count) }
+}
+
+/// # Safety
+/// As splice(2).
+#[no_mangle]
+pub unsafe extern "C" fn splice(
+    fd_in: c_int,
+    off_in: *mut i64,
+    fd_out: c_int,
+    off_out: *mut i64,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().splice)(fd_in, off_in, fd_out, off_out, len, flags) };
+    intercept(
+        -1,
+        || {
+            if let Some(c) = lookup_or_complete(fd_in) {
+                // Reading through the kernel from now on: ring bytes still waiting are
+                // handed over first, through the output.
+                if c.ring_readable() {
+                    let mut buf = vec![0u8; len.min(1 << 16)];
+                    let n = recv_on(&c, fd_in, &one(buf.as_mut_ptr().cast(), buf.len()), libc::MSG_DONTWAIT);
+                    if n <= 0 {
+                        return Some(n);
+                    }
+                    // SAFETY: buf holds n bytes.
+                    return Some(unsafe { (real().write)(fd_out, buf.as_ptr().cast(), n as usize) });
+                }
+                conn::shut_rx(&c);
+                let r = call();
+                if r > 0 {
+                    c.own.rx_kernel_read().fetch_add(r as u64, std::sync::atomic::Ordering::AcqRel);
+                }
+                return Some(r);
+            }
+            let c = lookup_or_complete(fd_out)?;
+            let len = len.min(lanes::sockets::direction::MAX_KERNEL_CHUNK);
+            // SAFETY: the caller's arguments, len lowered.
+            Some(kernel_transfer_out(&c, len, || unsafe {
+                (real().splice)(fd_in, off_in, fd_out, off_out, len, flags)
+            }))
+        },
+        call,
+    )
+}
+
+// ---- descriptors -------------------------------------------------------------------------
+
+/// # Safety
+/// As dup(2).
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: the caller's fd.
+    let call = || unsafe { (real().dup)(fd) };
+    intercept(
+        -1,
+        || {
+            let r = call();
+            if r >= 0 {
+                conn::duplicated(fd, r);
+            }
+            Some(r)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As dup2(2).
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().dup2)(old, new) };
+    intercept(
+        -1,
+        || {
+            if old != new && lookup(new).is_some() {
+                before_close(new);
+            }
+            let r = call();
+            if r >= 0 && old != new {
+                wait::closed(new);
+                conn::duplicated(old, r);
+            }
+            Some(r)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As dup3(2).
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().dup3)(old, new, flags) };
+    intercept(
+        -1,
+        || {
+            if old != new && lookup(new).is_some() {
+                before_close(new);
+            }
+            let r = call();
+            if r >= 0 {
+                wait::closed(new);
+                conn::duplicated(old, r);
+            }
+            Some(r)
+        },
+        call,
+    )
+}
+
+fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, f: unsafe extern "C" fn(c_int, c_int, usize) -> c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(fd, cmd, arg) };
+    intercept(
+        -1,
+        || {
+            let r = call();
+            let e = errno();
+            if r >= 0 {
+                match cmd {
+                    libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => conn::duplicated(fd, r),
+                    libc::F_SETFL => {
+                        if let Some(c) = lookup(fd) {
+                            c.own.nonblocking().store(
+                                u32::from(arg as c_int & libc::O_NONBLOCK != 0),
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            set_errno(e);
+            Some(r)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As fcntl(2); the optional third argument is read as one integer-sized value.
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    fcntl_common(fd, cmd, arg, real().fcntl)
+}
+
+/// # Safety
+/// As fcntl64 (glibc's name under _FILE_OFFSET_BITS=64).
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    fcntl_common(fd, cmd, arg, real().fcntl64)
+}
+
+/// # Safety
+/// As ioctl(2); the third argument is read as one integer-sized value.
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().ioctl)(fd, req, arg) };
+    intercept(
+        -1,
+        || {
+            let c = lookup_or_complete(fd)?;
+            match req {
+                libc::FIONREAD if arg != 0 => {
+                    let n = stream::readable_bytes(&c, fd)?;
+                    // SAFETY: FIONREAD's argument points to an int.
+                    unsafe { *(arg as *mut c_int) = n };
+                    Some(0)
+                }
+                libc::FIONBIO if arg != 0 => {
+                    let r = call();
+                    if r == 0 {
+                        // SAFETY: FIONBIO's argument points to an int.
+                        let on = unsafe { *(arg as *const c_int) } != 0;
+                        c.own.nonblocking().store(u32::from(on), std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Some(r)
+                }
+                _ => None,
+            }
+        },
+        call,
+    )
+}
+
+// ---- waiting -----------------------------------------------------------------------------
+
+fn duration_ms(ms: c_int) -> Option<Duration> {
+    (ms >= 0).then(|| Duration::from_millis(ms as u64))
+}
+
+fn duration_ts(ts: *const timespec) -> Option<Duration> {
+    if ts.is_null() {
+        return None;
+    }
+    // SAFETY: non-null timespec from the caller.
+    let t = unsafe { *ts };
+    Some(Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32))
+}
+
+fn ms_ceil(d: Option<Duration>) -> c_int {
+    d.map_or(-1, |d| d.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int)
+}
+
+/// # Safety
+/// As poll(2).
+#[no_mangle]
+pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().poll)(fds, n, timeout) };
+    intercept(
+        -1,
+        || {
+            if fds.is_null() || n == 0 {
+                return None;
+            }
+            // SAFETY: the caller's array of n entries.
+            let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
+            if !slice.iter().any(|p| lookup_or_complete(p.fd).is_some()) {
+                return None;
+            }
+            // SAFETY: f is the caller's array.
+            let mut sleep = |f: &mut [pollfd], t: Option<Duration>| unsafe {
+                (real().poll)(f.as_mut_ptr(), f.len() as nfds_t, ms_ceil(t))
+            };
+            Some(wait::poll_core(slice, duration_ms(timeout), &mut sleep))
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As ppoll(2).
+#[no_mangle]
+pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, ts: *const timespec, mask: *const sigset_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().ppoll)(fds, n, ts, mask) };
+    intercept(
+        -1,
+        || {
+            if fds.is_null() || n == 0 {
+                return None;
+            }
+            // SAFETY: the caller's array of n entries.
+            let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
+            if !slice.iter().any(|p| lookup_or_complete(p.fd).is_some()) {
+                return None;
+            }
+            let mut sleep = |f: &mut [pollfd], t: Option<Duration>| {
+                let tspec = t.map(|d| timespec {
+                    tv_sec: d.as_secs() as libc::time_t,
+                    tv_nsec: d.subsec_nanos() as libc::c_long,
+                });
+                let tp = tspec.as_ref().map_or(std::ptr::null(), |t| t as *const timespec);
+                // SAFETY: f is the caller's array, tp null or ours, mask the caller's.
+                unsafe { (real().ppoll)(f.as_mut_ptr(), f.len() as nfds_t, tp, mask) }
+            };
+            Some(wait::poll_core(slice, duration_ts(ts), &mut sleep))
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As select(2).
+#[no_mangle]
+pub unsafe extern "C" fn select(
+    nfds: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    x: *mut libc::fd_set,
+    tv: *mut libc::timeval,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().select)(nfds, r, w, x, tv) };
+    intercept(
+        -1,
+        || {
+            if !wait::any_accelerated_in_sets(nfds, [r, w]) {
+                return None;
+            }
+            let timeout = if tv.is_null() {
+                None
+            } else {
+                // SAFETY: non-null timeval from the caller.
+                let t = unsafe { *tv };
+                Some(Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.clamp(0, 999_999) * 1000) as u32))
+            };
+            let start = std::time::Instant::now();
+            let res = wait::select_core(nfds, r, w, x, timeout, None);
+            if let (Some(t), false) = (timeout, tv.is_null()) {
+                // Linux's select reports the time left.
+                let left = t.saturating_sub(start.elapsed());
+                // SAFETY: non-null timeval from the caller.
+                unsafe {
+                    *tv = libc::timeval {
+                        tv_sec: left.as_secs() as libc::time_t,
+                        tv_usec: left.subsec_micros() as libc::suseconds_t,
+                    }
+                };
+            }
+            Some(res)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As pselect(2).
+#[no_mangle]
+pub unsafe extern "C" fn pselect(
+    nfds: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    x: *mut libc::fd_set,
+    ts: *const timespec,
+    mask: *const sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().pselect)(nfds, r, w, x, ts, mask) };
+    intercept(
+        -1,
+        || {
+            if !wait::any_accelerated_in_sets(nfds, [r, w]) {
+                return None;
+            }
+            Some(wait::select_core(nfds, r, w, x, duration_ts(ts), Some(mask)))
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As epoll_create(2).
+#[no_mangle]
+pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
+    if size <= 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: no arguments to check.
+    unsafe { epoll_create1(0) }
+}
+
+/// # Safety
+/// As epoll_create1(2).
+#[no_mangle]
+pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
+    // SAFETY: plain system call.
+    let call = || unsafe { libc::syscall(libc::SYS_epoll_create1, flags) as c_int };
+    intercept(
+        -1,
+        || {
+            let r = call();
+            let e = errno();
+            if r >= 0 {
+                wait::created(r);
+            }
+            set_errno(e);
+            Some(r)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As epoll_ctl(2).
+#[no_mangle]
+pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().epoll_ctl)(epfd, op, fd, ev) };
+    intercept(
+        -1,
+        || {
+            let _ = lookup_or_complete(fd);
+            // SAFETY: the caller's arguments.
+            Some(unsafe { wait::ctl(epfd, op, fd, ev) })
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As epoll_wait(2).
+#[no_mangle]
+pub unsafe extern "C" fn epoll_wait(epfd: c_int, evs: *mut epoll_event, max: c_int, timeout: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { epoll_pwait(epfd, evs, max, timeout, std::ptr::null()) }
+}
+
+/// # Safety
+/// As epoll_pwait(2).
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    evs: *mut epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe {
+        if mask.is_null() {
+            (real().epoll_wait)(epfd, evs, max, timeout)
+        } else {
+            (real().epoll_pwait)(epfd, evs, max, timeout, mask)
+        }
+    };
+    // SAFETY: the caller's arguments.
+    intercept(-1, || Some(unsafe { wait::wait(epfd, evs, max, timeout, mask) }), call)
+}
+
+// ---- fortified variants (_FORTIFY_SOURCE) ------------------------------------------------
+
+fn chk_fail() -> ! {
+    // SAFETY: abort has no preconditions; a buffer overflow must not continue.
+    unsafe { libc::abort() }
+}
+
+/// # Safety
+/// As __read_chk.
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
+    if n > buflen {
+        chk_fail();
+    }
+    // SAFETY: checked as the fortified version does.
+    unsafe { read(fd, buf, n) }
+}
+
+/// # Safety
+/// As __recv_chk.
+#[no_mangle]
+pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t {
+    if n > buflen {
+        chk_fail();
+    }
+    // SAFETY: checked as the fortified version does.
+    unsafe { recv(fd, buf, n, flags) }
+}
+
+/// # Safety
+/// As __recvfrom_chk.
+#[no_mangle]
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    if n > buflen {
+        chk_fail();
+    }
+    // SAFETY: checked as the fortified version does.
+    unsafe { recvfrom(fd, buf, n, flags, addr, alen) }
+}
+
+/// # Safety
+/// As __poll_chk.
+#[no_mangle]
+pub unsafe extern "C" fn __poll_chk(fds: *mut pollfd, n: nfds_t, timeout: c_int, fdslen: size_t) -> c_int {
+    if (fdslen / std::mem::size_of::<pollfd>()) < n as usize {
+        chk_fail();
+    }
+    // SAFETY: checked as the fortified version does.
+    unsafe { poll(fds, n, timeout) }
+}
+
+/// # Safety
+/// As getsockopt(2): SO_ERROR == 0 after a non-blocking connect completes the set-up.
+#[no_mangle]
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    // SAFETY: the caller's arguments, via the raw system call (no recursion into ourselves).
+    let call = || unsafe { libc::syscall(libc::SYS_getsockopt, fd, level, name, val, len) as c_int };
+    intercept(
+        -1,
+        || {
+            let r = call();
+            let e = errno();
+            if r == 0 && level == libc::SOL_SOCKET && name == libc::SO_ERROR && !val.is_null() {
+                // SAFETY: SO_ERROR wrote an int.
+                if unsafe { *(val as *const c_int) } == 0 {
+                    let _ = lookup_or_complete(fd);
+                }
+            }
+            set_errno(e);
+            Some(r)
+        },
+        call,
+    )
+}

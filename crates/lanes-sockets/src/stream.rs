@@ -1,0 +1,340 @@
+//! Sending and receiving on an accelerated socket: the ring while both ends are busy, the
+//! kernel connection otherwise, in the order the direction protocol
+//! (`lanes::sockets::direction`) guarantees.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use libc::{c_int, iovec, msghdr, ssize_t};
+
+use lanes::sockets::endpoint::{lock_shared, FLAG_RX_CLOSED, FLAG_TX_CLOSED};
+
+use crate::config::config;
+use crate::conn::Conn;
+use crate::real::{errno, real, set_errno};
+
+/// Bytes in a list of buffers.
+pub fn iov_len(iov: &[iovec]) -> usize {
+    iov.iter().map(|v| v.iov_len).sum()
+}
+
+/// The part of `iov` from byte `skip`, at most `max` bytes.
+fn sub_iov(iov: &[iovec], mut skip: usize, mut max: usize) -> Vec<iovec> {
+    let mut out = Vec::with_capacity(iov.len());
+    for v in iov {
+        if max == 0 {
+            break;
+        }
+        if skip >= v.iov_len {
+            skip -= v.iov_len;
+            continue;
+        }
+        let n = (v.iov_len - skip).min(max);
+        // SAFETY: skip < iov_len, so the pointer stays inside the caller's buffer.
+        out.push(iovec { iov_base: unsafe { v.iov_base.cast::<u8>().add(skip).cast() }, iov_len: n });
+        max -= n;
+        skip = 0;
+    }
+    out
+}
+
+/// Copies `n` bytes between the caller's buffers (from byte `skip`) and the ring (from
+/// position `pos`, wrapping). `into_ring` picks the direction.
+///
+/// # Safety
+/// The iovecs must be valid for the access; `ring` must be `cap` bytes of mapped memory.
+unsafe fn copy_ring(ring: *mut u8, cap: usize, mut pos: usize, iov: &[iovec], skip: usize, n: usize, into_ring: bool) {
+    for v in sub_iov(iov, skip, n) {
+        let mut done = 0;
+        while done < v.iov_len {
+            let at = pos & (cap - 1);
+            let chunk = (v.iov_len - done).min(cap - at);
+            // SAFETY: at + chunk <= cap; the user buffer holds iov_len bytes from iov_base.
+            unsafe {
+                let user = v.iov_base.cast::<u8>().add(done);
+                if into_ring {
+                    lanes::platform::memory::copy_to_shared(ring.add(at), std::slice::from_raw_parts(user, chunk));
+                } else {
+                    lanes::platform::memory::copy_from_shared(
+                        std::slice::from_raw_parts_mut(user, chunk),
+                        ring.add(at),
+                    );
+                }
+            }
+            done += chunk;
+            pos += chunk;
+        }
+    }
+}
+
+fn kernel_sendmsg(fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
+    // SAFETY: a zeroed msghdr is valid (no name, no control data).
+    let mut msg: msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr() as *mut iovec;
+    msg.msg_iovlen = iov.len();
+    // SAFETY: the iovecs point into the caller's buffers.
+    unsafe { (real().sendmsg)(fd, &msg, flags) }
+}
+
+/// Sends from `iov` (the caller's buffers) with `flags` (MSG_*).
+pub fn send(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
+    let total = iov_len(iov);
+    if total == 0 || conn.own.has_flag(FLAG_TX_CLOSED) {
+        return kernel_sendmsg(fd, iov, flags);
+    }
+    let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
+    let word = conn.own.tx_word();
+    let (ring_count, kernel_count) = conn.own.tx_counts();
+    let mut sent = 0usize;
+    let mut full_since: Option<Instant> = None;
+    while sent < total {
+        let state = word.load();
+        let peer = if state.ring_mode() { conn.peer().filter(|p| !p.has_flag(FLAG_RX_CLOSED)) } else { None };
+        if let Some(peer) = peer {
+            let _lock = lock_shared(conn.own.tx_lock());
+            let state = word.load();
+            if state.ring_mode() {
+                let cap = conn.own.ring_bytes();
+                let unread = state.ring_unread(peer.rx_consumed().load(Ordering::Acquire)) as usize;
+                let space = cap.saturating_sub(unread);
+                if space > 0 {
+                    let n = space.min(total - sent);
+                    // SAFETY: the ring is ours to write between `published` and the
+                    // receiver's consumed count; the caller's buffers are valid.
+                    unsafe { copy_ring(conn.own.ring_ptr(), cap, state.published() as usize, iov, sent, n, true) };
+                    if word.publish(n) {
+                        sent += n;
+                        ring_count.fetch_add(n as u64, Ordering::Relaxed);
+                        full_since = None;
+                    }
+                    continue;
+                }
+                // The ring is full: wait a little for the receiver, then use the kernel.
+                let since = *full_since.get_or_insert_with(Instant::now);
+                let grace = if nonblocking { std::time::Duration::from_micros(5) } else { config().poll_time };
+                if since.elapsed() < grace {
+                    drop(_lock);
+                    std::hint::spin_loop();
+                    continue;
+                }
+            } else {
+                continue;
+            }
+        }
+        let reservation = word.reserve_kernel(total - sent);
+        let chunk = sub_iov(iov, sent, reservation.bytes);
+        let r = kernel_sendmsg(fd, &chunk, flags);
+        let e = errno();
+        word.settle_kernel(reservation, r.max(0) as usize);
+        if r < 0 {
+            if sent > 0 {
+                return sent as ssize_t;
+            }
+            set_errno(e);
+            return r;
+        }
+        kernel_count.fetch_add(r as u64, Ordering::Relaxed);
+        sent += r as usize;
+        if (r as usize) < iov_len(&chunk) {
+            break; // the kernel took part: a signal, or a non-blocking socket's buffer filled
+        }
+    }
+    sent as ssize_t
+}
+
+fn kernel_recvmsg(fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Option<&mut msghdr>) -> ssize_t {
+    match msg {
+        Some(m) => {
+            let saved = (m.msg_iov, m.msg_iovlen);
+            m.msg_iov = iov.as_ptr() as *mut iovec;
+            m.msg_iovlen = iov.len();
+            // SAFETY: the caller's msghdr with our iovecs into its own buffers.
+            let r = unsafe { (real().recvmsg)(fd, *m as *mut msghdr, flags) };
+            (m.msg_iov, m.msg_iovlen) = saved;
+            r
+        }
+        None => {
+            // SAFETY: a zeroed msghdr is valid.
+            let mut m: msghdr = unsafe { std::mem::zeroed() };
+            m.msg_iov = iov.as_ptr() as *mut iovec;
+            m.msg_iovlen = iov.len();
+            // SAFETY: iovecs into the caller's buffers.
+            unsafe { (real().recvmsg)(fd, &mut m, flags) }
+        }
+    }
+}
+
+/// Whether the kernel holds no unread bytes for `fd`.
+pub fn kernel_empty(fd: c_int) -> bool {
+    let mut n: c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let r = unsafe { (real().ioctl)(fd, libc::FIONREAD, (&mut n as *mut c_int) as usize) };
+    r == 0 && n == 0
+}
+
+/// After reading kernel bytes of an accelerated connection: acknowledge at once. Our
+/// answers may travel through the ring, so no kernel segment carries the ACK back, and a
+/// sender with Nagle's algorithm would hold its next small segment for the delayed ACK
+/// (40 ms).
+fn ack_now(fd: c_int) {
+    let one: c_int = 1;
+    // SAFETY: one is a valid int option value.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            (&one as *const c_int).cast(),
+            std::mem::size_of::<c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// Switches the peer's sending direction back to the ring if everything is read.
+pub fn maybe_ring_mode(conn: &Conn, fd: c_int) {
+    if conn.rx_shut.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(peer) = conn.peer() else { return };
+    if peer.has_flag(FLAG_TX_CLOSED) || conn.own.has_flag(FLAG_RX_CLOSED) {
+        return;
+    }
+    let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
+    let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);
+    peer.tx_word().try_ring_mode(consumed, kread, || kernel_empty(fd));
+}
+
+/// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured).
+pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option<&mut msghdr>) -> ssize_t {
+    let total = iov_len(iov);
+    let peer = conn.peer();
+    let Some(peer) = peer.filter(|_| total > 0) else {
+        let r = kernel_recvmsg(fd, iov, flags, &mut msg);
+        if r > 0 && flags & libc::MSG_PEEK == 0 {
+            conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
+            conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
+            maybe_ring_mode(conn, fd);
+        }
+        return r;
+    };
+    let peek = flags & libc::MSG_PEEK != 0;
+    let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
+    let waitall = flags & libc::MSG_WAITALL != 0 && !peek && !nonblocking;
+    let word = peer.tx_word();
+    let cap = peer.ring_bytes();
+    let mut got = 0usize;
+    let mut spin_started: Option<Instant> = None;
+    let poll_time = config().poll_time;
+    if let Some(m) = msg.as_deref_mut() {
+        m.msg_flags = 0;
+    }
+    loop {
+        let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
+        let state = word.load();
+        let unread = state.ring_unread(consumed) as usize;
+        if unread > 0 {
+            let _lock = lock_shared(conn.own.rx_lock());
+            let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
+            let unread = word.load().ring_unread(consumed) as usize;
+            let n = unread.min(total - got);
+            if n == 0 {
+                continue;
+            }
+            // SAFETY: the published bytes from `consumed` are the sender's to leave alone
+            // until we advance `consumed`; the caller's buffers are valid.
+            unsafe { copy_ring(peer.ring_ptr(), cap, consumed as usize, iov, got, n, false) };
+            if !peek {
+                conn.own.rx_consumed().store(consumed + n as u64, Ordering::Release);
+                conn.own.rx_bytes().fetch_add(n as u64, Ordering::Relaxed);
+            }
+            got += n;
+            if !waitall || got == total {
+                return got as ssize_t;
+            }
+            continue;
+        }
+        if got > 0 && !waitall {
+            return got as ssize_t;
+        }
+        let rest = sub_iov(iov, got, total - got);
+        if state.ring_mode() && !conn.rx_shut.load(Ordering::Relaxed) {
+            if nonblocking {
+                // Ask the kernel without taking anything: end of stream, reset, or nothing.
+                let r = kernel_recvmsg(fd, &rest, libc::MSG_PEEK | libc::MSG_DONTWAIT, &mut None);
+                let e = errno();
+                if word.load().ring_unread(conn.own.rx_consumed().load(Ordering::Acquire)) > 0 {
+                    continue; // ring bytes arrived meanwhile: they come first
+                }
+                if r > 0 {
+                    // Kernel bytes while in ring mode: the sender switched, or a program
+                    // without the library wrote. Leave ring mode and read them in order.
+                    word.to_kernel_mode();
+                    continue;
+                }
+                if got > 0 {
+                    return got as ssize_t;
+                }
+                if r == 0 {
+                    return 0;
+                }
+                set_errno(e);
+                return -1;
+            }
+            // Blocking: spin on the state word, then sleep in the kernel.
+            let started = *spin_started.get_or_insert_with(Instant::now);
+            if started.elapsed() < poll_time {
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                    if word.load().ring_unread(conn.own.rx_consumed().load(Ordering::Acquire)) > 0 {
+                        break;
+                    }
+                }
+                continue;
+            }
+        }
+        // Kernel path: count ourselves as a sleeper unless ring bytes are waiting.
+        let blocking = !nonblocking;
+        if blocking && !word.prepare_sleep(conn.own.rx_consumed().load(Ordering::Acquire)) {
+            continue;
+        }
+        let kflags = flags & !libc::MSG_WAITALL;
+        let r = kernel_recvmsg(fd, &rest, kflags, &mut msg);
+        let e = errno();
+        if blocking {
+            word.finish_sleep();
+        }
+        if r > 0 {
+            ack_now(fd);
+            if !peek {
+                conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
+                conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
+                maybe_ring_mode(conn, fd);
+            }
+            got += r as usize;
+            if waitall && got < total {
+                spin_started = None;
+                continue;
+            }
+            return got as ssize_t;
+        }
+        if got > 0 {
+            return got as ssize_t;
+        }
+        set_errno(e);
+        return r;
+    }
+}
+
+/// FIONREAD: ring bytes plus the kernel's.
+pub fn readable_bytes(conn: &Conn, fd: c_int) -> Option<c_int> {
+    let mut n: c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    if unsafe { (real().ioctl)(fd, libc::FIONREAD, (&mut n as *mut c_int) as usize) } != 0 {
+        return None;
+    }
+    let ring = match conn.peer() {
+        Some(p) => p.tx_word().load().ring_unread(conn.own.rx_consumed().load(Ordering::Acquire)),
+        None => 0,
+    };
+    Some(n.saturating_add(ring.min(c_int::MAX as u64) as c_int))
+}

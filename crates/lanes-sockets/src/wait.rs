@@ -1,0 +1,461 @@
+//! Waiting for several sockets: poll, ppoll, select, pselect and epoll.
+//!
+//! Accelerated sockets are ready for reading when their ring holds bytes, which the kernel
+//! cannot see. A waiting call therefore first looks at the rings and asks the kernel
+//! without waiting, spins for the poll time doing both, and then, before it sleeps in the
+//! kernel, switches every accelerated socket it waits for to kernel mode (counting itself
+//! a sleeper): from then on their bytes travel through the kernel, which wakes the call
+//! with its own semantics (timeouts, signal masks, EINTR).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use libc::{c_int, epoll_event, pollfd};
+
+use crate::config::config;
+use crate::conn::{lookup, Conn};
+use crate::real::{errno, real, set_errno};
+
+/// How often a spinning wait asks the kernel about the other descriptors.
+const KERNEL_CHECK_EVERY: Duration = Duration::from_micros(10);
+
+/// Accelerated sockets a wait covers, with the sleeper counts it holds.
+struct Sleepers {
+    prepared: Vec<Arc<Conn>>,
+}
+
+impl Sleepers {
+    /// Switches each to kernel mode as a sleeper; false if one has ring bytes (then none
+    /// stays prepared).
+    fn prepare(conns: &[Arc<Conn>]) -> Option<Sleepers> {
+        let mut s = Sleepers { prepared: Vec::with_capacity(conns.len()) };
+        for c in conns {
+            let Some(peer) = c.peer() else { continue };
+            if !peer.tx_word().prepare_sleep(c.own.rx_consumed().load(Ordering::Acquire)) {
+                return None; // drop undoes the others
+            }
+            s.prepared.push(c.clone());
+        }
+        Some(s)
+    }
+}
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        for c in &self.prepared {
+            if let Some(p) = c.peer() {
+                p.tx_word().finish_sleep();
+            }
+        }
+    }
+}
+
+fn remaining(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+fn ms_of(d: Option<Duration>) -> c_int {
+    match d {
+        None => -1,
+        Some(d) => d.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int,
+    }
+}
+
+/// The common core of poll and ppoll. `sleep` makes the final blocking kernel call with
+/// the remaining time.
+pub fn poll_core(
+    fds: &mut [pollfd],
+    timeout: Option<Duration>,
+    sleep: &mut dyn FnMut(&mut [pollfd], Option<Duration>) -> c_int,
+) -> c_int {
+    let accel: Vec<(usize, c_int, Arc<Conn>)> = fds
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.events & libc::POLLIN != 0)
+        .filter_map(|(i, p)| lookup(p.fd).filter(|c| c.peer().is_some()).map(|c| (i, p.fd, c)))
+        .collect();
+    if accel.is_empty() {
+        return sleep(fds, timeout);
+    }
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let spin_until = Instant::now() + config().poll_time.min(timeout.unwrap_or(Duration::MAX));
+    let mut last_kernel_check: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let ask_kernel = last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
+        let mut ready = 0;
+        if ask_kernel {
+            last_kernel_check = Some(now);
+            // SAFETY: fds is the caller's array.
+            let r = unsafe { (real().poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+            if r < 0 {
+                return r;
+            }
+            ready = r;
+        }
+        for (i, _, c) in &accel {
+            if c.ring_readable() {
+                if fds[*i].revents == 0 {
+                    ready += 1;
+                }
+                fds[*i].revents |= libc::POLLIN;
+            }
+        }
+        if ready > 0 {
+            return ready;
+        }
+        if timeout == Some(Duration::ZERO) {
+            return 0;
+        }
+        if Instant::now() < spin_until {
+            std::hint::spin_loop();
+            continue;
+        }
+        let conns: Vec<Arc<Conn>> = accel.iter().map(|(_, _, c)| c.clone()).collect();
+        let Some(_sleepers) = Sleepers::prepare(&conns) else { continue };
+        return sleep(fds, remaining(deadline));
+    }
+}
+
+/// select in terms of poll_core, when accelerated sockets are involved.
+pub fn select_core(
+    nfds: c_int,
+    readfds: *mut libc::fd_set,
+    writefds: *mut libc::fd_set,
+    exceptfds: *mut libc::fd_set,
+    timeout: Option<Duration>,
+    sigmask: Option<*const libc::sigset_t>,
+) -> c_int {
+    // SAFETY (whole function): the fd_set pointers are the caller's, null or valid for nfds bits.
+    let isset = |set: *mut libc::fd_set, fd: c_int| {
+        // SAFETY: the caller's set, non-null, valid for nfds bits.
+        !set.is_null() && unsafe { libc::FD_ISSET(fd, set) }
+    };
+    let mut fds: Vec<pollfd> = Vec::new();
+    for fd in 0..nfds.clamp(0, libc::FD_SETSIZE as c_int) {
+        let mut events = 0;
+        if isset(readfds, fd) {
+            events |= libc::POLLIN;
+        }
+        if isset(writefds, fd) {
+            events |= libc::POLLOUT;
+        }
+        if isset(exceptfds, fd) {
+            events |= libc::POLLPRI;
+        }
+        if events != 0 {
+            fds.push(pollfd { fd, events, revents: 0 });
+        }
+    }
+    let mut sleep = |f: &mut [pollfd], t: Option<Duration>| -> c_int {
+        let ts = t
+            .map(|d| libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long });
+        let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: f is our array; tsp null or valid; the sigmask is the caller's.
+        unsafe { (real().ppoll)(f.as_mut_ptr(), f.len() as libc::nfds_t, tsp, sigmask.unwrap_or(std::ptr::null())) }
+    };
+    let r = poll_core(&mut fds, timeout, &mut sleep);
+    if r < 0 {
+        return r;
+    }
+    if fds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
+        set_errno(libc::EBADF);
+        return -1;
+    }
+    for set in [readfds, writefds, exceptfds] {
+        if !set.is_null() {
+            // SAFETY: the caller's set.
+            unsafe { libc::FD_ZERO(set) };
+        }
+    }
+    let mut count = 0;
+    for p in &fds {
+        let mut mark = |set: *mut libc::fd_set, on: bool| {
+            if on && !set.is_null() {
+                // SAFETY: fd < nfds <= FD_SETSIZE, the caller's set.
+                unsafe { libc::FD_SET(p.fd, set) };
+                count += 1;
+            }
+        };
+        let rd = p.events & libc::POLLIN != 0 && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+        let wr = p.events & libc::POLLOUT != 0 && p.revents & (libc::POLLOUT | libc::POLLERR) != 0;
+        let ex = p.events & libc::POLLPRI != 0 && p.revents & libc::POLLPRI != 0;
+        mark(readfds, rd);
+        mark(writefds, wr);
+        mark(exceptfds, ex);
+    }
+    count
+}
+
+/// Whether any of these fds is accelerated (so the wait must be ours).
+pub fn any_accelerated_in_sets(nfds: c_int, sets: [*mut libc::fd_set; 2]) -> bool {
+    (0..nfds.clamp(0, libc::FD_SETSIZE as c_int)).any(|fd| {
+        // SAFETY: the caller's sets, null or valid for nfds bits.
+        sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
+            && lookup(fd).is_some_and(|c| c.peer().is_some())
+    })
+}
+
+// ---- epoll -------------------------------------------------------------------------------
+
+/// What the application registered for one fd in one epoll set.
+#[derive(Clone, Copy)]
+struct Item {
+    events: u32,
+    data: u64,
+    /// EPOLLONESHOT fired: silent until EPOLL_CTL_MOD.
+    disarmed: bool,
+    /// Ring position last reported (edge-triggered).
+    last_published: u64,
+}
+
+/// The application's view of one epoll set: the kernel set holds every fd with a token
+/// instead of the application's data, so events can be told apart by fd and merged with
+/// the rings' readiness.
+#[derive(Default)]
+struct Shadow {
+    items: HashMap<c_int, Item>,
+}
+
+fn shadows() -> &'static Mutex<HashMap<c_int, Arc<Mutex<Shadow>>>> {
+    static S: OnceLock<Mutex<HashMap<c_int, Arc<Mutex<Shadow>>>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn salt() -> u64 {
+    static SALT: OnceLock<u64> = OnceLock::new();
+    *SALT.get_or_init(|| {
+        let mut b = [0u8; 8];
+        // SAFETY: getrandom writes at most 8 bytes into b.
+        unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+        u64::from_ne_bytes(b) & !0xffff_ffff
+    })
+}
+
+fn token(fd: c_int) -> u64 {
+    salt() | fd as u32 as u64
+}
+
+fn fd_of_token(t: u64) -> Option<c_int> {
+    (t & !0xffff_ffff == salt()).then_some((t & 0xffff_ffff) as u32 as c_int)
+}
+
+/// A new epoll instance.
+pub fn created(epfd: c_int) {
+    if epfd >= 0 {
+        if let Ok(mut s) = shadows().lock() {
+            s.insert(epfd, Arc::new(Mutex::new(Shadow::default())));
+        }
+    }
+}
+
+/// An fd closed: if it was an epoll instance, its shadow goes; if it was in a set, the
+/// kernel removed it (when it was the last reference), so do we.
+pub fn closed(fd: c_int) {
+    if let Ok(mut s) = shadows().lock() {
+        s.remove(&fd);
+        for sh in s.values() {
+            if let Ok(mut sh) = sh.lock() {
+                sh.items.remove(&fd);
+            }
+        }
+    }
+}
+
+fn shadow_of(epfd: c_int) -> Option<Arc<Mutex<Shadow>>> {
+    shadows().lock().ok()?.get(&epfd).cloned()
+}
+
+/// epoll_ctl: the kernel gets a token for the data; the shadow keeps the application's.
+///
+/// # Safety
+/// `event` null or valid, as for epoll_ctl.
+pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) -> c_int {
+    let Some(shadow) = shadow_of(epfd) else {
+        // SAFETY: the caller's arguments.
+        return unsafe { (real().epoll_ctl)(epfd, op, fd, event) };
+    };
+    let mut ev = if event.is_null() {
+        epoll_event { events: 0, u64: 0 }
+    } else {
+        // SAFETY: non-null event is valid for reads.
+        unsafe { std::ptr::read_unaligned(event) }
+    };
+    let app_data = ev.u64;
+    if op != libc::EPOLL_CTL_DEL {
+        ev.u64 = token(fd);
+    }
+    let arg = if event.is_null() { std::ptr::null_mut() } else { &mut ev as *mut epoll_event };
+    // SAFETY: arg is null or our copy.
+    let r = unsafe { (real().epoll_ctl)(epfd, op, fd, arg) };
+    if r == 0 {
+        let mut sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+        match op {
+            libc::EPOLL_CTL_DEL => {
+                sh.items.remove(&fd);
+            }
+            _ => {
+                let last = lookup(fd).and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0);
+                sh.items.insert(fd, Item { events: ev.events, data: app_data, disarmed: false, last_published: last });
+            }
+        }
+    }
+    r
+}
+
+/// epoll_wait / epoll_pwait.
+///
+/// # Safety
+/// `events` valid for `maxevents` entries; `sigmask` null or valid.
+pub unsafe fn wait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    maxevents: c_int,
+    timeout_ms: c_int,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    let real_wait = |evs: *mut epoll_event, max: c_int, t: c_int| -> c_int {
+        // SAFETY: evs valid for max entries (ours or the caller's); sigmask null or valid.
+        unsafe {
+            if sigmask.is_null() {
+                (real().epoll_wait)(epfd, evs, max, t)
+            } else {
+                (real().epoll_pwait)(epfd, evs, max, t, sigmask)
+            }
+        }
+    };
+    let Some(shadow) = shadow_of(epfd) else { return real_wait(events, maxevents, timeout_ms) };
+    if maxevents <= 0 || events.is_null() {
+        return real_wait(events, maxevents, timeout_ms);
+    }
+    let max = maxevents as usize;
+    let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let accel: Vec<(c_int, Arc<Conn>)> = {
+        let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+        sh.items
+            .iter()
+            .filter(|(_, it)| it.events & libc::EPOLLIN as u32 != 0)
+            .filter_map(|(fd, _)| lookup(*fd).filter(|c| c.peer().is_some()).map(|c| (*fd, c)))
+            .collect()
+    };
+    let mut buf: Vec<epoll_event> = vec![epoll_event { events: 0, u64: 0 }; max];
+    let spin_until = Instant::now() + config().poll_time.min(timeout.unwrap_or(Duration::MAX));
+    let mut last_kernel_check: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let mut out: Vec<Ready> = Vec::new();
+        // Rings first.
+        {
+            let mut sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+            for (fd, c) in &accel {
+                let Some(it) = sh.items.get_mut(fd) else { continue };
+                if it.disarmed || !c.ring_readable() {
+                    continue;
+                }
+                let published = c.peer().map(|p| p.tx_word().load().published()).unwrap_or(0);
+                if it.events & libc::EPOLLET as u32 != 0 && published == it.last_published {
+                    continue;
+                }
+                it.last_published = published;
+                out.push(Ready::Fd(*fd, libc::EPOLLIN as u32));
+                if out.len() == max {
+                    break;
+                }
+            }
+        }
+        let ask_kernel = accel.is_empty() || last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
+        let mut kernel_events = 0;
+        if ask_kernel && out.len() < max {
+            last_kernel_check = Some(now);
+            let r = real_wait(buf.as_mut_ptr(), (max - out.len()) as c_int, 0);
+            if r < 0 {
+                return r;
+            }
+            kernel_events = r as usize;
+        }
+        let n = merge(&shadow, &buf[..kernel_events], &mut out);
+        if n > 0 {
+            return deliver(epfd, &shadow, &out, events);
+        }
+        if timeout == Some(Duration::ZERO) {
+            return 0;
+        }
+        if !accel.is_empty() && Instant::now() < spin_until {
+            std::hint::spin_loop();
+            continue;
+        }
+        let conns: Vec<Arc<Conn>> = accel.iter().map(|(_, c)| c.clone()).collect();
+        let Some(sleepers) = Sleepers::prepare(&conns) else { continue };
+        let r = real_wait(buf.as_mut_ptr(), max as c_int, ms_of(remaining(deadline)));
+        let e = errno();
+        drop(sleepers);
+        if r < 0 {
+            set_errno(e);
+            return r;
+        }
+        let mut out = Vec::new();
+        let n = merge(&shadow, &buf[..r as usize], &mut out);
+        if n > 0 || remaining(deadline) == Some(Duration::ZERO) {
+            return deliver(epfd, &shadow, &out, events);
+        }
+        // Only events we had to drop (a disarmed one-shot): wait again.
+    }
+}
+
+/// One event to deliver: an fd of the shadow, or data registered before we knew the set.
+#[derive(Clone, Copy)]
+enum Ready {
+    Fd(c_int, u32),
+    Raw(u64, u32),
+}
+
+/// Adds kernel events (translated from tokens) to `out`, one entry per fd.
+fn merge(shadow: &Mutex<Shadow>, kernel: &[epoll_event], out: &mut Vec<Ready>) -> usize {
+    let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+    for ev in kernel {
+        let (data, events) = (ev.u64, ev.events);
+        let Some(fd) = fd_of_token(data) else {
+            // Registered before this process knew the set (inherited): the application's data.
+            out.push(Ready::Raw(data, events));
+            continue;
+        };
+        match sh.items.get(&fd) {
+            Some(it) if it.disarmed => {}
+            Some(_) => match out.iter_mut().find(|r| matches!(r, Ready::Fd(f, _) if *f == fd)) {
+                Some(Ready::Fd(_, e)) => *e |= events,
+                _ => out.push(Ready::Fd(fd, events)),
+            },
+            None => {}
+        }
+    }
+    out.len()
+}
+
+/// Writes the events with the application's data; disarms one-shot items, in the kernel
+/// set too (a ring event did not disarm it there).
+fn deliver(epfd: c_int, shadow: &Mutex<Shadow>, out: &[Ready], events: *mut epoll_event) -> c_int {
+    let mut sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+    let mut n = 0;
+    for r in out {
+        let ev = match *r {
+            Ready::Raw(data, ev) => epoll_event { events: ev, u64: data },
+            Ready::Fd(fd, ev) => {
+                let Some(it) = sh.items.get_mut(&fd) else { continue };
+                if it.events & libc::EPOLLONESHOT as u32 != 0 {
+                    it.disarmed = true;
+                    let mut off = epoll_event { events: libc::EPOLLONESHOT as u32, u64: token(fd) };
+                    // SAFETY: our own event structure.
+                    unsafe { (real().epoll_ctl)(epfd, libc::EPOLL_CTL_MOD, fd, &mut off) };
+                }
+                epoll_event { events: ev, u64: it.data }
+            }
+        };
+        // SAFETY: n < maxevents (out never exceeds it).
+        unsafe { events.add(n).write_unaligned(ev) };
+        n += 1;
+    }
+    n as c_int
+}

@@ -1,0 +1,237 @@
+//! The state word of one direction of an accelerated stream, and its rules.
+//!
+//! A stream's bytes travel either through the shared-memory ring or through the kernel
+//! connection. The sender counts both in one 64-bit word, changed only by compare-and-swap:
+//!
+//! ```text
+//!  63    62..56     55..28    27..0
+//!  ring  sleepers   R         K
+//! ```
+//!
+//! `R` is the number of bytes ever published into the ring and `K` the number ever reserved
+//! for the kernel path, both modulo 2^28; the receiver keeps `H` (ring bytes consumed) and
+//! `KR` (kernel bytes read) in its own record. The rules that keep the stream byte-exact:
+//!
+//! - the sender publishes into the ring only in ring mode; it may switch to kernel mode at
+//!   any moment (ring full, nobody reading) by reserving kernel bytes;
+//! - the receiver always reads ring bytes before kernel bytes; so at most one ring segment
+//!   followed by one kernel segment exists at a time;
+//! - only the receiver switches back to ring mode, and only when it has read every kernel
+//!   byte (`K == KR`), the ring is empty, nobody sleeps, and the kernel holds nothing;
+//! - a receiver about to sleep in the kernel switches to kernel mode and counts itself in
+//!   `sleepers` with the same CAS that checks the ring is empty: if the sender published
+//!   first the CAS fails and the receiver sees the data; if the receiver won, the sender's
+//!   next bytes go through the kernel, which wakes the sleeper. No wake-up is lost.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const COUNTER_BITS: u32 = 28;
+const COUNTER_MASK: u64 = (1 << COUNTER_BITS) - 1;
+const K_SHIFT: u32 = 0;
+const R_SHIFT: u32 = COUNTER_BITS;
+const SLEEPERS_SHIFT: u32 = 2 * COUNTER_BITS;
+const SLEEPERS_MASK: u64 = 0x7f;
+const RING_MODE: u64 = 1 << 63;
+
+/// The largest ring: counters are compared modulo 2^28, so everything outstanding in
+/// either path must stay below 2^27.
+pub const MAX_RING_BYTES: usize = 1 << 26;
+
+/// The largest single reservation for the kernel path (kernel sends are chunked to this).
+pub const MAX_KERNEL_CHUNK: usize = 1 << 22;
+
+/// A decoded state word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectionState(pub u64);
+
+impl DirectionState {
+    /// The state a new direction starts in: kernel mode, nothing sent.
+    pub const INITIAL: DirectionState = DirectionState(0);
+
+    /// Whether the sender may publish into the ring.
+    pub fn ring_mode(self) -> bool {
+        self.0 & RING_MODE != 0
+    }
+    /// Receivers asleep in the kernel.
+    pub fn sleepers(self) -> u64 {
+        (self.0 >> SLEEPERS_SHIFT) & SLEEPERS_MASK
+    }
+    /// Ring bytes published, modulo 2^28.
+    pub fn published(self) -> u64 {
+        (self.0 >> R_SHIFT) & COUNTER_MASK
+    }
+    /// Kernel bytes reserved, modulo 2^28.
+    pub fn kernel_reserved(self) -> u64 {
+        (self.0 >> K_SHIFT) & COUNTER_MASK
+    }
+    /// Ring bytes published and not yet consumed, given the receiver's consumed count.
+    pub fn ring_unread(self, consumed: u64) -> u64 {
+        self.published().wrapping_sub(consumed) & COUNTER_MASK
+    }
+    /// Whether every reserved kernel byte has been read, given the receiver's count.
+    pub fn kernel_caught_up(self, kernel_read: u64) -> bool {
+        self.kernel_reserved() == kernel_read & COUNTER_MASK
+    }
+
+    fn with_published(self, r: u64) -> Self {
+        DirectionState((self.0 & !(COUNTER_MASK << R_SHIFT)) | ((r & COUNTER_MASK) << R_SHIFT))
+    }
+    fn with_kernel(self, k: u64) -> Self {
+        DirectionState((self.0 & !(COUNTER_MASK << K_SHIFT)) | ((k & COUNTER_MASK) << K_SHIFT))
+    }
+    fn with_sleepers(self, s: u64) -> Self {
+        DirectionState((self.0 & !(SLEEPERS_MASK << SLEEPERS_SHIFT)) | ((s & SLEEPERS_MASK) << SLEEPERS_SHIFT))
+    }
+    fn with_ring_mode(self, on: bool) -> Self {
+        DirectionState(if on { self.0 | RING_MODE } else { self.0 & !RING_MODE })
+    }
+}
+
+/// Kernel bytes reserved by [`DirectionWord::reserve_kernel`]; give back what the kernel
+/// did not take with [`DirectionWord::settle_kernel`].
+#[derive(Debug)]
+#[must_use = "settle the reservation with what the kernel accepted"]
+pub struct KernelReservation {
+    pub bytes: usize,
+}
+
+/// Operations on one direction's state word (which lives in the sender's record).
+pub struct DirectionWord<'a> {
+    word: &'a AtomicU64,
+}
+
+impl<'a> DirectionWord<'a> {
+    /// Wraps the state word.
+    pub fn new(word: &'a AtomicU64) -> Self {
+        DirectionWord { word }
+    }
+
+    /// The current state (acquire: ring bytes up to `published` are visible).
+    pub fn load(&self) -> DirectionState {
+        DirectionState(self.word.load(Ordering::Acquire))
+    }
+
+    fn update(
+        &self,
+        mut f: impl FnMut(DirectionState) -> Option<DirectionState>,
+    ) -> Result<DirectionState, DirectionState> {
+        let mut cur = self.load();
+        loop {
+            let Some(next) = f(cur) else { return Err(cur) };
+            match self.word.compare_exchange_weak(cur.0, next.0, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(next),
+                Err(now) => cur = DirectionState(now),
+            }
+        }
+    }
+
+    /// Sender: publishes `n` bytes already copied into the ring at the old `published`.
+    /// Fails (the bytes stay unpublished, so never seen) if the direction left ring mode.
+    /// Only the holder of the send lock moves `published`.
+    pub fn publish(&self, n: usize) -> bool {
+        self.update(|s| s.ring_mode().then(|| s.with_published(s.published() + n as u64))).is_ok()
+    }
+
+    /// Sender: switches to kernel mode (if not already) and reserves `bytes` (at most
+    /// [`MAX_KERNEL_CHUNK`]) for a kernel send about to be made.
+    pub fn reserve_kernel(&self, bytes: usize) -> KernelReservation {
+        let bytes = bytes.min(MAX_KERNEL_CHUNK);
+        let _ = self.update(|s| Some(s.with_ring_mode(false).with_kernel(s.kernel_reserved() + bytes as u64)));
+        KernelReservation { bytes }
+    }
+
+    /// Sender: the kernel accepted `sent` bytes of a reservation; returns the rest.
+    pub fn settle_kernel(&self, reservation: KernelReservation, sent: usize) {
+        let unsent = reservation.bytes.saturating_sub(sent) as u64;
+        if unsent > 0 {
+            let _ = self.update(|s| Some(s.with_kernel(s.kernel_reserved().wrapping_sub(unsent))));
+        }
+    }
+
+    /// Sender or receiver: leaves ring mode without reserving anything (before waiting in
+    /// the kernel for room, before a shutdown, when the receiver is gone).
+    pub fn to_kernel_mode(&self) {
+        let _ = self.update(|s| s.ring_mode().then(|| s.with_ring_mode(false)));
+    }
+
+    /// Receiver about to sleep in the kernel: switches to kernel mode and counts a sleeper,
+    /// unless ring bytes are unread (then returns false: do not sleep, read them).
+    pub fn prepare_sleep(&self, consumed: u64) -> bool {
+        self.update(|s| {
+            (s.ring_unread(consumed) == 0 && s.sleepers() < SLEEPERS_MASK)
+                .then(|| s.with_ring_mode(false).with_sleepers(s.sleepers() + 1))
+        })
+        .is_ok()
+    }
+
+    /// Receiver woke up: uncounts the sleeper counted by [`Self::prepare_sleep`].
+    pub fn finish_sleep(&self) {
+        let _ = self.update(|s| (s.sleepers() > 0).then(|| s.with_sleepers(s.sleepers() - 1)));
+    }
+
+    /// Receiver: switches back to ring mode if everything sent has been read and nobody
+    /// sleeps. `kernel_is_empty` is asked last (it costs a system call).
+    pub fn try_ring_mode(&self, consumed: u64, kernel_read: u64, kernel_is_empty: impl FnOnce() -> bool) -> bool {
+        let s = self.load();
+        if s.ring_mode() {
+            return true;
+        }
+        if s.sleepers() != 0 || s.ring_unread(consumed) != 0 || !s.kernel_caught_up(kernel_read) {
+            return false;
+        }
+        if !kernel_is_empty() {
+            return false;
+        }
+        self.word.compare_exchange(s.0, s.with_ring_mode(true).0, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sleeping_receiver_and_a_publishing_sender_cannot_both_win() {
+        let w = AtomicU64::new(DirectionState::INITIAL.with_ring_mode(true).0);
+        let d = DirectionWord::new(&w);
+        assert!(d.publish(10));
+        // Ten bytes unread: the receiver must not sleep.
+        assert!(!d.prepare_sleep(0));
+        // Consumed: it may, and then the sender's publish fails (bytes go to the kernel).
+        assert!(d.prepare_sleep(10));
+        assert!(!d.publish(5));
+        let r = d.reserve_kernel(5);
+        d.settle_kernel(r, 5);
+        // Sleeping: no switch back even when caught up.
+        assert!(!d.try_ring_mode(10, 5, || true));
+        d.finish_sleep();
+        assert!(!d.try_ring_mode(10, 4, || true), "one kernel byte unread");
+        assert!(!d.try_ring_mode(10, 5, || false), "the kernel still holds bytes");
+        assert!(d.try_ring_mode(10, 5, || true));
+        assert!(d.load().ring_mode());
+    }
+
+    #[test]
+    fn counters_wrap_modulo_two_to_the_28() {
+        let w = AtomicU64::new(DirectionState::INITIAL.with_ring_mode(true).with_published(COUNTER_MASK - 3).0);
+        let d = DirectionWord::new(&w);
+        assert!(d.publish(10));
+        let s = d.load();
+        assert_eq!(s.published(), 6);
+        assert_eq!(s.ring_unread(COUNTER_MASK - 3), 10);
+        assert_eq!(s.ring_unread((1u64 << 28) + 6), 0, "consumed counts are taken modulo 2^28");
+    }
+
+    #[test]
+    fn a_short_kernel_send_gives_back_its_reservation() {
+        let w = AtomicU64::new(0);
+        let d = DirectionWord::new(&w);
+        let r = d.reserve_kernel(100);
+        d.settle_kernel(r, 40);
+        assert_eq!(d.load().kernel_reserved(), 40);
+        let r = d.reserve_kernel(usize::MAX);
+        assert_eq!(r.bytes, MAX_KERNEL_CHUNK);
+        d.settle_kernel(r, 0);
+        assert_eq!(d.load().kernel_reserved(), 40);
+    }
+}

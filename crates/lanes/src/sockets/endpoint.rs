@@ -1,0 +1,467 @@
+//! The record of one accelerated TCP socket: a file `<fabric dir>/sockets/<key>` holding
+//! the socket's identity, its holders, the state word and ring of its sending direction and
+//! the consumer counts of its receiving direction.
+//!
+//! Layout (each line 64 bytes, the ring page aligned):
+//!
+//! | offset | written by | contents |
+//! |---|---|---|
+//! | 0 | creator, once | magic, version, ring size, socket cookie, key |
+//! | 128 | holders | process ids of the holders (8 slots) |
+//! | 192 | both ends | flags |
+//! | 256 | sender, receiver (mode) | the sending direction's state word |
+//! | 320 | sender | send lock, byte counts |
+//! | 384 | this end as receiver | ring bytes consumed (`H`), kernel bytes read (`KR`) |
+//! | 448 | this end as receiver | receive lock, bytes received, O_NONBLOCK of the socket |
+//! | 4096 | sender | the ring |
+//!
+//! The header is untrusted when a record is opened: it is validated, and the ring size is
+//! copied out once.
+
+use std::fs::File;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use super::direction::{DirectionWord, MAX_RING_BYTES};
+use crate::platform::files::{ensure_private_dir, open_existing, UnnamedFile};
+use crate::platform::mapping::{Access, Mapping};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"LNSOCK01");
+const VERSION: u32 = 1;
+/// Where the ring starts.
+pub const RING_OFFSET: usize = 4096;
+/// The smallest ring (`LANES_SOCKETS_RING` is clamped to this range).
+pub const MIN_RING_BYTES: usize = 4096;
+/// The default ring per direction.
+pub const DEFAULT_RING_BYTES: usize = 1 << 20;
+/// Holder slots: processes sharing the socket (fork).
+pub const HOLDER_SLOTS: usize = 8;
+
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_RING: usize = 12;
+const OFF_COOKIE: usize = 16;
+const OFF_NETNS: usize = 24;
+const OFF_LOCAL: usize = 32; // 16 bytes of address, 2 of port, 2 of family
+const OFF_REMOTE: usize = 52;
+const OFF_HOLDERS: usize = 128;
+const OFF_FLAGS: usize = 192;
+const OFF_TX_STATE: usize = 256;
+const OFF_TX_LOCK: usize = 320;
+const OFF_TX_RING_BYTES: usize = 328;
+const OFF_TX_KERNEL_BYTES: usize = 336;
+const OFF_RX_CONSUMED: usize = 384;
+const OFF_RX_KERNEL_READ: usize = 392;
+const OFF_RX_LOCK: usize = 448;
+const OFF_RX_BYTES: usize = 456;
+const OFF_NONBLOCK: usize = 464;
+
+/// This end will send nothing more (shutdown or last close): the peer must not switch its
+/// receiving direction back to the ring.
+pub const FLAG_TX_CLOSED: u32 = 1;
+/// This end reads nothing more through the ring (closed, shut down for reading, or handed to
+/// a program without the library): the peer must send through the kernel.
+pub const FLAG_RX_CLOSED: u32 = 2;
+/// The peer published its record after this one existed: attach it.
+pub const FLAG_PEER_FOUND: u32 = 4;
+/// This end attached the peer's record (for `lanes status`).
+pub const FLAG_ATTACHED: u32 = 8;
+
+/// Which connection a record belongs to: the network namespace and both addresses, as this
+/// end sees them. IPv4-mapped IPv6 addresses are keyed as IPv4, so a dual-stack listener
+/// pairs with an IPv4 client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnectionKey {
+    pub netns: u64,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+}
+
+fn canonical(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), v6.port()),
+            None => SocketAddr::new(IpAddr::V6(*v6.ip()), v6.port()),
+        },
+        v4 => v4,
+    }
+}
+
+impl ConnectionKey {
+    /// A key from the socket's own view (`getsockname`, `getpeername`).
+    pub fn new(netns: u64, local: SocketAddr, remote: SocketAddr) -> Self {
+        ConnectionKey { netns, local: canonical(local), remote: canonical(remote) }
+    }
+
+    /// The key the other end of the connection files its record under.
+    pub fn reversed(&self) -> Self {
+        ConnectionKey { netns: self.netns, local: self.remote, remote: self.local }
+    }
+
+    /// The record's file name.
+    pub fn file_name(&self) -> String {
+        format!("tcp-{:x}-{}-{}", self.netns, self.local, self.remote)
+    }
+
+    /// Parses a record's file name.
+    pub fn parse(name: &str) -> Option<Self> {
+        let rest = name.strip_prefix("tcp-")?;
+        let mut parts = rest.splitn(3, '-');
+        let netns = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let local = parts.next()?.parse().ok()?;
+        let remote = parts.next()?.parse().ok()?;
+        Some(ConnectionKey { netns, local, remote })
+    }
+}
+
+fn encode_addr(buf: &mut [u8], a: SocketAddr) {
+    let (ip, fam): ([u8; 16], u16) = match a.ip() {
+        IpAddr::V4(v4) => {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&v4.octets());
+            (b, 4)
+        }
+        IpAddr::V6(v6) => (v6.octets(), 6),
+    };
+    buf[..16].copy_from_slice(&ip);
+    buf[16..18].copy_from_slice(&a.port().to_le_bytes());
+    buf[18..20].copy_from_slice(&fam.to_le_bytes());
+}
+
+fn decode_addr(buf: &[u8]) -> Option<SocketAddr> {
+    let port = u16::from_le_bytes([buf[16], buf[17]]);
+    let ip = match u16::from_le_bytes([buf[18], buf[19]]) {
+        4 => IpAddr::V4(Ipv4Addr::new(buf[0], buf[1], buf[2], buf[3])),
+        6 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&buf[..16]).ok()?)),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// The directory records live in.
+pub fn sockets_dir(fabric_dir: &Path) -> PathBuf {
+    fabric_dir.join("sockets")
+}
+
+/// One record, mapped. Used for this end's own record and, read-mostly, for the peer's.
+pub struct Endpoint {
+    map: Mapping,
+    path: PathBuf,
+    ring_bytes: usize,
+    cookie: u64,
+    key: ConnectionKey,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint").field("path", &self.path).field("cookie", &self.cookie).finish()
+    }
+}
+
+/// The record of the other end, attached by the receiving side.
+pub type PeerRecord = Endpoint;
+
+fn invalid(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why.to_string())
+}
+
+impl Endpoint {
+    /// Creates and publishes the record of a socket (kernel cookie `cookie`), replacing a
+    /// stale record of an earlier connection with the same addresses (that socket no longer
+    /// exists, or the kernel could not have given the addresses to this one).
+    pub fn create(fabric_dir: &Path, key: &ConnectionKey, cookie: u64, ring_bytes: usize) -> io::Result<Endpoint> {
+        let ring_bytes = ring_bytes.clamp(MIN_RING_BYTES, MAX_RING_BYTES).next_power_of_two();
+        let dir = sockets_dir(fabric_dir);
+        ensure_private_dir(fabric_dir)?;
+        ensure_private_dir(&dir)?;
+        let len = RING_OFFSET + ring_bytes;
+        let name = key.file_name();
+        for _attempt in 0..4 {
+            let unnamed = UnnamedFile::create(&dir)?;
+            unnamed.file().set_len(len as u64)?;
+            let map = Mapping::map(unnamed.file().as_fd(), 0, len, Access::ReadWrite)?;
+            let mut header = [0u8; 128];
+            header[OFF_MAGIC..OFF_MAGIC + 8].copy_from_slice(&MAGIC.to_le_bytes());
+            header[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
+            header[OFF_RING..OFF_RING + 4].copy_from_slice(&(ring_bytes as u32).to_le_bytes());
+            header[OFF_COOKIE..OFF_COOKIE + 8].copy_from_slice(&cookie.to_le_bytes());
+            header[OFF_NETNS..OFF_NETNS + 8].copy_from_slice(&key.netns.to_le_bytes());
+            encode_addr(&mut header[OFF_LOCAL..OFF_LOCAL + 20], key.local);
+            encode_addr(&mut header[OFF_REMOTE..OFF_REMOTE + 20], key.remote);
+            // SAFETY: the mapping is ours, at least 4096 bytes long, and nobody else can see
+            // the unnamed file yet.
+            unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), map.as_ptr(), header.len()) };
+            let ep = Endpoint { map, path: dir.join(&name), ring_bytes, cookie, key: *key };
+            ep.add_holder(std::process::id());
+            match unnamed.publish(&name) {
+                Ok(_) => return Ok(ep),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    let _ = std::fs::remove_file(dir.join(&name));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("record {name} keeps reappearing")))
+    }
+
+    /// Opens the record filed under `key`, validating its header.
+    pub fn open(fabric_dir: &Path, key: &ConnectionKey) -> io::Result<Endpoint> {
+        let path = sockets_dir(fabric_dir).join(key.file_name());
+        let file: File = open_existing(&path, true)?;
+        let file_len = file.metadata()?.len();
+        if file_len < RING_OFFSET as u64 + MIN_RING_BYTES as u64 {
+            return Err(invalid("record too short"));
+        }
+        let head = Mapping::map(file.as_fd(), 0, RING_OFFSET, Access::ReadOnly)?;
+        let mut header = [0u8; 128];
+        // SAFETY: the mapping is RING_OFFSET >= 128 bytes; the copy tolerates concurrent writes.
+        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), header.as_mut_ptr(), header.len()) };
+        drop(head);
+        let word = |o: usize| u64::from_le_bytes(header[o..o + 8].try_into().expect("8 bytes"));
+        let half = |o: usize| u32::from_le_bytes(header[o..o + 4].try_into().expect("4 bytes"));
+        if word(OFF_MAGIC) != MAGIC {
+            return Err(invalid("not a Lanes socket record (bad magic)"));
+        }
+        if half(OFF_VERSION) != VERSION {
+            return Err(invalid("socket record of another version"));
+        }
+        let ring_bytes = half(OFF_RING) as usize;
+        if !ring_bytes.is_power_of_two() || !(MIN_RING_BYTES..=MAX_RING_BYTES).contains(&ring_bytes) {
+            return Err(invalid("socket record with an impossible ring size"));
+        }
+        if file_len < (RING_OFFSET + ring_bytes) as u64 {
+            return Err(invalid("socket record shorter than its ring"));
+        }
+        let local = decode_addr(&header[OFF_LOCAL..OFF_LOCAL + 20]).ok_or_else(|| invalid("bad local address"))?;
+        let remote = decode_addr(&header[OFF_REMOTE..OFF_REMOTE + 20]).ok_or_else(|| invalid("bad remote address"))?;
+        let stored = ConnectionKey { netns: word(OFF_NETNS), local, remote };
+        if stored != *key {
+            return Err(invalid("socket record filed under another connection's name"));
+        }
+        let map = Mapping::map(file.as_fd(), 0, RING_OFFSET + ring_bytes, Access::ReadWrite)?;
+        Ok(Endpoint { map, path, ring_bytes, cookie: word(OFF_COOKIE), key: stored })
+    }
+
+    /// The kernel cookie of the socket this record describes.
+    pub fn cookie(&self) -> u64 {
+        self.cookie
+    }
+    /// The connection, as this record's socket sees it.
+    pub fn key(&self) -> &ConnectionKey {
+        &self.key
+    }
+    /// The record's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Removes the record's name (the mappings stay valid).
+    pub fn unlink(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= RING_OFFSET);
+        // SAFETY: off is an 8-aligned offset inside the header page of a live mapping (the
+        // mapping lives as long as &self); other processes access it only atomically.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+    }
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= RING_OFFSET);
+        // SAFETY: as in u64_at, 4-aligned.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    /// The state word of this record's sending direction.
+    pub fn tx_word(&self) -> DirectionWord<'_> {
+        DirectionWord::new(self.u64_at(OFF_TX_STATE))
+    }
+    /// The send lock (holder: pid << 32 | tid).
+    pub fn tx_lock(&self) -> &AtomicU64 {
+        self.u64_at(OFF_TX_LOCK)
+    }
+    /// Bytes sent through the ring and through the kernel (statistics).
+    pub fn tx_counts(&self) -> (&AtomicU64, &AtomicU64) {
+        (self.u64_at(OFF_TX_RING_BYTES), self.u64_at(OFF_TX_KERNEL_BYTES))
+    }
+    /// Ring bytes this end consumed from the peer (`H`).
+    pub fn rx_consumed(&self) -> &AtomicU64 {
+        self.u64_at(OFF_RX_CONSUMED)
+    }
+    /// Kernel bytes this end read (`KR`).
+    pub fn rx_kernel_read(&self) -> &AtomicU64 {
+        self.u64_at(OFF_RX_KERNEL_READ)
+    }
+    /// The receive lock.
+    pub fn rx_lock(&self) -> &AtomicU64 {
+        self.u64_at(OFF_RX_LOCK)
+    }
+    /// Bytes received, both paths (statistics).
+    pub fn rx_bytes(&self) -> &AtomicU64 {
+        self.u64_at(OFF_RX_BYTES)
+    }
+    /// The socket's O_NONBLOCK, shared by every process holding it (as the kernel's flag is).
+    pub fn nonblocking(&self) -> &AtomicU32 {
+        self.u32_at(OFF_NONBLOCK)
+    }
+    /// `FLAG_*` bits.
+    pub fn flags(&self) -> &AtomicU32 {
+        self.u32_at(OFF_FLAGS)
+    }
+    /// Sets flag bits.
+    pub fn set_flags(&self, bits: u32) {
+        self.flags().fetch_or(bits, Ordering::SeqCst);
+    }
+    /// Whether any of `bits` is set.
+    pub fn has_flag(&self, bits: u32) -> bool {
+        self.flags().load(Ordering::Acquire) & bits != 0
+    }
+
+    /// The ring's size in bytes.
+    pub fn ring_bytes(&self) -> usize {
+        self.ring_bytes
+    }
+    /// The ring's first byte.
+    pub fn ring_ptr(&self) -> *mut u8 {
+        // SAFETY: RING_OFFSET + ring_bytes is the mapping's length.
+        unsafe { self.map.as_ptr().add(RING_OFFSET) }
+    }
+
+    /// Records `pid` as a holder (idempotent). False if every slot is taken by a live holder.
+    pub fn add_holder(&self, pid: u32) -> bool {
+        let slots: Vec<&AtomicU32> = (0..HOLDER_SLOTS).map(|i| self.u32_at(OFF_HOLDERS + 4 * i)).collect();
+        if slots.iter().any(|s| s.load(Ordering::Acquire) == pid) {
+            return true;
+        }
+        for s in &slots {
+            let cur = s.load(Ordering::Acquire);
+            if (cur == 0 || !pid_alive(cur))
+                && s.compare_exchange(cur, pid, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Removes `pid`; returns how many live holders remain.
+    pub fn remove_holder(&self, pid: u32) -> usize {
+        let mut live = 0;
+        for i in 0..HOLDER_SLOTS {
+            let s = self.u32_at(OFF_HOLDERS + 4 * i);
+            let cur = s.load(Ordering::Acquire);
+            if cur == pid {
+                let _ = s.compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Acquire);
+            } else if cur != 0 && pid_alive(cur) {
+                live += 1;
+            }
+        }
+        live
+    }
+
+    /// The live holders' pids.
+    pub fn holders(&self) -> Vec<u32> {
+        (0..HOLDER_SLOTS)
+            .map(|i| self.u32_at(OFF_HOLDERS + 4 * i).load(Ordering::Acquire))
+            .filter(|&p| p != 0 && pid_alive(p))
+            .collect()
+    }
+}
+
+/// Whether a process exists (`kill(pid, 0)`; EPERM means it exists).
+pub fn pid_alive(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// A lock word in shared memory held by one thread (pid << 32 | tid), stolen from a
+/// holder whose process died.
+pub struct SharedLockGuard<'a> {
+    word: &'a AtomicU64,
+    me: u64,
+}
+
+fn thread_identity() -> u64 {
+    // SAFETY: getpid and gettid have no preconditions.
+    let (pid, tid) = unsafe { (libc::getpid() as u64, libc::syscall(libc::SYS_gettid) as u64) };
+    (pid << 32) | (tid & 0xffff_ffff)
+}
+
+/// Takes the lock: spins briefly, yields, then sleeps in short naps; a holder whose
+/// process is gone is replaced.
+pub fn lock_shared(word: &AtomicU64) -> SharedLockGuard<'_> {
+    let me = thread_identity();
+    let mut spins = 0u32;
+    loop {
+        let cur = word.load(Ordering::Relaxed);
+        if cur == 0 {
+            if word.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return SharedLockGuard { word, me };
+            }
+            continue;
+        }
+        spins += 1;
+        if spins % 128 == 0
+            && !pid_alive((cur >> 32) as u32)
+            && word.compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        {
+            return SharedLockGuard { word, me };
+        }
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else if spins < 1024 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+}
+
+impl Drop for SharedLockGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self.word.compare_exchange(self.me, 0, Ordering::Release, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ConnectionKey {
+        ConnectionKey::new(7, "127.0.0.1:5201".parse().unwrap(), "[::ffff:127.0.0.1]:40000".parse().unwrap())
+    }
+
+    #[test]
+    fn keys_round_trip_through_file_names_and_mapped_addresses_become_ipv4() {
+        let k = key();
+        assert_eq!(k.remote, "127.0.0.1:40000".parse::<SocketAddr>().unwrap());
+        assert_eq!(ConnectionKey::parse(&k.file_name()), Some(k));
+        let v6 = ConnectionKey::new(1, "[::1]:80".parse().unwrap(), "[::1]:9".parse().unwrap());
+        assert_eq!(ConnectionKey::parse(&v6.file_name()), Some(v6));
+        assert_eq!(k.reversed().reversed(), k);
+    }
+
+    #[test]
+    fn a_record_is_created_opened_validated_and_replaced() {
+        let dir = std::env::temp_dir().join(format!("lanes-endpoint-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = Endpoint::create(&dir, &key(), 42, 8192).unwrap();
+        assert_eq!(a.holders(), vec![std::process::id()]);
+        let b = Endpoint::open(&dir, &key()).unwrap();
+        assert_eq!((b.cookie(), b.ring_bytes()), (42, 8192));
+        assert!(Endpoint::open(&dir, &key().reversed()).is_err());
+        let c = Endpoint::create(&dir, &key(), 43, 4096).unwrap();
+        assert_eq!(Endpoint::open(&dir, &key()).unwrap().cookie(), c.cookie());
+        // A corrupt header is refused with a reason.
+        std::fs::write(c.path(), vec![0u8; 8192]).unwrap();
+        let e = Endpoint::open(&dir, &key()).unwrap_err();
+        assert!(e.to_string().contains("magic"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,17 @@
+//! Accelerated TCP streams between processes of one host: the shared-memory half of the
+//! socket accelerator (`liblanes_sockets.so`, crate `lanes-sockets`, does the interposition).
+//!
+//! Every accelerated TCP socket keeps its kernel connection (the *anchor*); Lanes adds an
+//! [`endpoint`] record per socket, a file in `<fabric dir>/sockets/` named by the
+//! connection's addresses, holding that socket's send ring and the state word of its
+//! sending [`direction`]. The receiving end maps its peer's record and moves bytes out of
+//! the ring; whenever it is about to sleep it switches the direction to the kernel, so
+//! sleeping, readiness and errors stay the kernel's own. [`registry`] lists and cleans the
+//! records for `lanes status` and `lanes cleanup`.
+
+pub mod direction;
+pub mod endpoint;
+pub mod registry;
+
+pub use direction::{DirectionState, KernelReservation};
+pub use endpoint::{ConnectionKey, Endpoint, PeerRecord};
