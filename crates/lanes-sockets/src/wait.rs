@@ -201,7 +201,7 @@ pub fn any_accelerated_in_sets(nfds: c_int, sets: [*mut libc::fd_set; 2]) -> boo
 // ---- epoll -------------------------------------------------------------------------------
 
 /// What the application registered for one fd in one epoll set.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Item {
     events: u32,
     data: u64,
@@ -209,6 +209,9 @@ struct Item {
     disarmed: bool,
     /// Ring position last reported (edge-triggered).
     last_published: u64,
+    /// The accelerated socket registered (kept: the kernel keeps the item while any
+    /// duplicate of the description is open, even after this fd number is closed).
+    conn: Option<Arc<Conn>>,
 }
 
 /// The application's view of one epoll set: the kernel set holds every fd with a token
@@ -251,16 +254,12 @@ pub fn created(epfd: c_int) {
     }
 }
 
-/// An fd closed: if it was an epoll instance, its shadow goes; if it was in a set, the
-/// kernel removed it (when it was the last reference), so do we.
+/// An fd closed: if it was an epoll instance, its shadow goes. Items of closed fds stay:
+/// the kernel keeps reporting them while a duplicate of the description is open (with the
+/// old registration's data, which the shadow still has), and reports nothing otherwise.
 pub fn closed(fd: c_int) {
     if let Ok(mut s) = shadows().lock() {
         s.remove(&fd);
-        for sh in s.values() {
-            if let Ok(mut sh) = sh.lock() {
-                sh.items.remove(&fd);
-            }
-        }
     }
 }
 
@@ -297,8 +296,12 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
                 sh.items.remove(&fd);
             }
             _ => {
-                let last = lookup(fd).and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0);
-                sh.items.insert(fd, Item { events: ev.events, data: app_data, disarmed: false, last_published: last });
+                let conn = lookup(fd);
+                let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0);
+                sh.items.insert(
+                    fd,
+                    Item { events: ev.events, data: app_data, disarmed: false, last_published: last, conn },
+                );
             }
         }
     }
@@ -332,16 +335,38 @@ pub unsafe fn wait(
     }
     let max = maxevents as usize;
     let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+    // The kernel's events land in a per-thread buffer (programs pass maxevents in the
+    // thousands; allocating that per call would cost more than the wait).
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<epoll_event>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let mut buf = BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    if buf.len() < max {
+        buf.resize(max, epoll_event { events: 0, u64: 0 });
+    }
+    let result = wait_loop(epfd, events, max, timeout, &shadow, &mut buf, &real_wait);
+    BUF.with(|b| *b.borrow_mut() = buf);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn wait_loop(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: usize,
+    timeout: Option<Duration>,
+    shadow: &Arc<Mutex<Shadow>>,
+    buf: &mut [epoll_event],
+    real_wait: &dyn Fn(*mut epoll_event, c_int, c_int) -> c_int,
+) -> c_int {
     let deadline = timeout.map(|t| Instant::now() + t);
-    let accel: Vec<(c_int, Arc<Conn>)> = {
-        let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
-        sh.items
-            .iter()
-            .filter(|(_, it)| it.events & libc::EPOLLIN as u32 != 0)
-            .filter_map(|(fd, _)| lookup(*fd).filter(|c| c.peer().is_some()).map(|c| (*fd, c)))
-            .collect()
-    };
-    let mut buf: Vec<epoll_event> = vec![epoll_event { events: 0, u64: 0 }; max];
+    let accel = ring_items(shadow);
+    let nested = nested_sets(shadow);
+    let mut sleep_set: Vec<Arc<Conn>> = accel.iter().map(|(_, c)| c.clone()).collect();
+    for (_, inner) in &nested {
+        sleep_set.extend(ring_items(inner).into_iter().map(|(_, c)| c));
+    }
+    let spinning = !sleep_set.is_empty();
     let spin_until = Instant::now() + config().poll_time.min(timeout.unwrap_or(Duration::MAX));
     let mut last_kernel_check: Option<Instant> = None;
     loop {
@@ -365,8 +390,13 @@ pub unsafe fn wait(
                     break;
                 }
             }
+            for (fd, inner) in &nested {
+                if out.len() < max && !sh.items.get(fd).is_some_and(|it| it.disarmed) && shadow_ring_ready(inner) {
+                    out.push(Ready::Fd(*fd, libc::EPOLLIN as u32));
+                }
+            }
         }
-        let ask_kernel = accel.is_empty() || last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
+        let ask_kernel = !spinning || last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
         let mut kernel_events = 0;
         if ask_kernel && out.len() < max {
             last_kernel_check = Some(now);
@@ -376,19 +406,18 @@ pub unsafe fn wait(
             }
             kernel_events = r as usize;
         }
-        let n = merge(&shadow, &buf[..kernel_events], &mut out);
+        let n = merge(shadow, &buf[..kernel_events], &mut out);
         if n > 0 {
-            return deliver(epfd, &shadow, &out, events);
+            return deliver(epfd, shadow, &out, events);
         }
         if timeout == Some(Duration::ZERO) {
             return 0;
         }
-        if !accel.is_empty() && Instant::now() < spin_until {
+        if spinning && Instant::now() < spin_until {
             std::hint::spin_loop();
             continue;
         }
-        let conns: Vec<Arc<Conn>> = accel.iter().map(|(_, c)| c.clone()).collect();
-        let Some(sleepers) = Sleepers::prepare(&conns) else { continue };
+        let Some(sleepers) = Sleepers::prepare(&sleep_set) else { continue };
         let r = real_wait(buf.as_mut_ptr(), max as c_int, ms_of(remaining(deadline)));
         let e = errno();
         drop(sleepers);
@@ -397,12 +426,55 @@ pub unsafe fn wait(
             return r;
         }
         let mut out = Vec::new();
-        let n = merge(&shadow, &buf[..r as usize], &mut out);
+        let n = merge(shadow, &buf[..r as usize], &mut out);
         if n > 0 || remaining(deadline) == Some(Duration::ZERO) {
-            return deliver(epfd, &shadow, &out, events);
+            return deliver(epfd, shadow, &out, events);
         }
         // Only events we had to drop (a disarmed one-shot): wait again.
     }
+}
+
+/// The accelerated sockets a set waits on for reading.
+fn ring_items(shadow: &Mutex<Shadow>) -> Vec<(c_int, Arc<Conn>)> {
+    let mut sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = Vec::new();
+    for (fd, it) in sh.items.iter_mut() {
+        if it.events & libc::EPOLLIN as u32 == 0 {
+            continue;
+        }
+        if it.conn.is_none() {
+            it.conn = lookup(*fd); // connected after it was added
+        }
+        if let Some(c) = &it.conn {
+            if c.peer().is_some() && !c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED) {
+                out.push((*fd, c.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// epoll sets registered inside this one (nesting).
+fn nested_sets(shadow: &Mutex<Shadow>) -> Vec<(c_int, Arc<Mutex<Shadow>>)> {
+    let fds: Vec<c_int> = {
+        let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+        sh.items.iter().filter(|(_, it)| it.events & libc::EPOLLIN as u32 != 0).map(|(fd, _)| *fd).collect()
+    };
+    fds.into_iter().filter_map(|fd| shadow_of(fd).map(|s| (fd, s))).collect()
+}
+
+/// Whether an (inner) set has an accelerated socket with ring bytes to report.
+fn shadow_ring_ready(shadow: &Mutex<Shadow>) -> bool {
+    let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+    sh.items.values().any(|it| {
+        !it.disarmed
+            && it.events & libc::EPOLLIN as u32 != 0
+            && it.conn.as_ref().is_some_and(|c| {
+                c.ring_readable()
+                    && (it.events & libc::EPOLLET as u32 == 0
+                        || c.peer().map(|p| p.tx_word().load().published()) != Some(it.last_published))
+            })
+    })
 }
 
 /// One event to deliver: an fd of the shadow, or data registered before we knew the set.
