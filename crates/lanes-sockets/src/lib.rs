@@ -54,6 +54,9 @@ fn init() {
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         if config::config().enabled {
             conn::adopt_inherited_all();
+            // Records of processes that exited without closing their sockets (exit closes
+            // fds in the kernel, not through us) or were killed: nobody holds them.
+            let _ = lanes::sockets::registry::cleanup_connections(&config::config().fabric_dir);
         }
     });
 }

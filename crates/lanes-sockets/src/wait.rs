@@ -391,9 +391,17 @@ fn wait_loop(
                 }
             }
             for (fd, inner) in &nested {
-                if out.len() < max && !sh.items.get(fd).is_some_and(|it| it.disarmed) && shadow_ring_ready(inner) {
-                    out.push(Ready::Fd(*fd, libc::EPOLLIN as u32));
+                let Some(it) = sh.items.get_mut(fd) else { continue };
+                if out.len() >= max || it.disarmed || !shadow_ring_ready(inner) {
+                    continue;
                 }
+                // Edge-triggered on a set: an edge is new ring data in any of its sockets.
+                let signature = shadow_ring_signature(inner);
+                if it.events & libc::EPOLLET as u32 != 0 && signature == it.last_published {
+                    continue;
+                }
+                it.last_published = signature;
+                out.push(Ready::Fd(*fd, libc::EPOLLIN as u32));
             }
         }
         let ask_kernel = !spinning || last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
@@ -475,6 +483,15 @@ fn shadow_ring_ready(shadow: &Mutex<Shadow>) -> bool {
                         || c.peer().map(|p| p.tx_word().load().published()) != Some(it.last_published))
             })
     })
+}
+
+/// A value that changes whenever ring data arrives at any socket of a set.
+fn shadow_ring_signature(shadow: &Mutex<Shadow>) -> u64 {
+    let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+    sh.items
+        .values()
+        .filter_map(|it| it.conn.as_ref()?.peer().map(|p| p.tx_word().load().published()))
+        .fold(0u64, |acc, p| acc.wrapping_mul(31).wrapping_add(p))
 }
 
 /// One event to deliver: an fd of the shadow, or data registered before we knew the set.
