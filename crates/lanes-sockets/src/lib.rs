@@ -957,3 +957,20 @@ pub unsafe extern "C" fn getsockopt(
         call,
     )
 }
+
+/// # Safety
+/// As __ppoll_chk.
+#[no_mangle]
+pub unsafe extern "C" fn __ppoll_chk(
+    fds: *mut pollfd,
+    n: nfds_t,
+    ts: *const timespec,
+    mask: *const sigset_t,
+    fdslen: size_t,
+) -> c_int {
+    if (fdslen / std::mem::size_of::<pollfd>()) < n as usize {
+        chk_fail();
+    }
+    // SAFETY: checked as the fortified version does.
+    unsafe { ppoll(fds, n, ts, mask) }
+}
