@@ -4,7 +4,9 @@ mod bench;
 mod dma_bench;
 mod measure;
 mod pingpong;
+mod preload;
 mod reflective_bench;
+mod run_cmd;
 mod sdk_cmd;
 mod sizes;
 mod status_cmd;
@@ -26,24 +28,29 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// List the fabric's nodes, segments, interrupts and reflective groups.
+    /// List the fabric's nodes, segments, interrupts, reflective groups and accelerated sockets.
     Status {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Remove what dead processes left behind (their segments, interrupts, groups and records).
+    /// Remove what dead processes left behind (segments, interrupts, groups, process and
+    /// socket records).
     Cleanup {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Throughput and latency per message size for every path, against kernel TCP, Unix
-    /// sockets and the floor (`lanes bench dma`: DMA against PIO and memcpy).
+    /// sockets and the floor (`lanes bench dma`: DMA against PIO and memcpy; `lanes bench
+    /// sockets`: sockperf, iperf3 and redis with and without liblanes_sockets.so).
     Bench(bench::BenchArgs),
     /// Ping-pong latency between processes acting as nodes: PIO against the floor, interrupts
     /// against the kernel's wake-ups, reflective memory against group size (--mode).
     Pingpong(PingpongArgs),
+    /// Run a program with its local TCP accelerated: liblanes_sockets.so goes first in
+    /// LD_PRELOAD, then the program replaces this process. Both ends of a connection need it.
+    Run(run_cmd::RunArgs),
     /// Install or uninstall the SISCI SDK (headers, libsisci.so, pkg-config file).
     Sdk(sdk_cmd::SdkArgs),
     /// (internal) a receiver of `pingpong --mode reflective`.
@@ -148,6 +155,7 @@ struct PingpongArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Cmd::Run(a) => return run_cmd::run(a),
         Cmd::Status { json } => status_cmd::status(json),
         Cmd::Cleanup { json } => status_cmd::cleanup(json),
         Cmd::Pingpong(a) if a.mode == PingpongMode::Reflective => open_fabric().and_then(|f| {

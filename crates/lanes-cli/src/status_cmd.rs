@@ -21,11 +21,25 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
+/// Adds `key: value` to the JSON object `obj`.
+fn with_key(
+    obj: &impl serde::Serialize,
+    key: &str,
+    value: &impl serde::Serialize,
+) -> Result<serde_json::Value, String> {
+    let mut v = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    let map = v.as_object_mut().ok_or("not a JSON object")?;
+    map.insert(key.to_string(), serde_json::to_value(value).map_err(|e| e.to_string())?);
+    Ok(v)
+}
+
 pub fn status(json: bool) -> Result<(), String> {
     let dir = fabric_dir()?;
     let st = lanes::status(&dir).map_err(|e| e.to_string())?;
+    let sockets = lanes::sockets::registry::list_connections(&dir);
     if json {
-        println!("{}", serde_json::to_string_pretty(&st).map_err(|e| e.to_string())?);
+        let v = with_key(&st, "sockets", &sockets)?;
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
         return Ok(());
     }
     println!("fabric {}", st.dir.display());
@@ -41,8 +55,14 @@ pub fn status(json: bool) -> Result<(), String> {
     println!("\nsegments and interrupts");
     if st.segments.is_empty() {
         println!("  (none)");
-        return Ok(());
+    } else {
+        print_segments(&st);
     }
+    print_sockets(&sockets);
+    Ok(())
+}
+
+fn print_segments(st: &lanes::FabricStatus) {
     println!(
         "  {:<14}  {:>5}  {:>10}  {:>10}  {:>8}  {:>5}  {:<24}  connections",
         "kind", "node", "id", "size", "owner", "alive", "state"
@@ -65,14 +85,43 @@ pub fn status(json: bool) -> Result<(), String> {
             if conns.is_empty() { "-".into() } else { conns.join(",") }
         );
     }
-    Ok(())
+}
+
+/// Accelerated sockets: one line per socket end (each end of a connection has its record).
+fn print_sockets(sockets: &[lanes::sockets::registry::ConnectionInfo]) {
+    println!("\naccelerated sockets (liblanes_sockets.so; one line per end)");
+    if sockets.is_empty() {
+        println!("  (none)");
+        return;
+    }
+    println!(
+        "  {:<22}  {:<22}  {:<14}  {:>10}  {:>10}  {:>10}  {:<6}  stale",
+        "local", "remote", "pids", "via ring", "via kernel", "received", "peer"
+    );
+    for c in sockets {
+        let pids: Vec<String> = c.holders.iter().map(|p| p.to_string()).collect();
+        println!(
+            "  {:<22}  {:<22}  {:<14}  {:>10}  {:>10}  {:>10}  {:<6}  {}",
+            c.local.to_string(),
+            c.remote.to_string(),
+            if pids.is_empty() { "-".into() } else { pids.join(",") },
+            human_bytes(c.ring_bytes_sent),
+            human_bytes(c.kernel_bytes_sent),
+            human_bytes(c.bytes_received),
+            if c.peer_attached { "yes" } else { "no" },
+            if c.stale { "yes" } else { "no" }
+        );
+    }
 }
 
 pub fn cleanup(json: bool) -> Result<(), String> {
     let dir = fabric_dir()?;
     let r = lanes::cleanup(&dir).map_err(|e| e.to_string())?;
+    let sockets = lanes::sockets::registry::cleanup_connections(&dir)
+        .map_err(|e| format!("cleaning socket records in {}: {e}", dir.display()))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
+        let v = with_key(&r, "sockets", &sockets)?;
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
         return Ok(());
     }
     for (node, id, why) in &r.segments {
@@ -81,7 +130,10 @@ pub fn cleanup(json: bool) -> Result<(), String> {
     for (node, pid) in &r.records {
         println!("removed stale record of pid {pid} (node {node})");
     }
-    if r.segments.is_empty() && r.records.is_empty() {
+    if sockets > 0 {
+        println!("removed {sockets} socket record{} of dead processes", if sockets == 1 { "" } else { "s" });
+    }
+    if r.segments.is_empty() && r.records.is_empty() && sockets == 0 {
         println!("nothing to clean in {}", dir.display());
     }
     Ok(())

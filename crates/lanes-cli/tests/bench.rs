@@ -281,7 +281,8 @@ fn bad_arguments_fail_clearly() {
     let (nj, mi) = (notjson.to_str().unwrap(), missing.to_str().unwrap());
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--paths", "bogus"], "unknown path \"bogus\""),
-        (vec!["--paths", "pio,sockets"], "path sockets is not available yet"),
+        // (LANES_SOCKETS_LIB points nowhere below, so the library is never found.)
+        (vec!["--paths", "pio,sockets"], "path sockets is not available (LANES_SOCKETS_LIB="),
         (vec!["--paths", ","], "names no path"),
         (vec!["--sizes", "6"], "bad message size 6"),
         (vec!["--sizes", "abc"], "bad size"),
@@ -298,7 +299,9 @@ fn bad_arguments_fail_clearly() {
         (vec!["--from", nj, "--sizes", "8"], "cannot be used with"),
     ];
     for (args, expect) in cases {
-        let r = run(d.lanes(&args), Duration::from_secs(30));
+        let mut cmd = d.lanes(&args);
+        cmd.env("LANES_SOCKETS_LIB", d.path("no-such-dir/liblanes_sockets.so"));
+        let r = run(cmd, Duration::from_secs(30));
         assert!(!r.ok, "{args:?} succeeded:\n{}", r.stdout);
         assert!(r.stderr.contains(expect), "{args:?}: expected {expect:?} in:\n{}", r.stderr);
     }

@@ -19,7 +19,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::process::{ChildStdin, ChildStdout};
 use std::time::Duration;
 
-use crate::bench::paths::{self, Kind, PeerPath, SetupEnv, Status};
+use crate::bench::paths::{self, Kind, PeerPath, SetupEnv};
 use crate::bench::wait::{poll_ready, Waiter};
 use crate::measure::peer::Peer;
 use crate::measure::{affinity, cputime, rt};
@@ -145,9 +145,7 @@ fn handle(
             let max: usize = words.next().and_then(|m| m.parse().ok()).ok_or("setup: bad size")?;
             let offer = words.next().unwrap_or("");
             let def = paths::find(name).ok_or_else(|| format!("unknown path {name:?}"))?;
-            let Status::Available { peer, .. } = def.status else {
-                return Err(format!("path {name} is not available"));
-            };
+            let (_, peer) = def.setups().map_err(|e| format!("path {name}: {e}"))?;
             let (p, reply) = peer(&SetupEnv { max_size: max }, offer)?;
             active.retain(|(n, _)| *n != def.name);
             active.push((def.name, p));

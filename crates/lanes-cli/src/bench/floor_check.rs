@@ -35,7 +35,7 @@ pub(crate) fn program() -> Result<PathBuf, String> {
     ))
 }
 
-fn independent(exe: &PathBuf, cpus: Option<(usize, usize)>) -> Result<f64, String> {
+pub(crate) fn independent(exe: &PathBuf, cpus: Option<(usize, usize)>) -> Result<f64, String> {
     let mut cmd = Command::new(exe);
     cmd.arg("--seconds").arg(format!("{}", EACH.as_secs_f64()));
     if let Some((a, b)) = cpus {

@@ -10,7 +10,8 @@
 //! mod.rs          arguments and the command's flow
 //! options.rs      durations, sizes, path selection, the time budget (Plan)
 //! paths/          the path registry and traits; floor, pio (shared-memory protocols in
-//!                 shm.rs), socket (tcp and unix)
+//!                 shm.rs), socket (tcp and unix), sockets (tcp under the accelerator)
+//! sockets/        `lanes bench sockets`: sockperf, iperf3, redis with and without it
 //! control.rs      the control channel and the peer's command loop
 //! wait.rs         spinning waits with bounded, non-blocking liveness checks
 //! runner.rs       the peer session, slices, rounds, the results
@@ -33,6 +34,7 @@ mod plot;
 mod progress;
 mod report;
 mod runner;
+mod sockets;
 mod table;
 mod wait;
 
@@ -111,6 +113,9 @@ enum BenchWhat {
     /// DMA against PIO and memcpy: bandwidth, latency and CPU per size (64 B to 16 MiB), the
     /// small-packet scenario (naive against optimised engine), the PIO/DMA crossover.
     Dma(crate::dma_bench::DmaArgs),
+    /// Unchanged programs over kernel TCP against liblanes_sockets.so on both ends,
+    /// interleaved A/B: sockperf latency and 64 B msg/s, iperf3, redis-benchmark GET p50.
+    Sockets(sockets::SocketsArgs),
 }
 
 /// `4 B`, `64 KiB`, `1 MiB`, `1536 B`.
@@ -136,8 +141,10 @@ fn say(text: &str) -> Result<(), String> {
 
 /// Runs `lanes bench`.
 pub fn run(a: BenchArgs) -> Result<(), String> {
-    if let Some(BenchWhat::Dma(d)) = a.what {
-        return crate::dma_bench::run_cmd(d);
+    match a.what {
+        Some(BenchWhat::Dma(d)) => return crate::dma_bench::run_cmd(d),
+        Some(BenchWhat::Sockets(s)) => return sockets::run(s),
+        None => {}
     }
     if a.peer {
         return control::serve(a.peer_cpu, a.rt);
@@ -160,10 +167,30 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    let paths = match options::parse_paths(a.paths.as_deref())? {
+    let mut paths = match options::parse_paths(a.paths.as_deref())? {
         PathChoice::List => return say(&options::list_paths()),
         PathChoice::Run(p) => p,
     };
+    // The sockets path needs this process and its peer under the library: re-run under it
+    // (the line below returns only if that failed).
+    let default_paths = a.paths.as_deref().is_none_or(|p| p.trim() == "all");
+    if paths.iter().any(|p| p.name == "sockets") && paths::sockets::needs_reexec() {
+        let why = paths::sockets::reexec();
+        if !default_paths {
+            return Err(format!("path sockets is not available: {why}"));
+        }
+        paths.retain(|p| p.name != "sockets");
+    }
+    if default_paths {
+        if let Some(Err(why)) = paths::find("sockets").map(|d| d.setups()) {
+            eprintln!("lanes bench: path sockets is not available ({why}); the other paths run");
+        }
+    }
+    if paths.iter().any(|p| p.name == "sockets") {
+        if let Some(line) = paths::sockets::describe() {
+            eprintln!("{line}");
+        }
+    }
     let duration = match &a.duration {
         Some(d) => options::parse_duration(d)?,
         None if a.quick => options::QUICK_DURATION,

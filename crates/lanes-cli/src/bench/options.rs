@@ -159,8 +159,8 @@ pub(crate) fn parse_paths(text: Option<&str>) -> Result<PathChoice, String> {
                 REGISTRY.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
             )
         })?;
-        if let Status::Pending(when) = def.status {
-            return Err(format!("path {name} is not available yet ({when}); available now: {}", names(&available())));
+        if let Err(why) = def.setups() {
+            return Err(format!("path {name} is not available ({why}); available now: {}", names(&available())));
         }
         if !chosen.iter().any(|c| c.name == def.name) {
             chosen.push(def);
@@ -182,9 +182,10 @@ pub(crate) fn list_paths() -> String {
             paths::Group::Baseline => "baseline",
             paths::Group::Lanes => "lanes",
         };
-        let (status, about) = match p.status {
-            Status::Available { .. } => ("available", p.about.to_string()),
-            Status::Pending(when) => ("not yet", format!("{} (not available yet: {when})", p.about)),
+        let (status, about) = match (p.setups(), p.status) {
+            (Ok(_), _) => ("available", p.about.to_string()),
+            (Err(why), Status::Pending(_)) => ("not yet", format!("{} ({why})", p.about)),
+            (Err(why), _) => ("not here", format!("{} (not available: {why})", p.about)),
         };
         out.push_str(&format!("  {:<15} {:<9} {:<10} {about}\n", p.name, group, status));
     }
@@ -218,7 +219,9 @@ mod tests {
         assert!(parse_bench_sizes("128M").is_err());
         let PathChoice::Run(p) = parse_paths(Some("tcp,floor")).unwrap() else { panic!() };
         assert_eq!(p.iter().map(|p| p.name).collect::<Vec<_>>(), ["floor", "tcp"]);
-        assert!(parse_paths(Some("sockets")).unwrap_err().contains("not available yet"));
+        if let Err(e) = parse_paths(Some("sockets")) {
+            assert!(e.contains("not available"), "{e}");
+        }
         assert!(parse_paths(Some("bogus")).unwrap_err().contains("unknown path"));
         assert!(matches!(parse_paths(Some("list")).unwrap(), PathChoice::List));
         assert!(list_paths().contains("data-interrupt"));

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::bench::control::Control;
 use crate::bench::machine::{utc_iso_ms, Machine};
 use crate::bench::options::{Plan, CELL_OVERHEAD, FIXED_OVERHEAD, MIN_CELL};
-use crate::bench::paths::{ClientPath, Kind, PathDef, SetupEnv, Status, Streamed};
+use crate::bench::paths::{ClientPath, Kind, PathDef, SetupEnv, Streamed};
 use crate::bench::progress::Progress;
 use crate::bench::report::{units, Lat, PathResult, Report, RunInfo, FORMAT};
 use crate::bench::wait::Waiter;
@@ -101,9 +101,7 @@ impl Session {
         let env = SetupEnv { max_size };
         let mut active = Vec::new();
         for def in defs {
-            let Status::Available { client, .. } = def.status else {
-                return Err(format!("path {} is not available", def.name));
-            };
+            let (client, _) = def.setups().map_err(|e| format!("path {}: {e}", def.name))?;
             let offer = client(&env)?;
             let reply = ctl
                 .call(&format!("setup {} {max_size} {}", def.name, offer.offer()), SETUP_TIMEOUT)

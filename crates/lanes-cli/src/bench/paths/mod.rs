@@ -2,7 +2,7 @@
 //!
 //! A path is one way of moving a message from one process to another: the floor (a raw
 //! shared-memory spin), PIO through the Lanes API, the kernel's TCP loopback and Unix
-//! sockets, and later data interrupts, DMA and accelerated sockets. Each path has a
+//! sockets, data interrupts, DMA and accelerated sockets. Each path has a
 //! *client* side, in the `lanes bench` process, that drives and times, and a *peer* side, in
 //! the peer process, that answers. The runner only sees the traits below; adding a path is
 //! one new module plus one entry in [`REGISTRY`].
@@ -16,6 +16,7 @@ pub(crate) mod floor;
 pub(crate) mod pio;
 pub(crate) mod shm;
 pub(crate) mod socket;
+pub(crate) mod sockets;
 
 use crate::bench::wait::Waiter;
 use crate::measure::ticks::TickHistogram;
@@ -106,7 +107,14 @@ pub(crate) enum Status {
         client: ClientSetup,
         peer: PeerSetup,
     },
+    /// Available when `ready` says so (it says why not otherwise).
+    Needs {
+        client: ClientSetup,
+        peer: PeerSetup,
+        ready: fn() -> Result<(), String>,
+    },
     /// Not yet: what it waits for.
+    #[allow(dead_code)]
     Pending(&'static str),
 }
 
@@ -126,6 +134,7 @@ impl std::fmt::Debug for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Status::Available { .. } => f.write_str("Available"),
+            Status::Needs { .. } => f.write_str("Needs"),
             Status::Pending(when) => write!(f, "Pending({when:?})"),
         }
     }
@@ -133,7 +142,16 @@ impl std::fmt::Debug for Status {
 
 impl PathDef {
     pub(crate) fn available(&self) -> bool {
-        matches!(self.status, Status::Available { .. })
+        self.setups().is_ok()
+    }
+
+    /// The path's set-up functions, or why it cannot run here.
+    pub(crate) fn setups(&self) -> Result<(ClientSetup, PeerSetup), String> {
+        match self.status {
+            Status::Available { client, peer } => Ok((client, peer)),
+            Status::Needs { client, peer, ready } => ready().map(|_| (client, peer)),
+            Status::Pending(when) => Err(format!("not available yet: {when}")),
+        }
     }
 }
 
@@ -170,8 +188,8 @@ pub(crate) static REGISTRY: &[PathDef] = &[
     PathDef {
         name: "sockets",
         group: Group::Lanes,
-        about: "accelerated TCP sockets (LD_PRELOAD), measured by the same code as tcp",
-        status: Status::Pending("lands with the socket accelerator"),
+        about: "accelerated TCP (liblanes_sockets.so preloaded into both processes), measured by the same code as tcp",
+        status: Status::Needs { client: sockets::client, peer: sockets::peer, ready: sockets::ready },
         max_size: None,
     },
     PathDef {

@@ -1,6 +1,6 @@
-//! The socket paths: one benchmark, run over kernel TCP loopback and Unix domain stream
-//! sockets (and, when it lands, over accelerated sockets), so every socket figure comes
-//! from the same code.
+//! The socket paths: one benchmark, run over kernel TCP loopback, Unix domain stream sockets
+//! and accelerated TCP (`sockets.rs`: this code with the library preloaded), so every socket
+//! figure comes from the same code.
 //!
 //! *Latency*: the client writes a `size`-byte message, the peer reads it in full and writes
 //! one back, the client reads it in full; closing the connection ends the slice.
@@ -304,7 +304,12 @@ fn peer_with(listener: Listener, env: &SetupEnv, reply: String) -> (Box<dyn Peer
 }
 
 pub(crate) fn tcp_peer(env: &SetupEnv, _offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io("listening on TCP loopback"))?;
+    tcp_peer_on(env, 0)
+}
+
+/// The TCP peer listening on `port` (0: any free port).
+pub(crate) fn tcp_peer_on(env: &SetupEnv, port: u16) -> Result<(Box<dyn PeerPath>, String), String> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).map_err(io("listening on TCP loopback"))?;
     let port = l.local_addr().map_err(io("listening on TCP loopback"))?.port();
     l.set_nonblocking(false).map_err(io("listener"))?;
     Ok(peer_with(Listener::Tcp(l), env, port.to_string()))
