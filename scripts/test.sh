@@ -10,6 +10,14 @@ log() { printf '\n== %s\n' "$*" >&2; }
 declare -A apt_for=(
     [cc]=gcc
     [pkg-config]=pkg-config
+    # Real programs under the socket accelerator (tests and `lanes bench sockets`).
+    [iperf3]=iperf3
+    [sockperf]=sockperf
+    [redis-server]=redis-server
+    [redis-benchmark]=redis-tools
+    [nginx]=nginx-light
+    [curl]=curl
+    [wrk]=wrk
 )
 missing=()
 for cmd in "${!apt_for[@]}"; do

@@ -1,0 +1,427 @@
+//! Socket conformance, the way a user meets the library: examples/c/sockconf (one C program
+//! of named cases, each printing a canonical transcript) built with plain `cc -O2 -Wall
+//! -Wextra -Werror`, and once more with `-D_FORTIFY_SOURCE=2 -D_FILE_OFFSET_BITS=64` (so
+//! `__read_chk`, `__poll_chk`, `fcntl64`, `sendfile64`... are what the program calls). Every
+//! case runs
+//!
+//! - without the library: the reference transcript (run twice: it must be deterministic);
+//! - with `LD_PRELOAD=liblanes_sockets.so` on both sides;
+//! - the same with `LANES_POLL_US=0 LANES_SOCKETS_RING=4096` (no spinning, a small ring: every
+//!   switch between ring and kernel is hit constantly);
+//! - and, for cases that can run as two programs, with the library on the server only and on
+//!   the client only;
+//!
+//! and every transcript must equal the reference, byte for byte; a failure prints a diff.
+//! Each run gets its own LANES_DIR and TMPDIR. The library is looked up next to this test
+//! binary (`cargo build -p lanes-sockets` builds it; tests do not).
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use support::{clean_command, diff, free_port, library, repo, run_bounded, Finished, Proc, TestDir};
+
+/// A sockconf run normally ends in well under 2 s; its own watchdog stops it after 20 s.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+/// Runs at once per test function.
+const WORKERS: usize = 4;
+
+/// The two builds of sockconf in a private directory.
+struct Sockconf {
+    dir: TestDir,
+    plain: PathBuf,
+    fortify: PathBuf,
+}
+
+fn cc(args: &[&str], out: &Path) {
+    let src = repo().join("examples/c/sockconf/sockconf.c");
+    let mut cmd = Command::new("cc");
+    cmd.args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread"]).args(args).arg(&src).arg("-o").arg(out);
+    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run cc ({e}): run scripts/test.sh to install gcc"));
+    assert!(o.status.success(), "{cmd:?} failed: {}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+}
+
+impl Sockconf {
+    fn build(name: &str) -> Sockconf {
+        let dir = TestDir::new("sockconf", name);
+        let plain = dir.path("sockconf");
+        let fortify = dir.path("sockconf-fortify");
+        cc(&[], &plain);
+        cc(&["-D_FORTIFY_SOURCE=2", "-D_FILE_OFFSET_BITS=64"], &fortify);
+        Sockconf { dir, plain, fortify }
+    }
+
+    /// `sockconf --list`: (name, runs split).
+    fn list(&self) -> Vec<(String, bool)> {
+        let o = Command::new(&self.plain).arg("--list").output().expect("sockconf --list");
+        assert!(o.status.success(), "sockconf --list: {}", o.status);
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| {
+                let mut f = l.split('\t');
+                let name = f.next().expect("name").to_string();
+                (name, f.next() == Some("split"))
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Build {
+    Plain,
+    Fortify,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Setup {
+    /// No library (the reference, and its repetition).
+    Kernel,
+    /// The library in both processes.
+    Preload,
+    /// The library with LANES_POLL_US=0 and a 4 KiB ring.
+    PreloadSmallRing,
+    /// Two programs, the library in the server only.
+    ServerOnly,
+    /// Two programs, the library in the client only.
+    ClientOnly,
+}
+
+impl Setup {
+    fn label(self) -> &'static str {
+        match self {
+            Setup::Kernel => "no library",
+            Setup::Preload => "library",
+            Setup::PreloadSmallRing => "library, LANES_POLL_US=0, 4 KiB ring",
+            Setup::ServerOnly => "library in the server only",
+            Setup::ClientOnly => "library in the client only",
+        }
+    }
+}
+
+struct Job {
+    case: String,
+    build: Build,
+    setup: Setup,
+    reference: bool,
+}
+
+struct Outcome {
+    job: Job,
+    transcript: String,
+    /// Exit statuses and stderr, when something did not end with status 0.
+    trouble: Option<String>,
+    elapsed: Duration,
+}
+
+fn sockconf_command(bin: &Path, run_dir: &Path, preload: Option<&Path>, small_ring: bool) -> Command {
+    let mut c = clean_command(bin);
+    c.env("LANES_DIR", run_dir.join("fabric")).env("TMPDIR", run_dir);
+    if let Some(lib) = preload {
+        c.env("LD_PRELOAD", lib);
+    }
+    if small_ring {
+        c.env("LANES_POLL_US", "0").env("LANES_SOCKETS_RING", "4096");
+    }
+    c
+}
+
+fn trouble(f: &Finished, what: &str) -> Option<String> {
+    (!f.ok()).then(|| f.describe(what))
+}
+
+fn run_job(sc: &Sockconf, lib: &Path, job: Job, seq: usize) -> Outcome {
+    let bin = match job.build {
+        Build::Plain => &sc.plain,
+        Build::Fortify => &sc.fortify,
+    };
+    let run_dir = sc.dir.sub(&format!("run-{seq}"));
+    let start = Instant::now();
+    let (transcript, trouble_text) = match job.setup {
+        Setup::Kernel | Setup::Preload | Setup::PreloadSmallRing => {
+            let preload = (job.setup != Setup::Kernel).then_some(lib);
+            let mut cmd = sockconf_command(bin, &run_dir, preload, job.setup == Setup::PreloadSmallRing);
+            cmd.arg(&job.case);
+            let f = run_bounded(cmd, &job.case, RUN_LIMIT);
+            let t = trouble(&f, &format!("sockconf {}", job.case));
+            (f.stdout, t)
+        }
+        Setup::ServerOnly | Setup::ClientOnly => {
+            // A port that was free; if another program takes it meanwhile the server's bind
+            // fails, and the pair runs again on another.
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let port = free_port().to_string();
+                let side = |role: &str, with_lib: bool| {
+                    let mut cmd = sockconf_command(bin, &run_dir, with_lib.then_some(lib), false);
+                    cmd.args([job.case.as_str(), "--role", role, "--port", &port]);
+                    Proc::spawn(cmd, &format!("{} {role}", job.case))
+                };
+                let server = side("server", job.setup == Setup::ServerOnly);
+                let client = side("client", job.setup == Setup::ClientOnly);
+                let c = client.wait(RUN_LIMIT);
+                let s = server.wait(RUN_LIMIT);
+                if s.stdout.contains("FATAL: bind") && attempt < 3 {
+                    continue;
+                }
+                let t = match (trouble(&s, "server"), trouble(&c, "client")) {
+                    (None, None) => None,
+                    (a, b) => Some(format!("{}{}", a.unwrap_or_default(), b.unwrap_or_default())),
+                };
+                break (format!("{}{}", s.stdout, c.stdout), t);
+            }
+        }
+    };
+    let _ = std::fs::remove_dir_all(&run_dir);
+    Outcome { job, transcript, trouble: trouble_text, elapsed: start.elapsed() }
+}
+
+/// Runs every case of a group in every setup and fails with every difference found.
+fn check_group(group: &str, cases: &[&str]) {
+    let lib = library();
+    let sc = Sockconf::build(group);
+    let listed = sc.list();
+    let mut jobs = Vec::new();
+    for &case in cases {
+        let split = listed.iter().find(|(n, _)| n == case).unwrap_or_else(|| panic!("sockconf has no case {case}")).1;
+        let mut add = |build, setup, reference| jobs.push(Job { case: case.to_string(), build, setup, reference });
+        add(Build::Plain, Setup::Kernel, true);
+        add(Build::Plain, Setup::Kernel, false);
+        add(Build::Fortify, Setup::Kernel, false);
+        for build in [Build::Plain, Build::Fortify] {
+            add(build, Setup::Preload, false);
+            add(build, Setup::PreloadSmallRing, false);
+        }
+        if split {
+            add(Build::Plain, Setup::ServerOnly, false);
+            add(Build::Plain, Setup::ClientOnly, false);
+        }
+    }
+    // Longest cases first would be nicer; the order of the table is good enough.
+    let queue = Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
+    let results = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..WORKERS {
+            s.spawn(|| loop {
+                let next = queue.lock().expect("queue").pop();
+                let Some((seq, job)) = next else { break };
+                let out = run_job(&sc, &lib, job, seq);
+                results.lock().expect("results").push(out);
+            });
+        }
+    });
+    let results = results.into_inner().expect("results");
+
+    let mut failures = Vec::new();
+    let mut summary = String::new();
+    for &case in cases {
+        let mine: Vec<&Outcome> = results.iter().filter(|o| o.job.case == case).collect();
+        let reference = mine.iter().find(|o| o.job.reference).expect("reference run");
+        if let Some(t) = &reference.trouble {
+            failures.push(format!("{case}: the reference run (no library) failed:\n{t}"));
+            continue;
+        }
+        let bad_reference = ["TIMEOUT", "FATAL", "MISMATCH"].iter().find(|w| reference.transcript.contains(*w));
+        if let Some(w) = bad_reference {
+            failures.push(format!("{case}: the reference transcript says {w}:\n{}", reference.transcript));
+            continue;
+        }
+        for o in mine.iter().filter(|o| !o.job.reference) {
+            let what = format!("{case} [{:?} build, {}]", o.job.build, o.job.setup.label());
+            let same = o.transcript == reference.transcript;
+            let verdict = match (&o.trouble, same) {
+                (None, true) => "ok",
+                _ => "FAIL",
+            };
+            summary.push_str(&format!("  {verdict:4} {what} ({} ms)\n", o.elapsed.as_millis()));
+            if o.job.setup == Setup::Kernel && !same {
+                failures.push(format!(
+                    "{what}: the transcript without the library is not deterministic (a sockconf bug):\n{}",
+                    diff(&reference.transcript, &o.transcript, 40)
+                ));
+                continue;
+            }
+            if !same {
+                failures.push(format!(
+                    "{what}: transcript differs (- without the library, + this run):\n{}",
+                    diff(&reference.transcript, &o.transcript, 40)
+                ));
+            }
+            if let Some(t) = &o.trouble {
+                failures.push(format!("{what}: did not end cleanly\n{t}"));
+            }
+        }
+    }
+    eprintln!("sockconf group {group}:\n{summary}");
+    assert!(failures.is_empty(), "{} failure(s) in group {group}:\n\n{}", failures.len(), failures.join("\n"));
+}
+
+const CONNECT: &[&str] =
+    &["connect-echo", "connect-nonblock", "connect-refused", "ipv6-echo", "many-conns", "accept-nonblock"];
+const DATA_CALLS: &[&str] =
+    &["io-readwrite", "io-sendrecv", "io-sendto", "io-msg", "io-vec", "io-mmsg", "fortified-calls"];
+const FLAGS: &[&str] = &["msg-peek", "msg-dontwait", "msg-waitall", "msg-nosignal", "sigpipe"];
+const CLOSE_AND_SHUTDOWN: &[&str] = &["shutdown-wr", "shutdown-misc", "close-unread", "linger-reset"];
+const DESCRIPTORS: &[&str] = &["dup", "close-range", "nonblock-toggle", "cloexec"];
+const POLL_AND_SELECT: &[&str] = &["poll", "ppoll", "select", "pselect"];
+const EPOLL: &[&str] = &[
+    "epoll-lt",
+    "epoll-et",
+    "epoll-oneshot",
+    "epoll-del",
+    "epoll-mixed",
+    "epoll-nested",
+    "epoll-two-sets",
+    "epoll-fork",
+];
+const IOCTL_NAMES_OPTIONS: &[&str] = &["fionread", "names", "sockopt", "timeouts"];
+const FILES_AND_PIPES: &[&str] = &["sendfile", "splice", "stdio"];
+const PROCESSES_AND_THREADS: &[&str] = &["fork-share", "exec", "threads"];
+const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain"];
+const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader"];
+const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait"];
+
+const GROUPS: &[&[&str]] = &[
+    CONNECT,
+    DATA_CALLS,
+    FLAGS,
+    CLOSE_AND_SHUTDOWN,
+    DESCRIPTORS,
+    POLL_AND_SELECT,
+    EPOLL,
+    IOCTL_NAMES_OPTIONS,
+    FILES_AND_PIPES,
+    PROCESSES_AND_THREADS,
+    STREAMS,
+    PEER_DEATH,
+    SIGNALS,
+];
+
+#[test]
+fn connect() {
+    check_group("connect", CONNECT);
+}
+
+#[test]
+fn data_calls() {
+    check_group("data-calls", DATA_CALLS);
+}
+
+#[test]
+fn message_flags_and_sigpipe() {
+    check_group("flags", FLAGS);
+}
+
+#[test]
+fn close_and_shutdown() {
+    check_group("close", CLOSE_AND_SHUTDOWN);
+}
+
+#[test]
+fn descriptors() {
+    check_group("descriptors", DESCRIPTORS);
+}
+
+#[test]
+fn poll_and_select() {
+    check_group("poll", POLL_AND_SELECT);
+}
+
+#[test]
+fn epoll() {
+    check_group("epoll", EPOLL);
+}
+
+#[test]
+fn ioctl_names_and_options() {
+    check_group("ioctl", IOCTL_NAMES_OPTIONS);
+}
+
+#[test]
+fn sendfile_splice_stdio() {
+    check_group("files", FILES_AND_PIPES);
+}
+
+#[test]
+fn processes_and_threads() {
+    check_group("processes", PROCESSES_AND_THREADS);
+}
+
+#[test]
+fn streams() {
+    check_group("streams", STREAMS);
+}
+
+#[test]
+fn peer_death() {
+    check_group("death", PEER_DEATH);
+}
+
+#[test]
+fn signals() {
+    check_group("signals", SIGNALS);
+}
+
+/// Every case sockconf lists runs in exactly one group above.
+#[test]
+fn every_case_is_in_a_group() {
+    let sc = Sockconf::build("list");
+    let listed: BTreeSet<String> = sc.list().into_iter().map(|(n, _)| n).collect();
+    let mut grouped = BTreeSet::new();
+    for g in GROUPS {
+        for c in *g {
+            assert!(grouped.insert(c.to_string()), "{c} is in two groups");
+        }
+    }
+    assert_eq!(listed, grouped, "sockconf --list and the groups of this file differ");
+}
+
+/// The fortified build really calls the checking variants, so the library must export them.
+#[test]
+fn fortified_build_calls_the_checking_functions() {
+    let sc = Sockconf::build("nm");
+    let o = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(&sc.fortify)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run nm ({e}): run scripts/test.sh to install binutils"));
+    let syms = String::from_utf8_lossy(&o.stdout);
+    for want in ["__read_chk", "__recv_chk", "__recvfrom_chk", "__poll_chk", "__ppoll_chk", "fcntl64", "sendfile64"] {
+        assert!(
+            syms.lines().any(|l| l.split_whitespace().last().is_some_and(|s| s.split('@').next() == Some(want))),
+            "the fortified sockconf does not import {want}:\n{syms}"
+        );
+    }
+}
+
+/// The transcripts above would also match if the library left every connection to the
+/// kernel; this checks that, for a long stream with the library on both sides, both ends
+/// attached to each other and bytes went through the ring.
+#[test]
+fn the_library_really_accelerates() {
+    let lib = library();
+    let sc = Sockconf::build("accel");
+    for case in ["stream-64m", "stream-duplex"] {
+        let run_dir = sc.dir.sub(case);
+        let fabric = run_dir.join("fabric");
+        let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
+        cmd.arg(case);
+        let mut p = Proc::spawn(cmd, case);
+        let (mut attached, mut ring_bytes) = (0usize, 0u64);
+        let start = Instant::now();
+        while !p.exited() && start.elapsed() < RUN_LIMIT {
+            let conns = lanes::sockets::registry::list_connections(&fabric);
+            attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
+            ring_bytes = ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let f = p.wait(RUN_LIMIT);
+        assert!(f.ok(), "{}", f.describe(case));
+        assert!(attached >= 2, "{case}: never saw both ends attached to each other (most seen: {attached})");
+        assert!(ring_bytes > 0, "{case}: no byte went through the ring");
+    }
+}

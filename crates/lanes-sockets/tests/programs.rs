@@ -1,0 +1,693 @@
+//! Real programs, as packaged by Debian and installed by scripts/test.sh, run with
+//! `liblanes_sockets.so` preloaded into both sides, the server only, the client only, and
+//! neither (the baseline): iperf3 (forward, `-R`, `::1`), sockperf (ping-pong, throughput,
+//! and its epoll/poll/select multiplexers), redis-server with redis-benchmark and redis-cli
+//! (a 1 MiB value, byte-exact), nginx (master and 2 workers, sendfile) with curl (a 16 MiB
+//! file, byte-exact) and wrk (no socket errors), and iperf3 with either side SIGKILLed
+//! mid-stream (the other must end, as it does without the library).
+//!
+//! What is checked is exit statuses and sane output, not speed. While a setup runs, the
+//! socket records in its fabric directory are sampled: with the library on both sides some
+//! connection must have both ends attached (so the library did accelerate, and sockperf's
+//! `dlsym(RTLD_DEFAULT, ...)` lookups reached it), with the library on one side none may.
+//!
+//! Every test uses its own ports (bound to port 0 a moment before), its own LANES_DIR and
+//! configuration files, and kills whatever it started; every wait is bounded. A missing
+//! program fails the test: run scripts/test.sh to install it.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use support::{clean_command, free_ports, library, tail, Finished, Proc, TestDir};
+
+/// A server must listen within this.
+const START_LIMIT: Duration = Duration::from_secs(15);
+/// A client run (2 s of traffic, or 20000 requests) must end within this.
+const RUN_LIMIT: Duration = Duration::from_secs(90);
+/// A server must stop within this once asked to (or once its peer is gone).
+const STOP_LIMIT: Duration = Duration::from_secs(20);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Side {
+    Neither,
+    Both,
+    ServerOnly,
+    ClientOnly,
+}
+
+const SIDES: [Side; 4] = [Side::Neither, Side::Both, Side::ServerOnly, Side::ClientOnly];
+
+impl Side {
+    fn server(self) -> bool {
+        matches!(self, Side::Both | Side::ServerOnly)
+    }
+
+    fn client(self) -> bool {
+        matches!(self, Side::Both | Side::ClientOnly)
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Side::Neither => "no library",
+            Side::Both => "library on both sides",
+            Side::ServerOnly => "library in the server only",
+            Side::ClientOnly => "library in the client only",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Side::Neither => "none",
+            Side::Both => "both",
+            Side::ServerOnly => "server",
+            Side::ClientOnly => "client",
+        }
+    }
+}
+
+/// A program's path: PATH, then the sbin directories (nginx lives in /usr/sbin).
+fn program(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.extend(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from));
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is not installed: run scripts/test.sh to install it"))
+}
+
+/// One test's private world: its directory and the library.
+struct World {
+    dir: TestDir,
+    lib: PathBuf,
+    failures: Vec<String>,
+}
+
+impl World {
+    fn new(name: &str) -> World {
+        World { dir: TestDir::new("programs", name), lib: library(), failures: Vec::new() }
+    }
+
+    /// A fresh fabric directory for one setup.
+    fn fabric(&self, name: &str) -> PathBuf {
+        self.dir.sub(&format!("fabric-{name}"))
+    }
+
+    fn cmd(&self, prog: &str, with_lib: bool, fabric: &Path) -> Command {
+        let mut c = clean_command(program(prog));
+        c.env("LANES_DIR", fabric).env("TMPDIR", &self.dir.0);
+        if with_lib {
+            c.env("LD_PRELOAD", &self.lib);
+        }
+        c
+    }
+
+    fn fail(&mut self, what: String) {
+        eprintln!("FAILED: {what}");
+        self.failures.push(what);
+    }
+
+    /// Records a failure unless `f` ended with status 0 in time.
+    fn expect_ok(&mut self, f: &Finished, what: &str) -> bool {
+        if f.ok() {
+            return true;
+        }
+        self.fail(f.describe(what));
+        false
+    }
+
+    fn expect_output(&mut self, f: &Finished, what: &str, needle: &str) {
+        if !f.stdout.contains(needle) && !f.stderr.contains(needle) {
+            self.fail(format!("{what}: no \"{needle}\" in the output\n{}", f.describe(what)));
+        }
+    }
+
+    fn finish(self, test: &str) {
+        assert!(
+            self.failures.is_empty(),
+            "{}: {} failure(s):\n\n{}",
+            test,
+            self.failures.len(),
+            self.failures.join("\n\n")
+        );
+    }
+}
+
+/// Whether some TCP socket of this network namespace listens on `port`.
+fn listening(port: u16) -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 3
+                    && c[3] == "0A"
+                    && c[1].rsplit_once(':').is_some_and(|(_, p)| u16::from_str_radix(p, 16) == Ok(port))
+            })
+        })
+    })
+}
+
+/// Starts a server and waits until it listens on `port` (without connecting to it: a probe
+/// would count as a client for iperf3 -1). Records a failure and returns None otherwise.
+fn start_server(w: &mut World, cmd: Command, port: u16, what: &str) -> Option<Proc> {
+    let mut p = Proc::spawn(cmd, what);
+    let start = Instant::now();
+    while start.elapsed() < START_LIMIT {
+        if listening(port) {
+            return Some(p);
+        }
+        if p.exited() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let f = p.wait(Duration::from_secs(1));
+    w.fail(f.describe(&format!("{what}: did not listen on port {port} within {START_LIMIT:?}")));
+    None
+}
+
+/// The socket records of a fabric directory, sampled every few milliseconds while a setup runs.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Seen>>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Seen {
+    /// Most records seen at once.
+    records: usize,
+    /// Most records at once whose end had attached its peer.
+    attached: usize,
+    /// Most bytes sent through rings, summed over the records of one sample.
+    ring_bytes: u64,
+}
+
+impl Sampler {
+    fn start(fabric: &Path) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let fabric = fabric.to_path_buf();
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen = Seen::default();
+            loop {
+                let done = flag.load(Ordering::Relaxed);
+                let conns = lanes::sockets::registry::list_connections(&fabric);
+                seen.records = seen.records.max(conns.len());
+                seen.attached = seen.attached.max(conns.iter().filter(|c| c.peer_attached).count());
+                seen.ring_bytes = seen.ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
+                if done {
+                    break seen;
+                }
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        });
+        Sampler { stop, thread: Some(thread) }
+    }
+
+    fn finish(mut self) -> Seen {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().expect("sampler").join().expect("sampler thread")
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// With the library on both sides, some connection had both ends attached; with it on one
+/// side, no end ever attached; without it, no record exists.
+fn check_acceleration(w: &mut World, side: Side, seen: Seen, what: &str) {
+    let bad = match side {
+        Side::Both => seen.attached < 2,
+        Side::ServerOnly | Side::ClientOnly => seen.attached > 0,
+        Side::Neither => seen.records > 0,
+    };
+    eprintln!("{what}: socket records seen {seen:?}");
+    if bad {
+        w.fail(format!(
+            "{what}: socket records: {seen:?} (both sides: expected a connection with both ends attached; \
+             one side: expected no end attached; no library: no record)"
+        ));
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*).
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        v.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len())))
+}
+
+// ------------------------------------------------------------------------------------------
+// iperf3
+// ------------------------------------------------------------------------------------------
+
+fn iperf3(test: &str, client_args: &[&str]) {
+    let mut w = World::new(test);
+    for side in SIDES {
+        let what = format!("iperf3 {} ({})", client_args.join(" "), side.label());
+        let fabric = w.fabric(side.tag());
+        let port = free_ports(1)[0];
+        let sampler = Sampler::start(&fabric);
+        let mut cmd = w.cmd("iperf3", side.server(), &fabric);
+        cmd.args(["-s", "-1", "-p", &port.to_string()]);
+        let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: iperf3 -s")) else { continue };
+        let mut cmd = w.cmd("iperf3", side.client(), &fabric);
+        cmd.args(client_args).args(["-p", &port.to_string(), "-l", "128K", "-t", "2"]);
+        let c = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        let s = server.wait(STOP_LIMIT);
+        let seen = sampler.finish();
+        if w.expect_ok(&c, &format!("{what}: client")) {
+            w.expect_output(&c, &what, "iperf Done.");
+            for end in ["sender", "receiver"] {
+                let line = c.stdout.lines().find(|l| l.trim_end().ends_with(end));
+                match line {
+                    Some(l) if !l.contains(" 0.00 Bytes") => {}
+                    _ => w.fail(format!("{what}: no {end} summary with bytes moved\n{}", tail(&c.stdout, 20))),
+                }
+            }
+        }
+        w.expect_ok(&s, &format!("{what}: server (one-off, ends after the test)"));
+        check_acceleration(&mut w, side, seen, &what);
+    }
+    w.finish(test);
+}
+
+#[test]
+fn iperf3_forward() {
+    iperf3("iperf3-forward", &["-c", "127.0.0.1"]);
+}
+
+#[test]
+fn iperf3_reverse() {
+    iperf3("iperf3-reverse", &["-c", "127.0.0.1", "-R"]);
+}
+
+#[test]
+fn iperf3_ipv6() {
+    iperf3("iperf3-ipv6", &["-c", "::1"]);
+}
+
+/// One side of a running iperf3 transfer is SIGKILLed; the other must end within a bound,
+/// with the exit status it has without the library, and say why.
+fn iperf3_killed(test: &str, kill_server: bool) {
+    let mut w = World::new(test);
+    let mut baseline: Vec<(bool, Option<i32>)> = Vec::new();
+    for side in SIDES {
+        for reverse in [false, true] {
+            let what = format!(
+                "iperf3{} with the {} killed ({})",
+                if reverse { " -R" } else { "" },
+                if kill_server { "server" } else { "client" },
+                side.label()
+            );
+            let fabric = w.fabric(&format!("{}-{reverse}", side.tag()));
+            let port = free_ports(1)[0];
+            let mut cmd = w.cmd("iperf3", side.server(), &fabric);
+            cmd.args(["-s", "-1", "-p", &port.to_string()]);
+            let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: iperf3 -s")) else { continue };
+            let mut cmd = w.cmd("iperf3", side.client(), &fabric);
+            cmd.args(["-c", "127.0.0.1", "-p", &port.to_string(), "-l", "128K", "-t", "30"]);
+            if reverse {
+                cmd.arg("-R");
+            }
+            let mut client = Proc::spawn(cmd, &what);
+            std::thread::sleep(Duration::from_millis(1500));
+            if client.exited() {
+                let c = client.wait(STOP_LIMIT);
+                w.fail(c.describe(&format!("{what}: the client ended before the kill")));
+                continue;
+            }
+            let (victim, survivor) = if kill_server { (server, client) } else { (client, server) };
+            victim.signal(libc::SIGKILL);
+            let start = Instant::now();
+            let f = survivor.wait(STOP_LIMIT);
+            let took = start.elapsed();
+            drop(victim);
+            if f.timed_out {
+                w.fail(f.describe(&format!("{what}: the survivor still ran {STOP_LIMIT:?} after the kill")));
+                continue;
+            }
+            let class = (f.status.is_some_and(|s| s.success()), f.status.and_then(|s| s.code()));
+            eprintln!("{what}: survivor ended after {took:?} with {class:?}");
+            let text = format!("{}{}", f.stdout, f.stderr);
+            let said = if kill_server {
+                text.contains("iperf3: error -")
+            } else {
+                ["the client has unexpectedly closed the connection", "Connection reset by peer", "Broken pipe"]
+                    .iter()
+                    .any(|m| text.contains(m))
+            };
+            if !said {
+                w.fail(f.describe(&format!("{what}: the survivor did not say its peer was gone")));
+            }
+            if side == Side::Neither {
+                baseline.push(class);
+            } else if let Some(&b) = baseline.get(usize::from(reverse)) {
+                if b != class {
+                    w.fail(f.describe(&format!(
+                        "{what}: the survivor ended with {class:?}, without the library with {b:?}"
+                    )));
+                }
+            }
+        }
+    }
+    w.finish(test);
+}
+
+#[test]
+fn iperf3_client_killed_mid_stream() {
+    iperf3_killed("iperf3-client-killed", false);
+}
+
+#[test]
+fn iperf3_server_killed_mid_stream() {
+    iperf3_killed("iperf3-server-killed", true);
+}
+
+// ------------------------------------------------------------------------------------------
+// sockperf
+// ------------------------------------------------------------------------------------------
+
+const SOCKPERF_CLEAN: &str = "# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0";
+
+#[test]
+fn sockperf() {
+    let mut w = World::new("sockperf");
+    for side in SIDES {
+        let what = format!("sockperf --tcp ({})", side.label());
+        let fabric = w.fabric(side.tag());
+        let port = free_ports(1)[0].to_string();
+        let sampler = Sampler::start(&fabric);
+        let mut cmd = w.cmd("sockperf", side.server(), &fabric);
+        cmd.args(["sr", "--tcp", "-i", "127.0.0.1", "-p", &port]);
+        let Some(server) = start_server(&mut w, cmd, port.parse().expect("port"), &format!("{what}: sr")) else {
+            continue;
+        };
+        let mut cmd = w.cmd("sockperf", side.client(), &fabric);
+        cmd.args(["pp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "2"]);
+        let pp = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&pp, &format!("{what}: pp")) {
+            w.expect_output(&pp, &format!("{what}: pp"), "Summary: Latency is");
+            w.expect_output(&pp, &format!("{what}: pp"), SOCKPERF_CLEAN);
+        }
+        let mut cmd = w.cmd("sockperf", side.client(), &fabric);
+        cmd.args(["tp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-m", "64", "-t", "2"]);
+        let tp = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&tp, &format!("{what}: tp")) {
+            w.expect_output(&tp, &format!("{what}: tp"), "Summary: Message Rate is");
+        }
+        let s = server.stop(libc::SIGINT, STOP_LIMIT);
+        if w.expect_ok(&s, &format!("{what}: sr, stopped with SIGINT")) {
+            w.expect_output(&s, &format!("{what}: sr"), "messages received and handled");
+        }
+        check_acceleration(&mut w, side, sampler.finish(), &what);
+    }
+    w.finish("sockperf");
+}
+
+/// sockperf's server and client multiplexing two TCP connections with epoll, poll and select
+/// (`-f feed -F ...`).
+#[test]
+fn sockperf_multiplexers() {
+    let mut w = World::new("sockperf-mux");
+    for mux in ["epoll", "poll", "select"] {
+        for side in SIDES {
+            let what = format!("sockperf -F {mux}, two connections ({})", side.label());
+            let fabric = w.fabric(&format!("{mux}-{}", side.tag()));
+            let ports = free_ports(2);
+            let feed = w.dir.path(&format!("feed-{mux}-{}", side.tag()));
+            std::fs::write(&feed, format!("T:127.0.0.1:{}\nT:127.0.0.1:{}\n", ports[0], ports[1])).expect("feed");
+            let sampler = Sampler::start(&fabric);
+            let mut cmd = w.cmd("sockperf", side.server(), &fabric);
+            cmd.arg("sr").arg("-f").arg(&feed).args(["-F", mux]);
+            let Some(server) = start_server(&mut w, cmd, ports[1], &format!("{what}: sr")) else { continue };
+            if !listening(ports[0]) {
+                w.fail(format!("{what}: the server listens on {} but not on {}", ports[1], ports[0]));
+            }
+            let mut cmd = w.cmd("sockperf", side.client(), &fabric);
+            cmd.arg("pp").arg("-f").arg(&feed).args(["-F", mux, "-t", "1"]);
+            let pp = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+            if w.expect_ok(&pp, &format!("{what}: pp")) {
+                w.expect_output(&pp, &format!("{what}: pp"), "Summary: Latency is");
+                w.expect_output(&pp, &format!("{what}: pp"), SOCKPERF_CLEAN);
+                w.expect_output(&pp, &format!("{what}: pp"), &format!("using {mux}()"));
+            }
+            let s = server.stop(libc::SIGINT, STOP_LIMIT);
+            w.expect_ok(&s, &format!("{what}: sr, stopped with SIGINT"));
+            check_acceleration(&mut w, side, sampler.finish(), &what);
+        }
+    }
+    w.finish("sockperf-mux");
+}
+
+/// sockperf imports no socket function: it resolves them with dlsym(RTLD_DEFAULT, name).
+/// The global scope puts LD_PRELOAD objects first, so it must get the library's; a
+/// connection of sockperf with both ends attached proves it did.
+#[test]
+fn sockperf_dlsym_finds_the_preloaded_functions() {
+    let nm = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(program("sockperf"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run nm ({e}): run scripts/test.sh to install binutils"));
+    let imports = String::from_utf8_lossy(&nm.stdout);
+    let names: Vec<&str> =
+        imports.lines().filter_map(|l| l.split_whitespace().last()).map(|s| s.split('@').next().unwrap_or(s)).collect();
+    assert!(names.contains(&"dlsym"), "sockperf does not import dlsym:\n{imports}");
+    for direct in ["socket", "connect", "accept", "recv", "send", "recvfrom", "sendto", "poll", "epoll_wait"] {
+        assert!(!names.contains(&direct), "sockperf imports {direct} directly; this test assumes dlsym:\n{imports}");
+    }
+
+    let mut w = World::new("sockperf-dlsym");
+    let fabric = w.fabric("both");
+    let port = free_ports(1)[0].to_string();
+    let sampler = Sampler::start(&fabric);
+    let mut cmd = w.cmd("sockperf", true, &fabric);
+    cmd.args(["sr", "--tcp", "-i", "127.0.0.1", "-p", &port]);
+    let server = start_server(&mut w, cmd, port.parse().expect("port"), "sockperf sr");
+    if let Some(server) = server {
+        let mut cmd = w.cmd("sockperf", true, &fabric);
+        cmd.args(["pp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "1"]);
+        let pp = Proc::spawn(cmd, "sockperf pp").wait(RUN_LIMIT);
+        w.expect_ok(&pp, "sockperf pp");
+        let s = server.stop(libc::SIGINT, STOP_LIMIT);
+        w.expect_ok(&s, "sockperf sr");
+        let seen = sampler.finish();
+        if seen.attached < 2 || seen.ring_bytes == 0 {
+            w.fail(format!(
+                "sockperf with the library on both sides: {seen:?}; expected both ends attached and bytes \
+                 through the ring, as when its dlsym(RTLD_DEFAULT) lookups find the library's functions"
+            ));
+        }
+    }
+    w.finish("sockperf-dlsym");
+}
+
+// ------------------------------------------------------------------------------------------
+// redis
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn redis_benchmark_and_a_large_value() {
+    let mut w = World::new("redis");
+    let value = random_bytes(1 << 20, 0x5eed);
+    let value_file = w.dir.path("value.bin");
+    std::fs::write(&value_file, &value).expect("value file");
+    for side in SIDES {
+        let what = format!("redis ({})", side.label());
+        let fabric = w.fabric(side.tag());
+        let data = w.dir.sub(&format!("redis-{}", side.tag()));
+        let port = free_ports(1)[0].to_string();
+        let sampler = Sampler::start(&fabric);
+        let mut cmd = w.cmd("redis-server", side.server(), &fabric);
+        cmd.args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ])
+        .args(["--daemonize", "no", "--logfile", ""])
+        .arg("--dir")
+        .arg(&data);
+        let Some(server) = start_server(&mut w, cmd, port.parse().expect("port"), &format!("{what}: redis-server"))
+        else {
+            continue;
+        };
+        let cli = |w: &World, prog: &str| {
+            let mut c = w.cmd(prog, side.client(), &fabric);
+            c.args(["-h", "127.0.0.1", "-p", &port]);
+            c
+        };
+
+        let mut cmd = cli(&w, "redis-benchmark");
+        cmd.args(["-t", "get,set", "-n", "20000", "-q"]);
+        let b = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&b, &format!("{what}: redis-benchmark")) {
+            let text = b.stdout.replace('\r', "\n");
+            for op in ["SET", "GET"] {
+                let ok = text.lines().any(|l| {
+                    l.trim()
+                        .strip_prefix(&format!("{op}: "))
+                        .and_then(|r| r.split_whitespace().next())
+                        .and_then(|n| n.parse::<f64>().ok())
+                        .is_some_and(|n| n > 0.0)
+                        && l.contains("requests per second")
+                });
+                if !ok {
+                    w.fail(format!("{what}: redis-benchmark printed no {op} rate\n{}", tail(&text, 10)));
+                }
+            }
+        }
+
+        let mut cmd = cli(&w, "redis-cli");
+        cmd.args(["-x", "SET", "big"]);
+        let stdin = std::fs::File::open(&value_file).expect("value file");
+        let set = Proc::spawn_with_stdin(cmd, &what, Stdio::from(stdin)).wait(RUN_LIMIT);
+        if w.expect_ok(&set, &format!("{what}: redis-cli -x SET")) && set.stdout.trim() != "OK" {
+            w.fail(set.describe(&format!("{what}: redis-cli -x SET did not say OK")));
+        }
+        let mut cmd = cli(&w, "redis-cli");
+        cmd.args(["--raw", "GET", "big"]);
+        let get = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&get, &format!("{what}: redis-cli GET")) {
+            let mut want = value.clone();
+            want.push(b'\n');
+            if let Some(at) = first_difference(&want, &get.stdout_bytes) {
+                w.fail(format!(
+                    "{what}: GET returned {} bytes, expected {} (the 1 MiB value and a newline); first difference at byte {at}",
+                    get.stdout_bytes.len(),
+                    want.len()
+                ));
+            }
+        }
+        let mut cmd = cli(&w, "redis-cli");
+        cmd.args(["STRLEN", "big"]);
+        let len = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&len, &format!("{what}: redis-cli STRLEN")) && len.stdout.trim() != "1048576" {
+            w.fail(len.describe(&format!("{what}: STRLEN is not 1048576")));
+        }
+
+        let s = server.stop(libc::SIGTERM, STOP_LIMIT);
+        w.expect_ok(&s, &format!("{what}: redis-server, stopped with SIGTERM"));
+        check_acceleration(&mut w, side, sampler.finish(), &what);
+    }
+    w.finish("redis");
+}
+
+// ------------------------------------------------------------------------------------------
+// nginx, curl, wrk
+// ------------------------------------------------------------------------------------------
+
+fn nginx_conf(prefix: &Path, port: u16) -> String {
+    let p = prefix.display();
+    // As root, the workers would run as nobody, who may not read a private directory.
+    // SAFETY: geteuid has no preconditions.
+    let user = if unsafe { libc::geteuid() } == 0 { "user root;\n" } else { "" };
+    format!(
+        "{user}daemon off;\nmaster_process on;\nworker_processes 2;\npid {p}/nginx.pid;\n\
+         error_log {p}/error.log info;\nevents {{ worker_connections 1024; }}\n\
+         http {{\n  access_log off;\n  sendfile on;\n  client_body_temp_path {p}/tmp/body;\n\
+         \x20 proxy_temp_path {p}/tmp/proxy;\n  fastcgi_temp_path {p}/tmp/fastcgi;\n\
+         \x20 uwsgi_temp_path {p}/tmp/uwsgi;\n  scgi_temp_path {p}/tmp/scgi;\n\
+         \x20 server {{ listen 127.0.0.1:{port}; root {p}/www; }}\n}}\n"
+    )
+}
+
+#[test]
+fn nginx_with_curl_and_wrk() {
+    let mut w = World::new("nginx");
+    let big = random_bytes(16 << 20, 0xb16);
+    for side in SIDES {
+        let what = format!("nginx ({})", side.label());
+        let fabric = w.fabric(side.tag());
+        let prefix = w.dir.sub(&format!("nginx-{}", side.tag()));
+        for d in ["www", "tmp", "logs"] {
+            std::fs::create_dir_all(prefix.join(d)).expect("nginx dirs");
+        }
+        std::fs::write(prefix.join("www/big.bin"), &big).expect("big.bin");
+        std::fs::write(prefix.join("www/index.html"), "<html>lanes</html>\n").expect("index.html");
+        let port = free_ports(1)[0];
+        let conf = prefix.join("nginx.conf");
+        std::fs::write(&conf, nginx_conf(&prefix, port)).expect("nginx.conf");
+        let sampler = Sampler::start(&fabric);
+        let mut cmd = w.cmd("nginx", side.server(), &fabric);
+        cmd.arg("-p").arg(&prefix).arg("-c").arg(&conf).arg("-e").arg(prefix.join("error.log"));
+        let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: nginx")) else { continue };
+
+        let got = prefix.join("got.bin");
+        let mut cmd = w.cmd("curl", side.client(), &fabric);
+        cmd.args(["-fsS", "-o"]).arg(&got).arg(format!("http://127.0.0.1:{port}/big.bin"));
+        let c = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&c, &format!("{what}: curl of a 16 MiB file")) {
+            let body = std::fs::read(&got).unwrap_or_default();
+            if let Some(at) = first_difference(&big, &body) {
+                w.fail(format!(
+                    "{what}: curl got {} bytes, expected {}; first difference at byte {at}",
+                    body.len(),
+                    big.len()
+                ));
+            }
+        }
+
+        let mut cmd = w.cmd("wrk", side.client(), &fabric);
+        cmd.args(["-c", "16", "-t", "2", "-d", "2s"]).arg(format!("http://127.0.0.1:{port}/index.html"));
+        let r = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&r, &format!("{what}: wrk")) {
+            let requests = r
+                .stdout
+                .lines()
+                .find(|l| l.contains("requests in"))
+                .and_then(|l| l.split_whitespace().next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            if requests == 0 {
+                w.fail(r.describe(&format!("{what}: wrk made no request")));
+            }
+            for bad in ["Socket errors", "Non-2xx or 3xx responses"] {
+                if r.stdout.contains(bad) {
+                    w.fail(r.describe(&format!("{what}: wrk reports {bad}")));
+                }
+            }
+        }
+
+        let s = server.stop(libc::SIGQUIT, STOP_LIMIT);
+        w.expect_ok(&s, &format!("{what}: nginx, stopped with SIGQUIT"));
+        let log = std::fs::read_to_string(prefix.join("error.log")).unwrap_or_default();
+        let serious: Vec<&str> =
+            log.lines().filter(|l| ["[alert]", "[emerg]", "[crit]", "[error]"].iter().any(|s| l.contains(s))).collect();
+        if !serious.is_empty() {
+            w.fail(format!("{what}: nginx's error log:\n{}", serious.join("\n")));
+        }
+        check_acceleration(&mut w, side, sampler.finish(), &what);
+    }
+    w.finish("nginx");
+}

@@ -1,0 +1,323 @@
+//! What conformance.rs and programs.rs share: the library's path, private directories,
+//! processes run with a bound (each in its own process group, killed whole), and a line diff.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use std::os::unix::process::CommandExt;
+
+/// Environment variables a test never inherits: each run states what it wants.
+pub const SCRUBBED: &[&str] = &[
+    "LD_PRELOAD",
+    "LANES_DIR",
+    "LANES_NODE_ID",
+    "LANES_CONFIG",
+    "LANES_POLL_US",
+    "LANES_SOCKETS",
+    "LANES_SOCKETS_RING",
+    "LANES_SOCKETS_INCLUDE",
+    "LANES_SOCKETS_EXCLUDE",
+    "LANES_SOCKETS_LIB",
+];
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `<target dir>/<profile>/liblanes_sockets.so`, next to the directory (`deps`) holding this
+/// test binary.
+pub fn library() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("{} is not in <target>/<profile>/deps", exe.display()));
+    let lib = profile_dir.join("liblanes_sockets.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: run `cargo build -p lanes-sockets` first (tests do not build the cdylib)",
+        lib.display()
+    );
+    // `cargo test` does not rebuild a cdylib: refuse to test an old one.
+    let built = std::fs::metadata(&lib).and_then(|m| m.modified()).expect("library mtime");
+    for dir in ["crates/lanes-sockets/src", "crates/lanes/src"] {
+        if let Some(newer) = newer_file(&repo().join(dir), built) {
+            panic!(
+                "{} is older than {}: run `cargo build -p lanes-sockets` first (tests do not build the cdylib)",
+                lib.display(),
+                newer.display()
+            );
+        }
+    }
+    lib
+}
+
+/// A file under `dir` modified after `than`, if any.
+fn newer_file(dir: &Path, than: std::time::SystemTime) -> Option<PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        let Ok(m) = e.metadata() else { continue };
+        if m.is_dir() {
+            if let Some(n) = newer_file(&p, than) {
+                return Some(n);
+            }
+        } else if m.modified().is_ok_and(|t| t > than) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// A private directory, removed when dropped.
+pub struct TestDir(pub PathBuf);
+
+impl TestDir {
+    pub fn new(kind: &str, name: &str) -> TestDir {
+        let p = std::env::temp_dir().join(format!("lanes-{kind}-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("test dir");
+        TestDir(p)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// A fresh subdirectory.
+    pub fn sub(&self, name: &str) -> PathBuf {
+        let p = self.0.join(name);
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("sub dir");
+        p
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A command with the test's environment scrubbed of Lanes and preload settings.
+pub fn clean_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(program);
+    for v in SCRUBBED {
+        c.env_remove(v);
+    }
+    c
+}
+
+/// How a bounded process ended.
+pub struct Finished {
+    pub status: Option<ExitStatus>,
+    pub timed_out: bool,
+    /// Standard output as text (lossy), and as bytes.
+    pub stdout: String,
+    pub stdout_bytes: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Finished {
+    pub fn ok(&self) -> bool {
+        !self.timed_out && self.status.is_some_and(|s| s.success())
+    }
+
+    pub fn describe(&self, what: &str) -> String {
+        let status = match (self.timed_out, self.status) {
+            (true, _) => "TIMED OUT (killed)".to_string(),
+            (false, Some(s)) => s.to_string(),
+            (false, None) => "no status".to_string(),
+        };
+        format!("{what}: {status}\n--- stdout:\n{}--- stderr:\n{}", tail(&self.stdout, 60), tail(&self.stderr, 30))
+    }
+}
+
+/// The last `lines` lines of a text.
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    let start = all.len().saturating_sub(lines);
+    let mut s = String::new();
+    if start > 0 {
+        s.push_str(&format!("[... {start} lines]\n"));
+    }
+    for l in &all[start..] {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s
+}
+
+/// A child process in its own process group; the whole group is killed when it is dropped.
+pub struct Proc {
+    child: Option<Child>,
+    pgid: i32,
+    out: Option<JoinHandle<Vec<u8>>>,
+    err: Option<JoinHandle<Vec<u8>>>,
+    pub name: String,
+}
+
+fn reader(pipe: Option<impl Read + Send + 'static>) -> Option<JoinHandle<Vec<u8>>> {
+    pipe.map(|mut p| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = p.read_to_end(&mut v);
+            v
+        })
+    })
+}
+
+impl Proc {
+    pub fn spawn(cmd: Command, name: &str) -> Proc {
+        Proc::spawn_with_stdin(cmd, name, Stdio::null())
+    }
+
+    pub fn spawn_with_stdin(mut cmd: Command, name: &str, stdin: Stdio) -> Proc {
+        cmd.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{name}: cannot start {cmd:?}: {e}"));
+        let pgid = child.id() as i32;
+        let out = reader(child.stdout.take());
+        let err = reader(child.stderr.take());
+        Proc { child: Some(child), pgid, out, err, name: name.to_string() }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pgid as u32
+    }
+
+    /// Whether the process (the group leader) has ended.
+    pub fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => !matches!(c.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+
+    /// Sends a signal to the process (not its group).
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on a pid this Proc started and has not reaped yet (it is reaped only
+        // in wait/Drop, which consume or end the Proc).
+        unsafe { libc::kill(self.pgid, sig) };
+    }
+
+    fn kill_group(&self) {
+        // SAFETY: kill(2) on the process group this Proc created (process_group(0)).
+        unsafe { libc::kill(-self.pgid, libc::SIGKILL) };
+    }
+
+    /// Waits for the end, at most `limit`; after that the group is killed and the result
+    /// says so. Whatever the group left running is killed too.
+    pub fn wait(mut self, limit: Duration) -> Finished {
+        let mut child = self.child.take().expect("child");
+        let start = Instant::now();
+        let mut timed_out = false;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) => {}
+                Err(_) => break None,
+            }
+            if start.elapsed() > limit {
+                timed_out = true;
+                self.kill_group();
+                break child.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        self.kill_group();
+        let stdout = self.out.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        let stderr = self.err.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        Finished {
+            status,
+            timed_out,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stdout_bytes: stdout,
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        }
+    }
+
+    /// Sends `sig`, then waits at most `limit` (and kills the group after that).
+    pub fn stop(self, sig: i32, limit: Duration) -> Finished {
+        self.signal(sig);
+        self.wait(limit)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            self.kill_group();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs a command to its end, bounded.
+pub fn run_bounded(cmd: Command, name: &str, limit: Duration) -> Finished {
+    Proc::spawn(cmd, name).wait(limit)
+}
+
+/// A line diff ("-" expected, "+" got) with two lines of context, at most `max` lines.
+pub fn diff(expected: &str, got: &str, max: usize) -> String {
+    let a: Vec<&str> = expected.lines().collect();
+    let b: Vec<&str> = got.lines().collect();
+    // Longest common subsequence, by dynamic programming (transcripts are short).
+    let (n, m) = (a.len(), b.len());
+    let mut lcs = vec![vec![0u32; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+        }
+    }
+    let mut ops: Vec<(char, &str)> = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < n || j < m {
+        if i < n && j < m && a[i] == b[j] {
+            ops.push((' ', a[i]));
+            i += 1;
+            j += 1;
+        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            ops.push(('+', b[j]));
+            j += 1;
+        } else {
+            ops.push(('-', a[i]));
+            i += 1;
+        }
+    }
+    let near_change = |k: usize| ops[k.saturating_sub(2)..(k + 3).min(ops.len())].iter().any(|(c, _)| *c != ' ');
+    let mut out = String::new();
+    let mut lines = 0;
+    let mut skipped = false;
+    for (k, (c, l)) in ops.iter().enumerate() {
+        if !near_change(k) {
+            skipped = true;
+            continue;
+        }
+        if skipped && !out.is_empty() {
+            out.push_str("  ...\n");
+        }
+        skipped = false;
+        if lines == max {
+            out.push_str("  [diff cut]\n");
+            break;
+        }
+        out.push_str(&format!("{c} {l}\n"));
+        lines += 1;
+    }
+    out
+}
+
+/// A TCP port that was free a moment ago (bound to port 0, then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// Free TCP ports, distinct from each other.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
+    ls.iter().map(|l| l.local_addr().expect("local_addr").port()).collect()
+}
