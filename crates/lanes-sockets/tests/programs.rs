@@ -314,7 +314,8 @@ fn iperf3_ipv6() {
 /// with the exit status it has without the library, and say why.
 fn iperf3_killed(test: &str, kill_server: bool) {
     let mut w = World::new(test);
-    let mut baseline: Vec<(bool, Option<i32>)> = Vec::new();
+    // How the survivor ends without the library, forward and reverse.
+    let mut baseline: [Option<(bool, Option<i32>)>; 2] = [None, None];
     for side in SIDES {
         for reverse in [false, true] {
             let what = format!(
@@ -364,8 +365,8 @@ fn iperf3_killed(test: &str, kill_server: bool) {
                 w.fail(f.describe(&format!("{what}: the survivor did not say its peer was gone")));
             }
             if side == Side::Neither {
-                baseline.push(class);
-            } else if let Some(&b) = baseline.get(usize::from(reverse)) {
+                baseline[usize::from(reverse)] = Some(class);
+            } else if let Some(b) = baseline[usize::from(reverse)] {
                 if b != class {
                     w.fail(f.describe(&format!(
                         "{what}: the survivor ended with {class:?}, without the library with {b:?}"
