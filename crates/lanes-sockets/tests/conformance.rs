@@ -264,7 +264,7 @@ const CONNECT: &[&str] =
     &["connect-echo", "connect-nonblock", "connect-refused", "ipv6-echo", "many-conns", "accept-nonblock"];
 const DATA_CALLS: &[&str] =
     &["io-readwrite", "io-sendrecv", "io-sendto", "io-msg", "io-vec", "io-mmsg", "fortified-calls"];
-const FLAGS: &[&str] = &["msg-peek", "msg-dontwait", "msg-waitall", "msg-nosignal", "sigpipe"];
+const FLAGS: &[&str] = &["msg-peek", "msg-dontwait", "msg-waitall", "msg-oob", "msg-trunc", "msg-nosignal", "sigpipe"];
 const CLOSE_AND_SHUTDOWN: &[&str] = &["shutdown-wr", "shutdown-misc", "close-unread", "linger-reset"];
 const DESCRIPTORS: &[&str] = &["dup", "close-range", "nonblock-toggle", "cloexec"];
 const POLL_AND_SELECT: &[&str] = &["poll", "ppoll", "select", "pselect"];
@@ -276,14 +276,15 @@ const EPOLL: &[&str] = &[
     "epoll-mixed",
     "epoll-nested",
     "epoll-two-sets",
+    "epoll-pwait",
     "epoll-fork",
 ];
 const IOCTL_NAMES_OPTIONS: &[&str] = &["fionread", "names", "sockopt", "timeouts"];
 const FILES_AND_PIPES: &[&str] = &["sendfile", "splice", "stdio"];
-const PROCESSES_AND_THREADS: &[&str] = &["fork-share", "exec", "threads"];
+const PROCESSES_AND_THREADS: &[&str] = &["fork-share", "exec", "posix-spawn", "threads"];
 const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain"];
 const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader"];
-const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait"];
+const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait", "sigio"];
 
 const GROUPS: &[&[&str]] = &[
     CONNECT,
@@ -400,28 +401,40 @@ fn fortified_build_calls_the_checking_functions() {
 
 /// The transcripts above would also match if the library left every connection to the
 /// kernel; this checks that, for a long stream with the library on both sides, both ends
-/// attached to each other and bytes went through the ring.
+/// attached to each other and bytes went through the ring. How many bytes the ring carries
+/// depends on scheduling (a receiver that is never on a CPU when data comes gets it through
+/// the kernel), so a run may go all-kernel on a loaded machine: up to three runs per case.
 #[test]
 fn the_library_really_accelerates() {
     let lib = library();
     let sc = Sockconf::build("accel");
     for case in ["stream-64m", "stream-duplex"] {
-        let run_dir = sc.dir.sub(case);
-        let fabric = run_dir.join("fabric");
-        let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
-        cmd.arg(case);
-        let mut p = Proc::spawn(cmd, case);
-        let (mut attached, mut ring_bytes) = (0usize, 0u64);
-        let start = Instant::now();
-        while !p.exited() && start.elapsed() < RUN_LIMIT {
-            let conns = lanes::sockets::registry::list_connections(&fabric);
-            attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
-            ring_bytes = ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
-            std::thread::sleep(Duration::from_millis(2));
+        let mut tries = Vec::new();
+        for attempt in 1..=3 {
+            let run_dir = sc.dir.sub(&format!("{case}-{attempt}"));
+            let fabric = run_dir.join("fabric");
+            let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
+            cmd.arg(case);
+            let mut p = Proc::spawn(cmd, case);
+            let (mut attached, mut ring_bytes) = (0usize, 0u64);
+            let start = Instant::now();
+            while !p.exited() && start.elapsed() < RUN_LIMIT {
+                let conns = lanes::sockets::registry::list_connections(&fabric);
+                attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
+                ring_bytes = ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let f = p.wait(RUN_LIMIT);
+            assert!(f.ok(), "{}", f.describe(case));
+            eprintln!("{case}, run {attempt}: most ends attached at once {attached}, ring bytes {ring_bytes}");
+            tries.push((attached, ring_bytes));
+            if attached >= 2 && ring_bytes > 0 {
+                break;
+            }
         }
-        let f = p.wait(RUN_LIMIT);
-        assert!(f.ok(), "{}", f.describe(case));
-        assert!(attached >= 2, "{case}: never saw both ends attached to each other (most seen: {attached})");
-        assert!(ring_bytes > 0, "{case}: no byte went through the ring");
+        assert!(
+            tries.iter().any(|&(attached, ring)| attached >= 2 && ring > 0),
+            "{case}: in no run did both ends attach and bytes go through the ring (ends attached, ring bytes): {tries:?}"
+        );
     }
 }

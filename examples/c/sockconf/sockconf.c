@@ -30,6 +30,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -340,9 +341,33 @@ static size_t rnd_size(uint64_t *s, size_t max) { return 1 + (size_t)(rng(s) % m
  * ---------------------------------------------------------------------------------------- */
 
 static int sync_rfd = -1, sync_wfd = -1;
+static ino_t sync_rino, sync_wino;
+
+/* Remembers what the side channel's fds are, so that a library closing or replacing them
+ * (a bug worth catching) is reported instead of hanging both sides. */
+static void sync_remember(void)
+{
+    struct stat st;
+    if (fstat(sync_rfd, &st) < 0)
+        die("fstat sync fd");
+    sync_rino = st.st_ino;
+    if (fstat(sync_wfd, &st) < 0)
+        die("fstat sync fd");
+    sync_wino = st.st_ino;
+}
+
+static void sync_check(int fd, ino_t ino)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        die("the side channel's fd %d was closed behind the program's back", fd);
+    if (st.st_ino != ino)
+        die("the side channel's fd %d was replaced behind the program's back", fd);
+}
 
 static void sync_send_buf(const void *p, size_t n)
 {
+    sync_check(sync_wfd, sync_wino);
     const char *c = p;
     while (n) {
         ssize_t w = write(sync_wfd, c, n);
@@ -357,6 +382,7 @@ static void sync_send_buf(const void *p, size_t n)
 
 static void sync_wait_buf(void *p, size_t n)
 {
+    sync_check(sync_rfd, sync_rino);
     char *c = p;
     while (n) {
         ssize_t r = read(sync_rfd, c, n);
@@ -1084,6 +1110,13 @@ static void accept_nb_server(void)
     say("read_full %s", got(read_full(s, &c, 1), &c));
     say("read at end %s", res(read(s, &c, 1)));
     close(s);
+    sync_send('h');
+    say_poll("poll listener", &p, 5000);
+    s = accept(C.lfd, NULL, NULL);
+    say("plain accept on the non-blocking listener %s: O_NONBLOCK %d (not inherited)",
+        s >= 0 ? "ok" : res(s), nonblock_of(s));
+    say("read_full %s", got(read_full(s, &c, 1), &c));
+    close(s);
 }
 
 static void accept_nb_client(void)
@@ -1091,6 +1124,10 @@ static void accept_nb_client(void)
     sync_expect('g');
     int fd = connect_one();
     say("write %s", res(write(fd, "x", 1)));
+    close(fd);
+    sync_expect('h');
+    fd = connect_one();
+    say("write %s", res(write(fd, "y", 1)));
     close(fd);
 }
 
@@ -1973,6 +2010,205 @@ static void epoll_fork_client(void)
     sync_send('z');
     close(ep);
     close(fd);
+}
+
+/* Urgent data: the byte sent with MSG_OOB leaves the stream, POLLPRI, SIOCATMARK. */
+static void oob_server(void)
+{
+    int s = accept_one();
+    struct pollfd p = {s, POLLPRI, 0};
+    say_poll("poll POLLPRI", &p, 5000);
+    sync_expect('s');
+    p.events = POLLIN | POLLPRI;
+    say_poll("poll POLLIN|POLLPRI", &p, 0);
+    int m = -1;
+    const char *r = res(ioctl(s, SIOCATMARK, &m));
+    say("SIOCATMARK %s value %d", r, m);
+    char b[16];
+    say("recv MSG_OOB %s", got(recv(s, b, sizeof b, MSG_OOB), b));
+    say("recv MSG_OOB again %s", res(recv(s, b, sizeof b, MSG_OOB)));
+    say("read (stops at the mark) %s", got(read(s, b, sizeof b), b));
+    m = -1;
+    r = res(ioctl(s, SIOCATMARK, &m));
+    say("SIOCATMARK %s value %d", r, m);
+    say("read %s", got(read(s, b, sizeof b), b));
+    p.events = POLLIN | POLLPRI;
+    say_poll("poll after reading all", &p, 0);
+    int one = 1;
+    say("SO_OOBINLINE %s", res(setsockopt(s, SOL_SOCKET, SO_OOBINLINE, &one, sizeof one)));
+    sync_send('i');
+    say("read_full, urgent byte inline %s", got(read_full(s, b, 5), b));
+    say("read at end %s", res(read(s, b, sizeof b)));
+    close(s);
+}
+
+static void oob_client(void)
+{
+    int fd = connect_one();
+    say("send %s", res(send(fd, "ab", 2, 0)));
+    say("send MSG_OOB %s", res(send(fd, "X", 1, MSG_OOB)));
+    say("send %s", res(send(fd, "cd", 2, 0)));
+    /* All five bytes must have arrived before the server looks: wait for its ack of POLLPRI
+     * and give the last two bytes a moment (they were written after the urgent one). */
+    sleep_ms(50);
+    sync_send('s');
+    sync_expect('i');
+    say("send %s", res(send(fd, "mn", 2, 0)));
+    say("send MSG_OOB %s", res(send(fd, "Y", 1, MSG_OOB)));
+    say("send %s", res(send(fd, "op", 2, 0)));
+    close(fd);
+}
+
+/* MSG_TRUNC on TCP: the bytes are discarded, not copied. */
+static void trunc_server(void)
+{
+    int s = accept_one();
+    sync_expect('a');
+    say("write %s", res(write(s, "0123456789", 10)));
+    sync_expect('b');
+    say("write %s", res(write(s, "abcdef", 6)));
+    say("close %s", res(close(s)));
+}
+
+static void trunc_client(void)
+{
+    int fd = connect_one();
+    char b[16];
+    sync_send('a');
+    long long t0 = now_ms();
+    ssize_t n = -1;
+    while (now_ms() - t0 < 5000 && (n = recv(fd, b, 10, MSG_PEEK | MSG_DONTWAIT)) != 10)
+        sleep_ms(1);
+    say("peek until 10 bytes %s", got(n, b));
+    say("recv NULL 4 MSG_TRUNC %s", res(recv(fd, NULL, 4, MSG_TRUNC)));
+    say("recv 3 MSG_TRUNC|MSG_PEEK %s", res(recv(fd, b, 3, MSG_TRUNC | MSG_PEEK)));
+    say("read_full 6 %s", got(read_full(fd, b, 6), b));
+    sync_send('b');
+    char big[100];
+    say("recv 100 MSG_TRUNC|MSG_WAITALL, the peer sends 6 and closes %s",
+        res(recv(fd, big, sizeof big, MSG_TRUNC | MSG_WAITALL)));
+    say("read at end %s", res(read(fd, b, sizeof b)));
+    close(fd);
+}
+
+static volatile sig_atomic_t alarms;
+static void catch_alarm(int flags);
+static void timer_ms(int ms);
+
+/* epoll_pwait and ppoll with SIGALRM blocked for the call only: the timer does not interrupt
+ * them, the handler runs when they return; epoll_pwait2 with a timespec timeout. */
+static void pwait_server(void)
+{
+    int s = accept_one();
+    for (int i = 0; i < 2; i++) {
+        sync_expect('a');
+        sleep_ms(500);
+        say("write %s", res(write(s, "tick", 4)));
+    }
+    sync_expect('z');
+    close(s);
+}
+
+static void pwait_client(void)
+{
+    int fd = connect_one();
+    int ep = epoll_create1(0);
+    ep_ctl(ep, EPOLL_CTL_ADD, fd, EPOLLIN, 1);
+    catch_alarm(0);
+    alarms = 0;
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGALRM);
+    struct epoll_event ev;
+    struct timespec ts = {0, 100 * 1000000L};
+    long long t0 = now_ms();
+    int r = epoll_pwait2(ep, &ev, 1, &ts, NULL);
+    say("epoll_pwait2 100 ms, nothing %s, waited >= 90 ms: %s", res(r), yes(now_ms() - t0 >= 90));
+    timer_ms(150);
+    sync_send('a');
+    r = epoll_pwait(ep, &ev, 1, 5000, &block);
+    say("epoll_pwait 5 s, SIGALRM blocked for the call, timer at 150 ms, data at 500 ms %s", res(r));
+    say("SIGALRM handled when the call returned: count %d", (int)alarms);
+    char b[8];
+    say("read_full %s", got(read_full(fd, b, 4), b));
+    alarms = 0;
+    timer_ms(150);
+    sync_send('a');
+    struct pollfd p = {fd, POLLIN, 0};
+    struct timespec five = {5, 0};
+    r = ppoll(&p, 1, &five, &block);
+    const char *rs = res(r);
+    say("ppoll 5 s, SIGALRM blocked for the call %s revents %s", rs, revstr(p.revents));
+    say("SIGALRM handled when the call returned: count %d", (int)alarms);
+    say("read_full %s", got(read_full(fd, b, 4), b));
+    arm_watchdog();
+    sync_send('z');
+    close(ep);
+    close(fd);
+}
+
+/* O_ASYNC: SIGIO to the owner when data arrives. */
+static volatile sig_atomic_t sigios;
+static void on_sigio(int s)
+{
+    (void)s;
+    sigios++;
+}
+
+static const char *const sigio_script[] = {"io"};
+static void sigio_client(void)
+{
+    int fd = connect_one();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigio;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGIO, &sa, NULL);
+    say("F_SETOWN %s", res(fcntl(fd, F_SETOWN, getpid())));
+    say("F_GETOWN is us: %s", yes(fcntl(fd, F_GETOWN) == getpid()));
+    int fl = fcntl(fd, F_GETFL);
+    say("F_SETFL O_ASYNC %s", res(fcntl(fd, F_SETFL, fl | O_ASYNC)));
+    say("O_ASYNC set: %s", yes((fcntl(fd, F_GETFL) & O_ASYNC) != 0));
+    sync_send('a');
+    long long t0 = now_ms();
+    while (!sigios && now_ms() - t0 < 5000)
+        sleep_ms(1);
+    say("SIGIO after the peer wrote: %s", yes(sigios > 0));
+    char b[8];
+    say("read_full %s", got(read_full(fd, b, 2), b));
+    sync_send('z');
+    close(fd);
+}
+
+/* posix_spawn of a program that uses the inherited socket. */
+static void spawn_client(void)
+{
+    int fd = connect_one();
+    int cx = fcntl(fd, F_DUPFD_CLOEXEC, 50);
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        die("pipe2");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    char a[16], b[16];
+    snprintf(a, sizeof a, "%d", fd);
+    snprintf(b, sizeof b, "%d", cx);
+    char *argv[] = {(char *)"sockconf", (char *)"--exec-child", a, b, NULL};
+    extern char **environ;
+    pid_t pid = -1;
+    int r = posix_spawn(&pid, C.self, &fa, NULL, argv, environ);
+    say("posix_spawn %d", r);
+    posix_spawn_file_actions_destroy(&fa);
+    close(p[1]);
+    const char *r1 = res(close(fd));
+    say("close both copies in the parent %s %s", r1, res(close(cx)));
+    slurp_into_log(p[0]);
+    close(p[0]);
+    int st = 0;
+    if (r == 0)
+        wait_pid(pid, &st);
+    say("spawned child %s", status_str(st));
 }
 
 /* Lengths the compiler cannot see: with _FORTIFY_SOURCE these calls become __read_chk,
@@ -2951,6 +3187,7 @@ static void set_twosets(void) { script = twosets_script; }
 static void set_eforked(void) { script = eforked_script; }
 static void set_late(void) { script = late_script; }
 static void set_chk(void) { script = chk_script; }
+static void set_sigio(void) { script = sigio_script; }
 
 static const struct casedef cases[] = {
     {"connect-echo", AF_INET, true, echo_server, echo_client, NULL,
@@ -2977,6 +3214,10 @@ static const struct casedef cases[] = {
      "MSG_DONTWAIT on an empty blocking socket: EAGAIN"},
     {"msg-waitall", AF_INET, true, waitall_server, waitall_client, NULL,
      "MSG_WAITALL across small writes, and cut short by the peer's close"},
+    {"msg-oob", AF_INET, true, oob_server, oob_client, NULL,
+     "MSG_OOB: POLLPRI, SIOCATMARK, the urgent byte out of the stream, SO_OOBINLINE"},
+    {"msg-trunc", AF_INET, true, trunc_server, trunc_client, NULL,
+     "MSG_TRUNC discards bytes; with MSG_PEEK; with MSG_WAITALL cut by the peer's close"},
     {"msg-nosignal", AF_INET, true, closer_server, nosignal_client, NULL,
      "send MSG_NOSIGNAL after the peer closed: EPIPE eventually, no SIGPIPE"},
     {"sigpipe", AF_INET, true, closer_server, sigpipe_client, NULL,
@@ -3015,6 +3256,8 @@ static const struct casedef cases[] = {
      "an epoll set inside another, level and edge"},
     {"epoll-two-sets", AF_INET, true, script_server, epoll_twosets_client, set_twosets,
      "one socket in a level-triggered and an edge-triggered set"},
+    {"epoll-pwait", AF_INET, true, pwait_server, pwait_client, NULL,
+     "epoll_pwait and ppoll with a signal mask, epoll_pwait2"},
     {"epoll-fork", AF_INET, true, script_server, epoll_fork_client, set_eforked,
      "an epoll set shared with a forked child"},
     {"fortified-calls", AF_INET, true, script_server, chk_client, set_chk,
@@ -3031,6 +3274,9 @@ static const struct casedef cases[] = {
      "parent and forked child both write to the socket, the child reads"},
     {"exec", AF_INET, true, exec_server, exec_client, NULL,
      "an exec'd child uses the inherited socket; the close-on-exec copy is gone"},
+    {"posix-spawn", AF_INET, true, exec_server, spawn_client, NULL,
+     "a posix_spawn'd child uses the inherited socket; the close-on-exec copy is gone"},
+    {"sigio", AF_INET, true, script_server, sigio_client, set_sigio, "O_ASYNC and F_SETOWN: SIGIO on arrival"},
     {"threads", AF_INET, true, threads_server, threads_client, NULL,
      "two threads send concurrently, the peer counts"},
     {"stream-64m", AF_INET, true, stream_server, stream_client, NULL,
@@ -3083,6 +3329,7 @@ static int run_fork(const struct casedef *c)
         close(c2s[0]);
         sync_rfd = s2c[0];
         sync_wfd = c2s[1];
+        sync_remember();
         close(C.lfd);
         C.lfd = -1;
         arm_watchdog();
@@ -3098,6 +3345,7 @@ static int run_fork(const struct casedef *c)
     close(c2s[1]);
     sync_rfd = c2s[0];
     sync_wfd = s2c[1];
+    sync_remember();
     c->server();
     close(C.lfd);
     /* The client's transcript: read it before reaping, the pipe holds it meanwhile. */
@@ -3141,6 +3389,22 @@ static void fifo_paths(int port, char *a, char *b, size_t n)
     snprintf(b, n, "%s/sockconf-%d-c2s", tmp, port);
 }
 
+static int open_fifo(const char *path)
+{
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    unlink(tmp);
+    unlink(path);
+    if (mkfifo(tmp, 0600) < 0)
+        die("mkfifo %s", tmp);
+    int fd = open(tmp, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        die("open %s", tmp);
+    if (rename(tmp, path) < 0)
+        die("rename %s", tmp);
+    return fd;
+}
+
 static int run_split(const struct casedef *c, bool server)
 {
     char s2c[512], c2s[512];
@@ -3149,14 +3413,12 @@ static int run_split(const struct casedef *c, bool server)
     if (server) {
         role = "server";
         C.lfd = listen_socket(C.family, C.port);
-        unlink(s2c);
-        unlink(c2s);
-        if (mkfifo(s2c, 0600) < 0 || mkfifo(c2s, 0600) < 0)
-            die("mkfifo");
-        sync_wfd = open(s2c, O_RDWR | O_CLOEXEC);
-        sync_rfd = open(c2s, O_RDWR | O_CLOEXEC);
-        if (sync_wfd < 0 || sync_rfd < 0)
-            die("open fifo");
+        /* Each FIFO is opened under a temporary name and only then renamed into place: a
+         * client that finds it knows the server holds it open, so what the client writes
+         * stays in the pipe even if the client is done and gone before the server reads. */
+        sync_wfd = open_fifo(s2c);
+        sync_rfd = open_fifo(c2s);
+        sync_remember();
         sync_expect('H');
         unlink(s2c);
         unlink(c2s);
@@ -3176,6 +3438,7 @@ static int run_split(const struct casedef *c, bool server)
                 die("no server: %s", s2c);
             sleep_ms(10);
         }
+        sync_remember();
         sync_send('H');
         c->client();
     }
