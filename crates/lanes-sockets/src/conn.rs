@@ -266,10 +266,7 @@ pub fn adopt_inherited(fd: i32) {
     }
     own.add_holder(std::process::id());
     let conn = Arc::new(Conn { own, peer: OnceLock::new(), key, rx_shut: AtomicBool::new(false) });
-    let _ = conn.peer();
-    if conn.peer.get().is_none() {
-        let _ = conn.attach_peer();
-    }
+    let _ = conn.attach_peer();
     insert(fd, conn);
 }
 

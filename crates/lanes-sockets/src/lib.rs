@@ -657,10 +657,6 @@ fn duration_ts(ts: *const timespec) -> Option<Duration> {
     Some(Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32))
 }
 
-fn ms_ceil(d: Option<Duration>) -> c_int {
-    d.map_or(-1, |d| d.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int)
-}
-
 /// # Safety
 /// As poll(2).
 #[no_mangle]
@@ -680,7 +676,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
             }
             // SAFETY: f is the caller's array.
             let mut sleep = |f: &mut [pollfd], t: Option<Duration>| unsafe {
-                (real().poll)(f.as_mut_ptr(), f.len() as nfds_t, ms_ceil(t))
+                (real().poll)(f.as_mut_ptr(), f.len() as nfds_t, wait::ms_ceil(t))
             };
             Some(wait::poll_core(slice, duration_ms(timeout), &mut sleep))
         },
@@ -706,10 +702,7 @@ pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, ts: *const timespec,
                 return None;
             }
             let mut sleep = |f: &mut [pollfd], t: Option<Duration>| {
-                let tspec = t.map(|d| timespec {
-                    tv_sec: d.as_secs() as libc::time_t,
-                    tv_nsec: d.subsec_nanos() as libc::c_long,
-                });
+                let tspec = wait::timespec_of(t);
                 let tp = tspec.as_ref().map_or(std::ptr::null(), |t| t as *const timespec);
                 // SAFETY: f is the caller's array, tp null or ours, mask the caller's.
                 unsafe { (real().ppoll)(f.as_mut_ptr(), f.len() as nfds_t, tp, mask) }

@@ -56,11 +56,14 @@ fn remaining(deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| d.saturating_duration_since(Instant::now()))
 }
 
-fn ms_of(d: Option<Duration>) -> c_int {
-    match d {
-        None => -1,
-        Some(d) => d.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int,
-    }
+/// A timeout for poll/epoll_wait: milliseconds rounded up, -1 for none.
+pub fn ms_ceil(d: Option<Duration>) -> c_int {
+    d.map_or(-1, |d| d.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int)
+}
+
+/// A timeout for ppoll/pselect.
+pub fn timespec_of(d: Option<Duration>) -> Option<libc::timespec> {
+    d.map(|d| libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long })
 }
 
 /// The common core of poll and ppoll. `sleep` makes the final blocking kernel call with
@@ -150,8 +153,7 @@ pub fn select_core(
         }
     }
     let mut sleep = |f: &mut [pollfd], t: Option<Duration>| -> c_int {
-        let ts = t
-            .map(|d| libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long });
+        let ts = timespec_of(t);
         let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
         // SAFETY: f is our array; tsp null or valid; the sigmask is the caller's.
         unsafe { (real().ppoll)(f.as_mut_ptr(), f.len() as libc::nfds_t, tsp, sigmask.unwrap_or(std::ptr::null())) }
@@ -426,7 +428,7 @@ fn wait_loop(
             continue;
         }
         let Some(sleepers) = Sleepers::prepare(&sleep_set) else { continue };
-        let r = real_wait(buf.as_mut_ptr(), max as c_int, ms_of(remaining(deadline)));
+        let r = real_wait(buf.as_mut_ptr(), max as c_int, ms_ceil(remaining(deadline)));
         let e = errno();
         drop(sleepers);
         if r < 0 {

@@ -331,11 +331,11 @@ impl Endpoint {
 
     /// Records `pid` as a holder (idempotent). False if every slot is taken by a live holder.
     pub fn add_holder(&self, pid: u32) -> bool {
-        let slots: Vec<&AtomicU32> = (0..HOLDER_SLOTS).map(|i| self.u32_at(OFF_HOLDERS + 4 * i)).collect();
-        if slots.iter().any(|s| s.load(Ordering::Acquire) == pid) {
+        let slots = || (0..HOLDER_SLOTS).map(|i| self.u32_at(OFF_HOLDERS + 4 * i));
+        if slots().any(|s| s.load(Ordering::Acquire) == pid) {
             return true;
         }
-        for s in &slots {
+        for s in slots() {
             let cur = s.load(Ordering::Acquire);
             if (cur == 0 || !pid_alive(cur))
                 && s.compare_exchange(cur, pid, Ordering::AcqRel, Ordering::Acquire).is_ok()
@@ -387,10 +387,36 @@ pub struct SharedLockGuard<'a> {
     me: u64,
 }
 
+/// Bumped in every forked child, so a thread's cached identity is recomputed there.
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn bump_fork_generation() {
+    FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// This thread's lock identity, cached: every ring send and receive takes a lock, and
+/// getpid plus gettid would be two system calls each time.
 fn thread_identity() -> u64 {
-    // SAFETY: getpid and gettid have no preconditions.
-    let (pid, tid) = unsafe { (libc::getpid() as u64, libc::syscall(libc::SYS_gettid) as u64) };
-    (pid << 32) | (tid & 0xffff_ffff)
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        // SAFETY: registers a handler that only touches an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(bump_fork_generation)) };
+    });
+    thread_local! {
+        static CACHED: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((u64::MAX, 0)) };
+    }
+    let generation = FORK_GENERATION.load(Ordering::Relaxed);
+    CACHED.with(|c| {
+        let (cached_generation, identity) = c.get();
+        if cached_generation == generation {
+            return identity;
+        }
+        // SAFETY: getpid and gettid have no preconditions.
+        let (pid, tid) = unsafe { (libc::getpid() as u64, libc::syscall(libc::SYS_gettid) as u64) };
+        let identity = (pid << 32) | (tid & 0xffff_ffff);
+        c.set((generation, identity));
+        identity
+    })
 }
 
 /// Takes the lock: spins briefly, yields, then sleeps in short naps; a holder whose
