@@ -1,8 +1,9 @@
 //! Accelerated sockets of this process: the fd table and each socket's records.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use lanes::sockets::endpoint::{FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_TX_CLOSED};
@@ -72,6 +73,15 @@ fn table() -> &'static RwLock<HashMap<i32, Arc<Conn>>> {
     TABLE.get_or_init(|| RwLock::new(HashMap::new()))
 }
 
+/// Bumped by every change of the table: a thread's cached lookup is valid while it stays.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's last lookup (fd, table generation, result): a program that works on
+    /// one socket at a time finds it without the table's lock.
+    static LAST: RefCell<Option<(i32, u64, Arc<Conn>)>> = const { RefCell::new(None) };
+}
+
 /// The accelerated socket behind `fd`, if any.
 #[inline]
 pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
@@ -81,11 +91,24 @@ pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
     if (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) != 1 {
         return None;
     }
-    table().read().ok()?.get(&fd).cloned()
+    let generation = GENERATION.load(Ordering::Acquire);
+    let cached = LAST.with(|l| match &*l.borrow() {
+        Some((f, g, c)) if *f == fd && *g == generation => Some(c.clone()),
+        _ => None,
+    });
+    if cached.is_some() {
+        return cached;
+    }
+    let found = table().read().ok()?.get(&fd).cloned();
+    if let Some(c) = &found {
+        LAST.with(|l| *l.borrow_mut() = Some((fd, generation, c.clone())));
+    }
+    found
 }
 
 fn insert(fd: i32, conn: Arc<Conn>) {
     if let Ok(mut t) = table().write() {
+        GENERATION.fetch_add(1, Ordering::AcqRel);
         t.insert(fd, conn);
         if (fd as usize) < FAST_FDS {
             MAYBE[fd as usize].store(1, Ordering::Relaxed);
@@ -139,6 +162,7 @@ pub fn forget(fd: i32) -> bool {
     }
     let removed = match table().write() {
         Ok(mut t) => {
+            GENERATION.fetch_add(1, Ordering::AcqRel);
             let c = t.remove(&fd);
             let still_here = c.as_ref().is_some_and(|c| t.values().any(|o| Arc::ptr_eq(o, c)));
             c.filter(|_| !still_here)

@@ -18,6 +18,7 @@ mod config;
 mod conn;
 mod real;
 mod sock_diag;
+mod spin;
 mod stream;
 mod wait;
 
@@ -32,6 +33,7 @@ use libc::{
 };
 
 use conn::{lookup, lookup_or_complete, Conn};
+use lanes::sockets::endpoint::{FLAG_APP_NODELAY, FLAG_NODELAY_FORCED};
 use real::{errno, real, set_errno};
 
 thread_local! {
@@ -416,7 +418,8 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
 
 /// A kernel-side transfer into an accelerated socket: the bytes are reserved as kernel
 /// bytes first, so the receiver reads them after the ring's.
-fn kernel_transfer_out(c: &Conn, count: usize, transfer: impl FnOnce() -> ssize_t) -> ssize_t {
+fn kernel_transfer_out(c: &Conn, fd: c_int, count: usize, transfer: impl FnOnce() -> ssize_t) -> ssize_t {
+    stream::force_nodelay(c, fd);
     let word = c.own.tx_word();
     let reservation = word.reserve_kernel(count);
     let r = transfer();
@@ -439,7 +442,7 @@ pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_
             let c = lookup_or_complete(out_fd)?;
             // SAFETY: the caller's arguments, count lowered (sendfile may move fewer bytes).
             let transfer = || unsafe { (real().sendfile)(out_fd, in_fd, offset, count) };
-            Some(kernel_transfer_out(&c, count, transfer))
+            Some(kernel_transfer_out(&c, out_fd, count, transfer))
         },
         call,
     )
@@ -491,7 +494,7 @@ pub unsafe extern "C" fn splice(
             let c = lookup_or_complete(fd_out)?;
             let len = len.min(lanes::sockets::direction::MAX_KERNEL_CHUNK);
             // SAFETY: the caller's arguments, len lowered.
-            Some(kernel_transfer_out(&c, len, || unsafe {
+            Some(kernel_transfer_out(&c, fd_out, len, || unsafe {
                 (real().splice)(fd_in, off_in, fd_out, off_out, len, flags)
             }))
         },
@@ -922,7 +925,9 @@ pub unsafe extern "C" fn __poll_chk(fds: *mut pollfd, n: nfds_t, timeout: c_int,
 }
 
 /// # Safety
-/// As getsockopt(2): SO_ERROR == 0 after a non-blocking connect completes the set-up.
+/// As getsockopt(2). SO_ERROR == 0 after a non-blocking connect completes the set-up;
+/// TCP_NODELAY of an accelerated socket reports the program's own setting (the kernel
+/// socket's is forced on, see `stream::force_nodelay`).
 #[no_mangle]
 pub unsafe extern "C" fn getsockopt(
     fd: c_int,
@@ -944,8 +949,54 @@ pub unsafe extern "C" fn getsockopt(
                     let _ = lookup_or_complete(fd);
                 }
             }
+            if r == 0 && level == libc::IPPROTO_TCP && name == libc::TCP_NODELAY {
+                if let Some(c) = lookup(fd).filter(|c| c.own.has_flag(FLAG_NODELAY_FORCED)) {
+                    let app = c_int::from(c.own.has_flag(FLAG_APP_NODELAY)).to_ne_bytes();
+                    // SAFETY: the kernel accepted val and len and wrote *len (at most an
+                    // int's) bytes to val; we replace the same bytes.
+                    unsafe {
+                        let n = (*len as usize).min(app.len());
+                        std::ptr::copy_nonoverlapping(app.as_ptr(), val.cast::<u8>(), n);
+                    }
+                }
+            }
             set_errno(e);
             Some(r)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As setsockopt(2). TCP_NODELAY on an accelerated socket whose kernel setting is forced on
+/// is recorded as the program's setting; the kernel validates the arguments as always.
+#[no_mangle]
+pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+    // SAFETY: the caller's arguments, via the raw system call (no recursion into ourselves).
+    let call = || unsafe { libc::syscall(libc::SYS_setsockopt, fd, level, name, val, len) as c_int };
+    if level != libc::IPPROTO_TCP || name != libc::TCP_NODELAY {
+        return call();
+    }
+    intercept(
+        -1,
+        || {
+            let c = lookup(fd).filter(|c| c.own.has_flag(FLAG_NODELAY_FORCED))?;
+            let r = call();
+            if r != 0 {
+                return Some(r);
+            }
+            // The kernel took (and checked) the program's value: remember it, force ours again.
+            match stream::kernel_nodelay(fd) {
+                Some(true) => {
+                    c.own.set_flags(FLAG_APP_NODELAY);
+                }
+                Some(false) => {
+                    c.own.clear_flags(FLAG_APP_NODELAY);
+                    stream::set_kernel_nodelay(fd, true);
+                }
+                None => {}
+            }
+            Some(0)
         },
         call,
     )

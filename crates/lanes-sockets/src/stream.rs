@@ -3,11 +3,14 @@
 //! (`lanes::sockets::direction`) guarantees.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use libc::{c_int, iovec, msghdr, ssize_t};
 
-use lanes::sockets::endpoint::{lock_shared, FLAG_RX_CLOSED, FLAG_TX_CLOSED};
+use lanes::sockets::direction::DirectionWord;
+use lanes::sockets::endpoint::{
+    lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_NODELAY_FORCED, FLAG_RING_WANTED, FLAG_RX_CLOSED, FLAG_TX_CLOSED,
+};
 
 use crate::config::config;
 use crate::conn::Conn;
@@ -39,17 +42,35 @@ fn sub_iov(iov: &[iovec], mut skip: usize, mut max: usize) -> Vec<iovec> {
 }
 
 /// Copies `n` bytes between the caller's buffers (from byte `skip`) and the ring (from
-/// position `pos`, wrapping). `into_ring` picks the direction.
+/// position `pos`, wrapping). `into_ring` picks the direction. Allocates nothing: this is
+/// the data path.
 ///
 /// # Safety
 /// The iovecs must be valid for the access; `ring` must be `cap` bytes of mapped memory.
-unsafe fn copy_ring(ring: *mut u8, cap: usize, mut pos: usize, iov: &[iovec], skip: usize, n: usize, into_ring: bool) {
-    for v in sub_iov(iov, skip, n) {
-        let mut done = 0;
-        while done < v.iov_len {
+unsafe fn copy_ring(
+    ring: *mut u8,
+    cap: usize,
+    mut pos: usize,
+    iov: &[iovec],
+    mut skip: usize,
+    mut n: usize,
+    into_ring: bool,
+) {
+    for v in iov {
+        if n == 0 {
+            break;
+        }
+        if skip >= v.iov_len {
+            skip -= v.iov_len;
+            continue;
+        }
+        let mut done = std::mem::take(&mut skip);
+        let end = v.iov_len.min(done + n);
+        n -= end - done;
+        while done < end {
             let at = pos & (cap - 1);
-            let chunk = (v.iov_len - done).min(cap - at);
-            // SAFETY: at + chunk <= cap; the user buffer holds iov_len bytes from iov_base.
+            let chunk = (end - done).min(cap - at);
+            // SAFETY: at + chunk <= cap; the user buffer holds iov_len >= end bytes.
             unsafe {
                 let user = v.iov_base.cast::<u8>().add(done);
                 if into_ring {
@@ -82,12 +103,17 @@ pub fn send(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
     if total == 0 || conn.own.has_flag(FLAG_TX_CLOSED) {
         return kernel_sendmsg(fd, iov, flags);
     }
+    force_nodelay(conn, fd);
     let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
     let word = conn.own.tx_word();
     let (ring_count, kernel_count) = conn.own.tx_counts();
     let mut sent = 0usize;
     let mut full_since: Option<Instant> = None;
     while sent < total {
+        let state = word.load();
+        if !state.ring_mode() && conn.peer().is_some_and(|p| p.has_flag(FLAG_RING_WANTED)) {
+            wait_for_ring(conn, &word);
+        }
         let state = word.load();
         let peer = if state.ring_mode() { conn.peer().filter(|p| !p.has_flag(FLAG_RX_CLOSED)) } else { None };
         if let Some(peer) = peer {
@@ -142,6 +168,54 @@ pub fn send(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
     sent as ssize_t
 }
 
+/// How long a sender waits for a receiver that asked for the ring back and reads no more
+/// kernel bytes.
+const RING_HANDBACK_STALL: Duration = Duration::from_micros(5);
+/// The longest a sender waits for the ring to come back, however busy the receiver.
+const RING_HANDBACK_MAX: Duration = Duration::from_micros(200);
+
+/// Sender in kernel mode whose receiver asked for the ring back (`FLAG_RING_WANTED`):
+/// pauses while the receiver keeps draining the kernel, until it switches the direction to
+/// the ring, stops reading, sleeps, or the wait runs out; then withdraws the request, so a
+/// receiver that is not reading costs the sender one short wait, not one per send.
+fn wait_for_ring(conn: &Conn, word: &DirectionWord<'_>) {
+    let Some(peer) = conn.peer() else { return };
+    let started = Instant::now();
+    let mut last_read = peer.rx_kernel_read().load(Ordering::Acquire);
+    let mut last_progress = started;
+    loop {
+        let s = word.load();
+        if s.ring_mode() {
+            return;
+        }
+        if s.sleepers() > 0 || !peer.has_flag(FLAG_RING_WANTED) || peer.has_flag(FLAG_RX_CLOSED) {
+            break;
+        }
+        let now = Instant::now();
+        let read = peer.rx_kernel_read().load(Ordering::Acquire);
+        if read != last_read {
+            (last_read, last_progress) = (read, now);
+        }
+        if now - last_progress > RING_HANDBACK_STALL || now - started > RING_HANDBACK_MAX {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    peer.clear_flags(FLAG_RING_WANTED);
+}
+
+/// Receiver: asks the sender for the ring back (see [`wait_for_ring`]) or withdraws the
+/// request.
+pub fn want_ring(own: &Endpoint, wanted: bool) {
+    if own.has_flag(FLAG_RING_WANTED) != wanted {
+        if wanted {
+            own.set_flags(FLAG_RING_WANTED);
+        } else {
+            own.clear_flags(FLAG_RING_WANTED);
+        }
+    }
+}
+
 fn kernel_recvmsg(fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Option<&mut msghdr>) -> ssize_t {
     match msg {
         Some(m) => {
@@ -172,22 +246,48 @@ pub fn kernel_empty(fd: c_int) -> bool {
     r == 0 && n == 0
 }
 
-/// After reading kernel bytes of an accelerated connection: acknowledge at once. Our
-/// answers may travel through the ring, so no kernel segment carries the ACK back, and a
-/// sender with Nagle's algorithm would hold its next small segment for the delayed ACK
-/// (40 ms).
-fn ack_now(fd: c_int) {
-    let one: c_int = 1;
-    // SAFETY: one is a valid int option value.
+/// TCP_NODELAY of the kernel socket (through the system call, never our own export).
+pub fn kernel_nodelay(fd: c_int) -> Option<bool> {
+    let mut v: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+    // SAFETY: v and len are valid for the kernel to write.
+    let r = unsafe {
+        libc::syscall(libc::SYS_getsockopt, fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, &mut v as *mut c_int, &mut len)
+    };
+    (r == 0).then_some(v != 0)
+}
+
+/// Sets TCP_NODELAY of the kernel socket.
+pub fn set_kernel_nodelay(fd: c_int, on: bool) {
+    let v = c_int::from(on);
+    // SAFETY: v is a valid int option value.
     unsafe {
-        libc::setsockopt(
+        libc::syscall(
+            libc::SYS_setsockopt,
             fd,
             libc::IPPROTO_TCP,
-            libc::TCP_QUICKACK,
-            (&one as *const c_int).cast(),
+            libc::TCP_NODELAY,
+            &v as *const c_int,
             std::mem::size_of::<c_int>() as libc::socklen_t,
         )
     };
+}
+
+/// Before an accelerated connection sends: Nagle's algorithm off in the kernel socket, once
+/// (see `FLAG_NODELAY_FORCED`: the peer's answers may come through the ring, so a small
+/// kernel segment would otherwise wait for the peer's delayed ACK, 40 ms). The program's
+/// own setting is kept for getsockopt.
+pub fn force_nodelay(conn: &Conn, fd: c_int) {
+    if conn.own.has_flag(FLAG_NODELAY_FORCED) || conn.peer().is_none() {
+        return;
+    }
+    let Some(app) = kernel_nodelay(fd) else { return };
+    if app {
+        conn.own.set_flags(FLAG_APP_NODELAY);
+    }
+    if conn.own.set_flags(FLAG_NODELAY_FORCED) & FLAG_NODELAY_FORCED == 0 && !app {
+        set_kernel_nodelay(fd, true);
+    }
 }
 
 /// Switches the peer's sending direction back to the ring if everything is read.
@@ -201,7 +301,8 @@ pub fn maybe_ring_mode(conn: &Conn, fd: c_int) {
     }
     let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
     let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);
-    peer.tx_word().try_ring_mode(consumed, kread, || kernel_empty(fd));
+    let ring = peer.tx_word().try_ring_mode(consumed, kread, || kernel_empty(fd));
+    want_ring(&conn.own, !ring);
 }
 
 /// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured).
@@ -224,7 +325,6 @@ pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option
     let cap = peer.ring_bytes();
     let mut got = 0usize;
     let mut spin_started: Option<Instant> = None;
-    let poll_time = config().poll_time;
     if let Some(m) = msg.as_deref_mut() {
         m.msg_flags = 0;
     }
@@ -239,6 +339,9 @@ pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option
             let n = unread.min(total - got);
             if n == 0 {
                 continue;
+            }
+            if spin_started.take().is_some() {
+                crate::spin::hit();
             }
             // SAFETY: the published bytes from `consumed` are the sender's to leave alone
             // until we advance `consumed`; the caller's buffers are valid.
@@ -282,7 +385,7 @@ pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option
             }
             // Blocking: spin on the state word, then sleep in the kernel.
             let started = *spin_started.get_or_insert_with(Instant::now);
-            if started.elapsed() < poll_time {
+            if started.elapsed() < crate::spin::budget() {
                 for _ in 0..64 {
                     std::hint::spin_loop();
                     if word.load().ring_unread(conn.own.rx_consumed().load(Ordering::Acquire)) > 0 {
@@ -292,19 +395,36 @@ pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option
                 continue;
             }
         }
-        // Kernel path: count ourselves as a sleeper unless ring bytes are waiting.
-        let blocking = !nonblocking;
-        if blocking && !word.prepare_sleep(conn.own.rx_consumed().load(Ordering::Acquire)) {
-            continue;
+        // Kernel path. In kernel mode (the ring was empty when the state was read, and only
+        // a receiver can bring ring mode back) a blocking call first takes what the kernel
+        // already holds. Otherwise, or if there is nothing, it counts itself a sleeper,
+        // which also leaves ring mode, unless ring bytes arrived (they must be read
+        // first), and waits in the kernel.
+        if spin_started.take().is_some() {
+            crate::spin::miss();
         }
         let kflags = flags & !libc::MSG_WAITALL;
-        let r = kernel_recvmsg(fd, &rest, kflags, &mut msg);
-        let e = errno();
-        if blocking {
-            word.finish_sleep();
+        let mut r = -1;
+        let mut e = libc::EAGAIN;
+        if !nonblocking && !state.ring_mode() {
+            r = kernel_recvmsg(fd, &rest, kflags | libc::MSG_DONTWAIT, &mut msg);
+            e = errno();
+        }
+        if nonblocking || (r < 0 && (e == libc::EAGAIN || e == libc::EWOULDBLOCK)) {
+            let blocking = !nonblocking;
+            if blocking {
+                if !word.prepare_sleep(conn.own.rx_consumed().load(Ordering::Acquire)) {
+                    continue;
+                }
+                want_ring(&conn.own, false);
+            }
+            r = kernel_recvmsg(fd, &rest, kflags, &mut msg);
+            e = errno();
+            if blocking {
+                word.finish_sleep();
+            }
         }
         if r > 0 {
-            ack_now(fd);
             if !peek {
                 conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
                 conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, epoll_event, pollfd};
 
-use crate::config::config;
 use crate::conn::{lookup, Conn};
 use crate::real::{errno, real, set_errno};
+use crate::spin;
 
 /// How often a spinning wait asks the kernel about the other descriptors.
 const KERNEL_CHECK_EVERY: Duration = Duration::from_micros(10);
@@ -36,6 +36,7 @@ impl Sleepers {
             if !peer.tx_word().prepare_sleep(c.own.rx_consumed().load(Ordering::Acquire)) {
                 return None; // drop undoes the others
             }
+            crate::stream::want_ring(&c.own, false);
             s.prepared.push(c.clone());
         }
         Some(s)
@@ -83,8 +84,9 @@ pub fn poll_core(
         return sleep(fds, timeout);
     }
     let deadline = timeout.map(|t| Instant::now() + t);
-    let spin_until = Instant::now() + config().poll_time.min(timeout.unwrap_or(Duration::MAX));
+    let spin_until = Instant::now() + spin::budget().min(timeout.unwrap_or(Duration::MAX));
     let mut last_kernel_check: Option<Instant> = None;
+    let mut spun = false;
     loop {
         let now = Instant::now();
         let ask_kernel = last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
@@ -107,17 +109,24 @@ pub fn poll_core(
             }
         }
         if ready > 0 {
+            if spun {
+                spin::hit();
+            }
             return ready;
         }
         if timeout == Some(Duration::ZERO) {
             return 0;
         }
         if Instant::now() < spin_until {
+            spun = true;
             std::hint::spin_loop();
             continue;
         }
         let conns: Vec<Arc<Conn>> = accel.iter().map(|(_, _, c)| c.clone()).collect();
         let Some(_sleepers) = Sleepers::prepare(&conns) else { continue };
+        if spun {
+            spin::miss();
+        }
         return sleep(fds, remaining(deadline));
     }
 }
@@ -209,11 +218,29 @@ struct Item {
     data: u64,
     /// EPOLLONESHOT fired: silent until EPOLL_CTL_MOD.
     disarmed: bool,
-    /// Ring position last reported (edge-triggered).
+    /// Ring position last reported (edge-triggered; for a nested set, its signature).
     last_published: u64,
     /// The accelerated socket registered (kept: the kernel keeps the item while any
     /// duplicate of the description is open, even after this fd number is closed).
     conn: Option<Arc<Conn>>,
+    /// The registered fd is itself an epoll set of ours (nesting).
+    nested: Option<Arc<Mutex<Shadow>>>,
+}
+
+impl Item {
+    fn wants_input(&self) -> bool {
+        self.events & libc::EPOLLIN as u32 != 0
+    }
+    fn edge_triggered(&self) -> bool {
+        self.events & libc::EPOLLET as u32 != 0
+    }
+}
+
+/// Something a wait watches besides the kernel: a socket's ring or a nested set's rings.
+#[derive(Clone)]
+enum Watched {
+    Ring(c_int, Arc<Conn>),
+    Set(c_int, Arc<Mutex<Shadow>>),
 }
 
 /// The application's view of one epoll set: the kernel set holds every fd with a token
@@ -222,6 +249,52 @@ struct Item {
 #[derive(Default)]
 struct Shadow {
     items: HashMap<c_int, Item>,
+    /// The rings and nested sets a wait watches, rebuilt only when `stale`: a wait must not
+    /// scan every item (servers register thousands).
+    watched: Arc<[Watched]>,
+    /// Items waiting for input that are not (yet) accelerated sockets: checked at each
+    /// wait, since a connection may complete, or find its peer, after it was added.
+    unresolved: Vec<c_int>,
+    stale: bool,
+    /// Its epoll fd was closed: as a nested set it reports nothing more.
+    closed: bool,
+}
+
+impl Shadow {
+    /// The current watch list, rebuilt if items changed or one became accelerated.
+    fn watch_list(&mut self) -> Arc<[Watched]> {
+        if !self.stale {
+            let accelerated = |c: &Conn| c.peer().is_some();
+            self.stale = self.unresolved.iter().any(|fd| match self.items.get(fd) {
+                Some(Item { conn: Some(c), .. }) => accelerated(c),
+                Some(_) => lookup(*fd).is_some_and(|c| accelerated(&c)),
+                None => false,
+            });
+        }
+        if self.stale {
+            self.stale = false;
+            self.unresolved.clear();
+            let mut watched = Vec::new();
+            for (fd, it) in self.items.iter_mut() {
+                if !it.wants_input() {
+                    continue;
+                }
+                if let Some(inner) = &it.nested {
+                    watched.push(Watched::Set(*fd, inner.clone()));
+                    continue;
+                }
+                if it.conn.is_none() {
+                    it.conn = lookup(*fd); // connected after it was added
+                }
+                match &it.conn {
+                    Some(c) if c.peer().is_some() => watched.push(Watched::Ring(*fd, c.clone())),
+                    _ => self.unresolved.push(*fd),
+                }
+            }
+            self.watched = watched.into();
+        }
+        self.watched.clone()
+    }
 }
 
 fn shadows() -> &'static Mutex<HashMap<c_int, Arc<Mutex<Shadow>>>> {
@@ -260,13 +333,18 @@ pub fn created(epfd: c_int) {
 /// the kernel keeps reporting them while a duplicate of the description is open (with the
 /// old registration's data, which the shadow still has), and reports nothing otherwise.
 pub fn closed(fd: c_int) {
-    if let Ok(mut s) = shadows().lock() {
-        s.remove(&fd);
+    let gone = shadows().lock().ok().and_then(|mut s| s.remove(&fd));
+    if let Some(shadow) = gone {
+        lock(&shadow).closed = true;
     }
 }
 
 fn shadow_of(epfd: c_int) -> Option<Arc<Mutex<Shadow>>> {
     shadows().lock().ok()?.get(&epfd).cloned()
+}
+
+fn lock(shadow: &Mutex<Shadow>) -> std::sync::MutexGuard<'_, Shadow> {
+    shadow.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// epoll_ctl: the kernel gets a token for the data; the shadow keeps the application's.
@@ -292,17 +370,21 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
     // SAFETY: arg is null or our copy.
     let r = unsafe { (real().epoll_ctl)(epfd, op, fd, arg) };
     if r == 0 {
-        let mut sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+        let (conn, nested) = match op {
+            libc::EPOLL_CTL_DEL => (None, None),
+            _ => (lookup(fd), shadow_of(fd)),
+        };
+        let mut sh = lock(&shadow);
+        sh.stale = true;
         match op {
             libc::EPOLL_CTL_DEL => {
                 sh.items.remove(&fd);
             }
             _ => {
-                let conn = lookup(fd);
                 let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0);
                 sh.items.insert(
                     fd,
-                    Item { events: ev.events, data: app_data, disarmed: false, last_published: last, conn },
+                    Item { events: ev.events, data: app_data, disarmed: false, last_published: last, conn, nested },
                 );
             }
         }
@@ -362,49 +444,16 @@ fn wait_loop(
     real_wait: &dyn Fn(*mut epoll_event, c_int, c_int) -> c_int,
 ) -> c_int {
     let deadline = timeout.map(|t| Instant::now() + t);
-    let accel = ring_items(shadow);
-    let nested = nested_sets(shadow);
-    let mut sleep_set: Vec<Arc<Conn>> = accel.iter().map(|(_, c)| c.clone()).collect();
-    for (_, inner) in &nested {
-        sleep_set.extend(ring_items(inner).into_iter().map(|(_, c)| c));
-    }
-    let spinning = !sleep_set.is_empty();
-    let spin_until = Instant::now() + config().poll_time.min(timeout.unwrap_or(Duration::MAX));
+    let watched = lock(shadow).watch_list();
+    let spinning = !watched.is_empty();
+    let spin_until = Instant::now() + spin::budget().min(timeout.unwrap_or(Duration::MAX));
     let mut last_kernel_check: Option<Instant> = None;
+    let mut spun = false;
     loop {
         let now = Instant::now();
         let mut out: Vec<Ready> = Vec::new();
-        // Rings first.
-        {
-            let mut sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
-            for (fd, c) in &accel {
-                let Some(it) = sh.items.get_mut(fd) else { continue };
-                if it.disarmed || !c.ring_readable() {
-                    continue;
-                }
-                let published = c.peer().map(|p| p.tx_word().load().published()).unwrap_or(0);
-                if it.events & libc::EPOLLET as u32 != 0 && published == it.last_published {
-                    continue;
-                }
-                it.last_published = published;
-                out.push(Ready::Fd(*fd, libc::EPOLLIN as u32));
-                if out.len() == max {
-                    break;
-                }
-            }
-            for (fd, inner) in &nested {
-                let Some(it) = sh.items.get_mut(fd) else { continue };
-                if out.len() >= max || it.disarmed || !shadow_ring_ready(inner) {
-                    continue;
-                }
-                // Edge-triggered on a set: an edge is new ring data in any of its sockets.
-                let signature = shadow_ring_signature(inner);
-                if it.events & libc::EPOLLET as u32 != 0 && signature == it.last_published {
-                    continue;
-                }
-                it.last_published = signature;
-                out.push(Ready::Fd(*fd, libc::EPOLLIN as u32));
-            }
+        if spinning {
+            rings_ready(shadow, &watched, max, &mut out);
         }
         let ask_kernel = !spinning || last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
         let mut kernel_events = 0;
@@ -418,16 +467,23 @@ fn wait_loop(
         }
         let n = merge(shadow, &buf[..kernel_events], &mut out);
         if n > 0 {
+            if spun {
+                spin::hit();
+            }
             return deliver(epfd, shadow, &out, events);
         }
         if timeout == Some(Duration::ZERO) {
             return 0;
         }
         if spinning && Instant::now() < spin_until {
+            spun = true;
             std::hint::spin_loop();
             continue;
         }
-        let Some(sleepers) = Sleepers::prepare(&sleep_set) else { continue };
+        let Some(sleepers) = Sleepers::prepare(&sleep_set(&watched)) else { continue };
+        if std::mem::take(&mut spun) {
+            spin::miss();
+        }
         let r = real_wait(buf.as_mut_ptr(), max as c_int, ms_ceil(remaining(deadline)));
         let e = errno();
         drop(sleepers);
@@ -444,52 +500,77 @@ fn wait_loop(
     }
 }
 
-/// The accelerated sockets a set waits on for reading.
-fn ring_items(shadow: &Mutex<Shadow>) -> Vec<(c_int, Arc<Conn>)> {
-    let mut sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
-    let mut out = Vec::new();
-    for (fd, it) in sh.items.iter_mut() {
-        if it.events & libc::EPOLLIN as u32 == 0 {
+/// Adds the watched rings with bytes to report (and nested sets with such rings) to `out`.
+fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mut Vec<Ready>) {
+    let mut sh = lock(shadow);
+    for w in watched {
+        if out.len() >= max {
+            break;
+        }
+        let (fd, signature) = match w {
+            Watched::Ring(fd, c) => {
+                if !c.ring_readable() || c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED) {
+                    continue;
+                }
+                (*fd, c.peer().map(|p| p.tx_word().load().published()).unwrap_or(0))
+            }
+            Watched::Set(fd, inner) => {
+                if !shadow_ring_ready(inner) {
+                    continue;
+                }
+                // Edge-triggered on a set: an edge is new ring data in any of its sockets.
+                (*fd, shadow_ring_signature(inner))
+            }
+        };
+        let Some(it) = sh.items.get_mut(&fd) else { continue };
+        if it.disarmed || (it.edge_triggered() && signature == it.last_published) {
             continue;
         }
-        if it.conn.is_none() {
-            it.conn = lookup(*fd); // connected after it was added
-        }
-        if let Some(c) = &it.conn {
-            if c.peer().is_some() && !c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED) {
-                out.push((*fd, c.clone()));
+        it.last_published = signature;
+        out.push(Ready::Fd(fd, libc::EPOLLIN as u32));
+    }
+}
+
+/// The accelerated sockets a sleeping wait must switch to kernel mode: its own rings and
+/// those of nested sets (not those shut for reading: their bytes come through the kernel
+/// already, and ring bytes left unread there would never let the wait sleep).
+fn sleep_set(watched: &[Watched]) -> Vec<Arc<Conn>> {
+    let open = |c: &Arc<Conn>| !c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED);
+    let mut conns = Vec::with_capacity(watched.len());
+    for w in watched {
+        match w {
+            Watched::Ring(_, c) if open(c) => conns.push(c.clone()),
+            Watched::Ring(..) => {}
+            Watched::Set(_, inner) => {
+                let list = lock(inner).watch_list();
+                conns.extend(list.iter().filter_map(|w| match w {
+                    Watched::Ring(_, c) if open(c) => Some(c.clone()),
+                    _ => None, // deeper nesting: the kernel wakes us through it
+                }));
             }
         }
     }
-    out
-}
-
-/// epoll sets registered inside this one (nesting).
-fn nested_sets(shadow: &Mutex<Shadow>) -> Vec<(c_int, Arc<Mutex<Shadow>>)> {
-    let fds: Vec<c_int> = {
-        let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
-        sh.items.iter().filter(|(_, it)| it.events & libc::EPOLLIN as u32 != 0).map(|(fd, _)| *fd).collect()
-    };
-    fds.into_iter().filter_map(|fd| shadow_of(fd).map(|s| (fd, s))).collect()
+    conns
 }
 
 /// Whether an (inner) set has an accelerated socket with ring bytes to report.
 fn shadow_ring_ready(shadow: &Mutex<Shadow>) -> bool {
-    let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
-    sh.items.values().any(|it| {
-        !it.disarmed
-            && it.events & libc::EPOLLIN as u32 != 0
-            && it.conn.as_ref().is_some_and(|c| {
-                c.ring_readable()
-                    && (it.events & libc::EPOLLET as u32 == 0
-                        || c.peer().map(|p| p.tx_word().load().published()) != Some(it.last_published))
-            })
-    })
+    let sh = lock(shadow);
+    !sh.closed
+        && sh.items.values().any(|it| {
+            !it.disarmed
+                && it.wants_input()
+                && it.conn.as_ref().is_some_and(|c| {
+                    c.ring_readable()
+                        && (!it.edge_triggered()
+                            || c.peer().map(|p| p.tx_word().load().published()) != Some(it.last_published))
+                })
+        })
 }
 
 /// A value that changes whenever ring data arrives at any socket of a set.
 fn shadow_ring_signature(shadow: &Mutex<Shadow>) -> u64 {
-    let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+    let sh = lock(shadow);
     sh.items
         .values()
         .filter_map(|it| it.conn.as_ref()?.peer().map(|p| p.tx_word().load().published()))
@@ -505,7 +586,7 @@ enum Ready {
 
 /// Adds kernel events (translated from tokens) to `out`, one entry per fd.
 fn merge(shadow: &Mutex<Shadow>, kernel: &[epoll_event], out: &mut Vec<Ready>) -> usize {
-    let sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+    let sh = lock(shadow);
     for ev in kernel {
         let (data, events) = (ev.u64, ev.events);
         let Some(fd) = fd_of_token(data) else {
@@ -528,7 +609,7 @@ fn merge(shadow: &Mutex<Shadow>, kernel: &[epoll_event], out: &mut Vec<Ready>) -
 /// Writes the events with the application's data; disarms one-shot items, in the kernel
 /// set too (a ring event did not disarm it there).
 fn deliver(epfd: c_int, shadow: &Mutex<Shadow>, out: &[Ready], events: *mut epoll_event) -> c_int {
-    let mut sh = shadow.lock().unwrap_or_else(|e| e.into_inner());
+    let mut sh = lock(shadow);
     let mut n = 0;
     for r in out {
         let ev = match *r {

@@ -279,7 +279,7 @@ const EPOLL: &[&str] = &[
     "epoll-pwait",
     "epoll-fork",
 ];
-const IOCTL_NAMES_OPTIONS: &[&str] = &["fionread", "names", "sockopt", "timeouts"];
+const IOCTL_NAMES_OPTIONS: &[&str] = &["fionread", "names", "sockopt", "nodelay", "timeouts"];
 const FILES_AND_PIPES: &[&str] = &["sendfile", "splice", "stdio"];
 const PROCESSES_AND_THREADS: &[&str] = &["fork-share", "exec", "posix-spawn", "threads"];
 const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain"];

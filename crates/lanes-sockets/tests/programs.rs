@@ -408,7 +408,8 @@ fn sockperf() {
             continue;
         };
         let mut cmd = w.cmd("sockperf", side.client(), &fabric);
-        cmd.args(["pp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "2"]);
+        // --mps: sockperf's table of send times holds 600k messages a second unless told.
+        cmd.args(["pp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "2", "--mps", "3000000"]);
         let pp = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
         if w.expect_ok(&pp, &format!("{what}: pp")) {
             w.expect_output(&pp, &format!("{what}: pp"), "Summary: Latency is");
@@ -449,7 +450,7 @@ fn sockperf_multiplexers() {
                 w.fail(format!("{what}: the server listens on {} but not on {}", ports[1], ports[0]));
             }
             let mut cmd = w.cmd("sockperf", side.client(), &fabric);
-            cmd.arg("pp").arg("-f").arg(&feed).args(["-F", mux, "-t", "1"]);
+            cmd.arg("pp").arg("-f").arg(&feed).args(["-F", mux, "-t", "1", "--mps", "3000000"]);
             let pp = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
             if w.expect_ok(&pp, &format!("{what}: pp")) {
                 w.expect_output(&pp, &format!("{what}: pp"), "Summary: Latency is");
@@ -491,7 +492,7 @@ fn sockperf_dlsym_finds_the_preloaded_functions() {
     let server = start_server(&mut w, cmd, port.parse().expect("port"), "sockperf sr");
     if let Some(server) = server {
         let mut cmd = w.cmd("sockperf", true, &fabric);
-        cmd.args(["pp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "1"]);
+        cmd.args(["pp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "1", "--mps", "3000000"]);
         let pp = Proc::spawn(cmd, "sockperf pp").wait(RUN_LIMIT);
         w.expect_ok(&pp, "sockperf pp");
         let s = server.stop(libc::SIGINT, STOP_LIMIT);

@@ -2378,6 +2378,51 @@ static int getint(int fd, int level, int opt, int *v)
     return getsockopt(fd, level, opt, v, &l);
 }
 
+/* Echoes 3-byte messages until the client closes. */
+static void echo_until_eof_server(void)
+{
+    int s = accept_one();
+    char b[8];
+    int echoed = 0;
+    while (read_full(s, b, 3) == 3 && write_all(s, b, 3) == 3)
+        echoed++;
+    say("echoed %d messages", echoed);
+    close(s);
+}
+
+/* TCP_NODELAY as the program set it, also after traffic (the library keeps Nagle's
+ * algorithm off in the kernel socket of an accelerated connection, and must report the
+ * program's setting), including short option lengths. */
+static void nodelay_client(void)
+{
+    int fd = connect_one();
+    int v, one = 1, zero = 0;
+    int r = getint(fd, IPPROTO_TCP, TCP_NODELAY, &v);
+    say("TCP_NODELAY %s value %d", res(r), v);
+    say("round trip %s", roundtrip(fd, fd, "abc") ? "ok" : "FAILED");
+    r = getint(fd, IPPROTO_TCP, TCP_NODELAY, &v);
+    say("after traffic: TCP_NODELAY %s value %d", res(r), v);
+    say("set TCP_NODELAY 1 %s", res(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one)));
+    say("round trip %s", roundtrip(fd, fd, "def") ? "ok" : "FAILED");
+    r = getint(fd, IPPROTO_TCP, TCP_NODELAY, &v);
+    say("TCP_NODELAY %s value %d", res(r), v);
+    say("set TCP_NODELAY 0 %s", res(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &zero, sizeof zero)));
+    r = getint(fd, IPPROTO_TCP, TCP_NODELAY, &v);
+    say("TCP_NODELAY %s value %d", res(r), v);
+    for (int i = 0; i < 20; i++)
+        if (!roundtrip(fd, fd, "ghi")) {
+            say("round trip %d FAILED", i);
+            break;
+        }
+    say("set TCP_NODELAY with 2 bytes %s", res(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, 2)));
+    say("set TCP_NODELAY 1 again %s", res(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one)));
+    short half = -1;
+    socklen_t l = sizeof half;
+    r = getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &half, &l);
+    say("TCP_NODELAY into 2 bytes %s value %d length %u", res(r), half, (unsigned)l);
+    say("close %s", res(close(fd)));
+}
+
 static void sockopt_client(void)
 {
     int fd = connect_one();
@@ -3266,6 +3311,8 @@ static const struct casedef cases[] = {
     {"names", AF_INET, true, names_server, names_client, NULL, "getsockname/getpeername agree"},
     {"sockopt", AF_INET, true, sockopt_server, sockopt_client, NULL,
      "TCP_NODELAY, SO_KEEPALIVE, SO_RCVBUF, SO_SNDBUF, SO_TYPE, TCP_INFO..."},
+    {"nodelay", AF_INET, true, echo_until_eof_server, nodelay_client, NULL,
+     "TCP_NODELAY as the program set it, before and after traffic"},
     {"sendfile", AF_INET, true, sendfile_server, sendfile_client, NULL,
      "sendfile from a file into the socket, checked"},
     {"splice", AF_INET, true, splice_server, splice_client, NULL, "splice pipe -> socket -> pipe"},

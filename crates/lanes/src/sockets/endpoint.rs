@@ -69,6 +69,17 @@ pub const FLAG_RX_CLOSED: u32 = 2;
 pub const FLAG_PEER_FOUND: u32 = 4;
 /// This end attached the peer's record (for `lanes status`).
 pub const FLAG_ATTACHED: u32 = 8;
+/// Nagle's algorithm is off in the kernel socket while the peer is accelerated: the peer's
+/// answers may travel through the ring, so no kernel segment of ours waits for an ACK to
+/// ride on them. The program's own TCP_NODELAY setting is kept in [`FLAG_APP_NODELAY`].
+pub const FLAG_NODELAY_FORCED: u32 = 16;
+/// The TCP_NODELAY value the program set (meaningful with [`FLAG_NODELAY_FORCED`]).
+pub const FLAG_APP_NODELAY: u32 = 32;
+/// This end is awake reading kernel bytes and would take the ring back: the peer's sender
+/// pauses its kernel sends for a moment so the kernel drains and the receiver can switch
+/// (only the receiver may, and only once the kernel is empty; a sender streaming through
+/// the kernel would otherwise keep it from ever being empty).
+pub const FLAG_RING_WANTED: u32 = 64;
 
 /// Which connection a record belongs to: the network namespace and both addresses, as this
 /// end sees them. IPv4-mapped IPv6 addresses are keyed as IPv4, so a dual-stack listener
@@ -311,8 +322,13 @@ impl Endpoint {
         self.u32_at(OFF_FLAGS)
     }
     /// Sets flag bits.
-    pub fn set_flags(&self, bits: u32) {
-        self.flags().fetch_or(bits, Ordering::SeqCst);
+    /// Returns the flags as they were before.
+    pub fn set_flags(&self, bits: u32) -> u32 {
+        self.flags().fetch_or(bits, Ordering::SeqCst)
+    }
+    /// Clears `bits`.
+    pub fn clear_flags(&self, bits: u32) {
+        self.flags().fetch_and(!bits, Ordering::SeqCst);
     }
     /// Whether any of `bits` is set.
     pub fn has_flag(&self, bits: u32) -> bool {

@@ -192,6 +192,9 @@ pub(crate) fn parse_redis_csv(out: &str) -> Result<Sample, String> {
     Err(format!("no GET row in redis-benchmark's output: {out:?}"))
 }
 
+/// The highest ping-pong message rate sockperf must be ready for (its default is 600k/s).
+const SOCKPERF_MAX_RATE: &str = "3000000";
+
 fn sockperf_server(p: &Params, server: &Launch) -> Result<Server, String> {
     let _ = p;
     let mut cmd = server.command("sockperf")?;
@@ -203,6 +206,11 @@ fn sockperf_client(p: &Params, client: &Launch, what: &str) -> Result<String, St
     let mut cmd = client.command("sockperf")?;
     let (port, secs) = (client.port.to_string(), p.seconds.to_string());
     cmd.args([what, "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", &secs, "-m", "64"]);
+    if what == "pp" {
+        // sockperf sizes its table of send times for 600k messages a second unless told;
+        // beyond that it stops with "_seqN > m_maxSequenceNo".
+        cmd.args(["--mps", SOCKPERF_MAX_RATE]);
+    }
     run_client(cmd, &format!("sockperf {what}"), p.limit())
 }
 
