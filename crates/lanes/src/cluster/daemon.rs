@@ -75,10 +75,16 @@ impl DaemonOptions {
     /// /etc/lanes/lanes.toml) must have a `[cluster]` naming this host (`LANES_HOST`, else the
     /// host name); the fabric directory is `LANES_DIR`, else the file's `dir`, else the default.
     pub fn from_env() -> Result<DaemonOptions> {
-        let path = config::config_path_from_env();
+        Self::load(&config::config_path_from_env(), None)
+    }
+
+    /// As [`DaemonOptions::from_env`], with the configuration file `path` and, if given, the
+    /// host name `host` instead of `LANES_HOST`.
+    pub fn load(path: &Path, host: Option<String>) -> Result<DaemonOptions> {
+        let path = path.to_path_buf();
         let file = ConfigFile::load(&path)?;
         let cluster = file.cluster().cloned().ok_or(Error::NoCluster { path: path.clone() })?;
-        let host = config::host_name();
+        let host = host.unwrap_or_else(config::host_name);
         if cluster.host(&host).is_none() {
             let known: Vec<&str> = cluster.hosts.iter().map(|h| h.name.as_str()).collect();
             return Err(Error::UnknownHost { host, path, known: known.join(", ") });

@@ -37,7 +37,7 @@ pub enum Error {
     #[error("{path}: no [cluster] section; the daemon serves a cluster described in lanes.toml")]
     NoCluster { path: PathBuf },
     /// This host is not one of the configuration's hosts.
-    #[error("host {host:?} is not in {path} (set LANES_HOST to pick one of: {known})")]
+    #[error("host {host:?} is not in {path} (LANES_HOST or --host picks one of: {known})")]
     UnknownHost { host: String, path: PathBuf, known: String },
     /// Another daemon already answers on the socket.
     #[error("a daemon already serves {socket}")]
