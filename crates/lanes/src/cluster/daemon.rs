@@ -188,8 +188,10 @@ impl Conn {
     }
 }
 
+/// A question forwarded to a peer, waiting for its answer.
 struct Pending {
     host: String,
+    node: u32,
     answer: mpsc::Sender<Answer>,
 }
 
@@ -403,15 +405,11 @@ impl Shared {
                 c.close();
             }
             let host = peer.entry.name.clone();
-            let refusal = Refusal::HostUnreachable {
-                node: peer.entry.nodes.first().map_or(0, |n| n.get()),
-                host: host.clone(),
-                state: new,
-            };
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             pending.retain(|_, p| {
                 if p.host == host {
-                    let _ = p.answer.send(Answer::Refused { refusal: refusal.clone() });
+                    let refusal = Refusal::HostUnreachable { node: p.node, host: host.clone(), state: new };
+                    let _ = p.answer.send(Answer::Refused { refusal });
                     false
                 } else {
                     true
@@ -814,7 +812,7 @@ impl Shared {
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, Pending { host: host.to_string(), answer: tx });
+            .insert(id, Pending { host: host.to_string(), node, answer: tx });
         let forget = || {
             self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
         };
