@@ -18,6 +18,8 @@ declare -A apt_for=(
     [nginx]=nginx-light
     [curl]=curl
     [wrk]=wrk
+    # Network namespaces for the cluster tests (crates/lanes/tests/cluster.rs).
+    [ip]=iproute2
 )
 missing=()
 for cmd in "${!apt_for[@]}"; do
@@ -29,6 +31,19 @@ if ((${#missing[@]})); then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# Test namespaces are named lt<pid>n<k>{a,b,c,s}; a test process killed mid-test (a
+# timeout) leaves its namespaces behind: remove those whose creator is gone, at the end.
+sweep_test_namespaces() {
+    [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null 2>&1 || return 0
+    local ns
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+        if [[ $ns =~ ^lt([0-9]+)n[0-9]+[abcs]$ ]] && [ ! -d "/proc/${BASH_REMATCH[1]}" ]; then
+            ip netns del "$ns" && echo "removed stale test namespace $ns" >&2
+        fi
+    done
+}
+trap sweep_test_namespaces EXIT
 
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy

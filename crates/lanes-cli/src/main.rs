@@ -1,6 +1,7 @@
 //! `lanes`: benchmarks, status and clean-up for the Lanes fabric.
 
 mod bench;
+mod daemon_cmd;
 mod dma_bench;
 mod measure;
 mod pingpong;
@@ -53,6 +54,9 @@ enum Cmd {
     Run(run_cmd::RunArgs),
     /// Install or uninstall the SISCI SDK (headers, libsisci.so, pkg-config file).
     Sdk(sdk_cmd::SdkArgs),
+    /// Run this host's cluster daemon in the foreground (needs [cluster] in lanes.toml):
+    /// heartbeats with the other hosts, lookups, node events. Stops on SIGTERM/SIGINT.
+    Daemon(daemon_cmd::DaemonArgs),
     /// (internal) a receiver of `pingpong --mode reflective`.
     #[command(hide = true)]
     ReflectivePeer {
@@ -169,6 +173,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Pingpong(a) => pingpong_cmd(a),
         Cmd::Sdk(a) => sdk_cmd::run(a),
+        Cmd::Daemon(a) => daemon_cmd::run(a),
         Cmd::WakeupPeer { mode, client_node, client_number, number, poll_us, cpu } => open_fabric().and_then(|f| {
             wakeup::run_peer(&f, mode, client_node, client_number, number, Duration::from_micros(poll_us), cpu)
         }),

@@ -1,5 +1,9 @@
 //! `lanes status` and `lanes cleanup`.
 
+use std::path::Path;
+use std::time::Duration;
+
+use lanes::cluster::{Client, HostStatus};
 use lanes::config::FabricConfig;
 
 fn fabric_dir() -> Result<std::path::PathBuf, String> {
@@ -33,16 +37,34 @@ fn with_key(
     Ok(v)
 }
 
+/// The cluster's hosts as this host's daemon sees them, if a daemon serves the fabric
+/// directory and answers quickly; `None` otherwise (a single-host fabric has none).
+fn cluster(dir: &Path) -> Option<(String, Vec<HostStatus>)> {
+    if !Client::socket_path(dir).exists() {
+        return None;
+    }
+    let mut client = Client::connect(dir, Duration::from_millis(500)).ok()?;
+    let hosts = client.cluster(Duration::from_secs(1)).ok()?;
+    Some((client.host().to_string(), hosts))
+}
+
 pub fn status(json: bool) -> Result<(), String> {
     let dir = fabric_dir()?;
     let st = lanes::status(&dir).map_err(|e| e.to_string())?;
     let sockets = lanes::sockets::registry::list_connections(&dir);
+    let cluster = cluster(&dir);
     if json {
-        let v = with_key(&st, "sockets", &sockets)?;
+        let mut v = with_key(&st, "sockets", &sockets)?;
+        if let Some((_, hosts)) = &cluster {
+            v = with_key(&v, "cluster", hosts)?;
+        }
         println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
         return Ok(());
     }
     println!("fabric {}", st.dir.display());
+    if let Some((host, hosts)) = &cluster {
+        print_cluster(host, hosts);
+    }
     println!("\nnodes");
     if st.nodes.is_empty() {
         println!("  (none)");
@@ -60,6 +82,32 @@ pub fn status(json: bool) -> Result<(), String> {
     }
     print_sockets(&sockets);
     Ok(())
+}
+
+/// Seconds with one decimal, or "-".
+fn seconds(ms: Option<u64>) -> String {
+    ms.map_or("-".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0))
+}
+
+fn print_cluster(me: &str, hosts: &[HostStatus]) {
+    println!("\ncluster (as the daemon of host {me} sees it)");
+    println!(
+        "  {:<16}  {:<24}  {:<12}  {:<12}  {:>9}  {:>10}",
+        "host", "address", "nodes", "state", "for", "last heard"
+    );
+    for h in hosts {
+        let nodes: Vec<String> = h.nodes.iter().map(|n| n.to_string()).collect();
+        let state = if h.local { "this host".to_string() } else { h.state.to_string() };
+        println!(
+            "  {:<16}  {:<24}  {:<12}  {:<12}  {:>9}  {:>10}",
+            h.name,
+            h.address,
+            nodes.join(","),
+            state,
+            seconds(Some(h.state_for_ms)),
+            seconds(h.last_heard_ms)
+        );
+    }
 }
 
 fn print_segments(st: &lanes::FabricStatus) {

@@ -1,5 +1,5 @@
 //! The `lanes` command as a user runs it: pingpong (one command, and server and client
-//! started apart), status, cleanup, and clear errors. Every wait is bounded.
+//! started apart), status, cleanup, the daemon, and clear errors. Every wait is bounded.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -323,4 +323,73 @@ fn reflective_pingpong_reports_latency_against_group_size() {
     c.args(["pingpong", "--mode", "reflective", "--nodes", "1"]);
     let out = run(c, Duration::from_secs(30));
     assert!(!out.status.success() && text(&out.stderr).contains("2 to 16"), "{}", text(&out.stderr));
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("its address").port()
+}
+
+#[test]
+fn daemon_shows_in_status_and_stops_cleanly_on_sigterm() {
+    let dir = FabricDir::new("daemon");
+    let cfg = dir.0.with_extension("toml");
+    let config = format!(
+        "[cluster]\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"127.0.0.1:{}\"\n\
+         [[node]]\nid = 12\nhost = \"b\"\naddress = \"127.0.0.1:{}\"\n",
+        free_port(),
+        free_port()
+    );
+    std::fs::write(&cfg, config).expect("writing the configuration");
+    let mut c = dir.lanes(8);
+    c.args(["daemon", "--host", "a", "--config"]).arg(&cfg);
+    let daemon = Reaped(Some(c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn lanes daemon")));
+    let socket = dir.0.join("daemon.sock");
+    wait_until("the daemon's socket", Duration::from_secs(10), || socket.exists());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // Status shows the cluster: this host, and b (no daemon there) never heard from.
+    let mut c = dir.lanes(8);
+    c.env("LANES_HOST", "a").env("LANES_CONFIG", &cfg).arg("status");
+    let out = run(c, Duration::from_secs(20));
+    let t = text(&out.stdout);
+    assert!(out.status.success() && t.contains("cluster (as the daemon of host a sees it)"), "{t}");
+    assert!(t.lines().any(|l| l.trim_start().starts_with("b ") && l.contains("unknown")), "{t}");
+    let v = status_json(&dir);
+    let hosts = v["cluster"].as_array().expect("a cluster key");
+    assert_eq!(hosts.len(), 2, "{v}");
+    assert_eq!((hosts[0]["name"].as_str(), hosts[0]["local"].as_bool()), (Some("a"), Some(true)));
+
+    // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
+    assert_eq!(unsafe { libc::kill(daemon.pid() as libc::pid_t, libc::SIGTERM) }, 0);
+    let out = daemon.wait(Duration::from_secs(10));
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    assert!(err.contains("SIGTERM: stopping") && err.contains("stopped"), "{err}");
+    assert!(!socket.exists(), "the socket is removed");
+    // Without a daemon, status has no cluster section.
+    let mut c = dir.lanes(8);
+    c.arg("status");
+    let t = text(&run(c, Duration::from_secs(20)).stdout);
+    assert!(!t.contains("cluster"), "{t}");
+    let _ = std::fs::remove_file(&cfg);
+}
+
+#[test]
+fn daemon_explains_a_configuration_it_cannot_serve() {
+    let dir = FabricDir::new("daemon-bad");
+    let cfg = dir.0.with_extension("toml");
+    for (config, host, says) in [
+        ("dir = \"/tmp/x\"\n", "a", "no [cluster] section"),
+        ("[cluster]\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"127.0.0.1:1\"\n", "zz", "host \"zz\" is not in"),
+        ("[cluster]\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"alpha\"\n", "a", "not an IP address"),
+    ] {
+        std::fs::write(&cfg, config).expect("writing the configuration");
+        let mut c = dir.lanes(8);
+        c.args(["daemon", "--host", host, "--config"]).arg(&cfg);
+        let out = run(c, Duration::from_secs(20));
+        let err = text(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{config:?}: {err}");
+    }
+    let _ = std::fs::remove_file(&cfg);
 }

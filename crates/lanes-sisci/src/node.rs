@@ -168,7 +168,7 @@ pub(crate) fn get_node_id_by_adapter_name(
 /// entry of the configuration file, or a node id written as a number.
 fn node_for_name(name: &str) -> SciResult<Option<u32>> {
     let name = name.trim();
-    let me = lanes::config::hostname();
+    let me = lanes::config::host_name();
     if name == "localhost" || (!me.is_empty() && name == me) {
         return Ok(Some(local_node()?.get()));
     }

@@ -1,9 +1,12 @@
 //! Who this process is on the fabric (its node id) and where the fabric's files live.
 //!
-//! Node id: `LANES_NODE_ID`, else the entry for this host name in the configuration file
-//! (`LANES_CONFIG`, default `/etc/lanes/lanes.toml`), else node 4.
+//! Node id: `LANES_NODE_ID`, else the (first) entry for this host name (`LANES_HOST`, else
+//! the system's host name) in the configuration file (`LANES_CONFIG`, default
+//! `/etc/lanes/lanes.toml`), else node 4.
 //! Fabric directory: `LANES_DIR`, else `dir` in the configuration file, else
 //! `/dev/shm/lanes-<uid>` (private to the user).
+//! The file's `[cluster]` section and node addresses, which describe a fabric across hosts,
+//! are validated here too and interpreted by [`crate::cluster::config`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -11,6 +14,7 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+use crate::cluster::config::{parse_address, ClusterConfig, ClusterSection, DEFAULT_PORT};
 use crate::error::{Error, Result};
 
 /// The default configuration file, read when `LANES_CONFIG` is not set and the file exists.
@@ -110,18 +114,32 @@ impl FabricConfig {
                 other => other,
             })?,
             Err(_) => match &file {
-                Some(f) => f.node_for_host(&hostname())?.unwrap_or(DEFAULT_NODE_ID),
+                Some(f) => f.node_for_host(&host_name())?.unwrap_or(DEFAULT_NODE_ID),
                 None => DEFAULT_NODE_ID,
             },
         };
-        let dir = match std::env::var_os("LANES_DIR") {
-            Some(d) if !d.is_empty() => PathBuf::from(d),
-            _ => match file.as_ref().and_then(|f| f.parsed.dir.clone()) {
-                Some(d) => d,
-                None => default_fabric_dir(),
-            },
-        };
+        let dir = fabric_dir(file.as_ref());
         Ok(FabricConfig { node_id, dir })
+    }
+}
+
+/// The fabric directory: `LANES_DIR`, else `dir` of the configuration file, else
+/// [`default_fabric_dir`].
+pub fn fabric_dir(file: Option<&ConfigFile>) -> PathBuf {
+    match std::env::var_os("LANES_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => match file.and_then(ConfigFile::dir) {
+            Some(d) => d.to_path_buf(),
+            None => default_fabric_dir(),
+        },
+    }
+}
+
+/// The configuration file `LANES_CONFIG` names, else the default path.
+pub fn config_path_from_env() -> PathBuf {
+    match std::env::var_os("LANES_CONFIG") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(DEFAULT_CONFIG_PATH),
     }
 }
 
@@ -150,20 +168,34 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// The name this host goes by in the configuration: `LANES_HOST` when set (network
+/// namespaces share one UTS namespace, so test "hosts" need it), else [`hostname`].
+pub fn host_name() -> String {
+    match std::env::var("LANES_HOST") {
+        Ok(h) if !h.is_empty() => h,
+        _ => hostname(),
+    }
+}
+
 /// One `[[node]]` entry of `lanes.toml`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeEntry {
     /// The node id.
     pub id: u32,
-    /// The host name (as `hostname` prints it) that acts as this node.
+    /// The host name (as `hostname` prints it, or `LANES_HOST`) that acts as this node.
     pub host: String,
+    /// The host's fabric address, an IP address with an optional `:port` (needed with
+    /// `[cluster]`). Entries naming the same host must agree on it.
+    #[serde(default)]
+    pub address: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ParsedConfig {
     dir: Option<PathBuf>,
+    cluster: Option<ClusterSection>,
     #[serde(default)]
     node: Vec<NodeEntry>,
 }
@@ -173,6 +205,7 @@ struct ParsedConfig {
 pub struct ConfigFile {
     path: PathBuf,
     parsed: ParsedConfig,
+    cluster: Option<ClusterConfig>,
 }
 
 impl ConfigFile {
@@ -202,8 +235,11 @@ impl ConfigFile {
     pub fn parse(path: &Path, text: &str) -> Result<Self> {
         let err = |message: String| Error::Config { path: path.to_path_buf(), message };
         let parsed: ParsedConfig = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let default_port = parsed.cluster.as_ref().and_then(|c| c.port).unwrap_or(DEFAULT_PORT);
         let mut seen_ids = std::collections::HashSet::new();
-        let mut seen_hosts = std::collections::HashSet::new();
+        // Per host: the first node listing it and the address it gave (parsed).
+        let mut hosts: std::collections::HashMap<&str, (u32, Option<std::net::SocketAddr>)> =
+            std::collections::HashMap::new();
         for n in &parsed.node {
             NodeId::new(n.id).map_err(|e| err(format!("node entry for host {:?}: {e}", n.host)))?;
             if n.host.is_empty() {
@@ -212,14 +248,40 @@ impl ConfigFile {
             if !seen_ids.insert(n.id) {
                 return Err(err(format!("node id {} is listed twice", n.id)));
             }
-            if !seen_hosts.insert(n.host.as_str()) {
-                return Err(err(format!("host {:?} is listed twice", n.host)));
+            let address = match &n.address {
+                Some(a) => Some(
+                    parse_address(a, default_port)
+                        .map_err(|why| err(format!("node {} (host {:?}): address {a:?}: {why}", n.id, n.host)))?,
+                ),
+                None => None,
+            };
+            match hosts.get(n.host.as_str()) {
+                Some(&(first, other)) if other != address => {
+                    let show = |a: Option<std::net::SocketAddr>| a.map_or("none".to_string(), |a| a.to_string());
+                    return Err(err(format!(
+                        "host {:?} has two addresses: {} (node {first}) and {} (node {}); nodes of one host \
+                         must agree on its address",
+                        n.host,
+                        show(other),
+                        show(address),
+                        n.id
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    hosts.insert(&n.host, (n.id, address));
+                }
             }
         }
-        Ok(ConfigFile { path: path.to_path_buf(), parsed })
+        let cluster = match &parsed.cluster {
+            Some(section) => Some(ClusterConfig::build(section, &parsed.node).map_err(err)?),
+            None => None,
+        };
+        Ok(ConfigFile { path: path.to_path_buf(), parsed, cluster })
     }
 
-    /// The node id configured for `host`, if any.
+    /// The node id configured for `host`, if any: the first entry naming it (a host with
+    /// several nodes picks one with `LANES_NODE_ID`).
     pub fn node_for_host(&self, host: &str) -> Result<Option<NodeId>> {
         self.parsed.node.iter().find(|n| n.host == host).map(|n| NodeId::new(n.id)).transpose()
     }
@@ -232,6 +294,16 @@ impl ConfigFile {
     /// Where the file was read from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The `[cluster]` section with the hosts it spans, if the file has one.
+    pub fn cluster(&self) -> Option<&ClusterConfig> {
+        self.cluster.as_ref()
+    }
+
+    /// The fabric directory the file names, if it names one.
+    pub fn dir(&self) -> Option<&Path> {
+        self.parsed.dir.as_deref()
     }
 }
 
@@ -259,10 +331,21 @@ mod tests {
         let c = ConfigFile::parse(p, "[[node]]\nid = 8\nhost = \"a\"\n[[node]]\nid = 12\nhost = \"b\"\n").unwrap();
         assert_eq!(c.node_for_host("b").unwrap(), Some(NodeId(12)));
         assert_eq!(c.node_for_host("zz").unwrap(), None);
+        assert!(c.cluster().is_none());
+        // Several nodes on one host, agreeing on its address: the first is the host's node.
+        let c = ConfigFile::parse(
+            p,
+            "[[node]]\nid = 8\nhost = \"a\"\n[[node]]\nid = 12\nhost = \"a\"\n[[node]]\nid = 16\nhost = \"b\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.node_for_host("a").unwrap(), Some(NodeId(8)));
         for bad in [
             "[[node]]\nid = 7\nhost = \"a\"\n",
             "[[node]]\nid = 8\nhost = \"a\"\n[[node]]\nid = 8\nhost = \"b\"\n",
-            "[[node]]\nid = 8\nhost = \"a\"\n[[node]]\nid = 12\nhost = \"a\"\n",
+            // Two addresses for one host, or an address that is not one.
+            "[[node]]\nid = 8\nhost = \"a\"\naddress = \"10.0.0.1\"\n[[node]]\nid = 12\nhost = \"a\"\naddress = \"10.0.0.2\"\n",
+            "[[node]]\nid = 8\nhost = \"a\"\naddress = \"10.0.0.1\"\n[[node]]\nid = 12\nhost = \"a\"\n",
+            "[[node]]\nid = 8\nhost = \"a\"\naddress = \"alpha.example\"\n",
             "[[node]]\nid = 8\n",
             "nodes = 3\n",
             "[[node]\n",

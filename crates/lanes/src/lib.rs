@@ -23,6 +23,7 @@
 //! Layers (see docs/ARCHITECTURE.md): [`platform`] building blocks, [`transport`]s, and the
 //! fabric API re-exported here from [`fabric`].
 
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod fabric;

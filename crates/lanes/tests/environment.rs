@@ -144,11 +144,30 @@ fn node_identity_comes_from_the_environment() {
     std::fs::write(&other, format!("[[node]]\nid = 20\nhost = \"not-{host}\"\n")).expect("writing");
     finish(expect_node(&[("LANES_CONFIG", other.to_str().expect("utf-8")), ("LANES_DIR", fabric_s)], 4, &fabric));
 
+    // Several nodes on one host (agreeing on its address): the first is the host's node.
+    let twice = dir.root().join("twice.toml");
+    std::fs::write(&twice, format!("[[node]]\nid = 8\nhost = {host:?}\n[[node]]\nid = 12\nhost = {host:?}\n"))
+        .expect("writing");
+    finish(expect_node(&[("LANES_CONFIG", twice.to_str().expect("utf-8")), ("LANES_DIR", fabric_s)], 8, &fabric));
+    // LANES_HOST names the host instead of the host name.
+    finish(expect_node(
+        &[("LANES_CONFIG", config_s), ("LANES_HOST", &format!("not-{host}")), ("LANES_DIR", fabric_s)],
+        20,
+        &fabric,
+    ));
+
     // Bad configuration files are Config errors that name the file.
     for (name, text) in [
         ("malformed.toml", "[[node]\nid = 16\n".to_string()),
         ("bad-id.toml", format!("[[node]]\nid = 7\nhost = {host:?}\n")),
-        ("twice.toml", format!("[[node]]\nid = 8\nhost = {host:?}\n[[node]]\nid = 12\nhost = {host:?}\n")),
+        (
+            "two-addresses.toml",
+            format!(
+                "[[node]]\nid = 8\nhost = {host:?}\naddress = \"10.0.0.1\"\n\
+                 [[node]]\nid = 12\nhost = {host:?}\naddress = \"10.0.0.2\"\n"
+            ),
+        ),
+        ("no-address.toml", format!("[cluster]\n[[node]]\nid = 8\nhost = {host:?}\n")),
         ("unknown-key.toml", "nodes = 3\n".to_string()),
         ("missing.toml", String::new()),
     ] {

@@ -6,6 +6,7 @@
 //! - [`liveness`]: process identities and the lock that says a process is alive.
 //! - [`death_watch`]: one thread that learns of process deaths without polling (pidfd).
 //! - [`futex`], [`doorbell`]: cross-process waits that spin, then sleep, and never lose a wake-up.
+//! - [`signals`]: SIGTERM/SIGINT as something a thread waits for (the daemon's shutdown).
 //! - [`spsc`]: a lock-free single-producer single-consumer ring (DMA descriptors).
 //!
 //! `unsafe` lives here and in the FFI layers only.
@@ -17,6 +18,7 @@ pub mod futex;
 pub mod liveness;
 pub mod mapping;
 pub mod memory;
+pub mod signals;
 pub mod spsc;
 
 use std::io;

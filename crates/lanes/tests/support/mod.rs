@@ -87,6 +87,8 @@ fn from_hex(s: &str) -> Vec<u8> {
 mod test_dir;
 pub use test_dir::TestDir;
 
+pub mod netns;
+
 // ---------------------------------------------------------------------------------------
 // Parent side
 // ---------------------------------------------------------------------------------------
@@ -148,10 +150,23 @@ impl Proc {
     /// Starts this test binary again in role `role` with extra environment `envs`. The
     /// fabric variables of the parent's environment are not passed on.
     pub fn spawn(name: &str, role: &str, envs: &[(&str, &str)]) -> Proc {
+        Proc::spawn_in(&[], name, role, envs)
+    }
+
+    /// As [`Proc::spawn`], with the command run through `prefix` (such as `ip netns exec
+    /// NS`, which execs it: the pid is still the child's).
+    pub fn spawn_in(prefix: &[String], name: &str, role: &str, envs: &[(&str, &str)]) -> Proc {
         let exe = std::env::current_exe().expect("the test binary's path");
-        let mut cmd = Command::new(exe);
+        let mut cmd = match prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"]);
-        for v in ["LANES_NODE_ID", "LANES_DIR", "LANES_CONFIG", ROLE_VAR, DIR_VAR, NODE_VAR] {
+        for v in ["LANES_NODE_ID", "LANES_DIR", "LANES_CONFIG", "LANES_HOST", ROLE_VAR, DIR_VAR, NODE_VAR] {
             cmd.env_remove(v);
         }
         cmd.env(ROLE_VAR, role);
@@ -176,9 +191,15 @@ impl Proc {
     /// Starts a `node` child acting as `node` on the fabric of `dir`, and waits until it
     /// has opened the fabric.
     pub fn node(dir: &TestDir, node: u32) -> Proc {
-        let fabric = dir.fabric();
+        Proc::node_in(&[], &dir.fabric(), node)
+    }
+
+    /// A `node` child on the fabric directory `fabric`, run through `prefix` (see
+    /// [`Proc::spawn_in`]).
+    pub fn node_in(prefix: &[String], fabric: &std::path::Path, node: u32) -> Proc {
         let node_s = node.to_string();
-        let mut p = Proc::spawn(
+        let mut p = Proc::spawn_in(
+            prefix,
             &format!("node {node}"),
             "node",
             &[(DIR_VAR, fabric.to_str().expect("utf-8 temp path")), (NODE_VAR, &node_s)],
@@ -205,6 +226,11 @@ impl Proc {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Everything the child printed so far, without waiting for its pipes to drain.
+    pub fn output_snapshot(&self) -> String {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -296,6 +322,20 @@ impl Proc {
         let e = self.err(cmd);
         assert_eq!(e.variant, variant, "{}: {cmd:?} failed differently: {e}", self.name);
         e
+    }
+
+    /// Closes the child's stdin (a daemon child stops when its parent hangs up).
+    pub fn close_stdin(&mut self) {
+        self.stdin.take();
+    }
+
+    /// Sends `signal` to the child (which must not have been reaped).
+    pub fn signal(&mut self, signal: libc::c_int) {
+        assert!(self.status.is_none(), "{} already exited", self.name);
+        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child, so
+        // it cannot have been recycled for another process.
+        let rc = unsafe { libc::kill(self.pid as libc::pid_t, signal) };
+        assert_eq!(rc, 0, "kill -{signal} {}: {}", self.pid, std::io::Error::last_os_error());
     }
 
     /// Asks the child to exit and checks that it exited cleanly.
@@ -394,6 +434,11 @@ impl ChildIo {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{MARK}{line}");
         let _ = out.flush();
+    }
+
+    /// Returns when the parent closes our stdin or dies, however long that takes.
+    pub fn wait_for_hang_up(&self) {
+        while self.rx.recv().is_ok() {}
     }
 
     /// The next line from the parent; `None` when the parent closed our stdin (or died).

@@ -1,0 +1,25 @@
+//! `lanes daemon`: the per-host control-plane daemon, in the foreground.
+//!
+//! Everything it does is `lanes::cluster::daemon::run`; this only picks the configuration.
+//! It logs to stderr and stops cleanly on SIGTERM or SIGINT (systemd's stop, Ctrl-C),
+//! removing its socket. dist/lanes-daemon.service runs it as a systemd user unit.
+
+use std::path::PathBuf;
+
+use lanes::cluster::daemon::{self, DaemonOptions};
+
+#[derive(clap::Args)]
+pub struct DaemonArgs {
+    /// The cluster configuration (default: LANES_CONFIG, else /etc/lanes/lanes.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// This host's name in the configuration (default: LANES_HOST, else the host name).
+    #[arg(long, value_name = "NAME")]
+    host: Option<String>,
+}
+
+pub fn run(a: DaemonArgs) -> Result<(), String> {
+    let path = a.config.unwrap_or_else(lanes::config::config_path_from_env);
+    let options = DaemonOptions::load(&path, a.host).map_err(|e| format!("daemon: {e}"))?;
+    daemon::run(options).map_err(|e| format!("daemon: {e}"))
+}

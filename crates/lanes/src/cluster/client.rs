@@ -1,0 +1,227 @@
+//! What a process uses to talk to its host's daemon over `<fabric dir>/daemon.sock`.
+//!
+//! Every call takes a timeout and returns by then: connecting, sending, and waiting for
+//! the answer (which, for a node on another host, is the other host's daemon's answer
+//! relayed). A call that timed out leaves the connection unusable (its answer may still
+//! come); later calls on it fail at once and the caller connects again.
+
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::proto::{
+    write_message, Fill, FrameReader, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Reply, Request,
+    PROTOCOL_VERSION,
+};
+use super::{Error, Result, SOCKET_NAME};
+use crate::config::NodeId;
+
+/// A connection to the local daemon.
+#[derive(Debug)]
+pub struct Client {
+    conn: Connection,
+    host: String,
+}
+
+#[derive(Debug)]
+struct Connection {
+    stream: Option<UnixStream>,
+    reader: FrameReader,
+    socket: PathBuf,
+}
+
+impl Client {
+    /// The daemon's socket in the fabric directory `dir`.
+    pub fn socket_path(dir: &Path) -> PathBuf {
+        dir.join(SOCKET_NAME)
+    }
+
+    /// Connects to the daemon serving the fabric directory `dir` and exchanges hellos.
+    pub fn connect(dir: &Path, timeout: Duration) -> Result<Client> {
+        let started = Instant::now();
+        let socket = Self::socket_path(dir);
+        let stream = connect_within(&socket, timeout)?;
+        let mut conn = Connection { stream: Some(stream), reader: FrameReader::new(), socket };
+        let left = timeout.saturating_sub(started.elapsed());
+        match conn.call(&Request::Hello { version: PROTOCOL_VERSION }, "the daemon's hello", left)? {
+            Reply::Hello { host, .. } => Ok(Client { conn, host }),
+            other => Err(conn.unexpected(other)),
+        }
+    }
+
+    /// The host the daemon serves.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Whether `node` has object `id` of `kind`, whether it is available, and its size,
+    /// as the fabric directory of the node's host says. "No such object" is
+    /// [`Error::Refused`] with [`super::Refusal::NotFound`] ([`Error::is_not_found`]).
+    pub fn lookup(&mut self, node: NodeId, kind: ObjectKind, id: u32, timeout: Duration) -> Result<ObjectInfo> {
+        let req = Request::Lookup { node: node.get(), kind, id, timeout_ms: budget_ms(timeout) };
+        match self.conn.call(&req, &format!("a lookup of {kind} {id:#x} on node {node}"), timeout)? {
+            Reply::Lookup { result } => result.map_err(Error::Refused),
+            other => Err(self.conn.unexpected(other)),
+        }
+    }
+
+    /// Whether `node`'s host can be reached and how many processes act as the node.
+    pub fn probe_node(&mut self, node: NodeId, timeout: Duration) -> Result<NodeProbe> {
+        let req = Request::Probe { node: node.get(), timeout_ms: budget_ms(timeout) };
+        match self.conn.call(&req, &format!("a probe of node {node}"), timeout)? {
+            Reply::Probe { result } => result.map_err(Error::Refused),
+            other => Err(self.conn.unexpected(other)),
+        }
+    }
+
+    /// Every host of the cluster (this one first) and its state as this daemon sees it.
+    pub fn cluster(&mut self, timeout: Duration) -> Result<Vec<HostStatus>> {
+        match self.conn.call(&Request::Cluster, "the cluster's hosts", timeout)? {
+            Reply::Cluster { hosts } => Ok(hosts),
+            other => Err(self.conn.unexpected(other)),
+        }
+    }
+
+    /// Turns this connection into a subscription to node events.
+    pub fn subscribe(mut self, timeout: Duration) -> Result<Subscription> {
+        match self.conn.call(&Request::Subscribe, "the subscription", timeout)? {
+            Reply::Subscribed { hosts } => Ok(Subscription { conn: self.conn, initial: hosts }),
+            other => Err(self.conn.unexpected(other)),
+        }
+    }
+}
+
+/// Node events from the daemon, in the order it saw them.
+#[derive(Debug)]
+pub struct Subscription {
+    conn: Connection,
+    initial: Vec<HostStatus>,
+}
+
+impl Subscription {
+    /// The hosts and states when the subscription began; events are changes from these.
+    pub fn initial(&self) -> &[HostStatus] {
+        &self.initial
+    }
+
+    /// The next event, waiting at most `timeout`: `Ok(None)` if none came.
+    pub fn next_event(&mut self, timeout: Duration) -> Result<Option<NodeEvent>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.conn.receive(deadline)? {
+                None => return Ok(None),
+                Some(Reply::Event { event }) => return Ok(Some(event)),
+                Some(Reply::KeepAlive) => {}
+                Some(other) => return Err(self.conn.unexpected(other)),
+            }
+        }
+    }
+}
+
+/// The daemon-side budget: a little less than the caller's, so its answer (a refusal with
+/// a reason) arrives before the caller gives up.
+fn budget_ms(timeout: Duration) -> u64 {
+    let t = timeout.as_millis() as u64;
+    t.saturating_sub((t / 10).clamp(1, 50)).max(1)
+}
+
+/// `UnixStream::connect` has no timeout and blocks while the daemon's backlog is full (a
+/// hung daemon): connect on a helper thread and stop waiting at the deadline.
+fn connect_within(socket: &Path, timeout: Duration) -> Result<UnixStream> {
+    let (tx, rx) = mpsc::channel();
+    let path = socket.to_path_buf();
+    std::thread::Builder::new()
+        .name("lanes-connect".into())
+        .spawn(move || {
+            let _ = tx.send(UnixStream::connect(&path));
+        })
+        .map_err(|e| Error::io("starting a connect thread", e))?;
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(source)) => Err(Error::NoDaemon { socket: socket.to_path_buf(), source }),
+        Err(_) => Err(Error::Timeout {
+            what: format!("a connection to {}", socket.display()),
+            waited_ms: timeout.as_millis() as u64,
+        }),
+    }
+}
+
+impl Connection {
+    fn protocol(&self, reason: impl Into<String>) -> Error {
+        Error::Protocol { socket: self.socket.clone(), reason: reason.into() }
+    }
+
+    fn unexpected(&mut self, reply: Reply) -> Error {
+        self.stream = None;
+        match reply {
+            Reply::Error { reason } => self.protocol(reason),
+            other => self.protocol(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    /// Sends `req` and waits for one reply, all within `timeout`.
+    fn call(&mut self, req: &Request, what: &str, timeout: Duration) -> Result<Reply> {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(self.protocol("connection unusable after an earlier timeout or error; connect again"));
+        };
+        let sent = stream
+            .set_write_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .and_then(|_| write_message(stream, req));
+        if let Err(e) = sent {
+            self.stream = None;
+            return Err(if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+                Error::Timeout { what: format!("sending the request for {what}"), waited_ms: ms(started) }
+            } else {
+                self.protocol(format!("sending: {e}"))
+            });
+        }
+        match self.receive(deadline)? {
+            Some(reply) => Ok(reply),
+            None => {
+                self.stream = None;
+                Err(Error::Timeout { what: what.to_string(), waited_ms: ms(started) })
+            }
+        }
+    }
+
+    /// The next frame before `deadline`, or None.
+    fn receive(&mut self, deadline: Instant) -> Result<Option<Reply>> {
+        loop {
+            match self.reader.next_message::<Reply>() {
+                Ok(Some(r)) => return Ok(Some(r)),
+                Ok(None) => {}
+                Err(e) => {
+                    self.stream = None;
+                    return Err(self.protocol(e.to_string()));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let Some(stream) = self.stream.as_mut() else {
+                return Err(self.protocol("connection unusable after an earlier timeout or error; connect again"));
+            };
+            let got = stream.set_read_timeout(Some(left)).and_then(|_| self.reader.fill(stream));
+            match got {
+                Ok(Fill::Closed) => {
+                    self.stream = None;
+                    return Err(self.protocol("the daemon closed the connection"));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.stream = None;
+                    return Err(self.protocol(format!("receiving: {e}")));
+                }
+            }
+        }
+    }
+}
+
+fn ms(since: Instant) -> u64 {
+    since.elapsed().as_millis() as u64
+}

@@ -1,0 +1,279 @@
+//! The cluster part of `lanes.toml`: the `[cluster]` section and the hosts its `[[node]]`
+//! entries span.
+//!
+//! ```toml
+//! [cluster]
+//! provider = "tcp;ofi_rxm"    # for the data path (libfabric); kept, not used yet
+//! port = 7470                 # the daemons' control port; an address may carry its own
+//! heartbeat_ms = 100
+//! suspect_after_ms = 500      # no heartbeat for this long: the host is Suspect
+//! lost_after_ms = 10000       # still silent: Lost
+//! [[node]]
+//! id = 8
+//! host = "alpha"
+//! address = "10.77.0.1"
+//! [[node]]
+//! id = 12
+//! host = "beta"
+//! address = "10.77.0.2:7471"
+//! ```
+//!
+//! The file is parsed and validated once, by [`crate::config::ConfigFile`]; this module
+//! turns a valid file into a [`ClusterConfig`]: one [`HostEntry`] per host with its
+//! address and nodes. Addresses are IP literals: the daemon binds them, and name
+//! resolution would make start-up depend on a resolver.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::{NodeEntry, NodeId};
+
+/// The daemons' control port when neither `[cluster] port` nor the address names one.
+pub const DEFAULT_PORT: u16 = 7470;
+/// The libfabric provider when none is configured.
+pub const DEFAULT_PROVIDER: &str = "tcp;ofi_rxm";
+/// Default heartbeat interval.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 100;
+/// Default silence after which a host is Suspect.
+pub const DEFAULT_SUSPECT_AFTER_MS: u64 = 500;
+/// Default silence after which a host is Lost.
+pub const DEFAULT_LOST_AFTER_MS: u64 = 10_000;
+
+/// The `[cluster]` table as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    pub provider: Option<String>,
+    pub port: Option<u16>,
+    pub heartbeat_ms: Option<u64>,
+    pub suspect_after_ms: Option<u64>,
+    pub lost_after_ms: Option<u64>,
+}
+
+/// One host of the cluster: where its daemon listens and which nodes it serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostEntry {
+    /// The host's name (`LANES_HOST` or the system's host name on that host).
+    pub name: String,
+    /// Its fabric address: the daemon listens on it, processes' endpoints bind it.
+    pub address: SocketAddr,
+    /// The nodes acting on it, in the order the file lists them.
+    pub nodes: Vec<NodeId>,
+}
+
+/// The validated cluster: timing, provider and hosts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The libfabric provider string for the data path (unused by the control plane).
+    pub provider: String,
+    /// The default control port.
+    pub port: u16,
+    /// How often each daemon sends a heartbeat on each control connection.
+    pub heartbeat: Duration,
+    /// Silence after which a host is Suspect.
+    pub suspect_after: Duration,
+    /// Silence after which a host is Lost.
+    pub lost_after: Duration,
+    /// The hosts, in the order the file first names them.
+    pub hosts: Vec<HostEntry>,
+}
+
+impl ClusterConfig {
+    /// Builds the cluster from its section and the node entries (already checked for
+    /// valid, unique ids and consistent addresses). The error is a sentence for
+    /// [`crate::Error::Config`].
+    pub fn build(section: &ClusterSection, nodes: &[NodeEntry]) -> Result<ClusterConfig, String> {
+        let port = section.port.unwrap_or(DEFAULT_PORT);
+        if port == 0 {
+            return Err("[cluster] port must not be 0".into());
+        }
+        let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
+        let heartbeat = ms(section.heartbeat_ms, DEFAULT_HEARTBEAT_MS);
+        let suspect_after = ms(section.suspect_after_ms, DEFAULT_SUSPECT_AFTER_MS);
+        let lost_after = ms(section.lost_after_ms, DEFAULT_LOST_AFTER_MS);
+        if heartbeat.is_zero() {
+            return Err("[cluster] heartbeat_ms must be at least 1".into());
+        }
+        if suspect_after <= heartbeat {
+            return Err(format!(
+                "[cluster] suspect_after_ms ({}) must exceed heartbeat_ms ({}): one late heartbeat \
+                 would make a host Suspect",
+                suspect_after.as_millis(),
+                heartbeat.as_millis()
+            ));
+        }
+        if lost_after <= suspect_after {
+            return Err(format!(
+                "[cluster] lost_after_ms ({}) must exceed suspect_after_ms ({})",
+                lost_after.as_millis(),
+                suspect_after.as_millis()
+            ));
+        }
+        let provider = match &section.provider {
+            Some(p) if p.trim().is_empty() => return Err("[cluster] provider is empty".into()),
+            Some(p) => p.trim().to_string(),
+            None => DEFAULT_PROVIDER.to_string(),
+        };
+        let mut hosts: Vec<HostEntry> = Vec::new();
+        for n in nodes {
+            let id = NodeId::new(n.id).map_err(|e| e.to_string())?;
+            let text = n.address.as_deref().ok_or_else(|| {
+                format!("node {} (host {:?}) has no address; with [cluster] every host needs one", n.id, n.host)
+            })?;
+            let address = parse_address(text, port).map_err(|why| format!("node {}: address {text:?}: {why}", n.id))?;
+            match hosts.iter_mut().find(|h| h.name == n.host) {
+                Some(h) if h.address != address => {
+                    return Err(format!("host {:?} has two addresses: {} and {address}", n.host, h.address))
+                }
+                Some(h) => h.nodes.push(id),
+                None => {
+                    if let Some(other) = hosts.iter().find(|h| h.address == address) {
+                        return Err(format!(
+                            "hosts {:?} and {:?} both have address {address}: each daemon needs its own",
+                            other.name, n.host
+                        ));
+                    }
+                    hosts.push(HostEntry { name: n.host.clone(), address, nodes: vec![id] });
+                }
+            }
+        }
+        Ok(ClusterConfig { provider, port, heartbeat, suspect_after, lost_after, hosts })
+    }
+
+    /// The host called `name`.
+    pub fn host(&self, name: &str) -> Option<&HostEntry> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// The host that `node` acts on.
+    pub fn host_of(&self, node: NodeId) -> Option<&HostEntry> {
+        self.hosts.iter().find(|h| h.nodes.contains(&node))
+    }
+}
+
+/// Parses an address as the configuration writes it: `10.77.0.1`, `10.77.0.1:7471`, `::1`,
+/// `[::1]` or `[::1]:7471`. Without a port, `default_port`. Host names are not resolved.
+pub fn parse_address(text: &str, default_port: u16) -> Result<SocketAddr, String> {
+    let t = text.trim();
+    let addr = if let Ok(a) = t.parse::<SocketAddr>() {
+        a
+    } else if let Ok(ip) = t.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+        SocketAddr::new(ip, default_port)
+    } else {
+        return Err("not an IP address with an optional :port (host names are not resolved)".into());
+    };
+    if addr.port() == 0 {
+        return Err("port 0 cannot be dialled".into());
+    }
+    if addr.ip().is_unspecified() || addr.ip().is_multicast() {
+        return Err("a host's address must be one of its own unicast addresses".into());
+    }
+    Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigFile;
+    use crate::Error;
+    use std::path::Path;
+
+    fn parse(text: &str) -> crate::Result<ConfigFile> {
+        ConfigFile::parse(Path::new("lanes.toml"), text)
+    }
+
+    const DESIGN_EXAMPLE: &str = r#"
+dir = "/dev/shm/lanes-fabric"
+[cluster]
+provider = "tcp;ofi_rxm"
+port = 7470
+heartbeat_ms = 100
+suspect_after_ms = 500
+lost_after_ms = 10000
+[[node]]
+id = 8
+host = "alpha"
+address = "10.77.0.1"
+[[node]]
+id = 12
+host = "beta"
+address = "10.77.0.2:7471"
+[[node]]
+id = 16
+host = "alpha"
+address = "10.77.0.1:7470"
+"#;
+
+    #[test]
+    fn the_design_example_parses_into_hosts() {
+        let file = parse(DESIGN_EXAMPLE).unwrap();
+        let c = file.cluster().expect("a cluster");
+        assert_eq!(c.provider, "tcp;ofi_rxm");
+        assert_eq!(
+            (c.heartbeat, c.suspect_after, c.lost_after),
+            (Duration::from_millis(100), Duration::from_millis(500), Duration::from_secs(10))
+        );
+        assert_eq!(c.hosts.len(), 2);
+        let alpha = c.host("alpha").unwrap();
+        assert_eq!(alpha.address, "10.77.0.1:7470".parse().unwrap());
+        assert_eq!(alpha.nodes, [NodeId::new(8).unwrap(), NodeId::new(16).unwrap()]);
+        assert_eq!(c.host("beta").unwrap().address, "10.77.0.2:7471".parse().unwrap());
+        assert_eq!(c.host_of(NodeId::new(16).unwrap()).unwrap().name, "alpha");
+        assert!(c.host_of(NodeId::new(20).unwrap()).is_none());
+        assert_eq!(file.node_for_host("alpha").unwrap(), NodeId::new(8).ok());
+    }
+
+    #[test]
+    fn defaults_fill_an_empty_section() {
+        let file = parse("[cluster]\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"::1\"\n").unwrap();
+        let c = file.cluster().unwrap();
+        assert_eq!(c.port, DEFAULT_PORT);
+        assert_eq!(c.provider, DEFAULT_PROVIDER);
+        assert_eq!(c.hosts[0].address, SocketAddr::new("::1".parse().unwrap(), DEFAULT_PORT));
+        // The section's port is the default for addresses without one.
+        let file = parse("[cluster]\nport = 9000\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"127.0.0.1\"\n").unwrap();
+        assert_eq!(file.cluster().unwrap().hosts[0].address.port(), 9000);
+    }
+
+    #[test]
+    fn addresses_are_ip_literals_with_optional_ports() {
+        for (text, want) in [
+            ("10.0.0.1", "10.0.0.1:7470"),
+            (" 10.0.0.1:80 ", "10.0.0.1:80"),
+            ("::1", "[::1]:7470"),
+            ("[fe80::1]", "[fe80::1]:7470"),
+            ("[::1]:81", "[::1]:81"),
+        ] {
+            assert_eq!(parse_address(text, 7470).unwrap(), want.parse::<SocketAddr>().unwrap(), "{text}");
+        }
+        for bad in ["", "alpha", "10.0.0.1:", "10.0.0.1:99999", "10.0.0.256", "10.0.0.1:0", "0.0.0.0", "224.0.0.1"] {
+            assert!(parse_address(bad, 7470).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_a_reason() {
+        let node =
+            |id: u32, host: &str, addr: &str| format!("[[node]]\nid = {id}\nhost = \"{host}\"\naddress = \"{addr}\"\n");
+        for (text, says) in [
+            (format!("[cluster]\n{}{}", node(8, "a", "10.0.0.1"), node(8, "b", "10.0.0.2")), "listed twice"),
+            (format!("[cluster]\n{}", node(8, "a", "alpha.example")), "not an IP address"),
+            (format!("[cluster]\n{}{}", node(8, "a", "10.0.0.1"), node(12, "a", "10.0.0.9")), "two addresses"),
+            (format!("[cluster]\n{}{}", node(8, "a", "10.0.0.1"), node(12, "b", "10.0.0.1")), "both have address"),
+            ("[cluster]\n[[node]]\nid = 8\nhost = \"a\"\n".to_string(), "has no address"),
+            (format!("[cluster]\nheartbeat_ms = 0\n{}", node(8, "a", "10.0.0.1")), "heartbeat_ms"),
+            (format!("[cluster]\nsuspect_after_ms = 50\n{}", node(8, "a", "10.0.0.1")), "must exceed heartbeat_ms"),
+            (format!("[cluster]\nlost_after_ms = 400\n{}", node(8, "a", "10.0.0.1")), "must exceed suspect_after_ms"),
+            (format!("[cluster]\nport = 0\n{}", node(8, "a", "10.0.0.1")), "port"),
+            (format!("[cluster]\nprovider = \" \"\n{}", node(8, "a", "10.0.0.1")), "provider"),
+            (format!("[cluster]\nheartbeat = 5\n{}", node(8, "a", "10.0.0.1")), "unknown field"),
+        ] {
+            let e = parse(&text).unwrap_err();
+            assert!(matches!(e, Error::Config { .. }), "{text:?} gave {e}");
+            let msg = e.to_string();
+            assert!(msg.contains(says) && msg.contains("lanes.toml"), "{text:?}: {msg}");
+        }
+    }
+}

@@ -1,0 +1,1133 @@
+//! The per-host daemon: control connections to the other hosts' daemons, heartbeats and
+//! host states, lookups answered from the fabric directory, events relayed to processes.
+//!
+//! Threads, all blocking calls bounded:
+//! - *accept* (TCP): a peer daemon's connection, handshaken, then served by a reader thread;
+//! - *dial*, one per remote host whose name sorts after ours: the lower name dials, so two
+//!   hosts keep exactly one connection; it redials every heartbeat while unconnected;
+//! - per connection a *reader* (frames in, answers queries) and a *writer* (a bounded queue
+//!   of frames out, so a stalled peer never delays heartbeats to the others);
+//! - *ticker*: every heartbeat, sends heartbeats and moves silent hosts to Suspect, then Lost;
+//! - *local*: accepts processes on `<fabric dir>/daemon.sock` (0600), one thread each.
+//!
+//! A host goes Operational at its daemon's hello, Suspect after `suspect_after` without a
+//! frame or at once when its connection fails, Lost after `lost_after` without a frame or
+//! when its daemon comes back with a new boot epoch. Suspect closes the connection, and the
+//! dialling side redials with fresh connects: a new SYN after a link returns beats waiting
+//! out TCP's retransmission back-off on the old connection.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::config::{ClusterConfig, HostEntry};
+use super::proto::{
+    encode, write_message, Answer, Fill, FrameReader, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo,
+    ObjectKind, PeerMessage, Query, Refusal, Reply, Request, PROTOCOL_VERSION,
+};
+use super::{Error, Result, SOCKET_NAME};
+use crate::config::{self, ConfigFile, NodeId};
+use crate::platform::files::ensure_private_dir;
+use crate::platform::liveness;
+use crate::platform::signals::{signal_name, TerminationSignals};
+use crate::transport::shm::layout::state;
+use crate::transport::shm::segment_file::{OpenError, SegmentFile};
+use crate::transport::shm::FabricPaths;
+
+/// How often blocked readers look up to see whether the daemon is stopping.
+const TICK: Duration = Duration::from_millis(250);
+/// Frames queued towards one peer before it counts as stalled and is cut off.
+const PEER_QUEUE: usize = 1024;
+/// Events queued towards one subscribed process before it counts as stalled.
+const SUBSCRIBER_QUEUE: usize = 256;
+/// Local processes served at once.
+const MAX_CLIENTS: usize = 64;
+/// Subscribers hear a keep-alive when nothing happened for this long.
+const KEEPALIVE: Duration = Duration::from_secs(1);
+/// A local request's own timeout is capped here.
+const MAX_REQUEST_WAIT: Duration = Duration::from_secs(60);
+/// How long a process may take to send a whole request once it started one.
+const CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What the daemon serves: the cluster, which host it is, and the fabric directory.
+#[derive(Clone, Debug)]
+pub struct DaemonOptions {
+    pub cluster: ClusterConfig,
+    /// This host's name in `cluster`.
+    pub host: String,
+    /// The fabric directory of this host (the socket lives in it).
+    pub dir: PathBuf,
+}
+
+impl DaemonOptions {
+    /// From the environment, as every Lanes process reads it: `LANES_CONFIG` (or
+    /// /etc/lanes/lanes.toml) must have a `[cluster]` naming this host (`LANES_HOST`, else the
+    /// host name); the fabric directory is `LANES_DIR`, else the file's `dir`, else the default.
+    pub fn from_env() -> Result<DaemonOptions> {
+        Self::load(&config::config_path_from_env(), None)
+    }
+
+    /// As [`DaemonOptions::from_env`], with the configuration file `path` and, if given, the
+    /// host name `host` instead of `LANES_HOST`.
+    pub fn load(path: &Path, host: Option<String>) -> Result<DaemonOptions> {
+        let path = path.to_path_buf();
+        let file = ConfigFile::load(&path)?;
+        let cluster = file.cluster().cloned().ok_or(Error::NoCluster { path: path.clone() })?;
+        let host = host.unwrap_or_else(config::host_name);
+        if cluster.host(&host).is_none() {
+            let known: Vec<&str> = cluster.hosts.iter().map(|h| h.name.as_str()).collect();
+            return Err(Error::UnknownHost { host, path, known: known.join(", ") });
+        }
+        Ok(DaemonOptions { cluster, host, dir: config::fabric_dir(Some(&file)) })
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT, then stops it cleanly (connections closed with
+/// a goodbye, socket removed). This is `lanes daemon`.
+pub fn run(options: DaemonOptions) -> Result<()> {
+    let signals = TerminationSignals::install().map_err(|e| Error::io("catching SIGTERM and SIGINT", e))?;
+    let daemon = Daemon::start(options)?;
+    loop {
+        match signals.wait(Duration::from_secs(3600)) {
+            Ok(Some(sig)) => {
+                daemon.shared.log(format_args!("{}: stopping", signal_name(sig)));
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                daemon.shared.log(format_args!("cannot wait for signals ({e}): stopping"));
+                break;
+            }
+        }
+    }
+    daemon.stop();
+    Ok(())
+}
+
+/// A running daemon; [`Daemon::stop`] (or dropping it) stops it.
+pub struct Daemon {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    tcp_addr: SocketAddr,
+    socket_inode: u64,
+}
+
+impl fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Daemon").field("host", &self.shared.me.name).field("address", &self.tcp_addr).finish()
+    }
+}
+
+struct Shared {
+    me: HostEntry,
+    cluster: ClusterConfig,
+    paths: FabricPaths,
+    socket: PathBuf,
+    boot: u64,
+    started: Instant,
+    stopping: AtomicBool,
+    state: Mutex<State>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+    clients: AtomicUsize,
+}
+
+struct State {
+    peers: Vec<Peer>,
+    subscribers: Vec<(u64, SyncSender<Reply>)>,
+}
+
+struct Peer {
+    entry: HostEntry,
+    state: HostState,
+    since: Instant,
+    last_heard: Option<Instant>,
+    boot: Option<u64>,
+    conn: Option<Conn>,
+    /// This daemon dials the peer (our name sorts first).
+    dials: bool,
+}
+
+/// One live control connection: the writer's queue and the socket (to shut it down).
+#[derive(Clone)]
+struct Conn {
+    generation: u64,
+    frames: SyncSender<Vec<u8>>,
+    stream: Arc<TcpStream>,
+}
+
+impl Conn {
+    /// Queues a frame; false if the connection is stalled or gone.
+    fn send(&self, msg: &PeerMessage) -> bool {
+        match encode(msg) {
+            Ok(frame) => self.send_frame(frame),
+            Err(_) => false,
+        }
+    }
+
+    fn send_frame(&self, frame: Vec<u8>) -> bool {
+        match self.frames.try_send(frame) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    fn close(&self) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// A question forwarded to a peer, waiting for its answer.
+struct Pending {
+    host: String,
+    node: u32,
+    answer: mpsc::Sender<Answer>,
+}
+
+impl Daemon {
+    /// Binds the daemon's TCP address and Unix socket and starts its threads. Fails if the
+    /// address is taken or another daemon serves the fabric directory.
+    pub fn start(options: DaemonOptions) -> Result<Daemon> {
+        let me = options.cluster.host(&options.host).cloned().ok_or_else(|| Error::UnknownHost {
+            host: options.host.clone(),
+            path: PathBuf::from("(the cluster configuration)"),
+            known: options.cluster.hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>().join(", "),
+        })?;
+        ensure_private_dir(&options.dir)
+            .map_err(|e| Error::io(format!("fabric directory {}", options.dir.display()), e))?;
+        let paths = FabricPaths::new(&options.dir);
+        let socket = options.dir.join(SOCKET_NAME);
+        let local = bind_socket(&socket)?;
+        let socket_inode = fs::metadata(&socket).map(|m| m.ino()).unwrap_or(0);
+        let tcp = match TcpListener::bind(me.address) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = fs::remove_file(&socket);
+                return Err(Error::io(format!("listening on {} (host {})", me.address, me.name), e));
+            }
+        };
+        let tcp_addr = tcp.local_addr().map_err(|e| Error::io("the listening address", e))?;
+        let now = Instant::now();
+        let peers = options
+            .cluster
+            .hosts
+            .iter()
+            .filter(|h| h.name != me.name)
+            .map(|h| Peer {
+                entry: h.clone(),
+                state: HostState::Unknown,
+                since: now,
+                last_heard: None,
+                boot: None,
+                conn: None,
+                dials: me.name < h.name,
+            })
+            .collect::<Vec<_>>();
+        let dial: Vec<usize> = peers.iter().enumerate().filter(|(_, p)| p.dials).map(|(i, _)| i).collect();
+        let shared = Arc::new(Shared {
+            me,
+            cluster: options.cluster,
+            paths,
+            socket,
+            boot: random_u64(),
+            started: now,
+            stopping: AtomicBool::new(false),
+            state: Mutex::new(State { peers, subscribers: Vec::new() }),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            clients: AtomicUsize::new(0),
+        });
+        shared.log(format_args!(
+            "host {} listening on {} and {}; heartbeat {} ms, suspect after {} ms, lost after {} ms",
+            shared.me.name,
+            tcp_addr,
+            shared.socket.display(),
+            shared.cluster.heartbeat.as_millis(),
+            shared.cluster.suspect_after.as_millis(),
+            shared.cluster.lost_after.as_millis()
+        ));
+        let mut threads = Vec::new();
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name).spawn(f).map_err(|e| Error::io("starting a daemon thread", e))
+        };
+        let s = shared.clone();
+        threads.push(spawn("lanes-d-accept".into(), Box::new(move || s.accept_peers(tcp)))?);
+        let s = shared.clone();
+        threads.push(spawn("lanes-d-local".into(), Box::new(move || s.accept_local(local)))?);
+        let s = shared.clone();
+        threads.push(spawn("lanes-d-ticker".into(), Box::new(move || s.tick_loop()))?);
+        for i in dial {
+            let s = shared.clone();
+            threads.push(spawn(format!("lanes-d-dial{i}"), Box::new(move || s.dial_loop(i)))?);
+        }
+        Ok(Daemon { shared, threads, tcp_addr, socket_inode })
+    }
+
+    /// The TCP address the daemon listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.tcp_addr
+    }
+
+    /// The Unix socket local processes connect to.
+    pub fn socket(&self) -> &Path {
+        &self.shared.socket
+    }
+
+    /// Stops the daemon: says goodbye to the peers, closes every connection, joins its
+    /// threads and removes its socket.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if self.shared.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let conns: Vec<Conn> = {
+            let mut st = self.shared.lock();
+            st.subscribers.clear();
+            st.peers.iter_mut().filter_map(|p| p.conn.take()).collect()
+        };
+        for c in &conns {
+            c.send(&PeerMessage::Bye { reason: "daemon stopping".into() });
+        }
+        // Give the writers a moment to put the goodbyes on the wire, then cut.
+        if !conns.is_empty() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for c in &conns {
+            c.close();
+        }
+        // Wake the accept loops.
+        let _ = TcpStream::connect_timeout(&wake_address(self.tcp_addr), Duration::from_millis(200));
+        let _ = UnixStream::connect(&self.shared.socket);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if fs::metadata(&self.shared.socket).map(|m| m.ino()).ok() == Some(self.socket_inode) {
+            let _ = fs::remove_file(&self.shared.socket);
+        }
+        self.shared.log(format_args!("stopped"));
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Where to connect to reach our own listener (a wildcard bind is reached on loopback).
+fn wake_address(addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        let ip = if addr.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() };
+        SocketAddr::new(ip, addr.port())
+    } else {
+        addr
+    }
+}
+
+/// Binds `<dir>/daemon.sock` (0600), replacing a stale socket that nobody answers on.
+fn bind_socket(path: &Path) -> Result<UnixListener> {
+    if fs::symlink_metadata(path).is_ok() {
+        match UnixStream::connect(path) {
+            Ok(_) => return Err(Error::AlreadyRunning { socket: path.to_path_buf() }),
+            Err(_) => {
+                fs::remove_file(path).map_err(|e| Error::io(format!("removing the stale {}", path.display()), e))?
+            }
+        }
+    }
+    let listener = UnixListener::bind(path).map_err(|e| Error::io(format!("binding {}", path.display()), e))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io(format!("making {} private", path.display()), e))?;
+    Ok(listener)
+}
+
+/// 64 random bits from the standard library's per-process hash keys, the clock and the pid.
+fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Shared {
+    fn log(&self, msg: fmt::Arguments<'_>) {
+        let t = self.started.elapsed();
+        let mut err = io::stderr().lock();
+        let _ = writeln!(err, "lanes daemon {} [{:>5}.{:03}]: {msg}", self.me.name, t.as_secs(), t.subsec_millis());
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    fn peer_index(&self, host: &str) -> Option<usize> {
+        self.lock().peers.iter().position(|p| p.entry.name == host)
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Host states
+    // -----------------------------------------------------------------------------------
+
+    /// Moves peer `i` to `new`, telling the log and the subscribers. Leaving Operational
+    /// closes its connection and fails the questions waiting on it.
+    fn set_state(&self, st: &mut State, i: usize, new: HostState, reason: &str) {
+        let peer = &mut st.peers[i];
+        let previous = peer.state;
+        if previous == new {
+            return;
+        }
+        peer.state = new;
+        peer.since = Instant::now();
+        self.log(format_args!("host {} {previous} -> {new}: {reason}", peer.entry.name));
+        if new != HostState::Operational {
+            if let Some(c) = peer.conn.take() {
+                c.close();
+            }
+            let host = peer.entry.name.clone();
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.retain(|_, p| {
+                if p.host == host {
+                    let refusal = Refusal::HostUnreachable { node: p.node, host: host.clone(), state: new };
+                    let _ = p.answer.send(Answer::Refused { refusal });
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        let events: Vec<NodeEvent> = st.peers[i]
+            .entry
+            .nodes
+            .iter()
+            .map(|n| NodeEvent {
+                node: n.get(),
+                host: st.peers[i].entry.name.clone(),
+                state: new,
+                previous,
+                reason: reason.to_string(),
+            })
+            .collect();
+        st.subscribers.retain(|(id, tx)| {
+            for ev in &events {
+                match tx.try_send(Reply::Event { event: ev.clone() }) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(_)) => {
+                        self.log(format_args!("subscriber {id} does not keep up with events: dropping it"));
+                        return false;
+                    }
+                    Err(TrySendError::Disconnected(_)) => return false,
+                }
+            }
+            true
+        });
+    }
+
+    /// Every heartbeat: heartbeats out, silent hosts to Suspect and Lost.
+    fn tick_loop(&self) {
+        let heartbeat = encode(&PeerMessage::Heartbeat).expect("a heartbeat encodes");
+        let period = self.cluster.heartbeat;
+        let mut next = Instant::now();
+        while !self.stopping() {
+            let now = Instant::now();
+            {
+                let mut st = self.lock();
+                for i in 0..st.peers.len() {
+                    if let Some(c) = &st.peers[i].conn {
+                        if !c.send_frame(heartbeat.clone()) {
+                            self.set_state(&mut st, i, HostState::Suspect, "its connection is stalled");
+                            continue;
+                        }
+                    }
+                    let p = &st.peers[i];
+                    let Some(heard) = p.last_heard else { continue };
+                    let silent = now.saturating_duration_since(heard);
+                    if p.state == HostState::Operational && silent >= self.cluster.suspect_after {
+                        let why = format!("no heartbeat for {} ms", millis(silent));
+                        self.set_state(&mut st, i, HostState::Suspect, &why);
+                    } else if p.state == HostState::Suspect && silent >= self.cluster.lost_after {
+                        let why = format!("silent for {} ms", millis(silent));
+                        self.set_state(&mut st, i, HostState::Lost, &why);
+                    }
+                }
+            }
+            next += period;
+            let now = Instant::now();
+            if next < now {
+                next = now; // fell behind (a stopped process): no burst of catch-up ticks
+            }
+            std::thread::sleep(next - now);
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Peer connections
+    // -----------------------------------------------------------------------------------
+
+    fn hello(&self) -> PeerMessage {
+        PeerMessage::Hello {
+            version: PROTOCOL_VERSION,
+            host: self.me.name.clone(),
+            boot: self.boot,
+            nodes: self.me.nodes.iter().map(|n| n.get()).collect(),
+        }
+    }
+
+    /// Dials peer `i` while it has no connection.
+    fn dial_loop(&self, i: usize) {
+        let (host, addr) = {
+            let st = self.lock();
+            (st.peers[i].entry.name.clone(), st.peers[i].entry.address)
+        };
+        let mut last_error = String::new();
+        while !self.stopping() {
+            let connected = self.lock().peers[i].conn.is_some();
+            if !connected {
+                let attempt = TcpStream::connect_timeout(&addr, self.cluster.suspect_after)
+                    .map_err(|e| format!("connecting to {addr}: {e}"))
+                    .and_then(|s| self.handshake(s, Some(&host)).map_err(|e| format!("hello with {addr}: {e}")));
+                match attempt {
+                    Ok((stream, reader, boot)) => {
+                        last_error.clear();
+                        self.serve_peer(i, stream, reader, boot);
+                    }
+                    Err(e) => {
+                        if e != last_error {
+                            self.log(format_args!("host {host}: {e} (retrying every heartbeat)"));
+                            last_error = e;
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(self.cluster.heartbeat);
+        }
+    }
+
+    /// Accepts peer daemons.
+    fn accept_peers(self: Arc<Self>, listener: TcpListener) {
+        for stream in listener.incoming() {
+            if self.stopping() {
+                return;
+            }
+            let stream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    self.log(format_args!("accepting a peer: {e}"));
+                    std::thread::sleep(TICK);
+                    continue;
+                }
+            };
+            let s = self.clone();
+            let spawned = std::thread::Builder::new().name("lanes-d-peer".into()).spawn(move || {
+                let from = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+                match s.handshake(stream, None) {
+                    Ok((stream, reader, boot)) => {
+                        if let Some(i) = s.peer_index(&reader.host) {
+                            s.serve_peer(i, stream, reader, boot);
+                        }
+                    }
+                    Err(e) => s.log(format_args!("refused a connection from {from}: {e}")),
+                }
+            });
+            if let Err(e) = spawned {
+                self.log(format_args!("cannot serve a peer: {e}"));
+            }
+        }
+    }
+
+    /// Exchanges hellos (bounded by `suspect_after`). `expect` names the host dialled; an
+    /// accepted connection may come from any other host of the cluster.
+    fn handshake(
+        &self,
+        stream: TcpStream,
+        expect: Option<&str>,
+    ) -> std::result::Result<(TcpStream, HandshakeReader, u64), String> {
+        let deadline = Instant::now() + self.cluster.suspect_after;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        stream.set_write_timeout(Some(self.cluster.suspect_after)).map_err(|e| e.to_string())?;
+        if expect.is_some() {
+            write_message(&mut &stream, &self.hello()).map_err(|e| e.to_string())?;
+        }
+        let mut reader = FrameReader::new();
+        let msg = loop {
+            match reader.next_message::<PeerMessage>() {
+                Ok(Some(m)) => break m,
+                Ok(None) => {}
+                Err(e) => return Err(self.bye(&stream, e.to_string())),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err("no hello in time".into());
+            }
+            stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+            match reader.fill(&mut &stream) {
+                Ok(Fill::Closed) => return Err("closed before its hello".into()),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        let PeerMessage::Hello { version, host, boot, .. } = msg else {
+            return Err(self.bye(&stream, "the first message was not a hello".into()));
+        };
+        if version != PROTOCOL_VERSION {
+            return Err(self.bye(&stream, format!("protocol version {version}, this daemon speaks {PROTOCOL_VERSION}")));
+        }
+        if let Some(want) = expect {
+            if host != want {
+                return Err(self.bye(&stream, format!("dialled host {want} but {host} answered")));
+            }
+        } else {
+            if host == self.me.name || self.cluster.host(&host).is_none() {
+                return Err(self.bye(&stream, format!("host {host:?} is not a peer in this cluster")));
+            }
+            write_message(&mut &stream, &self.hello()).map_err(|e| e.to_string())?;
+        }
+        Ok((stream, HandshakeReader { frames: reader, host }, boot))
+    }
+
+    /// Sends a goodbye with `reason` (best effort) and returns the reason.
+    fn bye(&self, stream: &TcpStream, reason: String) -> String {
+        let _ = write_message(&mut &*stream, &PeerMessage::Bye { reason: reason.clone() });
+        reason
+    }
+
+    /// Makes a handshaken connection peer `i`'s, then reads it until it ends.
+    fn serve_peer(&self, i: usize, stream: TcpStream, reader: HandshakeReader, boot: u64) {
+        let stream = Arc::new(stream);
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(PEER_QUEUE);
+        let generation = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let conn = Conn { generation, frames: tx, stream: stream.clone() };
+        let host = {
+            let mut st = self.lock();
+            if self.stopping() {
+                return;
+            }
+            let now = Instant::now();
+            let old_boot = st.peers[i].boot.replace(boot);
+            if let Some(old) = st.peers[i].conn.replace(conn.clone()) {
+                old.close(); // a newer connection replaces it (the peer restarted or redialled)
+            }
+            st.peers[i].last_heard = Some(now);
+            if old_boot.is_some_and(|b| b != boot) {
+                // Its daemon restarted: nothing it vouched for before still holds.
+                st.peers[i].conn = None;
+                self.set_state(&mut st, i, HostState::Lost, "its daemon restarted (new boot epoch)");
+                st.peers[i].conn = Some(conn.clone());
+            }
+            self.set_state(&mut st, i, HostState::Operational, "hello received");
+            st.peers[i].entry.name.clone()
+        };
+        let writer_stream = stream.clone();
+        let writer = std::thread::Builder::new().name("lanes-d-write".into()).spawn(move || {
+            for frame in rx.iter() {
+                if (&*writer_stream).write_all(&frame).is_err() {
+                    break;
+                }
+            }
+            let _ = writer_stream.shutdown(Shutdown::Both);
+        });
+        if let Err(e) = writer {
+            self.log(format_args!("host {host}: cannot start a writer: {e}"));
+            conn.close();
+        }
+        let reason = self.read_peer(i, &conn, reader.frames);
+        drop(conn);
+        self.connection_ended(i, generation, &reason);
+    }
+
+    /// Reads frames from a peer until the connection ends; returns why it ended.
+    fn read_peer(&self, i: usize, conn: &Conn, mut reader: FrameReader) -> String {
+        if let Err(e) = conn.stream.set_read_timeout(Some(TICK)) {
+            return e.to_string();
+        }
+        loop {
+            loop {
+                match reader.next_message::<PeerMessage>() {
+                    Ok(Some(msg)) => {
+                        if let Some(end) = self.on_peer_message(i, conn, msg) {
+                            return end;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let reason = format!("bad frame: {e}");
+                        conn.send(&PeerMessage::Bye { reason: reason.clone() });
+                        return reason;
+                    }
+                }
+            }
+            if self.stopping() {
+                return "daemon stopping".into();
+            }
+            match reader.fill(&mut &*conn.stream) {
+                Ok(Fill::Closed) => return "connection closed by peer".into(),
+                Ok(_) => {}
+                Err(e) => return format!("connection failed: {e}"),
+            }
+        }
+    }
+
+    /// Handles one frame; `Some(reason)` ends the connection.
+    fn on_peer_message(&self, i: usize, conn: &Conn, msg: PeerMessage) -> Option<String> {
+        {
+            let mut st = self.lock();
+            match &st.peers[i].conn {
+                Some(c) if c.generation == conn.generation => {}
+                _ => return Some("replaced by a newer connection".into()),
+            }
+            st.peers[i].last_heard = Some(Instant::now());
+        }
+        match msg {
+            PeerMessage::Heartbeat => None,
+            PeerMessage::Query { id, query } => {
+                let answer = self.answer_locally(&query);
+                if !conn.send(&PeerMessage::Answer { id, answer }) {
+                    return Some("cannot queue an answer: connection stalled".into());
+                }
+                None
+            }
+            PeerMessage::Answer { id, answer } => {
+                let waiting = self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                if let Some(p) = waiting {
+                    let _ = p.answer.send(answer); // the asker may have given up: fine
+                }
+                None
+            }
+            PeerMessage::Bye { reason } => Some(format!("peer said goodbye: {reason}")),
+            PeerMessage::Hello { .. } => Some("a second hello on one connection".into()),
+        }
+    }
+
+    fn connection_ended(&self, i: usize, generation: u64, reason: &str) {
+        let mut st = self.lock();
+        let current = st.peers[i].conn.as_ref().is_some_and(|c| c.generation == generation);
+        if !current {
+            return;
+        }
+        if let Some(c) = st.peers[i].conn.take() {
+            c.close();
+        }
+        if self.stopping() {
+            return;
+        }
+        if st.peers[i].state == HostState::Operational {
+            self.set_state(&mut st, i, HostState::Suspect, reason);
+        } else {
+            let name = st.peers[i].entry.name.clone();
+            self.log(format_args!("host {name}: connection ended: {reason}"));
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Questions
+    // -----------------------------------------------------------------------------------
+
+    /// Answers a question about this host's fabric directory.
+    fn answer_locally(&self, query: &Query) -> Answer {
+        match *query {
+            Query::Lookup { node, kind, id } => match self.lookup_local(node, kind, id) {
+                Ok(info) => Answer::Object { info },
+                Err(refusal) => Answer::Refused { refusal },
+            },
+            Query::Probe { node } => Answer::Processes { count: self.processes_of(node) },
+        }
+    }
+
+    fn lookup_local(&self, node: u32, kind: ObjectKind, id: u32) -> std::result::Result<ObjectInfo, Refusal> {
+        let host = self.me.name.clone();
+        let not_found = || Refusal::NotFound { node, kind, id, host: host.clone() };
+        let file = match SegmentFile::open(&self.paths, kind.layout_kind(), node, id) {
+            Ok(f) => f,
+            Err(OpenError::Missing) => return Err(not_found()),
+            Err(OpenError::Corrupt(reason)) => return Err(Refusal::Corrupt { node, kind, id, reason }),
+            Err(OpenError::Io(e)) => return Err(Refusal::Failed { reason: format!("opening {kind} {id:#x}: {e}") }),
+        };
+        let snap = *file.snapshot();
+        let st = file.header().state();
+        // A removed object, or the leftover of a dead owner, is as good as absent (as for
+        // `connect_segment`).
+        if st & state::REMOVED != 0 || !liveness::is_alive(&self.paths.procs(), node, snap.owner) {
+            return Err(not_found());
+        }
+        Ok(ObjectInfo {
+            node,
+            kind,
+            id,
+            host,
+            size: snap.segment_size,
+            available: st & state::AVAILABLE != 0,
+            owner_pid: snap.owner.pid(),
+        })
+    }
+
+    fn processes_of(&self, node: u32) -> u32 {
+        let n = liveness::list_records(&self.paths.procs()).iter().filter(|r| r.node == node && r.alive).count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// The peer serving `node`, or None when this host does (or the node is not listed:
+    /// unlisted nodes are local, as on a single host).
+    fn remote_host_of(&self, node: u32) -> Option<String> {
+        let id = NodeId::new(node).ok()?;
+        self.cluster.host_of(id).filter(|h| h.name != self.me.name).map(|h| h.name.clone())
+    }
+
+    /// Asks the daemon of `host`, waiting at most `timeout`.
+    fn forward(&self, host: &str, node: u32, query: Query, timeout: Duration) -> std::result::Result<Answer, Refusal> {
+        let started = Instant::now();
+        let conn = {
+            let st = self.lock();
+            let p = st
+                .peers
+                .iter()
+                .find(|p| p.entry.name == host)
+                .ok_or_else(|| Refusal::Failed { reason: format!("host {host} is not a peer") })?;
+            match (&p.conn, p.state) {
+                (Some(c), HostState::Operational) => c.clone(),
+                (_, state) => return Err(Refusal::HostUnreachable { node, host: host.to_string(), state }),
+            }
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Pending { host: host.to_string(), node, answer: tx });
+        let forget = || {
+            self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        };
+        if !conn.send(&PeerMessage::Query { id, query }) {
+            forget();
+            return Err(Refusal::HostUnreachable { node, host: host.to_string(), state: HostState::Suspect });
+        }
+        match rx.recv_timeout(timeout) {
+            Ok(a) => Ok(a),
+            Err(_) => {
+                forget();
+                Err(Refusal::Timeout { host: host.to_string(), waited_ms: millis(started.elapsed()) })
+            }
+        }
+    }
+
+    fn lookup(
+        &self,
+        node: u32,
+        kind: ObjectKind,
+        id: u32,
+        timeout: Duration,
+    ) -> std::result::Result<ObjectInfo, Refusal> {
+        if let Err(e) = NodeId::new(node) {
+            return Err(Refusal::Failed { reason: e.to_string() });
+        }
+        match self.remote_host_of(node) {
+            None => self.lookup_local(node, kind, id),
+            Some(host) => match self.forward(&host, node, Query::Lookup { node, kind, id }, timeout)? {
+                Answer::Object { info } => Ok(info),
+                Answer::Refused { refusal } => Err(refusal),
+                other => Err(Refusal::Failed { reason: format!("host {host} answered a lookup with {other:?}") }),
+            },
+        }
+    }
+
+    fn probe(&self, node: u32, timeout: Duration) -> std::result::Result<NodeProbe, Refusal> {
+        if let Err(e) = NodeId::new(node) {
+            return Err(Refusal::Failed { reason: e.to_string() });
+        }
+        let Some(host) = self.remote_host_of(node) else {
+            return Ok(NodeProbe {
+                node,
+                host: self.me.name.clone(),
+                host_state: HostState::Operational,
+                processes: self.processes_of(node),
+            });
+        };
+        let state = self.lock().peers.iter().find(|p| p.entry.name == host).map_or(HostState::Unknown, |p| p.state);
+        if state != HostState::Operational {
+            return Ok(NodeProbe { node, host, host_state: state, processes: 0 });
+        }
+        match self.forward(&host, node, Query::Probe { node }, timeout) {
+            Ok(Answer::Processes { count }) => {
+                Ok(NodeProbe { node, host, host_state: HostState::Operational, processes: count })
+            }
+            Ok(Answer::Refused { refusal }) => Err(refusal),
+            Ok(other) => Err(Refusal::Failed { reason: format!("host {host} answered a probe with {other:?}") }),
+            Err(Refusal::HostUnreachable { state, .. }) => {
+                Ok(NodeProbe { node, host, host_state: state, processes: 0 })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn hosts(&self, st: &State) -> Vec<HostStatus> {
+        let now = Instant::now();
+        let mut out = vec![HostStatus {
+            name: self.me.name.clone(),
+            address: self.me.address.to_string(),
+            nodes: self.me.nodes.iter().map(|n| n.get()).collect(),
+            local: true,
+            state: HostState::Operational,
+            state_for_ms: millis(self.started.elapsed()),
+            last_heard_ms: None,
+        }];
+        out.extend(st.peers.iter().map(|p| HostStatus {
+            name: p.entry.name.clone(),
+            address: p.entry.address.to_string(),
+            nodes: p.entry.nodes.iter().map(|n| n.get()).collect(),
+            local: false,
+            state: p.state,
+            state_for_ms: millis(now.saturating_duration_since(p.since)),
+            last_heard_ms: p.last_heard.map(|t| millis(now.saturating_duration_since(t))),
+        }));
+        out
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Local processes
+    // -----------------------------------------------------------------------------------
+
+    fn accept_local(self: Arc<Self>, listener: UnixListener) {
+        for stream in listener.incoming() {
+            if self.stopping() {
+                return;
+            }
+            let mut stream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    self.log(format_args!("accepting a local process: {e}"));
+                    std::thread::sleep(TICK);
+                    continue;
+                }
+            };
+            if self.clients.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
+                self.clients.fetch_sub(1, Ordering::SeqCst);
+                let _ = stream.set_write_timeout(Some(CLIENT_WRITE_TIMEOUT));
+                let reason = format!("the daemon serves {MAX_CLIENTS} processes already");
+                let _ = write_message(&mut stream, &Reply::Error { reason });
+                continue;
+            }
+            let s = self.clone();
+            let spawned = std::thread::Builder::new().name("lanes-d-client".into()).spawn(move || {
+                if let Err(reason) = s.serve_client(stream) {
+                    s.log(format_args!("local process: {reason}"));
+                }
+                s.clients.fetch_sub(1, Ordering::SeqCst);
+            });
+            if let Err(e) = spawned {
+                self.clients.fetch_sub(1, Ordering::SeqCst);
+                self.log(format_args!("cannot serve a local process: {e}"));
+            }
+        }
+    }
+
+    /// Serves one process's requests until it hangs up; `Err` says why it was cut off.
+    fn serve_client(&self, mut stream: UnixStream) -> std::result::Result<(), String> {
+        stream.set_read_timeout(Some(TICK)).map_err(|e| e.to_string())?;
+        stream.set_write_timeout(Some(CLIENT_WRITE_TIMEOUT)).map_err(|e| e.to_string())?;
+        let mut reader = FrameReader::new();
+        loop {
+            let request = loop {
+                match reader.next_message::<Request>() {
+                    Ok(Some(r)) => break r,
+                    Ok(None) => {}
+                    Err(e) => {
+                        let reason = format!("bad request: {e}");
+                        let _ = write_message(&mut stream, &Reply::Error { reason: reason.clone() });
+                        return Err(reason);
+                    }
+                }
+                if self.stopping() {
+                    return Ok(());
+                }
+                match reader.fill(&mut stream) {
+                    Ok(Fill::Closed) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            };
+            let wait = |ms: u64| Duration::from_millis(ms).min(MAX_REQUEST_WAIT);
+            let reply = match request {
+                Request::Hello { .. } => {
+                    Reply::Hello { version: PROTOCOL_VERSION, host: self.me.name.clone(), boot: self.boot }
+                }
+                Request::Lookup { node, kind, id, timeout_ms } => {
+                    Reply::Lookup { result: self.lookup(node, kind, id, wait(timeout_ms)) }
+                }
+                Request::Probe { node, timeout_ms } => Reply::Probe { result: self.probe(node, wait(timeout_ms)) },
+                Request::Cluster => Reply::Cluster { hosts: self.hosts(&self.lock()) },
+                Request::Subscribe => return self.serve_subscriber(stream),
+            };
+            write_message(&mut stream, &reply).map_err(|e| format!("answering: {e}"))?;
+        }
+    }
+
+    /// Streams node events to a subscribed process until it or the daemon goes away.
+    fn serve_subscriber(&self, mut stream: UnixStream) -> std::result::Result<(), String> {
+        let (tx, rx): (SyncSender<Reply>, Receiver<Reply>) = mpsc::sync_channel(SUBSCRIBER_QUEUE);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let hosts = {
+            let mut st = self.lock();
+            st.subscribers.push((id, tx));
+            self.hosts(&st)
+        };
+        let result = (|| {
+            write_message(&mut stream, &Reply::Subscribed { hosts }).map_err(|e| e.to_string())?;
+            loop {
+                let msg = match rx.recv_timeout(KEEPALIVE) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => Reply::KeepAlive,
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()), // stopping, or dropped as too slow
+                };
+                if self.stopping() {
+                    return Ok(());
+                }
+                if let Err(e) = write_message(&mut stream, &msg) {
+                    return match e.kind() {
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => Ok(()),
+                        _ => Err(format!("subscriber: {e}")),
+                    };
+                }
+            }
+        })();
+        self.lock().subscribers.retain(|(i, _)| *i != id);
+        result
+    }
+}
+
+/// The frames read during a handshake (a peer may send more right after its hello) and
+/// the host that said hello.
+struct HandshakeReader {
+    frames: FrameReader,
+    host: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::client::Client;
+    use crate::cluster::config::ClusterSection;
+    use crate::config::NodeEntry;
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("lanes-daemon-unit-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    fn cluster(hosts: &[(&str, u16)]) -> ClusterConfig {
+        let section = ClusterSection {
+            heartbeat_ms: Some(20),
+            suspect_after_ms: Some(150),
+            lost_after_ms: Some(600),
+            ..Default::default()
+        };
+        let nodes: Vec<NodeEntry> = hosts
+            .iter()
+            .enumerate()
+            .map(|(k, (h, port))| NodeEntry {
+                id: 8 + 4 * k as u32,
+                host: h.to_string(),
+                address: Some(format!("127.0.0.1:{port}")),
+            })
+            .collect();
+        ClusterConfig::build(&section, &nodes).unwrap()
+    }
+
+    #[test]
+    fn two_daemons_in_one_process_see_each_other_and_notice_a_stop() {
+        let c = cluster(&[("a", free_port()), ("b", free_port())]);
+        let (da, db) = (scratch("a"), scratch("b"));
+        let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() }).unwrap();
+        let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone() }).unwrap();
+        let mode = fs::metadata(a.socket()).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // A second daemon on the same directory is refused.
+        let again = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() });
+        assert!(matches!(again, Err(Error::AlreadyRunning { .. })), "{again:?}");
+        let mut client = Client::connect(&da, Duration::from_secs(2)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let hosts = client.cluster(Duration::from_secs(1)).unwrap();
+            if hosts.iter().find(|h| h.name == "b").unwrap().state == HostState::Operational {
+                break;
+            }
+            assert!(Instant::now() < deadline, "b never operational: {hosts:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let socket_b = b.socket().to_path_buf();
+        b.stop();
+        assert!(!socket_b.exists(), "the socket is removed");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let hosts = client.cluster(Duration::from_secs(1)).unwrap();
+            if hosts.iter().find(|h| h.name == "b").unwrap().state == HostState::Suspect {
+                break;
+            }
+            assert!(Instant::now() < deadline, "b's stop not noticed: {hosts:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(a);
+        let _ = fs::remove_dir_all(&da);
+        let _ = fs::remove_dir_all(&db);
+    }
+
+    #[test]
+    fn strangers_and_garbage_are_refused_without_harm() {
+        let c = cluster(&[("a", free_port()), ("b", free_port())]);
+        let da = scratch("garbage");
+        let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() }).unwrap();
+        // Garbage on the TCP port and on the socket: each connection is closed, the daemon lives.
+        for junk in [&b"GET / HTTP/1.0\r\n\r\n"[..], &[0xffu8; 64][..]] {
+            let mut t = TcpStream::connect(a.address()).unwrap();
+            t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            t.write_all(junk).unwrap();
+            let mut buf = Vec::new();
+            let _ = io::Read::read_to_end(&mut t, &mut buf); // ends: the daemon closed it
+            let mut u = UnixStream::connect(a.socket()).unwrap();
+            u.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            u.write_all(junk).unwrap();
+            let mut buf = Vec::new();
+            let _ = io::Read::read_to_end(&mut u, &mut buf);
+        }
+        // A hello from a host the cluster does not know.
+        let mut t = TcpStream::connect(a.address()).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let hello = PeerMessage::Hello { version: PROTOCOL_VERSION, host: "zz".into(), boot: 1, nodes: vec![] };
+        write_message(&mut t, &hello).unwrap();
+        let mut r = FrameReader::new();
+        let bye = loop {
+            if let Some(m) = r.next_message::<PeerMessage>().unwrap() {
+                break m;
+            }
+            assert_ne!(r.fill(&mut t).unwrap(), Fill::Closed, "closed without a goodbye");
+        };
+        assert!(matches!(&bye, PeerMessage::Bye { reason } if reason.contains("not a peer")), "{bye:?}");
+        let mut client = Client::connect(&da, Duration::from_secs(2)).unwrap();
+        assert_eq!(client.cluster(Duration::from_secs(1)).unwrap().len(), 2);
+        drop(a);
+        let _ = fs::remove_dir_all(&da);
+    }
+}
