@@ -182,6 +182,22 @@ fn run_job(sc: &Sockconf, lib: &Path, job: Job, seq: usize) -> Outcome {
 
 /// Runs every case of a group in every setup and fails with every difference found.
 fn check_group(group: &str, cases: &[&str]) {
+    check_group_in(group, cases, Matrix::Full)
+}
+
+/// As [`check_group`], for cases that take seconds per run: the plain build only, without
+/// the library (the reference), with it, and with it at LANES_POLL_US=0 and a 4 KiB ring.
+fn check_group_lean(group: &str, cases: &[&str]) {
+    check_group_in(group, cases, Matrix::Lean)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Matrix {
+    Full,
+    Lean,
+}
+
+fn check_group_in(group: &str, cases: &[&str], matrix: Matrix) {
     let lib = library();
     let sc = Sockconf::build(group);
     let listed = sc.list();
@@ -190,6 +206,11 @@ fn check_group(group: &str, cases: &[&str]) {
         let split = listed.iter().find(|(n, _)| n == case).unwrap_or_else(|| panic!("sockconf has no case {case}")).1;
         let mut add = |build, setup, reference| jobs.push(Job { case: case.to_string(), build, setup, reference });
         add(Build::Plain, Setup::Kernel, true);
+        if matrix == Matrix::Lean {
+            add(Build::Plain, Setup::Preload, false);
+            add(Build::Plain, Setup::PreloadSmallRing, false);
+            continue;
+        }
         add(Build::Plain, Setup::Kernel, false);
         add(Build::Fortify, Setup::Kernel, false);
         for build in [Build::Plain, Build::Fortify] {
@@ -283,6 +304,8 @@ const IOCTL_NAMES_OPTIONS: &[&str] = &["fionread", "names", "sockopt", "nodelay"
 const FILES_AND_PIPES: &[&str] = &["sendfile", "splice", "stdio"];
 const PROCESSES_AND_THREADS: &[&str] = &["fork-share", "exec", "posix-spawn", "threads"];
 const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain"];
+/// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).
+const LONG_STREAMS: &[&str] = &["stream-4g"];
 const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader"];
 const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait", "sigio"];
 
@@ -298,6 +321,7 @@ const GROUPS: &[&[&str]] = &[
     FILES_AND_PIPES,
     PROCESSES_AND_THREADS,
     STREAMS,
+    LONG_STREAMS,
     PEER_DEATH,
     SIGNALS,
 ];
@@ -355,6 +379,12 @@ fn processes_and_threads() {
 #[test]
 fn streams() {
     check_group("streams", STREAMS);
+}
+
+/// A stream of several GiB arrives byte-exact (every byte checked against its pattern).
+#[test]
+fn long_streams() {
+    check_group_lean("long-streams", LONG_STREAMS);
 }
 
 #[test]
