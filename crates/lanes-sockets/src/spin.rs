@@ -6,8 +6,10 @@
 //! stolen from the very process being waited for; on a 2-core machine a fixed spin then
 //! makes the library slower than plain TCP. So, like an adaptive mutex, each thread keeps
 //! a budget: a wait that ended during its spin doubles it (up to `LANES_POLL_US`), a spin
-//! that ended in a sleep halves it (down to [`FLOOR`], so a peer that becomes quick again
-//! is noticed).
+//! that ended in a sleep halves it (down to [`FLOOR`]). A sleep that data ended sooner
+//! than the budget could have lasted raises the budget to cover it (with half again to
+//! spare): a spin that long would have caught the data without the sleep's wake-up and
+//! without sending the peer's bytes through the kernel; halving alone never finds that out.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -54,6 +56,21 @@ pub fn miss() {
     });
 }
 
+/// A sleep of `slept` ended because data arrived.
+pub fn woke_after(slept: Duration) {
+    let ceiling = ceiling_ns();
+    let wanted = slept.as_nanos().saturating_mul(3) / 2;
+    if wanted >= ceiling as u128 {
+        return;
+    }
+    BUDGET_NS.with(|b| {
+        let ns = b.get();
+        if ns != u32::MAX && (wanted as u32) > ns {
+            b.set(wanted as u32);
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +89,21 @@ mod tests {
             hit();
         }
         assert_eq!(budget(), ceiling);
+    }
+
+    #[test]
+    fn a_short_sleep_raises_the_budget_to_cover_it() {
+        let floor = Duration::from_nanos(floor_ns() as u64);
+        let ceiling = Duration::from_nanos(ceiling_ns() as u64);
+        for _ in 0..40 {
+            miss();
+        }
+        assert_eq!(budget(), floor);
+        let slept = ceiling / 4;
+        woke_after(slept);
+        assert_eq!(budget(), (slept * 3 / 2).max(floor));
+        // A long sleep says nothing about spinning: the budget stays.
+        woke_after(ceiling * 2);
+        assert_eq!(budget(), (slept * 3 / 2).max(floor));
     }
 }

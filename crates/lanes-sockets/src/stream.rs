@@ -290,15 +290,19 @@ pub fn force_nodelay(conn: &Conn, fd: c_int) {
     }
 }
 
+/// Whether the peer's sending direction may be in ring mode: nothing shut or closed.
+pub fn ring_allowed(conn: &Conn) -> bool {
+    !conn.rx_shut.load(Ordering::Relaxed)
+        && !conn.own.has_flag(FLAG_RX_CLOSED)
+        && conn.peer().is_some_and(|p| !p.has_flag(FLAG_TX_CLOSED))
+}
+
 /// Switches the peer's sending direction back to the ring if everything is read.
 pub fn maybe_ring_mode(conn: &Conn, fd: c_int) {
-    if conn.rx_shut.load(Ordering::Relaxed) {
+    if !ring_allowed(conn) {
         return;
     }
     let Some(peer) = conn.peer() else { return };
-    if peer.has_flag(FLAG_TX_CLOSED) || conn.own.has_flag(FLAG_RX_CLOSED) {
-        return;
-    }
     let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
     let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);
     let ring = peer.tx_word().try_ring_mode(consumed, kread, || kernel_empty(fd));
@@ -411,17 +415,20 @@ pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option
             e = errno();
         }
         if nonblocking || (r < 0 && (e == libc::EAGAIN || e == libc::EWOULDBLOCK)) {
-            let blocking = !nonblocking;
-            if blocking {
-                if !word.prepare_sleep(conn.own.rx_consumed().load(Ordering::Acquire)) {
-                    continue;
-                }
+            let mut ticket = None;
+            if !nonblocking {
+                let Some(t) = word.prepare_sleep(conn.own.rx_consumed().load(Ordering::Acquire)) else { continue };
+                ticket = Some(t);
                 want_ring(&conn.own, false);
             }
+            let slept = Instant::now();
             r = kernel_recvmsg(fd, &rest, kflags, &mut msg);
             e = errno();
-            if blocking {
-                word.finish_sleep();
+            if let Some(t) = ticket {
+                word.finish_sleep(t, ring_allowed(conn));
+                if r > 0 {
+                    crate::spin::woke_after(slept.elapsed());
+                }
             }
         }
         if r > 0 {

@@ -17,27 +17,27 @@ use libc::{c_int, epoll_event, pollfd};
 use crate::conn::{lookup, Conn};
 use crate::real::{errno, real, set_errno};
 use crate::spin;
+use lanes::sockets::direction::SleepTicket;
 
 /// How often a spinning wait asks the kernel about the other descriptors.
 const KERNEL_CHECK_EVERY: Duration = Duration::from_micros(10);
 
 /// Accelerated sockets a wait covers, with the sleeper counts it holds.
 struct Sleepers {
-    prepared: Vec<Arc<Conn>>,
+    prepared: Vec<(Arc<Conn>, SleepTicket)>,
 }
 
 impl Sleepers {
-    /// Switches each to kernel mode as a sleeper; false if one has ring bytes (then none
+    /// Switches each to kernel mode as a sleeper; None if one has ring bytes (then none
     /// stays prepared).
     fn prepare(conns: &[Arc<Conn>]) -> Option<Sleepers> {
         let mut s = Sleepers { prepared: Vec::with_capacity(conns.len()) };
         for c in conns {
             let Some(peer) = c.peer() else { continue };
-            if !peer.tx_word().prepare_sleep(c.own.rx_consumed().load(Ordering::Acquire)) {
-                return None; // drop undoes the others
-            }
+            // None: drop undoes the others.
+            let ticket = peer.tx_word().prepare_sleep(c.own.rx_consumed().load(Ordering::Acquire))?;
             crate::stream::want_ring(&c.own, false);
-            s.prepared.push(c.clone());
+            s.prepared.push((c.clone(), ticket));
         }
         Some(s)
     }
@@ -45,9 +45,9 @@ impl Sleepers {
 
 impl Drop for Sleepers {
     fn drop(&mut self) {
-        for c in &self.prepared {
+        for (c, ticket) in self.prepared.drain(..) {
             if let Some(p) = c.peer() {
-                p.tx_word().finish_sleep();
+                p.tx_word().finish_sleep(ticket, crate::stream::ring_allowed(&c));
             }
         }
     }
@@ -127,7 +127,12 @@ pub fn poll_core(
         if spun {
             spin::miss();
         }
-        return sleep(fds, remaining(deadline));
+        let slept = Instant::now();
+        let r = sleep(fds, remaining(deadline));
+        if r > 0 {
+            spin::woke_after(slept.elapsed());
+        }
+        return r;
     }
 }
 
@@ -370,24 +375,26 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
     // SAFETY: arg is null or our copy.
     let r = unsafe { (real().epoll_ctl)(epfd, op, fd, arg) };
     if r == 0 {
-        let (conn, nested) = match op {
-            libc::EPOLL_CTL_DEL => (None, None),
-            _ => (lookup(fd), shadow_of(fd)),
-        };
         let mut sh = lock(&shadow);
-        sh.stale = true;
-        match op {
-            libc::EPOLL_CTL_DEL => {
-                sh.items.remove(&fd);
-            }
-            _ => {
-                let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0);
-                sh.items.insert(
-                    fd,
-                    Item { events: ev.events, data: app_data, disarmed: false, last_published: last, conn, nested },
-                );
-            }
+        if op == libc::EPOLL_CTL_DEL {
+            sh.items.remove(&fd);
+            sh.stale = true;
+            return r;
         }
+        // Programs flip EPOLLOUT on and off per request with MOD (redis does): keep what
+        // is known about the fd, and the watch list, unless its input interest changed.
+        let (conn, nested, keeps_watch) = match sh.items.get(&fd) {
+            Some(prev) if op == libc::EPOLL_CTL_MOD => {
+                (prev.conn.clone(), prev.nested.clone(), prev.wants_input() == (ev.events & libc::EPOLLIN as u32 != 0))
+            }
+            _ => (lookup(fd), shadow_of(fd), false),
+        };
+        let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0);
+        sh.items.insert(
+            fd,
+            Item { events: ev.events, data: app_data, disarmed: false, last_published: last, conn, nested },
+        );
+        sh.stale |= !keeps_watch;
     }
     r
 }
@@ -484,9 +491,13 @@ fn wait_loop(
         if std::mem::take(&mut spun) {
             spin::miss();
         }
+        let slept = Instant::now();
         let r = real_wait(buf.as_mut_ptr(), max as c_int, ms_ceil(remaining(deadline)));
         let e = errno();
         drop(sleepers);
+        if r > 0 {
+            spin::woke_after(slept.elapsed());
+        }
         if r < 0 {
             set_errno(e);
             return r;

@@ -95,6 +95,15 @@ pub struct KernelReservation {
     pub bytes: usize,
 }
 
+/// A sleeper counted by [`DirectionWord::prepare_sleep`]; give it back with
+/// [`DirectionWord::finish_sleep`].
+#[derive(Debug)]
+#[must_use = "finish the sleep, or the direction stays out of ring mode for good"]
+pub struct SleepTicket {
+    installed: DirectionState,
+    left_ring_mode: bool,
+}
+
 /// Operations on one direction's state word (which lives in the sender's record).
 pub struct DirectionWord<'a> {
     word: &'a AtomicU64,
@@ -155,17 +164,37 @@ impl<'a> DirectionWord<'a> {
     }
 
     /// Receiver about to sleep in the kernel: switches to kernel mode and counts a sleeper,
-    /// unless ring bytes are unread (then returns false: do not sleep, read them).
-    pub fn prepare_sleep(&self, consumed: u64) -> bool {
+    /// unless ring bytes are unread (then returns None: do not sleep, read them).
+    pub fn prepare_sleep(&self, consumed: u64) -> Option<SleepTicket> {
+        let mut was_ring = false;
         self.update(|s| {
+            was_ring = s.ring_mode();
             (s.ring_unread(consumed) == 0 && s.sleepers() < SLEEPERS_MASK)
                 .then(|| s.with_ring_mode(false).with_sleepers(s.sleepers() + 1))
         })
-        .is_ok()
+        .ok()
+        .map(|installed| SleepTicket { installed, left_ring_mode: was_ring })
     }
 
     /// Receiver woke up: uncounts the sleeper counted by [`Self::prepare_sleep`].
-    pub fn finish_sleep(&self) {
+    ///
+    /// If that sleep is what took the direction out of ring mode and the word is exactly
+    /// as the sleep left it (the sender reserved no kernel bytes, no other sleeper is
+    /// counted), ring mode comes back too, as if the sleep had not happened: no byte went
+    /// through the kernel meanwhile, so the order rules hold. (K cannot wrap around to the
+    /// same value meanwhile: the kernel buffers far less than 2^28 unread bytes.) Without
+    /// this, a server waiting on many sockets would move every one of them to the kernel
+    /// at each sleep, and each would stay there until its next kernel read. `may_restore`
+    /// is the caller's word that the stream still allows the ring (not shut down, not
+    /// closed on either side).
+    pub fn finish_sleep(&self, ticket: SleepTicket, may_restore: bool) {
+        if ticket.left_ring_mode && may_restore {
+            let s = ticket.installed;
+            let restored = s.with_sleepers(s.sleepers() - 1).with_ring_mode(true);
+            if self.word.compare_exchange(s.0, restored.0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return;
+            }
+        }
         let _ = self.update(|s| (s.sleepers() > 0).then(|| s.with_sleepers(s.sleepers() - 1)));
     }
 
@@ -196,19 +225,55 @@ mod tests {
         let d = DirectionWord::new(&w);
         assert!(d.publish(10));
         // Ten bytes unread: the receiver must not sleep.
-        assert!(!d.prepare_sleep(0));
+        assert!(d.prepare_sleep(0).is_none());
         // Consumed: it may, and then the sender's publish fails (bytes go to the kernel).
-        assert!(d.prepare_sleep(10));
+        let ticket = d.prepare_sleep(10).expect("may sleep");
         assert!(!d.publish(5));
         let r = d.reserve_kernel(5);
         d.settle_kernel(r, 5);
         // Sleeping: no switch back even when caught up.
         assert!(!d.try_ring_mode(10, 5, || true));
-        d.finish_sleep();
+        // Kernel bytes went out while it slept: waking does not bring the ring back.
+        d.finish_sleep(ticket, true);
+        assert!(!d.load().ring_mode());
+        assert_eq!(d.load().sleepers(), 0);
         assert!(!d.try_ring_mode(10, 4, || true), "one kernel byte unread");
         assert!(!d.try_ring_mode(10, 5, || false), "the kernel still holds bytes");
         assert!(d.try_ring_mode(10, 5, || true));
         assert!(d.load().ring_mode());
+    }
+
+    #[test]
+    fn a_sleep_nothing_happened_in_is_undone() {
+        let w = AtomicU64::new(DirectionState::INITIAL.with_ring_mode(true).0);
+        let d = DirectionWord::new(&w);
+        let ticket = d.prepare_sleep(0).expect("may sleep");
+        assert!(!d.load().ring_mode());
+        d.finish_sleep(ticket, true);
+        assert!(d.load().ring_mode(), "no kernel byte was sent: back to the ring");
+        assert_eq!(d.load().sleepers(), 0);
+
+        // Not when the caller forbids it (the stream was shut down meanwhile).
+        let ticket = d.prepare_sleep(0).expect("may sleep");
+        d.finish_sleep(ticket, false);
+        assert!(!d.load().ring_mode());
+
+        // Not when the sleep did not take it out of ring mode.
+        let ticket = d.prepare_sleep(0).expect("may sleep");
+        d.finish_sleep(ticket, true);
+        assert!(!d.load().ring_mode());
+
+        // Not while another sleeper is counted; the last one out does not restore either
+        // (its own sleep found the direction in kernel mode).
+        assert!(d.try_ring_mode(0, 0, || true));
+        let first = d.prepare_sleep(0).expect("may sleep");
+        let second = d.prepare_sleep(0).expect("may sleep");
+        d.finish_sleep(first, true);
+        assert!(!d.load().ring_mode());
+        assert_eq!(d.load().sleepers(), 1);
+        d.finish_sleep(second, true);
+        assert!(!d.load().ring_mode());
+        assert_eq!(d.load().sleepers(), 0);
     }
 
     #[test]
