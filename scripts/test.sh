@@ -18,12 +18,22 @@ declare -A apt_for=(
     [nginx]=nginx-light
     [curl]=curl
     [wrk]=wrk
-    # Network namespaces for the cluster tests (crates/lanes/tests/cluster.rs).
+    # The ofi transport (feature lanes/ofi): fi_info and fi_pingpong.
+    [fi_info]=libfabric-bin
+    # Network namespaces: the cluster tests (crates/lanes/tests/cluster.rs) and the
+    # multi-host hosts.
     [ip]=iproute2
+)
+# Debian packages that install no command, by the pkg-config module that proves each.
+declare -A apt_for_pkg_config=(
+    ['libfabric >= 1.17']=libfabric-dev
 )
 missing=()
 for cmd in "${!apt_for[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || missing+=("${apt_for[$cmd]}")
+done
+for module in "${!apt_for_pkg_config[@]}"; do
+    pkg-config --exists "$module" 2>/dev/null || missing+=("${apt_for_pkg_config[$module]}")
 done
 if ((${#missing[@]})); then
     log "installing Debian packages: ${missing[*]}"
@@ -52,15 +62,18 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install cargo-nextest --locked
 fi
 
+# Every build below includes the optional libfabric transport.
+features=(--features lanes/ofi)
+
 log "format"
 cargo fmt --all -- --check
 log "lints"
-cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
 log "build"
-cargo build --workspace --all-targets
+cargo build --workspace --all-targets "${features[@]}"
 log "doc tests"
-cargo test --workspace --doc
+cargo test --workspace --doc "${features[@]}"
 log "lock-free structures under loom (every interleaving)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lanes --lib --release loom_tests
 log "tests"
-cargo nextest run --workspace --no-fail-fast "$@"
+cargo nextest run --workspace --no-fail-fast "${features[@]}" "$@"

@@ -130,6 +130,10 @@ pub enum Error {
     #[error("illegal operation: {0}")]
     IllegalOperation(&'static str),
 
+    /// A libfabric call failed (the `ofi` transport): the call, libfabric's code and its text.
+    #[error("{call} failed: {message} (-{code})")]
+    Ofi { call: &'static str, code: i32, message: String },
+
     /// A system call failed.
     #[error("{context}: {source}")]
     Io {

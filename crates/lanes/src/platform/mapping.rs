@@ -1,4 +1,4 @@
-//! Owned `mmap` regions of shared files.
+//! Owned `mmap` regions of shared files (and anonymous memory registered for RMA).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -29,6 +29,24 @@ impl Mapping {
     pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize, access: Access) -> io::Result<Mapping> {
         // SAFETY: a fresh mapping at an address the kernel chooses touches no existing memory.
         unsafe { Self::map_at(fd, offset, len, access, None) }
+    }
+
+    /// A private, zero-filled, read-write anonymous mapping of `len` bytes (> 0), its pages
+    /// populated at once (memory registered for RMA, which some providers need backed).
+    pub fn anonymous(len: usize) -> io::Result<Mapping> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
+        }
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
+        // SAFETY: a fresh anonymous mapping at an address the kernel chooses touches no
+        // existing memory.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Mapping { ptr, len })
     }
 
     /// Maps over the existing pages at `addr` (`MAP_FIXED`).

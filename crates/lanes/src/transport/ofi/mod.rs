@@ -1,0 +1,11 @@
+//! The cross-host transport over libfabric (cargo feature `ofi`).
+//!
+//! Built so far (docs/design/multi-host.md, section 15, stage 1): [`fi`], the safe layer
+//! over the system libfabric (through `lanes-ofi-sys`). The endpoint per process, exports,
+//! mirror windows, RMA DMA and CQ-data doorbells come next, over the transport trait that
+//! stage 2 extracts.
+
+pub mod fi;
+
+#[cfg(test)]
+mod tests;
