@@ -21,6 +21,8 @@ pub struct Conn {
     pub key: ConnectionKey,
     /// Our receiving direction is shut (SHUT_RD): reads go to the kernel from now on.
     pub rx_shut: AtomicBool,
+    /// The peer's consumed count as last read by a sender of this process.
+    peer_consumed: AtomicU64,
 }
 
 impl Conn {
@@ -58,11 +60,28 @@ impl Conn {
         }
     }
 
+    /// The peer's consumed count as last seen (never ahead of the real one), if any.
+    ///
+    /// Safe to compute room with: a sender publishes only into the room a value showed,
+    /// so published minus any value still cached stays within the ring's size, far below
+    /// the 2^28 at which the state word's counters wrap.
+    pub fn peer_consumed_seen(&self) -> Option<u64> {
+        Some(self.peer_consumed.load(Ordering::Relaxed)).filter(|c| *c != UNSEEN)
+    }
+
+    /// Records a consumed count just read from the peer's record.
+    pub fn saw_peer_consumed(&self, consumed: u64) {
+        self.peer_consumed.store(consumed, Ordering::Relaxed);
+    }
+
     /// Whether our side is O_NONBLOCK.
     pub fn nonblocking(&self) -> bool {
         self.own.nonblocking().load(Ordering::Relaxed) != 0
     }
 }
+
+/// `Conn::peer_consumed` before anything was read.
+const UNSEEN: u64 = u64::MAX;
 
 /// fd -> Conn. `MAYBE[fd]` lets every call on other fds skip the lock.
 const FAST_FDS: usize = 1 << 16;
@@ -267,7 +286,13 @@ pub fn on_connected(fd: i32) {
     // SAFETY: F_GETFL on an fd we were handed; no memory is passed.
     let fl = unsafe { (real().fcntl)(fd, libc::F_GETFL, 0) };
     own.nonblocking().store(u32::from(fl >= 0 && fl & libc::O_NONBLOCK != 0), Ordering::Relaxed);
-    let conn = Arc::new(Conn { own, peer: OnceLock::new(), key, rx_shut: AtomicBool::new(false) });
+    let conn = Arc::new(Conn {
+        own,
+        peer: OnceLock::new(),
+        key,
+        rx_shut: AtomicBool::new(false),
+        peer_consumed: AtomicU64::new(UNSEEN),
+    });
     // The peer may have published first: then we attach it now and tell it about us.
     if let Some(p) = conn.attach_peer() {
         p.set_flags(FLAG_PEER_FOUND);
@@ -289,7 +314,13 @@ pub fn adopt_inherited(fd: i32) {
         return;
     }
     own.add_holder(std::process::id());
-    let conn = Arc::new(Conn { own, peer: OnceLock::new(), key, rx_shut: AtomicBool::new(false) });
+    let conn = Arc::new(Conn {
+        own,
+        peer: OnceLock::new(),
+        key,
+        rx_shut: AtomicBool::new(false),
+        peer_consumed: AtomicU64::new(UNSEEN),
+    });
     let _ = conn.attach_peer();
     insert(fd, conn);
 }

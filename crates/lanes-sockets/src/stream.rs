@@ -121,8 +121,16 @@ pub fn send(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
             let state = word.load();
             if state.ring_mode() {
                 let cap = conn.own.ring_bytes();
-                let unread = state.ring_unread(peer.rx_consumed().load(Ordering::Acquire)) as usize;
-                let space = cap.saturating_sub(unread);
+                // The receiver's consumed count lives on a cache line it writes at every
+                // read; read it only when the last value seen leaves too little room (an
+                // old value only understates the room, so it is always safe to use).
+                let mut space =
+                    conn.peer_consumed_seen().map_or(0, |c| cap.saturating_sub(state.ring_unread(c) as usize));
+                if space < (total - sent).min(cap) {
+                    let consumed = peer.rx_consumed().load(Ordering::Acquire);
+                    conn.saw_peer_consumed(consumed);
+                    space = cap.saturating_sub(state.ring_unread(consumed) as usize);
+                }
                 if space > 0 {
                     let n = space.min(total - sent);
                     // SAFETY: the ring is ours to write between `published` and the
