@@ -9,7 +9,10 @@
 //!   nodes/<node>/dint-<no:08x>  one data interrupt: header, doorbell page, per-sender rings
 //! ```
 
+pub mod data_interrupt;
+pub mod interrupt;
 pub mod layout;
+pub(crate) mod remote;
 pub mod segment_file;
 
 use std::path::{Path, PathBuf};
