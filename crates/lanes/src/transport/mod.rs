@@ -4,19 +4,19 @@
 //! a transport is *how a remote object is reached*. The contract between the fabric model
 //! (layer 3) and a transport is two traits:
 //!
-//! - [`Transport`] connects to object (kind, node, id) and hands back a
-//! - [`RemoteObject`]: the connection. It knows what it is connected to ([`ObjectInfo`]),
-//!   reports its [`RemoteState`] cheaply, rings a doorbell on every state change, opens
-//!   [`Window`]s on the object's data, and delivers interrupts ([`RemoteObject::trigger`])
-//!   and data interrupts ([`RemoteObject::send`]).
+//! - `Transport` connects to object (kind, node, id) and hands back a
+//! - `RemoteObject`: the connection. It knows what it is connected to (`ObjectInfo`),
+//!   reports its `RemoteState` cheaply, rings a doorbell on every state change, opens
+//!   `Window`s on the object's data, and delivers interrupts (`RemoteObject::trigger`)
+//!   and data interrupts (`RemoteObject::send`).
 //!
-//! What stays in the fabric: the public objects, bounds of the public API, event reporting
+//! What stays in the fabric: the public objects and their argument checks, event reporting
 //! (which state was last reported), callbacks, sequences and the DMA engine.
 //!
 //! The fabric does not hold a `dyn RemoteObject`: it dispatches through the closed enum
-//! [`RemoteHandle`], one variant per transport, so the shm branch inlines and a
-//! [`Window::Direct`] is accessed with the same volatile loads and stores as before there
-//! was a trait. [`shm`] is the only transport so far; the cross-host transport over
+//! `RemoteHandle`, one variant per transport, so the shm branch inlines and a
+//! `Window::Direct` is accessed with the same volatile loads and stores as before there
+//! was a trait. `shm` is the only transport so far; the cross-host transport over
 //! libfabric is being built beside it as `ofi` (cargo feature `ofi`; so far its safe
 //! libfabric layer, `ofi::fi`), and becomes a second variant (docs/design/multi-host.md,
 //! section 15, stage 4).
@@ -173,10 +173,10 @@ pub(crate) trait RemoteObject: Send + Sync + std::fmt::Debug {
     /// connection is lost ([`Error::SegmentLost`]), or on an object of another kind.
     fn trigger(&self) -> Result<()>;
 
-    /// Sends one message (at most `MAX_DATA_INTERRUPT_PAYLOAD` bytes, checked by the
-    /// caller) to a data interrupt object; messages of one connection arrive in order. A
-    /// full queue makes it wait (spinning `poll`, then sleeping) up to `timeout`, then fail
-    /// with [`Error::QueueFull`] having sent nothing.
+    /// Sends one message (at most `MAX_DATA_INTERRUPT_PAYLOAD` bytes, else
+    /// [`Error::PayloadTooLarge`]) to a data interrupt object; messages of one connection
+    /// arrive whole and in order. A full queue makes it wait (spinning `poll`, then
+    /// sleeping) up to `timeout`, then fail with [`Error::QueueFull`] having sent nothing.
     fn send(&self, data: &[u8], timeout: Timeout, poll: Duration) -> Result<()>;
 
     /// Ends the connection: it becomes `Lost(Disconnected)` and frees its slot at the

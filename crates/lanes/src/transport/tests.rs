@@ -157,6 +157,8 @@ fn data_interrupt_order_per_sender<R: Rig>(rig: &R) {
         assert!(buf[8..len].iter().all(|&b| b == s as u8 ^ k as u8), "sender {s}, message {k}: whole");
     }
     assert!(matches!(ld.wait(&mut buf, Timeout::Immediate), Err(Error::Timeout { .. })));
+    let too_long = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD + 1];
+    assert!(matches!(senders[0].send(&too_long, T, Duration::ZERO), Err(Error::PayloadTooLarge { .. })));
 
     // Fill one sender's queue: the next send waits its timeout, then refuses.
     let mut sent = 0u32;

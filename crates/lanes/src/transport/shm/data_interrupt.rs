@@ -160,7 +160,9 @@ impl Sender {
         check: impl Fn() -> Result<()>,
         full: impl FnOnce() -> Error,
     ) -> Result<()> {
-        assert!(data.len() <= MAX_DATA_INTERRUPT_PAYLOAD, "checked by the caller");
+        if data.len() > MAX_DATA_INTERRUPT_PAYLOAD {
+            return Err(Error::PayloadTooLarge { len: data.len(), max: MAX_DATA_INTERRUPT_PAYLOAD });
+        }
         let mut st = self.send.lock().unwrap_or_else(|e| e.into_inner());
         let slot = self.slot;
         check()?;
@@ -182,7 +184,7 @@ impl Sender {
         let entry = Rings::entry(slot, tail);
         r.word32(entry + ENTRY_LEN).store(data.len() as u32, Ordering::Relaxed);
         // SAFETY: the entry's payload area (4096 bytes) lies inside ring `slot` in the map,
-        // and data is at most 4096 bytes of private memory (asserted above).
+        // and data is at most 4096 bytes of private memory (checked above).
         unsafe { memory::copy_to_shared(r.as_ptr().add(entry + ENTRY_HEADER), data) };
         r.word64(entry + ENTRY_SEQ).store(tail.wrapping_add(1), Ordering::SeqCst);
         r.word64(base + RING_TAIL).store(tail.wrapping_add(1), Ordering::Relaxed);
