@@ -4,7 +4,7 @@ mod support;
 
 use std::os::unix::process::ExitStatusExt;
 
-use support::{Proc, TestDir};
+use support::{Proc, Topology};
 
 #[test]
 fn child_entry() {
@@ -14,8 +14,8 @@ fn child_entry() {
 const SEG: u32 = 0x30;
 const SIZE: u64 = 8192 + 100;
 
-fn owner_with_segment(dir: &TestDir) -> Proc {
-    let mut owner = Proc::node(dir, 8);
+fn owner_with_segment(t: &Topology) -> Proc {
+    let mut owner = Proc::node(t, 8);
     owner.ok(&format!("create s {SEG} {SIZE}"));
     owner.ok("prepare s");
     owner.ok("available s");
@@ -24,11 +24,9 @@ fn owner_with_segment(dir: &TestDir) -> Proc {
     owner
 }
 
-#[test]
-fn maps_and_accesses_outside_the_segment_or_misaligned_are_refused() {
-    let dir = TestDir::new("bounds");
-    let mut owner = owner_with_segment(&dir);
-    let mut peer = Proc::node(&dir, 12);
+fn maps_and_accesses_outside_the_segment_or_misaligned_are_refused(t: &Topology) {
+    let mut owner = owner_with_segment(t);
+    let mut peer = Proc::node(t, 12);
     peer.ok(&format!("connect r 8 {SEG} imm"));
 
     // Maps must lie inside the segment.
@@ -84,11 +82,9 @@ fn maps_and_accesses_outside_the_segment_or_misaligned_are_refused() {
     owner.exit();
 }
 
-#[test]
-fn a_read_only_map_is_read_only_in_the_page_tables() {
-    let dir = TestDir::new("ro-segv");
-    let mut owner = owner_with_segment(&dir);
-    let mut peer = Proc::node(&dir, 12);
+fn a_read_only_map_is_read_only_in_the_page_tables(t: &Topology) {
+    let mut owner = owner_with_segment(t);
+    let mut peer = Proc::node(t, 12);
     peer.ok(&format!("connect r 8 {SEG} imm"));
     peer.ok(&format!("map ro r 0 {SIZE} ro"));
     peer.ok(&format!("map rw r 0 {SIZE} rw"));
@@ -106,7 +102,7 @@ fn a_read_only_map_is_read_only_in_the_page_tables() {
     owner.ok(&format!("vpat m 5002 {} 9 5002", SIZE - 5002));
 
     // The same holds for a read-only map of a local segment.
-    let mut other = Proc::node(&dir, 16);
+    let mut other = Proc::node(t, 16);
     other.ok("create s 0x31 4096");
     other.ok("map ro s 0 4096 ro");
     other.ok("nocore");
@@ -116,3 +112,8 @@ fn a_read_only_map_is_read_only_in_the_page_tables() {
     assert_eq!(st.signal(), Some(libc::SIGSEGV), "{st:?}\n--- child output ---\n{out}");
     owner.exit();
 }
+
+support::topology_cases!(
+    maps_and_accesses_outside_the_segment_or_misaligned_are_refused,
+    a_read_only_map_is_read_only_in_the_page_tables,
+);

@@ -6,7 +6,7 @@ mod support;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use support::{Proc, TestDir};
+use support::{Proc, TestDir, Topology};
 
 #[test]
 fn child_entry() {
@@ -19,11 +19,9 @@ fn waited_ms(debug: &str) -> u64 {
     rest.trim_end_matches([' ', '}']).parse().unwrap_or_else(|_| panic!("bad waited_ms in {debug}"))
 }
 
-#[test]
-fn connect_refusals_are_distinct_errors() {
-    let dir = TestDir::new("connect-errors");
-    let mut owner = Proc::node(&dir, 8);
-    let mut peer = Proc::node(&dir, 12);
+fn connect_refusals_are_distinct_errors(t: &Topology) {
+    let mut owner = Proc::node(t, 8);
+    let mut peer = Proc::node(t, 12);
     owner.ok("create s 0x10 12288"); // neither prepared nor available
 
     let e = peer.err_is("connect r 8 0x99 imm", "NoSuchSegment");
@@ -127,6 +125,7 @@ fn single_winner(procs: &[Proc], results: &[Result<String, support::ErrReply>], 
     winners[0]
 }
 
+// Single-host: eight processes act as node 8 and race on its directory, then corrupt a file.
 #[test]
 fn racing_creators_of_one_id_have_exactly_one_winner() {
     let dir = TestDir::new("race");
@@ -185,3 +184,5 @@ fn racing_creators_of_one_id_have_exactly_one_winner() {
         p.exit();
     }
 }
+
+support::topology_cases!(connect_refusals_are_distinct_errors);

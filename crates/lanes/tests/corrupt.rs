@@ -1,5 +1,7 @@
 //! Segment files that are not what this library wrote: refused with CorruptSegment, listed
 //! as corrupt, replaced by a create of the same id, removed by cleanup.
+//!
+//! Single-host by nature (files forged in one fabric directory): not run per topology.
 
 mod support;
 

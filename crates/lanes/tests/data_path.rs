@@ -7,7 +7,7 @@ mod support;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use support::{fnv64, pattern, Proc, TestDir};
+use support::{fnv64, pattern, Proc, TestDir, Topology};
 
 #[test]
 fn child_entry() {
@@ -18,23 +18,21 @@ fn sum_of(bytes: &[u8]) -> String {
     format!("{:016x}", fnv64(bytes))
 }
 
-#[test]
-fn a_waiting_peer_and_the_owner_exchange_checksummed_data() {
+fn a_waiting_peer_and_the_owner_exchange_checksummed_data(t: &Topology) {
     const SEG: u32 = 0x1001;
     // Odd size, and large enough for copies above the 1 MiB non-temporal threshold.
     const SIZE: u64 = 3 * 1024 * 1024 + 4097;
     const SEED: u64 = 0xA11CE;
     const REPLY_SEED: u64 = 0xB0B;
-    let dir = TestDir::new("two-nodes");
 
     // The peer starts first and waits for a segment that does not exist yet.
-    let mut peer = Proc::node(&dir, 12);
-    assert!(!dir.seg_path(8, SEG).exists());
+    let mut peer = Proc::node(t, 12);
+    assert!(!t.seg_path(8, SEG).exists());
     let connect = format!("connect r 8 {SEG} 10000");
     peer.start(&connect);
     std::thread::sleep(Duration::from_millis(100)); // let it poll a few times (not a bound)
 
-    let mut owner = Proc::node(&dir, 8);
+    let mut owner = Proc::node(t, 8);
     owner.ok(&format!("create s {SEG} {SIZE}"));
     owner.ok("prepare s");
     owner.ok(&format!("map m s 0 {SIZE} rw"));
@@ -111,6 +109,7 @@ fn a_waiting_peer_and_the_owner_exchange_checksummed_data() {
     owner.exit();
 }
 
+// Single-host: several processes act as one node, which is one host by definition.
 #[test]
 fn processes_of_one_node_share_a_segment() {
     const SEG: u32 = 0x2001;
@@ -176,12 +175,10 @@ fn processes_of_one_node_share_a_segment() {
     c.exit();
 }
 
-#[test]
-fn caller_memory_registered_as_a_segment_is_shared_in_place() {
+fn caller_memory_registered_as_a_segment_is_shared_in_place(t: &Topology) {
     const SEG: u32 = 0x3001;
     const LEN: usize = 3 * 4096 - 5;
-    let dir = TestDir::new("registered");
-    let mut owner = Proc::node(&dir, 8);
+    let mut owner = Proc::node(t, 8);
     // A page-aligned heap buffer, filled with pattern 11, then registered.
     owner.ok(&format!("register b {SEG} {LEN} 11"));
     owner.ok("prepare b");
@@ -189,7 +186,7 @@ fn caller_memory_registered_as_a_segment_is_shared_in_place() {
     assert_eq!(owner.ok("linfo b"), format!("id={SEG} size={LEN} node=8 owner=true available=true"));
     owner.ok(&format!("bufvpat b 0 {LEN} 11 0"));
 
-    let mut peer = Proc::node(&dir, 12);
+    let mut peer = Proc::node(t, 12);
     assert_eq!(peer.ok(&format!("connect r 8 {SEG} imm")), format!("node=8 id={SEG} size={LEN}"));
     peer.ok(&format!("map m r 0 {LEN} rw"));
     peer.ok(&format!("vpat m 0 {LEN} 11 0")); // the caller's data
@@ -223,6 +220,7 @@ fn caller_memory_registered_as_a_segment_is_shared_in_place() {
     owner.exit();
 }
 
+// Single-host: it measures the blocks of the segment file on the fabric's file system.
 #[test]
 fn a_sparse_1_gib_segment_costs_only_the_pages_touched() {
     const SEG: u32 = 0x4001;
@@ -261,3 +259,8 @@ fn a_sparse_1_gib_segment_costs_only_the_pages_touched() {
     peer.exit();
     owner.exit();
 }
+
+support::topology_cases!(
+    a_waiting_peer_and_the_owner_exchange_checksummed_data,
+    caller_memory_registered_as_a_segment_is_shared_in_place,
+);

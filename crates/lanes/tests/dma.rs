@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use lanes::{DmaDirection, DmaQueueState, DmaVec, Error, Fabric, FabricConfig, MapAccess, NodeId, Timeout};
-use support::{fnv64, pattern, Proc, TestDir};
+use support::{fnv64, pattern, Proc, Topology};
 
 #[test]
 fn child_entry() {
@@ -16,18 +16,16 @@ fn child_entry() {
 
 const T: Timeout = Timeout::After(Duration::from_secs(10));
 
-fn me(dir: &TestDir) -> Fabric {
-    Fabric::open_with(FabricConfig::new(dir.fabric(), NodeId::new(4).unwrap())).unwrap()
+fn me(t: &Topology) -> Fabric {
+    Fabric::open_with(FabricConfig::new(t.fabric(4), NodeId::new(4).unwrap())).unwrap()
 }
 
-#[test]
-fn dma_moves_checksummed_data_to_and_from_another_process() {
+fn dma_moves_checksummed_data_to_and_from_another_process(t: &Topology) {
     const SEG: u32 = 0x2001;
     const SIZE: u64 = 4 * 1024 * 1024 + 3;
     const REMOTE_SEED: u64 = 0xD3A;
     const LOCAL_SEED: u64 = 0x10CA1;
-    let dir = TestDir::new("dma-data");
-    let mut owner = Proc::node(&dir, 8);
+    let mut owner = Proc::node(t, 8);
     owner.ok(&format!("create s {SEG} {SIZE}"));
     owner.ok("prepare s");
     owner.ok(&format!("map m s 0 {SIZE} rw"));
@@ -36,7 +34,7 @@ fn dma_moves_checksummed_data_to_and_from_another_process() {
 
     // Transfers of 1 MiB and more take the non-temporal copy, whatever the cache size.
     lanes::platform::memory::set_nontemporal_threshold(1 << 20);
-    let fabric = me(&dir);
+    let fabric = me(t);
     let local = fabric.create_segment(0x2002, SIZE).unwrap();
     let lmap = local.map(0, SIZE, MapAccess::ReadWrite).unwrap();
     lmap.write_bytes(0, &pattern(LOCAL_SEED, 0, SIZE as usize)).unwrap();
@@ -74,16 +72,14 @@ fn dma_moves_checksummed_data_to_and_from_another_process() {
     owner.exit();
 }
 
-#[test]
-fn the_owner_killed_mid_transfer_puts_the_queue_in_error_without_a_hang() {
+fn the_owner_killed_mid_transfer_puts_the_queue_in_error_without_a_hang(t: &Topology) {
     const SEG: u32 = 0x2003;
     const SIZE: u64 = 64 << 20;
-    let dir = TestDir::new("dma-kill");
-    let mut owner = Proc::node(&dir, 8);
+    let mut owner = Proc::node(t, 8);
     owner.ok(&format!("create s {SEG} {SIZE}"));
     owner.ok("prepare s");
     owner.ok("available s");
-    let fabric = me(&dir);
+    let fabric = me(t);
     let local = fabric.create_segment(0x2004, SIZE).unwrap();
     let remote = fabric.connect_segment(8, SEG, T).unwrap();
     let mut q = fabric.create_dma_queue(1024).unwrap();
@@ -113,3 +109,8 @@ fn the_owner_killed_mid_transfer_puts_the_queue_in_error_without_a_hang() {
     assert!(q.start(&local, &remote, 0, 8, 0, DmaDirection::Write, None).is_err());
     assert!(matches!(q.state(), DmaQueueState::Done | DmaQueueState::Error));
 }
+
+support::topology_cases!(
+    dma_moves_checksummed_data_to_and_from_another_process,
+    the_owner_killed_mid_transfer_puts_the_queue_in_error_without_a_hang,
+);

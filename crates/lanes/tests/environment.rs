@@ -1,5 +1,8 @@
 //! Who a process is (node id from `LANES_NODE_ID`, the configuration file, or the default)
 //! and that the fabric's files are private to the user.
+//!
+//! Single-host by nature (the process environment and directory permissions): not run per
+//! topology.
 
 mod support;
 

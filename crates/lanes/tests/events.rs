@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lanes::fabric::{LocalEvent, RemoteEvent};
 use lanes::LossReason;
-use wakeups_support::{field, ms_between, tail_field, Node, TestDir, NOTICE, WAIT};
+use wakeups_support::{field, ms_between, tail_field, Node, Topology, NOTICE, WAIT};
 
 #[test]
 fn child_entry() {
@@ -56,15 +56,13 @@ fn summary(what: &str, mut ms: Vec<f64>) {
 // The owner's side
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn the_owner_hears_peers_connect_disconnect_and_die() {
-    let dir = TestDir::new("ev-owner");
-    let mut owner = Node::spawn(&dir, "owner", 8);
+fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
     owner.ok("seg s 0x70 4096");
     owner.err_is("lwait s 100", "Timeout");
 
     // A clean connect and disconnect.
-    let mut peer = Node::spawn(&dir, "peer", 12);
+    let mut peer = Node::spawn(t, "peer", 12);
     peer.ok("connect r 8 0x70 5000");
     let (ev, _) = event(&owner.ok("lwait s 5000"));
     assert_eq!(ev, connected(12, peer.pid()));
@@ -82,7 +80,7 @@ fn the_owner_hears_peers_connect_disconnect_and_die() {
     let mut deaths = Vec::new();
     for round in 0..5u32 {
         let node = 16 + 4 * round;
-        let mut victim = Node::spawn(&dir, &format!("victim {round}"), node);
+        let mut victim = Node::spawn(t, &format!("victim {round}"), node);
         victim.ok("connect r 8 0x70 5000");
         let (ev, _) = event(&owner.ok("lwait s 5000"));
         assert_eq!(ev, connected(node, victim.pid()));
@@ -99,7 +97,7 @@ fn the_owner_hears_peers_connect_disconnect_and_die() {
     summary("owner's wait_event(Infinite) hearing of a connected peer's kill -9", deaths);
 
     // A peer killed while nobody waits: the next wait reports it.
-    let mut victim = Node::spawn(&dir, "late victim", 40);
+    let mut victim = Node::spawn(t, "late victim", 40);
     victim.ok("connect r 8 0x70 5000");
     let (ev, _) = event(&owner.ok("lwait s 5000"));
     assert_eq!(ev, connected(40, victim.pid()));
@@ -110,8 +108,8 @@ fn the_owner_hears_peers_connect_disconnect_and_die() {
     owner.err_is("lwait s 100", "Timeout");
 
     // The events of several peers, each reported once.
-    let mut a = Node::spawn(&dir, "peer a", 44);
-    let mut b = Node::spawn(&dir, "peer b", 48);
+    let mut a = Node::spawn(t, "peer a", 44);
+    let mut b = Node::spawn(t, "peer b", 48);
     a.ok("connect r 8 0x70 5000");
     b.ok("connect r 8 0x70 5000");
     let mut evs = vec![event(&owner.ok("lwait s 5000")).0, event(&owner.ok("lwait s 5000")).0];
@@ -132,17 +130,15 @@ fn the_owner_hears_peers_connect_disconnect_and_die() {
     owner.exit();
 }
 
-#[test]
-fn the_owners_event_callback_hears_a_peer_die() {
-    let dir = TestDir::new("ev-owner-cb");
-    let mut owner = Node::spawn(&dir, "owner", 8);
+fn the_owners_event_callback_hears_a_peer_die(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
     owner.ok("seg s 0x71 4096");
     owner.ok("lpoll s 0");
     owner.ok("lon_event s ev");
     let mut deaths = Vec::new();
     for round in 0..3u32 {
         let node = 12 + 4 * round;
-        let mut victim = Node::spawn(&dir, &format!("victim {round}"), node);
+        let mut victim = Node::spawn(t, &format!("victim {round}"), node);
         victim.ok("connect r 8 0x71 5000");
         let (ev, _) = event(&owner.note("ev", WAIT));
         assert_eq!(ev, connected(node, victim.pid()));
@@ -166,18 +162,16 @@ fn two_events(owner: &mut Node) -> (Option<String>, Option<String>) {
 /// Regression: a peer that connects and disconnects (or dies) between two of the owner's
 /// `wait_event` calls must still be reported (the owner counts the slot's claims and
 /// releases from its generation and learns the last holder from the slot).
-#[test]
-fn connections_that_come_and_go_between_two_waits_are_still_reported() {
-    let dir = TestDir::new("ev-owner-missed");
-    let mut owner = Node::spawn(&dir, "owner", 8);
+fn connections_that_come_and_go_between_two_waits_are_still_reported(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
     owner.ok("seg s 0x72 4096");
-    let mut peer = Node::spawn(&dir, "peer", 12);
+    let mut peer = Node::spawn(t, "peer", 12);
     peer.ok("connect r 8 0x72 5000");
     peer.ok("drop r");
     let clean = two_events(&mut owner);
     let clean_want = (Some(connected(12, peer.pid())), Some(disconnected(12, peer.pid(), false)));
     // A peer that connects and is killed before the owner waits.
-    let mut victim = Node::spawn(&dir, "victim", 16);
+    let mut victim = Node::spawn(t, "victim", 16);
     victim.ok("connect r 8 0x72 5000");
     let pid = victim.pid();
     victim.kill9();
@@ -197,11 +191,9 @@ fn connections_that_come_and_go_between_two_waits_are_still_reported() {
 // The peer's side
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn a_peer_hears_availability_changes_and_removal() {
-    let dir = TestDir::new("ev-peer");
-    let mut owner = Node::spawn(&dir, "owner", 8);
-    let mut peer = Node::spawn(&dir, "peer", 12);
+fn a_peer_hears_availability_changes_and_removal(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
+    let mut peer = Node::spawn(t, "peer", 12);
     owner.ok("seg s 0x73 4096");
     peer.ok("connect r 8 0x73 5000");
     // A second connection of the same process delivers the same events to a callback.
@@ -231,7 +223,7 @@ fn a_peer_hears_availability_changes_and_removal() {
     assert_eq!(event(&peer.note("cb", WAIT)).0, remote(RemoteEvent::NotOperational));
 
     // New connections are refused while unavailable; the existing ones stay.
-    let mut late = Node::spawn(&dir, "late peer", 16);
+    let mut late = Node::spawn(t, "late peer", 16);
     late.err_is("connect r 8 0x73 imm", "NotAvailable");
 
     // Removal (the owner removes it by force, peers connected): Lost(Removed), once.
@@ -255,14 +247,12 @@ fn a_peer_hears_availability_changes_and_removal() {
     owner.exit();
 }
 
-#[test]
-fn a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback() {
-    let dir = TestDir::new("ev-owner-death");
-    let mut peer = Node::spawn(&dir, "peer", 12);
+fn a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback(t: &Topology) {
+    let mut peer = Node::spawn(t, "peer", 12);
     let (mut waits, mut callbacks) = (Vec::new(), Vec::new());
     for round in 0..3u32 {
         let id = 0x80 + round;
-        let mut owner = Node::spawn(&dir, &format!("owner {round}"), 8);
+        let mut owner = Node::spawn(t, &format!("owner {round}"), 8);
         owner.ok(&format!("seg s {id} 4096"));
         // r: a waiter blocked in wait_event(Infinite), asleep; c: a callback; q: nobody
         // waits, it is asked afterwards.
@@ -297,3 +287,11 @@ fn a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback() {
     summary("peer's on_event callback hearing of the owner's kill -9", callbacks);
     peer.exit();
 }
+
+wakeups_support::topology_cases!(
+    the_owner_hears_peers_connect_disconnect_and_die,
+    the_owners_event_callback_hears_a_peer_die,
+    connections_that_come_and_go_between_two_waits_are_still_reported,
+    a_peer_hears_availability_changes_and_removal,
+    a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback,
+);

@@ -8,7 +8,7 @@ mod wakeups_support;
 use std::time::{Duration, Instant};
 
 use wakeups_support::{
-    expected_sum, field, ms_between, parse_book, parse_result, Node, TestDir, MAX_WAIT, NOTICE, WAIT,
+    expected_sum, field, ms_between, parse_book, parse_result, Node, TestDir, Topology, MAX_WAIT, NOTICE, WAIT,
 };
 
 #[test]
@@ -38,10 +38,9 @@ fn within_notice(what: &str, cause: u64, seen: u64) -> f64 {
 
 /// `n` triggers from one process to a waiter in another that spins for `poll_us` before it
 /// sleeps; the sender pauses `pause_us` between bursts of 1..=64 (none if `None`).
-fn stress(name: &str, n: u64, poll_us: u64, pause_us: Option<u64>) {
-    let dir = TestDir::new(name);
-    let mut rx = Node::spawn(&dir, "receiver", 8);
-    let mut tx = Node::spawn(&dir, "sender", 12);
+fn stress(t: &Topology, name: &str, n: u64, poll_us: u64, pause_us: Option<u64>) {
+    let mut rx = Node::spawn(t, "receiver", 8);
+    let mut tx = Node::spawn(t, "sender", 12);
     let num = number(&rx.ok("icreate i auto"));
     rx.ok(&format!("ipoll i {poll_us}"));
     tx.ok(&format!("iconnect r 8 {num} 5000"));
@@ -81,29 +80,25 @@ fn stress(name: &str, n: u64, poll_us: u64, pause_us: Option<u64>) {
     rx.exit();
 }
 
-#[test]
-fn a_million_triggers_to_a_spinning_waiter_make_a_million_waits() {
-    stress("stress-spin", 1_000_000, 1000, None);
+fn a_million_triggers_to_a_spinning_waiter_make_a_million_waits(t: &Topology) {
+    stress(t, "stress-spin", 1_000_000, 1000, None);
 }
 
-#[test]
-fn a_hundred_thousand_triggers_to_a_sleeping_waiter_make_as_many_waits() {
+fn a_hundred_thousand_triggers_to_a_sleeping_waiter_make_as_many_waits(t: &Topology) {
     // Poll time zero: the waiter sleeps on the futex whenever nothing is pending, and the
     // sender's pauses between bursts make sure it often is.
-    stress("stress-sleep", 100_000, 0, Some(50));
+    stress(t, "stress-sleep", 100_000, 0, Some(50));
 }
 
 // ---------------------------------------------------------------------------------------
 // 2. Several senders of data interrupts
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn three_data_senders_arrive_whole_and_in_order_with_none_lost() {
+fn three_data_senders_arrive_whole_and_in_order_with_none_lost(t: &Topology) {
     const N: u64 = 2000;
-    let dir = TestDir::new("dint-three");
-    let mut rx = Node::spawn(&dir, "receiver", 8);
+    let mut rx = Node::spawn(t, "receiver", 8);
     let num = number(&rx.ok("dcreate d auto"));
-    let mut senders: Vec<Node> = (0..3u32).map(|s| Node::spawn(&dir, &format!("sender {s}"), 12 + 4 * s)).collect();
+    let mut senders: Vec<Node> = (0..3u32).map(|s| Node::spawn(t, &format!("sender {s}"), 12 + 4 * s)).collect();
     for tx in &mut senders {
         tx.ok(&format!("dconnect r 8 {num} 5000"));
     }
@@ -140,13 +135,12 @@ fn three_data_senders_arrive_whole_and_in_order_with_none_lost() {
 // 3a. The receiver (owner) is killed while senders send
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn killing_the_owner_makes_a_triggering_sender_fail_within_2_s() {
+fn killing_the_owner_makes_a_triggering_sender_fail_within_2_s(t: &Topology) {
     // Killed at different moments of the sender's loop.
     for delay_ms in [0u64, 20, 150] {
-        let dir = TestDir::new("int-owner-kill");
-        let mut rx = Node::spawn(&dir, "receiver", 8);
-        let mut tx = Node::spawn(&dir, "sender", 12);
+        let t = &t.fresh("int-owner-kill");
+        let mut rx = Node::spawn(t, "receiver", 8);
+        let mut tx = Node::spawn(t, "sender", 12);
         let num = number(&rx.ok("icreate i auto"));
         tx.ok(&format!("iconnect r 8 {num} 5000"));
         rx.ok("bg w iwait i 1000000000 20000");
@@ -167,12 +161,11 @@ fn killing_the_owner_makes_a_triggering_sender_fail_within_2_s() {
     }
 }
 
-#[test]
-fn killing_the_owner_makes_a_streaming_data_sender_fail_within_2_s() {
+fn killing_the_owner_makes_a_streaming_data_sender_fail_within_2_s(t: &Topology) {
     for delay_ms in [0u64, 30, 150] {
-        let dir = TestDir::new("dint-owner-kill");
-        let mut rx = Node::spawn(&dir, "receiver", 8);
-        let mut tx = Node::spawn(&dir, "sender", 12);
+        let t = &t.fresh("dint-owner-kill");
+        let mut rx = Node::spawn(t, "receiver", 8);
+        let mut tx = Node::spawn(t, "sender", 12);
         let num = number(&rx.ok("dcreate d auto"));
         tx.ok(&format!("dconnect r 8 {num} 5000"));
         rx.ok("bg r drecv d 1000000000 20000");
@@ -192,11 +185,9 @@ fn killing_the_owner_makes_a_streaming_data_sender_fail_within_2_s() {
     }
 }
 
-#[test]
-fn killing_the_owner_releases_a_sender_blocked_on_a_full_queue_within_2_s() {
-    let dir = TestDir::new("dint-full-kill");
-    let mut rx = Node::spawn(&dir, "receiver", 8);
-    let mut tx = Node::spawn(&dir, "sender", 12);
+fn killing_the_owner_releases_a_sender_blocked_on_a_full_queue_within_2_s(t: &Topology) {
+    let mut rx = Node::spawn(t, "receiver", 8);
+    let mut tx = Node::spawn(t, "sender", 12);
     let num = number(&rx.ok("dcreate d auto"));
     tx.ok(&format!("dconnect r 8 {num} 5000"));
     // The receiver never reads: 16 fit, the 17th waits for room (up to 15 s).
@@ -241,15 +232,13 @@ fn kill_sender_after(tx: &mut Node, s: u8, at_least: u64) -> u64 {
     reported
 }
 
-#[test]
-fn killing_senders_mid_stream_loses_nothing_they_sent_and_others_go_on() {
+fn killing_senders_mid_stream_loses_nothing_they_sent_and_others_go_on(t: &Topology) {
     const N: u64 = 1500;
-    let dir = TestDir::new("dint-sender-kill");
-    let mut rx = Node::spawn(&dir, "receiver", 8);
+    let mut rx = Node::spawn(t, "receiver", 8);
     let num = number(&rx.ok("dcreate d auto"));
-    let mut a = Node::spawn(&dir, "sender 0", 12);
-    let mut b = Node::spawn(&dir, "sender 1", 16);
-    let mut c = Node::spawn(&dir, "sender 2", 20);
+    let mut a = Node::spawn(t, "sender 0", 12);
+    let mut b = Node::spawn(t, "sender 1", 16);
+    let mut c = Node::spawn(t, "sender 2", 20);
     for tx in [&mut a, &mut b, &mut c] {
         tx.ok(&format!("dconnect r 8 {num} 5000"));
     }
@@ -262,11 +251,11 @@ fn killing_senders_mid_stream_loses_nothing_they_sent_and_others_go_on() {
 
     let sent_a = kill_sender_after(&mut a, 0, 300);
     // A new sender connects after the kill (it may inherit the dead one's slot).
-    let mut d = Node::spawn(&dir, "sender 3", 24);
+    let mut d = Node::spawn(t, "sender 3", 24);
     d.ok(&format!("dconnect r 8 {num} 5000"));
     d.ok(&format!("bg s dsend r 3 0 {N} 15000"));
     let sent_b = kill_sender_after(&mut b, 1, 500);
-    let mut e = Node::spawn(&dir, "sender 4", 28);
+    let mut e = Node::spawn(t, "sender 4", 28);
     e.ok(&format!("dconnect r 8 {num} 5000"));
     e.ok(&format!("bg s dsend r 4 0 {N} 15000"));
 
@@ -300,18 +289,16 @@ fn killing_senders_mid_stream_loses_nothing_they_sent_and_others_go_on() {
     rx.exit();
 }
 
-#[test]
-fn a_sender_killed_while_blocked_on_a_full_queue_delivers_exactly_what_it_queued() {
-    let dir = TestDir::new("dint-sender-kill-full");
-    let mut rx = Node::spawn(&dir, "receiver", 8);
+fn a_sender_killed_while_blocked_on_a_full_queue_delivers_exactly_what_it_queued(t: &Topology) {
+    let mut rx = Node::spawn(t, "receiver", 8);
     let num = number(&rx.ok("dcreate d auto"));
-    let mut a = Node::spawn(&dir, "sender 0", 12);
+    let mut a = Node::spawn(t, "sender 0", 12);
     a.ok(&format!("dconnect r 8 {num} 5000"));
     a.ok(&format!("bg s dsend r 0 0 {} 15000 report", QUEUE + 1));
     let sent = kill_sender_after(&mut a, 0, QUEUE);
     assert_eq!(sent, QUEUE, "the 17th send cannot have returned: the queue was full");
     // A new sender connects after the kill, then the receiver reads everything.
-    let mut d = Node::spawn(&dir, "sender 3", 16);
+    let mut d = Node::spawn(t, "sender 3", 16);
     d.ok(&format!("dconnect r 8 {num} 5000"));
     rx.ok("bg r drecv_until d 0:16,3:40 10000");
     let r = d.ok("dsend r 3 0 40 10000");
@@ -329,11 +316,9 @@ fn a_sender_killed_while_blocked_on_a_full_queue_delivers_exactly_what_it_queued
 // 4. Removal while a waiter sleeps
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn removing_an_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers() {
-    let dir = TestDir::new("int-remove");
-    let mut owner = Node::spawn(&dir, "owner", 8);
-    let mut peer = Node::spawn(&dir, "peer", 12);
+fn removing_an_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
+    let mut peer = Node::spawn(t, "peer", 12);
     let num = number(&owner.ok("icreate i auto"));
     owner.ok("ipoll i 0");
     peer.ok(&format!("iconnect r 8 {num} 5000"));
@@ -355,18 +340,16 @@ fn removing_an_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers() {
     // Peers: triggers fail, connecting anew finds nothing.
     peer.err_is("itrig r 1", "InterruptLost");
     peer.err_is(&format!("iconnect r2 8 {num} imm"), "NoSuchInterrupt");
-    let mut late = Node::spawn(&dir, "late peer", 16);
+    let mut late = Node::spawn(t, "late peer", 16);
     late.err_is(&format!("iconnect r 8 {num} imm"), "NoSuchInterrupt");
     late.exit();
     peer.exit();
     owner.exit();
 }
 
-#[test]
-fn removing_a_data_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers() {
-    let dir = TestDir::new("dint-remove");
-    let mut owner = Node::spawn(&dir, "owner", 8);
-    let mut peer = Node::spawn(&dir, "peer", 12);
+fn removing_a_data_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
+    let mut peer = Node::spawn(t, "peer", 12);
     let num = number(&owner.ok("dcreate d auto"));
     owner.ok("dpoll d 0");
     peer.ok(&format!("dconnect r 8 {num} 5000"));
@@ -384,18 +367,16 @@ fn removing_a_data_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers() {
     within_notice("sleeping data interrupt waiter after removal", removed, field(&e.detail, "t"));
     peer.err_is("dsend r 1 1 1 1000", "InterruptLost");
     peer.err_is(&format!("dconnect r2 8 {num} imm"), "NoSuchInterrupt");
-    let mut late = Node::spawn(&dir, "late peer", 16);
+    let mut late = Node::spawn(t, "late peer", 16);
     late.err_is(&format!("dconnect r 8 {num} imm"), "NoSuchInterrupt");
     late.exit();
     peer.exit();
     owner.exit();
 }
 
-#[test]
-fn removing_a_data_interrupt_releases_a_sender_blocked_on_its_full_queue() {
-    let dir = TestDir::new("dint-remove-full");
-    let mut owner = Node::spawn(&dir, "owner", 8);
-    let mut peer = Node::spawn(&dir, "peer", 12);
+fn removing_a_data_interrupt_releases_a_sender_blocked_on_its_full_queue(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
+    let mut peer = Node::spawn(t, "peer", 12);
     let num = number(&owner.ok("dcreate d auto"));
     peer.ok(&format!("dconnect r 8 {num} 5000"));
     peer.ok(&format!("bg s dsend r 1 0 {} 15000 report", QUEUE + 1));
@@ -416,10 +397,8 @@ fn removing_a_data_interrupt_releases_a_sender_blocked_on_its_full_queue() {
 
 /// Regression: `LocalInterrupt::remove` must ring the interrupt's doorbell, so a waiter
 /// asleep on it notices the removal at once, not when its 250 ms safety nap ends.
-#[test]
-fn removing_an_interrupt_wakes_a_sleeping_waiter_at_once_not_after_its_nap() {
-    let dir = TestDir::new("int-remove-nap");
-    let mut owner = Node::spawn(&dir, "owner", 8);
+fn removing_an_interrupt_wakes_a_sleeping_waiter_at_once_not_after_its_nap(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
     let mut best = f64::MAX;
     for round in 0..3 {
         let name = format!("i{round}");
@@ -445,11 +424,9 @@ fn removing_an_interrupt_wakes_a_sleeping_waiter_at_once_not_after_its_nap() {
 // 5. A full queue across processes
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn a_full_queue_fails_the_17th_send_after_its_timeout_and_loses_nothing() {
-    let dir = TestDir::new("dint-full");
-    let mut rx = Node::spawn(&dir, "receiver", 8);
-    let mut tx = Node::spawn(&dir, "sender", 12);
+fn a_full_queue_fails_the_17th_send_after_its_timeout_and_loses_nothing(t: &Topology) {
+    let mut rx = Node::spawn(t, "receiver", 8);
+    let mut tx = Node::spawn(t, "sender", 12);
     let num = number(&rx.ok("dcreate d auto"));
     tx.ok(&format!("dconnect r 8 {num} 5000"));
     // The receiver does not read: 16 messages fit.
@@ -490,11 +467,9 @@ fn a_full_queue_fails_the_17th_send_after_its_timeout_and_loses_nothing() {
 // 6. Callbacks that cancel themselves
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn an_interrupt_callback_that_cancels_itself_is_called_no_more() {
-    let dir = TestDir::new("int-cb");
-    let mut owner = Node::spawn(&dir, "owner", 8);
-    let mut peer = Node::spawn(&dir, "peer", 12);
+fn an_interrupt_callback_that_cancels_itself_is_called_no_more(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
+    let mut peer = Node::spawn(t, "peer", 12);
     let num = number(&owner.ok("icreate i auto"));
     peer.ok(&format!("iconnect r 8 {num} 5000"));
     owner.ok("ion_trigger i 5");
@@ -518,11 +493,9 @@ fn an_interrupt_callback_that_cancels_itself_is_called_no_more() {
     owner.exit();
 }
 
-#[test]
-fn a_data_callback_that_cancels_itself_leaves_the_rest_queued() {
-    let dir = TestDir::new("dint-cb");
-    let mut owner = Node::spawn(&dir, "owner", 8);
-    let mut peer = Node::spawn(&dir, "peer", 12);
+fn a_data_callback_that_cancels_itself_leaves_the_rest_queued(t: &Topology) {
+    let mut owner = Node::spawn(t, "owner", 8);
+    let mut peer = Node::spawn(t, "peer", 12);
     let num = number(&owner.ok("dcreate d auto"));
     peer.ok(&format!("dconnect r 8 {num} 5000"));
     owner.ok("don_message d 4");
@@ -554,6 +527,7 @@ fn listed(dir: &TestDir, kind: &str, node: u32, id: u32) -> Option<lanes::fabric
     st.segments.into_iter().find(|s| s.kind == kind && s.node == node && s.id == id)
 }
 
+// Single-host: two processes act as node 8, and status and cleanup read its files.
 #[test]
 fn interrupt_numbers_in_use_dead_owners_replaced_status_and_cleanup() {
     let dir = TestDir::new("int-numbers");
@@ -631,3 +605,21 @@ fn interrupt_numbers_in_use_dead_owners_replaced_status_and_cleanup() {
     a2.exit();
     b.exit();
 }
+
+wakeups_support::topology_cases!(
+    a_million_triggers_to_a_spinning_waiter_make_a_million_waits,
+    a_hundred_thousand_triggers_to_a_sleeping_waiter_make_as_many_waits,
+    three_data_senders_arrive_whole_and_in_order_with_none_lost,
+    killing_the_owner_makes_a_triggering_sender_fail_within_2_s,
+    killing_the_owner_makes_a_streaming_data_sender_fail_within_2_s,
+    killing_the_owner_releases_a_sender_blocked_on_a_full_queue_within_2_s,
+    killing_senders_mid_stream_loses_nothing_they_sent_and_others_go_on,
+    a_sender_killed_while_blocked_on_a_full_queue_delivers_exactly_what_it_queued,
+    removing_an_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers,
+    removing_a_data_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers,
+    removing_a_data_interrupt_releases_a_sender_blocked_on_its_full_queue,
+    removing_an_interrupt_wakes_a_sleeping_waiter_at_once_not_after_its_nap,
+    a_full_queue_fails_the_17th_send_after_its_timeout_and_loses_nothing,
+    an_interrupt_callback_that_cancels_itself_is_called_no_more,
+    a_data_callback_that_cancels_itself_leaves_the_rest_queued,
+);

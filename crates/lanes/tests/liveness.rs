@@ -7,7 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use lanes::FabricStatus;
-use support::{fnv64, pattern, Proc, TestDir};
+use support::{fnv64, pattern, Proc, Topology};
 
 #[test]
 fn child_entry() {
@@ -18,19 +18,18 @@ fn segment(st: &FabricStatus, node: u32, id: u32) -> Option<&lanes::fabric::Segm
     st.segments.iter().find(|s| s.node == node && s.id == id)
 }
 
-fn status(dir: &TestDir) -> FabricStatus {
-    lanes::status(&dir.fabric()).expect("lanes::status")
+/// The status of the fabric directory of the owner (node 8), where its files are.
+fn status(t: &Topology) -> FabricStatus {
+    lanes::status(&t.fabric(8)).expect("lanes::status")
 }
 
-#[test]
-fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned() {
+fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned(t: &Topology) {
     const SEG: u32 = 0x40;
     const STALE: u32 = 0x41;
     const SIZE: u64 = 64 * 1024 + 13;
     const SEED: u64 = 7;
-    let dir = TestDir::new("owner-kill");
 
-    let mut owner = Proc::node(&dir, 8);
+    let mut owner = Proc::node(t, 8);
     owner.ok(&format!("create s {SEG} {SIZE}"));
     owner.ok("prepare s");
     owner.ok("available s");
@@ -43,7 +42,7 @@ fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned() {
     owner.ok("available s2");
     let old_pid = owner.pid();
 
-    let mut peer = Proc::node(&dir, 12);
+    let mut peer = Proc::node(t, 12);
     peer.ok(&format!("connect r 8 {SEG} imm"));
     peer.ok(&format!("map m r 0 {SIZE} rw"));
     peer.ok("seq q m");
@@ -52,7 +51,7 @@ fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned() {
     assert_eq!(peer.ok("state r"), "Operational");
     assert_eq!(owner.ok("peers s"), format!("12:{}", peer.pid()));
 
-    let st = status(&dir);
+    let st = status(t);
     let s = segment(&st, 8, SEG).expect("segment listed");
     assert!(s.alive, "{s:?}");
     assert_eq!(s.owner_pid, old_pid);
@@ -84,7 +83,7 @@ fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned() {
     assert!(e.display.contains("no segment"), "{e}");
 
     // status: both segments are there but not alive; the dead owner's record is stale.
-    let st = status(&dir);
+    let st = status(t);
     for id in [SEG, STALE] {
         let s = segment(&st, 8, id).unwrap_or_else(|| panic!("segment {id:#x} not listed: {st:?}"));
         assert!(!s.alive, "{s:?}");
@@ -94,13 +93,13 @@ fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned() {
     let n8 = st.nodes.iter().find(|n| n.node == 8).expect("node 8 listed");
     assert!(n8.pids.is_empty(), "{n8:?}");
     assert_eq!(n8.stale_records, 1, "{n8:?}");
-    assert!(dir.record_path(8, old_pid).exists());
+    assert!(t.record_path(8, old_pid).exists());
 
     // A new process of node 8 re-creates the id: the stale segment is replaced, and a peer
     // that was waiting for the id gets the new segment.
     let waiting = format!("connect r3 8 {SEG} 10000");
     peer.start(&waiting);
-    let mut owner2 = Proc::node(&dir, 8);
+    let mut owner2 = Proc::node(t, 8);
     owner2.ok(&format!("create s {SEG} {SIZE}"));
     owner2.ok("prepare s");
     owner2.ok("available s");
@@ -112,7 +111,7 @@ fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned() {
     peer.ok("disconnect r3");
     owner2.ok(&format!("map m s 0 {SIZE} rw"));
     owner2.ok("w64 m 4096 777");
-    let st = status(&dir);
+    let st = status(t);
     let s = segment(&st, 8, SEG).expect("re-created segment listed");
     assert!(s.alive && s.owner_pid == owner2.pid(), "{s:?}");
     // The old connection is still lost and still sees the old data; a new one sees the new.
@@ -125,21 +124,21 @@ fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned() {
     assert_eq!(peer.ok("state r2"), "Operational");
 
     // cleanup removes the stale segment and the dead owner's record, nothing else.
-    let report = lanes::cleanup(&dir.fabric()).expect("cleanup");
+    let report = lanes::cleanup(&t.fabric(8)).expect("cleanup");
     assert_eq!(report.segments.len(), 1, "{report:?}");
     assert_eq!((report.segments[0].0, report.segments[0].1), (8, STALE), "{report:?}");
     assert!(report.segments[0].2.contains("dead"), "{report:?}");
     assert_eq!(report.records, vec![(8, old_pid)]);
-    assert!(!dir.seg_path(8, STALE).exists());
-    assert!(!dir.record_path(8, old_pid).exists());
-    assert!(dir.seg_path(8, SEG).exists());
-    assert!(dir.record_path(8, owner2.pid()).exists());
-    assert!(dir.record_path(12, peer.pid()).exists());
-    let st = status(&dir);
+    assert!(!t.seg_path(8, STALE).exists());
+    assert!(!t.record_path(8, old_pid).exists());
+    assert!(t.seg_path(8, SEG).exists());
+    assert!(t.record_path(8, owner2.pid()).exists());
+    assert!(t.record_path(12, peer.pid()).exists());
+    let st = status(t);
     assert!(segment(&st, 8, STALE).is_none(), "{st:?}");
     assert!(segment(&st, 8, SEG).is_some_and(|s| s.alive), "{st:?}");
     assert!(st.nodes.iter().all(|n| n.stale_records == 0), "{st:?}");
-    let again = lanes::cleanup(&dir.fabric()).expect("cleanup");
+    let again = lanes::cleanup(&t.fabric(8)).expect("cleanup");
     assert!(again.segments.is_empty() && again.records.is_empty(), "{again:?}");
 
     // The live segment is untouched.
@@ -150,19 +149,17 @@ fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned() {
     owner2.exit();
 }
 
-#[test]
-fn remove_is_refused_while_a_live_peer_is_connected() {
+fn remove_is_refused_while_a_live_peer_is_connected(t: &Topology) {
     const SEG: u32 = 0x50;
     const SIZE: u64 = 8192;
-    let dir = TestDir::new("remove-busy");
-    let mut owner = Proc::node(&dir, 8);
+    let mut owner = Proc::node(t, 8);
     owner.ok(&format!("create s {SEG} {SIZE}"));
     owner.ok("prepare s");
     owner.ok("available s");
     owner.ok(&format!("map m s 0 {SIZE} rw"));
     owner.ok(&format!("wpat m 0 {SIZE} 3 0"));
 
-    let mut peer = Proc::node(&dir, 12);
+    let mut peer = Proc::node(t, 12);
     peer.ok(&format!("connect r 8 {SEG} imm"));
     peer.ok(&format!("map m r 0 {SIZE} ro"));
     peer.ok("seq q m");
@@ -173,7 +170,7 @@ fn remove_is_refused_while_a_live_peer_is_connected() {
     assert_eq!(peer.ok("state r"), "Operational");
     assert_eq!(peer.ok("seqcheck q"), "Ok");
     assert_eq!(owner.ok("peers s"), format!("12:{}", peer.pid()));
-    let st = status(&dir);
+    let st = status(t);
     let s = segment(&st, 8, SEG).expect("still listed");
     assert!(s.alive && s.state.contains("available"), "{s:?}");
     // ... and the owner's handle still works.
@@ -198,8 +195,8 @@ fn remove_is_refused_while_a_live_peer_is_connected() {
     let e = peer.err_is("check r", "SegmentLost");
     assert!(e.display.contains("removed"), "{e}");
     peer.ok(&format!("vpat m 0 {SIZE} 3 0"));
-    assert!(!dir.seg_path(8, SEG).exists());
-    assert!(segment(&status(&dir), 8, SEG).is_none());
+    assert!(!t.seg_path(8, SEG).exists());
+    assert!(segment(&status(t), 8, SEG).is_none());
     peer.err_is(&format!("connect r2 8 {SEG} imm"), "NoSuchSegment");
     // The id is free again at once.
     owner.ok(&format!("create s {SEG} 4096"));
@@ -215,33 +212,31 @@ fn remove_is_refused_while_a_live_peer_is_connected() {
     peer.ok("disconnect rt");
     assert_eq!(owner.ok("peers t"), "");
     owner.ok("remove t 0");
-    assert!(!dir.seg_path(8, 0x51).exists());
+    assert!(!t.seg_path(8, 0x51).exists());
 
     // After the peer dies (kill -9, no disconnect), removal without force succeeds.
     owner.ok("create u 0x52 4096");
     owner.ok("prepare u");
     owner.ok("available u");
-    let mut peer2 = Proc::node(&dir, 16);
+    let mut peer2 = Proc::node(t, 16);
     peer2.ok("connect ru 8 0x52 imm");
     peer2.ok("map mu ru 0 4096 rw");
     assert_eq!(owner.ok("peers u"), format!("16:{}", peer2.pid()));
     owner.err_is("remove u 0", "SegmentBusy");
     peer2.kill9();
     assert_eq!(owner.ok("peers u"), "");
-    let st = status(&dir);
+    let st = status(t);
     assert!(segment(&st, 8, 0x52).is_some_and(|s| s.alive && s.connections.is_empty()), "{st:?}");
     owner.ok("remove u 0");
-    assert!(!dir.seg_path(8, 0x52).exists());
+    assert!(!t.seg_path(8, 0x52).exists());
 
     peer.exit();
     owner.exit();
 }
 
-#[test]
-fn dropping_the_owner_handle_or_exiting_removes_the_segment() {
-    let dir = TestDir::new("drop-owner");
-    let mut owner = Proc::node(&dir, 8);
-    let mut peer = Proc::node(&dir, 12);
+fn dropping_the_owner_handle_or_exiting_removes_the_segment(t: &Topology) {
+    let mut owner = Proc::node(t, 8);
+    let mut peer = Proc::node(t, 12);
     owner.ok("create s 0x60 4096");
     owner.ok("prepare s");
     owner.ok("available s");
@@ -251,14 +246,20 @@ fn dropping_the_owner_handle_or_exiting_removes_the_segment() {
     owner.ok("drop_local s");
     peer.ok("waitlost q 2000");
     assert_eq!(peer.ok("state r"), "Lost(Removed)");
-    assert!(!dir.seg_path(8, 0x60).exists());
+    assert!(!t.seg_path(8, 0x60).exists());
 
     // A clean exit removes the segments and the process record.
     owner.ok("create s 0x61 4096");
     let pid = owner.pid();
-    assert!(dir.record_path(8, pid).exists());
+    assert!(t.record_path(8, pid).exists());
     owner.exit();
-    assert!(!dir.seg_path(8, 0x61).exists());
-    assert!(!dir.record_path(8, pid).exists());
+    assert!(!t.seg_path(8, 0x61).exists());
+    assert!(!t.record_path(8, pid).exists());
     peer.exit();
 }
+
+support::topology_cases!(
+    kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned,
+    remove_is_refused_while_a_live_peer_is_connected,
+    dropping_the_owner_handle_or_exiting_removes_the_segment,
+);

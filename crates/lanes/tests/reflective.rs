@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lanes::{
     DmaDirection, Error, Fabric, FabricConfig, GroupEvent, LossReason, MapAccess, NodeId, ReflectiveMember, Timeout,
 };
-use support::{pattern, ChildIo, Proc, TestDir};
+use support::{pattern, ChildIo, Proc, Topology};
 
 const T: Timeout = Timeout::After(Duration::from_secs(10));
 /// Each writer owns one region: a seqlock word, then its record.
@@ -145,9 +145,10 @@ fn child_entry() {
     });
 }
 
-fn spawn_member(dir: &TestDir, node: u32, group: u32) -> Proc {
-    let fabric = dir.fabric();
-    let mut p = Proc::spawn(
+fn spawn_member(t: &Topology, node: u32, group: u32) -> Proc {
+    let fabric = t.fabric(node);
+    let mut p = Proc::spawn_in(
+        &t.prefix(node),
         &format!("member {node}"),
         "member",
         &[
@@ -161,17 +162,16 @@ fn spawn_member(dir: &TestDir, node: u32, group: u32) -> Proc {
     p
 }
 
-fn me(dir: &TestDir, node: u32) -> Fabric {
-    Fabric::open_with(FabricConfig::new(dir.fabric(), NodeId::new(node).unwrap())).unwrap()
+fn me(t: &Topology, node: u32) -> Fabric {
+    Fabric::open_with(FabricConfig::new(t.fabric(node), NodeId::new(node).unwrap())).unwrap()
 }
 
-#[test]
-fn every_member_of_groups_of_2_to_8_sees_every_writers_records_whole_and_in_order() {
+fn every_member_of_groups_of_2_to_8_sees_every_writers_records_whole_and_in_order(t: &Topology) {
     for n in [2usize, 5, 8] {
-        let dir = TestDir::new(&format!("refl-{n}"));
-        let creator = me(&dir, 4);
+        let t = &t.fresh(&format!("refl-{n}"));
+        let creator = me(t, 4);
         let g = creator.create_reflective_group(7, GROUP_BYTES, &[]).unwrap();
-        let mut members: Vec<Proc> = (1..n as u32).map(|i| spawn_member(&dir, 4 + 4 * i, 7)).collect();
+        let mut members: Vec<Proc> = (1..n as u32).map(|i| spawn_member(t, 4 + 4 * i, 7)).collect();
         assert_eq!(g.members().len(), n - 1);
         // Writer 0 is the creator (a thread of this process); in groups larger than two,
         // member 0 writes too, as writer 1. Every member follows every writer but itself.
@@ -216,20 +216,18 @@ fn every_member_of_groups_of_2_to_8_sees_every_writers_records_whole_and_in_orde
     }
 }
 
-#[test]
-fn members_hear_joins_leaves_deaths_and_the_groups_loss() {
-    let dir = TestDir::new("refl-events");
-    let creator = me(&dir, 4);
+fn members_hear_joins_leaves_deaths_and_the_groups_loss(t: &Topology) {
+    let creator = me(t, 4);
     let g = creator.create_reflective_group(9, GROUP_BYTES, &[]).unwrap();
-    let mut a = spawn_member(&dir, 8, 9);
+    let mut a = spawn_member(t, 8, 9);
     assert_eq!(event_line(g.wait_event(T)), "joined 8");
-    let mut b = spawn_member(&dir, 12, 9);
+    let mut b = spawn_member(t, 12, 9);
     assert_eq!(event_line(g.wait_event(T)), "joined 12");
     a.send("event 5000");
     assert_eq!(a.line("event"), "joined 12", "a member hears another join");
     // Writing while a third member joins: it sees the latest record.
     a.send("write 0 500");
-    let mut c = spawn_member(&dir, 16, 9);
+    let mut c = spawn_member(t, 16, 9);
     assert_eq!(a.line("write"), "OK");
     c.send("follow 0 499");
     assert!(c.line("follow").starts_with("OK"));
@@ -258,25 +256,24 @@ fn members_hear_joins_leaves_deaths_and_the_groups_loss() {
     a.send("exit");
 }
 
-#[test]
-fn four_groups_at_once_a_fifth_refused_and_receiver_lists() {
-    let dir = TestDir::new("refl-limits");
-    let f = me(&dir, 4);
+fn four_groups_at_once_a_fifth_refused_and_receiver_lists(t: &Topology) {
+    let f = me(t, 4);
     let groups: Vec<_> = (1..=4).map(|i| f.create_reflective_group(i, 4096, &[]).unwrap()).collect();
     assert!(matches!(f.create_reflective_group(5, 4096, &[]), Err(Error::TooManyGroups { max: 4 })));
-    let other = me(&dir, 8);
+    let other = me(t, 8);
     assert!(matches!(other.create_reflective_group(5, 4096, &[]), Err(Error::TooManyGroups { max: 4 })));
     groups[3].remove().unwrap();
     assert!(matches!(other.create_reflective_group(1, 4096, &[]), Err(Error::GroupInUse { group: 1, node: 4 })));
     let g5 = other.create_reflective_group(5, 4096, &[12, 16]).unwrap();
     // Only the chosen receivers join.
-    let mut c = Proc::spawn(
+    let mut c = Proc::spawn_in(
+        &t.prefix(20),
         "non-receiver",
         "member",
-        &[("LANES_DIR", dir.fabric().to_str().unwrap()), ("LANES_NODE_ID", "20"), ("LANES_TEST_GROUP", "5")],
+        &[("LANES_DIR", t.fabric(20).to_str().unwrap()), ("LANES_NODE_ID", "20"), ("LANES_TEST_GROUP", "5")],
     );
     assert_eq!(c.line("refusal"), "ERR NotAReceiver");
-    let mut r = spawn_member(&dir, 16, 5);
+    let mut r = spawn_member(t, 16, 5);
     r.send("exit");
     assert!(matches!(f.join_reflective_group(77, Timeout::Immediate), Err(Error::NoSuchGroup { group: 77 })));
     assert!(matches!(
@@ -286,17 +283,16 @@ fn four_groups_at_once_a_fifth_refused_and_receiver_lists() {
     drop(g5);
 }
 
-#[test]
-fn dma_writes_reach_every_member_and_a_killed_creator_is_a_loss() {
-    let dir = TestDir::new("refl-dma");
-    let mut creator = Proc::spawn(
+fn dma_writes_reach_every_member_and_a_killed_creator_is_a_loss(t: &Topology) {
+    let mut creator = Proc::spawn_in(
+        &t.prefix(8),
         "creator",
         "creator",
-        &[("LANES_DIR", dir.fabric().to_str().unwrap()), ("LANES_NODE_ID", "8"), ("LANES_TEST_GROUP", "3")],
+        &[("LANES_DIR", t.fabric(8).to_str().unwrap()), ("LANES_NODE_ID", "8"), ("LANES_TEST_GROUP", "3")],
     );
     assert_eq!(creator.line("CREATED"), "CREATED");
-    let mut reader = spawn_member(&dir, 12, 3);
-    let f = me(&dir, 16);
+    let mut reader = spawn_member(t, 12, 3);
+    let f = me(t, 16);
     let w = f.join_reflective_group(3, T).unwrap();
     assert_eq!(w.creator_node(), 8);
     // DMA from a local segment of node 16 into the group.
@@ -332,3 +328,10 @@ fn dma_writes_reach_every_member_and_a_killed_creator_is_a_loss() {
     assert_eq!(reader.line("event"), "lost OwnerDied");
     reader.send("exit");
 }
+
+support::topology_cases!(
+    every_member_of_groups_of_2_to_8_sees_every_writers_records_whole_and_in_order,
+    members_hear_joins_leaves_deaths_and_the_groups_loss,
+    four_groups_at_once_a_fifth_refused_and_receiver_lists,
+    dma_writes_reach_every_member_and_a_killed_creator_is_a_loss,
+);

@@ -8,103 +8,29 @@
 //! sleep on the ring's own doorbell) up to its timeout, then fail with
 //! [`Error::QueueFull`]; nothing is ever dropped.
 //!
-//! ```text
-//! page 0    line 0: receiver doorbell (seq, sleepers)   line 1: active-ring bitmap (128 bits)
-//! ring i    at 4096 + i * RING_BYTES:
-//!           line 0: tail (sender)  line 1: head (receiver)  line 2: space doorbell
-//!           then RING_CAP entries: a 64-byte header (sequence word, length), 4096 bytes of payload
-//! ```
-//!
-//! A message is published by its entry's sequence word (message number + 1), stored last
-//! with release ordering; the receiver reads only the entry, one line fewer than reading a
-//! separate tail. The sender records its tail afterwards, for whoever inherits its slot: a
-//! new sender continues past any entry already published beyond the recorded tail.
+//! The object's layout (a doorbell page, then one ring per connection slot) and the
+//! sending side are the shm transport's (`transport::shm::data_interrupt`); this module is
+//! the public API and the receiving side.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::events::{self, CallbackAction};
 use super::interrupt::{interrupt_error, timeout_ms};
 use super::local::LocalSegment;
-use super::map::{Map, MapAccess};
+use super::map::MapAccess;
 use super::remote::RemoteSegment;
 use super::{FabricInner, Timeout};
 use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
-use crate::platform::doorbell::{Doorbell, WaitError};
+use crate::platform::doorbell::WaitError;
 use crate::platform::memory;
+pub use crate::transport::shm::data_interrupt::MAX_DATA_INTERRUPT_PAYLOAD;
+use crate::transport::shm::data_interrupt::{Rings, ENTRY_HEADER, ENTRY_LEN, ENTRY_SEQ, OBJECT_BYTES, RING_HEAD};
 use crate::transport::shm::layout::{kind, MAX_CONNECTIONS};
-
-/// The largest payload of one data interrupt.
-pub const MAX_DATA_INTERRUPT_PAYLOAD: usize = 4096;
-
-const PAGE: usize = 4096;
-const BELL_SEQ: usize = 0;
-const BELL_SLEEPERS: usize = 4;
-const ACTIVE_MASK: usize = 64;
-const RING_TAIL: usize = 0;
-const RING_HEAD: usize = 64;
-const RING_SPACE_SEQ: usize = 128;
-const RING_SPACE_SLEEPERS: usize = 132;
-const RING_ENTRIES: usize = 192;
-const ENTRY_HEADER: usize = 64;
-/// Within an entry header: the sequence word, then the length.
-const ENTRY_SEQ: usize = 0;
-const ENTRY_LEN: usize = 8;
-const ENTRY_BYTES: usize = ENTRY_HEADER + MAX_DATA_INTERRUPT_PAYLOAD;
-/// Messages a sender may have queued before it must wait.
-pub const RING_CAP: u64 = 16;
-const RING_BYTES: usize = (RING_ENTRIES + RING_CAP as usize * ENTRY_BYTES).div_ceil(PAGE) * PAGE;
-const OBJECT_BYTES: u64 = (PAGE + MAX_CONNECTIONS * RING_BYTES) as u64;
-
-/// The mapped object, with typed access to its words.
-#[derive(Debug)]
-struct Rings {
-    map: Map,
-}
-
-impl Rings {
-    fn word64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.map.len());
-        // SAFETY: every caller passes an 8-aligned offset inside the map (the layout above);
-        // these words are only accessed atomically by every process.
-        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(off).cast()) }
-    }
-
-    fn word32(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= self.map.len());
-        // SAFETY: as for word64, 4-aligned.
-        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(off).cast()) }
-    }
-
-    fn bell(&self) -> Doorbell {
-        // SAFETY: both words lie in page 0 of the map, which outlives every doorbell we make
-        // (doorbells are used only while `self` lives, or registered with the connection
-        // that owns the map).
-        unsafe { Doorbell::new(self.word32(BELL_SEQ).as_ptr(), self.word32(BELL_SLEEPERS).as_ptr()) }
-    }
-
-    fn ring(i: usize) -> usize {
-        PAGE + i * RING_BYTES
-    }
-
-    fn space_bell(&self, i: usize) -> Doorbell {
-        let r = Self::ring(i);
-        // SAFETY: as for bell(); the words lie in ring i, inside the map.
-        unsafe {
-            Doorbell::new(self.word32(r + RING_SPACE_SEQ).as_ptr(), self.word32(r + RING_SPACE_SLEEPERS).as_ptr())
-        }
-    }
-
-    fn entry(i: usize, seq: u64) -> usize {
-        Self::ring(i) + RING_ENTRIES + (seq % RING_CAP) as usize * ENTRY_BYTES
-    }
-
-    fn active(&self) -> [u64; 2] {
-        [self.word64(ACTIVE_MASK).load(Ordering::Acquire), self.word64(ACTIVE_MASK + 8).load(Ordering::Acquire)]
-    }
-}
+use crate::transport::shm::remote::direct_mapping;
+use crate::transport::RemoteObject;
 
 /// A data interrupt of this node. Dropping it removes it.
 #[derive(Debug)]
@@ -127,7 +53,7 @@ impl LocalDataInterrupt {
             LocalSegment::create(fabric, kind::DATA_INTERRUPT, number, OBJECT_BYTES, None).map_err(interrupt_error)?;
         seg.prepare()?;
         seg.set_available()?;
-        let rings = Rings { map: seg.map(0, OBJECT_BYTES, MapAccess::ReadWrite)? };
+        let rings = Rings::new(direct_mapping(&seg.inner.file, 0, OBJECT_BYTES, MapAccess::ReadWrite)?);
         Ok(LocalDataInterrupt { inner: Arc::new(LocalDataInner { seg, rings, next: Mutex::new(0) }) })
     }
 
@@ -239,7 +165,7 @@ impl LocalDataInner {
             }
             // SAFETY: entry + ENTRY_HEADER + len lies inside ring i, inside the map (len is
             // bounded above); buf is private memory of at least len bytes.
-            unsafe { memory::copy_from_shared(&mut buf[..len], r.map.as_ptr().add(entry + ENTRY_HEADER)) };
+            unsafe { memory::copy_from_shared(&mut buf[..len], r.as_ptr().add(entry + ENTRY_HEADER)) };
             r.word64(base + RING_HEAD).store(head + 1, Ordering::SeqCst);
             r.space_bell(i).ring();
             return Some(Ok(len));
@@ -258,51 +184,13 @@ impl Drop for LocalDataInterrupt {
 #[derive(Debug)]
 pub struct RemoteDataInterrupt {
     seg: RemoteSegment,
-    rings: Rings,
-    /// This sender's ring; the lock keeps the ring single-producer when several threads
-    /// trigger through one connection.
-    send: Mutex<SendState>,
-}
-
-#[derive(Debug)]
-struct SendState {
-    /// The connection slot, which is the ring's index.
-    slot: usize,
-    /// The receiver's head as last read: room is re-checked against the shared head (a line
-    /// the receiver writes) only when this view says the ring is full.
-    head_seen: u64,
-    /// The number of the next message.
-    tail: u64,
 }
 
 impl RemoteDataInterrupt {
     pub(crate) fn connect(fabric: &Arc<FabricInner>, node: NodeId, number: u32, timeout: Timeout) -> Result<Self> {
         let seg =
             RemoteSegment::connect(fabric, kind::DATA_INTERRUPT, node, number, timeout).map_err(interrupt_error)?;
-        if seg.size() < OBJECT_BYTES {
-            return Err(Error::Malformed(format!(
-                "data interrupt object of {} bytes, {OBJECT_BYTES} expected",
-                seg.size()
-            )));
-        }
-        let rings = Rings { map: seg.map(0, OBJECT_BYTES, MapAccess::ReadWrite).map_err(interrupt_error)? };
-        let slot = seg.inner.slot;
-        let (word, bit) = if slot < 64 { (ACTIVE_MASK, slot) } else { (ACTIVE_MASK + 8, slot - 64) };
-        rings.word64(word).fetch_or(1 << bit, Ordering::SeqCst);
-        // SAFETY: the ring's doorbell lies in `rings.map`, which this struct keeps as long as
-        // the connection (`seg`) lives; the connection is dropped first (field order).
-        unsafe { seg.inner.ring_on_loss(rings.space_bell(slot)) };
-        let base = Rings::ring(slot);
-        let head_seen = rings.word64(base + RING_HEAD).load(Ordering::Acquire);
-        // Continue after whatever an earlier holder of the slot published, including an entry
-        // it published but died before recording in the tail.
-        let mut tail = rings.word64(base + RING_TAIL).load(Ordering::Acquire);
-        while tail.wrapping_sub(head_seen) < RING_CAP
-            && rings.word64(Rings::entry(slot, tail) + ENTRY_SEQ).load(Ordering::Acquire) == tail.wrapping_add(1)
-        {
-            tail = tail.wrapping_add(1);
-        }
-        Ok(RemoteDataInterrupt { seg, rings, send: Mutex::new(SendState { slot, head_seen, tail }) })
+        Ok(RemoteDataInterrupt { seg })
     }
 
     /// The number.
@@ -322,40 +210,8 @@ impl RemoteDataInterrupt {
         if data.len() > MAX_DATA_INTERRUPT_PAYLOAD {
             return Err(Error::PayloadTooLarge { len: data.len(), max: MAX_DATA_INTERRUPT_PAYLOAD });
         }
-        let mut st = self.send.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = st.slot;
-        self.seg.inner.check().map_err(interrupt_error)?;
-        let r = &self.rings;
-        let base = Rings::ring(slot);
-        let tail = st.tail;
-        if tail.wrapping_sub(st.head_seen) >= RING_CAP {
-            let room = || {
-                let h = r.word64(base + RING_HEAD).load(Ordering::SeqCst);
-                (tail.wrapping_sub(h) < RING_CAP).then_some(h)
-            };
-            let lost = || self.seg.inner.check().err();
-            match r.space_bell(slot).wait(room, lost, self.seg.inner.poll_time(), events::deadline(timeout)) {
-                Ok(h) => st.head_seen = h,
-                Err(WaitError::Aborted(e)) => return Err(interrupt_error(e)),
-                Err(WaitError::TimedOut) => {
-                    return Err(Error::QueueFull {
-                        node: self.node_id(),
-                        number: self.number(),
-                        waited_ms: timeout_ms(timeout),
-                    })
-                }
-            }
-        }
-        let entry = Rings::entry(slot, tail);
-        r.word32(entry + ENTRY_LEN).store(data.len() as u32, Ordering::Relaxed);
-        // SAFETY: the entry's payload area (4096 bytes) lies inside ring `slot` in the map,
-        // and data is at most 4096 bytes of private memory.
-        unsafe { memory::copy_to_shared(r.map.as_ptr().add(entry + ENTRY_HEADER), data) };
-        r.word64(entry + ENTRY_SEQ).store(tail.wrapping_add(1), Ordering::SeqCst);
-        r.word64(base + RING_TAIL).store(tail.wrapping_add(1), Ordering::Relaxed);
-        st.tail = tail.wrapping_add(1);
-        r.bell().ring();
-        Ok(())
+        let inner = &self.seg.inner;
+        inner.remote.send(data, timeout, inner.poll_time()).map_err(interrupt_error)
     }
 
     /// `Ok` while the data interrupt exists, else [`Error::InterruptLost`] with the reason.

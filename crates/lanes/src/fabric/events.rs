@@ -36,11 +36,7 @@ pub enum RemoteEvent {
 
 /// Converts a timeout into a deadline.
 pub(crate) fn deadline(timeout: Timeout) -> Option<Instant> {
-    match timeout {
-        Timeout::Immediate => Some(Instant::now()),
-        Timeout::After(d) => Some(Instant::now() + d),
-        Timeout::Infinite => None,
-    }
+    timeout.deadline()
 }
 
 /// An object's spin time for waits: the process default (`LANES_POLL_US`) unless set. An

@@ -5,24 +5,22 @@
 //! while nobody waits is kept, and each wait consumes exactly one, so no trigger is ever
 //! lost and a million triggers make a million successful waits.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::events::{self, CallbackAction};
 use super::local::LocalSegment;
-use super::map::{Map, MapAccess};
+use super::map::MapAccess;
 use super::remote::RemoteSegment;
 use super::{FabricInner, Timeout};
 use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
-use crate::platform::doorbell::{Doorbell, WaitError};
+use crate::platform::doorbell::WaitError;
+use crate::transport::shm::interrupt::{BellPage, BELL_PAGE};
 use crate::transport::shm::layout::kind;
-
-const BELL_PAGE: u64 = 4096;
-const SEQ: usize = 0;
-const SLEEPERS: usize = 4;
-const PENDING: usize = 8;
+use crate::transport::shm::remote::direct_mapping;
+use crate::transport::RemoteObject;
 
 /// Renames segment errors for interrupts.
 pub(crate) fn interrupt_error(e: Error) -> Error {
@@ -33,32 +31,6 @@ pub(crate) fn interrupt_error(e: Error) -> Error {
         Error::SegmentIdInUse { node, segment } => Error::InterruptNumberInUse { node, number: segment },
         Error::SegmentLost { node, segment, reason } => Error::InterruptLost { node, number: segment, reason },
         other => other,
-    }
-}
-
-/// The doorbell page of an interrupt object, mapped.
-#[derive(Debug)]
-struct BellPage {
-    map: Map,
-    bell: Doorbell,
-}
-
-impl BellPage {
-    fn new(map: Map) -> Self {
-        let p = map.as_ptr();
-        // SAFETY: the words lie in the first line of the page-sized map, 4- and 8-aligned;
-        // the map lives in the same struct as the doorbell and outlives it.
-        let bell = unsafe { Doorbell::new(p.add(SEQ).cast(), p.add(SLEEPERS).cast()) };
-        BellPage { map, bell }
-    }
-
-    fn pending(&self) -> &AtomicU64 {
-        // SAFETY: 8-aligned word inside the map, only accessed atomically by every process.
-        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(PENDING).cast()) }
-    }
-
-    fn take_one(&self) -> Option<()> {
-        self.pending().fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| p.checked_sub(1)).ok().map(|_| ())
     }
 }
 
@@ -79,7 +51,7 @@ impl LocalInterrupt {
         let seg = LocalSegment::create(fabric, kind::INTERRUPT, number, BELL_PAGE, None).map_err(interrupt_error)?;
         seg.prepare()?;
         seg.set_available()?;
-        let page = BellPage::new(seg.map(0, BELL_PAGE, MapAccess::ReadWrite)?);
+        let page = BellPage::new(direct_mapping(&seg.inner.file, 0, BELL_PAGE, MapAccess::ReadWrite)?);
         Ok(LocalInterrupt { inner: Arc::new(LocalInterruptInner { seg, page }) })
     }
 
@@ -121,7 +93,7 @@ impl LocalInterrupt {
     pub fn remove(&self) -> Result<()> {
         self.inner.seg.remove(true)?;
         // Waiters sleep on the interrupt's own doorbell: wake them to see the removal.
-        self.inner.page.bell.ring();
+        self.inner.page.bell().ring();
         Ok(())
     }
 }
@@ -130,7 +102,7 @@ impl LocalInterruptInner {
     fn wait(&self, timeout: Timeout) -> Result<()> {
         let poll = self.seg.inner.poll_time();
         let removed = || self.seg.inner.is_removed().then_some(());
-        match self.page.bell.wait(|| self.page.take_one(), removed, poll, events::deadline(timeout)) {
+        match self.page.bell().wait(|| self.page.take_one(), removed, poll, events::deadline(timeout)) {
             Ok(()) => Ok(()),
             Err(WaitError::Aborted(())) => Err(Error::InterruptRemoved { number: self.seg.id() }),
             Err(WaitError::TimedOut) => {
@@ -148,24 +120,19 @@ impl Drop for LocalInterrupt {
 }
 
 pub(crate) fn timeout_ms(t: Timeout) -> u64 {
-    match t {
-        Timeout::After(d) => d.as_millis() as u64,
-        _ => 0,
-    }
+    t.as_millis()
 }
 
 /// A connection to another node's interrupt. Dropping it disconnects.
 #[derive(Debug)]
 pub struct RemoteInterrupt {
     seg: RemoteSegment,
-    page: BellPage,
 }
 
 impl RemoteInterrupt {
     pub(crate) fn connect(fabric: &Arc<FabricInner>, node: NodeId, number: u32, timeout: Timeout) -> Result<Self> {
         let seg = RemoteSegment::connect(fabric, kind::INTERRUPT, node, number, timeout).map_err(interrupt_error)?;
-        let page = BellPage::new(seg.map(0, BELL_PAGE, MapAccess::ReadWrite).map_err(interrupt_error)?);
-        Ok(RemoteInterrupt { seg, page })
+        Ok(RemoteInterrupt { seg })
     }
 
     /// The interrupt number.
@@ -183,10 +150,7 @@ impl RemoteInterrupt {
     /// waiter sleeps.
     #[inline]
     pub fn trigger(&self) -> Result<()> {
-        self.seg.inner.check().map_err(interrupt_error)?;
-        self.page.pending().fetch_add(1, Ordering::SeqCst);
-        self.page.bell.ring();
-        Ok(())
+        self.seg.inner.remote.trigger().map_err(interrupt_error)
     }
 
     /// `Ok` while the interrupt exists, else [`Error::InterruptLost`] with the reason.

@@ -13,7 +13,9 @@ use crate::platform::doorbell::WaitError;
 use crate::platform::files::DirLock;
 use crate::platform::liveness::ProcessIdentity;
 use crate::transport::shm::layout::{create_flags, kind, state, HeaderSnapshot};
+use crate::transport::shm::remote::direct_mapping;
 use crate::transport::shm::segment_file::{OpenError, RegisteredMemory, SegmentFile};
+use crate::transport::Window;
 
 /// Automatic segment ids are drawn from this range, clear of typical user-chosen ids.
 const AUTO_ID_BASE: u32 = 0x8000_0000;
@@ -130,7 +132,7 @@ impl LocalSegment {
                     replace_if_stale(fabric, object_kind, node, id)?;
                 }
                 Err(e) => {
-                    return Err(Error::io(format!("creating {} {id:#x} on node {node}", kind_name(object_kind)), e))
+                    return Err(Error::io(format!("creating {} {id:#x} on node {node}", kind::name(object_kind)), e))
                 }
             }
         }
@@ -236,7 +238,8 @@ impl LocalSegment {
         if self.inner.is_removed() {
             return Err(Error::IllegalOperation("the segment was removed"));
         }
-        Map::new(&self.inner.file, offset, size, access, MapOrigin::Local(self.inner.clone()))
+        let window = Window::Direct(direct_mapping(&self.inner.file, offset, size, access)?);
+        Ok(Map::new(window, offset, access, MapOrigin::Local(self.inner.clone())))
     }
 
     /// Sets how long waits on this object spin before they sleep (default: `LANES_POLL_US`).
@@ -324,16 +327,6 @@ impl Drop for LocalSegment {
     fn drop(&mut self) {
         // Maps may still hold the inner data; the segment itself goes now.
         let _ = self.inner.remove(true);
-    }
-}
-
-/// A human name of an object kind, for messages.
-pub(crate) fn kind_name(object_kind: u32) -> &'static str {
-    match object_kind {
-        kind::INTERRUPT => "interrupt",
-        kind::DATA_INTERRUPT => "data interrupt",
-        kind::REFLECTIVE => "reflective group",
-        _ => "segment",
     }
 }
 

@@ -6,9 +6,8 @@ use super::local::LocalInner;
 use super::remote::RemoteInner;
 use super::sequence::Sequence;
 use crate::error::{Error, Result};
-use crate::platform::mapping::Access;
 use crate::platform::memory::{self, Scalar};
-use crate::transport::shm::segment_file::{DataMapping, SegmentFile};
+use crate::transport::Window;
 
 /// Whether a map may be written. Read-only maps are enforced by the page tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,40 +29,28 @@ pub(crate) enum MapOrigin {
 /// this memory at any time. The window stays readable after the segment's owner dies.
 #[derive(Debug)]
 pub struct Map {
-    data: DataMapping,
+    window: Window,
     segment_offset: u64,
     writable: bool,
     pub(crate) origin: MapOrigin,
 }
 
 impl Map {
-    pub(crate) fn new(file: &SegmentFile, offset: u64, size: u64, access: MapAccess, origin: MapOrigin) -> Result<Map> {
-        let seg_size = file.snapshot().segment_size;
-        if size == 0 {
-            return Err(Error::InvalidSize { size, reason: "maps cover at least one byte" });
-        }
-        if offset.checked_add(size).is_none_or(|end| end > seg_size) {
-            return Err(Error::OutOfRange { offset, len: size, size: seg_size, what: "segment" });
-        }
-        let a = match access {
-            MapAccess::ReadOnly => Access::ReadOnly,
-            MapAccess::ReadWrite => Access::ReadWrite,
-        };
-        let data = file
-            .map_data(offset, size, a)
-            .map_err(|e| Error::io(format!("mapping {size} bytes at offset {offset}"), e))?;
-        Ok(Map { data, segment_offset: offset, writable: access == MapAccess::ReadWrite, origin })
+    /// A map of `window`, which starts at `segment_offset` of its object and was opened
+    /// with `access` (the transport checked the range).
+    pub(crate) fn new(window: Window, segment_offset: u64, access: MapAccess, origin: MapOrigin) -> Map {
+        Map { window, segment_offset, writable: access == MapAccess::ReadWrite, origin }
     }
 
     /// Bytes in the window.
     #[inline]
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.window.len()
     }
 
     /// Never true: maps cover at least one byte.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len() == 0
     }
 
     /// Where the window starts in the segment.
@@ -80,7 +67,7 @@ impl Map {
     /// this map lives; the memory may change under you at any time.
     #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
-        self.data.as_ptr()
+        self.window.as_ptr()
     }
 
     /// Checks `offset..offset+len` against the window and returns its address.
@@ -196,7 +183,7 @@ impl Map {
 
     /// Pushes buffered stores out (`SCIFlush`); on shared memory a store barrier.
     pub fn flush(&self) {
-        memory::store_barrier();
+        self.window.flush();
     }
 
     /// A sequence for checking bursts of PIO through this map (`SCICreateMapSequence`).

@@ -42,6 +42,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::platform::files::ensure_private_dir;
 use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
 use crate::transport::shm::layout::kind;
+use crate::transport::shm::remote::ShmTransport;
 use crate::transport::shm::FabricPaths;
 
 /// How long a blocking call may wait: a bound, or for ever.
@@ -64,6 +65,23 @@ impl Timeout {
             ms => Timeout::After(Duration::from_millis(ms.into())),
         }
     }
+
+    /// The instant a wait of this timeout started now ends; `None` for ever.
+    pub(crate) fn deadline(self) -> Option<std::time::Instant> {
+        match self {
+            Timeout::Immediate => Some(std::time::Instant::now()),
+            Timeout::After(d) => Some(std::time::Instant::now() + d),
+            Timeout::Infinite => None,
+        }
+    }
+
+    /// The bound in milliseconds, for error messages (0 unless `After`).
+    pub(crate) fn as_millis(self) -> u64 {
+        match self {
+            Timeout::After(d) => d.as_millis() as u64,
+            _ => 0,
+        }
+    }
 }
 
 /// An open descriptor on the fabric, acting as one node. Cheap to clone.
@@ -77,6 +95,8 @@ pub(crate) struct FabricInner {
     pub(crate) node: NodeId,
     pub(crate) paths: FabricPaths,
     pub(crate) identity: ProcessIdentity,
+    /// How this process reaches other nodes' objects.
+    pub(crate) shm: ShmTransport,
     _record: Arc<ProcessRecord>,
 }
 
@@ -122,9 +142,16 @@ impl Fabric {
             ensure_private_dir(&d).context(|| format!("fabric directory {}", d.display()))?;
         }
         let record = register(&paths, config.node_id)?;
-        Ok(Fabric {
-            inner: Arc::new(FabricInner { node: config.node_id, identity: record.identity(), paths, _record: record }),
-        })
+        let identity = record.identity();
+        let shm = ShmTransport::new(paths.clone(), identity, config.node_id.get());
+        Ok(Fabric { inner: Arc::new(FabricInner { node: config.node_id, identity, paths, shm, _record: record }) })
+    }
+
+    /// The transport this descriptor reaches other nodes' objects with, for the transport
+    /// conformance suite.
+    #[cfg(test)]
+    pub(crate) fn shm_transport(&self) -> &ShmTransport {
+        &self.inner.shm
     }
 
     /// This process's node id.

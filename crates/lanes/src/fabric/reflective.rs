@@ -208,7 +208,7 @@ impl ReflectiveMember {
 
     fn join_at(fabric: &Arc<FabricInner>, node: u32, group: u32) -> Result<Self> {
         let seg = RemoteSegment::connect(fabric, kind::REFLECTIVE, NodeId::new(node)?, group, Timeout::Immediate)?;
-        let header = seg.inner.file.header();
+        let header = seg.inner.shm().file().header();
         let receivers = header.receivers().map_err(Error::Malformed)?;
         let me = fabric.node.get();
         if !receivers.is_empty() && !receivers.contains(&me) {
@@ -217,7 +217,7 @@ impl ReflectiveMember {
         // Losing the group must wake a member waiting for membership events.
         // SAFETY: the doorbell lies in the header page of `seg`'s own file, which lives as
         // long as the connection the doorbell is registered with.
-        unsafe { seg.inner.ring_on_loss(header.conn_doorbell()) };
+        unsafe { seg.inner.shm().ring_on_loss(header.conn_doorbell()) };
         let size = seg.size();
         let (read, write) = maps(|a| seg.map(0, size, a))?;
         Ok(ReflectiveMember {
@@ -263,12 +263,11 @@ impl ReflectiveMember {
     pub fn members(&self) -> Vec<(u32, u32)> {
         let inner = &self.seg.inner;
         let me = inner.fabric.identity;
-        let snap = inner.file.snapshot();
+        let file = inner.shm().file();
+        let snap = file.snapshot();
         let mut out = vec![(snap.node_id, snap.owner.pid())];
         out.extend(
-            inner
-                .file
-                .header()
+            file.header()
                 .connections()
                 .into_iter()
                 .filter(|&(n, id)| id != me && inner.fabric.is_alive(n, id))
@@ -287,16 +286,17 @@ impl ReflectiveMember {
         let weak: Weak<_> = Arc::downgrade(inner);
         let ring: Ringer = Arc::new(move || {
             if let Some(i) = weak.upgrade() {
-                i.file.header().conn_doorbell().ring();
+                i.shm().file().header().conn_doorbell().ring();
             }
         });
-        let r = inner.file.header().conn_doorbell().wait(
+        let header = inner.shm().file().header();
+        let r = header.conn_doorbell().wait(
             || {
                 if let RemoteState::Lost(reason) = inner.state() {
                     self.reported_lost.store(true, Ordering::Release);
                     return Some(GroupEvent::Lost(reason));
                 }
-                self.tracker.next(&inner.fabric, inner.file.header(), &ring).map(GroupEvent::from)
+                self.tracker.next(&inner.fabric, header, &ring).map(GroupEvent::from)
             },
             || None::<()>,
             inner.poll_time(),

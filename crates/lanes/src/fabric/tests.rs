@@ -128,19 +128,19 @@ fn data_interrupts_arrive_whole_in_order_and_full_queues_fail_clearly() {
     assert!(matches!(ld.wait(&mut small, T), Err(Error::BufferTooSmall { needed: 11, given: 4 })));
     assert_eq!(ld.wait(&mut buf, T).unwrap(), 11);
     // A full queue: the trigger waits up to its timeout, then fails; nothing is dropped.
-    for i in 0..data_interrupt::RING_CAP {
+    for i in 0..crate::transport::shm::data_interrupt::RING_CAP {
         rd.trigger(&i.to_le_bytes(), T).unwrap();
     }
     let t0 = Instant::now();
     let r = rd.trigger(b"x", Timeout::After(Duration::from_millis(100)));
     assert!(matches!(r, Err(Error::QueueFull { .. })), "{r:?}");
     assert!(t0.elapsed() >= Duration::from_millis(100));
-    for i in 0..data_interrupt::RING_CAP {
+    for i in 0..crate::transport::shm::data_interrupt::RING_CAP {
         let got = ld.wait(&mut buf, T).unwrap();
         assert_eq!(&buf[..got], &i.to_le_bytes(), "in order");
     }
     // A sender blocked on a full queue is released by room.
-    for i in 0..data_interrupt::RING_CAP {
+    for i in 0..crate::transport::shm::data_interrupt::RING_CAP {
         rd.trigger(&i.to_le_bytes(), T).unwrap();
     }
     let t = std::thread::spawn(move || {
@@ -149,7 +149,7 @@ fn data_interrupts_arrive_whole_in_order_and_full_queues_fail_clearly() {
     });
     std::thread::sleep(Duration::from_millis(30));
     let mut seen = Vec::new();
-    for _ in 0..=data_interrupt::RING_CAP {
+    for _ in 0..=crate::transport::shm::data_interrupt::RING_CAP {
         let got = ld.wait(&mut buf, T).unwrap();
         seen.push(buf[..got].to_vec());
     }

@@ -1,10 +1,293 @@
 //! Layer 2: transports, the one place where "same host" and "other host" differ.
 //!
-//! [`shm`] is the transport in use: a peer's segment is a file in the fabric directory,
-//! mapped directly. The cross-host transport over libfabric is being built beside it as
-//! `ofi` (cargo feature `ofi`; so far its safe libfabric layer, `ofi::fi`); the trait both
-//! will share is extracted next (docs/design/multi-host.md, section 15).
+//! Local objects are always shm files (their owner creates them in its fabric directory);
+//! a transport is *how a remote object is reached*. The contract between the fabric model
+//! (layer 3) and a transport is two traits:
+//!
+//! - `Transport` connects to object (kind, node, id) and hands back a
+//! - `RemoteObject`: the connection. It knows what it is connected to (`ObjectInfo`),
+//!   reports its `RemoteState` cheaply, rings a doorbell on every state change, opens
+//!   `Window`s on the object's data, and delivers interrupts (`RemoteObject::trigger`)
+//!   and data interrupts (`RemoteObject::send`).
+//!
+//! What stays in the fabric: the public objects and their argument checks, event reporting
+//! (which state was last reported), callbacks, sequences and the DMA engine.
+//!
+//! The fabric does not hold a `dyn RemoteObject`: it dispatches through the closed enum
+//! `RemoteHandle`, one variant per transport, so the shm branch inlines and a
+//! `Window::Direct` is accessed with the same volatile loads and stores as before there
+//! was a trait. `shm` is the only transport so far; the cross-host transport over
+//! libfabric is being built beside it as `ofi` (cargo feature `ofi`; so far its safe
+//! libfabric layer, `ofi::fi`), and becomes a second variant (docs/design/multi-host.md,
+//! section 15, stage 4).
 
 #[cfg(feature = "ofi")]
 pub mod ofi;
 pub mod shm;
+#[cfg(test)]
+mod tests;
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::fabric::{MapAccess, Timeout};
+use crate::platform::doorbell::Doorbell;
+use crate::platform::liveness::ProcessIdentity;
+use crate::transport::shm::segment_file::DataMapping;
+
+/// Why a connection is lost for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossReason {
+    /// The owner process died.
+    OwnerDied,
+    /// The owner removed the segment.
+    Removed,
+    /// This side disconnected.
+    Disconnected,
+}
+
+impl LossReason {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            LossReason::OwnerDied => 1,
+            LossReason::Removed => 2,
+            LossReason::Disconnected => 3,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Self> {
+        match c {
+            1 => Some(LossReason::OwnerDied),
+            2 => Some(LossReason::Removed),
+            3 => Some(LossReason::Disconnected),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            LossReason::OwnerDied => "its owner died",
+            LossReason::Removed => "its owner removed it",
+            LossReason::Disconnected => "disconnected",
+        }
+    }
+}
+
+/// What a connected peer can see of a remote segment now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteState {
+    /// Connected and available.
+    Operational,
+    /// Connected, but the owner made it unavailable; maps still work.
+    NotOperational,
+    /// Gone for good.
+    Lost(LossReason),
+}
+
+/// The object a connection names: its kind (`shm::layout::kind`), node and id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ObjectAddr {
+    pub kind: u32,
+    pub node: u32,
+    pub id: u32,
+}
+
+/// What a connection knows about its object, fixed when it connects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ObjectInfo {
+    pub addr: ObjectAddr,
+    /// Bytes of object data.
+    pub size: u64,
+    /// The process that created the object.
+    pub owner: ProcessIdentity,
+}
+
+/// A window of a remote object's data in this process's address space.
+///
+/// `Direct` is the object's own memory, mapped (shm): stores are the peer's stores, a flush
+/// is a store barrier. A mirror window (a local copy written through by RMA) becomes the
+/// second variant with the ofi transport.
+#[derive(Debug)]
+pub(crate) enum Window {
+    Direct(DataMapping),
+}
+
+impl Window {
+    /// The window's first byte.
+    #[inline(always)]
+    pub fn as_ptr(&self) -> *mut u8 {
+        match self {
+            Window::Direct(m) => m.as_ptr(),
+        }
+    }
+
+    /// Bytes in the window.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        match self {
+            Window::Direct(m) => m.len(),
+        }
+    }
+
+    /// Makes every earlier store through the window visible to the object's owner and its
+    /// other peers before any later one (`SCIFlush`).
+    #[inline]
+    pub fn flush(&self) {
+        match self {
+            Window::Direct(_) => crate::platform::memory::store_barrier(),
+        }
+    }
+}
+
+/// How a transport reaches remote objects.
+pub(crate) trait Transport: Send + Sync {
+    type Remote: RemoteObject;
+
+    /// Connects to `addr`, waiting up to `timeout` while the object is missing or not
+    /// available ([`Error::NoSuchSegment`], [`Error::NotAvailable`]); other refusals
+    /// (corrupt, too many connections, I/O) fail at once.
+    fn connect(&self, addr: ObjectAddr, timeout: Timeout) -> Result<Self::Remote>;
+}
+
+/// One connection to a remote object.
+///
+/// Losing the connection (owner death, removal, [`RemoteObject::disconnect`]) is final:
+/// [`RemoteObject::state`] reports `Lost` from then on and [`RemoteObject::state_bell`]
+/// rings once for it. Windows stay valid memory after a loss (reads see the last data,
+/// writes go nowhere visible).
+pub(crate) trait RemoteObject: Send + Sync + std::fmt::Debug {
+    /// What this connection is connected to.
+    fn info(&self) -> &ObjectInfo;
+
+    /// The state now; costs at most two atomic loads and no system call.
+    fn state(&self) -> RemoteState;
+
+    /// The doorbell rung on every state change of the object and on loss.
+    fn state_bell(&self) -> Doorbell;
+
+    /// Opens a window of `len` bytes from `offset` of the object's data. An empty or
+    /// out-of-bounds range fails with [`Error::InvalidSize`] or [`Error::OutOfRange`].
+    fn window(&self, offset: u64, len: u64, access: MapAccess) -> Result<Window>;
+
+    /// Triggers an interrupt object: one wait of its owner returns for it. Fails once the
+    /// connection is lost ([`Error::SegmentLost`]), or on an object of another kind.
+    fn trigger(&self) -> Result<()>;
+
+    /// Sends one message (at most `MAX_DATA_INTERRUPT_PAYLOAD` bytes, else
+    /// [`Error::PayloadTooLarge`]) to a data interrupt object; messages of one connection
+    /// arrive whole and in order. A full queue makes it wait (spinning `poll`, then
+    /// sleeping) up to `timeout`, then fail with [`Error::QueueFull`] having sent nothing.
+    fn send(&self, data: &[u8], timeout: Timeout, poll: Duration) -> Result<()>;
+
+    /// Ends the connection: it becomes `Lost(Disconnected)` and frees its slot at the
+    /// owner. Windows stay mapped.
+    fn disconnect(&self);
+
+    /// `Ok` while the connection lives, else [`Error::SegmentLost`] with the reason.
+    #[inline]
+    fn check(&self) -> Result<()> {
+        match self.state() {
+            RemoteState::Lost(r) => {
+                let a = self.info().addr;
+                Err(Error::SegmentLost { node: a.node, segment: a.id, reason: r.describe() })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A connection of whichever transport reached the object: the closed set the fabric
+/// dispatches over (no `dyn`, so each branch inlines).
+#[derive(Debug)]
+pub(crate) enum RemoteHandle {
+    Shm(shm::remote::ShmRemote),
+}
+
+/// Calls `$body` with `$r` bound to the connection of whichever transport `$h` holds.
+macro_rules! dispatch {
+    ($h:expr, $r:ident => $body:expr) => {
+        match $h {
+            RemoteHandle::Shm($r) => $body,
+        }
+    };
+}
+
+impl RemoteObject for RemoteHandle {
+    #[inline(always)]
+    fn info(&self) -> &ObjectInfo {
+        dispatch!(self, r => r.info())
+    }
+
+    #[inline(always)]
+    fn state(&self) -> RemoteState {
+        dispatch!(self, r => r.state())
+    }
+
+    #[inline]
+    fn state_bell(&self) -> Doorbell {
+        dispatch!(self, r => r.state_bell())
+    }
+
+    fn window(&self, offset: u64, len: u64, access: MapAccess) -> Result<Window> {
+        dispatch!(self, r => r.window(offset, len, access))
+    }
+
+    #[inline]
+    fn trigger(&self) -> Result<()> {
+        dispatch!(self, r => r.trigger())
+    }
+
+    fn send(&self, data: &[u8], timeout: Timeout, poll: Duration) -> Result<()> {
+        dispatch!(self, r => r.send(data, timeout, poll))
+    }
+
+    fn disconnect(&self) {
+        dispatch!(self, r => r.disconnect())
+    }
+}
+
+/// Waits between connection attempts: short at first (a peer that is about to make its
+/// object available is usually quick), then at most 10 ms.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_micros((200u64 << attempt.min(6)).min(10_000))
+}
+
+/// The connect policy every transport shares: calls `attempt` until it connects, fails for
+/// good, or `timeout` runs out. `attempt` returns `Ok(Ok(conn))` when connected, `Ok(Err(e))`
+/// for a refusal worth waiting out, `Err(e)` for a failure that waiting cannot cure.
+pub(crate) fn connect_with_retry<R>(
+    addr: ObjectAddr,
+    timeout: Timeout,
+    mut attempt: impl FnMut() -> Result<Result<R>>,
+) -> Result<R> {
+    let started = Instant::now();
+    let mut tries = 0;
+    loop {
+        let refusal = match attempt()? {
+            Ok(conn) => return Ok(conn),
+            Err(refusal) => refusal,
+        };
+        let waited = started.elapsed();
+        match timeout {
+            Timeout::Immediate => return Err(refusal),
+            Timeout::After(t) if waited >= t => {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "{} {:#x} on node {} ({refusal})",
+                        shm::layout::kind::name(addr.kind),
+                        addr.id,
+                        addr.node
+                    ),
+                    waited_ms: waited.as_millis() as u64,
+                })
+            }
+            _ => {}
+        }
+        let mut pause = backoff(tries);
+        if let Timeout::After(t) = timeout {
+            pause = pause.min(t.saturating_sub(waited));
+        }
+        std::thread::sleep(pause);
+        tries += 1;
+    }
+}

@@ -87,6 +87,13 @@ fn from_hex(s: &str) -> Vec<u8> {
 mod test_dir;
 pub use test_dir::TestDir;
 
+#[path = "../common/topology.rs"]
+mod topology;
+#[allow(unused_imports)] // files that keep only single-host cases
+pub(crate) use topology::topology_cases;
+#[allow(unused_imports)]
+pub use topology::{Hosts, Topology};
+
 pub mod netns;
 
 // ---------------------------------------------------------------------------------------
@@ -188,10 +195,10 @@ impl Proc {
         Proc { name: format!("{name} (pid {pid})"), child, pid, stdin, lines: rx, log, readers, status: None }
     }
 
-    /// Starts a `node` child acting as `node` on the fabric of `dir`, and waits until it
-    /// has opened the fabric.
-    pub fn node(dir: &TestDir, node: u32) -> Proc {
-        Proc::node_in(&[], &dir.fabric(), node)
+    /// Starts a `node` child acting as `node` on its host of `hosts` (a [`Topology`], or
+    /// one [`TestDir`]), and waits until it has opened the fabric.
+    pub fn node(hosts: &impl Hosts, node: u32) -> Proc {
+        Proc::node_in(&hosts.prefix_of(node), &hosts.fabric_of(node), node)
     }
 
     /// A `node` child on the fabric directory `fabric`, run through `prefix` (see

@@ -159,6 +159,13 @@ pub fn expected_sum(s: u8, count: u64) -> u64 {
 mod test_dir;
 pub use test_dir::TestDir;
 
+#[path = "../common/topology.rs"]
+mod topology;
+#[allow(unused_imports)] // files that keep only single-host cases
+pub(crate) use topology::topology_cases;
+#[allow(unused_imports)]
+pub use topology::{Hosts, Topology};
+
 // ---------------------------------------------------------------------------------------
 // Parent side
 // ---------------------------------------------------------------------------------------
@@ -256,17 +263,25 @@ fn pump(
 }
 
 impl Node {
-    /// Starts a child acting as `node` on the fabric of `dir` and waits until it has
-    /// opened the fabric.
-    pub fn spawn(dir: &TestDir, name: &str, node: u32) -> Node {
+    /// Starts a child acting as `node` on its host of `hosts` (a [`Topology`], or one
+    /// [`TestDir`]) and waits until it has opened the fabric.
+    pub fn spawn(hosts: &impl Hosts, name: &str, node: u32) -> Node {
         let exe = std::env::current_exe().expect("the test binary's path");
-        let mut cmd = Command::new(exe);
+        // On another host the child runs through the host's prefix (`ip netns exec ..`).
+        let mut cmd = match hosts.prefix_of(node).split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"]);
         for v in ["LANES_NODE_ID", "LANES_DIR", "LANES_CONFIG", "LANES_POLL_US"] {
             cmd.env_remove(v);
         }
         cmd.env(ROLE_VAR, "node")
-            .env(DIR_VAR, dir.fabric())
+            .env(DIR_VAR, hosts.fabric_of(node))
             .env(NODE_VAR, node.to_string())
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::piped())

@@ -55,6 +55,16 @@ pub mod kind {
         }
     }
 
+    /// A human name of a kind, for messages.
+    pub fn name(kind: u32) -> &'static str {
+        match kind {
+            INTERRUPT => "interrupt",
+            DATA_INTERRUPT => "data interrupt",
+            REFLECTIVE => "reflective group",
+            _ => "segment",
+        }
+    }
+
     /// Every kind, for listing and clean-up.
     pub const ALL: [u32; 4] = [SEGMENT, INTERRUPT, DATA_INTERRUPT, REFLECTIVE];
 }

@@ -1,4 +1,6 @@
-//! The shared-memory transport: fabric directory layout, segment files and their header.
+//! The shared-memory transport: fabric directory layout, segment files and their header,
+//! the layouts of interrupt objects, and `remote`, the transport itself: a peer's object
+//! is its file, opened, validated and mapped directly.
 //!
 //! ```text
 //! <fabric dir>/                 0700, private to the user
@@ -9,7 +11,10 @@
 //!   nodes/<node>/dint-<no:08x>  one data interrupt: header, doorbell page, per-sender rings
 //! ```
 
+pub(crate) mod data_interrupt;
+pub(crate) mod interrupt;
 pub mod layout;
+pub(crate) mod remote;
 pub mod segment_file;
 
 use std::path::{Path, PathBuf};

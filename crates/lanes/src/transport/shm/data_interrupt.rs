@@ -1,0 +1,195 @@
+//! The data of a data interrupt object: the receiver's doorbell and one single-producer
+//! ring per connection slot, shared by the owner (who receives) and its peers (who send).
+//!
+//! ```text
+//! page 0    line 0: receiver doorbell (seq, sleepers)   line 1: active-ring bitmap (128 bits)
+//! ring i    at 4096 + i * RING_BYTES:
+//!           line 0: tail (sender)  line 1: head (receiver)  line 2: space doorbell
+//!           then RING_CAP entries: a 64-byte header (sequence word, length), 4096 bytes of payload
+//! ```
+//!
+//! A message is published by its entry's sequence word (message number + 1), stored last
+//! with release ordering; the receiver reads only the entry, one line fewer than reading a
+//! separate tail. The sender records its tail afterwards, for whoever inherits its slot: a
+//! new sender continues past any entry already published beyond the recorded tail.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::layout::MAX_CONNECTIONS;
+use super::segment_file::DataMapping;
+use crate::error::{Error, Result};
+use crate::fabric::Timeout;
+use crate::platform::doorbell::{Doorbell, WaitError};
+use crate::platform::memory;
+
+/// The largest payload of one data interrupt.
+pub const MAX_DATA_INTERRUPT_PAYLOAD: usize = 4096;
+
+pub const PAGE: usize = 4096;
+pub const BELL_SEQ: usize = 0;
+pub const BELL_SLEEPERS: usize = 4;
+pub const ACTIVE_MASK: usize = 64;
+pub const RING_TAIL: usize = 0;
+pub const RING_HEAD: usize = 64;
+pub const RING_SPACE_SEQ: usize = 128;
+pub const RING_SPACE_SLEEPERS: usize = 132;
+pub const RING_ENTRIES: usize = 192;
+pub const ENTRY_HEADER: usize = 64;
+/// Within an entry header: the sequence word, then the length.
+pub const ENTRY_SEQ: usize = 0;
+pub const ENTRY_LEN: usize = 8;
+pub const ENTRY_BYTES: usize = ENTRY_HEADER + MAX_DATA_INTERRUPT_PAYLOAD;
+/// Messages a sender may have queued before it must wait.
+pub const RING_CAP: u64 = 16;
+pub const RING_BYTES: usize = (RING_ENTRIES + RING_CAP as usize * ENTRY_BYTES).div_ceil(PAGE) * PAGE;
+pub const OBJECT_BYTES: u64 = (PAGE + MAX_CONNECTIONS * RING_BYTES) as u64;
+
+/// The mapped object, with typed access to its words.
+#[derive(Debug)]
+pub struct Rings {
+    map: DataMapping,
+}
+
+impl Rings {
+    /// Views `map`, which must cover the whole object ([`OBJECT_BYTES`]).
+    pub fn new(map: DataMapping) -> Rings {
+        assert!(map.len() as u64 >= OBJECT_BYTES, "a data interrupt of {} bytes", map.len());
+        Rings { map }
+    }
+
+    /// The object's first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.as_ptr()
+    }
+
+    pub fn word64(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= self.map.len());
+        // SAFETY: every caller passes an 8-aligned offset inside the map (the layout above);
+        // these words are only accessed atomically by every process.
+        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(off).cast()) }
+    }
+
+    pub fn word32(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= self.map.len());
+        // SAFETY: as for word64, 4-aligned.
+        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(off).cast()) }
+    }
+
+    pub fn bell(&self) -> Doorbell {
+        // SAFETY: both words lie in page 0 of the map, which outlives every doorbell we make
+        // (doorbells are used only while `self` lives, or registered with the connection
+        // that owns the map).
+        unsafe { Doorbell::new(self.word32(BELL_SEQ).as_ptr(), self.word32(BELL_SLEEPERS).as_ptr()) }
+    }
+
+    pub fn ring(i: usize) -> usize {
+        PAGE + i * RING_BYTES
+    }
+
+    pub fn space_bell(&self, i: usize) -> Doorbell {
+        let r = Self::ring(i);
+        // SAFETY: as for bell(); the words lie in ring i, inside the map.
+        unsafe {
+            Doorbell::new(self.word32(r + RING_SPACE_SEQ).as_ptr(), self.word32(r + RING_SPACE_SLEEPERS).as_ptr())
+        }
+    }
+
+    pub fn entry(i: usize, seq: u64) -> usize {
+        Self::ring(i) + RING_ENTRIES + (seq % RING_CAP) as usize * ENTRY_BYTES
+    }
+
+    pub fn active(&self) -> [u64; 2] {
+        [self.word64(ACTIVE_MASK).load(Ordering::Acquire), self.word64(ACTIVE_MASK + 8).load(Ordering::Acquire)]
+    }
+}
+
+/// The sending side of one connection: the ring of its connection slot.
+#[derive(Debug)]
+pub struct Sender {
+    rings: Rings,
+    /// The connection slot, which is the ring's index.
+    slot: usize,
+    /// The lock keeps the ring single-producer when several threads send through one
+    /// connection.
+    send: Mutex<SendState>,
+}
+
+#[derive(Debug)]
+struct SendState {
+    /// The receiver's head as last read: room is re-checked against the shared head (a line
+    /// the receiver writes) only when this view says the ring is full.
+    head_seen: u64,
+    /// The number of the next message.
+    tail: u64,
+}
+
+impl Sender {
+    /// Takes over the ring of connection `slot`: marks it active and continues after
+    /// whatever an earlier holder of the slot published.
+    pub fn attach(rings: Rings, slot: usize) -> Sender {
+        let (word, bit) = if slot < 64 { (ACTIVE_MASK, slot) } else { (ACTIVE_MASK + 8, slot - 64) };
+        rings.word64(word).fetch_or(1 << bit, Ordering::SeqCst);
+        let base = Rings::ring(slot);
+        let head_seen = rings.word64(base + RING_HEAD).load(Ordering::Acquire);
+        // Continue after whatever an earlier holder of the slot published, including an entry
+        // it published but died before recording in the tail.
+        let mut tail = rings.word64(base + RING_TAIL).load(Ordering::Acquire);
+        while tail.wrapping_sub(head_seen) < RING_CAP
+            && rings.word64(Rings::entry(slot, tail) + ENTRY_SEQ).load(Ordering::Acquire) == tail.wrapping_add(1)
+        {
+            tail = tail.wrapping_add(1);
+        }
+        Sender { rings, slot, send: Mutex::new(SendState { head_seen, tail }) }
+    }
+
+    /// The doorbell this sender sleeps on while its ring is full.
+    pub fn space_bell(&self) -> Doorbell {
+        self.rings.space_bell(self.slot)
+    }
+
+    /// Queues `data` (at most [`MAX_DATA_INTERRUPT_PAYLOAD`] bytes) and wakes the receiver.
+    /// `check` fails once the connection is lost; it is called before sending and while
+    /// waiting for room. A ring still full after `timeout` gives `full()`.
+    pub fn send(
+        &self,
+        data: &[u8],
+        timeout: Timeout,
+        poll: Duration,
+        check: impl Fn() -> Result<()>,
+        full: impl FnOnce() -> Error,
+    ) -> Result<()> {
+        if data.len() > MAX_DATA_INTERRUPT_PAYLOAD {
+            return Err(Error::PayloadTooLarge { len: data.len(), max: MAX_DATA_INTERRUPT_PAYLOAD });
+        }
+        let mut st = self.send.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = self.slot;
+        check()?;
+        let r = &self.rings;
+        let base = Rings::ring(slot);
+        let tail = st.tail;
+        if tail.wrapping_sub(st.head_seen) >= RING_CAP {
+            let room = || {
+                let h = r.word64(base + RING_HEAD).load(Ordering::SeqCst);
+                (tail.wrapping_sub(h) < RING_CAP).then_some(h)
+            };
+            let lost = || check().err();
+            match r.space_bell(slot).wait(room, lost, poll, timeout.deadline()) {
+                Ok(h) => st.head_seen = h,
+                Err(WaitError::Aborted(e)) => return Err(e),
+                Err(WaitError::TimedOut) => return Err(full()),
+            }
+        }
+        let entry = Rings::entry(slot, tail);
+        r.word32(entry + ENTRY_LEN).store(data.len() as u32, Ordering::Relaxed);
+        // SAFETY: the entry's payload area (4096 bytes) lies inside ring `slot` in the map,
+        // and data is at most 4096 bytes of private memory (checked above).
+        unsafe { memory::copy_to_shared(r.as_ptr().add(entry + ENTRY_HEADER), data) };
+        r.word64(entry + ENTRY_SEQ).store(tail.wrapping_add(1), Ordering::SeqCst);
+        r.word64(base + RING_TAIL).store(tail.wrapping_add(1), Ordering::Relaxed);
+        st.tail = tail.wrapping_add(1);
+        r.bell().ring();
+        Ok(())
+    }
+}
