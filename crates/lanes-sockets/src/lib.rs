@@ -44,6 +44,14 @@ thread_local! {
 
 static INIT: Once = Once::new();
 
+extern "C" fn before_fork() {
+    INSIDE.with(|i| i.set(true));
+    // Epoll registrations this process still owes the kernel go in before the child
+    // shares the kernel sets.
+    wait::flush_pending();
+    INSIDE.with(|i| i.set(false));
+}
+
 extern "C" fn after_fork_in_child() {
     INSIDE.with(|i| i.set(true));
     conn::adopt_after_fork();
@@ -53,7 +61,7 @@ extern "C" fn after_fork_in_child() {
 fn init() {
     INIT.call_once(|| {
         // SAFETY: registering a handler with no preconditions.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_in_child)) };
         if config::config().enabled {
             conn::adopt_inherited_all();
             // Records of processes that exited without closing their sockets (exit closes
@@ -863,6 +871,29 @@ pub unsafe extern "C" fn epoll_pwait(
     };
     // SAFETY: the caller's arguments.
     intercept(-1, || Some(unsafe { wait::wait(epfd, evs, max, timeout, mask) }), call)
+}
+
+/// # Safety
+/// As epoll_pwait2(2). Not a wait of ours (ring bytes do not end it, see the limits in
+/// docs/ARCHITECTURE.md), but the set's registrations owed to the kernel are made first.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    evs: *mut epoll_event,
+    max: c_int,
+    timeout: *const timespec,
+    mask: *const sigset_t,
+) -> c_int {
+    // SAFETY: the caller's arguments; the kernel's sigset size on Linux (_NSIG / 8).
+    let call = || unsafe { libc::syscall(libc::SYS_epoll_pwait2, epfd, evs, max, timeout, mask, 8usize) as c_int };
+    intercept(
+        -1,
+        || {
+            wait::flush_pending();
+            None
+        },
+        call,
+    )
 }
 
 // ---- fortified variants (_FORTIFY_SOURCE) ------------------------------------------------

@@ -7,8 +7,8 @@
 //! a sleeper): from then on their bytes travel through the kernel, which wakes the call
 //! with its own semantics (timeouts, signal masks, EINTR).
 
-use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,8 @@ pub fn poll_core(
     timeout: Option<Duration>,
     sleep: &mut dyn FnMut(&mut [pollfd], Option<Duration>) -> c_int,
 ) -> c_int {
+    // An epoll fd among them is ready or not by its kernel registrations: make those owed.
+    flush_pending();
     let accel: Vec<(usize, c_int, Arc<Conn>)> = fds
         .iter()
         .enumerate()
@@ -230,6 +232,9 @@ struct Item {
     conn: Option<Arc<Conn>>,
     /// The registered fd is itself an epoll set of ours (nesting).
     nested: Option<Arc<Mutex<Shadow>>>,
+    /// The fd number was closed since: the kernel may have dropped the registration (it
+    /// does when no duplicate is left), so only the kernel can answer for it now.
+    fd_closed: bool,
 }
 
 impl Item {
@@ -263,6 +268,13 @@ struct Shadow {
     stale: bool,
     /// Its epoll fd was closed: as a nested set it reports nothing more.
     closed: bool,
+    /// The set's epoll fd.
+    epfd: c_int,
+    /// Fds this library has registered in the kernel set.
+    in_kernel: HashSet<c_int>,
+    /// Accelerated sockets whose kernel registration lags the application's (see
+    /// [`ctl`]): made good before anything asks the kernel about the set.
+    dirty: Vec<c_int>,
 }
 
 impl Shadow {
@@ -329,7 +341,7 @@ fn fd_of_token(t: u64) -> Option<c_int> {
 pub fn created(epfd: c_int) {
     if epfd >= 0 {
         if let Ok(mut s) = shadows().lock() {
-            s.insert(epfd, Arc::new(Mutex::new(Shadow::default())));
+            s.insert(epfd, Arc::new(Mutex::new(Shadow { epfd, ..Shadow::default() })));
         }
     }
 }
@@ -338,9 +350,85 @@ pub fn created(epfd: c_int) {
 /// the kernel keeps reporting them while a duplicate of the description is open (with the
 /// old registration's data, which the shadow still has), and reports nothing otherwise.
 pub fn closed(fd: c_int) {
+    let sets: Vec<Arc<Mutex<Shadow>>> = match shadows().lock() {
+        Ok(s) => s.values().cloned().collect(),
+        Err(_) => Vec::new(),
+    };
+    for set in sets {
+        let mut sh = lock(&set);
+        // A registration still owed to the kernel is made before the fd goes (the kernel
+        // keeps it while a duplicate is open), so it can never land on a reused number.
+        if sh.dirty.contains(&fd) {
+            sh.dirty.retain(|d| *d != fd);
+            PENDING.fetch_sub(1, Ordering::Relaxed);
+            sync_kernel(&mut sh, fd);
+        }
+        if let Some(it) = sh.items.get_mut(&fd) {
+            it.fd_closed = true;
+        }
+    }
     let gone = shadows().lock().ok().and_then(|mut s| s.remove(&fd));
     if let Some(shadow) = gone {
-        lock(&shadow).closed = true;
+        let mut sh = lock(&shadow);
+        sh.closed = true;
+        PENDING.fetch_sub(std::mem::take(&mut sh.dirty).len(), Ordering::Relaxed);
+    }
+}
+
+/// Kernel registrations owed, in all sets (a hint: skips the search when zero).
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// Threads of this process asleep in a kernel epoll wait: while any is, registrations are
+/// made at once (a sleeper must be woken by what another thread adds meanwhile).
+static KERNEL_SLEEPERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the kernel registrations owed, in every set: before a wait asks the kernel,
+/// before fork.
+pub fn flush_pending() {
+    if PENDING.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let sets: Vec<Arc<Mutex<Shadow>>> = match shadows().lock() {
+        Ok(s) => s.values().cloned().collect(),
+        Err(_) => return,
+    };
+    for set in sets {
+        let mut sh = lock(&set);
+        let fds = std::mem::take(&mut sh.dirty);
+        PENDING.fetch_sub(fds.len(), Ordering::Relaxed);
+        for fd in fds {
+            sync_kernel(&mut sh, fd);
+        }
+    }
+}
+
+/// Brings the kernel's registration of `fd` in line with the application's (one system
+/// call: a DEL and an ADD in between become one MOD). The kernel drops a registration by
+/// itself when the last duplicate of an fd closes, so a MOD or DEL it does not know falls
+/// back to ADD or to nothing.
+fn sync_kernel(sh: &mut Shadow, fd: c_int) {
+    let epfd = sh.epfd;
+    let ctl = |op: c_int, events: u32| {
+        let mut ev = epoll_event { events, u64: token(fd) };
+        // SAFETY: our own event structure.
+        unsafe { (real().epoll_ctl)(epfd, op, fd, &mut ev) }
+    };
+    match sh.items.get(&fd).map(|it| it.events) {
+        Some(events) => {
+            let first = if sh.in_kernel.contains(&fd) { libc::EPOLL_CTL_MOD } else { libc::EPOLL_CTL_ADD };
+            if ctl(first, events) != 0 {
+                let retry = if first == libc::EPOLL_CTL_MOD { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_MOD };
+                if ctl(retry, events) != 0 {
+                    sh.in_kernel.remove(&fd);
+                    return;
+                }
+            }
+            sh.in_kernel.insert(fd);
+        }
+        None => {
+            if sh.in_kernel.remove(&fd) {
+                ctl(libc::EPOLL_CTL_DEL, 0);
+            }
+        }
     }
 }
 
@@ -371,11 +459,50 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
     if op != libc::EPOLL_CTL_DEL {
         ev.u64 = token(fd);
     }
-    let arg = if event.is_null() { std::ptr::null_mut() } else { &mut ev as *mut epoll_event };
-    // SAFETY: arg is null or our copy.
-    let r = unsafe { (real().epoll_ctl)(epfd, op, fd, arg) };
+    // An accelerated socket's registration may wait until the set is next asked about:
+    // programs such as redis-benchmark switch between EPOLLIN and EPOLLOUT with a DEL and an
+    // ADD per request, and the kernel's ADD and DEL (allocating and freeing its item) were
+    // most of such a client's time. The result is what the kernel would answer for a socket.
+    let deferrable = fd != epfd
+        && ev.events & (libc::EPOLLEXCLUSIVE | libc::EPOLLWAKEUP) as u32 == 0
+        && (op == libc::EPOLL_CTL_DEL || !event.is_null())
+        && matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL)
+        && KERNEL_SLEEPERS.load(Ordering::Acquire) == 0
+        && lookup(fd).is_some();
+    let mut sh = lock(&shadow);
+    // The shadow answers as the kernel would only while it knows the fd's registration:
+    // an ADD of an fd it has no item for, a MOD or DEL of one whose fd was not closed since.
+    let known = sh.items.get(&fd).map(|it| !it.fd_closed);
+    let deferrable = deferrable
+        && match op {
+            libc::EPOLL_CTL_ADD => known.is_none(),
+            _ => known == Some(true),
+        };
+    let r = if deferrable {
+        if !sh.dirty.contains(&fd) {
+            sh.dirty.push(fd);
+            PENDING.fetch_add(1, Ordering::Release);
+        }
+        0
+    } else {
+        if sh.dirty.contains(&fd) {
+            sh.dirty.retain(|d| *d != fd);
+            PENDING.fetch_sub(1, Ordering::Relaxed);
+            sync_kernel(&mut sh, fd);
+        }
+        let arg = if event.is_null() { std::ptr::null_mut() } else { &mut ev as *mut epoll_event };
+        // SAFETY: arg is null or our copy.
+        let r = unsafe { (real().epoll_ctl)(epfd, op, fd, arg) };
+        if r == 0 {
+            if op == libc::EPOLL_CTL_DEL {
+                sh.in_kernel.remove(&fd);
+            } else {
+                sh.in_kernel.insert(fd);
+            }
+        }
+        r
+    };
     if r == 0 {
-        let mut sh = lock(&shadow);
         if op == libc::EPOLL_CTL_DEL {
             sh.items.remove(&fd);
             sh.stale = true;
@@ -392,7 +519,15 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
         let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0);
         sh.items.insert(
             fd,
-            Item { events: ev.events, data: app_data, disarmed: false, last_published: last, conn, nested },
+            Item {
+                events: ev.events,
+                data: app_data,
+                disarmed: false,
+                last_published: last,
+                conn,
+                nested,
+                fd_closed: false,
+            },
         );
         sh.stale |= !keeps_watch;
     }
@@ -451,6 +586,7 @@ fn wait_loop(
     real_wait: &dyn Fn(*mut epoll_event, c_int, c_int) -> c_int,
 ) -> c_int {
     let deadline = timeout.map(|t| Instant::now() + t);
+    flush_pending();
     let watched = lock(shadow).watch_list();
     let spinning = !watched.is_empty();
     let spin_until = Instant::now() + spin::budget().min(timeout.unwrap_or(Duration::MAX));
@@ -466,6 +602,7 @@ fn wait_loop(
         let mut kernel_events = 0;
         if ask_kernel && out.len() < max {
             last_kernel_check = Some(now);
+            flush_pending();
             let r = real_wait(buf.as_mut_ptr(), (max - out.len()) as c_int, 0);
             if r < 0 {
                 return r;
@@ -491,9 +628,14 @@ fn wait_loop(
         if std::mem::take(&mut spun) {
             spin::miss();
         }
+        // From now on registrations are made at once (see KERNEL_SLEEPERS); those owed are
+        // made before the kernel is asked.
+        KERNEL_SLEEPERS.fetch_add(1, Ordering::AcqRel);
+        flush_pending();
         let slept = Instant::now();
         let r = real_wait(buf.as_mut_ptr(), max as c_int, ms_ceil(remaining(deadline)));
         let e = errno();
+        KERNEL_SLEEPERS.fetch_sub(1, Ordering::AcqRel);
         drop(sleepers);
         if r > 0 {
             spin::woke_after(slept.elapsed());

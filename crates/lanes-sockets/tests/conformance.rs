@@ -294,6 +294,7 @@ const EPOLL: &[&str] = &[
     "epoll-et",
     "epoll-oneshot",
     "epoll-del",
+    "epoll-reuse",
     "epoll-mixed",
     "epoll-nested",
     "epoll-two-sets",

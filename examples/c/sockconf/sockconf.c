@@ -1911,6 +1911,56 @@ static void epoll_del_client(void)
     close(fd);
 }
 
+/* Accepts two connections; each 'a' writes one byte to the second. */
+static void two_conns_server(void)
+{
+    int s1 = accept_one();
+    int s2 = accept_one();
+    for (;;) {
+        char c = sync_wait();
+        if (c == 'z')
+            break;
+        if (write_all(s2, "y", 1) < 0)
+            die("write");
+    }
+    close(s1);
+    close(s2);
+}
+
+/* Registrations changed between waits (a DEL and an ADD, as redis-benchmark does per
+ * request), and an fd closed without DEL whose number a new socket reuses (as nginx does
+ * with keep-alive connections): the new socket's ADD succeeds and its events arrive. */
+static void epoll_reuse_client(void)
+{
+    int fd = connect_one();
+    int ep = epoll_create1(0);
+    say("ADD %s", res(ep_ctl(ep, EPOLL_CTL_ADD, fd, EPOLLIN, 1)));
+    say("DEL %s", res(ep_ctl(ep, EPOLL_CTL_DEL, fd, 0, 0)));
+    say("ADD EPOLLOUT %s", res(ep_ctl(ep, EPOLL_CTL_ADD, fd, EPOLLOUT, 2)));
+    say("ADD again %s", res(ep_ctl(ep, EPOLL_CTL_ADD, fd, EPOLLOUT, 2)));
+    say("wait 0 %s", epw(ep, 0));
+    say("MOD EPOLLIN %s", res(ep_ctl(ep, EPOLL_CTL_MOD, fd, EPOLLIN, 3)));
+    say("wait 0 %s", epw(ep, 0));
+    int n = fd;
+    say("close without DEL %s", res(close(fd)));
+    say("MOD the closed fd %s", res(ep_ctl(ep, EPOLL_CTL_MOD, n, EPOLLIN, 4)));
+    int fd2 = connect_one();
+    say("the second connection reuses the number: %s", yes(fd2 == n));
+    say("ADD the new socket %s", res(ep_ctl(ep, EPOLL_CTL_ADD, fd2, EPOLLIN, 5)));
+    say("wait 0 %s", epw(ep, 0));
+    sync_send('a');
+    say("wait 1 s %s", epw(ep, 1000));
+    char b[4];
+    say("read_full %s", got(read_full(fd2, b, 1), b));
+    say("DEL %s", res(ep_ctl(ep, EPOLL_CTL_DEL, fd2, 0, 0)));
+    say("MOD after DEL %s", res(ep_ctl(ep, EPOLL_CTL_MOD, fd2, EPOLLIN, 6)));
+    sync_send('a');
+    say("wait 200 ms, not in the set %s", epw(ep, 200));
+    sync_send('z');
+    close(ep);
+    close(fd2);
+}
+
 static const char *const mixed_script[] = {"s"};
 static void epoll_mixed_client(void)
 {
@@ -3334,6 +3384,8 @@ static const struct casedef cases[] = {
      "epoll edge-triggered: one event per arrival, none when nothing new"},
     {"epoll-oneshot", AF_INET, true, script_server, epoll_oneshot_client, set_oneshot,
      "EPOLLONESHOT and re-arming with EPOLL_CTL_MOD"},
+    {"epoll-reuse", AF_INET, true, two_conns_server, epoll_reuse_client, NULL,
+     "DEL and ADD between waits; a closed fd's number reused by a new socket"},
     {"epoll-del", AF_INET, true, script_server, epoll_del_client, set_del,
      "EPOLL_CTL_DEL, EEXIST, ENOENT, a closed duplicate, EPERM, EINVAL, EBADF"},
     {"epoll-mixed", AF_INET, true, script_server, epoll_mixed_client, set_mixed,
