@@ -1,4 +1,8 @@
-//! Which connections are accelerated, read once from the environment.
+//! Which connections are accelerated, read once: the `[sockets]` section of the
+//! configuration file (`LANES_CONFIG`, see `lanes::config::SocketsSection`), each key
+//! overridden by its environment variable. A configuration that cannot be read or makes
+//! no sense turns acceleration off, with one line on standard error: a preloaded library
+//! cannot fail the program it is loaded into.
 //!
 //! - `LANES_SOCKETS=0`: pass everything to the kernel untouched.
 //! - `LANES_SOCKETS_INCLUDE=5201,6379,8000-8100`: only these ports (either end's) are
@@ -23,35 +27,55 @@ pub struct Config {
     pub netns: u64,
 }
 
-fn parse_ports(text: &str) -> Vec<(u16, u16)> {
-    text.split(',')
-        .filter_map(|p| {
-            let p = p.trim();
-            match p.split_once('-') {
-                Some((a, b)) => Some((a.trim().parse().ok()?, b.trim().parse().ok()?)),
-                None => p.parse().ok().map(|v| (v, v)),
-            }
-        })
-        .collect()
-}
-
 fn load() -> Config {
     let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
     let fabric_dir = match var("LANES_DIR") {
         Some(d) => PathBuf::from(d),
         None => lanes::FabricConfig::from_env().map(|c| c.dir).unwrap_or_else(|_| lanes::config::default_fabric_dir()),
     };
-    Config {
-        enabled: var("LANES_SOCKETS").is_none_or(|v| v != "0"),
-        include: var("LANES_SOCKETS_INCLUDE").map(|v| parse_ports(&v)),
-        exclude: var("LANES_SOCKETS_EXCLUDE").map(|v| parse_ports(&v)).unwrap_or_default(),
-        ring_bytes: var("LANES_SOCKETS_RING")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(lanes::sockets::endpoint::DEFAULT_RING_BYTES),
+    let mut config = Config {
+        enabled: true,
+        include: None,
+        exclude: Vec::new(),
+        ring_bytes: lanes::sockets::endpoint::DEFAULT_RING_BYTES,
         poll_time: lanes::platform::doorbell::default_poll_time(),
         fabric_dir,
         netns: crate::sock_diag::netns_inode(),
+    };
+    if let Err(why) = apply(&mut config, var) {
+        eprintln!("liblanes_sockets: {why}; every connection stays kernel TCP");
+        config.enabled = false;
     }
+    config
+}
+
+/// The file's `[sockets]` section, then the environment over it.
+fn apply(config: &mut Config, var: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    let file = lanes::config::ConfigFile::load_from_env().map_err(|e| e.to_string())?;
+    let section = file.as_ref().and_then(|f| f.sockets()).cloned().unwrap_or_default();
+    let ports = |what: &str, text: &str| lanes::config::parse_port_list(text).map_err(|why| format!("{what}: {why}"));
+    if let Some(on) = section.enabled {
+        config.enabled = on;
+    }
+    if let Some(v) = var("LANES_SOCKETS") {
+        config.enabled = v != "0";
+    }
+    if let Some(list) = var("LANES_SOCKETS_INCLUDE") {
+        config.include = Some(ports("LANES_SOCKETS_INCLUDE", &list)?);
+    } else if let Some(list) = &section.include {
+        config.include = Some(ports("[sockets] include", list)?);
+    }
+    if let Some(list) = var("LANES_SOCKETS_EXCLUDE") {
+        config.exclude = ports("LANES_SOCKETS_EXCLUDE", &list)?;
+    } else if let Some(list) = &section.exclude {
+        config.exclude = ports("[sockets] exclude", list)?;
+    }
+    if let Some(v) = var("LANES_SOCKETS_RING") {
+        config.ring_bytes = v.trim().parse().map_err(|_| format!("LANES_SOCKETS_RING: {v:?} is not a byte count"))?;
+    } else if let Some(n) = section.ring_bytes {
+        config.ring_bytes = n;
+    }
+    Ok(())
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -87,8 +111,32 @@ pub fn wanted(local: SocketAddr, remote: SocketAddr) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn fresh() -> Config {
+        Config {
+            enabled: true,
+            include: None,
+            exclude: Vec::new(),
+            ring_bytes: 0,
+            poll_time: Duration::ZERO,
+            fabric_dir: PathBuf::new(),
+            netns: 0,
+        }
+    }
+
     #[test]
-    fn port_lists_parse_single_ports_and_ranges() {
-        assert_eq!(super::parse_ports("5201, 8000-8100,x"), vec![(5201, 5201), (8000, 8100)]);
+    fn environment_variables_are_checked() {
+        let mut c = fresh();
+        let env = |n: &str| match n {
+            "LANES_SOCKETS_INCLUDE" => Some("5201, 8000-8100".to_string()),
+            "LANES_SOCKETS_RING" => Some("65536".to_string()),
+            _ => None,
+        };
+        apply(&mut c, env).unwrap();
+        assert_eq!(c.include, Some(vec![(5201, 5201), (8000, 8100)]));
+        assert_eq!(c.ring_bytes, 65536);
+        let bad = |n: &str| (n == "LANES_SOCKETS_EXCLUDE").then(|| "80,x".to_string());
+        assert_eq!(apply(&mut fresh(), bad).unwrap_err(), "LANES_SOCKETS_EXCLUDE: \"x\" is not a port (0-65535)");
     }
 }

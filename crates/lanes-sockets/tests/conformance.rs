@@ -435,6 +435,76 @@ fn fortified_build_calls_the_checking_functions() {
 /// attached to each other and bytes went through the ring. How many bytes the ring carries
 /// depends on scheduling (a receiver that is never on a CPU when data comes gets it through
 /// the kernel), so a run may go all-kernel on a loaded machine: up to three runs per case.
+/// The `[sockets]` section of the configuration file chooses what is accelerated, each key
+/// overridden by its environment variable; a section that makes no sense turns acceleration
+/// off (with a line on stderr) and the program still runs.
+#[test]
+fn a_config_file_chooses_what_is_accelerated() {
+    let lib = library();
+    let sc = Sockconf::build("config");
+    struct Case {
+        name: &'static str,
+        toml: &'static str,
+        env: &'static [(&'static str, &'static str)],
+        /// Whether connection records must appear.
+        accelerated: bool,
+        /// What stderr must contain.
+        says: &'static str,
+    }
+    let cases = [
+        Case { name: "off", toml: "[sockets]\nenabled = false\n", env: &[], accelerated: false, says: "" },
+        Case { name: "excluded", toml: "[sockets]\nexclude = \"1-65535\"\n", env: &[], accelerated: false, says: "" },
+        Case {
+            name: "env-wins",
+            toml: "[sockets]\nexclude = \"1-65535\"\n",
+            env: &[("LANES_SOCKETS_EXCLUDE", "0")],
+            accelerated: true,
+            says: "",
+        },
+        Case {
+            name: "included",
+            toml: "[sockets]\ninclude = \"1-65535\"\nring_bytes = 8192\n",
+            env: &[],
+            accelerated: true,
+            says: "",
+        },
+        Case {
+            name: "nonsense",
+            toml: "[sockets]\ninclude = \"5201,x\"\n",
+            env: &[],
+            accelerated: false,
+            says: "every connection stays kernel TCP",
+        },
+    ];
+    let mut failures = Vec::new();
+    for Case { name, toml, env, accelerated, says } in cases {
+        let run_dir = sc.dir.sub(name);
+        let fabric = run_dir.join("fabric");
+        let conf = run_dir.join("lanes.toml");
+        std::fs::write(&conf, toml).expect("lanes.toml");
+        let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
+        cmd.env("LANES_CONFIG", &conf).envs(env.iter().copied()).arg("stream-duplex");
+        let mut p = Proc::spawn(cmd, name);
+        let mut records = 0usize;
+        let start = Instant::now();
+        while !p.exited() && start.elapsed() < RUN_LIMIT {
+            records = records.max(lanes::sockets::registry::list_connections(&fabric).len());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let f = p.wait(RUN_LIMIT);
+        if !f.ok() {
+            failures.push(f.describe(name));
+        }
+        if (records > 0) != accelerated {
+            failures.push(format!("{name}: {records} connection records seen, expected accelerated: {accelerated}"));
+        }
+        if !f.stderr.contains(says) {
+            failures.push(format!("{name}: stderr does not say {says:?}:\n{}", f.stderr));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn the_library_really_accelerates() {
     let lib = library();

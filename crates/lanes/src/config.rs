@@ -196,8 +196,44 @@ pub struct NodeEntry {
 struct ParsedConfig {
     dir: Option<PathBuf>,
     cluster: Option<ClusterSection>,
+    sockets: Option<SocketsSection>,
     #[serde(default)]
     node: Vec<NodeEntry>,
+}
+
+/// `[sockets]`: what the socket accelerator (`liblanes_sockets.so`) accelerates. Each key
+/// has an environment variable that overrides it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocketsSection {
+    /// `false`: every connection stays kernel TCP (`LANES_SOCKETS=0`).
+    pub enabled: Option<bool>,
+    /// Only connections with one of these ports at either end, as `"5201,8000-8100"`
+    /// (`LANES_SOCKETS_INCLUDE`); default all local TCP.
+    pub include: Option<String>,
+    /// Never connections with one of these ports (`LANES_SOCKETS_EXCLUDE`).
+    pub exclude: Option<String>,
+    /// Ring bytes per direction, rounded up to a power of two between 4 KiB and 64 MiB
+    /// (`LANES_SOCKETS_RING`; default 1 MiB).
+    pub ring_bytes: Option<usize>,
+}
+
+/// Parses a port list: ports and ranges separated by commas, `"5201, 8000-8100"`.
+pub fn parse_port_list(text: &str) -> std::result::Result<Vec<(u16, u16)>, String> {
+    let port = |p: &str| p.trim().parse::<u16>().map_err(|_| format!("{:?} is not a port (0-65535)", p.trim()));
+    text.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| match p.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (port(a)?, port(b)?);
+                if a > b {
+                    return Err(format!("range {:?} ends before it starts", p.trim()));
+                }
+                Ok((a, b))
+            }
+            None => port(p).map(|v| (v, v)),
+        })
+        .collect()
 }
 
 /// A parsed and validated `lanes.toml`.
@@ -277,6 +313,13 @@ impl ConfigFile {
             Some(section) => Some(ClusterConfig::build(section, &parsed.node).map_err(err)?),
             None => None,
         };
+        if let Some(sockets) = &parsed.sockets {
+            for (key, list) in [("include", &sockets.include), ("exclude", &sockets.exclude)] {
+                if let Some(list) = list {
+                    parse_port_list(list).map_err(|why| err(format!("[sockets] {key}: {why}")))?;
+                }
+            }
+        }
         Ok(ConfigFile { path: path.to_path_buf(), parsed, cluster })
     }
 
@@ -305,6 +348,11 @@ impl ConfigFile {
     pub fn dir(&self) -> Option<&Path> {
         self.parsed.dir.as_deref()
     }
+
+    /// The `[sockets]` section, if the file has one (its port lists are valid).
+    pub fn sockets(&self) -> Option<&SocketsSection> {
+        self.parsed.sockets.as_ref()
+    }
 }
 
 #[cfg(test)]
@@ -323,6 +371,23 @@ mod tests {
         assert_eq!(NodeId(4).next_after(), NodeId(8));
         assert_eq!(NodeId(248).next_after(), NodeId(256), "skips the broadcast id 252");
         assert_eq!(NodeId(65532).next_after(), NodeId(4));
+    }
+
+    #[test]
+    fn sockets_section_and_port_lists() {
+        let p = Path::new("lanes.toml");
+        let f = ConfigFile::parse(p, "[sockets]\nenabled = true\ninclude = \"5201, 8000-8100\"\nring_bytes = 65536\n")
+            .unwrap();
+        let s = f.sockets().unwrap();
+        assert_eq!(s.enabled, Some(true));
+        assert_eq!(parse_port_list(s.include.as_deref().unwrap()).unwrap(), vec![(5201, 5201), (8000, 8100)]);
+        assert_eq!(s.ring_bytes, Some(65536));
+        for bad in ["[sockets]\ninclude = \"x\"\n", "[sockets]\nexclude = \"9-3\"\n", "[sockets]\nports = 1\n"] {
+            let e = ConfigFile::parse(p, bad).unwrap_err().to_string();
+            assert!(e.contains("lanes.toml"), "{bad}: {e}");
+        }
+        assert_eq!(parse_port_list("70000").unwrap_err(), "\"70000\" is not a port (0-65535)");
+        assert_eq!(parse_port_list("").unwrap(), vec![]);
     }
 
     #[test]
