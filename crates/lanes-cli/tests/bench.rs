@@ -10,23 +10,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+use common::TestDir;
+
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const SPIN_FLOOR: &str = env!("CARGO_BIN_EXE_lanes-spin-floor");
 
-/// A private directory per test (fabric and outputs), removed at the end.
-struct TestDir(PathBuf);
-
 impl TestDir {
-    fn new(name: &str) -> Self {
+    fn here(name: &str) -> Self {
         let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let p = base.join(format!("lanes-bench-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("test dir");
-        TestDir(p)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+        TestDir::new(&base, "lanes-bench-test", name)
     }
 
     fn lanes(&self, args: &[&str]) -> Command {
@@ -38,12 +31,6 @@ impl TestDir {
             .env_remove("LANES_NODE_ID")
             .env_remove("LANES_CONFIG");
         c
-    }
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -125,7 +112,7 @@ fn check_svg(p: &Path) {
 
 #[test]
 fn quick_run_writes_json_with_every_path_and_size_and_plots() {
-    let d = TestDir::new("quick");
+    let d = TestDir::here("quick");
     let paths = available_paths(&d);
     let json = d.path("a.json");
     let plots = d.path("plots");
@@ -223,7 +210,7 @@ fn quick_run_writes_json_with_every_path_and_size_and_plots() {
 
 #[test]
 fn short_run_prints_histograms_and_checks_the_floor() {
-    let d = TestDir::new("short");
+    let d = TestDir::here("short");
     let r = must_pass(run(
         d.lanes(&[
             "--paths",
@@ -257,7 +244,7 @@ fn short_run_prints_histograms_and_checks_the_floor() {
 
 #[test]
 fn rt_mode_runs_and_says_what_it_got() {
-    let d = TestDir::new("rt");
+    let d = TestDir::here("rt");
     let json = d.path("rt.json");
     let r = must_pass(run(
         d.lanes(&["--rt", "--paths", "pio", "--sizes", "64", "--duration", "1s", "--json", json.to_str().unwrap()]),
@@ -274,7 +261,7 @@ fn rt_mode_runs_and_says_what_it_got() {
 
 #[test]
 fn bad_arguments_fail_clearly() {
-    let d = TestDir::new("bad");
+    let d = TestDir::here("bad");
     let notjson = d.path("not.json");
     std::fs::write(&notjson, "hello").unwrap();
     let missing = d.path("missing.json");
@@ -309,7 +296,7 @@ fn bad_arguments_fail_clearly() {
 
 #[test]
 fn compare_refuses_runs_with_nothing_in_common() {
-    let d = TestDir::new("disjoint");
+    let d = TestDir::here("disjoint");
     let result = |path: &str| {
         serde_json::json!({"format": "lanes-bench/1", "results": [{"path": path, "size": 8,
             "lat_ns": {"avg": 100.0, "p99": 120.0}, "gbps": 1.0, "msgs_per_s": 1.25e8, "cpu_pct": 200.0}]})

@@ -2,8 +2,11 @@
 //! started apart), status, cleanup, the daemon, and clear errors. Every wait is bounded.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{run, text, wait_bounded, Reaped};
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 
@@ -28,57 +31,6 @@ impl Drop for FabricDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Kills and reaps a child on drop, so a failing assertion leaves nothing running.
-struct Reaped(Option<Child>);
-
-impl Reaped {
-    fn wait(mut self, limit: Duration) -> Output {
-        let child = self.0.take().expect("child");
-        wait_bounded(child, limit)
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.as_ref().expect("child").id()
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn wait_bounded(mut child: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "command did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn run(mut cmd: Command, limit: Duration) -> Output {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn lanes");
-    wait_bounded(child, limit)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn status_json(dir: &FabricDir) -> serde_json::Value {

@@ -8,29 +8,21 @@
 //! The programs `lanes bench sockets` drives come from `apt-get install sockperf iperf3
 //! redis-server redis-tools`; without them the bench test checks the rows are skipped.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+use common::{run, text, wait_bounded, Reaped, TestDir};
+
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const LIBRARY: &str = "liblanes_sockets.so";
 
-/// A private directory (fabric and files) per test, removed at the end.
-struct TestDir(PathBuf);
-
 impl TestDir {
-    fn new(name: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("lanes-sockets-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("test dir");
-        TestDir(p)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+    fn here(name: &str) -> Self {
+        TestDir::new(&std::env::temp_dir(), "lanes-sockets-cli", name)
     }
 
     fn lanes(&self, args: &[&str]) -> Command {
@@ -46,67 +38,6 @@ impl TestDir {
     }
 }
 
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Kills and reaps a child on drop, so a failing assertion leaves nothing running.
-struct Reaped(Option<Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn wait_bounded(child: Child, limit: Duration) -> Output {
-    let mut guard = Reaped(Some(child));
-    let c = guard.0.as_mut().expect("child");
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut b = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut b);
-            }
-            b
-        })
-    };
-    let out = drain(c.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let err = drain(c.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = c.try_wait().expect("try_wait") {
-            break st;
-        }
-        if start.elapsed() > limit {
-            drop(guard);
-            let (o, e) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-            panic!(
-                "command did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&o),
-                String::from_utf8_lossy(&e)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    guard.0 = None;
-    Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() }
-}
-
-fn run(mut cmd: Command, limit: Duration) -> Output {
-    let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn lanes");
-    wait_bounded(child, limit)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// The library `lanes` finds by itself (beside the binary), if it has been built.
 fn built_library() -> Option<PathBuf> {
     let p = Path::new(LANES).parent()?.join(LIBRARY);
@@ -119,7 +50,7 @@ fn on_path(program: &str) -> bool {
 
 #[test]
 fn run_reports_a_missing_program_with_127() {
-    let d = TestDir::new("missing");
+    let d = TestDir::here("missing");
     for (prog, says) in [("lanes-no-such-program-xyz", "command not found"), ("./no/such/dir/prog", "no such file")] {
         let out = run(d.lanes(&["run", prog, "--an-argument"]), Duration::from_secs(20));
         assert_eq!(out.status.code(), Some(127), "{prog}: {}", text(&out.stderr));
@@ -130,7 +61,7 @@ fn run_reports_a_missing_program_with_127() {
 
 #[test]
 fn run_puts_the_library_first_and_keeps_the_rest() {
-    let d = TestDir::new("preload");
+    let d = TestDir::here("preload");
     // The real library when it is built; otherwise any file stands in (the loader then
     // complains on stderr and runs the shell anyway).
     let lib = built_library().unwrap_or_else(|| {
@@ -174,7 +105,7 @@ fn run_puts_the_library_first_and_keeps_the_rest() {
 
 #[test]
 fn run_finds_the_library_beside_itself_or_says_how_to_build_it() {
-    let d = TestDir::new("lookup");
+    let d = TestDir::here("lookup");
     let out = run(d.lanes(&["run", "sh", "-c", "echo $LD_PRELOAD"]), Duration::from_secs(20));
     match built_library() {
         Some(lib) => {
@@ -196,7 +127,7 @@ fn run_finds_the_library_beside_itself_or_says_how_to_build_it() {
 
 #[test]
 fn status_and_cleanup_have_a_sockets_key() {
-    let d = TestDir::new("status");
+    let d = TestDir::here("status");
     let out = run(d.lanes(&["status", "--json"]), Duration::from_secs(20));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("status --json is JSON");
@@ -243,7 +174,7 @@ const ROWS: [&str; 4] = ["sockperf-latency", "sockperf-throughput", "iperf3", "r
 
 #[test]
 fn bench_sockets_quick_writes_every_row() {
-    let d = TestDir::new("bench");
+    let d = TestDir::here("bench");
     let json = d.path("s.json");
     let mut c = d.lanes(&["bench", "sockets", "--quick", "--json", json.to_str().unwrap()]);
     if let Some(lib) = built_library() {
@@ -316,7 +247,7 @@ fn start_long_bench(d: &TestDir) -> Option<(Reaped, u32)> {
 
 #[test]
 fn bench_sockets_stops_its_programs_when_stopped_or_killed() {
-    let d = TestDir::new("stop");
+    let d = TestDir::here("stop");
     // SIGTERM: lanes stops what it started, then exits with an error.
     let Some((mut guard, owner)) = start_long_bench(&d) else { return };
     // SAFETY: kill has no memory preconditions; owner is our unreaped child.

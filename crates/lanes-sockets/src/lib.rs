@@ -95,6 +95,18 @@ fn intercept<R: Copy>(failed: R, accel: impl FnOnce() -> Option<R>, pass: impl F
     r
 }
 
+/// Runs `call`; if it returned a new descriptor, `then` records it. errno stays as the call
+/// left it (recording may make system calls of its own).
+fn on_new_fd(call: impl FnOnce() -> c_int, then: impl FnOnce(c_int)) -> Option<c_int> {
+    let r = call();
+    let e = errno();
+    if r >= 0 {
+        then(r);
+    }
+    set_errno(e);
+    Some(r)
+}
+
 fn one(buf: *mut c_void, len: size_t) -> [iovec; 1] {
     [iovec { iov_base: buf, iov_len: len }]
 }
@@ -161,19 +173,7 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut sockl
             (real().accept4)(fd, addr, len, flags)
         }
     };
-    intercept(
-        -1,
-        || {
-            let r = call();
-            let e = errno();
-            if r >= 0 {
-                conn::on_connected(r);
-            }
-            set_errno(e);
-            Some(r)
-        },
-        call,
-    )
+    intercept(-1, || on_new_fd(call, conn::on_connected), call)
 }
 
 fn before_close(fd: c_int) {
@@ -518,17 +518,7 @@ pub unsafe extern "C" fn splice(
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: the caller's fd.
     let call = || unsafe { (real().dup)(fd) };
-    intercept(
-        -1,
-        || {
-            let r = call();
-            if r >= 0 {
-                conn::duplicated(fd, r);
-            }
-            Some(r)
-        },
-        call,
-    )
+    intercept(-1, || on_new_fd(call, |r| conn::duplicated(fd, r)), call)
 }
 
 /// # Safety
@@ -537,21 +527,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().dup2)(old, new) };
-    intercept(
-        -1,
-        || {
-            if old != new && lookup(new).is_some() {
-                before_close(new);
-            }
-            let r = call();
-            if r >= 0 && old != new {
-                wait::closed(new);
-                conn::duplicated(old, r);
-            }
-            Some(r)
-        },
-        call,
-    )
+    intercept(-1, || dup_onto(old, new, call), call)
 }
 
 /// # Safety
@@ -560,21 +536,21 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().dup3)(old, new, flags) };
-    intercept(
-        -1,
-        || {
-            if old != new && lookup(new).is_some() {
-                before_close(new);
-            }
-            let r = call();
-            if r >= 0 {
-                wait::closed(new);
-                conn::duplicated(old, r);
-            }
-            Some(r)
-        },
-        call,
-    )
+    intercept(-1, || dup_onto(old, new, call), call)
+}
+
+/// dup2 and dup3: `new` is closed (if open) and becomes a duplicate of `old`. (When they
+/// are equal dup2 does nothing and dup3 fails: nothing to record either way.)
+fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> Option<c_int> {
+    if old != new && lookup(new).is_some() {
+        before_close(new);
+    }
+    on_new_fd(call, |r| {
+        if old != new {
+            wait::closed(new);
+            conn::duplicated(old, r);
+        }
+    })
 }
 
 fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, f: unsafe extern "C" fn(c_int, c_int, usize) -> c_int) -> c_int {
@@ -811,19 +787,7 @@ pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
 pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
     // SAFETY: plain system call.
     let call = || unsafe { libc::syscall(libc::SYS_epoll_create1, flags) as c_int };
-    intercept(
-        -1,
-        || {
-            let r = call();
-            let e = errno();
-            if r >= 0 {
-                wait::created(r);
-            }
-            set_errno(e);
-            Some(r)
-        },
-        call,
-    )
+    intercept(-1, || on_new_fd(call, wait::created), call)
 }
 
 /// # Safety

@@ -8,7 +8,7 @@
 //! with its own semantics (timeouts, signal masks, EINTR).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -232,9 +232,10 @@ struct Item {
     conn: Option<Arc<Conn>>,
     /// The registered fd is itself an epoll set of ours (nesting).
     nested: Option<Arc<Mutex<Shadow>>>,
-    /// The fd number was closed since: the kernel may have dropped the registration (it
-    /// does when no duplicate is left), so only the kernel can answer for it now.
-    fd_closed: bool,
+    /// How often the fd number had been closed when this was registered ([`closes_of`]):
+    /// after another close the kernel may have dropped the registration (it does when no
+    /// duplicate is left), and only the kernel can answer for it.
+    closes: Option<u32>,
 }
 
 impl Item {
@@ -278,6 +279,15 @@ struct Shadow {
 }
 
 impl Shadow {
+    /// Makes the kernel registration of `fd` if one is owed.
+    fn settle(&mut self, fd: c_int) {
+        if self.dirty.contains(&fd) {
+            self.dirty.retain(|d| *d != fd);
+            PENDING.fetch_sub(1, Ordering::Relaxed);
+            sync_kernel(self, fd);
+        }
+    }
+
     /// The current watch list, rebuilt if items changed or one became accelerated.
     fn watch_list(&mut self) -> Arc<[Watched]> {
         if !self.stale {
@@ -346,25 +356,32 @@ pub fn created(epfd: c_int) {
     }
 }
 
+/// Closes of each fd number below this are counted ([`closes_of`]).
+const COUNTED_FDS: usize = 1 << 16;
+static CLOSES: [AtomicU32; COUNTED_FDS] = [const { AtomicU32::new(0) }; COUNTED_FDS];
+
+/// How often `fd` was closed so far; None for numbers too high to count (the shadow never
+/// answers for those).
+fn closes_of(fd: c_int) -> Option<u32> {
+    usize::try_from(fd).ok().filter(|&i| i < COUNTED_FDS).map(|i| CLOSES[i].load(Ordering::Acquire))
+}
+
 /// An fd closed: if it was an epoll instance, its shadow goes. Items of closed fds stay:
 /// the kernel keeps reporting them while a duplicate of the description is open (with the
 /// old registration's data, which the shadow still has), and reports nothing otherwise.
 pub fn closed(fd: c_int) {
-    let sets: Vec<Arc<Mutex<Shadow>>> = match shadows().lock() {
-        Ok(s) => s.values().cloned().collect(),
-        Err(_) => Vec::new(),
-    };
-    for set in sets {
-        let mut sh = lock(&set);
-        // A registration still owed to the kernel is made before the fd goes (the kernel
-        // keeps it while a duplicate is open), so it can never land on a reused number.
-        if sh.dirty.contains(&fd) {
-            sh.dirty.retain(|d| *d != fd);
-            PENDING.fetch_sub(1, Ordering::Relaxed);
-            sync_kernel(&mut sh, fd);
-        }
-        if let Some(it) = sh.items.get_mut(&fd) {
-            it.fd_closed = true;
+    if let Some(count) = usize::try_from(fd).ok().and_then(|i| CLOSES.get(i)) {
+        count.fetch_add(1, Ordering::AcqRel);
+    }
+    // A registration still owed to the kernel is made before the fd goes (the kernel keeps
+    // it while a duplicate is open), so it can never land on a reused number.
+    if PENDING.load(Ordering::Acquire) > 0 {
+        let sets: Vec<Arc<Mutex<Shadow>>> = match shadows().lock() {
+            Ok(s) => s.values().cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        for set in sets {
+            lock(&set).settle(fd);
         }
     }
     let gone = shadows().lock().ok().and_then(|mut s| s.remove(&fd));
@@ -472,7 +489,7 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
     let mut sh = lock(&shadow);
     // The shadow answers as the kernel would only while it knows the fd's registration:
     // an ADD of an fd it has no item for, a MOD or DEL of one whose fd was not closed since.
-    let known = sh.items.get(&fd).map(|it| !it.fd_closed);
+    let known = sh.items.get(&fd).map(|it| it.closes.is_some() && it.closes == closes_of(fd));
     let deferrable = deferrable
         && match op {
             libc::EPOLL_CTL_ADD => known.is_none(),
@@ -485,11 +502,7 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
         }
         0
     } else {
-        if sh.dirty.contains(&fd) {
-            sh.dirty.retain(|d| *d != fd);
-            PENDING.fetch_sub(1, Ordering::Relaxed);
-            sync_kernel(&mut sh, fd);
-        }
+        sh.settle(fd);
         let arg = if event.is_null() { std::ptr::null_mut() } else { &mut ev as *mut epoll_event };
         // SAFETY: arg is null or our copy.
         let r = unsafe { (real().epoll_ctl)(epfd, op, fd, arg) };
@@ -526,7 +539,7 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
                 last_published: last,
                 conn,
                 nested,
-                fd_closed: false,
+                closes: closes_of(fd),
             },
         );
         sh.stale |= !keeps_watch;

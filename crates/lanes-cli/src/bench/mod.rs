@@ -201,16 +201,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     } else {
         options::DEFAULT_SIZES
     }))?;
-    let cpus = match &a.cpu {
-        Some(c) => {
-            let (x, y) = affinity::parse_pair(c)?;
-            if x == y {
-                return Err(format!("--cpu {c}: the two processes need two different CPUs"));
-            }
-            Some((x, y))
-        }
-        None => affinity::default_pair(),
-    };
+    let cpus = affinity::distinct_pair_or_default(a.cpu.as_deref(), "the two processes")?;
     if let Some(dir) = &a.plot {
         if dir.exists() && !dir.is_dir() {
             return Err(format!("--plot {}: not a directory", dir.display()));

@@ -38,6 +38,17 @@ pub fn default_pair() -> Option<(usize, usize)> {
     (cpus.len() >= 2).then(|| (cpus[0], cpus[1]))
 }
 
+/// `--cpu A,B` if given, which must name two different CPUs (`who` says what needs them, for
+/// the error), else [`default_pair`].
+pub fn distinct_pair_or_default(arg: Option<&str>, who: &str) -> Result<Option<(usize, usize)>, String> {
+    let Some(c) = arg else { return Ok(default_pair()) };
+    let (x, y) = parse_pair(c)?;
+    if x == y {
+        return Err(format!("--cpu {c}: {who} need two different CPUs"));
+    }
+    Ok(Some((x, y)))
+}
+
 /// Parses `--cpu A,B`.
 pub fn parse_pair(s: &str) -> Result<(usize, usize), String> {
     let (a, b) = s.split_once(',').ok_or_else(|| format!("--cpu wants two CPUs as A,B, got {s:?}"))?;

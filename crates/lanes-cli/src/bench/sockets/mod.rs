@@ -190,16 +190,7 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
             v
         }
     };
-    let cpus = match &a.cpu {
-        Some(c) => {
-            let (x, y) = affinity::parse_pair(c)?;
-            if x == y {
-                return Err(format!("--cpu {c}: servers and clients need two different CPUs"));
-            }
-            Some((x, y))
-        }
-        None => affinity::default_pair(),
-    };
+    let cpus = affinity::distinct_pair_or_default(a.cpu.as_deref(), "servers and clients")?;
     let to_stdout = a.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let tell = |s: &str| -> Result<(), String> {
         if to_stdout {

@@ -66,6 +66,13 @@ fn fi_error(call: &'static str, rc: isize) -> Error {
     Error::Ofi { call, code, message: strerror(code) }
 }
 
+/// The object an opening call (`fi_fabric`, `fi_domain`, ...) returned `rc` and wrote to
+/// `ptr` for; a success without an object is an error too.
+fn opened<T>(call: &'static str, rc: c_int, ptr: *mut T) -> Result<NonNull<T>> {
+    check(call, rc)?;
+    NonNull::new(ptr).ok_or_else(|| fi_error(call, -(sys::FI_EOTHER as isize)))
+}
+
 /// `Ok(())` for 0, the call's error otherwise.
 fn check(call: &'static str, rc: c_int) -> Result<()> {
     if rc == 0 {
@@ -342,8 +349,7 @@ impl Fabric {
     pub fn open(info: &Info) -> Result<Arc<Fabric>> {
         let mut ptr = ptr::null_mut();
         // SAFETY: info is valid; ptr receives the new object.
-        check("fi_fabric", unsafe { sys::lanes_fi_fabric(info.raw(), &mut ptr) })?;
-        let ptr = NonNull::new(ptr).ok_or_else(|| fi_error("fi_fabric", -(sys::FI_EOTHER as isize)))?;
+        let ptr = opened("fi_fabric", unsafe { sys::lanes_fi_fabric(info.raw(), &mut ptr) }, ptr)?;
         Ok(Arc::new(Fabric { ptr }))
     }
 
@@ -408,8 +414,11 @@ impl Domain {
         let info = info.dup()?;
         let mut ptr = ptr::null_mut();
         // SAFETY: fabric and info are valid; libfabric copies what it keeps of info.
-        check("fi_domain", unsafe { sys::lanes_fi_domain(fabric.ptr.as_ptr(), info.ptr.as_ptr(), &mut ptr) })?;
-        let ptr = NonNull::new(ptr).ok_or_else(|| fi_error("fi_domain", -(sys::FI_EOTHER as isize)))?;
+        let ptr = opened(
+            "fi_domain",
+            unsafe { sys::lanes_fi_domain(fabric.ptr.as_ptr(), info.ptr.as_ptr(), &mut ptr) },
+            ptr,
+        )?;
         Ok(Arc::new(Domain { ptr, info, fabric: Arc::clone(fabric) }))
     }
 
@@ -461,8 +470,11 @@ impl Av {
     pub fn open(domain: &Arc<Domain>, count: usize) -> Result<Arc<Av>> {
         let mut ptr = ptr::null_mut();
         // SAFETY: domain is valid; ptr receives the new object.
-        check("fi_av_open", unsafe { sys::lanes_fi_av_open(domain.ptr.as_ptr(), FI_AV_TABLE, count, &mut ptr) })?;
-        let ptr = NonNull::new(ptr).ok_or_else(|| fi_error("fi_av_open", -(sys::FI_EOTHER as isize)))?;
+        let ptr = opened(
+            "fi_av_open",
+            unsafe { sys::lanes_fi_av_open(domain.ptr.as_ptr(), FI_AV_TABLE, count, &mut ptr) },
+            ptr,
+        )?;
         Ok(Arc::new(Av { ptr, domain: Arc::clone(domain) }))
     }
 
@@ -604,8 +616,8 @@ impl Cq {
         };
         let mut ptr = ptr::null_mut();
         // SAFETY: domain is valid; ptr receives the new object.
-        check("fi_cq_open", unsafe { sys::lanes_fi_cq_open(domain.ptr.as_ptr(), size, wait_obj, &mut ptr) })?;
-        let ptr = NonNull::new(ptr).ok_or_else(|| fi_error("fi_cq_open", -(sys::FI_EOTHER as isize)))?;
+        let ptr =
+            opened("fi_cq_open", unsafe { sys::lanes_fi_cq_open(domain.ptr.as_ptr(), size, wait_obj, &mut ptr) }, ptr)?;
         let mut cq = Cq { ptr, fd: None, domain: Arc::clone(domain) };
         if wait == Wait::Fd {
             let mut fd: c_int = -1;
@@ -840,7 +852,7 @@ impl MemoryRegion {
         let mut ptr = ptr::null_mut();
         // SAFETY: the range is valid for the memory's lifetime (RegistrableMemory's
         // contract), and the MR keeps the memory alive until it is closed.
-        check("fi_mr_reg", unsafe {
+        let rc = unsafe {
             sys::lanes_fi_mr_reg(
                 domain.ptr.as_ptr(),
                 memory.as_ptr().cast(),
@@ -849,8 +861,8 @@ impl MemoryRegion {
                 requested_key,
                 &mut ptr,
             )
-        })?;
-        let ptr = NonNull::new(ptr).ok_or_else(|| fi_error("fi_mr_reg", -(sys::FI_EOTHER as isize)))?;
+        };
+        let ptr = opened("fi_mr_reg", rc, ptr)?;
         // SAFETY: ptr is the MR just registered.
         let key = unsafe { sys::lanes_fi_mr_key(ptr.as_ptr()) };
         // SAFETY: as above.
@@ -963,8 +975,11 @@ impl Endpoint {
         let info = info.unwrap_or(&domain.info);
         let mut ptr = ptr::null_mut();
         // SAFETY: domain and info are valid; ptr receives the new object.
-        check("fi_endpoint", unsafe { sys::lanes_fi_endpoint(domain.ptr.as_ptr(), info.ptr.as_ptr(), &mut ptr) })?;
-        let ptr = NonNull::new(ptr).ok_or_else(|| fi_error("fi_endpoint", -(sys::FI_EOTHER as isize)))?;
+        let ptr = opened(
+            "fi_endpoint",
+            unsafe { sys::lanes_fi_endpoint(domain.ptr.as_ptr(), info.ptr.as_ptr(), &mut ptr) },
+            ptr,
+        )?;
         // From here on the endpoint closes on drop (before the AV and CQs it holds).
         let ep = Endpoint {
             ptr,
