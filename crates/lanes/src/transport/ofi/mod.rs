@@ -1,10 +1,12 @@
 //! The cross-host transport over libfabric (cargo feature `ofi`).
 //!
-//! Built so far (docs/design/multi-host.md, section 15, stage 1): [`fi`], the safe layer
-//! over the system libfabric (through `lanes-ofi-sys`). The endpoint per process, exports,
-//! mirror windows, RMA DMA and CQ-data doorbells come next, as the second implementation of
-//! the transport trait and a second variant of the fabric's dispatch enum (stage 4).
+//! [`fi`] is the safe layer over the system libfabric (through `lanes-ofi-sys`);
+//! [`endpoint`] is the one endpoint each process opens, its progress and its service
+//! thread. The transport itself (exports, mirror windows, RMA DMA and CQ-data doorbells) is
+//! being built on them as the second implementation of the transport trait
+//! (docs/design/multi-host.md, section 15, stage 4).
 
+pub(crate) mod endpoint;
 pub mod fi;
 
 #[cfg(test)]
