@@ -137,6 +137,8 @@ impl RemoteInner {
     pub(crate) fn shm(&self) -> &ShmRemote {
         match &self.remote {
             RemoteHandle::Shm(r) => r,
+            #[cfg(feature = "ofi")]
+            RemoteHandle::Ofi(_) => unreachable!("reflective groups are reached over shm only"),
         }
     }
 

@@ -201,6 +201,8 @@ pub(crate) trait RemoteObject: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub(crate) enum RemoteHandle {
     Shm(shm::remote::ShmRemote),
+    #[cfg(feature = "ofi")]
+    Ofi(ofi::remote::OfiRemote),
 }
 
 /// Calls `$body` with `$r` bound to the connection of whichever transport `$h` holds.
@@ -208,6 +210,8 @@ macro_rules! dispatch {
     ($h:expr, $r:ident => $body:expr) => {
         match $h {
             RemoteHandle::Shm($r) => $body,
+            #[cfg(feature = "ofi")]
+            RemoteHandle::Ofi($r) => $body,
         }
     };
 }

@@ -8,6 +8,7 @@
 
 pub(crate) mod endpoint;
 pub mod fi;
+pub(crate) mod remote;
 
 #[cfg(test)]
 mod tests;

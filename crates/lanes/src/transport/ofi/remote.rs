@@ -1,0 +1,129 @@
+//! The ofi transport's remote side: a connection to an object another process exported,
+//! reached by RMA through this process's endpoint.
+//!
+//! A connection knows the exported range ([`RemoteRange`]), what it is connected to, and
+//! its own state: lost (first reason wins) or live. Its state doorbell is private memory
+//! of the connection (there is no shared header to ring across hosts); whoever changes
+//! the state rings it.
+
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::endpoint::{ProcessEndpoint, RemoteRange};
+use crate::error::{Error, Result};
+use crate::fabric::{MapAccess, Timeout};
+use crate::platform::doorbell::Doorbell;
+use crate::transport::{LossReason, ObjectInfo, RemoteObject, RemoteState, Window};
+
+/// What runs when the connection ends: giving its slot at the owner back.
+pub(crate) type OnDisconnect = Box<dyn FnOnce() + Send>;
+
+/// A connection to an object of another host (or, forced, of this one) over ofi.
+#[derive(Debug, Clone)]
+pub(crate) struct OfiRemote(pub(crate) Arc<OfiConn>);
+
+/// The connection's shared state.
+pub(crate) struct OfiConn {
+    pub endpoint: Arc<ProcessEndpoint>,
+    pub range: RemoteRange,
+    pub info: ObjectInfo,
+    /// The connection slot the owner's daemon claimed for us.
+    pub slot: u32,
+    /// 0 while connected, else a [`LossReason`] code.
+    lost: AtomicU8,
+    /// The state doorbell's two words (seq, sleepers), boxed so their address is stable.
+    bell_words: Box<[AtomicU32; 2]>,
+    on_disconnect: Mutex<Option<OnDisconnect>>,
+}
+
+impl std::fmt::Debug for OfiConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfiConn").field("info", &self.info).field("range", &self.range).field("slot", &self.slot).finish()
+    }
+}
+
+impl OfiRemote {
+    /// A connection to `info`'s object, exported as `range` at the peer `range.peer` of
+    /// `endpoint`; `on_disconnect` gives the slot back.
+    pub fn new(
+        endpoint: Arc<ProcessEndpoint>,
+        range: RemoteRange,
+        info: ObjectInfo,
+        slot: u32,
+        on_disconnect: Option<OnDisconnect>,
+    ) -> OfiRemote {
+        OfiRemote(Arc::new(OfiConn {
+            endpoint,
+            range,
+            info,
+            slot,
+            lost: AtomicU8::new(0),
+            bell_words: Box::new([AtomicU32::new(0), AtomicU32::new(0)]),
+            on_disconnect: Mutex::new(on_disconnect),
+        }))
+    }
+
+    /// The connection's shared state.
+    pub fn conn(&self) -> &Arc<OfiConn> {
+        &self.0
+    }
+}
+
+impl OfiConn {
+    /// The state doorbell.
+    pub fn bell(&self) -> Doorbell {
+        let [seq, sleepers] = &*self.bell_words;
+        // SAFETY: both words live in this connection's box, are only accessed atomically, and
+        // the doorbell is used only while the connection (held by its user) lives.
+        unsafe { Doorbell::new(seq.as_ptr(), sleepers.as_ptr()) }
+    }
+
+    /// Marks the connection lost (the first reason wins) and wakes waiters on its events.
+    pub fn mark_lost(&self, reason: LossReason) {
+        let _ = self.lost.compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Relaxed);
+        self.bell().ring();
+    }
+
+    pub fn state(&self) -> RemoteState {
+        match LossReason::from_code(self.lost.load(Ordering::Acquire)) {
+            Some(r) => RemoteState::Lost(r),
+            None => RemoteState::Operational,
+        }
+    }
+}
+
+impl RemoteObject for OfiRemote {
+    fn info(&self) -> &ObjectInfo {
+        &self.0.info
+    }
+
+    fn state(&self) -> RemoteState {
+        self.0.state()
+    }
+
+    fn state_bell(&self) -> Doorbell {
+        self.0.bell()
+    }
+
+    fn window(&self, offset: u64, len: u64, access: MapAccess) -> Result<Window> {
+        let _ = (offset, len, access);
+        Err(Error::IllegalOperation("maps of objects on other hosts are not built yet"))
+    }
+
+    fn trigger(&self) -> Result<()> {
+        Err(Error::IllegalOperation("interrupts of objects on other hosts are not built yet"))
+    }
+
+    fn send(&self, data: &[u8], timeout: Timeout, poll: Duration) -> Result<()> {
+        let _ = (data, timeout, poll);
+        Err(Error::IllegalOperation("data interrupts of objects on other hosts are not built yet"))
+    }
+
+    fn disconnect(&self) {
+        self.0.mark_lost(LossReason::Disconnected);
+        if let Some(f) = self.0.on_disconnect.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            f();
+        }
+    }
+}
