@@ -5,196 +5,41 @@
 //! - *netns*: three network namespaces on a bridge (support/netns.rs), daemons on
 //!   10.77.0.1-3; needs root, skipped with a reason without it unless `CI` is set.
 //!
-//! Daemons are children of the test: the test binary re-executed (through `ip netns exec`
-//! for netns) in role `daemon`, which calls `lanes::cluster::daemon::run`, as `lanes daemon`
-//! does. Timing is shortened (heartbeat 50 ms, Suspect after 250 ms, Lost after 1.5 s) and
-//! every change must be seen within a generous bound.
+//! The hosts and their daemons are `support::cluster::Cluster` (tests/common/cluster.rs),
+//! shared with the ofi topologies of the conformance suite: daemons are children of the
+//! test, the test binary re-executed (through `ip netns exec` for netns) in role `daemon`,
+//! which calls `lanes::cluster::daemon::run`, as `lanes daemon` does. Timing is shortened
+//! (heartbeat 50 ms, Suspect after 250 ms, Lost after 1.5 s) and every change must be seen
+//! within a generous bound.
+//!
+//! With the `ofi` feature, `harness_hosts_and_nodes` checks those topologies themselves
+//! (`topology::ofi::lo::..` and `topology::ofi::netns::..`), without the data path.
 
 mod support;
 
-use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use lanes::cluster::daemon::{self, DaemonOptions};
 use lanes::cluster::{Client, Error, HostState, NodeEvent, ObjectKind, Refusal};
 use lanes::NodeId;
-use support::netns::{self, Netns, HOSTS};
-use support::{ChildIo, Proc, TestDir};
+use support::cluster::{Cluster, CALL, HEARTBEAT_MS, LOST_MS, NODES, SUSPECT_MS};
+use support::netns::{self, HOSTS};
+use support::Proc;
+#[cfg(feature = "ofi")]
+use support::Topology;
 
-const NODES: [u32; 3] = [8, 12, 16];
-const HEARTBEAT_MS: u64 = 50;
-const SUSPECT_MS: u64 = 250;
-const LOST_MS: u64 = 1500;
 /// How long a change may take to be noticed, beyond the configured timeouts (CI noise).
 const BOUND: Duration = Duration::from_secs(2);
-/// Timeout of each client call.
-const CALL: Duration = Duration::from_secs(2);
 
 #[test]
 fn child_entry() {
-    support::child_entry(|role, io| match role {
-        "daemon" => run_daemon_child(io),
-        _ => false,
-    });
+    // Roles `node` and `daemon` are support's.
+    support::child_entry(|_, _| false);
 }
 
-/// The daemon role: `daemon::run` until SIGTERM, which the test sends by hanging up (or
-/// dying: then the stdin pipe closes too).
-fn run_daemon_child(io: &ChildIo) -> bool {
-    let options = match DaemonOptions::from_env() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("daemon child: {e}");
-            std::process::exit(2);
-        }
-    };
-    std::thread::spawn(move || {
-        let code = match daemon::run(options) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("daemon child: {e}");
-                1
-            }
-        };
-        std::process::exit(code);
-    });
-    io.wait_for_hang_up();
-    // SAFETY: kill has no memory-safety preconditions; we signal ourselves.
-    unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
-    // The daemon thread exits the process once it has stopped.
-    std::thread::sleep(Duration::from_secs(30));
-    panic!("the daemon did not stop within 30 s of SIGTERM");
-}
-
-/// Three hosts, their daemons and fabric directories. Fields drop in order: daemons
-/// first, namespaces last.
-struct Cluster {
-    daemons: Vec<Option<Proc>>,
-    dirs: Vec<TestDir>,
-    config: PathBuf,
-    _scratch: TestDir,
-    netns: Option<Netns>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("an ephemeral port").local_addr().expect("its address").port()
-}
-
-impl Cluster {
-    fn loopback(name: &str) -> Cluster {
-        let addrs = HOSTS.iter().map(|_| format!("127.0.0.1:{}", free_port())).collect();
-        Cluster::start(name, addrs, None)
-    }
-
-    /// `None` when network namespaces cannot be used here (and `CI` is not set).
-    fn netns(name: &str) -> Option<Cluster> {
-        netns::skip_reason(name).is_none().then(|| {
-            let n = Netns::three();
-            let addrs = (0..HOSTS.len()).map(Netns::address).collect();
-            Cluster::start(name, addrs, Some(n))
-        })
-    }
-
-    fn start(name: &str, addrs: Vec<String>, netns: Option<Netns>) -> Cluster {
-        let scratch = TestDir::new(name);
-        let mut text = format!(
-            "[cluster]\nheartbeat_ms = {HEARTBEAT_MS}\nsuspect_after_ms = {SUSPECT_MS}\nlost_after_ms = {LOST_MS}\n"
-        );
-        for (k, h) in HOSTS.iter().enumerate() {
-            text += &format!("[[node]]\nid = {}\nhost = \"{h}\"\naddress = \"{}\"\n", NODES[k], addrs[k]);
-        }
-        let config = scratch.root().join("lanes.toml");
-        std::fs::write(&config, text).expect("writing lanes.toml");
-        let dirs = HOSTS.iter().map(|h| TestDir::new(&format!("{name}-{h}"))).collect();
-        let mut c = Cluster { daemons: HOSTS.iter().map(|_| None).collect(), dirs, config, _scratch: scratch, netns };
-        for k in 0..HOSTS.len() {
-            c.start_daemon(k);
-        }
-        for k in 0..HOSTS.len() {
-            for other in 0..HOSTS.len() {
-                if other != k {
-                    c.wait_state(k, other, HostState::Operational, Duration::from_secs(10));
-                }
-            }
-        }
-        c
-    }
-
-    fn prefix(&self, k: usize) -> Vec<String> {
-        self.netns.as_ref().map(|n| n.exec_prefix(k)).unwrap_or_default()
-    }
-
-    fn start_daemon(&mut self, k: usize) {
-        let dir = self.dirs[k].fabric();
-        let envs = [
-            ("LANES_CONFIG", self.config.to_str().expect("utf-8 path")),
-            ("LANES_HOST", HOSTS[k]),
-            ("LANES_DIR", dir.to_str().expect("utf-8 path")),
-        ];
-        self.daemons[k] = Some(Proc::spawn_in(&self.prefix(k), &format!("daemon {}", HOSTS[k]), "daemon", &envs));
-        // Ready when it answers on its socket.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Client::connect(&dir, CALL).is_err() {
-            if Instant::now() > deadline {
-                panic!("daemon {} never answered\n{}", HOSTS[k], self.logs());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn daemon(&mut self, k: usize) -> &mut Proc {
-        self.daemons[k].as_mut().expect("a daemon")
-    }
-
-    fn client(&self, k: usize) -> Client {
-        Client::connect(&self.dirs[k].fabric(), CALL)
-            .unwrap_or_else(|e| panic!("connecting to daemon {}: {e}\n{}", HOSTS[k], self.logs()))
-    }
-
-    /// Every daemon's output so far.
-    fn logs(&self) -> String {
-        let mut out = String::new();
-        for d in self.daemons.iter().flatten() {
-            out += &format!("--- {} ---\n{}", d.name(), d.output_snapshot());
-        }
-        out
-    }
-
-    /// The states host `from` sees.
-    fn states(&self, from: usize) -> HashMap<String, HostState> {
-        let hosts = self.client(from).cluster(CALL).unwrap_or_else(|e| panic!("cluster of {}: {e}", HOSTS[from]));
-        hosts.into_iter().map(|h| (h.name, h.state)).collect()
-    }
-
-    /// Waits until `from` sees `host` in `want`; returns how long that took.
-    fn wait_state(&self, from: usize, host: usize, want: HostState, bound: Duration) -> Duration {
-        let started = Instant::now();
-        let mut client = self.client(from);
-        loop {
-            let seen = client.cluster(CALL).map(|hosts| hosts.into_iter().find(|h| h.name == HOSTS[host]));
-            match seen {
-                Ok(Some(h)) if h.state == want => return started.elapsed(),
-                Ok(_) => {}
-                Err(_) => client = self.client(from),
-            }
-            if started.elapsed() > bound {
-                panic!(
-                    "host {} did not see {} {want} within {bound:?}; it sees {:?}\n{}",
-                    HOSTS[from],
-                    HOSTS[host],
-                    self.states(from),
-                    self.logs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// A node process on host `k`, on that host's fabric directory.
-    fn node(&self, k: usize) -> Proc {
-        Proc::node_in(&self.prefix(k), &self.dirs[k].fabric(), NODES[k])
-    }
+/// A node process on host `k`, on that host's fabric directory (opened with the directory
+/// and node, not the cluster configuration: these tests are about the control plane).
+fn node_on(c: &Cluster, k: usize) -> Proc {
+    Proc::node_in(&c.prefix(k), &c.fabric(k), NODES[k])
 }
 
 fn node(id: u32) -> NodeId {
@@ -227,7 +72,7 @@ fn discovery_and_lookups(c: &Cluster) {
         assert_eq!(states.len(), 3, "{states:?}");
         assert!(states.values().all(|s| *s == HostState::Operational), "{host} sees {states:?}");
     }
-    let mut owner = c.node(0);
+    let mut owner = node_on(c, 0);
     owner.ok("create s 0x10 8192");
     owner.ok("prepare s");
     owner.ok("available s");
@@ -344,7 +189,7 @@ fn clean_stop(c: &mut Cluster) {
         d.close_stdin();
         let st = d.wait_exit();
         assert!(st.success(), "daemon {host} exited with {st}\n{}", c.logs());
-        let socket = Client::socket_path(&c.dirs[k].fabric());
+        let socket = Client::socket_path(&c.fabric(k));
         assert!(!socket.exists(), "{} left behind", socket.display());
     }
 }
@@ -395,7 +240,7 @@ fn cluster_netns_killed_daemon_is_noticed() {
 fn cluster_netns_link_cut_goes_suspect_lost_and_returns() {
     let Some(mut c) = Cluster::netns("cluster_netns_link_cut_goes_suspect_lost_and_returns") else { return };
     silent_host_goes_suspect_lost_and_returns(&mut c, |c, down| {
-        c.netns.as_ref().expect("namespaces").set_link(2, !down);
+        c.namespaces().expect("namespaces").set_link(2, !down);
     });
 }
 
@@ -407,3 +252,50 @@ fn cluster_test_namespace_names_carry_their_creator() {
         assert_eq!(netns::creator_pid(other), None, "{other}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The ofi topologies of the conformance suite (tests/common/topology.rs)
+// ---------------------------------------------------------------------------------------
+
+/// The harness of the ofi topologies, needing no data path: every daemon sees the others
+/// Operational; a node started on b opens its fabric from the per-node environment, on b's
+/// fabric directory; b's daemon counts the process acting as node 8 on a while it lives.
+#[cfg(feature = "ofi")]
+fn harness_hosts_and_nodes(t: &Topology) {
+    assert_eq!(t.transport(), "ofi");
+    let c = t.cluster().expect("an ofi topology has hosts");
+    for (k, host) in HOSTS.iter().enumerate() {
+        let states = c.states(k);
+        assert_eq!(states.len(), 3, "{host} sees {states:?}");
+        assert!(states.values().all(|s| *s == HostState::Operational), "{host} sees {states:?}");
+    }
+
+    let mut on_b = Proc::node(t, 12);
+    assert_eq!(on_b.ok("node_id"), "12");
+    assert!(t.record_path(12, on_b.pid()).exists(), "node 12 has no record on b's fabric directory");
+    assert_ne!(t.fabric(12), t.fabric(8));
+    assert!(!t.fabric(8).join("procs").join(format!("12-{}", on_b.pid())).exists(), "node 12's record on a");
+
+    let mut b = Client::connect(&t.fabric(12), CALL).unwrap_or_else(|e| panic!("daemon of b: {e}\n{}", c.logs()));
+    assert_eq!(b.host(), "b");
+    let probe = b.probe_node(node(8), CALL).expect("probe of node 8 from b");
+    assert_eq!((probe.host.as_str(), probe.processes), ("a", 0), "{probe:?}");
+    let mut on_a = Proc::node(t, 8);
+    let probe = b.probe_node(node(8), CALL).expect("probe of node 8 from b");
+    assert!(probe.is_up() && probe.host == "a" && probe.processes == 1, "{probe:?}");
+
+    on_a.exit();
+    let bound = t.bounds().notice;
+    let exited = Instant::now();
+    loop {
+        let probe = b.probe_node(node(8), CALL).expect("probe of node 8 from b");
+        if probe.processes == 0 {
+            break;
+        }
+        assert!(exited.elapsed() < bound, "b still counts {probe:?} {bound:?} after node 8 exited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    on_b.exit();
+}
+
+support::topology_cases!(; ofi: harness_hosts_and_nodes);

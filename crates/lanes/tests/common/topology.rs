@@ -3,18 +3,38 @@
 //!
 //! A case is written once as `fn name(t: &Topology)` and starts its nodes with
 //! `Proc::node(t, id)` (or `Node::spawn(t, ..)`); [`topology_cases!`] turns it into
-//! `topology::shm::name`, and later `topology::ofi::name`, so
-//! `cargo nextest run -E 'test(/::shm::/)'` selects one transport. Paths a case inspects are asked per node ([`Topology::fabric`]): the fabric
-//! directory of the host that node lives on.
+//! `topology::shm::name` and, for the cases it lists after `ofi:` and with the `ofi`
+//! feature, `topology::ofi::lo::name` (three hosts on 127.0.0.1) and
+//! `topology::ofi::netns::name` (three network namespaces), so
+//! `cargo nextest run -E 'test(/::shm::/)'` or `'test(/::ofi::/)'` selects one transport.
+//! Paths a case inspects are asked per node ([`Topology::fabric`]): the fabric directory of
+//! the host that node lives on.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
+#[cfg(feature = "ofi")]
+use super::cluster::Cluster;
 use super::TestDir;
 
 /// The hosts of one test.
 pub enum Topology {
     /// Every node on this host, in one fabric directory: the shm transport.
     Shm(TestDir),
+    /// Hosts a, b and c (nodes 8, 12 and 16), each with its own fabric directory and
+    /// daemon, on 127.0.0.1: the ofi transport without privilege.
+    #[cfg(feature = "ofi")]
+    OfiLoopback(Cluster),
+    /// The same hosts as network namespaces on a bridge (10.77.0.1-3): needs root.
+    #[cfg(feature = "ofi")]
+    OfiNetns(Cluster),
+}
+
+/// How long a case may wait for things a transport notices asynchronously.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    /// A death, removal or loss is noticed within this.
+    pub notice: Duration,
 }
 
 impl Topology {
@@ -23,10 +43,44 @@ impl Topology {
         Topology::Shm(TestDir::new(case))
     }
 
-    /// The transport's name, as in the test path (`shm::...`).
+    /// Three hosts on 127.0.0.1, their daemons started and Operational to each other.
+    #[cfg(feature = "ofi")]
+    pub fn ofi_loopback(case: &str) -> Topology {
+        Topology::OfiLoopback(Cluster::loopback(case))
+    }
+
+    /// Three hosts in network namespaces, their daemons started and Operational to each
+    /// other; `None` (the reason printed) when namespaces cannot be used here and `CI` is
+    /// not set.
+    #[cfg(feature = "ofi")]
+    pub fn ofi_netns(case: &str) -> Option<Topology> {
+        Cluster::netns(case).map(Topology::OfiNetns)
+    }
+
+    /// The transport's name, as in the test path (`shm::...`, `ofi::...`).
     pub fn transport(&self) -> &'static str {
         match self {
             Topology::Shm(_) => "shm",
+            #[cfg(feature = "ofi")]
+            Topology::OfiLoopback(_) | Topology::OfiNetns(_) => "ofi",
+        }
+    }
+
+    /// Timing bounds for this topology.
+    pub fn bounds(&self) -> Bounds {
+        match self {
+            Topology::Shm(_) => Bounds { notice: Duration::from_secs(2) },
+            #[cfg(feature = "ofi")]
+            Topology::OfiLoopback(_) | Topology::OfiNetns(_) => Bounds { notice: Duration::from_secs(4) },
+        }
+    }
+
+    /// The hosts and their daemons, on the ofi topologies.
+    #[cfg(feature = "ofi")]
+    pub fn cluster(&self) -> Option<&Cluster> {
+        match self {
+            Topology::Shm(_) => None,
+            Topology::OfiLoopback(c) | Topology::OfiNetns(c) => Some(c),
         }
     }
 
@@ -34,7 +88,21 @@ impl Topology {
     pub fn fresh(&self, name: &str) -> Topology {
         match self {
             Topology::Shm(_) => Topology::shm(name),
+            #[cfg(feature = "ofi")]
+            Topology::OfiLoopback(_) => Topology::ofi_loopback(name),
+            #[cfg(feature = "ofi")]
+            Topology::OfiNetns(_) => {
+                Topology::ofi_netns(name).expect("namespaces, usable for the first topology of this case")
+            }
         }
+    }
+
+    /// The host (index into the cluster's hosts) `node` lives on.
+    #[cfg(feature = "ofi")]
+    fn host(node: u32) -> usize {
+        Cluster::host_of(node).unwrap_or_else(|| {
+            panic!("node {node} has no host in the ofi topologies (nodes 8, 12 and 16 on hosts a, b and c)")
+        })
     }
 
     /// The fabric directory of the host `node` lives on.
@@ -42,13 +110,36 @@ impl Topology {
         let _ = node;
         match self {
             Topology::Shm(dir) => dir.fabric(),
+            #[cfg(feature = "ofi")]
+            Topology::OfiLoopback(c) | Topology::OfiNetns(c) => c.fabric(Topology::host(node)),
         }
     }
 
-    /// The command prefix that runs a process on the host of `node` (none on one host).
+    /// The command prefix that runs a process on the host of `node` (none on one host and
+    /// on loopback; `ip netns exec <namespace>` in namespaces).
     pub fn prefix(&self, node: u32) -> Vec<String> {
         let _ = node;
-        Vec::new()
+        match self {
+            Topology::Shm(_) => Vec::new(),
+            #[cfg(feature = "ofi")]
+            Topology::OfiLoopback(c) | Topology::OfiNetns(c) => c.prefix(Topology::host(node)),
+        }
+    }
+
+    /// The environment a process acting as `node` needs beyond its test directory and node
+    /// (none on one host): `LANES_CONFIG`, `LANES_HOST`, `LANES_DIR` and `LANES_NODE_ID`,
+    /// with which `FabricConfig::from_env` opens the fabric on that node's host.
+    pub fn env(&self, node: u32) -> Vec<(String, String)> {
+        let _ = node;
+        match self {
+            Topology::Shm(_) => Vec::new(),
+            #[cfg(feature = "ofi")]
+            Topology::OfiLoopback(c) | Topology::OfiNetns(c) => {
+                let mut env = c.env(Topology::host(node));
+                env.push(("LANES_NODE_ID".into(), node.to_string()));
+                env
+            }
+        }
     }
 
     /// `<fabric of node>/nodes/<node>/seg-<id:08x>`: segment `id` of `node`, on its host.
@@ -69,6 +160,10 @@ pub trait Hosts {
     fn fabric_of(&self, node: u32) -> PathBuf;
     /// The command prefix that runs a process on that host.
     fn prefix_of(&self, node: u32) -> Vec<String>;
+    /// Environment variables a process acting as `node` is started with (see
+    /// [`Topology::env`]); when they include `LANES_CONFIG`, the node opens its fabric with
+    /// `FabricConfig::from_env`, else with the fabric directory and node id.
+    fn env_of(&self, node: u32) -> Vec<(String, String)>;
 }
 
 impl Hosts for Topology {
@@ -78,6 +173,10 @@ impl Hosts for Topology {
 
     fn prefix_of(&self, node: u32) -> Vec<String> {
         self.prefix(node)
+    }
+
+    fn env_of(&self, node: u32) -> Vec<(String, String)> {
+        self.env(node)
     }
 }
 
@@ -89,15 +188,27 @@ impl Hosts for TestDir {
     fn prefix_of(&self, _node: u32) -> Vec<String> {
         Vec::new()
     }
+
+    fn env_of(&self, _node: u32) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
-/// Turns each case `fn name(t: &Topology)` of the calling file into the test
-/// `topology::shm::name` (and, with the ofi transport, `topology::ofi::name`), so that
-/// `-E 'test(/::shm::/)'` selects one transport. The calling file must have `Topology` in
-/// scope at its root.
+/// Turns cases `fn name(t: &Topology)` of the calling file into tests:
+///
+/// - `topology_cases!(a, b, c)`: `topology::shm::{a, b, c}`;
+/// - `topology_cases!(a, b, c; ofi: a, b)`: the same, and with the `ofi` feature also
+///   `topology::ofi::lo::{a, b}` (hosts on 127.0.0.1) and `topology::ofi::netns::{a, b}`
+///   (network namespaces; skipped with a printed reason where they cannot be used, unless
+///   `CI` is set). A case runs on ofi only when listed after `ofi:`, so cases are opted in
+///   one by one as the data path grows; a case listed only after `ofi:` (`topology_cases!(;
+///   ofi: x)`) needs the daemons and has no shm test.
+///
+/// `-E 'test(/::shm::/)'` selects one transport, `'test(/::ofi::/)'` the other. The
+/// calling file must have `Topology` in scope at its root.
 #[allow(unused_macros)] // a file that converts no case
 macro_rules! topology_cases {
-    ($($case:ident),+ $(,)?) => {
+    ($($case:ident),* $(,)? $(; ofi: $($ofi:ident),* $(,)?)?) => {
         mod topology {
             mod shm {
                 $(
@@ -105,7 +216,29 @@ macro_rules! topology_cases {
                     fn $case() {
                         super::super::$case(&super::super::Topology::shm(concat!("shm-", stringify!($case))));
                     }
-                )+
+                )*
+            }
+            #[cfg(feature = "ofi")]
+            mod ofi {
+                mod lo {
+                    $($(
+                        #[test]
+                        fn $ofi() {
+                            let t = super::super::super::Topology::ofi_loopback(concat!("ofi-", stringify!($ofi)));
+                            super::super::super::$ofi(&t);
+                        }
+                    )*)?
+                }
+                mod netns {
+                    $($(
+                        #[test]
+                        fn $ofi() {
+                            let name = concat!("ofinet-", stringify!($ofi));
+                            let Some(t) = super::super::super::Topology::ofi_netns(name) else { return };
+                            super::super::super::$ofi(&t);
+                        }
+                    )*)?
+                }
             }
         }
     };

@@ -92,9 +92,19 @@ mod topology;
 #[allow(unused_imports)] // files that keep only single-host cases
 pub(crate) use topology::topology_cases;
 #[allow(unused_imports)]
-pub use topology::{Hosts, Topology};
+pub use topology::{Bounds, Hosts, Topology};
 
+#[path = "../common/cluster.rs"]
+pub mod cluster;
 pub mod netns;
+
+/// The child process type the daemons of [`cluster::Cluster`] run as.
+pub type DaemonProc = Proc;
+
+/// A child in role `daemon` (see [`cluster::run_daemon_role`]), run through `prefix`.
+pub fn spawn_daemon(prefix: &[String], name: &str, envs: &[(&str, &str)]) -> DaemonProc {
+    Proc::spawn_in(prefix, name, "daemon", envs)
+}
 
 // ---------------------------------------------------------------------------------------
 // Parent side
@@ -173,7 +183,16 @@ impl Proc {
             None => Command::new(exe),
         };
         cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"]);
-        for v in ["LANES_NODE_ID", "LANES_DIR", "LANES_CONFIG", "LANES_HOST", ROLE_VAR, DIR_VAR, NODE_VAR] {
+        for v in [
+            "LANES_NODE_ID",
+            "LANES_DIR",
+            "LANES_CONFIG",
+            "LANES_HOST",
+            "LANES_OFI_PROVIDER",
+            ROLE_VAR,
+            DIR_VAR,
+            NODE_VAR,
+        ] {
             cmd.env_remove(v);
         }
         cmd.env(ROLE_VAR, role);
@@ -196,21 +215,23 @@ impl Proc {
     }
 
     /// Starts a `node` child acting as `node` on its host of `hosts` (a [`Topology`], or
-    /// one [`TestDir`]), and waits until it has opened the fabric.
+    /// one [`TestDir`]), with that node's environment, and waits until it has opened the
+    /// fabric.
     pub fn node(hosts: &impl Hosts, node: u32) -> Proc {
-        Proc::node_in(&hosts.prefix_of(node), &hosts.fabric_of(node), node)
+        Proc::node_with(&hosts.prefix_of(node), &hosts.fabric_of(node), node, &hosts.env_of(node))
     }
 
     /// A `node` child on the fabric directory `fabric`, run through `prefix` (see
     /// [`Proc::spawn_in`]).
     pub fn node_in(prefix: &[String], fabric: &std::path::Path, node: u32) -> Proc {
+        Proc::node_with(prefix, fabric, node, &[])
+    }
+
+    fn node_with(prefix: &[String], fabric: &std::path::Path, node: u32, env: &[(String, String)]) -> Proc {
         let node_s = node.to_string();
-        let mut p = Proc::spawn_in(
-            prefix,
-            &format!("node {node}"),
-            "node",
-            &[(DIR_VAR, fabric.to_str().expect("utf-8 temp path")), (NODE_VAR, &node_s)],
-        );
+        let mut envs = vec![(DIR_VAR, fabric.to_str().expect("utf-8 temp path")), (NODE_VAR, node_s.as_str())];
+        envs.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let mut p = Proc::spawn_in(prefix, &format!("node {node}"), "node", &envs);
         let l = p.line("READY");
         assert!(l.starts_with("READY"), "{}: expected READY, got {l:?}", p.name);
         p
@@ -459,13 +480,16 @@ impl ChildIo {
 }
 
 /// The body of every test file's `child_entry` test: does nothing in the parent; in a child
-/// runs the `node` interpreter or hands the role to `custom` (which returns false for a
-/// role it does not know).
+/// runs the `node` interpreter or a cluster daemon (role `daemon`, for the hosts of
+/// [`cluster::Cluster`]), or hands the role to `custom` (which returns false for a role it
+/// does not know).
 pub fn child_entry(custom: impl FnOnce(&str, &ChildIo) -> bool) {
     let Ok(role) = std::env::var(ROLE_VAR) else { return };
     let io = ChildIo::new();
     if role == "node" {
         run_node(&io);
+    } else if role == "daemon" {
+        cluster::run_daemon_role(|| io.wait_for_hang_up());
     } else if !custom(&role, &io) {
         panic!("unknown test role {role:?}");
     }
@@ -541,10 +565,20 @@ struct NodeState {
     bufs: HashMap<String, Buf>,
 }
 
-fn run_node(io: &ChildIo) {
+/// The fabric configuration of a node child: from the environment (`LANES_CONFIG`,
+/// `LANES_HOST`, `LANES_DIR`, `LANES_NODE_ID`) when a topology of several hosts set
+/// `LANES_CONFIG`, else the test directory and node.
+fn node_config() -> lanes::Result<FabricConfig> {
+    if std::env::var_os("LANES_CONFIG").is_some() {
+        return FabricConfig::from_env();
+    }
     let dir = std::env::var(DIR_VAR).expect("LANES_TEST_DIR");
     let node: u32 = std::env::var(NODE_VAR).expect("LANES_TEST_NODE").parse().expect("node id");
-    let fabric = match NodeId::new(node).and_then(|n| Fabric::open_with(FabricConfig::new(&dir, n))) {
+    NodeId::new(node).map(|n| FabricConfig::new(&dir, n))
+}
+
+fn run_node(io: &ChildIo) {
+    let fabric = match node_config().and_then(Fabric::open_with) {
         Ok(f) => f,
         Err(e) => {
             io.send(&format!("OPEN_FAILED {}", err_line(&e)));

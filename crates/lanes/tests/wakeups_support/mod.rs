@@ -164,7 +164,20 @@ mod topology;
 #[allow(unused_imports)] // files that keep only single-host cases
 pub(crate) use topology::topology_cases;
 #[allow(unused_imports)]
-pub use topology::{Hosts, Topology};
+pub use topology::{Bounds, Hosts, Topology};
+
+#[path = "../common/cluster.rs"]
+pub mod cluster;
+#[path = "../support/netns.rs"]
+pub mod netns;
+
+/// The child process type the daemons of [`cluster::Cluster`] run as.
+pub type DaemonProc = Node;
+
+/// A child in role `daemon` (see [`cluster::run_daemon_role`]), run through `prefix`.
+pub fn spawn_daemon(prefix: &[String], name: &str, envs: &[(&str, &str)]) -> DaemonProc {
+    Node::start(prefix, name, "daemon", envs)
+}
 
 // ---------------------------------------------------------------------------------------
 // Parent side
@@ -264,11 +277,28 @@ fn pump(
 
 impl Node {
     /// Starts a child acting as `node` on its host of `hosts` (a [`Topology`], or one
-    /// [`TestDir`]) and waits until it has opened the fabric.
+    /// [`TestDir`]), with that node's environment, and waits until it has opened the fabric.
     pub fn spawn(hosts: &impl Hosts, name: &str, node: u32) -> Node {
-        let exe = std::env::current_exe().expect("the test binary's path");
+        let fabric = hosts.fabric_of(node);
+        let node_s = node.to_string();
+        let env = hosts.env_of(node);
+        let mut envs = vec![(DIR_VAR, fabric.to_str().expect("utf-8 temp path")), (NODE_VAR, node_s.as_str())];
+        envs.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         // On another host the child runs through the host's prefix (`ip netns exec ..`).
-        let mut cmd = match hosts.prefix_of(node).split_first() {
+        let mut n = Node::start(&hosts.prefix_of(node), name, "node", &envs);
+        n.name = format!("{name} (node {node}, pid {})", n.pid);
+        let l = n.line("READY", WAIT);
+        if !l.starts_with("READY") {
+            n.fail(format!("expected READY, got {l:?}"));
+        }
+        n
+    }
+
+    /// Starts this test binary again in role `role` with the environment `envs`, run
+    /// through `prefix`; does not wait for anything.
+    fn start(prefix: &[String], name: &str, role: &str, envs: &[(&str, &str)]) -> Node {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut cmd = match prefix.split_first() {
             Some((program, args)) => {
                 let mut c = Command::new(program);
                 c.args(args).arg(exe);
@@ -277,12 +307,11 @@ impl Node {
             None => Command::new(exe),
         };
         cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"]);
-        for v in ["LANES_NODE_ID", "LANES_DIR", "LANES_CONFIG", "LANES_POLL_US"] {
+        for v in ["LANES_NODE_ID", "LANES_DIR", "LANES_CONFIG", "LANES_HOST", "LANES_OFI_PROVIDER", "LANES_POLL_US"] {
             cmd.env_remove(v);
         }
-        cmd.env(ROLE_VAR, "node")
-            .env(DIR_VAR, hosts.fabric_of(node))
-            .env(NODE_VAR, node.to_string())
+        cmd.env(ROLE_VAR, role)
+            .envs(envs.iter().copied())
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -296,8 +325,8 @@ impl Node {
         let err = child.stderr.take().expect("piped stderr");
         let readers = vec![pump(out, "", log.clone(), Some((rtx, ntx))), pump(err, "[stderr] ", log.clone(), None)];
         let stdin = child.stdin.take();
-        let mut n = Node {
-            name: format!("{name} (node {node}, pid {pid})"),
+        Node {
+            name: format!("{name} (pid {pid})"),
             child,
             pid,
             stdin,
@@ -307,12 +336,7 @@ impl Node {
             log,
             readers,
             status: None,
-        };
-        let l = n.line("READY", WAIT);
-        if !l.starts_with("READY") {
-            n.fail(format!("expected READY, got {l:?}"));
         }
-        n
     }
 
     pub fn pid(&self) -> u32 {
@@ -321,6 +345,12 @@ impl Node {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Everything the child printed so far (notes excepted), without waiting for its pipes
+    /// to drain.
+    pub fn output_snapshot(&self) -> String {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Everything the child printed so far (notes excepted).
@@ -552,16 +582,21 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 // ---------------------------------------------------------------------------------------
 
 /// The body of each test file's `child_entry` test: nothing in the parent; in a child,
-/// the node command interpreter. Never returns in a child.
+/// the node command interpreter (role `node`) or a cluster daemon (role `daemon`, for the
+/// hosts of [`cluster::Cluster`]). Never returns in a child.
 pub fn child_entry() {
     let Ok(role) = std::env::var(ROLE_VAR) else { return };
-    assert_eq!(role, "node", "unknown test role {role:?}");
+    assert!(role == "node" || role == "daemon", "unknown test role {role:?}");
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers; it only sets a process attribute.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     // No core files for the kill -9s and provoked crashes.
     let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: setrlimit reads a valid rlimit for the duration of the call.
     unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) };
+    if role == "daemon" {
+        // A daemon of the hosts of `cluster::Cluster`: runs until the parent hangs up.
+        cluster::run_daemon_role(|| for _ in std::io::stdin().lock().lines() {});
+    }
     let code = run_node();
     std::process::exit(code);
 }
@@ -730,10 +765,20 @@ impl<'a> Args<'a> {
     }
 }
 
-fn run_node() -> i32 {
+/// The fabric configuration of a node child: from the environment (`LANES_CONFIG`,
+/// `LANES_HOST`, `LANES_DIR`, `LANES_NODE_ID`) when a topology of several hosts set
+/// `LANES_CONFIG`, else the test directory and node.
+fn node_config() -> lanes::Result<FabricConfig> {
+    if std::env::var_os("LANES_CONFIG").is_some() {
+        return FabricConfig::from_env();
+    }
     let dir = std::env::var(DIR_VAR).expect("fabric dir variable");
     let node: u32 = std::env::var(NODE_VAR).expect("node variable").parse().expect("node id");
-    let fabric = match NodeId::new(node).and_then(|n| Fabric::open_with(FabricConfig::new(&dir, n))) {
+    NodeId::new(node).map(|n| FabricConfig::new(&dir, n))
+}
+
+fn run_node() -> i32 {
+    let fabric = match node_config().and_then(Fabric::open_with) {
         Ok(f) => f,
         Err(e) => {
             say(&format!("OPEN_FAILED {e}"));

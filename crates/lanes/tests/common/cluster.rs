@@ -1,0 +1,221 @@
+//! Three test hosts a, b and c (nodes 8, 12 and 16), each with its own fabric directory and
+//! its own cluster daemon, on 127.0.0.1 or in three network namespaces (`netns.rs`). Shared
+//! by tests/cluster.rs (the control plane) and the ofi topologies of `topology.rs`; included
+//! by the test support modules with `#[path]`, which provide `DaemonProc` (their child
+//! process type) and `spawn_daemon` (a child in role `daemon`).
+//!
+//! Daemons are children of the test: the test binary re-executed (through `ip netns exec`
+//! in namespaces) in role `daemon`, whose body is [`run_daemon_role`]: it calls
+//! `lanes::cluster::daemon::run`, as `lanes daemon` does. Timing is shortened (heartbeat
+//! 50 ms, Suspect after 250 ms, Lost after 1.5 s).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use lanes::cluster::daemon::{self, DaemonOptions};
+use lanes::cluster::{Client, HostState};
+
+use super::netns::{self, Netns, HOSTS};
+use super::{spawn_daemon, DaemonProc, TestDir};
+
+/// The node of each host, in the order of [`HOSTS`].
+pub const NODES: [u32; 3] = [8, 12, 16];
+pub const HEARTBEAT_MS: u64 = 50;
+pub const SUSPECT_MS: u64 = 250;
+pub const LOST_MS: u64 = 1500;
+/// Timeout of each client call.
+pub const CALL: Duration = Duration::from_secs(2);
+/// How long daemons may take to start and see each other.
+const START: Duration = Duration::from_secs(10);
+/// Overrides the libfabric provider written into the generated `lanes.toml`.
+pub const PROVIDER_VAR: &str = "LANES_TEST_OFI_PROVIDER";
+/// The provider when [`PROVIDER_VAR`] is not set.
+pub const DEFAULT_PROVIDER: &str = "tcp;ofi_rxm";
+
+/// The body of role `daemon`: `daemon::run` until SIGTERM, which the child sends itself
+/// once `wait_for_hang_up` returns (the test closed its stdin, or died).
+pub fn run_daemon_role(wait_for_hang_up: impl FnOnce()) -> ! {
+    let options = match DaemonOptions::from_env() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("daemon child: {e}");
+            std::process::exit(2);
+        }
+    };
+    std::thread::spawn(move || {
+        let code = match daemon::run(options) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("daemon child: {e}");
+                1
+            }
+        };
+        std::process::exit(code);
+    });
+    wait_for_hang_up();
+    // SAFETY: kill has no memory-safety preconditions; we signal ourselves.
+    unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+    // The daemon thread exits the process once it has stopped.
+    std::thread::sleep(Duration::from_secs(30));
+    panic!("the daemon did not stop within 30 s of SIGTERM");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("an ephemeral port").local_addr().expect("its address").port()
+}
+
+/// Three hosts, their daemons and fabric directories. Fields drop in order: daemons
+/// first, namespaces last.
+pub struct Cluster {
+    daemons: Vec<Option<DaemonProc>>,
+    dirs: Vec<TestDir>,
+    config: PathBuf,
+    _scratch: TestDir,
+    netns: Option<Netns>,
+}
+
+impl Cluster {
+    /// Three daemons on 127.0.0.1, each on a free port (no privilege needed).
+    pub fn loopback(name: &str) -> Cluster {
+        let addrs = HOSTS.iter().map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        Cluster::start(name, addrs, None)
+    }
+
+    /// Three daemons in three network namespaces on 10.77.0.1-3; `None` (with the reason
+    /// printed) when namespaces cannot be used here and `CI` is not set.
+    pub fn netns(name: &str) -> Option<Cluster> {
+        netns::skip_reason(name).is_none().then(|| {
+            let n = Netns::three();
+            let addrs = (0..HOSTS.len()).map(Netns::address).collect();
+            Cluster::start(name, addrs, Some(n))
+        })
+    }
+
+    fn start(name: &str, addrs: Vec<String>, netns: Option<Netns>) -> Cluster {
+        let scratch = TestDir::new(name);
+        let provider = std::env::var(PROVIDER_VAR).ok().filter(|p| !p.is_empty());
+        let provider = provider.as_deref().unwrap_or(DEFAULT_PROVIDER);
+        let mut text = format!(
+            "[cluster]\nprovider = \"{provider}\"\nheartbeat_ms = {HEARTBEAT_MS}\nsuspect_after_ms = {SUSPECT_MS}\nlost_after_ms = {LOST_MS}\n"
+        );
+        for (k, h) in HOSTS.iter().enumerate() {
+            text += &format!("[[node]]\nid = {}\nhost = \"{h}\"\naddress = \"{}\"\n", NODES[k], addrs[k]);
+        }
+        let config = scratch.root().join("lanes.toml");
+        std::fs::write(&config, text).expect("writing lanes.toml");
+        let dirs = HOSTS.iter().map(|h| TestDir::new(&format!("{name}-{h}"))).collect();
+        let mut c = Cluster { daemons: HOSTS.iter().map(|_| None).collect(), dirs, config, _scratch: scratch, netns };
+        for k in 0..HOSTS.len() {
+            c.start_daemon(k);
+        }
+        for k in 0..HOSTS.len() {
+            for other in 0..HOSTS.len() {
+                if other != k {
+                    c.wait_state(k, other, HostState::Operational, START);
+                }
+            }
+        }
+        c
+    }
+
+    /// The host (index into [`HOSTS`]) of `node`, if the cluster lists it.
+    pub fn host_of(node: u32) -> Option<usize> {
+        NODES.iter().position(|&n| n == node)
+    }
+
+    /// The generated `lanes.toml`.
+    pub fn config(&self) -> &Path {
+        &self.config
+    }
+
+    /// The namespaces, when the hosts are namespaces.
+    pub fn namespaces(&self) -> Option<&Netns> {
+        self.netns.as_ref()
+    }
+
+    /// Host `k`'s fabric directory.
+    pub fn fabric(&self, k: usize) -> PathBuf {
+        self.dirs[k].fabric()
+    }
+
+    /// The command prefix that runs a program on host `k` (`ip netns exec ..`, or none).
+    pub fn prefix(&self, k: usize) -> Vec<String> {
+        self.netns.as_ref().map(|n| n.exec_prefix(k)).unwrap_or_default()
+    }
+
+    /// What a process of host `k` is told: `LANES_CONFIG`, `LANES_HOST` and `LANES_DIR`.
+    pub fn env(&self, k: usize) -> Vec<(String, String)> {
+        let utf8 = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+        vec![
+            ("LANES_CONFIG".into(), utf8(&self.config)),
+            ("LANES_HOST".into(), HOSTS[k].into()),
+            ("LANES_DIR".into(), utf8(&self.fabric(k))),
+        ]
+    }
+
+    /// Starts (or restarts) host `k`'s daemon and waits until it answers on its socket.
+    pub fn start_daemon(&mut self, k: usize) {
+        let env = self.env(k);
+        let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.daemons[k] = Some(spawn_daemon(&self.prefix(k), &format!("daemon {}", HOSTS[k]), &envs));
+        let dir = self.fabric(k);
+        let deadline = Instant::now() + START;
+        while Client::connect(&dir, CALL).is_err() {
+            if Instant::now() > deadline {
+                panic!("daemon {} never answered\n{}", HOSTS[k], self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Host `k`'s daemon process.
+    pub fn daemon(&mut self, k: usize) -> &mut DaemonProc {
+        self.daemons[k].as_mut().expect("a daemon")
+    }
+
+    /// A client of host `k`'s daemon.
+    pub fn client(&self, k: usize) -> Client {
+        Client::connect(&self.fabric(k), CALL)
+            .unwrap_or_else(|e| panic!("connecting to daemon {}: {e}\n{}", HOSTS[k], self.logs()))
+    }
+
+    /// Every daemon's output so far.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for d in self.daemons.iter().flatten() {
+            out += &format!("--- {} ---\n{}", d.name(), d.output_snapshot());
+        }
+        out
+    }
+
+    /// The states host `from` sees.
+    pub fn states(&self, from: usize) -> HashMap<String, HostState> {
+        let hosts = self.client(from).cluster(CALL).unwrap_or_else(|e| panic!("cluster of {}: {e}", HOSTS[from]));
+        hosts.into_iter().map(|h| (h.name, h.state)).collect()
+    }
+
+    /// Waits until `from` sees `host` in `want`; returns how long that took.
+    pub fn wait_state(&self, from: usize, host: usize, want: HostState, bound: Duration) -> Duration {
+        let started = Instant::now();
+        let mut client = self.client(from);
+        loop {
+            let seen = client.cluster(CALL).map(|hosts| hosts.into_iter().find(|h| h.name == HOSTS[host]));
+            match seen {
+                Ok(Some(h)) if h.state == want => return started.elapsed(),
+                Ok(_) => {}
+                Err(_) => client = self.client(from),
+            }
+            if started.elapsed() > bound {
+                panic!(
+                    "host {} did not see {} {want} within {bound:?}; it sees {:?}\n{}",
+                    HOSTS[from],
+                    HOSTS[host],
+                    self.states(from),
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
