@@ -14,18 +14,27 @@
 //!
 //! With the `ofi` feature, `harness_hosts_and_nodes` checks those topologies themselves
 //! (`topology::ofi::lo::..` and `topology::ofi::netns::..`), without the data path.
+//!
+//! Connections to another host's objects (grants): the owner is a `node` child on host a
+//! that publishes nothing itself; the test writes its export record (the daemon does not
+//! interpret the endpoint). The owner sees the connection as node 12 acting through a's
+//! daemon (the proxy record), so its events name a's daemon's pid.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use lanes::cluster::{Client, Error, HostState, NodeEvent, ObjectKind, Refusal};
+use std::path::PathBuf;
+
+use lanes::cluster::{exports, Client, Error, ExportRecord, HostState, NodeEvent, ObjectKind, Refusal};
+use lanes::fabric::LocalEvent;
+use lanes::platform::liveness::ProcessIdentity;
 use lanes::NodeId;
 use support::cluster::{Cluster, CALL, HEARTBEAT_MS, LOST_MS, NODES, SUSPECT_MS};
 use support::netns::{self, HOSTS};
-use support::Proc;
 #[cfg(feature = "ofi")]
 use support::Topology;
+use support::{ChildIo, Proc};
 
 /// How long a change may take to be noticed, beyond the configured timeouts (CI noise).
 const BOUND: Duration = Duration::from_secs(2);
@@ -33,13 +42,32 @@ const BOUND: Duration = Duration::from_secs(2);
 #[test]
 fn child_entry() {
     // Roles `node` and `daemon` are support's.
-    support::child_entry(|_, _| false);
+    support::child_entry(|role, io| match role {
+        "requester" => run_requester_child(io),
+        _ => false,
+    });
 }
 
 /// A node process on host `k`, on that host's fabric directory (opened with the directory
 /// and node, not the cluster configuration: these tests are about the control plane).
 fn node_on(c: &Cluster, k: usize) -> Proc {
     Proc::node_in(&c.prefix(k), &c.fabric(k), NODES[k])
+}
+
+/// The requester role: a process holding a grant through its daemon (`LANES_DIR`) for
+/// `LANES_TEST_OBJECT` = "NODE ID PEER_NODE" (a segment), until it is killed or hung up on.
+fn run_requester_child(io: &ChildIo) -> bool {
+    let dir = PathBuf::from(std::env::var("LANES_DIR").expect("LANES_DIR"));
+    let object = std::env::var("LANES_TEST_OBJECT").expect("LANES_TEST_OBJECT");
+    let n: Vec<u32> = object.split_whitespace().map(|v| v.parse().expect("a number")).collect();
+    let mut client = Client::connect(&dir, CALL).expect("connecting to the daemon");
+    match client.connect_object(node(n[0]), ObjectKind::Segment, n[1], node(n[2]), CALL) {
+        Ok(g) => io.send(&format!("GRANTED {}", g.slot)),
+        Err(e) => io.send(&format!("REFUSED {e}")),
+    }
+    io.wait_for_hang_up();
+    drop(client);
+    true
 }
 
 fn node(id: u32) -> NodeId {
@@ -194,6 +222,141 @@ fn clean_stop(c: &mut Cluster) {
     }
 }
 
+/// Writes the export record of segment `id` of `owner` (a node child on host `k`), as an
+/// owner that registered the segment for remote access would.
+fn publish_export(c: &Cluster, k: usize, owner: &Proc, id: u32, epoch: u64) -> ExportRecord {
+    let identity = ProcessIdentity::of_pid(owner.pid()).expect("the owner's identity");
+    let rec = ExportRecord {
+        kind: ObjectKind::Segment,
+        node: NODES[k],
+        id,
+        owner_pid: owner.pid(),
+        owner_identity: identity.bits(),
+        provider: "tcp;ofi_rxm".into(),
+        endpoint: "0200a4c37f000001".into(),
+        key: 0x1234,
+        base: 0x7f12_3400_0000,
+        len: 8192,
+        handle: 0,
+        epoch,
+    };
+    exports::publish(&c.fabric(k), &rec).expect("publishing an export record");
+    rec
+}
+
+fn connected(node: u32, pid: u32) -> String {
+    format!("{:?}", LocalEvent::Connected { node, pid })
+}
+
+fn disconnected(node: u32, pid: u32, died: bool) -> String {
+    format!("{:?}", LocalEvent::Disconnected { node, pid, died })
+}
+
+/// A process on b connects to segment 0x10 of node 8 on a: the grant carries the published
+/// record and the owner sees node 12 connect (as a's daemon); disconnecting releases the
+/// slot. A process of a connects through its own daemon. Refusals: missing, not available,
+/// not exported, another host's node as the requester, every slot taken.
+fn connect_grants_and_refusals(c: &Cluster) {
+    let mut owner = node_on(c, 0);
+    for cmd in ["create s 0x10 8192", "prepare s", "available s", "create t 0x12 4096"] {
+        owner.ok(cmd);
+    }
+    for cmd in ["create u 0x14 4096", "prepare u", "available u"] {
+        owner.ok(cmd); // available, never exported
+    }
+    let rec = publish_export(c, 0, &owner, 0x10, 0x5eed);
+    let daemon_a = c.daemons[0].as_ref().expect("a's daemon").pid();
+
+    let mut b = c.client(1);
+    let g = b.connect_object(node(8), ObjectKind::Segment, 0x10, node(12), CALL).expect("a grant");
+    assert_eq!(g.export, rec);
+    assert_eq!((g.info.host.as_str(), g.info.node, g.info.size, g.info.owner_pid), ("a", 8, 8192, owner.pid()));
+    assert_eq!(owner.ok("lwait s 2000"), connected(12, daemon_a));
+    assert_eq!(owner.ok("peers s"), format!("12:{daemon_a}"));
+    b.disconnect_object(g.grant, CALL).expect("disconnecting");
+    assert_eq!(owner.ok("lwait s 2000"), disconnected(12, daemon_a, false));
+
+    // A process of host a, through its own daemon: no forwarding.
+    let mut a = c.client(0);
+    let g = a.connect_object(node(8), ObjectKind::Segment, 0x10, node(8), CALL).expect("a local grant");
+    assert_eq!(g.export, rec);
+    assert_eq!(owner.ok("lwait s 2000"), connected(8, daemon_a));
+    a.disconnect_object(g.grant, CALL).expect("disconnecting");
+    assert_eq!(owner.ok("lwait s 2000"), disconnected(8, daemon_a, false));
+
+    let refused =
+        |b: &mut Client, kind, id, peer| b.connect_object(node(8), kind, id, node(peer), CALL).expect_err("refused");
+    let e = refused(&mut b, ObjectKind::Segment, 0x11, 12);
+    assert!(e.is_not_found(), "missing: {e:?}");
+    let e = refused(&mut b, ObjectKind::Interrupt, 0x10, 12);
+    assert!(e.is_not_found(), "no such interrupt: {e:?}");
+    let e = refused(&mut b, ObjectKind::Segment, 0x12, 12);
+    assert!(e.is_not_available(), "never made available: {e:?}");
+    let e = refused(&mut b, ObjectKind::Segment, 0x14, 12);
+    assert!(e.is_not_available(), "not exported: {e:?}");
+    assert_eq!(e.to_string(), "segment 0x14 on node 8 (host a) is not available");
+    let e = refused(&mut b, ObjectKind::Segment, 0x10, 16);
+    assert!(matches!(&e, Error::Refused(Refusal::Failed { reason }) if reason.contains("host c")), "{e:?}");
+    assert_eq!(owner.ok("peers s"), "", "refusals claim nothing");
+
+    // Every slot taken, then given back when the holding connection closes.
+    let mut many = c.client(1);
+    let mut granted = 0;
+    let e = loop {
+        match many.connect_object(node(8), ObjectKind::Segment, 0x10, node(12), CALL) {
+            Ok(_) => granted += 1,
+            Err(e) => break e,
+        }
+        assert!(granted <= 1024, "slots without end");
+    };
+    assert!(matches!(e, Error::Refused(Refusal::TooManyConnections { node: 8, .. })), "{e:?}");
+    assert!(granted > 0);
+    eprintln!("{granted} grants before TooManyConnections");
+    drop(many);
+    let deadline = Instant::now() + BOUND;
+    while !owner.ok("peers s").is_empty() {
+        assert!(Instant::now() < deadline, "slots still held after the connection closed\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A grant is released when the requesting process dies (its connection to b's daemon
+/// closes) and when b's daemon dies (a releases b's grants when b is Lost); meanwhile a
+/// process on c asking for node 12 hears that b is unreachable.
+fn grants_released_when_requester_or_its_daemon_dies(c: &mut Cluster) {
+    let mut owner = node_on(c, 0);
+    for cmd in ["create s 0x10 8192", "prepare s", "available s"] {
+        owner.ok(cmd);
+    }
+    publish_export(c, 0, &owner, 0x10, 1);
+    let daemon_a = c.daemons[0].as_ref().expect("a's daemon").pid();
+
+    let dir_b = c.fabric(1);
+    let envs = [("LANES_DIR", dir_b.to_str().expect("utf-8 path")), ("LANES_TEST_OBJECT", "8 16 12")];
+    let mut requester = Proc::spawn_in(&c.prefix(1), "requester on b", "requester", &envs);
+    let l = requester.line("the grant");
+    assert!(l.starts_with("GRANTED"), "{l}\n{}", c.logs());
+    assert_eq!(owner.ok("lwait s 2000"), connected(12, daemon_a));
+    requester.kill9();
+    // Within 2 s of the kill (lwait's own bound).
+    assert_eq!(owner.ok("lwait s 2000"), disconnected(12, daemon_a, false), "\n{}", c.logs());
+
+    let mut b = c.client(1);
+    b.connect_object(node(8), ObjectKind::Segment, 0x10, node(12), CALL).expect("a grant");
+    assert_eq!(owner.ok("lwait s 2000"), connected(12, daemon_a));
+    let killed = Instant::now();
+    c.daemon(1).kill9();
+    c.wait_state(2, 1, HostState::Suspect, BOUND);
+    let e = c.client(2).connect_object(node(12), ObjectKind::Segment, 1, node(16), CALL).expect_err("b is down");
+    assert!(matches!(&e, Error::Refused(Refusal::HostUnreachable { host, .. }) if host == "b"), "{e:?}");
+    let bound = Duration::from_millis(LOST_MS) + BOUND;
+    let ev = owner.ok(&format!("lwait s {}", bound.as_millis()));
+    assert_eq!(ev, disconnected(12, daemon_a, false), "\n{}", c.logs());
+    let took = killed.elapsed();
+    eprintln!("slot released {took:?} after b's daemon was killed");
+    assert!(took >= Duration::from_millis(LOST_MS - HEARTBEAT_MS), "released before b was Lost");
+}
+
 // ---------------------------------------------------------------------------------------
 // Loopback: no privilege needed
 // ---------------------------------------------------------------------------------------
@@ -209,6 +372,18 @@ fn cluster_loopback_discovery_and_lookups() {
 fn cluster_loopback_killed_daemon_is_noticed() {
     let mut c = Cluster::loopback("cl-lo-kill");
     killed_daemon_is_noticed(&mut c);
+}
+
+#[test]
+fn cluster_loopback_connect_grants_and_refusals() {
+    let c = Cluster::loopback("cl-lo-connect");
+    connect_grants_and_refusals(&c);
+}
+
+#[test]
+fn cluster_loopback_grants_released_when_requester_or_its_daemon_dies() {
+    let mut c = Cluster::loopback("cl-lo-release");
+    grants_released_when_requester_or_its_daemon_dies(&mut c);
 }
 
 #[test]
@@ -234,6 +409,20 @@ fn cluster_netns_discovery_and_lookups() {
 fn cluster_netns_killed_daemon_is_noticed() {
     let Some(mut c) = Cluster::netns("cluster_netns_killed_daemon_is_noticed") else { return };
     killed_daemon_is_noticed(&mut c);
+}
+
+#[test]
+fn cluster_netns_connect_grants_and_refusals() {
+    let Some(c) = Cluster::netns("cluster_netns_connect_grants") else { return };
+    connect_grants_and_refusals(&c);
+}
+
+#[test]
+fn cluster_netns_grants_released_when_requester_or_its_daemon_dies() {
+    let Some(mut c) = Cluster::netns("cluster_netns_grants_released") else {
+        return;
+    };
+    grants_released_when_requester_or_its_daemon_dies(&mut c);
 }
 
 #[test]

@@ -4,6 +4,13 @@
 //! the answer (which, for a node on another host, is the other host's daemon's answer
 //! relayed). A call that timed out leaves the connection unusable (its answer may still
 //! come); later calls on it fail at once and the caller connects again.
+//!
+//! **Grants live as long as the connection.** A connection slot claimed with
+//! [`Client::connect_object`] is held for this process until [`Client::disconnect_object`],
+//! or until this client's connection to the daemon closes: dropped, the process exited or
+//! died, or a call failed or timed out (which drops the connection, see above). A process
+//! keeps one client open, used for nothing that may time out carelessly, while it has
+//! connections to remote objects; [`Client::is_usable`] says whether its grants still hold.
 
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -12,7 +19,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::proto::{
-    write_message, Fill, FrameReader, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Reply, Request,
+    write_message, Fill, FrameReader, Grant, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Reply, Request,
     PROTOCOL_VERSION,
 };
 use super::{Error, Result, SOCKET_NAME};
@@ -74,6 +81,49 @@ impl Client {
             Reply::Probe { result } => result.map_err(Error::Refused),
             other => Err(self.conn.unexpected(other)),
         }
+    }
+
+    /// Claims a connection slot of object `id` of `kind` on `node` for this process, acting
+    /// as `peer_node`, and returns the grant with the owner's export record (how to reach the
+    /// data over libfabric). Works for a node of this host too (no forwarding then).
+    ///
+    /// Refusals are [`Error::Refused`]: [`super::Refusal::NotFound`] (missing, removed, or
+    /// its owner is dead: [`Error::is_not_found`]) and [`super::Refusal::NotAvailable`] (not
+    /// made available or not exported yet: [`Error::is_not_available`]) are worth retrying,
+    /// as a local connect retries them; `TooManyConnections`, `Corrupt`, `HostUnreachable`,
+    /// `Timeout` and `Failed` (such as a bad node id) are not. The grant lasts until
+    /// [`Client::disconnect_object`] or until this connection closes (see the module's
+    /// documentation).
+    pub fn connect_object(
+        &mut self,
+        node: NodeId,
+        kind: ObjectKind,
+        id: u32,
+        peer_node: NodeId,
+        timeout: Duration,
+    ) -> Result<Grant> {
+        let req =
+            Request::Connect { node: node.get(), kind, id, peer_node: peer_node.get(), timeout_ms: budget_ms(timeout) };
+        match self.conn.call(&req, &format!("a connection to {kind} {id:#x} on node {node}"), timeout)? {
+            Reply::Connect { result } => result.map_err(Error::Refused),
+            other => Err(self.conn.unexpected(other)),
+        }
+    }
+
+    /// Releases `grant` (the [`Grant::grant`] of a grant this client obtained); releasing
+    /// one already released, or not this client's, does nothing.
+    pub fn disconnect_object(&mut self, grant: u64, timeout: Duration) -> Result<()> {
+        match self.conn.call(&Request::Disconnect { grant }, &format!("the release of grant {grant:016x}"), timeout)? {
+            Reply::Disconnected => Ok(()),
+            other => Err(self.conn.unexpected(other)),
+        }
+    }
+
+    /// Whether this client still has its connection to the daemon: false once a call timed
+    /// out or failed (the connection is then closed, and the daemon released this client's
+    /// grants). A daemon that went away is noticed at the next call.
+    pub fn is_usable(&self) -> bool {
+        self.conn.stream.is_some()
     }
 
     /// Every host of the cluster (this one first) and its state as this daemon sees it.

@@ -15,8 +15,20 @@
 //! when its daemon comes back with a new boot epoch. Suspect closes the connection, and the
 //! dialling side redials with fresh connects: a new SYN after a link returns beats waiting
 //! out TCP's retransmission back-off on the old connection.
+//!
+//! **Grants.** A process connects to another host's object through its daemon, which forwards
+//! the request to the owner's host. That daemon validates the object file as the shm
+//! transport's connect does, reads the owner's export record ([`super::exports`]) and claims a
+//! connection slot in the object's header with its own identity and the peer's node, under a
+//! *proxy* liveness record `procs/<peer node>-<daemon pid>` (one per peer node, kept while it
+//! holds grants for that node): the owner's slot tracker sees the peer connect, and the
+//! daemon's death reads as the peer's. A slot is released when the requester disconnects,
+//! when the requesting process's connection to its daemon closes, when the requester's host
+//! is Lost, and when the owner's daemon stops. The requesting daemon remembers each grant
+//! against the process's connection and owes a release to a host it cannot reach now (sent
+//! when the host is back, forgotten when it is Lost: then that host released it itself).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs;
 use std::hash::{BuildHasher, Hasher};
@@ -32,14 +44,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::config::{ClusterConfig, HostEntry};
+use super::exports;
 use super::proto::{
-    encode, write_message, Answer, Fill, FrameReader, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo,
+    encode, write_message, Answer, Fill, FrameReader, Grant, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo,
     ObjectKind, PeerMessage, Query, Refusal, Reply, Request, PROTOCOL_VERSION,
 };
 use super::{Error, Result, SOCKET_NAME};
 use crate::config::{self, ConfigFile, NodeId};
 use crate::platform::files::ensure_private_dir;
-use crate::platform::liveness;
+use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
 use crate::platform::signals::{signal_name, TerminationSignals};
 use crate::transport::shm::layout::state;
 use crate::transport::shm::segment_file::{OpenError, SegmentFile};
@@ -141,6 +154,41 @@ struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     clients: AtomicUsize,
+    /// This daemon, as it holds connection slots for remote peers.
+    identity: ProcessIdentity,
+    /// Slots claimed here for peers (the owner's side of grants).
+    grants: Mutex<Grants>,
+    /// Grants local processes hold (the requester's side): grant id -> who holds it.
+    requested: Mutex<HashMap<u64, Requested>>,
+}
+
+/// The slots this daemon claimed for peers, and the proxy records they are claimed under.
+/// Lock order: `state`, then `grants`.
+#[derive(Default)]
+struct Grants {
+    held: HashMap<u64, Held>,
+    /// One proxy liveness record per peer node with grants: `procs/<peer node>-<our pid>`.
+    records: HashMap<u32, Arc<ProcessRecord>>,
+}
+
+/// One grant on the owner's side: the object file (kept open, so the release goes to the
+/// object the slot was claimed in even if the name was reused since) and the slot.
+struct Held {
+    file: SegmentFile,
+    kind: ObjectKind,
+    node: u32,
+    id: u32,
+    slot: usize,
+    peer_node: u32,
+    /// The host of the requesting process (this host's name for a local requester).
+    peer_host: String,
+}
+
+/// A grant a local process holds: its connection and the host that granted it (None: this
+/// host).
+struct Requested {
+    client: u64,
+    host: Option<String>,
 }
 
 struct State {
@@ -157,6 +205,9 @@ struct Peer {
     conn: Option<Conn>,
     /// This daemon dials the peer (our name sorts first).
     dials: bool,
+    /// Releases of the peer's grants that could not be sent (no connection): sent when it
+    /// is connected again, dropped when it is Lost (it released them itself).
+    owed: Vec<u64>,
 }
 
 /// One live control connection: the writer's queue and the socket (to shut it down).
@@ -232,9 +283,17 @@ impl Daemon {
                 boot: None,
                 conn: None,
                 dials: me.name < h.name,
+                owed: Vec::new(),
             })
             .collect::<Vec<_>>();
         let dial: Vec<usize> = peers.iter().enumerate().filter(|(_, p)| p.dials).map(|(i, _)| i).collect();
+        let identity = match ProcessIdentity::current() {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = fs::remove_file(&socket);
+                return Err(Error::io("this process's identity", e));
+            }
+        };
         let shared = Arc::new(Shared {
             me,
             cluster: options.cluster,
@@ -247,6 +306,9 @@ impl Daemon {
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
+            identity,
+            grants: Mutex::new(Grants::default()),
+            requested: Mutex::new(HashMap::new()),
         });
         shared.log(format_args!(
             "host {} listening on {} and {}; heartbeat {} ms, suspect after {} ms, lost after {} ms",
@@ -294,9 +356,17 @@ impl Daemon {
         if self.shared.stopping.swap(true, Ordering::SeqCst) {
             return;
         }
+        // Grants local processes hold end with this daemon: tell their owners' hosts first.
+        let requested: Vec<(u64, Requested)> = self.shared.requested_lock().drain().collect();
         let conns: Vec<Conn> = {
             let mut st = self.shared.lock();
             st.subscribers.clear();
+            for (grant, r) in &requested {
+                let peer = r.host.as_ref().and_then(|h| st.peers.iter().find(|p| &p.entry.name == h));
+                if let Some(c) = peer.and_then(|p| p.conn.as_ref()) {
+                    c.send(&PeerMessage::Release { grant: *grant });
+                }
+            }
             st.peers.iter_mut().filter_map(|p| p.conn.take()).collect()
         };
         for c in &conns {
@@ -315,6 +385,7 @@ impl Daemon {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.shared.release_all();
         if fs::metadata(&self.shared.socket).map(|m| m.ino()).ok() == Some(self.socket_inode) {
             let _ = fs::remove_file(&self.shared.socket);
         }
@@ -381,6 +452,14 @@ impl Shared {
         self.stopping.load(Ordering::SeqCst)
     }
 
+    fn grants_lock(&self) -> MutexGuard<'_, Grants> {
+        self.grants.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn requested_lock(&self) -> MutexGuard<'_, HashMap<u64, Requested>> {
+        self.requested.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn peer_index(&self, host: &str) -> Option<usize> {
         self.lock().peers.iter().position(|p| p.entry.name == host)
     }
@@ -405,6 +484,11 @@ impl Shared {
                 c.close();
             }
             let host = peer.entry.name.clone();
+            if new == HostState::Lost {
+                // Whatever it held here is gone with it, and it released what we held there.
+                peer.owed.clear();
+                self.release_host(&host);
+            }
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             pending.retain(|_, p| {
                 if p.host == host {
@@ -635,6 +719,12 @@ impl Shared {
                 st.peers[i].conn = Some(conn.clone());
             }
             self.set_state(&mut st, i, HostState::Operational, "hello received");
+            let owed = std::mem::take(&mut st.peers[i].owed);
+            for grant in owed {
+                if !conn.send(&PeerMessage::Release { grant }) {
+                    st.peers[i].owed.push(grant);
+                }
+            }
             st.peers[i].entry.name.clone()
         };
         let writer_stream = stream.clone();
@@ -689,28 +779,50 @@ impl Shared {
 
     /// Handles one frame; `Some(reason)` ends the connection.
     fn on_peer_message(&self, i: usize, conn: &Conn, msg: PeerMessage) -> Option<String> {
-        {
+        let host = {
             let mut st = self.lock();
             match &st.peers[i].conn {
                 Some(c) if c.generation == conn.generation => {}
                 _ => return Some("replaced by a newer connection".into()),
             }
             st.peers[i].last_heard = Some(Instant::now());
-        }
+            st.peers[i].entry.name.clone()
+        };
         match msg {
             PeerMessage::Heartbeat => None,
             PeerMessage::Query { id, query } => {
-                let answer = self.answer_locally(&query);
+                let answer = self.answer_locally(&host, &query);
+                let granted = match &answer {
+                    Answer::Granted { grant } => Some(grant.grant),
+                    _ => None,
+                };
                 if !conn.send(&PeerMessage::Answer { id, answer }) {
+                    if let Some(g) = granted {
+                        self.release_grant(g, Some(&host)); // it will never hear of it
+                    }
                     return Some("cannot queue an answer: connection stalled".into());
                 }
                 None
             }
             PeerMessage::Answer { id, answer } => {
                 let waiting = self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-                if let Some(p) = waiting {
-                    let _ = p.answer.send(answer); // the asker may have given up: fine
+                match (waiting, answer) {
+                    (Some(p), answer) => {
+                        if let Err(mpsc::SendError(Answer::Granted { grant })) = p.answer.send(answer) {
+                            // The asker gave up meanwhile: nobody holds the grant.
+                            conn.send(&PeerMessage::Release { grant: grant.grant });
+                        }
+                    }
+                    (None, Answer::Granted { grant }) => {
+                        // Answered after the asker's timeout: give the slot back.
+                        conn.send(&PeerMessage::Release { grant: grant.grant });
+                    }
+                    (None, _) => {}
                 }
+                None
+            }
+            PeerMessage::Release { grant } => {
+                self.release_grant(grant, Some(&host));
                 None
             }
             PeerMessage::Bye { reason } => Some(format!("peer said goodbye: {reason}")),
@@ -742,18 +854,40 @@ impl Shared {
     // Questions
     // -----------------------------------------------------------------------------------
 
-    /// Answers a question about this host's fabric directory.
-    fn answer_locally(&self, query: &Query) -> Answer {
-        match *query {
-            Query::Lookup { node, kind, id } => match self.lookup_local(node, kind, id) {
+    /// Answers a question about this host's fabric directory from the daemon of `from`.
+    fn answer_locally(&self, from: &str, query: &Query) -> Answer {
+        match query {
+            &Query::Lookup { node, kind, id } => match self.lookup_local(node, kind, id) {
                 Ok(info) => Answer::Object { info },
                 Err(refusal) => Answer::Refused { refusal },
             },
-            Query::Probe { node } => Answer::Processes { count: self.processes_of(node) },
+            &Query::Probe { node } => Answer::Processes { count: self.processes_of(node) },
+            Query::Connect { node, kind, id, peer_node, peer_host } => {
+                let result = if peer_host != from {
+                    Err(Refusal::Failed { reason: format!("host {from} asked for a connection for host {peer_host}") })
+                } else {
+                    self.connect_local(*node, *kind, *id, *peer_node, from)
+                };
+                match result {
+                    Ok(grant) => Answer::Granted { grant },
+                    Err(refusal) => Answer::Refused { refusal },
+                }
+            }
         }
     }
 
     fn lookup_local(&self, node: u32, kind: ObjectKind, id: u32) -> std::result::Result<ObjectInfo, Refusal> {
+        self.open_live(node, kind, id).map(|(_, info)| info)
+    }
+
+    /// Opens a live object of this host's fabric directory, judged as `connect_segment`
+    /// judges it: a removed object, or the leftover of a dead owner, is as good as absent.
+    fn open_live(
+        &self,
+        node: u32,
+        kind: ObjectKind,
+        id: u32,
+    ) -> std::result::Result<(SegmentFile, ObjectInfo), Refusal> {
         let host = self.me.name.clone();
         let not_found = || Refusal::NotFound { node, kind, id, host: host.clone() };
         let file = match SegmentFile::open(&self.paths, kind.layout_kind(), node, id) {
@@ -764,12 +898,10 @@ impl Shared {
         };
         let snap = *file.snapshot();
         let st = file.header().state();
-        // A removed object, or the leftover of a dead owner, is as good as absent (as for
-        // `connect_segment`).
         if st & state::REMOVED != 0 || !liveness::is_alive(&self.paths.procs(), node, snap.owner) {
             return Err(not_found());
         }
-        Ok(ObjectInfo {
+        let info = ObjectInfo {
             node,
             kind,
             id,
@@ -777,12 +909,209 @@ impl Shared {
             size: snap.segment_size,
             available: st & state::AVAILABLE != 0,
             owner_pid: snap.owner.pid(),
-        })
+        };
+        Ok((file, info))
     }
 
     fn processes_of(&self, node: u32) -> u32 {
-        let n = liveness::list_records(&self.paths.procs()).iter().filter(|r| r.node == node && r.alive).count();
+        // Not counted: this daemon's proxy records, which stand for processes of other hosts.
+        let proxies: HashSet<u32> = self.grants_lock().records.keys().copied().collect();
+        let me = std::process::id();
+        let n = liveness::list_records(&self.paths.procs())
+            .iter()
+            .filter(|r| r.node == node && r.alive && !(r.pid == me && proxies.contains(&r.node)))
+            .count();
         u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Grants: the owner's side
+    // -----------------------------------------------------------------------------------
+
+    /// Claims a connection slot of object (`kind`, `node`, `id`) of this host for a process
+    /// acting as `peer_node` on `peer_host`, as the shm transport's connect claims one for
+    /// itself, and returns the grant with the owner's export record.
+    fn connect_local(
+        &self,
+        node: u32,
+        kind: ObjectKind,
+        id: u32,
+        peer_node: u32,
+        peer_host: &str,
+    ) -> std::result::Result<Grant, Refusal> {
+        for n in [node, peer_node] {
+            if let Err(e) = NodeId::new(n) {
+                return Err(Refusal::Failed { reason: e.to_string() });
+            }
+        }
+        let host = self.me.name.clone();
+        let (file, info) = self.open_live(node, kind, id)?;
+        let not_available = || Refusal::NotAvailable { node, kind, id, host: host.clone() };
+        if !info.available {
+            return Err(not_available());
+        }
+        let owner = file.snapshot().owner;
+        let export = match exports::read(self.paths.root(), kind, node, id) {
+            Ok(Some(rec)) if rec.owner_identity == owner.bits() && rec.owner_pid == owner.pid() => rec,
+            // Not exported (yet), or a record left by an earlier owner of the same id.
+            Ok(_) => return Err(not_available()),
+            Err(reason) => return Err(Refusal::Corrupt { node, kind, id, reason }),
+        };
+        let procs = self.paths.procs();
+        let mut grants = self.grants_lock();
+        if self.stopping() {
+            return Err(Refusal::Failed { reason: format!("the daemon of host {host} is stopping") });
+        }
+        if let std::collections::hash_map::Entry::Vacant(slot) = grants.records.entry(peer_node) {
+            let record = ensure_private_dir(&procs)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    let n = NodeId::new(peer_node).map_err(|e| e.to_string())?;
+                    crate::fabric::register(&self.paths, n).map_err(|e| e.to_string())
+                })
+                .map_err(|e| Refusal::Failed { reason: format!("a proxy record for node {peer_node}: {e}") })?;
+            slot.insert(record);
+        }
+        let claimed =
+            file.header().claim_slot(self.identity, peer_node, |n, holder| !liveness::is_alive(&procs, n, holder));
+        let Some(slot) = claimed else {
+            grants.forget_record_if_unused(peer_node);
+            return Err(Refusal::TooManyConnections { node, kind, id, host });
+        };
+        if file.header().state() & state::REMOVED != 0 {
+            file.header().release_slot(slot, self.identity);
+            grants.forget_record_if_unused(peer_node);
+            return Err(Refusal::NotFound { node, kind, id, host });
+        }
+        let grant = loop {
+            let g = random_u64();
+            if g != 0 && !grants.held.contains_key(&g) {
+                break g;
+            }
+        };
+        grants.held.insert(grant, Held { file, kind, node, id, slot, peer_node, peer_host: peer_host.to_string() });
+        drop(grants);
+        self.log(format_args!(
+            "grant {grant:016x}: {kind} {id:#x} of node {node}, slot {slot}, to node {peer_node} on host {peer_host}"
+        ));
+        Ok(Grant { info, export, slot: slot as u32, grant })
+    }
+
+    /// Releases the slot of `grant`, if this daemon holds it and (when `from` names a host)
+    /// it was granted to that host.
+    fn release_grant(&self, grant: u64, from: Option<&str>) {
+        let mut grants = self.grants_lock();
+        let Some(held) = grants.held.get(&grant) else { return };
+        if from.is_some_and(|h| h != held.peer_host) {
+            return;
+        }
+        if let Some(held) = grants.held.remove(&grant) {
+            self.release_held(&mut grants, grant, held, "released");
+        }
+    }
+
+    /// Releases every slot held for processes of `host` (it is Lost).
+    fn release_host(&self, host: &str) {
+        let mut grants = self.grants_lock();
+        let ids: Vec<u64> = grants.held.iter().filter(|(_, h)| h.peer_host == host).map(|(g, _)| *g).collect();
+        for g in ids {
+            if let Some(held) = grants.held.remove(&g) {
+                self.release_held(&mut grants, g, held, "released: its host is lost");
+            }
+        }
+    }
+
+    /// Releases every slot held (the daemon stops).
+    fn release_all(&self) {
+        let mut grants = self.grants_lock();
+        let all: Vec<(u64, Held)> = grants.held.drain().collect();
+        for (g, held) in all {
+            self.release_held(&mut grants, g, held, "released: the daemon stops");
+        }
+        grants.records.clear();
+    }
+
+    fn release_held(&self, grants: &mut Grants, grant: u64, held: Held, why: &str) {
+        held.file.header().release_slot(held.slot, self.identity);
+        grants.forget_record_if_unused(held.peer_node);
+        self.log(format_args!(
+            "grant {grant:016x}: {} {:#x} of node {}, slot {}, node {} on host {} {why}",
+            held.kind, held.id, held.node, held.slot, held.peer_node, held.peer_host
+        ));
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Grants: the requester's side
+    // -----------------------------------------------------------------------------------
+
+    /// Connects a local process acting as `peer_node` to object (`kind`, `node`, `id`): here
+    /// when the node is this host's, else through the node's host. Returns the grant and the
+    /// host that holds it (None: this one).
+    fn connect(
+        &self,
+        node: u32,
+        kind: ObjectKind,
+        id: u32,
+        peer_node: u32,
+        timeout: Duration,
+    ) -> std::result::Result<(Grant, Option<String>), Refusal> {
+        for n in [node, peer_node] {
+            if let Err(e) = NodeId::new(n) {
+                return Err(Refusal::Failed { reason: e.to_string() });
+            }
+        }
+        if let Some(elsewhere) = self.remote_host_of(peer_node) {
+            return Err(Refusal::Failed {
+                reason: format!("node {peer_node} is on host {elsewhere}, not on host {}", self.me.name),
+            });
+        }
+        let Some(host) = self.remote_host_of(node) else {
+            let me = self.me.name.clone();
+            return self.connect_local(node, kind, id, peer_node, &me).map(|g| (g, None));
+        };
+        let query = Query::Connect { node, kind, id, peer_node, peer_host: self.me.name.clone() };
+        match self.forward(&host, node, query, timeout)? {
+            Answer::Granted { grant } => {
+                let i = &grant.info;
+                if (i.node, i.kind, i.id) != (node, kind, id) {
+                    self.send_release(&host, grant.grant);
+                    return Err(Refusal::Failed { reason: format!("host {host} granted another object: {i:?}") });
+                }
+                Ok((grant, Some(host)))
+            }
+            Answer::Refused { refusal } => Err(refusal),
+            other => Err(Refusal::Failed { reason: format!("host {host} answered a connect with {other:?}") }),
+        }
+    }
+
+    /// Tells `host` to release `grant`, now or when it is connected again.
+    fn send_release(&self, host: &str, grant: u64) {
+        let mut st = self.lock();
+        let Some(p) = st.peers.iter_mut().find(|p| p.entry.name == host) else { return };
+        let sent = p.conn.as_ref().is_some_and(|c| c.send(&PeerMessage::Release { grant }));
+        if !sent && p.state != HostState::Lost {
+            p.owed.push(grant);
+        }
+    }
+
+    /// Releases a grant a local process held.
+    fn release_requested(&self, grant: u64, host: Option<String>) {
+        match host {
+            None => self.release_grant(grant, Some(&self.me.name)),
+            Some(h) => self.send_release(&h, grant),
+        }
+    }
+
+    /// Releases every grant the local process on connection `client` still holds.
+    fn release_client(&self, client: u64) {
+        let mine: Vec<(u64, Requested)> = {
+            let mut req = self.requested_lock();
+            let ids: Vec<u64> = req.iter().filter(|(_, r)| r.client == client).map(|(g, _)| *g).collect();
+            ids.into_iter().filter_map(|g| req.remove(&g).map(|r| (g, r))).collect()
+        };
+        for (grant, r) in mine {
+            self.release_requested(grant, r.host);
+        }
     }
 
     /// The peer serving `node`, or None when this host does (or the node is not listed:
@@ -824,7 +1153,11 @@ impl Shared {
             Ok(a) => Ok(a),
             Err(_) => {
                 forget();
-                Err(Refusal::Timeout { host: host.to_string(), waited_ms: millis(started.elapsed()) })
+                // An answer that came just now is still an answer (a grant must not be lost).
+                match rx.try_recv() {
+                    Ok(a) => Ok(a),
+                    Err(_) => Err(Refusal::Timeout { host: host.to_string(), waited_ms: millis(started.elapsed()) }),
+                }
             }
         }
     }
@@ -941,6 +1274,8 @@ impl Shared {
 
     /// Serves one process's requests until it hangs up; `Err` says why it was cut off.
     fn serve_client(&self, mut stream: UnixStream) -> std::result::Result<(), String> {
+        // Whatever way this ends, the grants the process holds end with its connection.
+        let client = ClientGrants { shared: self, id: self.next_id.fetch_add(1, Ordering::Relaxed) };
         stream.set_read_timeout(Some(TICK)).map_err(|e| e.to_string())?;
         stream.set_write_timeout(Some(CLIENT_WRITE_TIMEOUT)).map_err(|e| e.to_string())?;
         let mut reader = FrameReader::new();
@@ -973,6 +1308,24 @@ impl Shared {
                     Reply::Lookup { result: self.lookup(node, kind, id, wait(timeout_ms)) }
                 }
                 Request::Probe { node, timeout_ms } => Reply::Probe { result: self.probe(node, wait(timeout_ms)) },
+                Request::Connect { node, kind, id, peer_node, timeout_ms } => {
+                    let result = self.connect(node, kind, id, peer_node, wait(timeout_ms));
+                    if let Ok((grant, host)) = &result {
+                        let held = Requested { client: client.id, host: host.clone() };
+                        self.requested_lock().insert(grant.grant, held);
+                    }
+                    Reply::Connect { result: result.map(|(grant, _)| grant) }
+                }
+                Request::Disconnect { grant } => {
+                    let mut req = self.requested_lock();
+                    let mine = req.get(&grant).is_some_and(|r| r.client == client.id);
+                    let held = if mine { req.remove(&grant) } else { None };
+                    drop(req);
+                    if let Some(r) = held {
+                        self.release_requested(grant, r.host);
+                    }
+                    Reply::Disconnected
+                }
                 Request::Cluster => Reply::Cluster { hosts: self.hosts(&self.lock()) },
                 Request::Subscribe => return self.serve_subscriber(stream),
             };
@@ -1013,6 +1366,27 @@ impl Shared {
     }
 }
 
+/// The grants of one local process's connection, released when it ends.
+struct ClientGrants<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for ClientGrants<'_> {
+    fn drop(&mut self) {
+        self.shared.release_client(self.id);
+    }
+}
+
+impl Grants {
+    /// Drops the proxy record of `peer_node` when no grant needs it any more.
+    fn forget_record_if_unused(&mut self, peer_node: u32) {
+        if !self.held.values().any(|h| h.peer_node == peer_node) {
+            self.records.remove(&peer_node);
+        }
+    }
+}
+
 /// The frames read during a handshake (a peer may send more right after its hello) and
 /// the host that said hello.
 struct HandshakeReader {
@@ -1026,6 +1400,7 @@ mod tests {
     use crate::cluster::client::Client;
     use crate::cluster::config::ClusterSection;
     use crate::config::NodeEntry;
+    use crate::transport::shm::layout::kind;
 
     fn free_port() -> u16 {
         TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -1090,6 +1465,178 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         drop(a);
+        let _ = fs::remove_dir_all(&da);
+        let _ = fs::remove_dir_all(&db);
+    }
+
+    fn wait_operational(client: &mut Client, host: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let hosts = client.cluster(Duration::from_secs(1)).unwrap();
+            if hosts.iter().find(|h| h.name == host).unwrap().state == HostState::Operational {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{host} never operational: {hosts:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends one request on a raw socket and reads one reply.
+    fn raw_call(socket: &Path, req: &Request) -> Reply {
+        let mut u = UnixStream::connect(socket).unwrap();
+        u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write_message(&mut u, req).unwrap();
+        let mut r = FrameReader::new();
+        loop {
+            if let Some(m) = r.next_message::<Reply>().unwrap() {
+                return m;
+            }
+            assert_ne!(r.fill(&mut u).unwrap(), Fill::Closed, "closed without a reply");
+        }
+    }
+
+    fn export_of(fabric: &crate::Fabric, dir: &Path, id: u32, epoch: u64) -> exports::ExportRecord {
+        let me = ProcessIdentity::current().unwrap();
+        let rec = exports::ExportRecord {
+            kind: ObjectKind::Segment,
+            node: fabric.node_id().get(),
+            id,
+            owner_pid: me.pid(),
+            owner_identity: me.bits(),
+            provider: "tcp;ofi_rxm".into(),
+            endpoint: "c0ffee00".into(),
+            key: 42,
+            base: 0x1000,
+            len: 8192,
+            handle: 1,
+            epoch,
+        };
+        exports::publish(dir, &rec).unwrap();
+        rec
+    }
+
+    /// The owner's side and the requester's side of grants, both daemons and the owner in
+    /// this process: a connect from host b to a segment of node 8 on host a claims a slot the
+    /// owner sees as node 12 connecting; disconnecting, dropping the client and stopping the
+    /// requester's daemon release it; refusals name the reason.
+    #[test]
+    fn grants_claim_and_release_slots_for_remote_peers() {
+        use crate::fabric::LocalEvent;
+        use crate::{Fabric, FabricConfig, Timeout};
+        let c = cluster(&[("a", free_port()), ("b", free_port())]);
+        let (da, db) = (scratch("grant-a"), scratch("grant-b"));
+        let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() }).unwrap();
+        let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone() }).unwrap();
+        let t = Duration::from_secs(2);
+        let mut cb = Client::connect(&db, t).unwrap();
+        wait_operational(&mut cb, "a");
+        let owner = Fabric::open_with(FabricConfig::new(&da, NodeId::new(8).unwrap())).unwrap();
+        let me = std::process::id();
+        let (n8, n12) = (NodeId::new(8).unwrap(), NodeId::new(12).unwrap());
+        let seg = ObjectKind::Segment;
+
+        // Refusals before the object can be reached.
+        let e = cb.connect_object(n8, seg, 0x10, n12, t).unwrap_err();
+        assert!(e.is_not_found(), "{e:?}");
+        let s = owner.create_segment(0x10, 8192).unwrap();
+        let e = cb.connect_object(n8, seg, 0x10, n12, t).unwrap_err();
+        assert!(e.is_not_available(), "not available yet: {e:?}");
+        s.prepare().unwrap();
+        s.set_available().unwrap();
+        let e = cb.connect_object(n8, seg, 0x10, n12, t).unwrap_err();
+        assert!(e.is_not_available(), "not exported yet: {e:?}");
+        let mut stale = export_of(&owner, &da, 0x10, 1);
+        stale.owner_identity ^= 1 << 40; // an earlier owner's record
+        exports::publish(&da, &stale).unwrap();
+        let e = cb.connect_object(n8, seg, 0x10, n12, t).unwrap_err();
+        assert!(e.is_not_available(), "a stale export: {e:?}");
+        assert!(cb.is_usable(), "refusals keep the connection");
+
+        // Granted: the owner sees node 12 connect, as this process (the daemon's identity).
+        let rec = export_of(&owner, &da, 0x10, 2);
+        let g = cb.connect_object(n8, seg, 0x10, n12, t).unwrap();
+        assert_eq!(g.export, rec);
+        assert_eq!((g.info.host.as_str(), g.info.size, g.info.owner_pid), ("a", 8192, me));
+        assert_eq!(s.wait_event(Timeout::After(t)).unwrap(), LocalEvent::Connected { node: 12, pid: me });
+        assert_eq!(s.connected_peers(), vec![(12, me)]);
+        assert!(da.join("procs").join(format!("12-{me}")).exists(), "the proxy record");
+        cb.disconnect_object(g.grant, t).unwrap();
+        let ev = s.wait_event(Timeout::After(t)).unwrap();
+        assert_eq!(ev, LocalEvent::Disconnected { node: 12, pid: me, died: false });
+        // The release is fire and forget: the record goes just after the slot.
+        let deadline = Instant::now() + t;
+        while da.join("procs").join(format!("12-{me}")).exists() {
+            assert!(Instant::now() < deadline, "no grants, but the proxy record stays");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        cb.disconnect_object(g.grant, t).unwrap(); // twice: nothing
+
+        // A connection that closes releases its grants.
+        let mut other = Client::connect(&db, t).unwrap();
+        let g2 = other.connect_object(n8, seg, 0x10, n12, t).unwrap();
+        assert_eq!(s.wait_event(Timeout::After(t)).unwrap(), LocalEvent::Connected { node: 12, pid: me });
+        cb.disconnect_object(g2.grant, t).unwrap(); // not cb's: ignored
+        assert_eq!(s.connected_peers().len(), 1);
+        drop(other);
+        let ev = s.wait_event(Timeout::After(t)).unwrap();
+        assert_eq!(ev, LocalEvent::Disconnected { node: 12, pid: me, died: false });
+
+        // A node of this host connects without forwarding.
+        let mut ca = Client::connect(&da, t).unwrap();
+        let g3 = ca.connect_object(n8, seg, 0x10, n8, t).unwrap();
+        assert_eq!(g3.export, rec);
+        assert_eq!(s.wait_event(Timeout::After(t)).unwrap(), LocalEvent::Connected { node: 8, pid: me });
+        ca.disconnect_object(g3.grant, t).unwrap();
+        let ev = s.wait_event(Timeout::After(t)).unwrap();
+        assert_eq!(ev, LocalEvent::Disconnected { node: 8, pid: me, died: false });
+
+        // Every slot taken.
+        let file = SegmentFile::open(&FabricPaths::new(&da), kind::SEGMENT, 8, 0x10).unwrap();
+        let holder = ProcessIdentity::current().unwrap();
+        let mut slots = Vec::new();
+        while let Some(i) = file.header().claim_slot(holder, 40, |_, _| false) {
+            slots.push(i);
+        }
+        let e = cb.connect_object(n8, seg, 0x10, n12, t).unwrap_err();
+        assert!(matches!(e, Error::Refused(Refusal::TooManyConnections { node: 8, .. })), "{e:?}");
+        for i in slots {
+            file.header().release_slot(i, holder);
+        }
+        while s.wait_event(Timeout::Immediate).is_ok() {}
+
+        // Bad node ids, and a requester claiming to be another host's node.
+        for (node, peer_node) in [(7, 12), (8, 0), (8, 8)] {
+            let req = Request::Connect { node, kind: seg, id: 0x10, peer_node, timeout_ms: 1000 };
+            let reply = raw_call(b.socket(), &req);
+            assert!(matches!(reply, Reply::Connect { result: Err(Refusal::Failed { .. }) }), "{reply:?}");
+        }
+
+        // Stopping the requester's daemon releases what its processes held.
+        let _g4 = cb.connect_object(n8, seg, 0x10, n12, t).unwrap();
+        assert_eq!(s.wait_event(Timeout::After(t)).unwrap(), LocalEvent::Connected { node: 12, pid: me });
+        b.stop();
+        let ev = s.wait_event(Timeout::After(t)).unwrap();
+        assert_eq!(ev, LocalEvent::Disconnected { node: 12, pid: me, died: false });
+
+        // The owner's host unreachable.
+        let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone() }).unwrap();
+        let mut cb = Client::connect(&db, t).unwrap();
+        wait_operational(&mut cb, "a");
+        let _g5 = cb.connect_object(n8, seg, 0x10, n12, t).unwrap();
+        assert_eq!(s.wait_event(Timeout::After(t)).unwrap(), LocalEvent::Connected { node: 12, pid: me });
+        a.stop(); // releases the slots it claimed
+        let ev = s.wait_event(Timeout::After(t)).unwrap();
+        assert_eq!(ev, LocalEvent::Disconnected { node: 12, pid: me, died: false });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let e = loop {
+            let e = cb.connect_object(n8, seg, 0x10, n12, t).unwrap_err();
+            if matches!(e, Error::Refused(Refusal::HostUnreachable { .. })) || Instant::now() > deadline {
+                break e;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(matches!(&e, Error::Refused(Refusal::HostUnreachable { host, .. }) if host == "a"), "{e:?}");
+        drop((s, owner, b));
         let _ = fs::remove_dir_all(&da);
         let _ = fs::remove_dir_all(&db);
     }

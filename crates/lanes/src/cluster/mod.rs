@@ -7,10 +7,13 @@
 //! - [`proto`]: frames and messages, daemon to daemon (TCP) and process to daemon (Unix socket).
 //! - [`daemon`]: the daemon, [`daemon::run`] is what `lanes daemon` runs.
 //! - [`client`]: what a process uses to ask its daemon; every call has a deadline.
+//! - [`exports`]: the records an owner process publishes for objects it exported over
+//!   libfabric, which the daemon hands to connecting peers with their [`Grant`].
 
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod exports;
 pub mod proto;
 
 use std::io;
@@ -18,7 +21,8 @@ use std::path::PathBuf;
 
 pub use client::{Client, Subscription};
 pub use config::{ClusterConfig, HostEntry};
-pub use proto::{HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal};
+pub use exports::ExportRecord;
+pub use proto::{Grant, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal};
 
 /// The daemon's socket in a fabric directory.
 pub const SOCKET_NAME: &str = "daemon.sock";
@@ -67,5 +71,11 @@ impl Error {
     /// The answer was "no such object".
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::Refused(Refusal::NotFound { .. }))
+    }
+
+    /// The answer was "the object exists but is not available (or not exported) yet":
+    /// worth retrying, as a local connect retries it.
+    pub fn is_not_available(&self) -> bool {
+        matches!(self, Error::Refused(Refusal::NotAvailable { .. }))
     }
 }

@@ -15,6 +15,7 @@ use std::io::{self, Read, Write};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::exports::ExportRecord;
 use crate::transport::shm::layout::kind;
 
 /// The frame magic.
@@ -223,6 +224,22 @@ pub struct ObjectInfo {
     pub owner_pid: u32,
 }
 
+/// A connection slot claimed in an object's header for a process on another host (or on
+/// this one, when it reaches the object over libfabric), with what the owner exported.
+/// The slot stays claimed until the grant is released: by [`Request::Disconnect`], when the
+/// requesting process's connection to its daemon closes, or when its host is lost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The object, as a lookup would describe it.
+    pub info: ObjectInfo,
+    /// The owner's export record (endpoint, key, address, epoch).
+    pub export: ExportRecord,
+    /// The connection slot claimed in the object's header.
+    pub slot: u32,
+    /// Names the grant in [`Request::Disconnect`] and [`PeerMessage::Release`].
+    pub grant: u64,
+}
+
 /// Whether a node is there: its host's state and the processes acting as it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeProbe {
@@ -279,6 +296,13 @@ pub enum Refusal {
     /// The host's daemon did not answer within the caller's timeout.
     #[error("host {host} did not answer within {waited_ms} ms")]
     Timeout { host: String, waited_ms: u64 },
+    /// The object exists but its owner has not made it available, or has not exported it for
+    /// remote access (yet): worth retrying.
+    #[error("{kind} {id:#x} on node {node} (host {host}) is not available")]
+    NotAvailable { node: u32, kind: ObjectKind, id: u32, host: String },
+    /// Every connection slot of the object is held by a live peer.
+    #[error("{kind} {id:#x} on node {node} (host {host}) has no free connection slot")]
+    TooManyConnections { node: u32, kind: ObjectKind, id: u32, host: String },
     /// The object file is not one Lanes wrote.
     #[error("{kind} {id:#x} on node {node} is corrupt: {reason}")]
     Corrupt { node: u32, kind: ObjectKind, id: u32, reason: String },
@@ -298,6 +322,9 @@ pub enum Query {
     Lookup { node: u32, kind: ObjectKind, id: u32 },
     /// How many live processes act as `node`.
     Probe { node: u32 },
+    /// Claim a connection slot of object `id` of `kind` on `node` for a process acting as
+    /// `peer_node` on `peer_host` (the asking daemon's host).
+    Connect { node: u32, kind: ObjectKind, id: u32, peer_node: u32, peer_host: String },
 }
 
 /// The answer to a [`Query`].
@@ -306,6 +333,7 @@ pub enum Query {
 pub enum Answer {
     Object { info: ObjectInfo },
     Processes { count: u32 },
+    Granted { grant: Grant },
     Refused { refusal: Refusal },
 }
 
@@ -336,6 +364,11 @@ pub enum PeerMessage {
         id: u64,
         answer: Answer,
     },
+    /// The grant's requester is done with it (disconnected, exited or died): release its
+    /// slot. Fire and forget; an unknown grant is ignored.
+    Release {
+        grant: u64,
+    },
     /// The sender is closing the connection, and why.
     Bye {
         reason: String,
@@ -364,6 +397,20 @@ pub enum Request {
         node: u32,
         timeout_ms: u64,
     },
+    /// Claims a connection slot of the object for this process, acting as `peer_node`;
+    /// forwarded to the node's host when that is another host. The grant lives until
+    /// [`Request::Disconnect`] or until this connection closes.
+    Connect {
+        node: u32,
+        kind: ObjectKind,
+        id: u32,
+        peer_node: u32,
+        timeout_ms: u64,
+    },
+    /// Releases a grant this connection holds (an unknown one is ignored).
+    Disconnect {
+        grant: u64,
+    },
     /// Every host and its state.
     Cluster,
     /// Turns this connection into a stream of [`Reply::Event`]s (and keep-alives).
@@ -385,6 +432,10 @@ pub enum Reply {
     Probe {
         result: Result<NodeProbe, Refusal>,
     },
+    Connect {
+        result: Result<Grant, Refusal>,
+    },
+    Disconnected,
     Cluster {
         hosts: Vec<HostStatus>,
     },
@@ -469,6 +520,68 @@ mod tests {
         let (all, err) = read_all::<PeerMessage>(&bytes);
         assert_eq!(all, msgs);
         assert!(err.is_none());
+    }
+
+    #[test]
+    fn connect_messages_round_trip() {
+        let info = ObjectInfo {
+            node: 8,
+            kind: ObjectKind::Segment,
+            id: 0x10,
+            host: "a".into(),
+            size: 8192,
+            available: true,
+            owner_pid: 77,
+        };
+        let export = ExportRecord {
+            kind: ObjectKind::Segment,
+            node: 8,
+            id: 0x10,
+            owner_pid: 77,
+            owner_identity: u64::MAX - 1,
+            provider: "tcp;ofi_rxm".into(),
+            endpoint: "0a0b".into(),
+            key: u64::MAX,
+            base: 1 << 47,
+            len: 8192,
+            handle: 2,
+            epoch: 0x8000_0000_0000_0001,
+        };
+        let grant = Grant { info, export, slot: 3, grant: u64::MAX };
+        let peer = vec![
+            PeerMessage::Query {
+                id: 2,
+                query: Query::Connect {
+                    node: 8,
+                    kind: ObjectKind::Segment,
+                    id: 0x10,
+                    peer_node: 12,
+                    peer_host: "b".into(),
+                },
+            },
+            PeerMessage::Answer { id: 2, answer: Answer::Granted { grant: grant.clone() } },
+            PeerMessage::Release { grant: u64::MAX },
+        ];
+        let local = vec![
+            Reply::Connect { result: Ok(grant) },
+            Reply::Connect {
+                result: Err(Refusal::TooManyConnections {
+                    node: 8,
+                    kind: ObjectKind::Segment,
+                    id: 1,
+                    host: "a".into(),
+                }),
+            },
+            Reply::Disconnected,
+        ];
+        let mut bytes = Vec::new();
+        peer.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
+        assert_eq!(read_all::<PeerMessage>(&bytes).0, peer, "full 64-bit values survive JSON");
+        let mut bytes = Vec::new();
+        local.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
+        assert_eq!(read_all::<Reply>(&bytes).0, local);
+        let r = Refusal::NotAvailable { node: 8, kind: ObjectKind::Segment, id: 0x10, host: "a".into() };
+        assert_eq!(r.to_string(), "segment 0x10 on node 8 (host a) is not available");
     }
 
     #[test]

@@ -108,11 +108,12 @@ impl FabricInner {
 }
 
 /// This process's registrations, one per (directory, node): a second record-lock holder
-/// for the same file in one process would release the lock when it closed.
+/// for the same file in one process would release the lock when it closed. The cluster
+/// daemon registers its proxy records (one per remote peer node) through the same table.
 type RecordKey = (PathBuf, u32, u32);
 static RECORDS: Mutex<Option<HashMap<RecordKey, Weak<ProcessRecord>>>> = Mutex::new(None);
 
-fn register(paths: &FabricPaths, node: NodeId) -> Result<Arc<ProcessRecord>> {
+pub(crate) fn register(paths: &FabricPaths, node: NodeId) -> Result<Arc<ProcessRecord>> {
     let key = (paths.root().to_path_buf(), node.get(), std::process::id());
     let mut guard = RECORDS.lock().unwrap_or_else(|e| e.into_inner());
     let map = guard.get_or_insert_with(HashMap::new);

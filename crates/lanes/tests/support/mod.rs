@@ -705,6 +705,11 @@ impl NodeState {
                 peers.sort_unstable();
                 Ok(peers.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","))
             }
+            "lwait" => {
+                // lwait NAME TIMEOUT: the segment's next peer event, as its Debug form.
+                let ev = self.local(a.s(1)).wait_event(timeout(a.s(2)))?;
+                Ok(format!("{ev:?}"))
+            }
             "linfo" => {
                 let s = self.local(a.s(1));
                 Ok(format!(

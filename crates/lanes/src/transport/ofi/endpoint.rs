@@ -218,7 +218,11 @@ impl ProcessEndpoint {
             return Err(Error::Ofi {
                 call: "fi_getinfo",
                 code: 95, // FI_EOPNOTSUPP
-                message: format!("provider {} carries {} bytes of CQ data, Lanes needs 4", spec.provider, info.cq_data_size()),
+                message: format!(
+                    "provider {} carries {} bytes of CQ data, Lanes needs 4",
+                    spec.provider,
+                    info.cq_data_size()
+                ),
             });
         }
         let fabric = fi::Fabric::open(&info)?;

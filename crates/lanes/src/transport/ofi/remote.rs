@@ -39,7 +39,11 @@ pub(crate) struct OfiConn {
 
 impl std::fmt::Debug for OfiConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OfiConn").field("info", &self.info).field("range", &self.range).field("slot", &self.slot).finish()
+        f.debug_struct("OfiConn")
+            .field("info", &self.info)
+            .field("range", &self.range)
+            .field("slot", &self.slot)
+            .finish()
     }
 }
 

@@ -1,0 +1,226 @@
+//! Export records: how an owner process tells its host's daemon that one of its objects can
+//! be reached over libfabric, and where.
+//!
+//! An owner that has registered an object's data for remote access writes one record per
+//! object, `<fabric dir>/exports/<kind>-<node>-<id as 8 hex>.json` (0600), with its endpoint
+//! name, the memory registration's key and address, and a random epoch. The daemon reads the
+//! record when a peer on another host connects and hands it to the peer with the grant; it
+//! does not interpret the endpoint or the key. A record counts only while it names the
+//! object file's current owner (pid and identity): a record left by a dead owner is ignored.
+//!
+//! Records are written to a temporary file and renamed into place, so a reader sees the
+//! whole old record or the whole new one. They are at most [`MAX_RECORD`] bytes; anything
+//! larger or not a record is refused with a reason, never a panic.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use super::proto::ObjectKind;
+use crate::platform::files::ensure_private_dir;
+
+/// The directory of export records in a fabric directory.
+pub const EXPORTS_DIR: &str = "exports";
+/// The largest record read.
+pub const MAX_RECORD: u64 = 64 * 1024;
+
+/// What a peer needs to reach an exported object's data over libfabric.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportRecord {
+    pub kind: ObjectKind,
+    pub node: u32,
+    pub id: u32,
+    pub owner_pid: u32,
+    /// `ProcessIdentity::bits()` of the owner.
+    pub owner_identity: u64,
+    /// The libfabric provider name, e.g. "tcp;ofi_rxm".
+    pub provider: String,
+    /// The owner's endpoint name (the bytes of `fi_getname`), lower-case hex.
+    pub endpoint: String,
+    /// The memory registration's key.
+    pub key: u64,
+    /// The remote address of data offset 0.
+    pub base: u64,
+    /// Bytes registered (the object's data).
+    pub len: u64,
+    /// The index in the owner's export table (carried in remote CQ data).
+    pub handle: u32,
+    /// Random per export: a new export of the same object gets a new one.
+    pub epoch: u64,
+}
+
+fn kind_name(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::Segment => "segment",
+        ObjectKind::Interrupt => "interrupt",
+        ObjectKind::DataInterrupt => "data-interrupt",
+    }
+}
+
+/// The record file of object (`kind`, `node`, `id`) in `fabric_dir`.
+pub fn record_path(fabric_dir: &Path, kind: ObjectKind, node: u32, id: u32) -> PathBuf {
+    fabric_dir.join(EXPORTS_DIR).join(format!("{}-{node}-{id:08x}.json", kind_name(kind)))
+}
+
+/// Publishes `rec` (replacing an earlier record of the same object): written to a temporary
+/// file of mode 0600 and renamed into place, so readers never see half a record.
+pub fn publish(fabric_dir: &Path, rec: &ExportRecord) -> io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    check(rec).map_err(|reason| io::Error::new(io::ErrorKind::InvalidInput, reason))?;
+    let dir = fabric_dir.join(EXPORTS_DIR);
+    ensure_private_dir(&dir)?;
+    let body = serde_json::to_vec(rec).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    if body.len() as u64 > MAX_RECORD {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("export record of {} bytes", body.len())));
+    }
+    let path = record_path(fabric_dir, rec.kind, rec.node, rec.id);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".tmp-{}-{n}", std::process::id()));
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&body))
+        .and_then(|()| fs::rename(&tmp, &path));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Removes the record of (`kind`, `node`, `id`) if it is still the export of `epoch` (a
+/// newer export of the same object stays). Best effort: nothing to report if it is gone.
+pub fn withdraw(fabric_dir: &Path, kind: ObjectKind, node: u32, id: u32, epoch: u64) {
+    if let Ok(Some(rec)) = read(fabric_dir, kind, node, id) {
+        if rec.epoch == epoch {
+            let _ = fs::remove_file(record_path(fabric_dir, kind, node, id));
+        }
+    }
+}
+
+/// The record of (`kind`, `node`, `id`): `Ok(None)` if there is none, `Err(reason)` if the
+/// file is not a valid record of that object (malformed, larger than [`MAX_RECORD`], not a
+/// regular file, or naming another object).
+pub fn read(fabric_dir: &Path, kind: ObjectKind, node: u32, id: u32) -> Result<Option<ExportRecord>, String> {
+    let path = record_path(fabric_dir, kind, node, id);
+    let file = match OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("export record {}: {e}", path.display())),
+    };
+    let meta = file.metadata().map_err(|e| format!("export record {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("export record {} is not a regular file", path.display()));
+    }
+    let mut body = Vec::new();
+    // Read one byte past the limit: a file growing under us is refused too.
+    file.take(MAX_RECORD + 1).read_to_end(&mut body).map_err(|e| format!("export record {}: {e}", path.display()))?;
+    if body.len() as u64 > MAX_RECORD {
+        return Err(format!("export record {} exceeds {MAX_RECORD} bytes", path.display()));
+    }
+    let rec: ExportRecord =
+        serde_json::from_slice(&body).map_err(|e| format!("export record {}: {e}", path.display()))?;
+    if (rec.kind, rec.node, rec.id) != (kind, node, id) {
+        return Err(format!("export record {} names {} {:#x} of node {}", path.display(), rec.kind, rec.id, rec.node));
+    }
+    check(&rec).map_err(|reason| format!("export record {}: {reason}", path.display()))?;
+    Ok(Some(rec))
+}
+
+/// What a record must satisfy beyond its shape.
+fn check(rec: &ExportRecord) -> Result<(), String> {
+    let e = &rec.endpoint;
+    if e.is_empty() || e.len() % 2 != 0 || !e.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return Err(format!("endpoint {e:?} is not lower-case hex bytes"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("lanes-exports-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn record(epoch: u64) -> ExportRecord {
+        ExportRecord {
+            kind: ObjectKind::Segment,
+            node: 8,
+            id: 0x10,
+            owner_pid: 1234,
+            owner_identity: 0xabcd_0000_04d2,
+            provider: "tcp;ofi_rxm".into(),
+            endpoint: "0a0b0c0d".into(),
+            key: 7,
+            base: 0x7f00_0000_0000,
+            len: 8192,
+            handle: 3,
+            epoch,
+        }
+    }
+
+    #[test]
+    fn publish_read_replace_and_withdraw() {
+        let d = scratch("cycle");
+        assert_eq!(read(&d, ObjectKind::Segment, 8, 0x10), Ok(None));
+        publish(&d, &record(1)).unwrap();
+        let path = record_path(&d, ObjectKind::Segment, 8, 0x10);
+        assert!(path.ends_with("exports/segment-8-00000010.json"), "{}", path.display());
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(read(&d, ObjectKind::Segment, 8, 0x10), Ok(Some(record(1))));
+        // Other objects are not this one.
+        assert_eq!(read(&d, ObjectKind::Interrupt, 8, 0x10), Ok(None));
+        assert_eq!(read(&d, ObjectKind::Segment, 9, 0x10), Ok(None));
+        publish(&d, &record(2)).unwrap();
+        assert_eq!(read(&d, ObjectKind::Segment, 8, 0x10).unwrap().unwrap().epoch, 2);
+        // A withdrawal of the old export leaves the new one.
+        withdraw(&d, ObjectKind::Segment, 8, 0x10, 1);
+        assert!(path.exists());
+        withdraw(&d, ObjectKind::Segment, 8, 0x10, 2);
+        assert!(!path.exists());
+        withdraw(&d, ObjectKind::Segment, 8, 0x10, 2); // gone: nothing to do
+                                                       // No temporary files left behind.
+        assert_eq!(fs::read_dir(d.join(EXPORTS_DIR)).unwrap().count(), 0);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn bad_records_are_reasons_not_panics() {
+        let d = scratch("bad");
+        let mut bad = record(1);
+        bad.endpoint = "0A0B".into();
+        assert!(publish(&d, &bad).is_err(), "upper-case hex is refused");
+        let path = record_path(&d, ObjectKind::Segment, 8, 0x10);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let other = serde_json::to_vec(&ExportRecord { id: 0x11, ..record(1) }).unwrap();
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (b"{{{".to_vec(), "export record"),
+            (b"{\"kind\":\"segment\"}".to_vec(), "missing field"),
+            (vec![b' '; MAX_RECORD as usize + 10], "exceeds"),
+            (other, "names segment 0x11"),
+            (serde_json::to_vec(&bad).unwrap(), "hex"),
+        ];
+        for (body, says) in cases {
+            fs::write(&path, &body).unwrap();
+            let got = read(&d, ObjectKind::Segment, 8, 0x10);
+            assert!(matches!(&got, Err(r) if r.contains(says)), "{says}: {got:?}");
+        }
+        fs::remove_file(&path).unwrap();
+        fs::create_dir(&path).unwrap();
+        assert!(read(&d, ObjectKind::Segment, 8, 0x10).is_err());
+        let _ = fs::remove_dir_all(&d);
+    }
+}
