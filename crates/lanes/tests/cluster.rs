@@ -265,7 +265,7 @@ fn connect_grants_and_refusals(c: &Cluster) {
         owner.ok(cmd); // available, never exported
     }
     let rec = publish_export(c, 0, &owner, 0x10, 0x5eed);
-    let daemon_a = c.daemons[0].as_ref().expect("a's daemon").pid();
+    let daemon_a = c.daemon_pid(0);
 
     let mut b = c.client(1);
     let g = b.connect_object(node(8), ObjectKind::Segment, 0x10, node(12), CALL).expect("a grant");
@@ -329,7 +329,7 @@ fn grants_released_when_requester_or_its_daemon_dies(c: &mut Cluster) {
         owner.ok(cmd);
     }
     publish_export(c, 0, &owner, 0x10, 1);
-    let daemon_a = c.daemons[0].as_ref().expect("a's daemon").pid();
+    let daemon_a = c.daemon_pid(0);
 
     let dir_b = c.fabric(1);
     let envs = [("LANES_DIR", dir_b.to_str().expect("utf-8 path")), ("LANES_TEST_OBJECT", "8 16 12")];

@@ -174,6 +174,11 @@ impl Cluster {
         self.daemons[k].as_mut().expect("a daemon")
     }
 
+    /// The pid of host `k`'s daemon.
+    pub fn daemon_pid(&self, k: usize) -> u32 {
+        self.daemons[k].as_ref().expect("a daemon").pid()
+    }
+
     /// A client of host `k`'s daemon.
     pub fn client(&self, k: usize) -> Client {
         Client::connect(&self.fabric(k), CALL)
