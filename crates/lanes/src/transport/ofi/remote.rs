@@ -11,9 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::endpoint::{ProcessEndpoint, RemoteRange};
+use super::notify::Notifier;
 use crate::error::{Error, Result};
 use crate::fabric::{MapAccess, Timeout};
 use crate::platform::doorbell::Doorbell;
+use crate::transport::shm::layout::kind;
 use crate::transport::{LossReason, ObjectInfo, RemoteObject, RemoteState, Window};
 
 /// What runs when the connection ends: giving its slot at the owner back.
@@ -35,6 +37,8 @@ pub(crate) struct OfiConn {
     /// The state doorbell's two words (seq, sleepers), boxed so their address is stable.
     bell_words: Box<[AtomicU32; 2]>,
     on_disconnect: Mutex<Option<OnDisconnect>>,
+    /// Triggers or messages: what this connection sent and has in flight.
+    notify: Notifier,
 }
 
 impl std::fmt::Debug for OfiConn {
@@ -65,6 +69,7 @@ impl OfiRemote {
             lost: AtomicU8::new(0),
             bell_words: Box::new([AtomicU32::new(0), AtomicU32::new(0)]),
             on_disconnect: Mutex::new(on_disconnect),
+            notify: Notifier::default(),
         }))
     }
 
@@ -95,6 +100,17 @@ impl OfiConn {
             None => RemoteState::Operational,
         }
     }
+
+    /// `Ok` while connected, else [`Error::SegmentLost`] with the reason.
+    pub fn check_lost(&self) -> Result<()> {
+        match self.state() {
+            RemoteState::Lost(r) => {
+                let a = self.info.addr;
+                Err(Error::SegmentLost { node: a.node, segment: a.id, reason: r.describe() })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl RemoteObject for OfiRemote {
@@ -115,13 +131,31 @@ impl RemoteObject for OfiRemote {
         Err(Error::IllegalOperation("maps of objects on other hosts are not built yet"))
     }
 
+    /// One `fi_writedata`, not waited for (`super::notify`); fails if an earlier one
+    /// failed.
     fn trigger(&self) -> Result<()> {
-        Err(Error::IllegalOperation("interrupts of objects on other hosts are not built yet"))
+        let c = &self.0;
+        c.check_lost()?;
+        if c.info.addr.kind != kind::INTERRUPT {
+            return Err(Error::IllegalOperation("a trigger of an object that is not an interrupt"));
+        }
+        c.notify.trigger(c)
     }
 
+    /// One `fi_writedata` into this connection's ring (`super::notify`).
     fn send(&self, data: &[u8], timeout: Timeout, poll: Duration) -> Result<()> {
-        let _ = (data, timeout, poll);
-        Err(Error::IllegalOperation("data interrupts of objects on other hosts are not built yet"))
+        let c = &self.0;
+        if c.info.addr.kind != kind::DATA_INTERRUPT {
+            return Err(Error::IllegalOperation("a message to an object that is not a data interrupt"));
+        }
+        c.notify.send(c, data, timeout, poll, || c.check_lost())
+    }
+
+    /// Also fails once a trigger or message of this connection failed after its call had
+    /// returned.
+    fn check(&self) -> Result<()> {
+        self.0.check_lost()?;
+        self.0.notify.check(&self.0)
     }
 
     fn disconnect(&self) {

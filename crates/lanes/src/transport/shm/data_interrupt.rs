@@ -12,6 +12,10 @@
 //! with release ordering; the receiver reads only the entry, one line fewer than reading a
 //! separate tail. The sender records its tail afterwards, for whoever inherits its slot: a
 //! new sender continues past any entry already published beyond the recorded tail.
+//!
+//! A sender on another host (transport `ofi`) writes an entry's length and payload by RMA
+//! and never its sequence word: the owner's completion handler publishes the entry
+//! ([`Rings::publish`]) once the write has completed there (`transport::ofi::notify`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -103,6 +107,47 @@ impl Rings {
     pub fn active(&self) -> [u64; 2] {
         [self.word64(ACTIVE_MASK).load(Ordering::Acquire), self.word64(ACTIVE_MASK + 8).load(Ordering::Acquire)]
     }
+
+    /// The active-ring bitmap word of ring `slot`, and its bit there.
+    fn active_bit(slot: usize) -> (usize, u64) {
+        if slot < 64 {
+            (ACTIVE_MASK, 1 << slot)
+        } else {
+            (ACTIVE_MASK + 8, 1 << (slot - 64))
+        }
+    }
+
+    /// Marks ring `slot` active and settles its tail for a new holder of the slot: past the
+    /// recorded tail and any entry an earlier holder published beyond it (it may have died
+    /// before recording it). Records the settled tail and returns it with the head.
+    pub fn settle(&self, slot: usize) -> (u64, u64) {
+        let (word, bit) = Self::active_bit(slot);
+        self.word64(word).fetch_or(bit, Ordering::SeqCst);
+        let base = Self::ring(slot);
+        let head = self.word64(base + RING_HEAD).load(Ordering::Acquire);
+        let mut tail = self.word64(base + RING_TAIL).load(Ordering::Acquire);
+        while tail.wrapping_sub(head) < RING_CAP
+            && self.word64(Self::entry(slot, tail) + ENTRY_SEQ).load(Ordering::Acquire) == tail.wrapping_add(1)
+        {
+            tail = tail.wrapping_add(1);
+        }
+        self.word64(base + RING_TAIL).store(tail, Ordering::SeqCst);
+        (tail, head)
+    }
+
+    /// Publishes message `n` of ring `slot`, whose length word and payload someone else put
+    /// in place (an RMA write the caller has seen complete), as [`Sender::send`] publishes
+    /// its own: the entry's sequence word, then the recorded tail. The caller publishes the
+    /// messages of one ring one at a time and in order, then rings [`Rings::bell`].
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub fn publish(&self, slot: usize, n: u64) {
+        let (word, bit) = Self::active_bit(slot);
+        if self.word64(word).load(Ordering::Relaxed) & bit == 0 {
+            self.word64(word).fetch_or(bit, Ordering::SeqCst);
+        }
+        self.word64(Self::entry(slot, n) + ENTRY_SEQ).store(n.wrapping_add(1), Ordering::SeqCst);
+        self.word64(Self::ring(slot) + RING_TAIL).store(n.wrapping_add(1), Ordering::SeqCst);
+    }
 }
 
 /// The sending side of one connection: the ring of its connection slot.
@@ -129,18 +174,9 @@ impl Sender {
     /// Takes over the ring of connection `slot`: marks it active and continues after
     /// whatever an earlier holder of the slot published.
     pub fn attach(rings: Rings, slot: usize) -> Sender {
-        let (word, bit) = if slot < 64 { (ACTIVE_MASK, slot) } else { (ACTIVE_MASK + 8, slot - 64) };
-        rings.word64(word).fetch_or(1 << bit, Ordering::SeqCst);
-        let base = Rings::ring(slot);
-        let head_seen = rings.word64(base + RING_HEAD).load(Ordering::Acquire);
         // Continue after whatever an earlier holder of the slot published, including an entry
         // it published but died before recording in the tail.
-        let mut tail = rings.word64(base + RING_TAIL).load(Ordering::Acquire);
-        while tail.wrapping_sub(head_seen) < RING_CAP
-            && rings.word64(Rings::entry(slot, tail) + ENTRY_SEQ).load(Ordering::Acquire) == tail.wrapping_add(1)
-        {
-            tail = tail.wrapping_add(1);
-        }
+        let (tail, head_seen) = rings.settle(slot);
         Sender { rings, slot, send: Mutex::new(SendState { head_seen, tail }) }
     }
 

@@ -3,7 +3,12 @@
 //!
 //! ```text
 //! offset 0  doorbell sequence (u32)   4  sleepers (u32)   8  triggers not yet consumed (u64)
+//! 64 + 8 * slot  the trigger count of the ofi sender holding connection slot `slot` (u64)
 //! ```
+//!
+//! The count words are written only by remote senders' RMA (`transport::ofi::notify`) and
+//! read by nobody on the data path: the owner counts the writes' completions, not the
+//! words. They sit in bytes shm peers never touched, so the layout version is unchanged.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,6 +20,10 @@ pub const BELL_PAGE: u64 = 4096;
 const SEQ: usize = 0;
 const SLEEPERS: usize = 4;
 const PENDING: usize = 8;
+/// Where the trigger count word of connection slot 0's ofi sender lies; slot `i`'s is
+/// `8 * i` further (see the module documentation).
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+pub const REMOTE_COUNTS: u64 = 64;
 
 /// The doorbell page of an interrupt object, mapped.
 #[derive(Debug)]

@@ -1,0 +1,822 @@
+//! Interrupts and data interrupts over ofi (docs/design/multi-host.md, section 8): a peer's
+//! trigger or message is one `fi_writedata` into the exported object's shm layout, and the
+//! owner's completion handler turns its remote CQ data into exactly what a same-host peer
+//! would have done, so the owner's waiters and callbacks run unchanged.
+//!
+//! **Remote CQ data** is `handle << 16 | value` (`RemoteRange::cq_data`); `value` holds the
+//! sender's connection slot in bits 0..7 and, for data interrupts, its message number
+//! modulo 512 in bits 7..16. The design's 2 kind bits are not needed: each handle names one
+//! object, whose handler knows its kind.
+//!
+//! **Interrupts.** A trigger writes the sender's running trigger count (8 bytes) into its
+//! slot's count word of the `int-` page (`shm::interrupt::REMOTE_COUNTS`, in bytes shm peers
+//! never use). The owner's handler counts one trigger per completion
+//! ([`BellPage::trigger`]): the provider reports each write exactly once, so counts are
+//! exact, and the count word is only a record for whoever inspects the page. Triggers are
+//! fire-and-forget: the sender does not wait for the write. It keeps its last
+//! [`TRIGGER_DEPTH`] writes' operations (their source words live in a small registered
+//! staging buffer of the connection) and reaps them on later calls; a failed one makes that
+//! call and every later one fail (the count at the owner is no longer what the sender sent).
+//!
+//! **Data interrupts.** A message is one `fi_writedata` of its length word and payload into
+//! the sender's next entry of its own slot's ring in the `dint-` layout, never the entry's
+//! sequence word. The owner's handler publishes entries ([`Rings::publish`]: sequence word,
+//! recorded tail, then the receiver's doorbell), so the receiving code is the shm one.
+//! Completions of one sender arrive in order (one rxm connection, `FI_ORDER_RMA_WAW`), but
+//! two threads reading the CQ may dispatch them out of order, so the handler keeps a mask of
+//! entries arrived beyond the recorded tail and publishes only the contiguous ones: messages
+//! arrive whole, in order per sender, none lost or duplicated. The sender tracks its tail
+//! and the last head it read; it reads the ring's tail and head once (`fi_read`) at its first
+//! send, and when it believes the ring full it reads the head again, spinning for `poll` and
+//! then backing off up to 1 ms, until its timeout ([`Error::QueueFull`], nothing sent).
+//!
+//! Every write is posted with `FI_DELIVERY_COMPLETE`: a write to a withdrawn export then
+//! fails on the sender's CQ instead of vanishing (docs/design/multi-host.md, "Stage 0
+//! results"), which the sender sees on its next call. No call waits without a bound: posts
+//! and the waits for the sender's own reads and staging reuse end at [`POST_TIMEOUT`].
+//!
+//! The owner side: an interrupt's handler is [`interrupt_handler`]; a data interrupt's is
+//! [`DataInterruptTarget::handler`], and whoever hands a connection slot of it to a remote
+//! sender calls [`DataInterruptTarget::attach`] first (it settles the ring's tail, which the
+//! sender reads at its first send).
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::endpoint::{DataHandler, Op, ProcessEndpoint};
+use super::fi;
+use super::remote::OfiConn;
+use crate::error::{Error, Result};
+use crate::fabric::Timeout;
+use crate::transport::shm::data_interrupt::{
+    Rings, ENTRY_BYTES, ENTRY_HEADER, ENTRY_LEN, MAX_DATA_INTERRUPT_PAYLOAD, RING_CAP, RING_HEAD, RING_TAIL,
+};
+use crate::transport::shm::interrupt::{BellPage, REMOTE_COUNTS};
+use crate::transport::shm::layout::MAX_CONNECTIONS;
+use crate::transport::shm::segment_file::DataMapping;
+
+/// The bound on every post (the provider answering `-FI_EAGAIN`) and on every wait for one of
+/// the sender's own operations.
+pub(crate) const POST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Triggers a connection may have in flight before it waits for the oldest.
+pub(crate) const TRIGGER_DEPTH: u64 = 256;
+/// Bits of the CQ data value naming the sender's slot.
+const SLOT_BITS: u32 = 7;
+const SLOT_MASK: u16 = (1 << SLOT_BITS) - 1;
+/// Message numbers travel modulo this.
+const NUMBER_MOD: u64 = 1 << (16 - SLOT_BITS);
+/// The bytes of an entry a remote sender writes: from the length word to the payload's end.
+const ENTRY_WRITTEN: usize = ENTRY_BYTES - ENTRY_LEN;
+/// The staging stride of one message (a multiple of 64).
+const MESSAGE_STAGE: usize = ENTRY_WRITTEN.div_ceil(64) * 64;
+/// Where reads of the ring's tail and head land in a data interrupt sender's staging buffer.
+const HEADER_STAGE: usize = RING_CAP as usize * MESSAGE_STAGE;
+/// Bytes read at the first send: the ring's tail word up to and including its head word.
+const HEADER_READ: usize = RING_HEAD + 8 - RING_TAIL;
+const SPIN: Duration = Duration::from_micros(20);
+const MAX_BACKOFF: Duration = Duration::from_millis(1);
+
+const _: () = assert!(MAX_CONNECTIONS <= 1 << SLOT_BITS);
+const _: () = assert!(RING_CAP < NUMBER_MOD);
+const _: () = assert!(REMOTE_COUNTS as usize + 8 * MAX_CONNECTIONS <= 4096);
+
+/// The CQ data value of message `n` of the sender in `slot`.
+fn message_value(slot: usize, n: u64) -> u16 {
+    slot as u16 | ((n % NUMBER_MOD) as u16) << SLOT_BITS
+}
+
+// ---------------------------------------------------------------------------------------
+// Owner side
+// ---------------------------------------------------------------------------------------
+
+/// The handler of an exported interrupt: one trigger per remote write, counted and rung
+/// as a local trigger is. `page` is the owner's own view of the interrupt's data.
+pub(crate) fn interrupt_handler(page: BellPage) -> DataHandler {
+    Arc::new(move |_value| page.trigger())
+}
+
+/// The owner's side of an exported data interrupt: publishes what remote senders wrote.
+#[derive(Debug)]
+pub(crate) struct DataInterruptTarget {
+    rings: Rings,
+    /// Per slot, entries whose writes completed beyond the recorded tail (bit i: tail + i).
+    arrived: Mutex<Vec<u32>>,
+}
+
+impl DataInterruptTarget {
+    /// A target over `map`, the owner's own view of the whole object.
+    pub fn new(map: DataMapping) -> Arc<DataInterruptTarget> {
+        Arc::new(DataInterruptTarget { rings: Rings::new(map), arrived: Mutex::new(vec![0; MAX_CONNECTIONS]) })
+    }
+
+    /// Prepares ring `slot` for a new remote sender, before it is handed the connection:
+    /// settles the ring's tail past what an earlier holder published, forgets what an
+    /// earlier holder's writes left unpublished, and marks the ring active. Returns the
+    /// tail the sender will start from.
+    pub fn attach(&self, slot: usize) -> u64 {
+        assert!(slot < MAX_CONNECTIONS, "connection slot {slot}");
+        let mut arrived = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
+        arrived[slot] = 0;
+        self.rings.settle(slot).0
+    }
+
+    /// The handler to export the object with.
+    pub fn handler(self: &Arc<Self>) -> DataHandler {
+        let me = Arc::clone(self);
+        Arc::new(move |value| me.on_data(value))
+    }
+
+    fn on_data(&self, value: u16) {
+        let slot = usize::from(value & SLOT_MASK);
+        if slot >= MAX_CONNECTIONS {
+            return;
+        }
+        let low = u64::from(value >> SLOT_BITS);
+        let mut arrived = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
+        let tail_word = self.rings.word64(Rings::ring(slot) + RING_TAIL);
+        let mut tail = tail_word.load(std::sync::atomic::Ordering::Acquire);
+        let ahead = (low + NUMBER_MOD - tail % NUMBER_MOD) % NUMBER_MOD;
+        if ahead >= RING_CAP {
+            // Not a message this ring can hold now (a sender never runs more than RING_CAP
+            // ahead of the head, and the tail is past the head): ignore it.
+            return;
+        }
+        let mask = &mut arrived[slot];
+        *mask |= 1 << ahead;
+        if *mask & 1 == 0 {
+            return;
+        }
+        while *mask & 1 == 1 {
+            self.rings.publish(slot, tail);
+            tail = tail.wrapping_add(1);
+            *mask >>= 1;
+        }
+        drop(arrived);
+        self.rings.bell().ring();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sender side
+// ---------------------------------------------------------------------------------------
+
+/// A connection's registered staging memory: the sources of its writes and the
+/// destinations of its reads. Posted operations keep it alive until they complete.
+struct Staging {
+    buf: Arc<fi::Buffer>,
+    mr: fi::MemoryRegion,
+}
+
+impl Staging {
+    fn new(endpoint: &ProcessEndpoint, len: usize) -> Result<Arc<Staging>> {
+        let buf = Arc::new(fi::Buffer::new(len)?);
+        let mr = endpoint.register(buf.clone(), fi::FI_READ | fi::FI_WRITE)?;
+        Ok(Arc::new(Staging { buf, mr }))
+    }
+
+    fn keep(self: &Arc<Self>) -> Option<Arc<dyn Any + Send + Sync>> {
+        Some(Arc::clone(self) as Arc<dyn Any + Send + Sync>)
+    }
+}
+
+/// The sending side of one connection: triggers or messages, serialised by one lock.
+#[derive(Default)]
+pub(crate) struct Notifier {
+    state: Mutex<SendState>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("Notifier")
+            .field("sent", &st.sent)
+            .field("in_flight", &st.in_flight.len())
+            .field("failure", &st.failure)
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct SendState {
+    /// Created at the first trigger or send.
+    staging: Option<Arc<Staging>>,
+    /// Triggers posted, or the number of the next message.
+    sent: u64,
+    /// For data interrupts, once read: the receiver's head as last read.
+    head_seen: Option<u64>,
+    /// Posted writes not yet reaped, oldest first, with their trigger or message number.
+    in_flight: VecDeque<(u64, Arc<Op>)>,
+    /// The first failure seen; every later call fails with it.
+    failure: Option<String>,
+}
+
+impl SendState {
+    /// Drops finished operations from the front, keeping the first failure.
+    fn reap(&mut self) {
+        while let Some((_, op)) = self.in_flight.front() {
+            match op.outcome() {
+                None => break,
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    self.failure.get_or_insert(e);
+                }
+            }
+            self.in_flight.pop_front();
+        }
+    }
+
+    /// Waits (bounded) until every operation numbered `n` or lower has finished, so that the
+    /// staging memory it used may be reused.
+    fn retire_through(&mut self, endpoint: &ProcessEndpoint, n: u64) -> Result<()> {
+        let deadline = fi::deadline_in(POST_TIMEOUT);
+        while let Some((k, op)) = self.in_flight.front().map(|(k, op)| (*k, Arc::clone(op))) {
+            if k > n {
+                break;
+            }
+            match endpoint.wait_until(|| op.outcome(), SPIN, deadline, "an earlier write of this connection") {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    self.failure.get_or_insert(e);
+                }
+                Err(e) => {
+                    // Its staging memory may still be read: nothing more goes out.
+                    self.failure.get_or_insert(e.to_string());
+                    return Err(e);
+                }
+            }
+            self.in_flight.pop_front();
+        }
+        Ok(())
+    }
+
+    fn failed(&self, conn: &OfiConn) -> Result<()> {
+        match &self.failure {
+            None => Ok(()),
+            Some(e) => Err(failure_error(conn, e)),
+        }
+    }
+
+    fn staging(&mut self, endpoint: &ProcessEndpoint, len: usize) -> Result<Arc<Staging>> {
+        if let Some(s) = &self.staging {
+            return Ok(Arc::clone(s));
+        }
+        let s = Staging::new(endpoint, len)?;
+        self.staging = Some(Arc::clone(&s));
+        Ok(s)
+    }
+
+    /// Reads `len` bytes at `offset` of the remote object into `HEADER_STAGE` of the staging
+    /// buffer and returns them. A read that does not complete in time fails the connection:
+    /// it may still land in the staging buffer later.
+    fn read_remote(&mut self, conn: &OfiConn, staging: &Arc<Staging>, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let ep = &conn.endpoint;
+        let deadline = fi::deadline_in(POST_TIMEOUT);
+        let target = conn.range.target(offset, len as u64)?;
+        let local = staging.mr.local(HEADER_STAGE, len)?;
+        // SAFETY: the local range lies in the staging buffer, which the operation keeps
+        // alive (keep) until its completion is read; nothing else reads or writes
+        // HEADER_STAGE while a read is in flight (the state lock is held, and a read that
+        // times out fails the connection, so no later read is posted over it).
+        let op = unsafe { ep.post_read(local, target, staging.keep(), deadline) }?;
+        match ep.wait_until(|| op.outcome(), SPIN, deadline, "a read of the receiver's ring") {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.failure.get_or_insert(e.clone());
+                return Err(failure_error(conn, &e));
+            }
+            Err(e) => {
+                self.failure.get_or_insert(e.to_string());
+                return Err(e);
+            }
+        }
+        let mut out = vec![0u8; len];
+        staging.buf.read(HEADER_STAGE, &mut out)?;
+        Ok(out)
+    }
+}
+
+fn failure_error(conn: &OfiConn, message: &str) -> Error {
+    let a = conn.info.addr;
+    Error::Ofi {
+        call: "completion",
+        code: 5, // FI_EIO
+        message: format!(
+            "an earlier write to {} {:#x} on node {} failed: {message}",
+            crate::transport::shm::layout::kind::name(a.kind),
+            a.id,
+            a.node
+        ),
+    }
+}
+
+fn word(bytes: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_ne_bytes(w)
+}
+
+impl Notifier {
+    /// `Ok` unless an earlier write of this connection failed (reaping finished ones first).
+    pub fn check(&self, conn: &OfiConn) -> Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.reap();
+        st.failed(conn)
+    }
+
+    /// Triggers the interrupt `conn` is connected to: posts one write and returns.
+    pub fn trigger(&self, conn: &OfiConn) -> Result<()> {
+        let slot = conn.slot as usize;
+        if slot >= MAX_CONNECTIONS {
+            return Err(Error::IllegalOperation("a connection slot beyond the object's slots"));
+        }
+        let ep = &conn.endpoint;
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.reap();
+        st.failed(conn)?;
+        let staging = st.staging(ep, TRIGGER_DEPTH as usize * 8)?;
+        let n = st.sent;
+        if n >= TRIGGER_DEPTH {
+            // The write that used this staging word before.
+            st.retire_through(ep, n - TRIGGER_DEPTH)?;
+            st.failed(conn)?;
+        }
+        let at = (n % TRIGGER_DEPTH) as usize * 8;
+        staging.buf.write(at, &(n + 1).to_ne_bytes())?;
+        let target = conn.range.target(REMOTE_COUNTS + 8 * slot as u64, 8)?;
+        let data = conn.range.cq_data(slot as u16);
+        let flags = fi::FI_REMOTE_CQ_DATA | fi::FI_DELIVERY_COMPLETE;
+        // SAFETY: the source word lies in the staging buffer, which the operation keeps alive
+        // until its completion is read, and is not written again before that (it is reused
+        // only after retire_through saw this operation finish).
+        let op = unsafe {
+            ep.post_write(staging.mr.local(at, 8)?, target, data, flags, staging.keep(), fi::deadline_in(POST_TIMEOUT))
+        }?;
+        st.sent = n + 1;
+        st.in_flight.push_back((n, op));
+        Ok(())
+    }
+
+    /// Sends one message to the data interrupt `conn` is connected to. `lost` fails once the
+    /// connection is lost; it is consulted while waiting for room.
+    pub fn send(
+        &self,
+        conn: &OfiConn,
+        data: &[u8],
+        timeout: Timeout,
+        poll: Duration,
+        lost: impl Fn() -> Result<()>,
+    ) -> Result<()> {
+        if data.len() > MAX_DATA_INTERRUPT_PAYLOAD {
+            return Err(Error::PayloadTooLarge { len: data.len(), max: MAX_DATA_INTERRUPT_PAYLOAD });
+        }
+        let slot = conn.slot as usize;
+        if slot >= MAX_CONNECTIONS {
+            return Err(Error::IllegalOperation("a connection slot beyond the object's slots"));
+        }
+        let ep = &conn.endpoint;
+        let started = Instant::now();
+        let deadline = timeout.deadline();
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        lost()?;
+        st.reap();
+        st.failed(conn)?;
+        let staging = st.staging(ep, HEADER_STAGE + HEADER_READ)?;
+        let ring = Rings::ring(slot) as u64;
+        let head_seen = match st.head_seen {
+            Some(h) => h,
+            None => {
+                let hdr = st.read_remote(conn, &staging, ring + RING_TAIL as u64, HEADER_READ)?;
+                let (tail, head) = (word(&hdr, 0), word(&hdr, RING_HEAD - RING_TAIL));
+                if tail.wrapping_sub(head) > RING_CAP {
+                    return Err(Error::Malformed(format!(
+                        "data interrupt ring {slot} with tail {tail} and head {head} ({RING_CAP} entries)"
+                    )));
+                }
+                st.sent = tail;
+                st.head_seen = Some(head);
+                head
+            }
+        };
+        let n = st.sent;
+        if n.wrapping_sub(head_seen) >= RING_CAP {
+            let mut pause = Duration::from_micros(20);
+            loop {
+                lost()?;
+                let h = word(&st.read_remote(conn, &staging, ring + RING_HEAD as u64, 8)?, 0);
+                if n.wrapping_sub(h) < RING_CAP {
+                    st.head_seen = Some(h);
+                    break;
+                }
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    let a = conn.info.addr;
+                    return Err(Error::QueueFull { node: a.node, number: a.id, waited_ms: timeout.as_millis() });
+                }
+                if now - started >= poll {
+                    let left = deadline.map_or(pause, |d| d - now);
+                    std::thread::sleep(pause.min(left));
+                    pause = (pause * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        if n >= RING_CAP {
+            // The write that used this staging entry before.
+            st.retire_through(ep, n - RING_CAP)?;
+            st.failed(conn)?;
+        }
+        let at = (n % RING_CAP) as usize * MESSAGE_STAGE;
+        staging.buf.write(at, &(data.len() as u32).to_ne_bytes())?;
+        staging.buf.write(at + ENTRY_HEADER - ENTRY_LEN, data)?;
+        let len = ENTRY_HEADER - ENTRY_LEN + data.len();
+        let target = conn.range.target((Rings::entry(slot, n) + ENTRY_LEN) as u64, len as u64)?;
+        let value = conn.range.cq_data(message_value(slot, n));
+        let flags = fi::FI_REMOTE_CQ_DATA | fi::FI_DELIVERY_COMPLETE;
+        // SAFETY: the source lies in the staging buffer, which the operation keeps alive until
+        // its completion is read, and this entry is not written again before that (reused
+        // only after retire_through saw this operation finish).
+        let op = unsafe {
+            ep.post_write(
+                staging.mr.local(at, len)?,
+                target,
+                value,
+                flags,
+                staging.keep(),
+                fi::deadline_in(POST_TIMEOUT),
+            )
+        }?;
+        st.sent = n + 1;
+        st.in_flight.push_back((n, op));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! One process plays both hosts: the owner node is a real fabric on a temporary
+    //! directory whose objects are exported on one endpoint; each sender is a further
+    //! endpoint of this process (its own fabric, domain, CQs and service thread, as another
+    //! process would have), connected through an [`OfiRemote`] built by hand. The owner's
+    //! daemon is not involved: the test claims a connection slot in the object's header for
+    //! each sender, as the daemon will for a remote process (with this process's identity
+    //! and a node id of its own).
+
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+    use crate::config::{FabricConfig, NodeId};
+    use crate::fabric::{Fabric, LocalDataInterrupt, LocalInterrupt, MapAccess};
+    use crate::platform::liveness::ProcessIdentity;
+    use crate::transport::ofi::endpoint::EndpointSpec;
+    use crate::transport::ofi::export::Export;
+    use crate::transport::ofi::remote::OfiRemote;
+    use crate::transport::shm::data_interrupt::OBJECT_BYTES;
+    use crate::transport::shm::interrupt::BELL_PAGE;
+    use crate::transport::shm::layout::kind;
+    use crate::transport::shm::remote::direct_mapping;
+    use crate::transport::shm::segment_file::SegmentFile;
+    use crate::transport::shm::FabricPaths;
+    use crate::transport::{ObjectAddr, ObjectInfo, RemoteObject};
+
+    const NODE: u32 = 4;
+    const PEER_NODE: u32 = 8;
+    /// Bound on every wait: a hang fails the test instead.
+    const T: Timeout = Timeout::After(Duration::from_secs(30));
+    const POLL: Duration = Duration::from_micros(50);
+    const TRIGGERS: usize = 100_000;
+    const MESSAGES: u32 = 3_000;
+
+    fn spec() -> EndpointSpec {
+        EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip") }
+    }
+
+    /// The owner node: a fabric on a temporary directory and the endpoint its exports live on.
+    struct Owner {
+        ep: Arc<ProcessEndpoint>,
+        fabric: Fabric,
+        dir: PathBuf,
+    }
+
+    impl Owner {
+        fn new(name: &str) -> Owner {
+            let dir = std::env::temp_dir().join(format!("lanes-unit-notify-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let fabric = Fabric::open_with(FabricConfig::new(&dir, NodeId::new(NODE).expect("node"))).expect("fabric");
+            Owner { ep: ProcessEndpoint::open(spec()).expect("owner endpoint"), fabric, dir }
+        }
+
+        fn file(&self, object_kind: u32, id: u32) -> SegmentFile {
+            SegmentFile::open(&FabricPaths::new(&self.dir), object_kind, NODE, id).expect("object file")
+        }
+
+        fn export_interrupt(&self, li: &LocalInterrupt) -> (SegmentFile, Export) {
+            let file = self.file(kind::INTERRUPT, li.number());
+            let map = || direct_mapping(&file, 0, BELL_PAGE, MapAccess::ReadWrite).expect("map");
+            let export = Export::new(&self.ep, map(), Some(interrupt_handler(BellPage::new(map())))).expect("export");
+            (file, export)
+        }
+
+        fn export_data_interrupt(&self, ldi: &LocalDataInterrupt) -> (SegmentFile, Export, Arc<DataInterruptTarget>) {
+            let file = self.file(kind::DATA_INTERRUPT, ldi.number());
+            let map = || direct_mapping(&file, 0, OBJECT_BYTES, MapAccess::ReadWrite).expect("map");
+            let target = DataInterruptTarget::new(map());
+            let export = Export::new(&self.ep, map(), Some(target.handler())).expect("export");
+            (file, export, target)
+        }
+    }
+
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// A connection from endpoint `ep` to the object of `file` exported as `export`, in a
+    /// slot claimed in the object's header (and, for a data interrupt, attached to `target`
+    /// before the sender may use it).
+    fn connect(
+        ep: &Arc<ProcessEndpoint>,
+        file: &SegmentFile,
+        export: &Export,
+        target: Option<&DataInterruptTarget>,
+    ) -> OfiRemote {
+        let me = ProcessIdentity::current().expect("identity");
+        let slot = file.header().claim_slot(me, PEER_NODE, |_, _| false).expect("a free connection slot");
+        if let Some(t) = target {
+            t.attach(slot);
+        }
+        let s = file.snapshot();
+        assert!(!export.is_empty() && export.len() == s.segment_size);
+        assert_ne!(export.handle(), 0, "interrupts are exported with a handler");
+        assert_eq!(export.endpoint().name(), export.endpoint_name());
+        let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
+        let info = ObjectInfo {
+            addr: ObjectAddr { kind: s.kind, node: s.node_id, id: s.segment_id },
+            size: s.segment_size,
+            owner: s.owner,
+        };
+        OfiRemote::new(Arc::clone(ep), range, info, slot as u32, None)
+    }
+
+    /// Message `seq` of sender `sender`: a length from 0 to the maximum (the maximum every
+    /// 97th message; 0 every 89th of sender 0, and only of sender 0), first byte the
+    /// sender, then bytes drawn from (sender, seq).
+    fn message(sender: u8, seq: u32) -> Vec<u8> {
+        let mut x = (u64::from(sender) << 32 | u64::from(seq)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let len = if seq % 97 == 0 {
+            MAX_DATA_INTERRUPT_PAYLOAD
+        } else if sender == 0 && seq % 89 == 0 {
+            0
+        } else {
+            1 + (next() % MAX_DATA_INTERRUPT_PAYLOAD as u64) as usize
+        };
+        (0..len).map(|i| if i == 0 { sender } else { next() as u8 }).collect()
+    }
+
+    /// Waits (bounded) until `f` holds.
+    fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+        let end = Instant::now() + Duration::from_secs(30);
+        while !f() {
+            assert!(Instant::now() < end, "{what}: not within 30 s");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn is_timeout<T: std::fmt::Debug>(r: &Result<T>) -> bool {
+        matches!(r, Err(Error::Timeout { .. }))
+    }
+
+    #[test]
+    fn notify_triggers_are_counted_exactly_for_spinning_and_sleeping_waiters() {
+        let owner = Owner::new("int");
+        let li = owner.fabric.create_interrupt(None).expect("interrupt");
+        let (_file, export) = owner.export_interrupt(&li);
+        let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
+        let r = connect(&ep, &_file, &export, None);
+        // Triggers while nobody waits are kept, one wait each.
+        for _ in 0..3 {
+            r.trigger().expect("trigger");
+        }
+        eventually("3 triggers pending", || li.pending() == 3);
+        for _ in 0..3 {
+            li.wait(Timeout::Immediate).expect("wait");
+        }
+        assert!(is_timeout(&li.wait(Timeout::Immediate)));
+        for (poll, what) in [(Duration::from_secs(1), "spinning"), (Duration::ZERO, "sleeping")] {
+            li.set_poll_time(poll);
+            let r2 = r.clone();
+            let started = Instant::now();
+            let t = std::thread::spawn(move || {
+                for _ in 0..TRIGGERS {
+                    r2.trigger().expect("trigger");
+                }
+            });
+            for i in 0..TRIGGERS {
+                li.wait(T).unwrap_or_else(|e| panic!("{what} wait {i}: {e}"));
+            }
+            t.join().expect("sender");
+            eprintln!("{TRIGGERS} triggers, {what} waiter: {:?}", started.elapsed());
+            assert_eq!(li.pending(), 0);
+            assert!(is_timeout(&li.wait(Timeout::Immediate)), "{what}: a wait beyond the triggers");
+        }
+        r.check().expect("no trigger failed");
+    }
+
+    #[test]
+    fn notify_messages_of_three_senders_arrive_whole_and_in_order() {
+        let owner = Owner::new("dint");
+        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
+        let (file, export, target) = owner.export_data_interrupt(&ldi);
+        let senders: Vec<_> = (0..3u8)
+            .map(|s| {
+                let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
+                let r = connect(&ep, &file, &export, Some(&target));
+                std::thread::spawn(move || {
+                    for seq in 0..MESSAGES {
+                        r.send(&message(s, seq), T, POLL).unwrap_or_else(|e| panic!("sender {s} message {seq}: {e}"));
+                    }
+                    r.check().expect("no send failed");
+                    (ep, r)
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        let mut next = [0u32; 3];
+        let mut buf = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD];
+        for i in 0..3 * MESSAGES {
+            let n = ldi.wait(&mut buf, T).unwrap_or_else(|e| panic!("message {i}: {e}"));
+            let s = if n == 0 { 0 } else { buf[0] };
+            assert!(s < 3, "message {i} names sender {s}");
+            let want = message(s, next[s as usize]);
+            assert!(buf[..n] == want[..], "message {i}: sender {s}'s number {} arrived wrong", next[s as usize]);
+            next[s as usize] += 1;
+        }
+        eprintln!("{} messages of 3 senders: {:?}", 3 * MESSAGES, started.elapsed());
+        let _conns: Vec<_> = senders.into_iter().map(|t| t.join().expect("sender")).collect();
+        assert_eq!(next, [MESSAGES; 3]);
+        assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)), "a message beyond those sent");
+    }
+
+    #[test]
+    fn notify_a_full_queue_fails_with_queue_full_having_sent_nothing() {
+        let owner = Owner::new("full");
+        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
+        let (file, export, target) = owner.export_data_interrupt(&ldi);
+        let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
+        let r = connect(&ep, &file, &export, Some(&target));
+        let cap = RING_CAP as u32;
+        for seq in 0..cap {
+            r.send(&message(1, seq), T, POLL).expect("send");
+        }
+        for timeout in [Timeout::Immediate, Timeout::After(Duration::from_millis(200))] {
+            let e = r.send(&message(1, cap), timeout, POLL);
+            assert!(matches!(e, Err(Error::QueueFull { .. })), "{timeout:?}: {e:?}");
+        }
+        let mut buf = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD];
+        for seq in 0..cap {
+            let n = ldi.wait(&mut buf, T).expect("message");
+            assert!(buf[..n] == message(1, seq)[..], "message {seq}");
+        }
+        assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)), "a refused message arrived");
+        // Drained: sending works again, also for a sender that waits while the receiver reads.
+        for seq in cap..2 * cap {
+            r.send(&message(1, seq), T, POLL).expect("send after draining");
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        let (r2, d2) = (r.clone(), Arc::clone(&done));
+        let t = std::thread::spawn(move || {
+            r2.send(&message(1, 2 * cap), T, POLL).expect("a send that waits for room");
+            d2.store(true, Ordering::Release);
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        for seq in cap..=2 * cap {
+            let n = ldi.wait(&mut buf, T).expect("message");
+            assert!(buf[..n] == message(1, seq)[..], "message {seq}");
+        }
+        t.join().expect("sender");
+        assert!(done.load(Ordering::Acquire));
+        assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)));
+    }
+
+    #[test]
+    fn notify_refuses_large_payloads_wrong_kinds_and_lost_connections() {
+        let owner = Owner::new("refuse");
+        let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
+        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
+        let (dfile, dexport, target) = owner.export_data_interrupt(&ldi);
+        let li = owner.fabric.create_interrupt(None).expect("interrupt");
+        let (ifile, iexport) = owner.export_interrupt(&li);
+        let d = connect(&ep, &dfile, &dexport, Some(&target));
+        let i = connect(&ep, &ifile, &iexport, None);
+        let big = vec![7u8; MAX_DATA_INTERRUPT_PAYLOAD + 1];
+        assert!(matches!(d.send(&big, T, POLL), Err(Error::PayloadTooLarge { .. })));
+        assert!(matches!(d.trigger(), Err(Error::IllegalOperation(_))));
+        assert!(matches!(i.send(b"x", T, POLL), Err(Error::IllegalOperation(_))));
+        // The largest payload goes, and nothing of the refused one arrived before it.
+        d.send(&big[..MAX_DATA_INTERRUPT_PAYLOAD], T, POLL).expect("largest payload");
+        let mut buf = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD];
+        assert_eq!(ldi.wait(&mut buf, T).expect("message"), MAX_DATA_INTERRUPT_PAYLOAD);
+        i.trigger().expect("trigger");
+        li.wait(T).expect("wait");
+        // After a disconnect, every call fails with SegmentLost.
+        d.disconnect();
+        i.disconnect();
+        assert!(matches!(d.send(b"late", T, POLL), Err(Error::SegmentLost { .. })));
+        assert!(matches!(i.trigger(), Err(Error::SegmentLost { .. })));
+        assert!(matches!(i.check(), Err(Error::SegmentLost { .. })));
+        assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)));
+        assert!(is_timeout(&li.wait(Timeout::Immediate)));
+    }
+
+    #[test]
+    fn notify_a_withdrawn_export_fails_the_senders_next_operations() {
+        let owner = Owner::new("withdraw");
+        let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
+        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
+        let (dfile, dexport, target) = owner.export_data_interrupt(&ldi);
+        let li = owner.fabric.create_interrupt(None).expect("interrupt");
+        let (ifile, iexport) = owner.export_interrupt(&li);
+        let d = connect(&ep, &dfile, &dexport, Some(&target));
+        let i = connect(&ep, &ifile, &iexport, None);
+        d.send(b"before", T, POLL).expect("send");
+        i.trigger().expect("trigger");
+        let mut buf = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD];
+        assert_eq!(ldi.wait(&mut buf, T).expect("message"), 6);
+        li.wait(T).expect("wait");
+        drop(dexport);
+        drop(iexport);
+        // Within a generous bound, each sender's calls start failing (the first ones may
+        // still be accepted for posting: their failure shows on a later call), and none hangs.
+        let end = Instant::now() + Duration::from_secs(30);
+        let mut sent = 0;
+        let e = loop {
+            assert!(Instant::now() < end, "sends after the withdrawal kept succeeding ({sent})");
+            match d.send(b"after", Timeout::After(Duration::from_millis(100)), POLL) {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+        };
+        eprintln!("data interrupt: {sent} sends accepted after the withdrawal, then: {e}");
+        assert!(!matches!(e, Error::PayloadTooLarge { .. } | Error::IllegalOperation(_)), "{e}");
+        let mut triggered = 0;
+        let e = loop {
+            assert!(Instant::now() < end, "triggers after the withdrawal kept succeeding ({triggered})");
+            match i.trigger() {
+                Ok(()) => triggered += 1,
+                Err(e) => break e,
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        };
+        eprintln!("interrupt: {triggered} triggers accepted after the withdrawal, then: {e}");
+        assert!(i.check().is_err(), "check after a failed trigger");
+        // Nothing of it reached the owner's waiters.
+        assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)));
+        assert!(is_timeout(&li.wait(Timeout::Immediate)));
+    }
+
+    #[test]
+    fn notify_handler_publishes_only_contiguous_entries() {
+        // Completions of one sender dispatched out of order (two threads reading the CQ):
+        // an entry is published only once every earlier one is.
+        let owner = Owner::new("order");
+        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
+        let file = owner.file(kind::DATA_INTERRUPT, ldi.number());
+        let map = direct_mapping(&file, 0, OBJECT_BYTES, MapAccess::ReadWrite).expect("map");
+        let target =
+            DataInterruptTarget::new(direct_mapping(&file, 0, OBJECT_BYTES, MapAccess::ReadWrite).expect("map"));
+        let slot = 5;
+        let tail = target.attach(slot);
+        assert_eq!(tail, 0);
+        // What three remote writes would have placed: the length word and a 1-byte payload.
+        for n in 0..3u64 {
+            let e = Rings::entry(slot, n);
+            // SAFETY: both ranges lie in entry n of ring `slot`, inside the mapping; nobody
+            // reads the entry before it is published.
+            unsafe {
+                map.as_ptr().add(e + ENTRY_LEN).cast::<u32>().write_volatile(1);
+                map.as_ptr().add(e + ENTRY_HEADER).write_volatile(b'a' + n as u8);
+            }
+        }
+        let handler = target.handler();
+        let mut buf = [0u8; 8];
+        handler(message_value(slot, 2));
+        handler(message_value(slot, 1));
+        assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)), "published past a gap");
+        handler(message_value(slot, 0));
+        for want in [b'a', b'b', b'c'] {
+            assert_eq!(ldi.wait(&mut buf, Timeout::Immediate).expect("message"), 1);
+            assert_eq!(buf[0], want);
+        }
+        // A value no sender of this ring can have sent now is ignored.
+        handler(message_value(slot, 3 + RING_CAP));
+        assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)));
+    }
+}
