@@ -65,6 +65,9 @@ pub fn code_of(e: &lanes::Error) -> SciError {
         E::NoSuchGroup { .. } => SCI_ERR_NO_SUCH_SEGMENT,
         E::Malformed(_) => SCI_ERR_TRANSFER_FAILED,
         E::IllegalOperation(_) => SCI_ERR_ILLEGAL_OPERATION,
+        E::NodeUnreachable { .. } => SCI_ERR_NODE_NOT_RESPONDING,
+        E::Ofi { .. } => SCI_ERR_TRANSFER_FAILED,
+        E::Cluster(_) => SCI_ERR_SYSTEM,
         E::Io { source, .. } => match source.kind() {
             ErrorKind::StorageFull | ErrorKind::OutOfMemory => SCI_ERR_NOSPC,
             ErrorKind::PermissionDenied => SCI_ERR_ACCESS,

@@ -95,12 +95,37 @@ pub struct FabricConfig {
     pub node_id: NodeId,
     /// The directory holding the fabric's shared-memory files.
     pub dir: PathBuf,
+    /// The cluster this host belongs to, when the configuration file has a `[cluster]`
+    /// naming this host: nodes of other hosts are then reached over libfabric (with the
+    /// `ofi` feature). `None`: every node is on this host.
+    pub cluster: Option<ClusterMembership>,
+}
+
+/// This host's place in a cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterMembership {
+    /// The whole cluster as configured.
+    pub config: ClusterConfig,
+    /// The name of this host in it.
+    pub host: String,
+}
+
+impl ClusterMembership {
+    /// The entry of this host.
+    pub fn me(&self) -> Option<&crate::cluster::config::HostEntry> {
+        self.config.host(&self.host)
+    }
+
+    /// Whether `node` is served by another host than this one (unlisted nodes are local).
+    pub fn is_remote(&self, node: u32) -> bool {
+        NodeId::new(node).ok().and_then(|n| self.config.host_of(n)).is_some_and(|h| h.name != self.host)
+    }
 }
 
 impl FabricConfig {
-    /// A configuration with an explicit directory and node (tests, tools).
+    /// A configuration with an explicit directory and node (tests, tools); single host.
     pub fn new(dir: impl Into<PathBuf>, node_id: NodeId) -> Self {
-        FabricConfig { node_id, dir: dir.into() }
+        FabricConfig { node_id, dir: dir.into(), cluster: None }
     }
 
     /// The configuration from the environment and the configuration file.
@@ -119,7 +144,13 @@ impl FabricConfig {
             },
         };
         let dir = fabric_dir(file.as_ref());
-        Ok(FabricConfig { node_id, dir })
+        let host = host_name();
+        let cluster = file
+            .as_ref()
+            .and_then(|f| f.cluster())
+            .filter(|c| c.host(&host).is_some())
+            .map(|c| ClusterMembership { config: c.clone(), host });
+        Ok(FabricConfig { node_id, dir, cluster })
     }
 }
 

@@ -134,6 +134,15 @@ pub enum Error {
     #[error("{call} failed: {message} (-{code})")]
     Ofi { call: &'static str, code: i32, message: String },
 
+    /// The node's host cannot be reached now (its daemon is suspect or lost, or was never
+    /// heard from).
+    #[error("node {node} cannot be reached: {reason}")]
+    NodeUnreachable { node: u32, reason: String },
+
+    /// This host's daemon could not be asked, or answered with something unexpected.
+    #[error("cluster control plane: {0}")]
+    Cluster(String),
+
     /// A system call failed.
     #[error("{context}: {source}")]
     Io {

@@ -51,10 +51,13 @@ use super::proto::{
 };
 use super::{Error, Result, SOCKET_NAME};
 use crate::config::{self, ConfigFile, NodeId};
+use crate::fabric::MapAccess;
 use crate::platform::files::ensure_private_dir;
 use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
 use crate::platform::signals::{signal_name, TerminationSignals};
+use crate::transport::shm::data_interrupt;
 use crate::transport::shm::layout::state;
+use crate::transport::shm::remote::direct_mapping;
 use crate::transport::shm::segment_file::{OpenError, SegmentFile};
 use crate::transport::shm::FabricPaths;
 
@@ -982,6 +985,18 @@ impl Shared {
             file.header().release_slot(slot, self.identity);
             grants.forget_record_if_unused(peer_node);
             return Err(Refusal::NotFound { node, kind, id, host });
+        }
+        if kind == ObjectKind::DataInterrupt {
+            // What a local sender does when it takes a slot (`Sender::attach`): settle the
+            // slot's ring past whatever an earlier holder left, before the remote sender
+            // reads where to start.
+            let settled = direct_mapping(&file, 0, data_interrupt::OBJECT_BYTES, MapAccess::ReadWrite)
+                .map(|m| data_interrupt::Rings::new(m).settle(slot));
+            if let Err(e) = settled {
+                file.header().release_slot(slot, self.identity);
+                grants.forget_record_if_unused(peer_node);
+                return Err(Refusal::Failed { reason: format!("preparing the data interrupt's ring: {e}") });
+            }
         }
         let grant = loop {
             let g = random_u64();

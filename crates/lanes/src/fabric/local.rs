@@ -47,6 +47,10 @@ pub(crate) struct LocalInner {
     removed: AtomicBool,
     events: SlotTracker,
     poll: events::PollTime,
+    /// The object's export to other hosts (cluster processes, feature `ofi`); withdrawn at
+    /// removal.
+    #[cfg(feature = "ofi")]
+    export: std::sync::Mutex<Option<crate::transport::ofi::transport::Exported>>,
 }
 
 impl LocalInner {
@@ -58,7 +62,35 @@ impl LocalInner {
             removed: false.into(),
             events: SlotTracker::new(None),
             poll: events::PollTime::new(),
+            #[cfg(feature = "ofi")]
+            export: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Exports the object to the other hosts of the cluster, when this process is part of
+    /// one (segments, interrupts and data interrupts; reflective groups stay on one host).
+    #[cfg(feature = "ofi")]
+    fn export_if_clustered(&self) -> Result<()> {
+        use crate::transport::ofi::transport::owner_handler;
+        let Some(ofi) = &self.fabric.ofi else { return Ok(()) };
+        let snap = *self.file.snapshot();
+        if !matches!(snap.kind, kind::SEGMENT | kind::INTERRUPT | kind::DATA_INTERRUPT) {
+            return Ok(());
+        }
+        let mapping = self
+            .file
+            .map_data(0, snap.segment_size, crate::platform::mapping::Access::ReadWrite)
+            .map_err(|e| Error::io("mapping the object for its export", e))?;
+        let handler = owner_handler(snap.kind, &self.file)?;
+        let exported = ofi.export(snap.kind, snap.segment_id, mapping, handler)?;
+        *self.export.lock().unwrap_or_else(|e| e.into_inner()) = Some(exported);
+        Ok(())
+    }
+
+    /// Withdraws the export (peers of other hosts lose access).
+    fn withdraw(&self) {
+        #[cfg(feature = "ofi")]
+        self.export.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     pub(crate) fn is_removed(&self) -> bool {
@@ -127,7 +159,13 @@ impl LocalSegment {
             // SAFETY: `registered`, when given, carries the contract of
             // Fabric::register_segment_memory, which the caller accepted.
             match unsafe { SegmentFile::create(&fabric.paths, snap, registered) } {
-                Ok(file) => return Ok(LocalSegment { inner: LocalInner::new(fabric, file, Role::Owner) }),
+                Ok(file) => {
+                    let inner = LocalInner::new(fabric, file, Role::Owner);
+                    // A failed export drops the new object again (removing its file).
+                    #[cfg(feature = "ofi")]
+                    inner.export_if_clustered()?;
+                    return Ok(LocalSegment { inner });
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     replace_if_stale(fabric, object_kind, node, id)?;
                 }
@@ -288,6 +326,7 @@ impl LocalInner {
         self.removed.store(true, Ordering::Release);
         // Peers' waits and sequences see REMOVED; our own event waiters are woken too.
         self.file.header().update_state(state::REMOVED, state::AVAILABLE | state::SHARED);
+        self.withdraw();
         self.file.header().conn_doorbell().ring();
         let node = self.file.snapshot().node_id;
         let _lock = DirLock::acquire(&self.fabric.paths.node_lock(node))

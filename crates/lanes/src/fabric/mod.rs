@@ -95,8 +95,13 @@ pub(crate) struct FabricInner {
     pub(crate) node: NodeId,
     pub(crate) paths: FabricPaths,
     pub(crate) identity: ProcessIdentity,
-    /// How this process reaches other nodes' objects.
+    /// How this process reaches other nodes' objects on this host.
     pub(crate) shm: ShmTransport,
+    /// The cluster this host is part of, if any.
+    pub(crate) cluster: Option<crate::config::ClusterMembership>,
+    /// How this process reaches objects of other hosts, and exports its own to them.
+    #[cfg(feature = "ofi")]
+    pub(crate) ofi: Option<crate::transport::ofi::transport::OfiTransport>,
     _record: Arc<ProcessRecord>,
 }
 
@@ -145,7 +150,28 @@ impl Fabric {
         let record = register(&paths, config.node_id)?;
         let identity = record.identity();
         let shm = ShmTransport::new(paths.clone(), identity, config.node_id.get());
-        Ok(Fabric { inner: Arc::new(FabricInner { node: config.node_id, identity, paths, shm, _record: record }) })
+        #[cfg(feature = "ofi")]
+        let ofi = match &config.cluster {
+            Some(m) => Some(crate::transport::ofi::transport::OfiTransport::new(
+                m.clone(),
+                paths.clone(),
+                config.node_id.get(),
+                identity,
+            )?),
+            None => None,
+        };
+        Ok(Fabric {
+            inner: Arc::new(FabricInner {
+                node: config.node_id,
+                identity,
+                paths,
+                shm,
+                cluster: config.cluster,
+                #[cfg(feature = "ofi")]
+                ofi,
+                _record: record,
+            }),
+        })
     }
 
     /// The transport this descriptor reaches other nodes' objects with, for the transport

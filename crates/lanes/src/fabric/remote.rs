@@ -8,6 +8,7 @@ use super::map::{Map, MapAccess, MapOrigin};
 use super::{FabricInner, Timeout};
 use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
+use crate::transport::shm::layout::kind;
 use crate::transport::shm::remote::ShmRemote;
 pub use crate::transport::{LossReason, RemoteState};
 use crate::transport::{ObjectAddr, RemoteHandle, RemoteObject, Transport};
@@ -43,7 +44,7 @@ impl RemoteSegment {
         timeout: Timeout,
     ) -> Result<RemoteSegment> {
         let addr = ObjectAddr { kind: object_kind, node: node.get(), id };
-        let remote = RemoteHandle::Shm(fabric.shm.connect(addr, timeout)?);
+        let remote = Self::reach(fabric, addr, timeout)?;
         let inner = Arc::new(RemoteInner {
             fabric: fabric.clone(),
             remote,
@@ -51,6 +52,20 @@ impl RemoteSegment {
             poll: events::PollTime::new(),
         });
         Ok(RemoteSegment { inner })
+    }
+
+    /// Connects through the transport that reaches `addr.node`: shm on this host, ofi for
+    /// another host of the cluster. Reflective groups stay on one host for now.
+    fn reach(fabric: &Arc<FabricInner>, addr: ObjectAddr, timeout: Timeout) -> Result<RemoteHandle> {
+        let remote = addr.kind != kind::REFLECTIVE && fabric.cluster.as_ref().is_some_and(|c| c.is_remote(addr.node));
+        if !remote {
+            return Ok(RemoteHandle::Shm(fabric.shm.connect(addr, timeout)?));
+        }
+        #[cfg(feature = "ofi")]
+        if let Some(ofi) = &fabric.ofi {
+            return Ok(RemoteHandle::Ofi(ofi.connect(addr, timeout)?));
+        }
+        Err(Error::IllegalOperation("the node is on another host and this build has no ofi transport (feature `ofi`)"))
     }
 
     /// The segment id.

@@ -796,6 +796,10 @@ impl NodeState {
                 self.map(a.s(1)).store_barrier();
                 Ok(String::new())
             }
+            "flush" => {
+                self.map(a.s(1)).flush();
+                Ok(String::new())
+            }
             "wpat" => {
                 // wpat MAP OFF LEN SEED POS: writes pattern SEED from absolute position POS.
                 let m = self.map(a.s(1));

@@ -15,6 +15,7 @@ pub mod fi;
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod notify;
 pub(crate) mod remote;
+pub(crate) mod transport;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,265 @@
+//! The ofi transport: how a process of a cluster reaches objects of other hosts, and how it
+//! offers its own objects to them.
+//!
+//! - **Connect**: ask this host's daemon (`Request::Connect`); the owner's daemon validates
+//!   the object, claims a connection slot for us under its proxy record and answers with the
+//!   owner's export record; we insert the owner's endpoint and hold the grant on our daemon
+//!   connection for as long as the connection lives (the daemons release it when we
+//!   disconnect or our daemon connection closes: exit, death).
+//! - **Export**: every object this process creates while it is part of a cluster is
+//!   registered with the process endpoint and published as an export record in the fabric
+//!   directory, where the daemon finds it; dropping the export withdraws the record and
+//!   closes the registration (revoking peers' access).
+//!
+//! The endpoint is opened at first use, so a cluster process that never creates or connects
+//! pays nothing.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::endpoint::{hex, process_endpoint, unhex, DataHandler, EndpointSpec, ProcessEndpoint, RemoteRange};
+use super::export::Export;
+use super::notify::{self, DataInterruptTarget};
+use super::remote::OfiRemote;
+use crate::cluster::exports::{self, ExportRecord};
+use crate::cluster::{self, Client, ObjectKind, Refusal};
+use crate::config::{ClusterMembership, NodeId};
+use crate::error::{Error, Result};
+use crate::fabric::MapAccess;
+use crate::fabric::Timeout;
+use crate::platform::liveness::ProcessIdentity;
+use crate::transport::shm::data_interrupt::OBJECT_BYTES;
+use crate::transport::shm::interrupt::{BellPage, BELL_PAGE};
+use crate::transport::shm::layout::kind;
+use crate::transport::shm::remote::direct_mapping;
+use crate::transport::shm::segment_file::{DataMapping, SegmentFile};
+use crate::transport::shm::FabricPaths;
+use crate::transport::{connect_with_retry, ObjectAddr, ObjectInfo, Transport};
+
+/// How long one call to the daemon may take when the caller gave no bound.
+const DAEMON_CALL: Duration = Duration::from_secs(5);
+
+/// The cluster kind of a layout kind.
+pub(crate) fn object_kind(layout_kind: u32) -> Option<ObjectKind> {
+    match layout_kind {
+        kind::SEGMENT => Some(ObjectKind::Segment),
+        kind::INTERRUPT => Some(ObjectKind::Interrupt),
+        kind::DATA_INTERRUPT => Some(ObjectKind::DataInterrupt),
+        _ => None,
+    }
+}
+
+/// Reaches objects of other hosts over libfabric, for one fabric descriptor.
+#[derive(Debug, Clone)]
+pub(crate) struct OfiTransport(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    membership: ClusterMembership,
+    paths: FabricPaths,
+    node: u32,
+    identity: ProcessIdentity,
+    spec: EndpointSpec,
+    endpoint: Mutex<Option<Arc<ProcessEndpoint>>>,
+}
+
+impl OfiTransport {
+    /// The transport of a process acting as `node` on the host `membership` names.
+    pub fn new(
+        membership: ClusterMembership,
+        paths: FabricPaths,
+        node: u32,
+        identity: ProcessIdentity,
+    ) -> Result<Self> {
+        let me = membership.me().ok_or_else(|| Error::Config {
+            path: paths.root().to_path_buf(),
+            message: format!("host {:?} is not in the cluster", membership.host),
+        })?;
+        let provider = std::env::var("LANES_OFI_PROVIDER")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| membership.config.provider.clone());
+        let spec = EndpointSpec { provider, address: me.address.ip() };
+        Ok(OfiTransport(Arc::new(Shared { membership, paths, node, identity, spec, endpoint: Mutex::new(None) })))
+    }
+
+    /// Whether `node` lives on another host (then it is reached over ofi).
+    pub fn is_remote(&self, node: u32) -> bool {
+        self.0.membership.is_remote(node)
+    }
+
+    /// The process endpoint, opened at first use.
+    pub fn endpoint(&self) -> Result<Arc<ProcessEndpoint>> {
+        let mut ep = self.0.endpoint.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = &*ep {
+            return Ok(e.clone());
+        }
+        let e = process_endpoint(&self.0.spec)?;
+        *ep = Some(e.clone());
+        Ok(e)
+    }
+
+    /// Registers the data of local object (`layout_kind`, `id`) of this node, `memory`,
+    /// and publishes its export record; `handler` receives remote CQ data meant for it.
+    pub fn export(
+        &self,
+        layout_kind: u32,
+        id: u32,
+        memory: DataMapping,
+        handler: Option<DataHandler>,
+    ) -> Result<Exported> {
+        let kind = object_kind(layout_kind).ok_or(Error::IllegalOperation("exporting an object of an unknown kind"))?;
+        let endpoint = self.endpoint()?;
+        let export = Export::new(&endpoint, memory, handler)?;
+        let record = ExportRecord {
+            kind,
+            node: self.0.node,
+            id,
+            owner_pid: self.0.identity.pid(),
+            owner_identity: self.0.identity.bits(),
+            provider: self.0.spec.provider.clone(),
+            endpoint: hex(endpoint.name()),
+            key: export.key(),
+            base: export.base(),
+            len: export.len(),
+            handle: u32::from(export.handle()),
+            epoch: random_epoch(),
+        };
+        exports::publish(self.0.paths.root(), &record)
+            .map_err(|e| Error::io(format!("publishing the export of {kind} {id:#x}"), e))?;
+        Ok(Exported { record, export: Some(export), dir: self.0.paths.root().to_path_buf() })
+    }
+
+    /// One connect attempt (see [`connect_with_retry`] for the meaning of the nesting).
+    /// `client` is the daemon connection of this connect call, kept across its attempts;
+    /// a granted connection takes it along, so that the grant lives exactly as long as the
+    /// connection (the daemons release it when the client connection closes).
+    fn try_connect(
+        &self,
+        addr: ObjectAddr,
+        timeout: Timeout,
+        client: &mut Option<Client>,
+    ) -> Result<Result<OfiRemote>> {
+        let kind =
+            object_kind(addr.kind).ok_or(Error::IllegalOperation("connecting to an object of an unknown kind"))?;
+        let node = NodeId::new(addr.node)?;
+        let me = NodeId::new(self.0.node)?;
+        let call = match timeout {
+            Timeout::After(t) => t.clamp(Duration::from_millis(100), DAEMON_CALL),
+            _ => DAEMON_CALL,
+        };
+        let mut c = match client.take() {
+            Some(c) if c.is_usable() => c,
+            _ => Client::connect(self.0.paths.root(), call).map_err(|e| Error::Cluster(e.to_string()))?,
+        };
+        let grant = match c.connect_object(node, kind, addr.id, me, call) {
+            Ok(g) => g,
+            Err(e) => {
+                *client = Some(c);
+                return refusal(addr, e);
+            }
+        };
+        let bad = |why: &str| {
+            Error::Malformed(format!("export record of {kind} {:#x} on node {}: {why}", addr.id, addr.node))
+        };
+        let record = &grant.export;
+        if record.kind != kind || record.node != addr.node || record.id != addr.id {
+            return Err(bad("names another object"));
+        }
+        if record.provider != self.0.spec.provider {
+            return Err(Error::Config {
+                path: self.0.paths.root().to_path_buf(),
+                message: format!(
+                    "node {} uses provider {:?}, this process {:?}",
+                    addr.node, record.provider, self.0.spec.provider
+                ),
+            });
+        }
+        let name = unhex(&record.endpoint).ok_or_else(|| bad("endpoint name is not hex"))?;
+        let handle = u16::try_from(record.handle).map_err(|_| bad("handle out of range"))?;
+        let owner = ProcessIdentity::from_bits(record.owner_identity).ok_or_else(|| bad("owner identity"))?;
+        let endpoint = self.endpoint()?;
+        let peer = endpoint.peer(&name)?;
+        let range = RemoteRange { peer, base: record.base, key: record.key, len: record.len, handle };
+        let info = ObjectInfo { addr, size: grant.info.size, owner };
+        let g = grant.grant;
+        // Returning early above drops `c`, which releases the grant.
+        let on_disconnect = Box::new(move || {
+            let _ = c.disconnect_object(g, DAEMON_CALL);
+        });
+        Ok(Ok(OfiRemote::new(endpoint, range, info, grant.slot, Some(on_disconnect))))
+    }
+}
+
+impl Transport for OfiTransport {
+    type Remote = OfiRemote;
+
+    fn connect(&self, addr: ObjectAddr, timeout: Timeout) -> Result<OfiRemote> {
+        let mut client = None;
+        connect_with_retry(addr, timeout, || self.try_connect(addr, timeout, &mut client))
+    }
+}
+
+/// What receives remote CQ data for an object this process owns: the trigger counter of
+/// an interrupt, the ring publisher of a data interrupt; segments need none.
+pub(crate) fn owner_handler(layout_kind: u32, file: &SegmentFile) -> Result<Option<DataHandler>> {
+    Ok(match layout_kind {
+        kind::INTERRUPT => {
+            Some(notify::interrupt_handler(BellPage::new(direct_mapping(file, 0, BELL_PAGE, MapAccess::ReadWrite)?)))
+        }
+        kind::DATA_INTERRUPT => {
+            Some(DataInterruptTarget::new(direct_mapping(file, 0, OBJECT_BYTES, MapAccess::ReadWrite)?).handler())
+        }
+        _ => None,
+    })
+}
+
+/// A refusal as the connect policy wants it: worth waiting out, or final.
+fn refusal(addr: ObjectAddr, e: cluster::Error) -> Result<Result<OfiRemote>> {
+    let (node, segment) = (addr.node, addr.id);
+    match e {
+        cluster::Error::Refused(Refusal::NotFound { .. }) => Ok(Err(Error::NoSuchSegment { node, segment })),
+        cluster::Error::Refused(Refusal::NotAvailable { .. }) => Ok(Err(Error::NotAvailable { node, segment })),
+        cluster::Error::Refused(Refusal::TooManyConnections { .. }) => Err(Error::TooManyConnections { node, segment }),
+        cluster::Error::Refused(r @ Refusal::HostUnreachable { .. }) => {
+            Ok(Err(Error::NodeUnreachable { node, reason: r.to_string() }))
+        }
+        cluster::Error::Refused(Refusal::Corrupt { reason, .. }) => {
+            Err(Error::CorruptSegment { path: format!("node {node}: {segment:#x}").into(), reason })
+        }
+        other => Err(Error::Cluster(other.to_string())),
+    }
+}
+
+/// An object of this process, exported: its registration and its published record.
+/// Dropping it withdraws the record, then closes the registration.
+#[derive(Debug)]
+pub(crate) struct Exported {
+    record: ExportRecord,
+    export: Option<Export>,
+    dir: std::path::PathBuf,
+}
+
+impl Exported {
+    pub fn export(&self) -> &Export {
+        self.export.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for Exported {
+    fn drop(&mut self) {
+        let r = &self.record;
+        exports::withdraw(&self.dir, r.kind, r.node, r.id, r.epoch);
+        self.export.take();
+    }
+}
+
+fn random_epoch() -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: getrandom writes at most 8 bytes into the live u64.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
+    if n != 8 {
+        v = Instant::now().elapsed().as_nanos() as u64 ^ u64::from(std::process::id()) << 32;
+    }
+    v | 1
+}
