@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::endpoint::{ProcessEndpoint, RemoteRange};
+use super::window::MirrorWindow;
 use crate::error::{Error, Result};
 use crate::fabric::{MapAccess, Timeout};
 use crate::platform::doorbell::Doorbell;
@@ -106,9 +107,9 @@ impl RemoteObject for OfiRemote {
         self.0.bell()
     }
 
+    /// A mirror window (`super::window`), filled from the object before it is returned.
     fn window(&self, offset: u64, len: u64, access: MapAccess) -> Result<Window> {
-        let _ = (offset, len, access);
-        Err(Error::IllegalOperation("maps of objects on other hosts are not built yet"))
+        MirrorWindow::open(&self.0, offset, len, access).map(Window::Mirror)
     }
 
     fn trigger(&self) -> Result<()> {
