@@ -1,4 +1,8 @@
 //! Maps: a window of a segment in this process's address space, accessed by value only.
+//!
+//! Every method takes the `Window::Direct` branch first: on shared memory a map access is
+//! the same volatile load or store it always was. A `Window::Mirror` (a map of an object on
+//! another host) tracks writes and reads through (`transport::ofi::window`).
 
 use std::sync::Arc;
 
@@ -65,6 +69,12 @@ impl Map {
 
     /// The window's first byte, for FFI and for programs that do their own PIO. Valid while
     /// this map lives; the memory may change under you at any time.
+    ///
+    /// On a map of an object on another host (a mirror window) the window is private memory
+    /// of this process: from the first call on, every barrier and flush compares the window
+    /// with a shadow copy and posts the bytes that changed, and a service thread does so about
+    /// every 10 ms; loads through the pointer see the window as last read or refreshed
+    /// ([`Map::refresh`]). Stores through the pointer to a read-only map stay local.
     #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.window.as_ptr()
@@ -82,7 +92,7 @@ impl Map {
             });
         }
         // SAFETY: offset <= len of the mapping, checked above.
-        let p = unsafe { self.as_ptr().add(offset) };
+        let p = unsafe { self.window.base().add(offset) };
         if (p as usize) % align != 0 {
             return Err(Error::Misaligned { offset: offset as u64, align: align as u64 });
         }
@@ -97,12 +107,18 @@ impl Map {
         self.at(offset, len, align)
     }
 
-    /// Reads one naturally aligned scalar.
+    /// Reads one naturally aligned scalar. On a map of an object on another host, the pending
+    /// writes of this map are posted and the value is read from the object (one round trip).
     #[inline]
     pub fn read<T: Scalar>(&self, offset: usize) -> Result<T> {
         let p = self.at(offset, size_of::<T>(), align_of::<T>())?;
         // SAFETY: in bounds and aligned (checked); the mapping lives as long as self.
-        Ok(unsafe { memory::read(p.cast::<T>()) })
+        let load = || unsafe { memory::read(p.cast::<T>()) };
+        match &self.window {
+            Window::Direct(_) => Ok(load()),
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.read_with(offset, size_of::<T>(), load),
+        }
     }
 
     /// Writes one naturally aligned scalar with a single store.
@@ -110,8 +126,15 @@ impl Map {
     pub fn write<T: Scalar>(&self, offset: usize, value: T) -> Result<()> {
         let p = self.writable_at(offset, size_of::<T>(), align_of::<T>())?;
         // SAFETY: in bounds, aligned and writable (checked); the mapping lives as long as self.
-        unsafe { memory::write(p.cast::<T>(), value) };
-        Ok(())
+        let store = || unsafe { memory::write(p.cast::<T>(), value) };
+        match &self.window {
+            Window::Direct(_) => {
+                store();
+                Ok(())
+            }
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.tracked(offset, size_of::<T>(), store),
+        }
     }
 
     /// Acquire load of an aligned 64-bit word: later reads see what the writer wrote before
@@ -120,16 +143,29 @@ impl Map {
     pub fn load_acquire_u64(&self, offset: usize) -> Result<u64> {
         let p = self.at(offset, 8, 8)?;
         // SAFETY: in bounds and 8-aligned (checked).
-        Ok(unsafe { memory::load_acquire_u64(p.cast()) })
+        let load = || unsafe { memory::load_acquire_u64(p.cast()) };
+        match &self.window {
+            Window::Direct(_) => Ok(load()),
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.read_with(offset, 8, load),
+        }
     }
 
-    /// Release store of an aligned 64-bit word: publishes every earlier write.
+    /// Release store of an aligned 64-bit word: publishes every earlier write. On a map of
+    /// an object on another host: a barrier, then the word as its own write.
     #[inline]
     pub fn store_release_u64(&self, offset: usize, value: u64) -> Result<()> {
         let p = self.writable_at(offset, 8, 8)?;
         // SAFETY: in bounds, 8-aligned and writable (checked).
-        unsafe { memory::store_release_u64(p.cast(), value) };
-        Ok(())
+        let store = || unsafe { memory::store_release_u64(p.cast(), value) };
+        match &self.window {
+            Window::Direct(_) => {
+                store();
+                Ok(())
+            }
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.release(offset, &value.to_ne_bytes(), store),
+        }
     }
 
     /// Acquire load of an aligned 32-bit word.
@@ -137,7 +173,12 @@ impl Map {
     pub fn load_acquire_u32(&self, offset: usize) -> Result<u32> {
         let p = self.at(offset, 4, 4)?;
         // SAFETY: in bounds and 4-aligned (checked).
-        Ok(unsafe { memory::load_acquire_u32(p.cast()) })
+        let load = || unsafe { memory::load_acquire_u32(p.cast()) };
+        match &self.window {
+            Window::Direct(_) => Ok(load()),
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.read_with(offset, 4, load),
+        }
     }
 
     /// Release store of an aligned 32-bit word.
@@ -145,8 +186,15 @@ impl Map {
     pub fn store_release_u32(&self, offset: usize, value: u32) -> Result<()> {
         let p = self.writable_at(offset, 4, 4)?;
         // SAFETY: in bounds, 4-aligned and writable (checked).
-        unsafe { memory::store_release_u32(p.cast(), value) };
-        Ok(())
+        let store = || unsafe { memory::store_release_u32(p.cast(), value) };
+        match &self.window {
+            Window::Direct(_) => {
+                store();
+                Ok(())
+            }
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.release(offset, &value.to_ne_bytes(), store),
+        }
     }
 
     /// Copies `src` into the window at `offset` with the fastest copy for its size.
@@ -155,39 +203,102 @@ impl Map {
         let p = self.writable_at(offset, src.len(), 1)?;
         // SAFETY: the range is in bounds and writable (checked); src is private memory, so
         // the two cannot overlap.
-        unsafe { memory::copy_to_shared(p, src) };
-        Ok(())
+        let store = || unsafe { memory::copy_to_shared(p, src) };
+        match &self.window {
+            Window::Direct(_) => {
+                store();
+                Ok(())
+            }
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.tracked(offset, src.len(), store),
+        }
     }
 
-    /// Copies `dst.len()` bytes of the window at `offset` into `dst`.
+    /// Copies `dst.len()` bytes of the window at `offset` into `dst` (on a map of an object
+    /// on another host, read from the object, as [`Map::read`]).
     #[inline]
     pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         let p = self.at(offset, dst.len(), 1)?;
+        #[cfg(feature = "ofi")]
+        let len = dst.len();
         // SAFETY: the range is in bounds (checked); dst is private memory.
-        unsafe { memory::copy_from_shared(dst, p) };
-        Ok(())
+        let mut load = || unsafe { memory::copy_from_shared(dst, p) };
+        match &self.window {
+            Window::Direct(_) => {
+                load();
+                Ok(())
+            }
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.read_with(offset, len, load),
+        }
     }
 
     /// Fills `len` bytes at `offset` with `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
         let p = self.writable_at(offset, len, 1)?;
         // SAFETY: the range is in bounds and writable (checked).
-        unsafe { std::ptr::write_bytes(p, byte, len) };
-        Ok(())
+        let store = || unsafe { std::ptr::write_bytes(p, byte, len) };
+        match &self.window {
+            Window::Direct(_) => {
+                store();
+                Ok(())
+            }
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.tracked(offset, len, store),
+        }
     }
 
     /// Orders every earlier store to the window before every later one (`SCIStoreBarrier`).
+    /// On a map of an object on another host, posts every write made since the last
+    /// barrier, in order, without waiting for them.
+    #[inline]
     pub fn store_barrier(&self) {
-        memory::store_barrier();
+        self.window.store_barrier();
     }
 
-    /// Pushes buffered stores out (`SCIFlush`); on shared memory a store barrier.
+    /// Pushes buffered stores out (`SCIFlush`); on shared memory a store barrier. On a map
+    /// of an object on another host, also waits until every write of this map is delivered
+    /// (each wait bounded by 10 s); a failure is remembered for [`Map::flush_checked`] and
+    /// sequences.
     pub fn flush(&self) {
         self.window.flush();
     }
 
+    /// [`Map::flush`], then `Err` if a write or read of this map failed since the previous
+    /// `flush_checked` (or since the map was made). Never fails on shared memory.
+    pub fn flush_checked(&self) -> Result<()> {
+        match &self.window {
+            Window::Direct(_) => {
+                memory::store_barrier();
+                Ok(())
+            }
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.flush_checked(),
+        }
+    }
+
+    /// Makes `len` bytes at `offset` current (`SCICacheSync` with invalidate): on a map of an
+    /// object on another host, flushes, then reads that range of the window again from the
+    /// object, so that loads through [`Map::as_ptr`] see it. On shared memory the window is
+    /// the object itself and this is a store barrier.
+    pub fn refresh(&self, offset: usize, len: usize) -> Result<()> {
+        self.at(offset, len, 1)?;
+        match &self.window {
+            Window::Direct(_) => {
+                memory::store_barrier();
+                Ok(())
+            }
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.refresh(offset, len),
+        }
+    }
+
     /// A sequence for checking bursts of PIO through this map (`SCICreateMapSequence`).
     pub fn sequence(&self) -> Sequence {
-        Sequence::new(self.origin.clone())
+        match &self.window {
+            Window::Direct(_) => Sequence::new(self.origin.clone()),
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => Sequence::mirror(self.origin.clone(), m.sequence()),
+        }
     }
 }

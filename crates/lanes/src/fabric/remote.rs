@@ -68,6 +68,19 @@ impl RemoteSegment {
         Err(Error::IllegalOperation("the node is on another host and this build has no ofi transport (feature `ofi`)"))
     }
 
+    /// A segment connected through `remote` (made by the caller), for in-crate tests of a
+    /// transport below the fabric.
+    #[cfg(all(test, feature = "ofi"))]
+    pub(crate) fn from_handle(fabric: &super::Fabric, remote: RemoteHandle) -> RemoteSegment {
+        let inner = Arc::new(RemoteInner {
+            fabric: fabric.inner.clone(),
+            remote,
+            reported: Mutex::new(RemoteState::Operational),
+            poll: events::PollTime::new(),
+        });
+        RemoteSegment { inner }
+    }
+
     /// The segment id.
     pub fn id(&self) -> u32 {
         self.inner.remote.info().addr.id

@@ -16,16 +16,31 @@ pub enum SequenceStatus {
     Pending,
 }
 
-/// Error checking across a burst of PIO. Checks cost two atomic loads: the death watch
-/// thread and the owner's header publish failures; nothing on this path makes a system call.
+/// Error checking across a burst of PIO. On shared memory checks cost two atomic loads: the
+/// death watch thread and the owner's header publish failures; nothing on this path makes a
+/// system call. On a map of an object on another host, `start` records the map's error
+/// epoch and `check` flushes the map (bounded), then reports `Retriable` if any write or read
+/// of the map failed since `start`, `NotRetriable` once the connection is lost.
 #[derive(Debug, Clone)]
 pub struct Sequence {
     origin: MapOrigin,
+    #[cfg(feature = "ofi")]
+    mirror: Option<crate::transport::ofi::window::MirrorSequence>,
 }
 
 impl Sequence {
     pub(crate) fn new(origin: MapOrigin) -> Self {
-        Sequence { origin }
+        Sequence {
+            origin,
+            #[cfg(feature = "ofi")]
+            mirror: None,
+        }
+    }
+
+    /// The sequence of a map of an object on another host.
+    #[cfg(feature = "ofi")]
+    pub(crate) fn mirror(origin: MapOrigin, mirror: crate::transport::ofi::window::MirrorSequence) -> Self {
+        Sequence { origin, mirror: Some(mirror) }
     }
 
     fn status(&self) -> SequenceStatus {
@@ -40,11 +55,19 @@ impl Sequence {
 
     /// Starts a burst (`SCIStartSequence`).
     pub fn start(&self) -> SequenceStatus {
+        #[cfg(feature = "ofi")]
+        if let Some(m) = &self.mirror {
+            return m.start();
+        }
         self.status()
     }
 
     /// Ends a burst: were all accesses since `start` good? (`SCICheckSequence`)
     pub fn check(&self) -> SequenceStatus {
+        #[cfg(feature = "ofi")]
+        if let Some(m) = &self.mirror {
+            return m.check();
+        }
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         self.status()
     }

@@ -16,10 +16,9 @@
 //! The fabric does not hold a `dyn RemoteObject`: it dispatches through the closed enum
 //! `RemoteHandle`, one variant per transport, so the shm branch inlines and a
 //! `Window::Direct` is accessed with the same volatile loads and stores as before there
-//! was a trait. `shm` is the only transport so far; the cross-host transport over
-//! libfabric is being built beside it as `ofi` (cargo feature `ofi`; so far its safe
-//! libfabric layer, `ofi::fi`), and becomes a second variant (docs/design/multi-host.md,
-//! section 15, stage 4).
+//! was a trait. The cross-host transport over libfabric is being built beside shm as `ofi`
+//! (cargo feature `ofi`; docs/design/multi-host.md, section 15, stage 4): its connections
+//! are `RemoteHandle::Ofi` and its maps `Window::Mirror`.
 
 #[cfg(feature = "ofi")]
 pub mod ofi;
@@ -105,19 +104,35 @@ pub(crate) struct ObjectInfo {
 /// A window of a remote object's data in this process's address space.
 ///
 /// `Direct` is the object's own memory, mapped (shm): stores are the peer's stores, a flush
-/// is a store barrier. A mirror window (a local copy written through by RMA) becomes the
-/// second variant with the ofi transport.
+/// is a store barrier. `Mirror` (ofi) is private memory of this process written through to
+/// the object by RMA: the map's methods track what they write and read through
+/// (`ofi::window`). The `Direct` arm stays first in every match: it is the inlined fast path.
 #[derive(Debug)]
 pub(crate) enum Window {
     Direct(DataMapping),
+    #[cfg(feature = "ofi")]
+    Mirror(ofi::window::MirrorWindow),
 }
 
 impl Window {
-    /// The window's first byte.
+    /// The window's first byte, for the map's own accesses (no side effects).
+    #[inline(always)]
+    pub fn base(&self) -> *mut u8 {
+        match self {
+            Window::Direct(m) => m.as_ptr(),
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.base(),
+        }
+    }
+
+    /// The window's first byte, handed to a program for its own loads and stores: a mirror
+    /// window switches to shadow mode (its barriers post what changed).
     #[inline(always)]
     pub fn as_ptr(&self) -> *mut u8 {
         match self {
             Window::Direct(m) => m.as_ptr(),
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.as_ptr(),
         }
     }
 
@@ -126,15 +141,31 @@ impl Window {
     pub fn len(&self) -> usize {
         match self {
             Window::Direct(m) => m.len(),
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.len(),
+        }
+    }
+
+    /// Orders every earlier store through the window before every later one
+    /// (`SCIStoreBarrier`); a mirror window posts what was written, in order.
+    #[inline]
+    pub fn store_barrier(&self) {
+        match self {
+            Window::Direct(_) => crate::platform::memory::store_barrier(),
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.barrier(),
         }
     }
 
     /// Makes every earlier store through the window visible to the object's owner and its
-    /// other peers before any later one (`SCIFlush`).
+    /// other peers before any later one (`SCIFlush`); a mirror window also waits (bounded)
+    /// until its writes are delivered, remembering failures for sequences.
     #[inline]
     pub fn flush(&self) {
         match self {
             Window::Direct(_) => crate::platform::memory::store_barrier(),
+            #[cfg(feature = "ofi")]
+            Window::Mirror(m) => m.flush(),
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod fi;
 pub(crate) mod notify;
 pub(crate) mod remote;
 pub(crate) mod transport;
+pub(crate) mod window;
 
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use super::endpoint::{ProcessEndpoint, RemoteRange};
 use super::notify::Notifier;
+use super::window::MirrorWindow;
 use crate::error::{Error, Result};
 use crate::fabric::{MapAccess, Timeout};
 use crate::platform::doorbell::Doorbell;
@@ -126,9 +127,9 @@ impl RemoteObject for OfiRemote {
         self.0.bell()
     }
 
+    /// A mirror window (`super::window`), filled from the object before it is returned.
     fn window(&self, offset: u64, len: u64, access: MapAccess) -> Result<Window> {
-        let _ = (offset, len, access);
-        Err(Error::IllegalOperation("maps of objects on other hosts are not built yet"))
+        MirrorWindow::open(&self.0, offset, len, access).map(Window::Mirror)
     }
 
     /// One `fi_writedata`, not waited for (`super::notify`); fails if an earlier one

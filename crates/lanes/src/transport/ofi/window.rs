@@ -1,0 +1,1081 @@
+//! Mirror windows: a map of an object reached over ofi (docs/design/multi-host.md, section 6;
+//! docs/ARCHITECTURE.md, "The transport layer").
+//!
+//! A mirror window is `len` bytes of private, page-aligned memory of this process, filled by
+//! an RMA read of the remote range when the map is made. What a program stores through the
+//! map's methods goes into the window and into a write log of exact byte ranges; a barrier
+//! posts the log as RMA writes in log order; a flush also waits until every write is proven
+//! delivered; reads through the map's methods read the remote memory (read-through). Once a
+//! raw pointer was handed out, the window keeps a shadow copy and every barrier posts the
+//! byte runs where the window differs from it. The endpoint's service thread drains windows
+//! with pending writes about every 10 ms.
+//!
+//! Memory discipline: the window (and the proof read's scratch words after it) is memory the
+//! provider reads (writes from it) and writes (reads into it) at any time an operation is in
+//! flight, so it is touched only through raw pointers, volatile accesses and copies, never
+//! through references. Every posted operation keeps the registration (and through it the
+//! memory) alive until its completion is read, so dropping a map with work in flight is safe.
+//!
+//! Every wait is bounded by [`MIRROR_TIMEOUT`]; nothing waits on the provider without a
+//! deadline.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::Duration;
+
+use super::endpoint::Op;
+use super::fi::{self, RegistrableMemory};
+use super::remote::OfiConn;
+use crate::error::{Error, Result};
+use crate::fabric::{MapAccess, SequenceStatus};
+use crate::platform::memory;
+use crate::transport::{LossReason, RemoteState};
+
+/// The bound on every wait of a mirror window: a post the provider keeps refusing
+/// (`-FI_EAGAIN`), a flush, a read-through, the fill when the map is made. Past it the
+/// operation fails with [`Error::Timeout`] and the map's error epoch advances. (The
+/// suspect deadline of docs/design/multi-host.md, section 9, will bound these sooner once
+/// connections learn their peer's host state.)
+pub(crate) const MIRROR_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Entries of the write log; a write that finds it full posts it first.
+const LOG_ENTRIES: usize = 256;
+
+/// The granule of the shadow comparison.
+const LINE: usize = 64;
+
+/// How long a waiter spins on the CQs before it sleeps in growing steps.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Bytes of the proof read (a flush with nothing left to post reads this much back).
+const PROOF: usize = 8;
+
+/// Staging slots of release stores (8 bytes each, after the proof read's): the word is
+/// posted from its own slot, not from the window, so a later store to the word cannot
+/// overtake the data published before it. (Not `fi_inject_write`: on tcp;ofi_rxm 1.17 an
+/// inject on a connection the target has just dropped crashed the next `fi_cq_read` in
+/// our tests, and an inject's failure is never reported.)
+const RELEASE_SLOTS: usize = 16;
+
+/// A map of an object on another host. See the module documentation.
+pub(crate) struct MirrorWindow {
+    shared: Arc<Mirror>,
+    /// The drain task, registered with the endpoint by a weak reference: it runs while
+    /// this window lives.
+    _drain: Arc<dyn Fn() + Send + Sync>,
+    /// The error epoch the last [`MirrorWindow::flush_checked`] reported up to.
+    reported: AtomicU64,
+}
+
+impl std::fmt::Debug for MirrorWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MirrorWindow")
+            .field("object", &self.shared.conn.info.addr)
+            .field("offset", &self.shared.offset)
+            .field("len", &self.shared.len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a window shares with its drain task and its sequences.
+pub(crate) struct Mirror {
+    conn: Arc<OfiConn>,
+    /// Where the window starts in the object.
+    offset: u64,
+    len: usize,
+    writable: bool,
+    /// The window (`len` bytes) and, from `proof_at`, the proof read's landing place and the
+    /// release stores' slots.
+    mem: Arc<fi::Buffer>,
+    /// `mem`'s registration for local use; operations keep it (and `mem`) alive.
+    mr: Arc<fi::MemoryRegion>,
+    proof_at: usize,
+    /// Largest single write or read posted (the provider's message and ordering limits).
+    chunk: usize,
+    /// Whether writes land in the order posted (`FI_ORDER_RMA_WAW` and `_RAW`). Without it
+    /// every write asks for delivery completion and a barrier waits for it.
+    ordered: bool,
+    /// Set once a raw pointer was handed out (the shadow exists from then on).
+    shadow_mode: AtomicBool,
+    /// Advances on every failed or dropped write or read of this map.
+    epoch: AtomicU64,
+    state: Mutex<State>,
+}
+
+/// A mirror window's mutable part, behind one (uncontended) lock.
+#[derive(Default)]
+struct State {
+    /// Byte ranges `[start, end)` of the window written and not posted yet, in order.
+    log: Vec<(usize, usize)>,
+    /// In shadow mode: the window as last posted.
+    shadow: Option<Vec<u8>>,
+    inflight: Vec<InFlight>,
+    /// Whether a write was posted since the last proof of delivery (delivery-complete
+    /// write or read).
+    unproven: bool,
+    /// What the last failure said.
+    last_error: Option<String>,
+    /// Release stores so far (the next one uses slot `releases % RELEASE_SLOTS`).
+    releases: usize,
+}
+
+/// A posted operation and the window bytes it reads or writes.
+struct InFlight {
+    op: Arc<Op>,
+    start: usize,
+    end: usize,
+    what: &'static str,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl MirrorWindow {
+    /// Opens a mirror window of `len` bytes from `offset` of `conn`'s object and fills it
+    /// from the remote memory (bounded by [`MIRROR_TIMEOUT`]; a failed fill makes no map).
+    pub(crate) fn open(conn: &Arc<OfiConn>, offset: u64, len: u64, access: MapAccess) -> Result<MirrorWindow> {
+        let a = conn.info.addr;
+        if let RemoteState::Lost(r) = conn.state() {
+            return Err(Error::SegmentLost { node: a.node, segment: a.id, reason: r.describe() });
+        }
+        if len == 0 {
+            return Err(Error::InvalidSize { size: len, reason: "maps cover at least one byte" });
+        }
+        let size = conn.info.size.min(conn.range.len);
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(Error::OutOfRange { offset, len, size, what: "segment" });
+        }
+        let len = usize::try_from(len)
+            .map_err(|_| Error::InvalidSize { size: len, reason: "larger than this process's address space" })?;
+        let ep = &conn.endpoint;
+        let info = ep.fi().domain().info();
+        let order = fi::FI_ORDER_RMA_WAW | fi::FI_ORDER_RMA_RAW;
+        let ordered = info.msg_order() & order == order;
+        let mut chunk = info.max_msg_size().max(1);
+        if ordered {
+            chunk = chunk.min(info.max_order_waw_size().max(1)).min(info.max_order_raw_size().max(1));
+        }
+        let proof_at = len.next_multiple_of(PROOF);
+        let mem = Arc::new(fi::Buffer::new(proof_at + PROOF + RELEASE_SLOTS * 8)?);
+        // `fi::Local` is made only from a registration, so the window is registered for local
+        // use on every provider (on tcp and net a registration is bookkeeping only).
+        let mr = Arc::new(ep.register(mem.clone(), fi::FI_READ | fi::FI_WRITE)?);
+        let shared = Arc::new(Mirror {
+            conn: conn.clone(),
+            offset,
+            len,
+            writable: access == MapAccess::ReadWrite,
+            mem,
+            mr,
+            proof_at,
+            chunk,
+            ordered,
+            shadow_mode: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
+        });
+        {
+            let mut st = lock(&shared.state);
+            shared.read_range(&mut st, 0, len, "filling a new map")?;
+        }
+        let weak = Arc::downgrade(&shared);
+        let drain: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+            if let Some(m) = weak.upgrade() {
+                m.drain();
+            }
+        });
+        ep.add_periodic(Arc::downgrade(&drain));
+        Ok(MirrorWindow { shared, _drain: drain, reported: AtomicU64::new(0) })
+    }
+
+    /// The window's first byte, without side effects (for bounds checks).
+    #[inline]
+    pub fn base(&self) -> *mut u8 {
+        self.shared.ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.shared.len
+    }
+
+    /// The window's first byte for a program's own loads and stores: the window switches to
+    /// shadow mode (writable windows only; raw stores to a read-only one stay local).
+    pub fn as_ptr(&self) -> *mut u8 {
+        let m = &self.shared;
+        if m.writable && !m.shadow_mode.load(Ordering::Acquire) {
+            let mut st = lock(&m.state);
+            if st.shadow.is_none() {
+                let mut shadow = vec![0u8; m.len];
+                // SAFETY: the window is len bytes of our own buffer; no read into it is in
+                // flight while the lock is held (reads are waited for under it).
+                unsafe { memory::copy_from_shared(&mut shadow, m.ptr()) };
+                st.shadow = Some(shadow);
+            }
+            m.shadow_mode.store(true, Ordering::Release);
+        }
+        m.ptr()
+    }
+
+    /// A tracked write of `len` bytes at `offset` (checked by the caller): `store` puts them
+    /// into the window, then the range is logged. Fails once the connection is lost.
+    #[inline]
+    pub fn tracked(&self, offset: usize, len: usize, store: impl FnOnce()) -> Result<()> {
+        let m = &self.shared;
+        let mut st = lock(&m.state);
+        m.check()?;
+        store();
+        m.stored(&mut st, offset, len);
+        Ok(())
+    }
+
+    /// A release store of `bytes.len()` bytes at `offset`: a barrier, then `store` puts the
+    /// word into the window and it is posted as its own write.
+    pub fn release(&self, offset: usize, bytes: &[u8], store: impl FnOnce()) -> Result<()> {
+        let m = &self.shared;
+        let mut st = lock(&m.state);
+        m.check()?;
+        m.barrier(&mut st);
+        store();
+        if let Some(shadow) = st.shadow.as_mut() {
+            shadow[offset..offset + bytes.len()].copy_from_slice(bytes);
+        }
+        let slot = m.proof_at + PROOF + (st.releases % RELEASE_SLOTS) * 8;
+        st.releases += 1;
+        // The slot's previous write has long been sent, as a rule; if not, wait for it.
+        m.wait_for(&mut st, |f| f.start == slot && f.what == RELEASE)?;
+        // SAFETY: the slot is 8 bytes of our registered buffer after the window, and no
+        // operation is in flight on it (waited for above).
+        unsafe { memory::copy_to_shared(m.ptr().add(slot), bytes) };
+        m.post_one(&mut st, slot, bytes.len(), offset, !m.ordered, RELEASE)
+    }
+
+    /// Reads `len` bytes at `offset` (checked by the caller) from the remote memory into the
+    /// window, after posting every pending write, then calls `load` on the window. After a
+    /// loss it loads what the window last held.
+    pub fn read_with<T>(&self, offset: usize, len: usize, load: impl FnOnce() -> T) -> Result<T> {
+        let m = &self.shared;
+        let mut st = lock(&m.state);
+        if m.check().is_ok() {
+            m.barrier(&mut st);
+            m.read_range(&mut st, offset, len, "a read through a map")?;
+        }
+        Ok(load())
+    }
+
+    /// Posts every pending write, in order; does not wait (unless the provider does not order
+    /// writes, then it waits for them).
+    pub fn barrier(&self) {
+        let m = &self.shared;
+        let mut st = lock(&m.state);
+        if m.check().is_ok() {
+            m.barrier(&mut st);
+        } else {
+            m.drop_pending(&mut st);
+        }
+    }
+
+    /// Posts every pending write and waits (bounded) until all writes of this map are proven
+    /// delivered. Failures are remembered (error epoch, last message).
+    pub fn flush(&self) {
+        let _ = self.shared.flush();
+    }
+
+    /// [`MirrorWindow::flush`], then `Err` with the last failure if any write or read of
+    /// this map failed since the previous call (or since the map was made).
+    pub fn flush_checked(&self) -> Result<()> {
+        let m = &self.shared;
+        let flushed = m.flush();
+        let now = m.epoch.load(Ordering::Acquire);
+        let before = self.reported.swap(now, Ordering::AcqRel);
+        flushed?;
+        if now != before {
+            return Err(m.error(lock(&m.state).last_error.clone()));
+        }
+        Ok(())
+    }
+
+    /// Flushes, then re-reads `len` bytes at `offset` (checked by the caller) from the
+    /// remote memory into the window (and the shadow).
+    pub fn refresh(&self, offset: usize, len: usize) -> Result<()> {
+        let m = &self.shared;
+        m.flush()?;
+        let mut st = lock(&m.state);
+        m.check()?;
+        m.read_range(&mut st, offset, len, "refreshing a map")
+    }
+
+    /// The sequence checker of this window (`Sequence` on a mirror map).
+    pub fn sequence(&self) -> MirrorSequence {
+        MirrorSequence {
+            mirror: self.shared.clone(),
+            started: AtomicU64::new(self.shared.epoch.load(Ordering::Acquire)),
+        }
+    }
+}
+
+impl Drop for MirrorWindow {
+    fn drop(&mut self) {
+        // What was written is posted, not dropped with the map (nobody waits for it).
+        self.barrier();
+    }
+}
+
+impl Mirror {
+    fn ptr(&self) -> *mut u8 {
+        self.mem.as_ptr()
+    }
+
+    fn check(&self) -> Result<()> {
+        match self.conn.state() {
+            RemoteState::Lost(r) => {
+                let a = self.conn.info.addr;
+                Err(Error::SegmentLost { node: a.node, segment: a.id, reason: r.describe() })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn lost(&self) -> Option<LossReason> {
+        match self.conn.state() {
+            RemoteState::Lost(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The error a failure of this map reports.
+    fn error(&self, message: Option<String>) -> Error {
+        let a = self.conn.info.addr;
+        Error::Ofi {
+            call: "mirror window",
+            code: 5, // FI_EIO
+            message: format!(
+                "a write or read of the map of segment {:#x} on node {} at offset {} failed: {}",
+                a.id,
+                a.node,
+                self.offset,
+                message.as_deref().unwrap_or("unknown error")
+            ),
+        }
+    }
+
+    /// Records a failure: the error epoch advances.
+    fn failed(&self, st: &mut State, message: String) {
+        st.last_error = Some(message);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Drops the pending writes of a lost connection (they count as failed).
+    fn drop_pending(&self, st: &mut State) {
+        if !st.log.is_empty() {
+            st.log.clear();
+            let why = self.lost().map_or("the connection is lost", LossReason::describe);
+            self.failed(st, format!("writes dropped: {why}"));
+        }
+    }
+
+    /// After `len` bytes at `offset` were stored into the window: keeps the shadow in step
+    /// and logs the range.
+    fn stored(&self, st: &mut State, offset: usize, len: usize) {
+        if let Some(shadow) = st.shadow.as_mut() {
+            // SAFETY: the range is inside the window (the caller checked it); no read into
+            // the window is in flight while the lock is held.
+            unsafe { memory::copy_from_shared(&mut shadow[offset..offset + len], self.ptr().add(offset)) };
+        }
+        self.log(st, offset, offset + len);
+    }
+
+    /// Appends `[start, end)` to the log, coalescing with the last entry when they touch;
+    /// a full log is posted first.
+    fn log(&self, st: &mut State, start: usize, end: usize) {
+        if let Some(last) = st.log.last_mut() {
+            if start <= last.1 && end >= last.0 {
+                *last = (last.0.min(start), last.1.max(end));
+                return;
+            }
+        }
+        if st.log.len() >= LOG_ENTRIES {
+            self.post_log(st, false);
+        }
+        st.log.push((start, end));
+    }
+
+    /// In shadow mode, logs the byte runs where the window differs from the shadow (compared
+    /// in 64-byte lines) and updates the shadow.
+    fn diff(&self, st: &mut State) {
+        let Some(mut shadow) = st.shadow.take() else { return };
+        let mut line = [0u8; LINE];
+        let mut start = 0;
+        while start < self.len {
+            let n = LINE.min(self.len - start);
+            // SAFETY: start..start+n is inside the window; no read into it is in flight
+            // while the lock is held.
+            unsafe { memory::copy_from_shared(&mut line[..n], self.ptr().add(start)) };
+            let old = &mut shadow[start..start + n];
+            if line[..n] != *old {
+                let mut i = 0;
+                while i < n {
+                    if line[i] == old[i] {
+                        i += 1;
+                        continue;
+                    }
+                    let run = i;
+                    while i < n && line[i] != old[i] {
+                        i += 1;
+                    }
+                    self.log(st, start + run, start + i);
+                }
+                old.copy_from_slice(&line[..n]);
+            }
+            start += n;
+        }
+        st.shadow = Some(shadow);
+    }
+
+    /// A barrier: everything written (logged or, in shadow mode, changed) is posted in order.
+    fn barrier(&self, st: &mut State) {
+        self.reap(st);
+        self.diff(st);
+        self.post_log(st, false);
+        if !self.ordered {
+            let _ = self.settle(st, |f| f.what == WRITE);
+        }
+    }
+
+    /// Posts the log in order, the last write with delivery completion when `deliver`. A
+    /// failed post drops the rest (they count as failed).
+    fn post_log(&self, st: &mut State, deliver: bool) {
+        let log = std::mem::take(&mut st.log);
+        let n = log.len();
+        for (i, (start, end)) in log.into_iter().enumerate() {
+            if self.post_write(st, start, end, (deliver && i + 1 == n) || !self.ordered).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// Posts window bytes `[start, end)` to the same place of the object, in chunks; asks
+    /// for delivery completion of the last chunk when `deliver`.
+    fn post_write(&self, st: &mut State, start: usize, end: usize, deliver: bool) -> Result<()> {
+        let mut at = start;
+        while at < end {
+            let n = self.chunk.min(end - at);
+            self.post_one(st, at, n, at, deliver && at + n == end, WRITE)?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Posts `len` bytes at `local_at` of the buffer to window offset `window_at` of the
+    /// object, with delivery completion when `deliver`. A failed post is recorded.
+    fn post_one(
+        &self,
+        st: &mut State,
+        local_at: usize,
+        len: usize,
+        window_at: usize,
+        deliver: bool,
+        what: &'static str,
+    ) -> Result<()> {
+        let flags = if deliver { fi::FI_DELIVERY_COMPLETE } else { 0 };
+        let posted = self.mr.local(local_at, len).and_then(|local| {
+            let target = self.conn.range.target(self.offset + window_at as u64, len as u64)?;
+            let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
+            // SAFETY: local is part of the window's registered buffer, which `keep` (the
+            // registration, holding the buffer) keeps alive until the completion is read.
+            // The window may be stored to meanwhile: the write then carries a later value
+            // of bytes this map wrote, which the next barrier posts again anyway. Release
+            // slots are not touched until their write completed.
+            unsafe {
+                self.conn.endpoint.post_write(local, target, 0, flags, Some(keep), fi::deadline_in(MIRROR_TIMEOUT))
+            }
+        });
+        match posted {
+            Ok(op) => {
+                st.inflight.push(InFlight { op, start: local_at, end: local_at + len, what });
+                st.unproven = !deliver;
+                Ok(())
+            }
+            Err(e) => {
+                self.failed(st, format!("posting {what}: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads `[start, start + len)` of the window from the object and waits for it; the
+    /// shadow takes the bytes read too. Writes still reading from that part of the window
+    /// are waited for first.
+    fn read_range(&self, st: &mut State, start: usize, len: usize, what: &str) -> Result<()> {
+        let end = start + len;
+        self.settle(st, |f| f.what == WRITE && f.start < end && start < f.end)?;
+        let mut at = start;
+        while at < end {
+            let n = self.chunk.min(end - at);
+            let posted = self.mr.local(at, n).and_then(|local| {
+                let target = self.conn.range.target(self.offset + at as u64, n as u64)?;
+                let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
+                // SAFETY: local is part of the window's registered buffer, kept alive by
+                // `keep` until the completion is read; nothing of ours touches these bytes
+                // until the read is waited for below (under the lock), and raw-pointer users
+                // get copies of racing memory at worst.
+                unsafe { self.conn.endpoint.post_read(local, target, Some(keep), fi::deadline_in(MIRROR_TIMEOUT)) }
+            });
+            match posted {
+                Ok(op) => st.inflight.push(InFlight { op, start: at, end: at + n, what: READ }),
+                Err(e) => {
+                    self.failed(st, format!("{what}: {e}"));
+                    return Err(e);
+                }
+            }
+            at += n;
+        }
+        self.settle(st, |f| f.what == READ && f.start < end && start < f.end).map_err(|e| match e {
+            Error::Ofi { call, code, message } => Error::Ofi { call, code, message: format!("{what}: {message}") },
+            e => e,
+        })?;
+        if let Some(shadow) = st.shadow.as_mut() {
+            // SAFETY: the range is inside the window and its read has completed.
+            unsafe { memory::copy_from_shared(&mut shadow[start..end], self.ptr().add(start)) };
+        }
+        Ok(())
+    }
+
+    /// Forgets finished operations, recording failures.
+    fn reap(&self, st: &mut State) {
+        let mut i = 0;
+        while i < st.inflight.len() {
+            match st.inflight[i].op.outcome() {
+                None => i += 1,
+                Some(outcome) => {
+                    let f = st.inflight.swap_remove(i);
+                    if let Err(message) = outcome {
+                        self.failed(st, format!("{}: {message}", f.what));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits (driving progress, bounded by [`MIRROR_TIMEOUT`]) until no operation matching
+    /// `pending` is in flight. `Err` only on timeout (recorded); failures of the operations
+    /// it saw finish are recorded, not returned.
+    fn wait_for(&self, st: &mut State, pending: impl Fn(&InFlight) -> bool) -> Result<()> {
+        let waited = self.conn.endpoint.wait_until(
+            || {
+                self.reap(st);
+                (!st.inflight.iter().any(&pending)).then_some(())
+            },
+            SPIN,
+            fi::deadline_in(MIRROR_TIMEOUT),
+            "operations of a map of a remote segment",
+        );
+        if let Err(e) = waited {
+            self.failed(st, e.to_string());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// [`Mirror::wait_for`], and `Err` too if one of the operations it saw finish failed.
+    fn settle(&self, st: &mut State, pending: impl Fn(&InFlight) -> bool) -> Result<()> {
+        let before = self.epoch.load(Ordering::Acquire);
+        self.wait_for(st, pending)?;
+        if self.epoch.load(Ordering::Acquire) != before {
+            return Err(self.error(st.last_error.clone()));
+        }
+        Ok(())
+    }
+
+    /// A flush: barrier, the last write with delivery completion (or, when nothing is left
+    /// to post, a proof read), then wait for every operation of this map.
+    fn flush(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if let Err(e) = self.check() {
+            self.drop_pending(&mut st);
+            return Err(e);
+        }
+        self.reap(&mut st);
+        let before = self.epoch.load(Ordering::Acquire);
+        self.diff(&mut st);
+        self.post_log(&mut st, true);
+        if st.unproven {
+            self.post_proof(&mut st);
+        }
+        let settled = self.settle(&mut st, |_| true);
+        if self.epoch.load(Ordering::Acquire) != before {
+            return Err(settled.err().unwrap_or_else(|| self.error(st.last_error.clone())));
+        }
+        settled
+    }
+
+    /// Posts a read of (up to) 8 bytes of the window's remote range into the scratch words:
+    /// with read-after-write ordering its completion proves the earlier writes delivered.
+    fn post_proof(&self, st: &mut State) {
+        let n = PROOF.min(self.len);
+        let posted = self.mr.local(self.proof_at, n).and_then(|local| {
+            let target = self.conn.range.target(self.offset, n as u64)?;
+            let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
+            // SAFETY: the scratch words after the window are part of the registered buffer,
+            // kept alive by `keep`, and nothing but proof reads uses them.
+            unsafe { self.conn.endpoint.post_read(local, target, Some(keep), fi::deadline_in(MIRROR_TIMEOUT)) }
+        });
+        match posted {
+            Ok(op) => {
+                st.inflight.push(InFlight { op, start: self.proof_at, end: self.proof_at + n, what: PROOF_READ });
+                st.unproven = false;
+            }
+            Err(e) => self.failed(st, format!("posting the proof read: {e}")),
+        }
+    }
+
+    /// The service thread's periodic drain: posts what is pending unless the map's user holds
+    /// the lock right now (then the user's own barrier will).
+    fn drain(&self) {
+        let mut st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        if self.check().is_err() {
+            self.drop_pending(&mut st);
+            return;
+        }
+        self.reap(&mut st);
+        if st.shadow.is_some() || !st.log.is_empty() {
+            self.diff(&mut st);
+            self.post_log(&mut st, false);
+        }
+    }
+}
+
+const WRITE: &str = "a write";
+const READ: &str = "a read";
+const PROOF_READ: &str = "the read proving delivery";
+const RELEASE: &str = "a release store";
+
+/// The mirror-window side of a [`crate::fabric::Sequence`]: the error epoch at `start`.
+pub(crate) struct MirrorSequence {
+    mirror: Arc<Mirror>,
+    started: AtomicU64,
+}
+
+impl Clone for MirrorSequence {
+    fn clone(&self) -> Self {
+        MirrorSequence { mirror: self.mirror.clone(), started: AtomicU64::new(self.started.load(Ordering::Acquire)) }
+    }
+}
+
+impl std::fmt::Debug for MirrorSequence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MirrorSequence").field("started", &self.started).finish_non_exhaustive()
+    }
+}
+
+impl MirrorSequence {
+    /// Records the map's error epoch.
+    pub fn start(&self) -> SequenceStatus {
+        self.started.store(self.mirror.epoch.load(Ordering::Acquire), Ordering::Release);
+        self.status(true)
+    }
+
+    /// Flushes the map; `Ok` if no write or read failed since `start`, `Retriable` if one
+    /// did, `NotRetriable` once the connection is lost.
+    pub fn check(&self) -> SequenceStatus {
+        let flushed = self.mirror.flush().is_ok();
+        let status = self.status(flushed);
+        if status == SequenceStatus::Ok
+            && self.mirror.epoch.load(Ordering::Acquire) != self.started.load(Ordering::Acquire)
+        {
+            return SequenceStatus::Retriable;
+        }
+        status
+    }
+
+    fn status(&self, ok: bool) -> SequenceStatus {
+        match (self.mirror.lost(), ok) {
+            (Some(_), _) => SequenceStatus::NotRetriable,
+            (None, true) => SequenceStatus::Ok,
+            (None, false) => SequenceStatus::Retriable,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Two endpoints of this process on 127.0.0.1: the "owner" registers a buffer for remote
+    //! access, the "peer" connects to it and maps it through a fabric's `RemoteSegment`.
+    //! Provider `tcp;ofi_rxm` unless `LANES_OFI_PROVIDER` names another.
+
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::super::endpoint::{EndpointSpec, ProcessEndpoint, RemoteRange};
+    use super::super::fi;
+    use super::super::remote::OfiRemote;
+    use crate::config::{FabricConfig, NodeId};
+    use crate::error::Error;
+    use crate::fabric::{Fabric, Map, MapAccess, RemoteSegment, RemoteState, SequenceStatus};
+    use crate::platform::liveness::ProcessIdentity;
+    use crate::transport::shm::layout::kind;
+    use crate::transport::{ObjectAddr, ObjectInfo, RemoteHandle};
+
+    const LEN: usize = 64 * 1024;
+    /// Liveness bound of waits in these tests (a hang fails instead).
+    const LIVE: Duration = Duration::from_secs(20);
+
+    struct Pair {
+        owner: Arc<ProcessEndpoint>,
+        peer: Arc<ProcessEndpoint>,
+        buf: Arc<fi::Buffer>,
+        mr: Option<fi::MemoryRegion>,
+        fabric: Fabric,
+        dir: PathBuf,
+    }
+
+    impl Pair {
+        fn new(name: &str) -> Pair {
+            let spec = EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip") };
+            let owner = ProcessEndpoint::open(spec.clone()).expect("owner endpoint");
+            let peer = ProcessEndpoint::open(spec).expect("peer endpoint");
+            let buf = Arc::new(fi::Buffer::new(LEN).expect("buffer"));
+            let mr = owner
+                .register(buf.clone(), fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE | fi::FI_READ | fi::FI_WRITE)
+                .expect("register");
+            let dir = std::env::temp_dir().join(format!("lanes-unit-window-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let fabric = Fabric::open_with(FabricConfig::new(&dir, NodeId::new(8).expect("node"))).expect("fabric");
+            Pair { owner, peer, buf, mr: Some(mr), fabric, dir }
+        }
+
+        /// A connection to the owner's buffer, with `key` (the registration's unless given).
+        fn segment_with_key(&self, key: u64, base: u64) -> RemoteSegment {
+            let range = RemoteRange {
+                peer: self.peer.peer(self.owner.name()).expect("peer address"),
+                base,
+                key,
+                len: LEN as u64,
+                handle: 0,
+            };
+            let info = ObjectInfo {
+                addr: ObjectAddr { kind: kind::SEGMENT, node: 4, id: 7 },
+                size: LEN as u64,
+                owner: ProcessIdentity::current().expect("identity"),
+            };
+            let remote = OfiRemote::new(self.peer.clone(), range, info, 0, None);
+            RemoteSegment::from_handle(&self.fabric, RemoteHandle::Ofi(remote))
+        }
+
+        fn segment(&self) -> RemoteSegment {
+            let mr = self.mr.as_ref().expect("registered");
+            self.segment_with_key(mr.key(), mr.remote_base())
+        }
+
+        fn owner_bytes(&self, offset: usize, len: usize) -> Vec<u8> {
+            let mut v = vec![0u8; len];
+            self.buf.read(offset, &mut v).expect("owner read");
+            v
+        }
+
+        /// Waits (bounded) until the owner's buffer holds `want` at `offset`.
+        fn owner_sees(&self, offset: usize, want: &[u8], within: Duration) -> bool {
+            let until = Instant::now() + within;
+            loop {
+                if self.owner_bytes(offset, want.len()) == want {
+                    return true;
+                }
+                if Instant::now() >= until {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    impl Drop for Pair {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn raw_store(map: &Map, offset: usize, byte: u8) {
+        assert!(offset < map.len());
+        // SAFETY: in bounds of the map's window, which lives as long as the map.
+        unsafe { map.as_ptr().add(offset).write_volatile(byte) };
+    }
+
+    fn raw_load(map: &Map, offset: usize) -> u8 {
+        assert!(offset < map.len());
+        // SAFETY: as in raw_store.
+        unsafe { map.as_ptr().add(offset).read_volatile() }
+    }
+
+    #[test]
+    fn window_is_filled_when_the_map_is_made() {
+        let p = Pair::new("fill");
+        let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + 3) as u8).collect();
+        p.buf.write(0, &pattern).expect("owner write");
+        let seg = p.segment();
+        let map = seg.map(4096, 8192, MapAccess::ReadWrite).expect("map");
+        assert_eq!(map.len(), 8192);
+        assert_eq!(map.segment_offset(), 4096);
+        assert_eq!(map.as_ptr() as usize % 4096, 0, "the window is page-aligned");
+        for i in (0..8192).step_by(97) {
+            assert_eq!(raw_load(&map, i), pattern[4096 + i], "byte {i}");
+        }
+    }
+
+    #[test]
+    fn flushed_writes_are_visible_and_byte_exact() {
+        let p = Pair::new("exact");
+        let seg = p.segment();
+        let map = seg.map(0, LEN as u64, MapAccess::ReadWrite).expect("map");
+        // The owner writes neighbouring bytes of the same lines after the window was filled.
+        for off in [1usize, 3, 13, 99, 250, 1000] {
+            p.buf.write(off, &[0xaa]).expect("owner write");
+        }
+        map.write::<u8>(0, 0x11).unwrap();
+        map.write::<u8>(2, 0x22).unwrap();
+        map.write::<u32>(4, 0x4433_2211).unwrap();
+        map.write::<u16>(14, 0xbeef).unwrap();
+        map.write_bytes(100, &[5u8; 150]).unwrap();
+        map.fill(251, 700, 7).unwrap();
+        map.write_bytes(60_000, &[9u8; 5000]).unwrap();
+        // Overlapping rewrites coalesce and keep the last value.
+        map.write::<u64>(40_000, 1).unwrap();
+        map.write::<u64>(40_000, 2).unwrap();
+        map.flush();
+        map.flush_checked().expect("every write delivered");
+        let b = p.owner_bytes(0, LEN);
+        assert_eq!(&b[0..4], &[0x11, 0xaa, 0x22, 0xaa]);
+        assert_eq!(&b[4..8], &0x4433_2211u32.to_ne_bytes());
+        assert_eq!(&b[12..14], &[0, 0xaa]);
+        assert_eq!(&b[14..16], &0xbeefu16.to_ne_bytes());
+        assert!(b[100..250].iter().all(|&x| x == 5));
+        assert_eq!(b[250], 0xaa, "a byte between two writes is not sent");
+        assert!(b[251..951].iter().all(|&x| x == 7));
+        assert_eq!(b[1000], 0xaa);
+        assert!(b[60_000..65_000].iter().all(|&x| x == 9));
+        assert_eq!(u64::from_ne_bytes(b[40_000..40_008].try_into().unwrap()), 2);
+        assert!(b[65_000..].iter().all(|&x| x == 0));
+        // A sequence around a good burst is Ok.
+        let seq = map.sequence();
+        assert_eq!(seq.start(), SequenceStatus::Ok);
+        for i in 0..300 {
+            // More entries than the log holds: a full log is posted early.
+            map.write::<u8>(20_000 + 2 * i, i as u8).unwrap();
+        }
+        assert_eq!(seq.check(), SequenceStatus::Ok);
+        let b = p.owner_bytes(20_000, 600);
+        for i in 0..300 {
+            assert_eq!(b[2 * i], i as u8);
+            assert_eq!(b[2 * i + 1], 0);
+        }
+    }
+
+    #[test]
+    fn a_release_store_lands_after_the_data_before_it() {
+        let p = Pair::new("release");
+        let seg = p.segment();
+        let map = seg.map(0, LEN as u64, MapAccess::ReadWrite).expect("map");
+        const ROUNDS: u64 = 200;
+        const DATA: usize = 32 * 1024;
+        let done = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let buf = p.buf.clone();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let until = Instant::now() + LIVE;
+                let mut seen = 0u64;
+                let mut data = vec![0u8; DATA];
+                let mut word = [0u8; 8];
+                while Instant::now() < until && !done.load(Ordering::Acquire) {
+                    buf.read(0, &mut word).unwrap();
+                    std::sync::atomic::fence(Ordering::Acquire);
+                    buf.read(64, &mut data).unwrap();
+                    let w = u64::from_ne_bytes(word);
+                    if let Some(i) = data.iter().position(|&b| u64::from(b) < w) {
+                        return Err(format!("word {w} seen with data byte {i} = {}", data[i]));
+                    }
+                    seen = seen.max(w);
+                    if w == ROUNDS {
+                        return Ok(seen);
+                    }
+                }
+                Ok(seen)
+            })
+        };
+        for k in 1..=ROUNDS {
+            map.write_bytes(64, &[k as u8; DATA]).unwrap();
+            map.store_release_u64(0, k).unwrap();
+        }
+        map.flush();
+        map.flush_checked().expect("delivered");
+        let seen = watcher.join().unwrap().expect("ordering held");
+        done.store(true, Ordering::Release);
+        assert_eq!(seen, ROUNDS, "the owner saw the last word");
+        assert!(p.owner_bytes(64, DATA).iter().all(|&b| b == ROUNDS as u8));
+        // The 32-bit release store too.
+        map.write::<u32>(8, 77).unwrap();
+        map.store_release_u32(12, 78).unwrap();
+        map.flush();
+        assert_eq!(p.owner_bytes(8, 8), [77u32.to_ne_bytes(), 78u32.to_ne_bytes()].concat());
+    }
+
+    #[test]
+    fn reads_through_the_map_see_the_owner_and_our_own_writes() {
+        let p = Pair::new("readthrough");
+        let seg = p.segment();
+        let map = seg.map(0, LEN as u64, MapAccess::ReadWrite).expect("map");
+        p.buf.write(256, &0x1234_5678_9abc_def0u64.to_ne_bytes()).unwrap();
+        p.buf.write(1024, b"from the owner").unwrap();
+        assert_eq!(map.read::<u64>(256).unwrap(), 0x1234_5678_9abc_def0);
+        assert_eq!(map.load_acquire_u64(256).unwrap(), 0x1234_5678_9abc_def0);
+        assert_eq!(map.load_acquire_u32(256).unwrap(), 0x9abc_def0);
+        let mut got = [0u8; 14];
+        map.read_bytes(1024, &mut got).unwrap();
+        assert_eq!(&got, b"from the owner");
+        // Our own unflushed writes are posted first, so a read sees them.
+        map.write::<u32>(512, 0xfeed).unwrap();
+        assert_eq!(map.read::<u32>(512).unwrap(), 0xfeed);
+        assert_eq!(p.owner_bytes(512, 4), 0xfeedu32.to_ne_bytes());
+        // The owner changes it again; the next read sees that.
+        p.buf.write(512, &7u32.to_ne_bytes()).unwrap();
+        assert_eq!(map.read::<u32>(512).unwrap(), 7);
+    }
+
+    #[test]
+    fn raw_pointer_stores_are_delivered_by_flush_and_refresh_rereads() {
+        let p = Pair::new("raw");
+        let seg = p.segment();
+        let map = seg.map(0, LEN as u64, MapAccess::ReadWrite).expect("map");
+        let _ = map.as_ptr();
+        p.buf.write(11, &[0x55]).unwrap();
+        p.buf.write(4001, &[0x66]).unwrap();
+        raw_store(&map, 10, 0x01);
+        raw_store(&map, 4000, 0x02);
+        raw_store(&map, LEN - 1, 0x03);
+        map.write::<u8>(30_000, 0x04).unwrap();
+        map.flush();
+        map.flush_checked().expect("delivered");
+        assert_eq!(p.owner_bytes(10, 2), [0x01, 0x55]);
+        assert_eq!(p.owner_bytes(4000, 2), [0x02, 0x66]);
+        assert_eq!(p.owner_bytes(LEN - 1, 1), [0x03]);
+        assert_eq!(p.owner_bytes(30_000, 1), [0x04]);
+        // Raw loads see the window as last read; refresh reads the range again.
+        p.buf.write(8192, &[0x77; 16]).unwrap();
+        assert_eq!(raw_load(&map, 8192), 0);
+        map.refresh(8192, 16).unwrap();
+        assert_eq!(raw_load(&map, 8192), 0x77);
+        assert_eq!(raw_load(&map, 8207), 0x77);
+        // What refresh read is not sent back as a change.
+        p.buf.write(8192, &[0x78]).unwrap();
+        map.flush();
+        assert_eq!(p.owner_bytes(8192, 1), [0x78]);
+        assert!(matches!(map.refresh(LEN - 4, 8), Err(Error::OutOfRange { .. })));
+    }
+
+    #[test]
+    fn window_stores_nobody_flushes_are_drained() {
+        let p = Pair::new("drain");
+        let seg = p.segment();
+        let tracked = seg.map(0, 4096, MapAccess::ReadWrite).expect("map");
+        tracked.write::<u32>(16, 0xabcd).unwrap();
+        assert!(p.owner_sees(16, &0xabcdu32.to_ne_bytes(), Duration::from_secs(2)), "tracked write drained");
+        let raw = seg.map(8192, 4096, MapAccess::ReadWrite).expect("map");
+        raw_store(&raw, 5, 0x42);
+        assert!(p.owner_sees(8192 + 5, &[0x42], Duration::from_secs(2)), "raw store drained");
+        raw_store(&raw, 6, 0x43);
+        assert!(p.owner_sees(8192 + 6, &[0x43], Duration::from_secs(2)), "a later raw store drained");
+    }
+
+    #[test]
+    fn window_out_of_range_and_read_only_maps_are_refused() {
+        let p = Pair::new("refuse");
+        let seg = p.segment();
+        assert!(matches!(seg.map(LEN as u64 - 8, 16, MapAccess::ReadWrite), Err(Error::OutOfRange { .. })));
+        assert!(matches!(seg.map(u64::MAX, 2, MapAccess::ReadWrite), Err(Error::OutOfRange { .. })));
+        assert!(matches!(seg.map(0, 0, MapAccess::ReadWrite), Err(Error::InvalidSize { .. })));
+        let map = seg.map(0, 4096, MapAccess::ReadWrite).expect("map");
+        assert!(matches!(map.write::<u64>(4096, 1), Err(Error::OutOfRange { .. })));
+        assert!(matches!(map.read::<u32>(2), Err(Error::Misaligned { .. })));
+        let ro = seg.map(0, 4096, MapAccess::ReadOnly).expect("read-only map");
+        assert!(matches!(ro.write::<u8>(0, 1), Err(Error::ReadOnly)));
+        assert!(matches!(ro.write_bytes(0, &[1]), Err(Error::ReadOnly)));
+        assert!(matches!(ro.fill(0, 1, 1), Err(Error::ReadOnly)));
+        assert!(matches!(ro.store_release_u64(0, 1), Err(Error::ReadOnly)));
+        // Raw stores to a read-only window stay local.
+        raw_store(&ro, 0, 0x99);
+        ro.flush();
+        ro.flush_checked().expect("nothing to fail");
+        assert_eq!(p.owner_bytes(0, 1), [0]);
+        p.buf.write(0, &[3]).unwrap();
+        assert_eq!(ro.read::<u8>(0).unwrap(), 3);
+    }
+
+    #[test]
+    fn window_with_a_revoked_key_fails_flush_and_sequence_without_hanging() {
+        let mut p = Pair::new("revoked");
+        let seg = p.segment();
+        let map = seg.map(0, 4096, MapAccess::ReadWrite).expect("map");
+        let seq = map.sequence();
+        assert_eq!(seq.start(), SequenceStatus::Ok);
+        // The owner withdraws the export: the key is wrong from now on.
+        drop(p.mr.take());
+        let started = Instant::now();
+        map.write::<u64>(0, 1).unwrap();
+        map.flush();
+        assert_eq!(seq.check(), SequenceStatus::Retriable);
+        let e = map.flush_checked().expect_err("the write was not delivered");
+        assert!(matches!(e, Error::Ofi { .. }), "{e}");
+        assert!(e.to_string().contains("segment 0x7 on node 4"), "{e}");
+        // Later writes fail the same way, and so does a read through the map.
+        map.store_release_u32(8, 1).ok();
+        assert_eq!(seq.check(), SequenceStatus::Retriable);
+        assert!(map.read::<u64>(0).is_err());
+        assert!(map.refresh(0, 8).is_err());
+        assert!(started.elapsed() < LIVE, "bounded, took {:?}", started.elapsed());
+        assert_eq!(p.owner_bytes(0, 8), [0; 8]);
+    }
+
+    #[test]
+    fn window_of_a_withdrawn_export_is_not_made() {
+        let mut p = Pair::new("withdrawn");
+        let (key, base) = {
+            let mr = p.mr.as_ref().unwrap();
+            (mr.key(), mr.remote_base())
+        };
+        drop(p.mr.take());
+        let seg = p.segment_with_key(key, base);
+        let started = Instant::now();
+        let r = seg.map(0, 4096, MapAccess::ReadWrite);
+        assert!(matches!(r, Err(Error::Ofi { .. })), "{r:?}");
+        assert!(started.elapsed() < LIVE);
+        // A wrong key from the start fails the same way.
+        let seg = p.segment_with_key(key ^ 0x5a5a_0000, base);
+        assert!(seg.map(0, 4096, MapAccess::ReadWrite).is_err());
+    }
+
+    #[test]
+    fn window_after_a_loss_stays_readable_and_writes_fail() {
+        let p = Pair::new("lost");
+        p.buf.write(0, &[1, 2, 3, 4]).unwrap();
+        let seg = p.segment();
+        let map = seg.map(0, 4096, MapAccess::ReadWrite).expect("map");
+        let seq = map.sequence();
+        assert_eq!(seq.start(), SequenceStatus::Ok);
+        map.write::<u8>(100, 1).unwrap();
+        seg.disconnect();
+        assert!(matches!(map.write::<u8>(0, 9), Err(Error::SegmentLost { .. })));
+        assert!(matches!(map.store_release_u64(8, 9), Err(Error::SegmentLost { .. })));
+        assert_eq!(map.read::<u32>(0).unwrap(), u32::from_ne_bytes([1, 2, 3, 4]), "the window as last read");
+        assert_eq!(raw_load(&map, 2), 3);
+        map.flush();
+        assert!(matches!(map.flush_checked(), Err(Error::SegmentLost { .. })));
+        assert_eq!(seq.check(), SequenceStatus::NotRetriable);
+        let _ = RemoteState::Operational;
+    }
+}
