@@ -5,6 +5,9 @@
 //! second host has: connections granted through the daemons, mirror windows written through
 //! at flush and read through, and the owner seeing the remote peer come and go.
 
+// Case names stay short: each host's daemon socket lives in a directory named after the
+// case, and a Unix socket path must fit in 108 bytes.
+
 mod support;
 
 use support::{Proc, Topology};
@@ -17,7 +20,7 @@ fn child_entry() {
 /// A peer on host b connects to a segment on host a, maps it, sees the owner's data, writes
 /// its own (delivered by flush, the word of a release store after the data), reads what the
 /// owner writes later (read-through), and the owner hears it connect and disconnect.
-fn a_segment_of_another_host_is_mapped_written_and_read(t: &Topology) {
+fn remote_segment_mapped_written_and_read(t: &Topology) {
     const SEG: u32 = 0x20;
     const SIZE: u64 = 256 * 1024 + 13;
     const SEED: u64 = 0x5eed;
@@ -66,7 +69,7 @@ fn a_segment_of_another_host_is_mapped_written_and_read(t: &Topology) {
 
 /// Connecting to what another host does not have, or has not made available, gives the
 /// same distinct errors as on one host, after the timeout.
-fn refusals_across_hosts_are_the_single_host_errors(t: &Topology) {
+fn refusals_across_hosts(t: &Topology) {
     let mut owner = Proc::node(t, 8);
     owner.ok("create u 0x31 4096");
     let mut peer = Proc::node(t, 12);
@@ -79,6 +82,6 @@ fn refusals_across_hosts_are_the_single_host_errors(t: &Topology) {
 
 support::topology_cases!(
     ;
-    ofi: a_segment_of_another_host_is_mapped_written_and_read,
-    refusals_across_hosts_are_the_single_host_errors,
+    ofi: remote_segment_mapped_written_and_read,
+    refusals_across_hosts,
 );
