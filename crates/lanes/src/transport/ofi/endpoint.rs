@@ -267,10 +267,6 @@ impl ProcessEndpoint {
         Ok(me)
     }
 
-    pub fn spec(&self) -> &EndpointSpec {
-        &self.spec
-    }
-
     /// This endpoint's name, as peers insert it.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -386,6 +382,7 @@ impl ProcessEndpoint {
 
     /// Waits for `op` while driving progress: spins for `spin`, then yields and sleeps in
     /// growing steps (at most 1 ms), up to `deadline`.
+    #[cfg(test)]
     pub fn wait(&self, op: &Op, spin: Duration, deadline: Instant, what: &str) -> Result<()> {
         self.wait_until(|| op.outcome(), spin, deadline, what)?.map_err(|message| Error::Ofi {
             call: "completion",

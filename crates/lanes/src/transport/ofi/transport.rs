@@ -55,7 +55,6 @@ pub(crate) struct OfiTransport(Arc<Shared>);
 
 #[derive(Debug)]
 struct Shared {
-    membership: ClusterMembership,
     paths: FabricPaths,
     node: u32,
     identity: ProcessIdentity,
@@ -81,11 +80,6 @@ impl OfiTransport {
             .unwrap_or_else(|| membership.config.provider.clone());
         let spec = EndpointSpec { provider, address: me.address.ip() };
         Ok(OfiTransport(Arc::new(Shared { membership, paths, node, identity, spec, endpoint: Mutex::new(None) })))
-    }
-
-    /// Whether `node` lives on another host (then it is reached over ofi).
-    pub fn is_remote(&self, node: u32) -> bool {
-        self.0.membership.is_remote(node)
     }
 
     /// The process endpoint, opened at first use.
@@ -238,12 +232,6 @@ pub(crate) struct Exported {
     record: ExportRecord,
     export: Option<Export>,
     dir: std::path::PathBuf,
-}
-
-impl Exported {
-    pub fn export(&self) -> &Export {
-        self.export.as_ref().expect("present until drop")
-    }
 }
 
 impl Drop for Exported {
