@@ -53,6 +53,20 @@ impl RemoteSegment {
         Ok(RemoteSegment { inner })
     }
 
+    /// A segment connection over `remote`, reached by a transport other than `connect`'s
+    /// (the ofi transport; its own connect comes with stage 4).
+    #[cfg(feature = "ofi")]
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn from_handle(fabric: &super::Fabric, remote: RemoteHandle) -> RemoteSegment {
+        let inner = Arc::new(RemoteInner {
+            fabric: fabric.inner.clone(),
+            remote,
+            reported: Mutex::new(RemoteState::Operational),
+            poll: events::PollTime::new(),
+        });
+        RemoteSegment { inner }
+    }
+
     /// The segment id.
     pub fn id(&self) -> u32 {
         self.inner.remote.info().addr.id

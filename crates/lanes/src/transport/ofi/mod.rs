@@ -9,6 +9,7 @@
 pub(crate) mod endpoint;
 pub mod fi;
 pub(crate) mod remote;
+pub(crate) mod rma;
 
 #[cfg(test)]
 mod tests;
