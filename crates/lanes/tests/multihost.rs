@@ -5,6 +5,9 @@
 //! second host has: connections granted through the daemons, mirror windows written through
 //! at flush and read through, and the owner seeing the remote peer come and go.
 
+// Every case needs the ofi transport.
+#![cfg(feature = "ofi")]
+
 // Case names stay short: each host's daemon socket lives in a directory named after the
 // case, and a Unix socket path must fit in 108 bytes.
 

@@ -7,6 +7,11 @@
 //! a remote segment lost mid-transfer puts the queue in the error state, never a hang.
 //! [`DmaQueue::copy`] picks PIO below a size threshold and DMA above it, as the vendor's
 //! stack does.
+//!
+//! A remote segment reached over ofi (feature `ofi`) is not mapped: its transfers are RMA
+//! posted by the channel (`fi_writemsg` / `fi_read`), their local side registered on the
+//! connection's endpoint (see `transport::ofi::rma`), and [`DmaQueue::copy`] always uses DMA
+//! for it.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -21,6 +26,8 @@ use super::Timeout;
 use crate::error::{Error, IoContext, Result};
 use crate::platform::doorbell::{default_poll_time, WaitError};
 use crate::platform::memory;
+#[cfg(feature = "ofi")]
+use crate::transport::ofi::rma::{self, LocalReg};
 
 /// Which way a transfer goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +112,13 @@ pub struct DmaQueue {
     scratch: Vec<Descriptor>,
     pio_threshold: usize,
     poll: Option<std::time::Duration>,
+    /// Local segments registered for RMA, keyed by (segment, endpoint), kept while the queue
+    /// lives (operations in flight keep their own reference).
+    #[cfg(feature = "ofi")]
+    regs: HashMap<(usize, usize), Arc<LocalReg>>,
+    /// Remote segments reached by RMA (which have no map to keep them alive).
+    #[cfg(feature = "ofi")]
+    remotes: HashMap<usize, Arc<super::remote::RemoteInner>>,
 }
 
 impl std::fmt::Debug for DmaQueue {
@@ -140,6 +154,10 @@ impl DmaQueue {
             scratch: Vec::new(),
             pio_threshold: default_pio_threshold(),
             poll: None,
+            #[cfg(feature = "ofi")]
+            regs: HashMap::new(),
+            #[cfg(feature = "ofi")]
+            remotes: HashMap::new(),
         })
     }
 
@@ -187,6 +205,22 @@ impl DmaQueue {
         self.poll = Some(poll);
     }
 
+    /// For remote segments reached over ofi: RMA operations in flight at most
+    /// (`LANES_OFI_DMA_DEPTH`, default 16; 1 to 1024) and the largest one in bytes
+    /// (`LANES_OFI_DMA_CHUNK`, default 1 MiB); merged runs are split into such pieces.
+    #[cfg(feature = "ofi")]
+    pub fn set_rma_limits(&mut self, depth: usize, chunk: usize) {
+        self.shared.rma.lock().unwrap_or_else(|e| e.into_inner()).set_limits(depth, chunk);
+    }
+
+    /// For remote segments reached over ofi: how long one RMA operation (or the provider's
+    /// refusal to take one) may last before the queue fails (`LANES_OFI_DMA_TIMEOUT_MS`,
+    /// default 30 s).
+    #[cfg(feature = "ofi")]
+    pub fn set_rma_timeout(&mut self, timeout: std::time::Duration) {
+        self.shared.rma.lock().unwrap_or_else(|e| e.into_inner()).set_timeout(timeout);
+    }
+
     /// The current PIO/DMA crossover of [`DmaQueue::copy`].
     pub fn pio_threshold(&self) -> usize {
         self.pio_threshold
@@ -208,6 +242,32 @@ impl DmaQueue {
 
     fn remote_map(&mut self, seg: &RemoteSegment) -> Result<Arc<Map>> {
         self.cached_map(Arc::as_ptr(&seg.inner) as usize, || seg.map(0, seg.size(), MapAccess::ReadWrite))
+    }
+
+    /// `seg`'s whole mapping registered on `endpoint` for RMA, once per queue.
+    #[cfg(feature = "ofi")]
+    fn local_reg(
+        &mut self,
+        seg: &LocalSegment,
+        map: &Arc<Map>,
+        endpoint: &crate::transport::ofi::endpoint::ProcessEndpoint,
+    ) -> Result<Arc<LocalReg>> {
+        let key = (Arc::as_ptr(&seg.inner) as usize, endpoint as *const _ as usize);
+        if let Some(r) = self.regs.get(&key) {
+            return Ok(r.clone());
+        }
+        let owner: Arc<dyn std::any::Any + Send + Sync> = map.clone();
+        // SAFETY: the map covers the whole segment, read-write, and the registration owns a
+        // reference to it.
+        let reg = unsafe { LocalReg::new(endpoint, map.as_ptr(), map.len(), Some(owner))? };
+        self.regs.insert(key, reg.clone());
+        Ok(reg)
+    }
+
+    /// Keeps `remote`'s connection alive while the queue lives (its descriptors name it).
+    #[cfg(feature = "ofi")]
+    fn keep_remote(&mut self, remote: &RemoteSegment) {
+        self.remotes.entry(Arc::as_ptr(&remote.inner) as usize).or_insert_with(|| remote.inner.clone());
     }
 
     fn check_room(&self, n: usize) -> Result<()> {
@@ -255,8 +315,21 @@ impl DmaQueue {
             check_range(v.remote_offset, v.size, rsize, "remote segment")?;
         }
         let lmap = self.local_map(local)?;
-        let rmap = self.remote_map(remote)?;
         let remote_ptr = Arc::as_ptr(&remote.inner);
+        #[cfg(feature = "ofi")]
+        if let Some(conn) = rma::ofi_conn(&remote.inner.remote) {
+            let reg = self.local_reg(local, &lmap, &conn.endpoint)?;
+            self.keep_remote(remote);
+            self.scratch.clear();
+            for v in vec {
+                // SAFETY: the offset was checked against the segment, which the map covers.
+                let l = unsafe { lmap.as_ptr().add(v.local_offset as usize) };
+                self.scratch.push(rma_descriptor(l, v.remote_offset, v.size, direction, remote_ptr, &reg));
+            }
+            self.post(callback);
+            return Ok(());
+        }
+        let rmap = self.remote_map(remote)?;
         self.scratch.clear();
         for v in vec {
             // SAFETY: offsets were checked against the segment sizes and the maps cover the
@@ -267,7 +340,7 @@ impl DmaQueue {
                 DmaDirection::Write => (r, l.cast_const()),
                 DmaDirection::Read => (l, r.cast_const()),
             };
-            self.scratch.push(Descriptor { dst, src, len: v.size as usize, remote: remote_ptr });
+            self.scratch.push(Descriptor::copy(dst, src, v.size as usize, remote_ptr));
         }
         self.post(callback);
         Ok(())
@@ -298,6 +371,18 @@ impl DmaQueue {
         self.check_room(1)?;
         remote.check()?;
         check_range(remote_offset, size, remote.size(), "remote segment")?;
+        #[cfg(feature = "ofi")]
+        if let Some(conn) = rma::ofi_conn(&remote.inner.remote) {
+            // SAFETY: the caller vouches for addr..addr + size until the transfer completes;
+            // the registration lives until then too (the descriptor, then its operations).
+            let reg = unsafe { LocalReg::new(&conn.endpoint, addr, size as usize, None)? };
+            self.keep_remote(remote);
+            self.scratch.clear();
+            let d = rma_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(&remote.inner), &reg);
+            self.scratch.push(d);
+            self.post(callback);
+            return Ok(());
+        }
         let rmap = self.remote_map(remote)?;
         // SAFETY: the offset was checked against the segment, which the map covers.
         let r = unsafe { rmap.as_ptr().add(remote_offset as usize) };
@@ -306,7 +391,7 @@ impl DmaQueue {
             DmaDirection::Read => (addr, r.cast_const()),
         };
         self.scratch.clear();
-        self.scratch.push(Descriptor { dst, src, len: size as usize, remote: Arc::as_ptr(&remote.inner) });
+        self.scratch.push(Descriptor::copy(dst, src, size as usize, Arc::as_ptr(&remote.inner)));
         self.post(callback);
         Ok(())
     }
@@ -387,7 +472,11 @@ impl DmaQueue {
         remote_offset: u64,
         direction: DmaDirection,
     ) -> Result<CopyPath> {
-        if (size as usize) < self.pio_threshold {
+        #[cfg(feature = "ofi")]
+        let pio = (size as usize) < self.pio_threshold && rma::ofi_conn(&remote.inner.remote).is_none();
+        #[cfg(not(feature = "ofi"))]
+        let pio = (size as usize) < self.pio_threshold;
+        if pio {
             remote.check()?;
             check_range(local_offset, size, local.size(), "local segment")?;
             check_range(remote_offset, size, remote.size(), "remote segment")?;
@@ -414,6 +503,25 @@ impl DmaQueue {
         self.wait(Timeout::Infinite)?;
         Ok(CopyPath::Dma)
     }
+}
+
+/// A descriptor for RMA of `len` bytes between `local` (inside `reg`) and `remote_offset`
+/// of `remote`; it owns one count of `reg`, which the channel takes back. The remote side is
+/// an offset kept in the address field, so that contiguous descriptors merge as copies do;
+/// it is never dereferenced.
+#[cfg(feature = "ofi")]
+fn rma_descriptor(
+    local: *mut u8,
+    remote_offset: u64,
+    len: u64,
+    direction: DmaDirection,
+    remote: *const super::remote::RemoteInner,
+    reg: &Arc<LocalReg>,
+) -> Descriptor {
+    let offset = std::ptr::without_provenance_mut::<u8>(remote_offset as usize);
+    let write = direction == DmaDirection::Write;
+    let (dst, src) = if write { (offset, local.cast_const()) } else { (local, offset.cast_const()) };
+    Descriptor { dst, src, len: len as usize, remote, rma: Arc::into_raw(Arc::clone(reg)), write }
 }
 
 fn check_range(offset: u64, size: u64, seg: u64, what: &'static str) -> Result<()> {

@@ -149,9 +149,6 @@ pub(crate) struct ProcessEndpoint {
     ep: Arc<fi::Endpoint>,
     fabric: Arc<fi::Fabric>,
     name: Vec<u8>,
-    /// Whether registrations must be named in posts (`FI_MR_LOCAL`): otherwise any memory
-    /// may be the local side of an operation.
-    local_mr: bool,
     provider_keys: bool,
     peers: Mutex<HashMap<Vec<u8>, FiAddr>>,
     handlers: RwLock<Vec<Option<DataHandler>>>,
@@ -232,7 +229,6 @@ impl ProcessEndpoint {
         let rx = fi::Cq::open(&domain, 0, fi::Wait::Fd)?;
         let ep = Arc::new(fi::Endpoint::open(&domain, None, &av, &tx, &rx)?);
         let name = ep.name()?;
-        let local_mr = info.mr_mode() & fi::FI_MR_LOCAL != 0;
         let provider_keys = info.mr_mode() & fi::FI_MR_PROV_KEY != 0;
         // SAFETY: eventfd has no memory-safety preconditions.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -246,7 +242,6 @@ impl ProcessEndpoint {
             ep,
             fabric,
             name,
-            local_mr,
             provider_keys,
             peers: Mutex::new(HashMap::new()),
             handlers: RwLock::new(vec![None]),
@@ -275,11 +270,6 @@ impl ProcessEndpoint {
     /// The underlying endpoint (for posts).
     pub fn fi(&self) -> &fi::Endpoint {
         &self.ep
-    }
-
-    /// Whether local buffers must be registered (`FI_MR_LOCAL`).
-    pub fn needs_local_registration(&self) -> bool {
-        self.local_mr
     }
 
     /// The address of the peer named `name`, inserted on first use.

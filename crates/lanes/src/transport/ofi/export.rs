@@ -11,8 +11,12 @@
 
 use std::sync::Arc;
 
-use super::endpoint::{DataHandler, ProcessEndpoint, RemoteRange};
-use super::fi::{self, FiAddr};
+#[cfg(test)]
+use super::endpoint::RemoteRange;
+use super::endpoint::{DataHandler, ProcessEndpoint};
+use super::fi;
+#[cfg(test)]
+use super::fi::FiAddr;
 use crate::error::Result;
 use crate::transport::shm::segment_file::DataMapping;
 
@@ -77,6 +81,7 @@ impl Export {
     }
 
     /// Whether nothing is exported (never: objects hold at least one byte).
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.mr.is_empty()
     }
@@ -87,16 +92,19 @@ impl Export {
     }
 
     /// The name of the owner's endpoint, for peers' address vectors.
+    #[cfg(test)]
     pub fn endpoint_name(&self) -> &[u8] {
         self.endpoint.name()
     }
 
     /// The endpoint the object is exported on.
+    #[cfg(test)]
     pub fn endpoint(&self) -> &Arc<ProcessEndpoint> {
         &self.endpoint
     }
 
     /// The range as a peer that inserted the owner's endpoint as `peer` reaches it.
+    #[cfg(test)]
     pub fn range(&self, peer: FiAddr) -> RemoteRange {
         RemoteRange { peer, base: self.base(), key: self.key(), len: self.len(), handle: self.handle }
     }

@@ -115,6 +115,7 @@ impl DataInterruptTarget {
     /// settles the ring's tail past what an earlier holder published, forgets what an
     /// earlier holder's writes left unpublished, and marks the ring active. Returns the
     /// tail the sender will start from.
+    #[cfg(test)]
     pub fn attach(&self, slot: usize) -> u64 {
         assert!(slot < MAX_CONNECTIONS, "connection slot {slot}");
         let mut arrived = self.arrived.lock().unwrap_or_else(|e| e.into_inner());

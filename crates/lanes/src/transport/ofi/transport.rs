@@ -79,7 +79,7 @@ impl OfiTransport {
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| membership.config.provider.clone());
         let spec = EndpointSpec { provider, address: me.address.ip() };
-        Ok(OfiTransport(Arc::new(Shared { membership, paths, node, identity, spec, endpoint: Mutex::new(None) })))
+        Ok(OfiTransport(Arc::new(Shared { paths, node, identity, spec, endpoint: Mutex::new(None) })))
     }
 
     /// The process endpoint, opened at first use.

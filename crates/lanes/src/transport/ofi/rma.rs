@@ -1,0 +1,504 @@
+//! The ofi side of DMA as RMA (docs/design/multi-host.md, section 7): registering the local
+//! side of transfers ([`LocalReg`]), posting one operation ([`post`]) and the DMA channel's
+//! wait while operations are in flight ([`channel_wait`]). Queues, runs, depth, chunking,
+//! completion order and failures are the DMA engine's (fabric/dma_engine.rs, `rma_pipe`).
+//!
+//! The local side is always registered, for local access only (`FI_READ | FI_WRITE`): a
+//! local segment's whole mapping once per queue and endpoint, caller memory once per
+//! `start_memory` transfer. Providers that ask for `FI_MR_LOCAL` (verbs) need the descriptor;
+//! the others (tcp, net) accept it, and `fi::Local` is only made from a registration.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::endpoint::{Op, ProcessEndpoint};
+use super::fi::{self, Local, RegistrableMemory};
+use super::remote::OfiConn;
+use crate::error::{Error, Result};
+use crate::platform::doorbell::Doorbell;
+use crate::transport::RemoteHandle;
+
+/// Operations in flight per queue unless `LANES_OFI_DMA_DEPTH` says otherwise.
+pub(crate) const DEFAULT_DEPTH: usize = 16;
+/// Largest single operation unless `LANES_OFI_DMA_CHUNK` says otherwise.
+pub(crate) const DEFAULT_CHUNK: usize = 1 << 20;
+/// How long an operation may take unless `LANES_OFI_DMA_TIMEOUT_MS` says otherwise.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one post retries `-FI_EAGAIN` before the channel looks at its other work.
+const POST_SLICE: Duration = Duration::from_millis(5);
+/// While completions keep coming, the channel spins on the CQ this long between looks at its
+/// queues; past `SLOW_AFTER` without any, it sleeps in `SLOW_NAP` steps and lets the
+/// endpoint's service thread drive progress.
+const SPIN: Duration = Duration::from_millis(1);
+const SLOW_AFTER: Duration = Duration::from_millis(10);
+const SLOW_NAP: Duration = Duration::from_millis(2);
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// `LANES_OFI_DMA_DEPTH`, else 16 (1 to 1024).
+pub(crate) fn default_depth() -> usize {
+    env_usize("LANES_OFI_DMA_DEPTH").unwrap_or(DEFAULT_DEPTH).clamp(1, 1024)
+}
+
+/// `LANES_OFI_DMA_CHUNK` bytes, else 1 MiB (4 KiB to 1 GiB).
+pub(crate) fn default_chunk() -> usize {
+    env_usize("LANES_OFI_DMA_CHUNK").unwrap_or(DEFAULT_CHUNK).clamp(4096, 1 << 30)
+}
+
+/// `LANES_OFI_DMA_TIMEOUT_MS`, else 30 s.
+pub(crate) fn default_timeout() -> Duration {
+    env_usize("LANES_OFI_DMA_TIMEOUT_MS").map_or(DEFAULT_TIMEOUT, |ms| Duration::from_millis(ms.max(1) as u64))
+}
+
+/// The ofi connection of `remote`, if that is how it is reached.
+pub(crate) fn ofi_conn(remote: &RemoteHandle) -> Option<&Arc<OfiConn>> {
+    match remote {
+        RemoteHandle::Ofi(r) => Some(r.conn()),
+        RemoteHandle::Shm(_) => None,
+    }
+}
+
+/// Local memory as a registration sees it: an address range, and what keeps it mapped.
+struct RegMemory {
+    ptr: *mut u8,
+    len: usize,
+    /// The local segment's mapping; `None` for caller memory (the caller keeps it).
+    _owner: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+// SAFETY: an address range; the memory behind it is only reached through the provider (and,
+// for a segment, through the segment's own maps, by copies).
+unsafe impl Send for RegMemory {}
+// SAFETY: as above.
+unsafe impl Sync for RegMemory {}
+
+// SAFETY: a segment mapping stays mapped while `_owner` holds it. Caller memory stays valid
+// until its transfer completes (`DmaQueue::start_memory`'s contract), and its registration
+// grants local access only (FI_READ | FI_WRITE), so peers never reach it through the key.
+unsafe impl RegistrableMemory for RegMemory {
+    fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// The local side of RMA DMA, registered on one endpoint for local reads and writes. Ops
+/// keep it (and through it the memory) alive until their completion is read.
+pub(crate) struct LocalReg {
+    mr: fi::MemoryRegion,
+    /// Start of the registered range (an address, only compared).
+    base: usize,
+    /// Whether the registration keeps its memory mapped (a segment) or the caller does.
+    owned: bool,
+}
+
+impl std::fmt::Debug for LocalReg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalReg").field("mr", &self.mr).field("owned", &self.owned).finish()
+    }
+}
+
+impl LocalReg {
+    /// Registers `len` bytes at `ptr` on `endpoint`; `owner` keeps them mapped (a segment's
+    /// map), or `None` when the caller vouches for them until the transfer completes.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be mapped read-write memory of this process, for as long as
+    /// `owner` lives, or (no owner) until the transfers using the registration complete.
+    pub(crate) unsafe fn new(
+        endpoint: &ProcessEndpoint,
+        ptr: *mut u8,
+        len: usize,
+        owner: Option<Arc<dyn Any + Send + Sync>>,
+    ) -> Result<Arc<LocalReg>> {
+        let owned = owner.is_some();
+        let memory = Arc::new(RegMemory { ptr, len, _owner: owner });
+        let mr = endpoint.register(memory, fi::FI_READ | fi::FI_WRITE)?;
+        Ok(Arc::new(LocalReg { mr, base: ptr as usize, owned }))
+    }
+
+    /// Whether the registration keeps its memory mapped (a segment's) rather than the caller.
+    pub(crate) fn owned(&self) -> bool {
+        self.owned
+    }
+
+    /// The registered range `ptr..ptr + len`, to post from or into.
+    fn local(&self, ptr: *mut u8, len: usize) -> Result<Local> {
+        let offset = (ptr as usize).checked_sub(self.base).ok_or(Error::OutOfRange {
+            offset: 0,
+            len: len as u64,
+            size: self.mr.len() as u64,
+            what: "registered DMA memory",
+        })?;
+        self.mr.local(offset, len)
+    }
+}
+
+/// Posts `len` bytes between `local` (inside `reg`) and `remote_offset` of `conn`'s object:
+/// `fi_writemsg` with `FI_DELIVERY_COMPLETE` for a write (its completion means the data is
+/// placed, and a bad key fails it), `fi_read` for a read. `-FI_EAGAIN` is retried for a short
+/// slice only: then [`Error::Timeout`], and the caller retries later.
+///
+/// # Safety
+/// `local..local + len` must lie in `reg`'s range, and that memory must stay valid until the
+/// returned operation finishes: `reg` (kept by the operation) keeps a segment's mapping
+/// alive; caller memory is the caller's to keep.
+pub(crate) unsafe fn post(
+    conn: &OfiConn,
+    reg: &Arc<LocalReg>,
+    local: *mut u8,
+    remote_offset: u64,
+    len: usize,
+    write: bool,
+) -> Result<Arc<Op>> {
+    let l = reg.local(local, len)?;
+    let target = conn.range.target(remote_offset, len as u64)?;
+    let keep: Arc<dyn Any + Send + Sync> = reg.clone();
+    let deadline = Instant::now() + POST_SLICE;
+    // SAFETY: the caller's contract; `keep` holds the registration (and a segment's mapping)
+    // until the operation's completion is read.
+    unsafe {
+        if write {
+            conn.endpoint.post_write(l, target, 0, fi::FI_DELIVERY_COMPLETE, Some(keep), deadline)
+        } else {
+            conn.endpoint.post_read(l, target, Some(keep), deadline)
+        }
+    }
+}
+
+/// The DMA channel's wait while it has operations in flight and nothing else to do.
+///
+/// While completions keep coming (`idle_for` below `SLOW_AFTER`) it drives `endpoint`'s
+/// progress itself as a spinning waiter ([`ProcessEndpoint::wait_until`]), for at most
+/// `SPIN`, until `ready`. Past that it naps on the channel's doorbell (rung by submitters) for
+/// at most `SLOW_NAP` and leaves progress to the endpoint's service thread.
+pub(crate) fn channel_wait(
+    endpoint: Option<&ProcessEndpoint>,
+    idle_for: Duration,
+    bell: &Doorbell,
+    mut ready: impl FnMut() -> bool,
+) {
+    match endpoint {
+        Some(ep) if idle_for < SLOW_AFTER => {
+            let _ = ep.wait_until(|| ready().then_some(()), SPIN, Instant::now() + SPIN, "DMA completions");
+        }
+        _ => {
+            let _ = bell.wait(|| ready().then_some(()), || None::<()>, Duration::ZERO, Some(Instant::now() + SLOW_NAP));
+        }
+    }
+}
+#[cfg(test)]
+mod tests {
+    //! DMA queues against an ofi connection: two endpoints of this process, one exporting a
+    //! buffer, the other reaching it through a `RemoteSegment` that holds an `OfiRemote`.
+
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::super::endpoint::{EndpointSpec, ProcessEndpoint, RemoteRange};
+    use super::super::fi;
+    use super::super::remote::OfiRemote;
+    use crate::config::{FabricConfig, NodeId};
+    use crate::error::Error;
+    use crate::fabric::{
+        DmaDirection, DmaQueue, DmaQueueState, DmaVec, Fabric, LocalSegment, MapAccess, RemoteSegment,
+    };
+    use crate::fabric::{LossReason, Timeout};
+    use crate::platform::liveness::ProcessIdentity;
+    use crate::transport::shm::layout::kind;
+    use crate::transport::{ObjectAddr, ObjectInfo, RemoteHandle};
+
+    const T: Timeout = Timeout::After(Duration::from_secs(120));
+    const MIB: u64 = 1 << 20;
+
+    struct Rig {
+        dir: std::path::PathBuf,
+        fabric: Fabric,
+        owner: Arc<ProcessEndpoint>,
+        target: Arc<fi::Buffer>,
+        _mr: fi::MemoryRegion,
+        conn: OfiRemote,
+        remote: Option<RemoteSegment>,
+    }
+
+    impl Drop for Rig {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// A `len`-byte exported buffer and a remote segment reaching it over ofi, its key
+    /// spoiled with `key_xor`.
+    fn rig(name: &str, len: u64, key_xor: u64) -> Rig {
+        let spec = EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip") };
+        let owner = ProcessEndpoint::open(spec.clone()).expect("owner endpoint");
+        let peer = ProcessEndpoint::open(spec).expect("peer endpoint");
+        let target = Arc::new(fi::Buffer::new(len as usize).expect("buffer"));
+        let mr = owner.register(target.clone(), fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE).expect("register");
+        let range = RemoteRange {
+            peer: peer.peer(owner.name()).expect("peer address"),
+            base: mr.remote_base(),
+            key: mr.key() ^ key_xor,
+            len,
+            handle: 0,
+        };
+        let info = ObjectInfo {
+            addr: ObjectAddr { kind: kind::SEGMENT, node: 8, id: 0x44 },
+            size: len,
+            owner: ProcessIdentity::current().expect("identity"),
+        };
+        let conn = OfiRemote::new(peer, range, info, 0, None);
+        let dir = std::env::temp_dir().join(format!("lanes-unit-rma-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let fabric = Fabric::open_with(FabricConfig::new(&dir, NodeId::new(4).expect("node"))).expect("fabric");
+        let remote = RemoteSegment::from_handle(&fabric, RemoteHandle::Ofi(conn.clone()));
+        Rig { dir, fabric, owner, target, _mr: mr, conn, remote: Some(remote) }
+    }
+
+    impl Rig {
+        fn remote(&self) -> &RemoteSegment {
+            self.remote.as_ref().expect("remote")
+        }
+    }
+
+    fn pattern(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    fn segment(fabric: &Fabric, id: u32, data: &[u8]) -> LocalSegment {
+        let seg = fabric.create_segment(id, data.len() as u64).expect("segment");
+        seg.map(0, seg.size(), MapAccess::ReadWrite).expect("map").write_bytes(0, data).expect("fill");
+        seg
+    }
+
+    fn contents(seg: &LocalSegment) -> Vec<u8> {
+        let mut v = vec![0u8; seg.size() as usize];
+        seg.map(0, seg.size(), MapAccess::ReadOnly).expect("map").read_bytes(0, &mut v).expect("read");
+        v
+    }
+
+    /// Consecutive pieces of `0..len` in mixed sizes from 1 byte to 4 MiB.
+    fn pieces(len: u64, seed: u64) -> Vec<(u64, u64)> {
+        const SIZES: [u64; 9] = [1, 7, 100, 4096, 65_539, 300_000, MIB, MIB + 5, 4 * MIB];
+        let mut x = seed | 1;
+        let mut at = 0;
+        let mut out = Vec::new();
+        while at < len {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let size = SIZES[(x >> 33) as usize % SIZES.len()].min(len - at);
+            out.push((at, size));
+            at += size;
+        }
+        out
+    }
+
+    /// Queues `pieces` between `seg` and the rig's remote: alternately one transfer and a
+    /// vector of up to 24 contiguous entries (merged by the channel).
+    fn transfer(q: &mut DmaQueue, seg: &LocalSegment, rig: &Rig, pieces: &[(u64, u64)], dir: DmaDirection) {
+        let mut i = 0;
+        let mut single = true;
+        while i < pieces.len() {
+            if q.outstanding() + 24 > q.max_entries() {
+                assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
+            }
+            if single {
+                let (at, size) = pieces[i];
+                q.start(seg, rig.remote(), at, size, at, dir, None).expect("start");
+                i += 1;
+            } else {
+                let end = (i + 24).min(pieces.len());
+                let vec: Vec<DmaVec> = pieces[i..end]
+                    .iter()
+                    .map(|&(at, size)| DmaVec { size, local_offset: at, remote_offset: at })
+                    .collect();
+                q.start_vec(seg, rig.remote(), &vec, dir, None).expect("start_vec");
+                i = end;
+            }
+            single = !single;
+        }
+        assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
+    }
+
+    #[test]
+    fn dma_over_ofi_moves_64_mib_checksummed_both_ways_at_depth_1_and_default() {
+        let len = 64 * MIB;
+        let rig = rig("64m", len, 0);
+        let data = pattern(len as usize, 7);
+        let mine = segment(&rig.fabric, 0x45, &data);
+        let back = segment(&rig.fabric, 0x46, &vec![0u8; len as usize]);
+        for depth in [1, super::DEFAULT_DEPTH] {
+            let mut q = rig.fabric.create_dma_queue(256).expect("queue");
+            q.set_rma_limits(depth, super::DEFAULT_CHUNK);
+            rig.target.write(0, &vec![0u8; len as usize]).expect("clear");
+            let started = Instant::now();
+            transfer(&mut q, &mine, &rig, &pieces(len, depth as u64), DmaDirection::Write);
+            let mut got = vec![0u8; len as usize];
+            rig.target.read(0, &mut got).expect("read target");
+            assert!(got == data, "depth {depth}: the written bytes differ");
+            transfer(&mut q, &back, &rig, &pieces(len, 99 + depth as u64), DmaDirection::Read);
+            assert!(contents(&back) == data, "depth {depth}: the bytes read back differ");
+            println!("depth {depth}: 64 MiB written and read back in {:?}", started.elapsed());
+            back.map(0, len, MapAccess::ReadWrite).expect("map").fill(0, len as usize, 0).expect("clear");
+        }
+        // Caller memory, both ways, at an odd offset.
+        let mut q = rig.fabric.create_dma_queue(4).expect("queue");
+        let mut buf = pattern(3 * MIB as usize + 5, 3);
+        // SAFETY: buf lives and is untouched until the wait returns.
+        unsafe { q.start_memory(buf.as_mut_ptr(), rig.remote(), buf.len() as u64, 777, DmaDirection::Write, None) }
+            .expect("start_memory write");
+        assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
+        let mut got = vec![0u8; buf.len()];
+        rig.target.read(777, &mut got).expect("read");
+        assert!(got == buf);
+        let mut again = vec![0u8; buf.len()];
+        // SAFETY: as above.
+        unsafe { q.start_memory(again.as_mut_ptr(), rig.remote(), again.len() as u64, 777, DmaDirection::Read, None) }
+            .expect("start_memory read");
+        assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
+        assert!(again == buf);
+        buf.clear();
+        // copy() takes DMA for an ofi remote, whatever the size.
+        assert_eq!(
+            q.copy(&mine, rig.remote(), 0, 10, 5, DmaDirection::Write).expect("copy"),
+            crate::fabric::CopyPath::Dma
+        );
+        // Offsets past the segment are refused before anything is queued.
+        assert!(matches!(
+            q.start(&mine, rig.remote(), 0, 2, len - 1, DmaDirection::Write, None),
+            Err(Error::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn dma_over_ofi_with_a_wrong_key_fails_with_the_providers_message() {
+        for dir in [DmaDirection::Read, DmaDirection::Write] {
+            // Fresh endpoints each: a bad key makes rxm drop the connection, and posts on it
+            // fail for a while after (design, "Stage 0 results").
+            let rig = rig(&format!("badkey-{dir:?}"), 4 * MIB, 0x5a5a_0000);
+            let mine = segment(&rig.fabric, 0x45, &pattern(4 * MIB as usize, 1));
+            let mut q = rig.fabric.create_dma_queue(16).expect("queue");
+            let started = Instant::now();
+            q.start(&mine, rig.remote(), 0, 2 * MIB + 3, 0, dir, None).expect("start");
+            q.start(&mine, rig.remote(), 3 * MIB, 4096, 3 * MIB, dir, None).expect("start");
+            match q.wait(Timeout::After(Duration::from_secs(30))) {
+                Err(Error::DmaFailed { reason }) => {
+                    println!("{dir:?} with a wrong key, after {:?}: {reason}", started.elapsed());
+                    assert!(
+                        reason.contains(if dir == DmaDirection::Write { "RMA write" } else { "RMA read" }),
+                        "{reason}"
+                    );
+                    assert!(reason.contains("provider error"), "the provider's message: {reason}");
+                }
+                other => panic!("{dir:?} with a wrong key: {other:?}"),
+            }
+            assert_eq!(q.state(), DmaQueueState::Error);
+        }
+    }
+
+    #[test]
+    fn dma_over_ofi_fails_promptly_when_the_connection_is_lost() {
+        let len = 64 * MIB;
+        let rig = rig("lost", len, 0);
+        let mine = segment(&rig.fabric, 0x45, &pattern(len as usize, 5));
+        let mut q = rig.fabric.create_dma_queue(1024).expect("queue");
+        // Small pieces, one at a time: long enough to be cut in the middle.
+        q.set_rma_limits(1, 64 << 10);
+        let vec: Vec<DmaVec> = (0..1024)
+            .map(|i| DmaVec { size: 64 << 10, local_offset: i * (64 << 10), remote_offset: i * (64 << 10) })
+            .collect();
+        q.start_vec(&mine, rig.remote(), &vec, DmaDirection::Write, None).expect("start");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(q.state(), DmaQueueState::Posted, "still in flight when the connection is cut");
+        let cut = Instant::now();
+        rig.conn.conn().mark_lost(LossReason::OwnerDied);
+        match q.wait(Timeout::After(Duration::from_secs(30))) {
+            Err(Error::DmaFailed { reason }) => assert!(reason.contains("lost"), "{reason}"),
+            other => panic!("after the loss: {other:?}"),
+        }
+        let took = cut.elapsed();
+        println!("a lost connection failed the queue in {took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert_eq!(q.state(), DmaQueueState::Error);
+        // Later transfers are refused at once.
+        assert!(matches!(
+            q.start(&mine, rig.remote(), 0, 10, 0, DmaDirection::Write, None),
+            Err(Error::SegmentLost { .. })
+        ));
+    }
+
+    #[test]
+    fn dma_over_ofi_queue_dropped_with_operations_in_flight() {
+        let len = 32 * MIB;
+        let mut rig = rig("drop", len, 0);
+        for round in 0..3u64 {
+            let mine = segment(&rig.fabric, 0x50 + round as u32, &pattern(len as usize, round));
+            let mut q = rig.fabric.create_dma_queue(64).expect("queue");
+            q.set_rma_limits(16, 256 << 10);
+            let dir = if round == 1 { DmaDirection::Read } else { DmaDirection::Write };
+            q.start(&mine, rig.remote(), 0, len, 0, dir, None).expect("start");
+            let mut buf = vec![0u8; MIB as usize];
+            if round == 2 {
+                // SAFETY: buf outlives the queue, whose drop waits for this transfer.
+                unsafe { q.start_memory(buf.as_mut_ptr(), rig.remote(), MIB, 0, DmaDirection::Read, None) }
+                    .expect("start_memory");
+            }
+            std::thread::sleep(Duration::from_millis(2 * round));
+            let started = Instant::now();
+            // The queue, its registrations and the segment's map go; operations in flight
+            // keep what they use until their completions are read.
+            drop(q);
+            mine.remove(true).expect("remove");
+            drop(mine);
+            drop(buf);
+            println!("round {round}: a queue with operations in flight dropped in {:?}", started.elapsed());
+        }
+        // The endpoints still work and the abandoned operations finish quietly.
+        let seg = segment(&rig.fabric, 0x60, &pattern(MIB as usize, 9));
+        let mut q = rig.fabric.create_dma_queue(4).expect("queue");
+        q.start(&seg, rig.remote(), 0, MIB, 5 * MIB, DmaDirection::Write, None).expect("start");
+        assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
+        let mut got = vec![0u8; MIB as usize];
+        rig.target.read(5 * MIB as usize, &mut got).expect("read");
+        assert!(got == contents(&seg));
+        drop(q);
+        // Give the abandoned operations time to complete and free their memory.
+        let deadline = fi::deadline_in(Duration::from_millis(300));
+        let _ = rig.owner.wait_until(|| None::<()>, Duration::ZERO, deadline, "quiet");
+        rig.remote.take();
+    }
+
+    #[test]
+    fn dma_over_ofi_loopback_write_throughput() {
+        let len = 64 * MIB;
+        let rig = rig("bw", len, 0);
+        let mine = segment(&rig.fabric, 0x45, &pattern(len as usize, 11));
+        let mut q = rig.fabric.create_dma_queue(256).expect("queue");
+        q.set_poll_time(Duration::ZERO);
+        let total = 256 * MIB;
+        let started = Instant::now();
+        for i in 0..total / MIB {
+            let at = (i * MIB) % len;
+            q.start(&mine, rig.remote(), at, MIB, at, DmaDirection::Write, None).expect("start");
+        }
+        assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "256 MiB DMA write in 1 MiB transfers over {} loopback: {:.0} MB/s ({secs:.3} s)",
+            fi::provider_from_env(),
+            total as f64 / secs / 1e6
+        );
+    }
+}
