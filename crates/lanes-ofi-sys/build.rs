@@ -2,10 +2,12 @@
 //!
 //! Most of libfabric's API is `static inline` in `<rdma/*.h>`, so Rust cannot link to it;
 //! `src/shim.c` wraps each inline function we use in an exported `lanes_fi_*` function.
+//! libfabric itself is loaded by the shim at first use (`dlopen`), not linked: only its
+//! headers are needed here.
 
 fn main() {
     println!("cargo:rerun-if-changed=src/shim.c");
-    let lib = match pkg_config::Config::new().atleast_version("1.17").probe("libfabric") {
+    let lib = match pkg_config::Config::new().atleast_version("1.17").cargo_metadata(false).probe("libfabric") {
         Ok(lib) => lib,
         Err(e) => {
             eprintln!(
@@ -21,4 +23,5 @@ fn main() {
         build.include(dir);
     }
     build.compile("lanes_ofi_shim");
+    println!("cargo:rustc-link-lib=dl");
 }

@@ -258,7 +258,9 @@ constants! {
 }
 
 extern "C" {
-    // Exported by libfabric itself.
+    // libfabric's exported functions, through the shim, which loads libfabric at first use
+    // (and answers -FI_ENOSYS, NULL or 0 when it cannot; fi_strerror then says why).
+    #[link_name = "lanes_fi_dl_getinfo"]
     pub fn fi_getinfo(
         version: u32,
         node: *const c_char,
@@ -267,9 +269,13 @@ extern "C" {
         hints: *const fi_info,
         info: *mut *mut fi_info,
     ) -> c_int;
+    #[link_name = "lanes_fi_dl_freeinfo"]
     pub fn fi_freeinfo(info: *mut fi_info);
+    #[link_name = "lanes_fi_dl_dupinfo"]
     pub fn fi_dupinfo(info: *const fi_info) -> *mut fi_info;
+    #[link_name = "lanes_fi_dl_strerror"]
     pub fn fi_strerror(errnum: c_int) -> *const c_char;
+    #[link_name = "lanes_fi_dl_version"]
     pub fn fi_version() -> u32;
 
     // The shim: names and layouts.

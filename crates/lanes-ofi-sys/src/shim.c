@@ -11,7 +11,23 @@
  * Constants are exported by name in lanes_fi_constants() and checked the same way.
  *
  * Every function is a thin call: no allocation beyond what libfabric does, no state.
+ *
+ * libfabric is not linked: it is loaded at first use (dlopen of libfabric.so.1). Linking it
+ * would load it, and the libraries it links (libpsm2 installs its own SIGSEGV/SIGBUS
+ * handlers from a constructor), into every process of a program built with the ofi
+ * feature, including those that never leave the host. The few functions libfabric really
+ * exports are renamed below to lanes_fi_dl_* forwarders, so both the inline functions of
+ * the headers and the Rust side reach them through the loader. Loading, and the first
+ * fi_getinfo (which loads the provider plugins), keep the process's handlers of the fatal
+ * signals as they were.
  */
+#define fi_getinfo lanes_fi_dl_getinfo
+#define fi_freeinfo lanes_fi_dl_freeinfo
+#define fi_dupinfo lanes_fi_dl_dupinfo
+#define fi_fabric lanes_fi_dl_fabric
+#define fi_strerror lanes_fi_dl_strerror
+#define fi_version lanes_fi_dl_version
+
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -20,14 +36,118 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #if FI_MAJOR_VERSION < 1 || (FI_MAJOR_VERSION == 1 && FI_MINOR_VERSION < 17)
 #error "lanes-ofi-sys needs libfabric >= 1.17"
 #endif
+
+/* ---- loading libfabric ---------------------------------------------------------------- */
+
+static struct {
+	int ready;
+	int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
+		       struct fi_info **);
+	void (*freeinfo)(struct fi_info *);
+	struct fi_info *(*dupinfo)(const struct fi_info *);
+	int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+	const char *(*strerror)(int);
+	uint32_t (*version)(void);
+} lib;
+static char load_error[256];
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+static const int fatal_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
+#define FATAL_SIGNALS (sizeof fatal_signals / sizeof fatal_signals[0])
+
+static void save_fatal_handlers(struct sigaction *saved)
+{
+	for (size_t i = 0; i < FATAL_SIGNALS; i++)
+		sigaction(fatal_signals[i], NULL, &saved[i]);
+}
+
+static void restore_fatal_handlers(const struct sigaction *saved)
+{
+	for (size_t i = 0; i < FATAL_SIGNALS; i++)
+		sigaction(fatal_signals[i], &saved[i], NULL);
+}
+
+static void load(void)
+{
+	struct sigaction saved[FATAL_SIGNALS];
+	save_fatal_handlers(saved);
+	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+	restore_fatal_handlers(saved);
+	if (!h) {
+		const char *e = dlerror();
+		snprintf(load_error, sizeof load_error, "libfabric could not be loaded: %s", e ? e : "dlopen failed");
+		return;
+	}
+	*(void **)&lib.getinfo = dlsym(h, "fi_getinfo");
+	*(void **)&lib.freeinfo = dlsym(h, "fi_freeinfo");
+	*(void **)&lib.dupinfo = dlsym(h, "fi_dupinfo");
+	*(void **)&lib.fabric = dlsym(h, "fi_fabric");
+	*(void **)&lib.strerror = dlsym(h, "fi_strerror");
+	*(void **)&lib.version = dlsym(h, "fi_version");
+	if (!lib.getinfo || !lib.freeinfo || !lib.dupinfo || !lib.fabric || !lib.strerror || !lib.version) {
+		snprintf(load_error, sizeof load_error, "libfabric.so.1 lacks the functions of libfabric 1.17");
+		return;
+	}
+	lib.ready = 1;
+}
+
+static int loaded(void)
+{
+	pthread_once(&load_once, load);
+	return lib.ready;
+}
+
+int lanes_fi_dl_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+			const struct fi_info *hints, struct fi_info **info)
+{
+	if (!loaded())
+		return -FI_ENOSYS;
+	struct sigaction saved[FATAL_SIGNALS];
+	save_fatal_handlers(saved);
+	int rc = lib.getinfo(version, node, service, flags, hints, info);
+	restore_fatal_handlers(saved);
+	return rc;
+}
+
+void lanes_fi_dl_freeinfo(struct fi_info *info)
+{
+	if (loaded())
+		lib.freeinfo(info);
+}
+
+struct fi_info *lanes_fi_dl_dupinfo(const struct fi_info *info)
+{
+	return loaded() ? lib.dupinfo(info) : NULL;
+}
+
+int lanes_fi_dl_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context)
+{
+	return loaded() ? lib.fabric(attr, fabric, context) : -FI_ENOSYS;
+}
+
+/* libfabric's text for a code; without libfabric, why it could not be loaded. */
+const char *lanes_fi_dl_strerror(int errnum)
+{
+	return loaded() ? lib.strerror(errnum) : load_error;
+}
+
+/* libfabric's version, 0 without libfabric. */
+uint32_t lanes_fi_dl_version(void)
+{
+	return loaded() ? lib.version() : 0;
+}
 
 /* ---- names and layouts, for the Rust side's checks ---------------------------------- */
 
