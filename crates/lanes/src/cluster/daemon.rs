@@ -31,7 +31,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -54,6 +53,7 @@ use crate::config::{self, ConfigFile, NodeId};
 use crate::fabric::MapAccess;
 use crate::platform::files::ensure_private_dir;
 use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
+use crate::platform::random_u64;
 use crate::platform::signals::{signal_name, TerminationSignals};
 use crate::transport::shm::data_interrupt;
 use crate::transport::shm::layout::state;
@@ -426,14 +426,6 @@ fn bind_socket(path: &Path) -> Result<UnixListener> {
     fs::set_permissions(path, fs::Permissions::from_mode(0o600))
         .map_err(|e| Error::io(format!("making {} private", path.display()), e))?;
     Ok(listener)
-}
-
-/// 64 random bits from the standard library's per-process hash keys, the clock and the pid.
-fn random_u64() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    h.write_u32(std::process::id());
-    h.finish()
 }
 
 fn millis(d: Duration) -> u64 {

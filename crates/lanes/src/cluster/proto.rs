@@ -171,6 +171,17 @@ impl ObjectKind {
             ObjectKind::DataInterrupt => kind::DATA_INTERRUPT,
         }
     }
+
+    /// The kind of a shared-memory layout kind (none for kinds no lookup names).
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))] // the ofi transport asks it
+    pub(crate) fn from_layout_kind(layout_kind: u32) -> Option<ObjectKind> {
+        match layout_kind {
+            kind::SEGMENT => Some(ObjectKind::Segment),
+            kind::INTERRUPT => Some(ObjectKind::Interrupt),
+            kind::DATA_INTERRUPT => Some(ObjectKind::DataInterrupt),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for ObjectKind {

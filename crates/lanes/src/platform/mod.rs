@@ -21,7 +21,18 @@ pub mod memory;
 pub mod signals;
 pub mod spsc;
 
+use std::hash::{BuildHasher, Hasher};
 use std::io;
+
+/// 64 bits no other process or start of this one is likely to pick (boot epochs, grant
+/// ids, key bases): the standard library's per-process random hash keys, the clock and the
+/// pid. Not for secrets.
+pub(crate) fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    h.finish()
+}
 
 /// `Err(last_os_error)` when a libc call returned -1.
 pub(crate) fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use super::fi::{self, Completion, FiAddr, FiContext, Local, Polled, Target};
 use crate::error::{Error, Result};
+use crate::platform::random_u64;
 
 /// A handler of remote CQ data: called with the data's low 16 bits, from whichever thread
 /// read the completion (a spinning waiter or the service thread). Must not block.
@@ -535,7 +536,9 @@ fn service_loop(weak: Weak<ProcessEndpoint>) {
             last_tick = Instant::now();
         }
         let spinning = me.spinners.load(Ordering::Acquire) > 0;
-        let mut fds = vec![libc::pollfd { fd: me.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let idle = libc::pollfd { fd: -1, events: 0, revents: 0 };
+        let mut fds = [libc::pollfd { fd: me.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 }, idle, idle];
+        let mut nfds = 1;
         if !spinning {
             me.progress();
             match me.fabric.trywait(&[me.ep.tx_cq(), me.ep.rx_cq()]) {
@@ -551,16 +554,17 @@ fn service_loop(weak: Weak<ProcessEndpoint>) {
             }
             for cq in [me.ep.tx_cq(), me.ep.rx_cq()] {
                 if let Some(fd) = cq.wait_fd() {
-                    fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+                    fds[nfds] = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                    nfds += 1;
                 }
             }
         }
         let wake_fd = me.wake.as_raw_fd();
-        // Poll without holding the endpoint: dropping the last handle must not wait for us.
-        // The descriptors stay open while `me` lives, so keep it, but poll with a bound.
+        // `me` is held across the poll (its descriptors must stay open); the bound lets the
+        // thread see within a tick that every other handle is gone.
         let timeout = i32::try_from(SERVICE_TICK.as_millis()).unwrap_or(10);
-        // SAFETY: fds is a valid array of pollfd for its length.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        // SAFETY: fds holds nfds valid pollfds.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), nfds as libc::nfds_t, timeout) };
         if rc > 0 && fds[0].revents != 0 {
             let mut v: u64 = 0;
             // SAFETY: reads 8 bytes into a live u64 from our own non-blocking eventfd.
@@ -568,17 +572,6 @@ fn service_loop(weak: Weak<ProcessEndpoint>) {
         }
         drop(me);
     }
-}
-
-fn random_u64() -> u64 {
-    let mut v: u64 = 0;
-    // SAFETY: getrandom writes at most 8 bytes into the live u64.
-    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
-    if n != 8 {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        v = (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
-    }
-    v
 }
 
 #[cfg(test)]

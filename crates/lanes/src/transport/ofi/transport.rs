@@ -15,7 +15,7 @@
 //! pays nothing.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::endpoint::{hex, process_endpoint, unhex, DataHandler, EndpointSpec, ProcessEndpoint, RemoteRange};
 use super::export::Export;
@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::fabric::MapAccess;
 use crate::fabric::Timeout;
 use crate::platform::liveness::ProcessIdentity;
+use crate::platform::random_u64;
 use crate::transport::shm::data_interrupt::OBJECT_BYTES;
 use crate::transport::shm::interrupt::{BellPage, BELL_PAGE};
 use crate::transport::shm::layout::kind;
@@ -38,16 +39,6 @@ use crate::transport::{connect_with_retry, ObjectAddr, ObjectInfo, Transport};
 
 /// How long one call to the daemon may take when the caller gave no bound.
 const DAEMON_CALL: Duration = Duration::from_secs(5);
-
-/// The cluster kind of a layout kind.
-pub(crate) fn object_kind(layout_kind: u32) -> Option<ObjectKind> {
-    match layout_kind {
-        kind::SEGMENT => Some(ObjectKind::Segment),
-        kind::INTERRUPT => Some(ObjectKind::Interrupt),
-        kind::DATA_INTERRUPT => Some(ObjectKind::DataInterrupt),
-        _ => None,
-    }
-}
 
 /// Reaches objects of other hosts over libfabric, for one fabric descriptor.
 #[derive(Debug, Clone)]
@@ -102,7 +93,8 @@ impl OfiTransport {
         memory: DataMapping,
         handler: Option<DataHandler>,
     ) -> Result<Exported> {
-        let kind = object_kind(layout_kind).ok_or(Error::IllegalOperation("exporting an object of an unknown kind"))?;
+        let kind = ObjectKind::from_layout_kind(layout_kind)
+            .ok_or(Error::IllegalOperation("exporting an object of an unknown kind"))?;
         let endpoint = self.endpoint()?;
         let export = Export::new(&endpoint, memory, handler)?;
         let record = ExportRecord {
@@ -117,7 +109,7 @@ impl OfiTransport {
             base: export.base(),
             len: export.len(),
             handle: u32::from(export.handle()),
-            epoch: random_epoch(),
+            epoch: random_u64() | 1,
         };
         exports::publish(self.0.paths.root(), &record)
             .map_err(|e| Error::io(format!("publishing the export of {kind} {id:#x}"), e))?;
@@ -134,8 +126,8 @@ impl OfiTransport {
         timeout: Timeout,
         client: &mut Option<Client>,
     ) -> Result<Result<OfiRemote>> {
-        let kind =
-            object_kind(addr.kind).ok_or(Error::IllegalOperation("connecting to an object of an unknown kind"))?;
+        let kind = ObjectKind::from_layout_kind(addr.kind)
+            .ok_or(Error::IllegalOperation("connecting to an object of an unknown kind"))?;
         let node = NodeId::new(addr.node)?;
         let me = NodeId::new(self.0.node)?;
         let call = match timeout {
@@ -240,14 +232,4 @@ impl Drop for Exported {
         exports::withdraw(&self.dir, r.kind, r.node, r.id, r.epoch);
         self.export.take();
     }
-}
-
-fn random_epoch() -> u64 {
-    let mut v: u64 = 0;
-    // SAFETY: getrandom writes at most 8 bytes into the live u64.
-    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
-    if n != 8 {
-        v = Instant::now().elapsed().as_nanos() as u64 ^ u64::from(std::process::id()) << 32;
-    }
-    v | 1
 }
