@@ -92,7 +92,7 @@ mod topology;
 #[allow(unused_imports)] // files that keep only single-host cases
 pub(crate) use topology::topology_cases;
 #[allow(unused_imports)]
-pub use topology::{Bounds, Hosts, Topology};
+pub use topology::{Bounds, Hosts, Relay, Topology};
 
 #[path = "../common/cluster.rs"]
 pub mod cluster;
@@ -704,6 +704,25 @@ impl NodeState {
                 let mut peers = self.local(a.s(1)).connected_peers();
                 peers.sort_unstable();
                 Ok(peers.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","))
+            }
+            "waitpeers" => {
+                // waitpeers NAME WANT MS: polls `peers` until it reads WANT (`-` for none):
+                // a remote peer's disconnect or death reaches the owner through the daemons,
+                // after the peer's call has returned.
+                let (want, ms) = (if a.s(2) == "-" { "" } else { a.s(2) }, a.n(3));
+                let deadline = Instant::now() + Duration::from_millis(ms);
+                loop {
+                    let mut peers = self.local(a.s(1)).connected_peers();
+                    peers.sort_unstable();
+                    let now = peers.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(",");
+                    if now == want {
+                        return Ok(String::new());
+                    }
+                    if Instant::now() > deadline {
+                        return test_fail(format!("peers are {now:?}, not {want:?}, after {ms} ms"));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
             "lwait" => {
                 // lwait NAME TIMEOUT: the segment's next peer event, as its Debug form.
