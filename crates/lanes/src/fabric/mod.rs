@@ -270,9 +270,21 @@ impl Fabric {
         ReflectiveMember::join(&self.inner, group, timeout)
     }
 
-    /// Whether any live process acts as `node` on this fabric.
+    /// Whether any live process acts as `node` on this fabric. For a node of another host
+    /// of the cluster, this host's daemon asks that host's (`SCIProbeNode`): the node is
+    /// there when its host is Operational and a live process acts as it there. A daemon
+    /// that cannot be asked, or does not answer within a second, means no.
     pub fn probe_node(&self, node: u32) -> bool {
-        liveness::list_records(&self.inner.paths.procs()).iter().any(|r| r.node == node && r.alive)
+        match &self.inner.cluster {
+            Some(c) if c.is_remote(node) => {
+                const PROBE: std::time::Duration = std::time::Duration::from_secs(1);
+                let Ok(id) = NodeId::new(node) else { return false };
+                crate::cluster::Client::connect(self.inner.paths.root(), PROBE)
+                    .and_then(|mut client| client.probe_node(id, PROBE))
+                    .is_ok_and(|probe| probe.is_up())
+            }
+            _ => liveness::list_records(&self.inner.paths.procs()).iter().any(|r| r.node == node && r.alive),
+        }
     }
 
     /// The fabric's nodes and segments.

@@ -737,6 +737,12 @@ impl NodeState {
                 Ok(String::new())
             }
             "state" => Ok(format!("{:?}", self.remote(a.s(1)).state())),
+            "rwait" => {
+                // rwait NAME TIMEOUT: the remote segment's next event, as its Debug form.
+                let ev = self.remote(a.s(1)).wait_event(timeout(a.s(2)))?;
+                Ok(format!("{ev:?}"))
+            }
+            "probe" => Ok(self.fabric.probe_node(a.u32(1)).to_string()),
             "check" => self.remote(a.s(1)).check().map(|_| String::new()).map_err(Fail::from),
             // --- maps ---
             "map" => {
@@ -800,6 +806,7 @@ impl NodeState {
                 self.map(a.s(1)).flush();
                 Ok(String::new())
             }
+            "flushc" => self.map(a.s(1)).flush_checked().map(|_| String::new()).map_err(Fail::from),
             "wpat" => {
                 // wpat MAP OFF LEN SEED POS: writes pattern SEED from absolute position POS.
                 let m = self.map(a.s(1));
