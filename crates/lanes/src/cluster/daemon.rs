@@ -48,6 +48,7 @@ use super::proto::{
     encode, write_message, Answer, Fill, FrameReader, Grant, GrantStatus, HostState, HostStatus, NodeEvent, NodeProbe,
     ObjectInfo, ObjectKind, PeerMessage, Query, Refusal, Reply, Request, PROTOCOL_VERSION,
 };
+use super::secret::{ClusterSecret, Role};
 use super::{Error, Result, SOCKET_NAME};
 use crate::config::{self, ConfigFile, NodeId};
 use crate::fabric::MapAccess;
@@ -163,6 +164,8 @@ struct Shared {
     grants: Mutex<Grants>,
     /// Grants local processes hold (the requester's side): grant id -> who holds it.
     requested: Mutex<HashMap<u64, Requested>>,
+    /// What peers must prove they know (`[cluster] secret_file`).
+    secret: Option<ClusterSecret>,
 }
 
 /// The slots this daemon claimed for peers, and the proxy records they are claimed under.
@@ -262,6 +265,13 @@ impl Daemon {
             path: PathBuf::from("(the cluster configuration)"),
             known: options.cluster.hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>().join(", "),
         })?;
+        let secret = match &options.cluster.secret_file {
+            Some(path) => Some(
+                ClusterSecret::load(path)
+                    .map_err(|message| Error::Config(crate::Error::Config { path: path.clone(), message }))?,
+            ),
+            None => None,
+        };
         ensure_private_dir(&options.dir)
             .map_err(|e| Error::io(format!("fabric directory {}", options.dir.display()), e))?;
         let paths = FabricPaths::new(&options.dir);
@@ -316,6 +326,7 @@ impl Daemon {
             identity,
             grants: Mutex::new(Grants::default()),
             requested: Mutex::new(HashMap::new()),
+            secret,
         });
         shared.log(format_args!(
             "host {} listening on {} and {}; heartbeat {} ms, suspect after {} ms, lost after {} ms",
@@ -568,12 +579,16 @@ impl Shared {
     // Peer connections
     // -----------------------------------------------------------------------------------
 
-    fn hello(&self) -> PeerMessage {
+    /// This daemon's hello, with its challenge and (as acceptor) its proof when the cluster
+    /// has a secret.
+    fn hello(&self, nonce: Option<&str>, proof: Option<String>) -> PeerMessage {
         PeerMessage::Hello {
             version: PROTOCOL_VERSION,
             host: self.me.name.clone(),
             boot: self.boot,
             nodes: self.me.nodes.iter().map(|n| n.get()).collect(),
+            nonce: nonce.map(str::to_string),
+            proof,
         }
     }
 
@@ -640,7 +655,9 @@ impl Shared {
     }
 
     /// Exchanges hellos (bounded by `suspect_after`). `expect` names the host dialled; an
-    /// accepted connection may come from any other host of the cluster.
+    /// accepted connection may come from any other host of the cluster. With a cluster
+    /// secret, each side proves it knows the secret (`super::secret`) before the connection
+    /// is used.
     fn handshake(
         &self,
         stream: TcpStream,
@@ -649,28 +666,13 @@ impl Shared {
         let deadline = Instant::now() + self.cluster.suspect_after;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         stream.set_write_timeout(Some(self.cluster.suspect_after)).map_err(|e| e.to_string())?;
+        let own = self.secret.as_ref().map(|_| ClusterSecret::nonce());
         if expect.is_some() {
-            write_message(&mut &stream, &self.hello()).map_err(|e| e.to_string())?;
+            write_message(&mut &stream, &self.hello(own.as_deref(), None)).map_err(|e| e.to_string())?;
         }
         let mut reader = FrameReader::new();
-        let msg = loop {
-            match reader.next_message::<PeerMessage>() {
-                Ok(Some(m)) => break m,
-                Ok(None) => {}
-                Err(e) => return Err(self.bye(&stream, e.to_string())),
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err("no hello in time".into());
-            }
-            stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
-            match reader.fill(&mut &stream) {
-                Ok(Fill::Closed) => return Err("closed before its hello".into()),
-                Ok(_) => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        };
-        let PeerMessage::Hello { version, host, boot, .. } = msg else {
+        let msg = self.handshake_message(&stream, &mut reader, deadline, "hello")?;
+        let PeerMessage::Hello { version, host, boot, nonce, proof, .. } = msg else {
             return Err(self.bye(&stream, "the first message was not a hello".into()));
         };
         if version != PROTOCOL_VERSION {
@@ -680,13 +682,64 @@ impl Shared {
             if host != want {
                 return Err(self.bye(&stream, format!("dialled host {want} but {host} answered")));
             }
-        } else {
-            if host == self.me.name || self.cluster.host(&host).is_none() {
-                return Err(self.bye(&stream, format!("host {host:?} is not a peer in this cluster")));
+        } else if host == self.me.name || self.cluster.host(&host).is_none() {
+            return Err(self.bye(&stream, format!("host {host:?} is not a peer in this cluster")));
+        }
+        if let (Some(secret), Some(own)) = (&self.secret, &own) {
+            let Some(challenge) = nonce else {
+                return Err(self.bye(&stream, format!("host {host} did not offer to prove the cluster secret")));
+            };
+            if expect.is_some() {
+                // Dialler: check the acceptor's proof, then prove ourselves.
+                let proven = proof.is_some_and(|p| secret.verify(&p, Role::Acceptor, own, &challenge, &host));
+                if !proven {
+                    return Err(self.bye(&stream, format!("host {host} did not prove the cluster secret")));
+                }
+                let proof = secret.proof(Role::Dialler, &challenge, own, &self.me.name);
+                write_message(&mut &stream, &PeerMessage::Auth { proof }).map_err(|e| e.to_string())?;
+            } else {
+                // Acceptor: answer with our hello and proof, then check the dialler's.
+                let proof = secret.proof(Role::Acceptor, &challenge, own, &self.me.name);
+                write_message(&mut &stream, &self.hello(Some(own), Some(proof))).map_err(|e| e.to_string())?;
+                let proven = match self.handshake_message(&stream, &mut reader, deadline, "proof")? {
+                    PeerMessage::Auth { proof } => secret.verify(&proof, Role::Dialler, own, &challenge, &host),
+                    _ => false,
+                };
+                if !proven {
+                    return Err(self.bye(&stream, format!("host {host} did not prove the cluster secret")));
+                }
             }
-            write_message(&mut &stream, &self.hello()).map_err(|e| e.to_string())?;
+        } else if expect.is_none() {
+            write_message(&mut &stream, &self.hello(None, None)).map_err(|e| e.to_string())?;
         }
         Ok((stream, HandshakeReader { frames: reader, host }, boot))
+    }
+
+    /// The next message of a handshake, by `deadline`.
+    fn handshake_message(
+        &self,
+        stream: &TcpStream,
+        reader: &mut FrameReader,
+        deadline: Instant,
+        what: &str,
+    ) -> std::result::Result<PeerMessage, String> {
+        loop {
+            match reader.next_message::<PeerMessage>() {
+                Ok(Some(m)) => return Ok(m),
+                Ok(None) => {}
+                Err(e) => return Err(self.bye(stream, e.to_string())),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!("no {what} in time"));
+            }
+            stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+            match reader.fill(&mut &*stream) {
+                Ok(Fill::Closed) => return Err(format!("closed before its {what}")),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
     }
 
     /// Sends a goodbye with `reason` (best effort) and returns the reason.
@@ -831,6 +884,7 @@ impl Shared {
             }
             PeerMessage::Bye { reason } => Some(format!("peer said goodbye: {reason}")),
             PeerMessage::Hello { .. } => Some("a second hello on one connection".into()),
+            PeerMessage::Auth { .. } => Some("a proof outside the hello exchange".into()),
         }
     }
 
@@ -1567,6 +1621,82 @@ mod tests {
         let _ = fs::remove_dir_all(&db);
     }
 
+    /// With `[cluster] secret_file`, daemons that share the secret talk; one with another
+    /// secret or none, and a stranger that cannot answer the challenge, are refused at the
+    /// hello with a goodbye saying why.
+    #[test]
+    fn daemons_prove_the_cluster_secret_before_they_talk() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("secret");
+        fs::create_dir_all(&dir).unwrap();
+        let write_secret = |name: &str, text: &str| {
+            let p = dir.join(name);
+            fs::write(&p, text).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+            p
+        };
+        let (good, wrong) =
+            (write_secret("good", "one secret, long enough"), write_secret("wrong", "another secret, as long"));
+        let base = cluster(&[("a", free_port()), ("b", free_port()), ("c", free_port())]);
+        let with = |secret: Option<&PathBuf>| ClusterConfig { secret_file: secret.cloned(), ..base.clone() };
+        let start = |host: &str, secret: Option<&PathBuf>| {
+            let d = dir.join(host);
+            Daemon::start(DaemonOptions { cluster: with(secret), host: host.into(), dir: d }).unwrap()
+        };
+        let a = start("a", Some(&good));
+        let b = start("b", Some(&good));
+        let mut client = Client::connect(&dir.join("a"), Duration::from_secs(2)).unwrap();
+        wait_operational(&mut client, "b");
+        let state_of_c = |client: &mut Client| {
+            let hosts = client.cluster(Duration::from_secs(1)).unwrap();
+            hosts.iter().find(|h| h.name == "c").unwrap().state
+        };
+        for secret in [Some(&wrong), None] {
+            let c = start("c", secret);
+            std::thread::sleep(Duration::from_millis(500)); // many dial attempts (heartbeat 20 ms)
+            assert_eq!(state_of_c(&mut client), HostState::Unknown, "c with secret {secret:?} was let in");
+            c.stop();
+        }
+
+        // A stranger posing as c: no challenge, then a wrong answer.
+        let hello = |nonce: Option<String>| PeerMessage::Hello {
+            version: PROTOCOL_VERSION,
+            host: "c".into(),
+            boot: 1,
+            nodes: vec![16],
+            nonce,
+            proof: None,
+        };
+        let goodbye = |t: &mut TcpStream| {
+            let mut r = FrameReader::new();
+            loop {
+                match r.next_message::<PeerMessage>().unwrap() {
+                    Some(PeerMessage::Bye { reason }) => return reason,
+                    Some(_) => continue,
+                    None => assert_ne!(r.fill(t).unwrap(), Fill::Closed, "closed without a goodbye"),
+                }
+            }
+        };
+        let mut t = TcpStream::connect(a.address()).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        write_message(&mut t, &hello(None)).unwrap();
+        assert!(goodbye(&mut t).contains("did not offer to prove"));
+        let mut t = TcpStream::connect(a.address()).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        write_message(&mut t, &hello(Some(ClusterSecret::nonce()))).unwrap();
+        write_message(&mut t, &PeerMessage::Auth { proof: "00".repeat(32) }).unwrap();
+        assert!(goodbye(&mut t).contains("did not prove the cluster secret"));
+        assert_eq!(state_of_c(&mut client), HostState::Unknown);
+
+        // A readable secret is a configuration error naming the file.
+        fs::set_permissions(&good, fs::Permissions::from_mode(0o640)).unwrap();
+        let e = Daemon::start(DaemonOptions { cluster: with(Some(&good)), host: "c".into(), dir: dir.join("c") })
+            .unwrap_err();
+        assert!(e.to_string().contains("mode 640"), "{e}");
+        drop((a, b));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     fn wait_operational(client: &mut Client, host: &str) {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
@@ -1760,7 +1890,14 @@ mod tests {
         // A hello from a host the cluster does not know.
         let mut t = TcpStream::connect(a.address()).unwrap();
         t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let hello = PeerMessage::Hello { version: PROTOCOL_VERSION, host: "zz".into(), boot: 1, nodes: vec![] };
+        let hello = PeerMessage::Hello {
+            version: PROTOCOL_VERSION,
+            host: "zz".into(),
+            boot: 1,
+            nodes: vec![],
+            nonce: None,
+            proof: None,
+        };
         write_message(&mut t, &hello).unwrap();
         let mut r = FrameReader::new();
         let bye = loop {

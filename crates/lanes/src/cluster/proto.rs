@@ -379,12 +379,22 @@ pub enum Answer {
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum PeerMessage {
     /// First frame in each direction. `boot` is random per daemon start: a changed value
-    /// means the host's daemon restarted.
+    /// means the host's daemon restarted. With a cluster secret (`super::secret`), `nonce`
+    /// is the sender's challenge, and the acceptor's hello carries its `proof` (the answer
+    /// to the dialler's challenge); the dialler answers with [`PeerMessage::Auth`].
     Hello {
         version: u16,
         host: String,
         boot: u64,
         nodes: Vec<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nonce: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<String>,
+    },
+    /// The dialler's answer to the acceptor's challenge, right after the hellos.
+    Auth {
+        proof: String,
     },
     /// Sent every `heartbeat_ms`; any frame counts as a sign of life.
     Heartbeat,
@@ -536,7 +546,23 @@ mod tests {
     #[test]
     fn frames_round_trip_in_pieces() {
         let msgs = vec![
-            PeerMessage::Hello { version: PROTOCOL_VERSION, host: "a".into(), boot: 7, nodes: vec![8, 12] },
+            PeerMessage::Hello {
+                version: PROTOCOL_VERSION,
+                host: "a".into(),
+                boot: 7,
+                nodes: vec![8, 12],
+                nonce: None,
+                proof: None,
+            },
+            PeerMessage::Hello {
+                version: PROTOCOL_VERSION,
+                host: "b".into(),
+                boot: 8,
+                nodes: vec![],
+                nonce: Some("00ff".into()),
+                proof: Some("ab".into()),
+            },
+            PeerMessage::Auth { proof: "cd".into() },
             PeerMessage::Heartbeat,
             PeerMessage::Query { id: 1, query: Query::Lookup { node: 8, kind: ObjectKind::Segment, id: 0x10 } },
             PeerMessage::Answer {
