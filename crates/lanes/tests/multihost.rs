@@ -88,6 +88,12 @@ fn refusals_across_hosts(t: &Topology) {
 /// node answers whether a process acts as it, wherever it lives.
 fn owner_changes_seen(t: &Topology) {
     let notice = t.bounds().notice;
+    if t.cluster().is_none() {
+        // One host: node events need a cluster, and say so.
+        let mut p = Proc::node(t, 12);
+        let e = p.err_is("nodeevents", "Cluster");
+        assert!(e.display.contains("[cluster]"), "{e}");
+    }
     let mut owner = Proc::node(t, 8);
     owner.ok("create s 0x50 8192");
     owner.ok("prepare s");
@@ -224,13 +230,18 @@ fn killed_daemon(t: &mut Topology) {
     let bound = t.bounds().notice;
     let rwait = |p: &mut Proc| p.ok(&format!("rwait r {}", bound.as_millis()));
     let (mut owner, mut peer) = owner_and_peer(t, 4096);
+    peer.ok("nodeevents");
     let c = t.cluster_mut().expect("an ofi topology");
 
     // The owner's daemon.
     c.daemon(A).kill9();
     assert_eq!(within("NotOperational after a's daemon died", bound, || rwait(&mut peer)), "NotOperational");
+    assert_eq!(peer.ok(&format!("nodewait 8 {}", bound.as_millis())), "suspect (was operational)");
     c.start_daemon(A);
     assert_eq!(within("Lost after a's daemon restarted", bound * 2, || rwait(&mut peer)), "Lost(NodeLost)");
+    // A new boot epoch: lost, then operational again.
+    assert_eq!(peer.ok(&format!("nodewait 8 {}", bound.as_millis())), "lost (was suspect)");
+    assert_eq!(peer.ok(&format!("nodewait 8 {}", bound.as_millis())), "operational (was lost)");
     let ev = owner.ok(&format!("lwait s {}", bound.as_millis()));
     assert!(ev.starts_with("Disconnected { node: 12") && ev.contains("died: true"), "the owner saw {ev:?}");
     peer.ok("disconnect r");

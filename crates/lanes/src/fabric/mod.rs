@@ -287,6 +287,21 @@ impl Fabric {
         }
     }
 
+    /// Node events of the cluster this host is part of: one per node of a host whose state
+    /// changes (operational, suspect, lost), as this host's daemon sees it, with the
+    /// reason; [`crate::cluster::Subscription::initial`] is the picture they start from.
+    /// Fails with [`Error::Cluster`] on a fabric that is not part of a cluster or whose
+    /// daemon does not answer within two seconds.
+    pub fn node_events(&self) -> Result<crate::cluster::Subscription> {
+        const CALL: std::time::Duration = std::time::Duration::from_secs(2);
+        if self.inner.cluster.is_none() {
+            return Err(Error::Cluster("node events need a cluster: [cluster] in lanes.toml, naming this host".into()));
+        }
+        crate::cluster::Client::connect(self.inner.paths.root(), CALL)
+            .and_then(|c| c.subscribe(CALL))
+            .map_err(|e| Error::Cluster(e.to_string()))
+    }
+
     /// The fabric's nodes and segments.
     pub fn status(&self) -> Result<FabricStatus> {
         status(self.dir())

@@ -563,6 +563,7 @@ struct NodeState {
     maps: HashMap<String, Map>,
     seqs: HashMap<String, Sequence>,
     bufs: HashMap<String, Buf>,
+    node_events: Option<lanes::cluster::Subscription>,
 }
 
 /// The fabric configuration of a node child: from the environment (`LANES_CONFIG`,
@@ -593,6 +594,7 @@ fn run_node(io: &ChildIo) {
         maps: HashMap::new(),
         seqs: HashMap::new(),
         bufs: HashMap::new(),
+        node_events: None,
     };
     while let Some(line) = io.recv() {
         io.send("BEGIN");
@@ -743,6 +745,25 @@ impl NodeState {
                 Ok(format!("{ev:?}"))
             }
             "probe" => Ok(self.fabric.probe_node(a.u32(1)).to_string()),
+            "nodeevents" => {
+                self.node_events = Some(self.fabric.node_events()?);
+                Ok(String::new())
+            }
+            "nodewait" => {
+                // nodewait NODE MS: the next event of NODE as "<state> (was <previous>)".
+                let (node, ms) = (a.u32(1), a.n(2));
+                let sub = self.node_events.as_mut().expect("nodeevents first");
+                let deadline = Instant::now() + Duration::from_millis(ms);
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match sub.next_event(left) {
+                        Ok(Some(ev)) if ev.node == node => return Ok(format!("{} (was {})", ev.state, ev.previous)),
+                        Ok(Some(_)) => {}
+                        Ok(None) => return test_fail(format!("no event of node {node} in {ms} ms")),
+                        Err(e) => return test_fail(format!("node events: {e}")),
+                    }
+                }
+            }
             "check" => self.remote(a.s(1)).check().map(|_| String::new()).map_err(Fail::from),
             // --- maps ---
             "map" => {
