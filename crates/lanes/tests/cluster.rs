@@ -9,7 +9,7 @@
 //! shared with the ofi topologies of the conformance suite: daemons are children of the
 //! test, the test binary re-executed (through `ip netns exec` for netns) in role `daemon`,
 //! which calls `lanes::cluster::daemon::run`, as `lanes daemon` does. Timing is shortened
-//! (heartbeat 50 ms, Suspect after 250 ms, Lost after 1.5 s) and every change must be seen
+//! (heartbeat 50 ms, Suspect after 1 s, Lost after 2.5 s) and every change must be seen
 //! within a generous bound.
 //!
 //! With the `ofi` feature, `harness_hosts_and_nodes` checks those topologies themselves
