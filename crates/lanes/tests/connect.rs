@@ -6,7 +6,7 @@ mod support;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use support::{Proc, Relay, TestDir, Topology};
+use support::{Proc, TestDir, Topology};
 
 #[test]
 fn child_entry() {
@@ -62,9 +62,7 @@ fn connect_refusals_are_distinct_errors(t: &Topology) {
 
     // Unavailable refuses new connections but keeps the existing one working.
     owner.ok("unavailable s");
-    if t.hears(Relay::Availability) {
-        assert_eq!(peer.ok("state r"), "NotOperational");
-    }
+    assert_eq!(peer.ok("rwait r 2000"), "NotOperational");
     peer.ok("check r");
     peer.ok("map m r 8 16 rw");
     peer.ok("w64 m 0 5");
@@ -73,7 +71,7 @@ fn connect_refusals_are_distinct_errors(t: &Topology) {
     assert_eq!(owner.ok("r64 m 8"), "5");
     peer.err_is("connect r2 8 0x10 imm", "NotAvailable");
     owner.ok("available s");
-    assert_eq!(peer.ok("state r"), "Operational");
+    assert_eq!(peer.ok("rwait r 2000"), "Operational");
     peer.ok("connect r2 8 0x10 imm");
     assert_eq!(owner.ok("peers s"), format!("12:{seen},12:{seen}"));
     peer.ok("disconnect r2");

@@ -7,7 +7,7 @@ mod support;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use support::{fnv64, pattern, Proc, Relay, TestDir, Topology};
+use support::{fnv64, pattern, Proc, TestDir, Topology};
 
 #[test]
 fn child_entry() {
@@ -214,9 +214,7 @@ fn caller_memory_registered_as_a_segment_is_shared_in_place(t: &Topology) {
     // After removal the caller keeps its memory and its contents.
     owner.ok("unmap m");
     owner.ok("remove b 1");
-    if t.hears(Relay::Removal) {
-        assert_eq!(peer.ok("state r"), "Lost(Removed)");
-    }
+    assert_eq!(peer.ok("rwait r 2000"), "Lost(Removed)");
     owner.ok("bufvpat b 4093 2000 12 4093");
     owner.ok("bufwpat b 0 100 14 0");
     owner.ok("bufvpat b 0 100 14 0");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lanes::fabric::{LocalEvent, RemoteEvent};
 use lanes::LossReason;
-use wakeups_support::{field, ms_between, tail_field, Node, Relay, Topology, NOTICE, WAIT};
+use wakeups_support::{field, ms_between, tail_field, Node, Topology, NOTICE, WAIT};
 
 #[test]
 fn child_entry() {
@@ -27,10 +27,8 @@ fn connected(t: &Topology, node: u32, pid: u32) -> String {
     format!("{:?}", LocalEvent::Connected { node, pid: t.seen_pid(8, node, pid) })
 }
 
-/// The owner's event for that process disconnecting, or dying: a death not relayed to the
-/// owner's host ([`Relay::PeerDeath`]) reads as the release of the peer's slot.
+/// The owner's event for that process disconnecting, or dying.
 fn disconnected(t: &Topology, node: u32, pid: u32, died: bool) -> String {
-    let died = died && t.hears(Relay::PeerDeath);
     format!("{:?}", LocalEvent::Disconnected { node, pid: t.seen_pid(8, node, pid), died })
 }
 
@@ -280,7 +278,8 @@ fn a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback(t: &Top
         assert_eq!(ev, lost, "the on_event callback");
         callbacks.push(within_notice(&format!("peer on_event, owner death {round}"), killed, seen));
 
-        assert_eq!(event(&peer.ok(&format!("rwait q{round} imm"))).0, lost, "a later wait_event");
+        // Each connection hears it on its own (across hosts, by its own notice).
+        assert_eq!(event(&peer.ok(&format!("rwait q{round} {}", NOTICE.as_millis()))).0, lost, "a later wait_event");
         assert_eq!(peer.ok(&format!("rstate r{round}")), "Lost(OwnerDied)");
         peer.err_is(&format!("rwait r{round} 100"), "SegmentLost");
         peer.err_is(&format!("rcheck q{round}"), "SegmentLost");
@@ -293,10 +292,6 @@ fn a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback(t: &Top
     peer.exit();
 }
 
-// Shm only, until the daemons relay an owner's doing to remote peers (`Relay`):
-// `a_peer_hears_availability_changes_and_removal` and
-// `a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback`, which are about
-// nothing else.
 wakeups_support::topology_cases!(
     the_owner_hears_peers_connect_disconnect_and_die,
     the_owners_event_callback_hears_a_peer_die,
@@ -307,4 +302,6 @@ wakeups_support::topology_cases!(
     ofi: the_owner_hears_peers_connect_disconnect_and_die,
     the_owners_event_callback_hears_a_peer_die,
     connections_that_come_and_go_between_two_waits_are_still_reported,
+    a_peer_hears_availability_changes_and_removal,
+    a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback,
 );

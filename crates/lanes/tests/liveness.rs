@@ -7,7 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use lanes::FabricStatus;
-use support::{fnv64, pattern, Proc, Relay, Topology};
+use support::{fnv64, pattern, Proc, Topology};
 
 #[test]
 fn child_entry() {
@@ -59,30 +59,25 @@ fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned(t: &
     assert_eq!(s.connections, vec![(12, seen)]);
 
     // The peer polls its sequence while the owner is killed.
-    let hears = t.hears(Relay::OwnerDeath);
-    if hears {
-        peer.start("waitlost q 10000");
-    }
+    peer.start("waitlost q 10000");
     let killed_at = Instant::now();
     let exit = owner.kill9();
     assert_eq!(exit.signal(), Some(libc::SIGKILL), "{exit:?}");
-    if hears {
-        let waited = peer.finish("waitlost q 10000").unwrap_or_else(|e| panic!("the peer never saw the death: {e}"));
-        let noticed = killed_at.elapsed();
-        assert!(noticed < Duration::from_secs(2), "the peer took {noticed:?} to notice (child says {waited} ms)");
+    let waited = peer.finish("waitlost q 10000").unwrap_or_else(|e| panic!("the peer never saw the death: {e}"));
+    let noticed = killed_at.elapsed();
+    assert!(noticed < Duration::from_secs(2), "the peer took {noticed:?} to notice (child says {waited} ms)");
 
-        assert_eq!(peer.ok("state r"), "Lost(OwnerDied)");
-        assert_eq!(peer.ok("seqstart q"), "NotRetriable");
-        assert_eq!(peer.ok("seqcheck q"), "NotRetriable");
-        let e = peer.err_is("check r", "SegmentLost");
-        assert!(e.display.contains("owner died"), "{e}");
-        peer.err_is("map m2 r 0 8 ro", "SegmentLost");
-        // The map stays readable (no SIGBUS) and holds the last data the owner wrote.
-        let mut expected = pattern(SEED, 0, SIZE as usize);
-        expected[4096..4104].copy_from_slice(&12345u64.to_le_bytes());
-        assert_eq!(peer.ok("r64 m 4096"), "12345");
-        assert_eq!(peer.ok(&format!("sum m 0 {SIZE}")), format!("{:016x}", fnv64(&expected)));
-    }
+    assert_eq!(peer.ok("state r"), "Lost(OwnerDied)");
+    assert_eq!(peer.ok("seqstart q"), "NotRetriable");
+    assert_eq!(peer.ok("seqcheck q"), "NotRetriable");
+    let e = peer.err_is("check r", "SegmentLost");
+    assert!(e.display.contains("owner died"), "{e}");
+    peer.err_is("map m2 r 0 8 ro", "SegmentLost");
+    // The map stays readable (no SIGBUS) and holds the last data the owner wrote.
+    let mut expected = pattern(SEED, 0, SIZE as usize);
+    expected[4096..4104].copy_from_slice(&12345u64.to_le_bytes());
+    assert_eq!(peer.ok("r64 m 4096"), "12345");
+    assert_eq!(peer.ok(&format!("sum m 0 {SIZE}")), format!("{:016x}", fnv64(&expected)));
     // A new connection finds nothing usable.
     peer.err_is(&format!("connect r2 8 {SEG} imm"), "NoSuchSegment");
     let e = peer.err_is(&format!("connect r2 8 {SEG} 100"), "Timeout");
@@ -121,10 +116,8 @@ fn kill_9_of_an_owner_is_noticed_and_its_leftovers_are_replaced_and_cleaned(t: &
     let s = segment(&st, 8, SEG).expect("re-created segment listed");
     assert!(s.alive && s.owner_pid == owner2.pid(), "{s:?}");
     // The old connection is still lost and still sees the old data; a new one sees the new.
-    if hears {
-        assert_eq!(peer.ok("state r"), "Lost(OwnerDied)");
-        assert_eq!(peer.ok("r64 m 4096"), "12345");
-    }
+    assert_eq!(peer.ok("state r"), "Lost(OwnerDied)");
+    assert_eq!(peer.ok("r64 m 4096"), "12345");
     peer.ok(&format!("connect r2 8 {SEG} imm"));
     peer.ok(&format!("map m2 r2 0 {SIZE} ro"));
     assert_eq!(peer.ok("r64 m2 4096"), "777");
@@ -183,12 +176,10 @@ fn remove_is_refused_while_a_live_peer_is_connected(t: &Topology) {
     assert!(s.alive && s.state.contains("available"), "{s:?}");
     // ... and the owner's handle still works.
     owner.ok("unavailable s");
-    if t.hears(Relay::Availability) {
-        assert_eq!(peer.ok("state r"), "NotOperational");
-    }
+    assert_eq!(peer.ok("rwait r 2000"), "NotOperational");
     assert_eq!(peer.ok("seqcheck q"), "Ok");
     owner.ok("available s");
-    assert_eq!(peer.ok("state r"), "Operational");
+    assert_eq!(peer.ok("rwait r 2000"), "Operational");
     owner.err_is("remove s 0", "SegmentBusy");
 
     // Forced removal: the peer's sequence fails, its state says why, its map stays readable.
@@ -198,24 +189,19 @@ fn remove_is_refused_while_a_live_peer_is_connected(t: &Topology) {
     owner.err_is("available s", "IllegalOperation");
     assert_eq!(owner.ok("r64 m 8"), u64::from_le_bytes(pattern(3, 8, 8).try_into().unwrap()).to_string());
     owner.ok("remove s 0");
-    let removal_heard = t.hears(Relay::Removal);
-    if removal_heard {
-        let waited = peer.ok("waitlost q 2000");
-        assert!(!waited.is_empty());
-        assert_eq!(peer.ok("state r"), "Lost(Removed)");
-        assert_eq!(peer.ok("seqstart q"), "NotRetriable");
-        let e = peer.err_is("check r", "SegmentLost");
-        assert!(e.display.contains("removed"), "{e}");
-        peer.ok(&format!("vpat m 0 {SIZE} 3 0"));
-    }
+    let waited = peer.ok("waitlost q 2000");
+    assert!(!waited.is_empty());
+    assert_eq!(peer.ok("state r"), "Lost(Removed)");
+    assert_eq!(peer.ok("seqstart q"), "NotRetriable");
+    let e = peer.err_is("check r", "SegmentLost");
+    assert!(e.display.contains("removed"), "{e}");
+    peer.ok(&format!("vpat m 0 {SIZE} 3 0"));
     assert!(!t.seg_path(8, SEG).exists());
     assert!(segment(&status(t), 8, SEG).is_none());
     peer.err_is(&format!("connect r2 8 {SEG} imm"), "NoSuchSegment");
     // The id is free again at once.
     owner.ok(&format!("create s {SEG} 4096"));
-    if removal_heard {
-        assert_eq!(peer.ok("state r"), "Lost(Removed)");
-    }
+    assert_eq!(peer.ok("state r"), "Lost(Removed)");
     owner.ok("remove s 0");
 
     // After the peer disconnects, removal without force succeeds.
@@ -259,10 +245,8 @@ fn dropping_the_owner_handle_or_exiting_removes_the_segment(t: &Topology) {
     peer.ok("map m r 0 4096 ro");
     peer.ok("seq q m");
     owner.ok("drop_local s");
-    if t.hears(Relay::Removal) {
-        peer.ok("waitlost q 2000");
-        assert_eq!(peer.ok("state r"), "Lost(Removed)");
-    }
+    peer.ok("waitlost q 2000");
+    assert_eq!(peer.ok("state r"), "Lost(Removed)");
     assert!(!t.seg_path(8, 0x60).exists());
 
     // A clean exit removes the segments and the process record.

@@ -31,21 +31,6 @@ pub enum Topology {
     OfiNetns(Cluster),
 }
 
-/// Something one process learns of another's doing without calling into it, which a
-/// topology may not relay yet (see [`Topology::hears`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Relay {
-    /// A peer's connection goes NotOperational and back when the owner makes the object
-    /// unavailable and available.
-    Availability,
-    /// A peer's connection is `Lost(Removed)` when the owner removes the object.
-    Removal,
-    /// A peer's connection is `Lost(OwnerDied)` when the owner dies.
-    OwnerDeath,
-    /// The owner hears a connected peer's death as `Disconnected { died: true }`.
-    PeerDeath,
-}
-
 /// How long a case may wait for things a transport notices asynchronously.
 #[derive(Clone, Copy, Debug)]
 pub struct Bounds {
@@ -88,21 +73,6 @@ impl Topology {
             Topology::Shm(_) => Bounds { notice: Duration::from_secs(2) },
             #[cfg(feature = "ofi")]
             Topology::OfiLoopback(_) | Topology::OfiNetns(_) => Bounds { notice: Duration::from_secs(4) },
-        }
-    }
-
-    /// Whether processes on this topology hear of `what` across nodes. On one host every
-    /// process reads the object's header and watches the other's death directly. Across
-    /// hosts these are relayed by the daemons (design, section 9), which is not built yet:
-    /// an ofi connection learns of them only when an operation fails, and the owner sees a
-    /// remote peer's death as the release of its slot. Cases check these parts where they
-    /// hold, so that turning a relay on here turns its checks on everywhere.
-    pub fn hears(&self, what: Relay) -> bool {
-        let _ = what;
-        match self {
-            Topology::Shm(_) => true,
-            #[cfg(feature = "ofi")]
-            Topology::OfiLoopback(_) | Topology::OfiNetns(_) => false,
         }
     }
 

@@ -95,7 +95,7 @@ mod topology;
 #[allow(unused_imports)] // files that keep only single-host cases
 pub(crate) use topology::topology_cases;
 #[allow(unused_imports)]
-pub use topology::{Bounds, Hosts, Relay, Topology};
+pub use topology::{Bounds, Hosts, Topology};
 
 #[path = "../common/cluster.rs"]
 pub mod cluster;
@@ -985,7 +985,8 @@ impl NodeState {
                 // dmauntilloss Q LOCAL REMOTE SPEC MS: keeps waiting for the queue and
                 // writing vector SPEC until the loss of REMOTE shows, as a failed queue or a
                 // refused start, for at most MS ms; replies `failed: REASON` or `refused`,
-                // then whether a later start fails and the queue's state.
+                // then whether later starts are refused (within MS ms more) and whether the
+                // queue then is Done or Error.
                 let (local, remote, q) = self.dma_parts(a.s(1), a.s(2), a.s(3));
                 let (spec, ms) = (dma_vec(a.s(4)), a.n(5));
                 let started = Instant::now();
@@ -1004,13 +1005,23 @@ impl NodeState {
                         Ok(()) => {}
                     }
                 };
-                let later = q.start(local, remote, 0, 8, 0, DmaDirection::Write, None).is_err();
+                let noticed = started.elapsed().as_millis();
+                // Then starts are refused: at once on one host; across hosts once the
+                // daemons' notice of the loss arrived (a start accepted before it fails).
+                let refused_by = Instant::now() + Duration::from_millis(ms);
+                let later = loop {
+                    if q.start(local, remote, 0, 8, 0, DmaDirection::Write, None).is_err() {
+                        break true;
+                    }
+                    let _ = q.wait(DMA_WAIT);
+                    if Instant::now() > refused_by {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
                 let state = q.state();
                 let settled = matches!(state, DmaQueueState::Done | DmaQueueState::Error);
-                Ok(format!(
-                    "{outcome} | later_start_fails={later} settled={settled} ms={}",
-                    started.elapsed().as_millis()
-                ))
+                Ok(format!("{outcome} | later_start_fails={later} settled={settled} ms={noticed}"))
             }
             // --- caller-provided memory ---
             "register" => {

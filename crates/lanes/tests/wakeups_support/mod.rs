@@ -164,7 +164,7 @@ mod topology;
 #[allow(unused_imports)] // files that keep only single-host cases
 pub(crate) use topology::topology_cases;
 #[allow(unused_imports)]
-pub use topology::{Bounds, Hosts, Relay, Topology};
+pub use topology::{Bounds, Hosts, Topology};
 
 #[path = "../common/cluster.rs"]
 pub mod cluster;
