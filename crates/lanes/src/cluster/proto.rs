@@ -160,6 +160,8 @@ pub enum ObjectKind {
     Segment,
     Interrupt,
     DataInterrupt,
+    /// A reflective group's object on its creator's host (roster at the end of its data).
+    Reflective,
 }
 
 impl ObjectKind {
@@ -169,6 +171,7 @@ impl ObjectKind {
             ObjectKind::Segment => kind::SEGMENT,
             ObjectKind::Interrupt => kind::INTERRUPT,
             ObjectKind::DataInterrupt => kind::DATA_INTERRUPT,
+            ObjectKind::Reflective => kind::REFLECTIVE,
         }
     }
 
@@ -179,6 +182,7 @@ impl ObjectKind {
             kind::SEGMENT => Some(ObjectKind::Segment),
             kind::INTERRUPT => Some(ObjectKind::Interrupt),
             kind::DATA_INTERRUPT => Some(ObjectKind::DataInterrupt),
+            kind::REFLECTIVE => Some(ObjectKind::Reflective),
             _ => None,
         }
     }
@@ -190,6 +194,7 @@ impl fmt::Display for ObjectKind {
             ObjectKind::Segment => "segment",
             ObjectKind::Interrupt => "interrupt",
             ObjectKind::DataInterrupt => "data interrupt",
+            ObjectKind::Reflective => "reflective group",
         })
     }
 }

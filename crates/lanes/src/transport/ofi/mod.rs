@@ -6,16 +6,17 @@
 //! - [`export`]: what an owner keeps for an object it exports;
 //! - [`remote`]: a connection; [`window`]: its maps (mirror windows);
 //! - [`notify`]: interrupts and data interrupts as CQ-data doorbells;
-//! - [`rma`]: DMA queues posting RMA.
+//! - [`rma`]: DMA queues posting RMA;
+//! - [`reflective`]: reflective groups spanning hosts (replicas, rosters, fan-out writes).
 //!
 //! Still open (docs/design/multi-host.md, section 15): suspect/lost handling of remote
-//! objects and node events (stage 5), reflective groups across hosts (stage 6), the
-//! benchmark (stage 7).
+//! objects and node events (stage 5), the benchmark (stage 7).
 
 pub(crate) mod endpoint;
 pub(crate) mod export;
 pub mod fi;
 pub(crate) mod notify;
+pub(crate) mod reflective;
 pub(crate) mod remote;
 pub(crate) mod rma;
 pub(crate) mod transport;
