@@ -313,8 +313,39 @@ fn group_refusals_across_hosts(t: &Topology) {
     }
 }
 
+/// A member killed with SIGKILL: writers on the other hosts go on without an error and
+/// without stalling, and the creator's roster forgets the dead member.
+fn group_member_killed(t: &Topology) {
+    let mut a = spawn(t, 8, "creator on a");
+    ok(&mut a, &format!("create {GROUP} {GROUP_BYTES}"));
+    let mut b = spawn(t, 12, "member on b");
+    ok(&mut b, &format!("join {GROUP} 10000"));
+    let mut c = spawn(t, 16, "member on c");
+    ok(&mut c, &format!("join {GROUP} 10000"));
+    members_become(&mut a, "OK [12, 16]");
+    ok(&mut b, "write 0 0 50");
+    ok(&mut c, "follow 0 49");
+    c.kill9();
+    let started = Instant::now();
+    members_become(&mut a, "OK [12]");
+    println!("the creator forgot the dead member after {:?}", started.elapsed());
+    a.send("follow 0 249");
+    let r = ask(&mut b, "write 0 50 250", Duration::from_secs(30));
+    assert!(r.starts_with("OK"), "a writer after a member's death: {r}");
+    // A writer that still posts to the dead member gives it up within 2 s (a liveness
+    // bound: below the 10 s any wait of a write map may take).
+    let took = started.elapsed();
+    println!("written after {took:?}");
+    assert!(took < Duration::from_secs(8), "the writer stalled for {took:?}");
+    assert!(a.line("follow").starts_with("OK"));
+    for p in [&mut a, &mut b] {
+        p.send("exit");
+    }
+}
+
 support::topology_cases!(
     ;
     ofi: group_across_hosts,
     group_refusals_across_hosts,
+    group_member_killed,
 );

@@ -28,7 +28,7 @@
 //! members whose slot was released without that (a member that died) and notifies.
 
 use std::any::Any;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -76,6 +76,10 @@ const STAGING: usize = 4 << 20;
 const SCRATCH: usize = MAX_MEMBERS * ENTRY + 4096;
 const SCRATCH_WORDS: usize = MAX_MEMBERS * ENTRY;
 const SPIN: Duration = Duration::from_micros(50);
+/// How long a post to another member's copy may keep being refused (`-FI_EAGAIN`, which
+/// rxm answers for as long as a dead peer's connection lingers) before that member is
+/// taken for dead: dropped from this writer's targets until its roster entry changes.
+const MEMBER_POST: Duration = Duration::from_secs(2);
 
 /// Where the roster of a group of `size` bytes starts in its object.
 pub(crate) fn roster_at(size: u64) -> u64 {
@@ -132,6 +136,8 @@ unsafe impl RegistrableMemory for CopyMemory {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
     slot: usize,
+    /// The entry's state word: random per join, so a new member in the slot differs.
+    generation: u64,
     node: u32,
     pid: u32,
     key: u64,
@@ -151,6 +157,7 @@ fn parse_entries(bytes: &[u8]) -> Vec<Entry> {
             let n = u32_at(e, E_NAME_LEN) as usize;
             (n > 0 && n <= MAX_NAME).then(|| Entry {
                 slot,
+                generation: u64_at(e, E_STATE),
                 node: u32_at(e, E_NODE),
                 pid: u32_at(e, E_PID),
                 key: u64_at(e, E_KEY),
@@ -170,6 +177,15 @@ struct Peer {
     key: u64,
     /// The creator's object (a failure there is a failure of the write).
     creator: bool,
+    /// A member's copy: its roster slot and generation.
+    member: Option<(usize, u64)>,
+}
+
+impl Peer {
+    /// How long a post to this copy may be refused before it fails.
+    fn post_deadline(&self) -> std::time::Instant {
+        fi::deadline_in(if self.creator { TIMEOUT } else { MEMBER_POST })
+    }
 }
 
 /// A posted operation and the staging or scratch bytes it uses.
@@ -179,6 +195,7 @@ struct Flight {
     end: usize,
     staged: bool,
     creator: bool,
+    member: Option<(usize, u64)>,
 }
 
 #[derive(Default)]
@@ -192,6 +209,8 @@ struct State {
     seen: u64,
     /// A write to a member failed: re-read the roster at the next barrier.
     stale: bool,
+    /// Members (slot, generation) this writer failed to reach: taken for dead, skipped.
+    dead: HashSet<(usize, u64)>,
     inflight: VecDeque<Flight>,
     /// Next free byte of the staging ring.
     head: usize,
@@ -342,9 +361,10 @@ impl Fanout {
         let mr = endpoint.register(Arc::new(CopyMemory(mine.clone())), access)?;
         // The group's data first: writes aimed at us only start after our entry exists,
         // so none lands before this copy and is overwritten by older data.
+        let piece = endpoint.fi().domain().info().max_msg_size().clamp(1, 1 << 20);
         let mut at = 0usize;
         while at < size as usize {
-            let n = (size as usize - at).min(1 << 20);
+            let n = (size as usize - at).min(piece);
             let local = mr.local(at, n)?;
             let target = conn.range.target(at as u64, n as u64)?;
             let keep: Arc<dyn Any + Send + Sync> = mine.clone();
@@ -415,14 +435,7 @@ impl Fanout {
             // SAFETY: the scratch words are registered memory kept alive by `keep`; every
             // word carries the same value, so sharing one between posts is harmless.
             let posted = unsafe {
-                self.endpoint.post_write(
-                    local,
-                    target,
-                    0,
-                    fi::FI_DELIVERY_COMPLETE,
-                    Some(keep),
-                    fi::deadline_in(TIMEOUT),
-                )
+                self.endpoint.post_write(local, target, 0, fi::FI_DELIVERY_COMPLETE, Some(keep), t.post_deadline())
             };
             match posted {
                 Ok(op) => ops.push((op, t.creator)),
@@ -509,20 +522,36 @@ impl Fanout {
         let entries = parse_entries(&self.read_entries()?);
         let mut targets = Vec::with_capacity(entries.len() + 1);
         if let Some(c) = &self.creator {
-            targets.push(Peer { peer: c.range.peer, base: c.range.base, key: c.range.key, creator: true });
+            targets.push(Peer {
+                peer: c.range.peer,
+                base: c.range.base,
+                key: c.range.key,
+                creator: true,
+                member: None,
+            });
         }
         let object = (self.roster as u64) + ROSTER_BYTES;
         for e in entries {
-            if Some(e.slot) == self.slot || e.len != object {
+            if Some(e.slot) == self.slot || e.len != object || st.dead.contains(&(e.slot, e.generation)) {
                 continue;
             }
             let peer = self.endpoint.peer(&e.name)?;
-            targets.push(Peer { peer, base: e.base, key: e.key, creator: false });
+            let member = Some((e.slot, e.generation));
+            targets.push(Peer { peer, base: e.base, key: e.key, creator: false, member });
         }
         st.targets = targets;
         st.loaded = true;
         st.stale = false;
         Ok(())
+    }
+
+    /// A member this writer could not reach: taken for dead until its entry changes.
+    fn drop_member(&self, st: &mut State, member: Option<(usize, u64)>) {
+        if let Some(id) = member {
+            st.dead.insert(id);
+            st.targets.retain(|t| t.member != Some(id));
+        }
+        st.stale = true;
     }
 
     fn failed(&self, st: &mut State, message: String) {
@@ -544,7 +573,7 @@ impl Fanout {
                     self.failed(st, format!("a write to the creator's copy: {m}"));
                 } else {
                     st.last_error = Some(format!("a write to a member's copy: {m}"));
-                    st.stale = true;
+                    self.drop_member(st, f.member);
                 }
             }
         }
@@ -608,7 +637,7 @@ impl Fanout {
                             0,
                             fi::FI_DELIVERY_COMPLETE,
                             Some(keep),
-                            fi::deadline_in(TIMEOUT),
+                            t.post_deadline(),
                         )
                     }
                 });
@@ -619,11 +648,12 @@ impl Fanout {
                         end: staged + n,
                         staged: true,
                         creator: t.creator,
+                        member: t.member,
                     }),
                     Err(e) if t.creator => self.failed(st, format!("posting a write to the creator's copy: {e}")),
                     Err(e) => {
                         st.last_error = Some(format!("posting a write to a member's copy: {e}"));
-                        st.stale = true;
+                        self.drop_member(st, t.member);
                     }
                 }
             }
