@@ -96,6 +96,8 @@ fn refl(io: &ChildIo) {
     let fabric = FabricConfig::from_env().and_then(Fabric::open_with).expect("the node's fabric");
     io.send("READY");
     let mut role = Role::None;
+    // Groups created after the first (or by a member): held, never mapped.
+    let mut extra: Vec<ReflectiveGroup> = Vec::new();
     let err = |e: Error| format!("ERR {} {e}", support::variant_name(&e));
     while let Some(line) = io.recv() {
         let w: Vec<&str> = line.split_whitespace().collect();
@@ -103,11 +105,18 @@ fn refl(io: &ChildIo) {
         let reply = match (w[0], role.maps()) {
             ("create", _) => match fabric.create_reflective_group(num(1) as u32, num(2), &[]) {
                 Ok(g) => {
-                    role = Role::Creator(g);
+                    match role {
+                        Role::None => role = Role::Creator(g),
+                        _ => extra.push(g),
+                    }
                     "OK".to_string()
                 }
                 Err(e) => err(e),
             },
+            ("dropextra", _) => {
+                extra.pop();
+                "OK".to_string()
+            }
             ("join", _) => match fabric.join_reflective_group(num(1) as u32, timeout(w[2])) {
                 Ok(m) => {
                     let size = m.size();
@@ -280,8 +289,9 @@ fn group_across_hosts(t: &Topology) {
 }
 
 /// Bad input gets clear errors, promptly: a group nobody created (at once and after a
-/// timeout), an offset past the group's end, a store through the read map, and a second
-/// group with the id of one that exists on another host.
+/// timeout), an offset past the group's end, a store through the read map, a second group
+/// with the id of one that exists on another host, a fifth group in the cluster, and a
+/// group created while a host is suspect.
 fn group_refusals_across_hosts(t: &Topology) {
     let mut a = spawn(t, 8, "creator on a");
     ok(&mut a, &format!("create {GROUP} 4096"));
@@ -302,6 +312,44 @@ fn group_refusals_across_hosts(t: &Topology) {
     assert!(r.starts_with("ERR OutOfRange"), "{r}");
     let r = ask(&mut b, "ro64 0 1", Duration::from_secs(10));
     assert!(r.starts_with("ERR ReadOnly"), "{r}");
+    // Four groups in the whole cluster, wherever they were created: a fifth is refused on
+    // every host; removing one makes room.
+    let mut c = spawn(t, 16, "creator on c");
+    for id in [1, 2, 3] {
+        ok(&mut c, &format!("create {id} 4096"));
+    }
+    for p in [&mut a, &mut b] {
+        let r = ask(p, "create 4 4096", Duration::from_secs(10));
+        assert!(r.starts_with("ERR TooManyGroups"), "{}: a fifth group: {r}", p.name());
+    }
+    ok(&mut c, "dropextra");
+    ok(&mut b, "create 4 4096");
+    // A host that cannot answer (its daemon stopped: Suspect) might hold the id: no group
+    // is created meanwhile; joining a group elsewhere still works.
+    let cluster = t.cluster().expect("ofi topologies have daemons");
+    let daemon_c = cluster.daemon_pid(2) as libc::pid_t;
+    // SAFETY: signals a daemon process this test started.
+    assert_eq!(unsafe { libc::kill(daemon_c, libc::SIGSTOP) }, 0);
+    cluster.wait_state(0, 2, lanes::cluster::HostState::Suspect, Duration::from_secs(10));
+    let r = ask(&mut a, "create 5 4096", Duration::from_secs(10));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(daemon_c, libc::SIGCONT) }, 0);
+    assert!(r.starts_with("ERR NodeUnreachable"), "creation while host c is suspect: {r}");
+    cluster.wait_state(0, 2, lanes::cluster::HostState::Operational, Duration::from_secs(10));
+    cluster.wait_state(1, 2, lanes::cluster::HostState::Operational, Duration::from_secs(10));
+    ok(&mut b, "dropextra");
+    // Heartbeats on a loaded machine may make a host suspect for a moment: retried.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = ask(&mut a, "create 5 4096", Duration::from_secs(10));
+        if r.starts_with("OK") {
+            break;
+        }
+        assert!(r.starts_with("ERR NodeUnreachable") && Instant::now() < until, "create 5 after resuming c: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.send("exit");
+
     // The refusals broke nothing: a write still arrives.
     ok(&mut b, "w64 0 5");
     a.send("follow 0 1");

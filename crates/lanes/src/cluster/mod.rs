@@ -22,7 +22,7 @@ use std::path::PathBuf;
 pub use client::{Client, Subscription};
 pub use config::{ClusterConfig, HostEntry};
 pub use exports::ExportRecord;
-pub use proto::{Grant, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal};
+pub use proto::{Grant, GroupInfo, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal};
 
 /// The daemon's socket in a fabric directory.
 pub const SOCKET_NAME: &str = "daemon.sock";

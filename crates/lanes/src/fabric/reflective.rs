@@ -175,8 +175,13 @@ impl ReflectiveGroup {
         if size > i64::MAX as u64 / 4 {
             return Err(Error::InvalidSize { size, reason: "larger than the address space" });
         }
-        if let Some(node) = across::holder_elsewhere(fabric, group)? {
+        let me = fabric.node.get();
+        let all = across::cluster_groups(fabric, group)?;
+        if let Some(&(node, _)) = all.iter().find(|&&(_, id)| id == group) {
             return Err(Error::GroupInUse { group, node });
+        }
+        if all.len() >= MAX_GROUPS {
+            return Err(Error::TooManyGroups { max: MAX_GROUPS });
         }
         let lock = group_lock(fabric)?;
         let live = live_groups(fabric);
@@ -200,7 +205,6 @@ impl ReflectiveGroup {
             .map_err(|e| Error::io("mapping a reflective group's roster", e))?;
         init_roster(&whole, size, receivers);
         let read = seg.map(0, size, MapAccess::ReadOnly)?;
-        let me = fabric.node.get();
         let fan = Arc::new(Fanout::creator(ofi.endpoint()?, whole, size, me)?);
         let write = Map::new(
             Window::Fanout(FanoutWindow::new(fan.clone())),
@@ -221,12 +225,19 @@ impl ReflectiveGroup {
         seg.set_available()?;
         drop(lock);
         let g = ReflectiveGroup { seg, read, write, size, across: Some((fan, Sweep(sweep))) };
-        // Two hosts may have created the group at once, each before seeing the other's:
-        // the lower node keeps it. One that sees a lower creator gives up at once; one that
-        // sees a higher one gives it time to see us and give up, then gives up itself (so at
-        // most one survives, even when only one of the two saw the other).
+        // Two hosts may have created the same id (or a fifth group) at once, each before
+        // seeing the other's. Same id: the lower node keeps it; one that sees a lower creator
+        // gives up at once, one that sees a higher one gives it time to see us and give up,
+        // then gives up itself, so at most one survives even when only one saw the other.
+        // Too many: the groups after the first four by (node, id) give up.
         let deadline = Instant::now() + Duration::from_secs(1);
-        while let Some(node) = across::holder_elsewhere(fabric, group)? {
+        loop {
+            let mut all = across::cluster_groups(fabric, group)?;
+            all.sort_unstable();
+            if all.iter().position(|&g| g == (me, group)).is_some_and(|i| i >= MAX_GROUPS) {
+                return Err(Error::TooManyGroups { max: MAX_GROUPS });
+            }
+            let Some(&(node, _)) = all.iter().find(|&&(n, id)| id == group && n != me) else { break };
             if node < me || Instant::now() >= deadline {
                 return Err(Error::GroupInUse { group, node });
             }
@@ -566,29 +577,21 @@ mod across {
         Client::connect(fabric.paths.root(), CALL).map_err(|e| Error::Cluster(e.to_string()))
     }
 
-    /// A node of another host whose live group `group` exists (available or not). A host
-    /// that cannot answer makes this fail: a group may not be created while a host is
-    /// unreachable, since it might hold the id.
-    pub(super) fn holder_elsewhere(fabric: &FabricInner, group: u32) -> Result<Option<u32>> {
-        let nodes = other_nodes(fabric);
-        if nodes.is_empty() {
-            return Ok(None);
+    /// Every live group of the cluster as (creator node, id), from every host's daemon. A
+    /// host that cannot answer makes this fail: a group may not be created while a host is
+    /// unreachable, since it might hold the id or the fourth group.
+    pub(super) fn cluster_groups(fabric: &FabricInner, group: u32) -> Result<Vec<(u32, u32)>> {
+        if other_nodes(fabric).is_empty() {
+            return Ok(live_groups(fabric));
         }
-        let mut c = client(fabric)?;
-        for node in nodes {
-            match c.lookup(NodeId::new(node)?, ObjectKind::Reflective, group, CALL) {
-                Ok(_) => return Ok(Some(node)),
-                Err(e) if e.is_not_found() => {}
-                Err(cluster::Error::Refused(r @ Refusal::HostUnreachable { .. })) => {
-                    return Err(Error::NodeUnreachable {
-                        node,
-                        reason: format!("reflective group {group} cannot be created while {r}"),
-                    })
-                }
-                Err(e) => return Err(Error::Cluster(e.to_string())),
-            }
+        match client(fabric)?.groups(CALL) {
+            Ok(groups) => Ok(groups.into_iter().map(|g| (g.node, g.id)).collect()),
+            Err(cluster::Error::Refused(r @ Refusal::HostUnreachable { node, .. })) => Err(Error::NodeUnreachable {
+                node,
+                reason: format!("reflective group {group} cannot be created while {r}"),
+            }),
+            Err(e) => Err(Error::Cluster(format!("asking the cluster's groups: {e}"))),
         }
-        Ok(None)
     }
 
     /// The node that created group `group`, on this host or another (hosts that cannot
