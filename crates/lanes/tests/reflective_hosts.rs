@@ -362,7 +362,8 @@ fn group_refusals_across_hosts(t: &Topology) {
 }
 
 /// A member killed with SIGKILL: writers on the other hosts go on without an error and
-/// without stalling, and the creator's roster forgets the dead member.
+/// without stalling, and the creator's roster forgets the dead member. Then the creator
+/// is killed: writes fail with an error instead of hanging, and leaving is bounded.
 fn group_member_killed(t: &Topology) {
     let mut a = spawn(t, 8, "creator on a");
     ok(&mut a, &format!("create {GROUP} {GROUP_BYTES}"));
@@ -386,9 +387,22 @@ fn group_member_killed(t: &Topology) {
     println!("written after {took:?}");
     assert!(took < Duration::from_secs(8), "the writer stalled for {took:?}");
     assert!(a.line("follow").starts_with("OK"));
-    for p in [&mut a, &mut b] {
-        p.send("exit");
-    }
+    // The creator is killed: a member's writes fail (its copy is unreachable) within the
+    // bound of one wait, later ones without waiting again; leaving is bounded too.
+    a.kill9();
+    let killed = Instant::now();
+    let r = ask(&mut b, "write 0 250 260", Duration::from_secs(60));
+    println!("writing after the creator's death: {r} after {:?}", killed.elapsed());
+    assert!(r.starts_with("ERR Ofi"), "writes after the creator's death: {r}");
+    let again = Instant::now();
+    let r = ask(&mut b, "write 0 260 270", Duration::from_secs(60));
+    println!("and again: {r} after {:?}", again.elapsed());
+    assert!(r.starts_with("ERR Ofi"), "{r}");
+    let left = Instant::now();
+    ok(&mut b, "leave");
+    println!("left after {:?}", left.elapsed());
+    assert!(killed.elapsed() < Duration::from_secs(30), "took {:?}", killed.elapsed());
+    b.send("exit");
 }
 
 support::topology_cases!(

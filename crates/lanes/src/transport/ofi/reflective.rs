@@ -30,7 +30,7 @@
 use std::any::Any;
 use std::collections::{HashSet, VecDeque};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
@@ -211,6 +211,10 @@ struct State {
     stale: bool,
     /// Members (slot, generation) this writer failed to reach: taken for dead, skipped.
     dead: HashSet<(usize, u64)>,
+    /// Members: when the creator's copy was last found unreachable (a write to it failed, or
+    /// a roster read did). Writes skip it meanwhile (each counted as failed) and a roster
+    /// read, at most once a second and bounded by [`MEMBER_POST`], probes it again.
+    creator_down: Option<std::time::Instant>,
     inflight: VecDeque<Flight>,
     /// Next free byte of the staging ring.
     head: usize,
@@ -237,6 +241,9 @@ pub(crate) struct Fanout {
     scratch: Arc<fi::MemoryRegion>,
     chunk: usize,
     epoch: AtomicU64,
+    /// Set by `leave`: its waits are bounded by [`MEMBER_POST`], not [`TIMEOUT`] (the
+    /// creator may be gone, and a leave must not hold the process for long).
+    leaving: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -300,6 +307,7 @@ impl Fanout {
             staging_buf,
             chunk,
             epoch: AtomicU64::new(0),
+            leaving: AtomicBool::new(false),
             state: Mutex::new(State { seen, ..State::default() }),
         })
     }
@@ -331,7 +339,7 @@ impl Fanout {
         let header = {
             let scratch_buf = Arc::new(fi::Buffer::new(HEADER_READ)?);
             let scratch = Arc::new(endpoint.register(scratch_buf.clone(), fi::FI_READ | fi::FI_WRITE)?);
-            read_remote(&endpoint, &conn, &scratch, 0, roster as usize, HEADER_READ)?;
+            read_remote(&endpoint, &conn, &scratch, 0, roster as usize, HEADER_READ, TIMEOUT)?;
             let mut h = vec![0u8; HEADER_READ];
             scratch_buf.read(0, &mut h)?;
             h
@@ -371,7 +379,7 @@ impl Fanout {
             // SAFETY: `local` is part of the replica, kept mapped by `keep` until the
             // completion is read; nobody else touches the replica yet.
             let op = unsafe { endpoint.post_read(local, target, Some(keep), fi::deadline_in(TIMEOUT)) }?;
-            wait_ops(&endpoint, std::slice::from_ref(&op), "copying a reflective group's data")?;
+            wait_ops(&endpoint, std::slice::from_ref(&op), "copying a reflective group's data", TIMEOUT)?;
             at += n;
         }
         let name = endpoint.name().to_vec();
@@ -403,10 +411,14 @@ impl Fanout {
 
     /// Leaves: clears this member's entry and tells the others (best effort, bounded).
     pub(crate) fn leave(&self) {
+        self.leaving.store(true, Ordering::Release);
         {
+            // What was written is posted (not waited for: delivery is not a leave's business).
             let mut st = lock(&self.state);
             self.barrier(&mut st);
-            let _ = self.wait_for(&mut st, |_| true);
+        }
+        if self.creator.as_ref().is_some_and(|c| c.check_lost().is_err()) {
+            return;
         }
         if let Some(slot) = self.slot {
             let at = self.roster + ENTRIES + slot * ENTRY;
@@ -444,7 +456,7 @@ impl Fanout {
             }
         }
         let all: Vec<Arc<Op>> = ops.iter().map(|(o, _)| o.clone()).collect();
-        wait_done(&self.endpoint, &all, what)?;
+        wait_done(&self.endpoint, &all, what, self.bound())?;
         for (op, creator) in &ops {
             if let Some(Err(m)) = op.outcome() {
                 if *creator {
@@ -479,18 +491,18 @@ impl Fanout {
                     0,
                     fi::FI_DELIVERY_COMPLETE,
                     Some(keep),
-                    fi::deadline_in(TIMEOUT),
+                    fi::deadline_in(self.bound()),
                 )
             }?;
             ops.push(op);
             at += bytes.len().next_multiple_of(8);
         }
-        wait_ops(&self.endpoint, &ops, what)
+        wait_ops(&self.endpoint, &ops, what, self.bound())
     }
 
     /// The roster entries as they are now: from our own object (creator) or read from the
     /// creator's (members, one round trip).
-    fn read_entries(&self) -> Result<Vec<u8>> {
+    fn read_entries(&self, bound: Duration) -> Result<Vec<u8>> {
         let mut out = vec![0u8; MAX_MEMBERS * ENTRY];
         match &self.creator {
             None => {
@@ -498,7 +510,8 @@ impl Fanout {
                 unsafe { memory::copy_from_shared(&mut out, self.mine.as_ptr().add(self.roster + ENTRIES)) };
             }
             Some(conn) => {
-                read_remote(&self.endpoint, conn, &self.scratch, 0, self.roster + ENTRIES, out.len())?;
+                let n = out.len();
+                read_remote(&self.endpoint, conn, &self.scratch, 0, self.roster + ENTRIES, n, bound)?;
                 self.scratch_buf.read(0, &mut out)?;
             }
         }
@@ -512,14 +525,15 @@ impl Fanout {
         if let Some(c) = &self.creator {
             out.push((c.info.addr.node, c.info.owner.pid()));
         }
-        let entries = parse_entries(&self.read_entries()?);
+        let entries = parse_entries(&self.read_entries(self.bound())?);
         out.extend(entries.into_iter().filter(|e| Some(e.slot) != self.slot).map(|e| (e.node, e.pid)));
         Ok(out)
     }
 
     /// Re-reads the roster into `st.targets`.
     fn refresh_targets(&self, st: &mut State) -> Result<()> {
-        let entries = parse_entries(&self.read_entries()?);
+        let bound = if st.creator_down.is_some() { MEMBER_POST } else { self.bound() };
+        let entries = parse_entries(&self.read_entries(bound)?);
         let mut targets = Vec::with_capacity(entries.len() + 1);
         if let Some(c) = &self.creator {
             targets.push(Peer {
@@ -554,6 +568,16 @@ impl Fanout {
         st.stale = true;
     }
 
+    /// How long one of this participant's own waits (roster reads, entry writes,
+    /// announcements) may take.
+    fn bound(&self) -> Duration {
+        if self.leaving.load(Ordering::Acquire) {
+            MEMBER_POST
+        } else {
+            TIMEOUT
+        }
+    }
+
     fn failed(&self, st: &mut State, message: String) {
         st.last_error = Some(message);
         self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -571,6 +595,7 @@ impl Fanout {
             if let Err(m) = outcome {
                 if f.creator {
                     self.failed(st, format!("a write to the creator's copy: {m}"));
+                    st.creator_down = Some(std::time::Instant::now());
                 } else {
                     st.last_error = Some(format!("a write to a member's copy: {m}"));
                     self.drop_member(st, f.member);
@@ -624,7 +649,12 @@ impl Fanout {
             unsafe {
                 memory::copy_shared_to_shared(self.staging_ptr().add(staged), self.mine.as_ptr().add(at), n, usize::MAX)
             };
+            let mut skipped = false;
             for t in st.targets.clone() {
+                if t.creator && st.creator_down.is_some() {
+                    skipped = true;
+                    continue;
+                }
                 let posted = self.staging.local(staged, n).and_then(|local| {
                     let target = Target { peer: t.peer, addr: t.base + at as u64, key: t.key };
                     let keep: Arc<dyn Any + Send + Sync> = self.staging.clone();
@@ -650,12 +680,18 @@ impl Fanout {
                         creator: t.creator,
                         member: t.member,
                     }),
-                    Err(e) if t.creator => self.failed(st, format!("posting a write to the creator's copy: {e}")),
+                    Err(e) if t.creator => {
+                        self.failed(st, format!("posting a write to the creator's copy: {e}"));
+                        st.creator_down = Some(std::time::Instant::now());
+                    }
                     Err(e) => {
                         st.last_error = Some(format!("posting a write to a member's copy: {e}"));
                         self.drop_member(st, t.member);
                     }
                 }
+            }
+            if skipped {
+                self.failed(st, "the creator's copy is unreachable: a write was not delivered there".into());
             }
             at += n;
         }
@@ -669,10 +705,18 @@ impl Fanout {
     fn barrier(&self, st: &mut State) {
         self.reap(st);
         let control = word(self.mine.as_ptr(), self.roster + H_CONTROL);
-        if control != st.seen || st.stale || !st.loaded {
+        let probe = st.creator_down.is_some_and(|t| t.elapsed() >= Duration::from_secs(1));
+        let waiting = st.creator_down.is_some() && !probe;
+        if (control != st.seen || st.stale || !st.loaded || probe) && !waiting {
             st.seen = control;
-            if let Err(e) = self.refresh_targets(st) {
-                self.failed(st, format!("reading the group's roster: {e}"));
+            match self.refresh_targets(st) {
+                Ok(()) => st.creator_down = None,
+                Err(e) => {
+                    self.failed(st, format!("reading the group's roster: {e}"));
+                    if self.creator.is_some() {
+                        st.creator_down = Some(std::time::Instant::now());
+                    }
+                }
             }
         }
         for (s, e) in std::mem::take(&mut st.log) {
@@ -756,14 +800,15 @@ fn read_remote(
     into: usize,
     offset: usize,
     len: usize,
+    bound: Duration,
 ) -> Result<()> {
     let local = scratch.local(into, len)?;
     let target = conn.range.target(offset as u64, len as u64)?;
     let keep: Arc<dyn Any + Send + Sync> = scratch.clone();
     // SAFETY: `local` is registered scratch memory; `keep` (the registration, which holds
     // the memory) keeps it alive until the completion is read, even if the wait gives up.
-    let op = unsafe { endpoint.post_read(local, target, Some(keep), fi::deadline_in(TIMEOUT)) }?;
-    wait_ops(endpoint, std::slice::from_ref(&op), "reading a reflective group's roster")
+    let op = unsafe { endpoint.post_read(local, target, Some(keep), fi::deadline_in(bound)) }?;
+    wait_ops(endpoint, std::slice::from_ref(&op), "reading a reflective group's roster", bound)
 }
 
 fn op_error(what: &str, message: &str) -> Error {
@@ -771,18 +816,13 @@ fn op_error(what: &str, message: &str) -> Error {
 }
 
 /// Waits (bounded) until every op finished, without judging their outcomes.
-fn wait_done(endpoint: &ProcessEndpoint, ops: &[Arc<Op>], what: &str) -> Result<()> {
-    endpoint.wait_until(
-        || ops.iter().all(|o| o.outcome().is_some()).then_some(()),
-        SPIN,
-        fi::deadline_in(TIMEOUT),
-        what,
-    )
+fn wait_done(endpoint: &ProcessEndpoint, ops: &[Arc<Op>], what: &str, bound: Duration) -> Result<()> {
+    endpoint.wait_until(|| ops.iter().all(|o| o.outcome().is_some()).then_some(()), SPIN, fi::deadline_in(bound), what)
 }
 
 /// Waits (bounded) until every op finished; the first failure is the error.
-fn wait_ops(endpoint: &ProcessEndpoint, ops: &[Arc<Op>], what: &str) -> Result<()> {
-    wait_done(endpoint, ops, what)?;
+fn wait_ops(endpoint: &ProcessEndpoint, ops: &[Arc<Op>], what: &str, bound: Duration) -> Result<()> {
+    wait_done(endpoint, ops, what, bound)?;
     for o in ops {
         if let Some(Err(m)) = o.outcome() {
             return Err(op_error(what, &m));
