@@ -164,6 +164,28 @@ fn refl(io: &ChildIo) {
                 Ok(()) => "OK".to_string(),
                 Err(e) => err(e),
             },
+            ("segmap", _) => match &role {
+                Role::Member(m) => match m.segment().map(0, 8, lanes::MapAccess::ReadWrite) {
+                    Ok(_) => "OK".to_string(),
+                    Err(e) => err(e),
+                },
+                _ => "FAIL segmap needs a membership".to_string(),
+            },
+            ("dma", _) => match &role {
+                Role::Member(m) => {
+                    let dma = || -> lanes::Result<()> {
+                        let src = fabric.create_segment(0x99, 4096)?;
+                        let mut q = fabric.create_dma_queue(4)?;
+                        q.start(&src, m.segment(), 0, 64, 0, lanes::DmaDirection::Write, None)?;
+                        q.wait(Timeout::After(Duration::from_secs(10))).map(|_| ())
+                    };
+                    match dma() {
+                        Ok(()) => "OK".to_string(),
+                        Err(e) => err(e),
+                    }
+                }
+                _ => "FAIL dma needs a membership".to_string(),
+            },
             ("exit", _) => break,
             (other, _) => format!("FAIL unknown or out-of-place command {other:?}"),
         };
@@ -312,6 +334,11 @@ fn group_refusals_across_hosts(t: &Topology) {
     assert!(r.starts_with("ERR OutOfRange"), "{r}");
     let r = ask(&mut b, "ro64 0 1", Duration::from_secs(10));
     assert!(r.starts_with("ERR ReadOnly"), "{r}");
+    // Plain maps and DMA of the member's connection would reach the creator's copy only.
+    let r = ask(&mut b, "segmap", Duration::from_secs(10));
+    assert!(r.starts_with("ERR IllegalOperation"), "{r}");
+    let r = ask(&mut b, "dma", Duration::from_secs(10));
+    assert!(r.starts_with("ERR IllegalOperation"), "{r}");
     // Four groups in the whole cluster, wherever they were created: a fifth is refused on
     // every host; removing one makes room.
     let mut c = spawn(t, 16, "creator on c");

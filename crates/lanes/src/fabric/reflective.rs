@@ -267,6 +267,8 @@ impl ReflectiveGroup {
     }
 
     /// The group's memory as a local segment (the source or target of DMA on this node).
+    /// For a group spanning hosts it is the creator's object (the group's bytes, then the
+    /// roster) and writes to it reach only the creator's copy.
     pub fn local_segment(&self) -> &LocalSegment {
         &self.seg
     }
@@ -454,7 +456,9 @@ impl ReflectiveMember {
         &self.write
     }
 
-    /// The group as a remote segment: the target of DMA writes to the group.
+    /// The group as a remote segment: the target of DMA writes to the group. For a group
+    /// spanning hosts this is the connection to the creator's object, which DMA and plain
+    /// maps are refused on (they would reach the creator's copy only; not built yet).
     pub fn segment(&self) -> &RemoteSegment {
         &self.seg
     }

@@ -125,6 +125,9 @@ impl RemoteSegment {
     /// Maps `size` bytes from `offset` of the remote segment.
     pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
         self.check()?;
+        self.refuse_group_across_hosts(
+            "maps of a reflective group spanning hosts are its member's read and write maps",
+        )?;
         let window = self.inner.remote.window(offset, size, access)?;
         Ok(Map::new(window, offset, access, MapOrigin::Remote(self.inner.clone())))
     }
@@ -160,6 +163,20 @@ impl RemoteSegment {
     /// Disconnects (`SCIDisconnectSegment`). Existing maps stay readable; their sequences fail.
     pub fn disconnect(self) {
         drop(self)
+    }
+}
+
+impl RemoteSegment {
+    /// Refuses what would reach only the creator's copy of a reflective group spanning
+    /// hosts (its object's data also holds the roster): DMA and plain maps of the
+    /// member's connection.
+    pub(crate) fn refuse_group_across_hosts(&self, what: &'static str) -> Result<()> {
+        #[cfg(feature = "ofi")]
+        if matches!(self.inner.remote, RemoteHandle::Ofi(_)) && self.inner.remote.info().addr.kind == kind::REFLECTIVE {
+            return Err(Error::IllegalOperation(what));
+        }
+        let _ = what;
+        Ok(())
     }
 }
 
