@@ -186,6 +186,14 @@ fn refl(io: &ChildIo) {
                 }
                 _ => "FAIL dma needs a membership".to_string(),
             },
+            ("event", _) => match &role {
+                Role::Member(m) => match m.wait_event(timeout(w[1])) {
+                    Ok(lanes::GroupEvent::Lost(r)) => format!("OK lost {r:?}"),
+                    Ok(other) => format!("OK {other:?}"),
+                    Err(e) => err(e),
+                },
+                _ => "FAIL event needs a membership".to_string(),
+            },
             ("exit", _) => break,
             (other, _) => format!("FAIL unknown or out-of-place command {other:?}"),
         };
@@ -383,6 +391,14 @@ fn group_refusals_across_hosts(t: &Topology) {
     let r = ask(&mut b, "write 0 0 2", Duration::from_secs(30));
     assert!(r.starts_with("OK"), "{r}");
     assert!(a.line("follow").starts_with("OK"));
+    // The creator removes the group (drops it): members on other hosts hear the loss, and
+    // their writes fail.
+    let r = ask(&mut b, "event 100", Duration::from_secs(10));
+    assert!(r.starts_with("ERR Timeout"), "no event before the removal: {r}");
+    ok(&mut a, "leave");
+    assert_eq!(ok(&mut b, "event 5000"), "OK lost Removed");
+    let r = ask(&mut b, "write 0 5 6", Duration::from_secs(10));
+    assert!(r.starts_with("ERR SegmentLost"), "a write after the removal: {r}");
     for p in [&mut a, &mut b] {
         p.send("exit");
     }

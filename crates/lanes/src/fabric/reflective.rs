@@ -289,7 +289,23 @@ impl ReflectiveGroup {
 
     /// Removes the group: members get `Lost(Removed)`.
     pub fn remove(&self) -> Result<()> {
+        #[cfg(feature = "ofi")]
+        if let Some((fan, _)) = &self.across {
+            fan.announce_removal();
+        }
         self.seg.remove(true)
+    }
+}
+
+#[cfg(feature = "ofi")]
+impl Drop for ReflectiveGroup {
+    fn drop(&mut self) {
+        // Dropping removes the group (the segment's drop): members of other hosts hear it.
+        if let Some((fan, _)) = &self.across {
+            if !self.seg.inner.is_removed() {
+                fan.announce_removal();
+            }
+        }
     }
 }
 
@@ -530,26 +546,34 @@ impl ReflectiveMember {
     /// yet: docs/design/multi-host.md, stage 5).
     #[cfg(feature = "ofi")]
     fn wait_loss(&self, timeout: Timeout) -> Result<GroupEvent> {
-        use crate::transport::RemoteObject;
         let inner = &self.seg.inner;
-        let r = inner.remote.state_bell().wait(
-            || match inner.state() {
-                RemoteState::Lost(reason) => {
-                    self.reported_lost.store(true, Ordering::Release);
-                    Some(GroupEvent::Lost(reason))
+        let deadline = events::deadline(timeout);
+        let mut pause = Duration::from_micros(100);
+        loop {
+            if let Some(f) = &self.across {
+                if f.removed() {
+                    // The creator wrote its removal into our copy: the connection is lost.
+                    if let crate::transport::RemoteHandle::Ofi(r) = &inner.remote {
+                        r.conn().mark_lost(LossReason::Removed);
+                    }
                 }
-                _ => None,
-            },
-            || None::<()>,
-            inner.poll_time(),
-            events::deadline(timeout),
-        );
-        r.map_err(|e| match e {
-            WaitError::TimedOut | WaitError::Aborted(()) => Error::Timeout {
-                what: format!("an event of reflective group {}", self.seg.id()),
-                waited_ms: super::interrupt::timeout_ms(timeout),
-            },
-        })
+            }
+            if let RemoteState::Lost(reason) = inner.state() {
+                self.reported_lost.store(true, Ordering::Release);
+                return Ok(GroupEvent::Lost(reason));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(Error::Timeout {
+                    what: format!("an event of reflective group {}", self.seg.id()),
+                    waited_ms: super::interrupt::timeout_ms(timeout),
+                });
+            }
+            // Nothing rings for a word another host writes into our copy: poll, gently.
+            let left = deadline.map_or(pause, |d| d - now);
+            std::thread::sleep(pause.min(left));
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
     }
 
     /// Leaves the group.

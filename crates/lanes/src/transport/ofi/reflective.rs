@@ -53,6 +53,8 @@ const H_MAGIC: usize = 0;
 const H_SIZE: usize = 8;
 /// The participant's control word: written by joiners and leavers, read at every barrier.
 const H_CONTROL: usize = 64;
+/// Nonzero once the creator removed the group (written into every member's copy).
+const H_REMOVED: usize = 72;
 const H_RECEIVERS_LEN: usize = 128;
 const H_RECEIVERS: usize = 132;
 const MAX_RECEIVERS: usize = 64;
@@ -402,6 +404,55 @@ impl Fanout {
         fan.post_words(&[(entry_at, e[..8].to_vec())], "publishing this member's roster entry")?;
         fan.announce("announcing this member")?;
         Ok((fan, fd))
+    }
+
+    /// `Err` once the group is lost to this member: its connection to the creator is lost,
+    /// or the creator wrote its removal into our copy (which loses the connection).
+    fn check(&self) -> Result<()> {
+        let Some(c) = &self.creator else { return Ok(()) };
+        if self.removed() {
+            c.mark_lost(crate::transport::LossReason::Removed);
+        }
+        c.check_lost()
+    }
+
+    /// Whether the creator said it removed the group (members).
+    pub(crate) fn removed(&self) -> bool {
+        self.creator.is_some() && word(self.mine.as_ptr(), self.roster + H_REMOVED) != 0
+    }
+
+    /// The creator's side of removing the group: tells every member (best effort, each
+    /// post bounded by [`MEMBER_POST`]), before the object goes.
+    pub(crate) fn announce_removal(&self) {
+        if self.creator.is_some() {
+            return;
+        }
+        let targets = {
+            let mut st = lock(&self.state);
+            if self.refresh_targets(&mut st).is_err() {
+                return;
+            }
+            st.targets.clone()
+        };
+        let mut ops = Vec::new();
+        let at = SCRATCH_WORDS + 2048;
+        if self.scratch_buf.write(at, &1u64.to_ne_bytes()).is_err() {
+            return;
+        }
+        for t in &targets {
+            let Ok(local) = self.scratch.local(at, 8) else { return };
+            let target = Target { peer: t.peer, addr: t.base + (self.roster + H_REMOVED) as u64, key: t.key };
+            let keep: Arc<dyn Any + Send + Sync> = self.scratch.clone();
+            // SAFETY: registered scratch memory kept alive by `keep`; every post sends the
+            // same word, which nothing changes.
+            let posted = unsafe {
+                self.endpoint.post_write(local, target, 0, fi::FI_DELIVERY_COMPLETE, Some(keep), t.post_deadline())
+            };
+            if let Ok(op) = posted {
+                ops.push(op);
+            }
+        }
+        let _ = wait_done(&self.endpoint, &ops, "telling members that the group is removed", MEMBER_POST);
     }
 
     /// Bytes of the group.
@@ -788,7 +839,7 @@ impl SequenceSource for Fanout {
         Fanout::flush(self)
     }
     fn lost(&self) -> bool {
-        self.creator.as_ref().is_some_and(|c| c.check_lost().is_err())
+        self.check().is_err()
     }
 }
 
@@ -885,6 +936,7 @@ impl FanoutWindow {
     /// A tracked write: `store` puts the bytes into our copy, the range is logged.
     pub fn tracked(&self, offset: usize, len: usize, store: impl FnOnce()) -> Result<()> {
         let f = &self.fan;
+        f.check()?;
         let mut st = lock(&f.state);
         store();
         f.log(&mut st, offset, offset + len);
@@ -894,6 +946,7 @@ impl FanoutWindow {
     /// A release store: everything before it is posted, then the word as its own write.
     pub fn release(&self, offset: usize, bytes: &[u8], store: impl FnOnce()) -> Result<()> {
         let f = &self.fan;
+        f.check()?;
         let mut st = lock(&f.state);
         f.barrier(&mut st);
         store();
