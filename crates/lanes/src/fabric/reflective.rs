@@ -10,6 +10,12 @@
 //!
 //! A group is an object of its own kind in its creator's node directory (so liveness, stale
 //! replacement and clean-up are the segment code); joining finds it by id in any node.
+//!
+//! In a process whose fabric is part of a cluster (feature `ofi`), groups span hosts: the
+//! object holds the group's bytes and a roster, every member keeps its own copy, read maps
+//! are that copy and write maps post to every other copy at barriers, in order per writer
+//! (`transport::ofi::reflective`; docs/ARCHITECTURE.md, "Reflective memory"). Ids are
+//! unique and at most four groups exist in the whole cluster.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
