@@ -178,10 +178,13 @@ pub fn cleanup(json: bool) -> Result<(), String> {
     for (node, pid) in &r.records {
         println!("removed stale record of pid {pid} (node {node})");
     }
+    for (file, why) in &r.exports {
+        println!("removed export record {file}: {why}");
+    }
     if sockets > 0 {
         println!("removed {sockets} socket record{} of dead processes", if sockets == 1 { "" } else { "s" });
     }
-    if r.segments.is_empty() && r.records.is_empty() && sockets == 0 {
+    if r.segments.is_empty() && r.records.is_empty() && r.exports.is_empty() && sockets == 0 {
         println!("nothing to clean in {}", dir.display());
     }
     Ok(())

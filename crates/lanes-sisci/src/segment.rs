@@ -116,13 +116,13 @@ fn local_reason(ev: LocalEvent) -> (u32, u32) {
 }
 
 /// A remote event's reason. A segment's removal is `SCI_CB_DISCONNECT` and its owner's
-/// death `SCI_CB_LOST`; a group that goes away (removed or its creator died) is
+/// death or its host's loss `SCI_CB_LOST`; a group that goes away (removed or its creator died) is
 /// `SCI_CB_LOST` either way: the multicast address no longer reaches anyone.
 fn remote_reason(ev: RemoteEvent, group: bool) -> u32 {
     match ev {
         RemoteEvent::Operational => SCI_CB_OPERATIONAL,
         RemoteEvent::NotOperational => SCI_CB_NOT_OPERATIONAL,
-        RemoteEvent::Lost(LossReason::OwnerDied) => SCI_CB_LOST,
+        RemoteEvent::Lost(LossReason::OwnerDied | LossReason::NodeLost) => SCI_CB_LOST,
         RemoteEvent::Lost(_) if group => SCI_CB_LOST,
         RemoteEvent::Lost(_) => SCI_CB_DISCONNECT,
     }

@@ -83,8 +83,200 @@ fn refusals_across_hosts(t: &Topology) {
     peer.err_is("connect r 8 0x31 imm", "NotAvailable");
 }
 
+/// What the owner does to a connected segment reaches the peer as events, on one host and
+/// across hosts: unavailable and available again, its death, a forced removal. Probing a
+/// node answers whether a process acts as it, wherever it lives.
+fn owner_changes_seen(t: &Topology) {
+    let notice = t.bounds().notice;
+    if t.cluster().is_none() {
+        // One host: node events need a cluster, and say so.
+        let mut p = Proc::node(t, 12);
+        let e = p.err_is("nodeevents", "Cluster");
+        assert!(e.display.contains("[cluster]"), "{e}");
+    }
+    let mut owner = Proc::node(t, 8);
+    owner.ok("create s 0x50 8192");
+    owner.ok("prepare s");
+    owner.ok("map m s 0 8192 rw");
+    owner.ok("wpat m 0 8192 5 0");
+    owner.ok("available s");
+    let mut peer = Proc::node(t, 12);
+    peer.ok("connect r 8 0x50 10000");
+    peer.ok("map m r 0 8192 ro");
+    assert_eq!(peer.ok("probe 8"), "true");
+    assert_eq!(peer.ok("probe 16"), "false", "no process acts as node 16");
+
+    owner.ok("unavailable s");
+    assert_eq!(peer.ok(&format!("rwait r {}", notice.as_millis())), "NotOperational");
+    peer.ok("vpat m 0 8192 5 0"); // maps of an unavailable segment still work
+    owner.ok("available s");
+    assert_eq!(peer.ok(&format!("rwait r {}", notice.as_millis())), "Operational");
+
+    // A forced removal while the peer is connected.
+    owner.ok("create s2 0x51 4096");
+    owner.ok("prepare s2");
+    owner.ok("available s2");
+    peer.ok("connect r2 8 0x51 10000");
+    owner.ok("remove s2 1");
+    assert_eq!(peer.ok(&format!("rwait r2 {}", notice.as_millis())), "Lost(Removed)");
+
+    // The owner's death.
+    let killed = std::time::Instant::now();
+    owner.kill9();
+    assert_eq!(peer.ok(&format!("rwait r {}", notice.as_millis())), "Lost(OwnerDied)");
+    eprintln!("the peer saw the owner's death after {:?}", killed.elapsed());
+    peer.err_is("check r", "SegmentLost");
+    assert_eq!(peer.ok("probe 8"), "false", "nobody acts as node 8 any more");
+}
+
 support::topology_cases!(
-    ;
+    owner_changes_seen;
     ofi: remote_segment_mapped_written_and_read,
     refusals_across_hosts,
+    owner_changes_seen,
 );
+
+// ---------------------------------------------------------------------------------------
+// Failures of hosts and daemons: these need to cut links and kill daemons, so they hold
+// their cluster mutably and are not conformance cases.
+// ---------------------------------------------------------------------------------------
+
+use std::time::{Duration, Instant};
+
+use lanes::cluster::HostState;
+use support::cluster::LOST_MS;
+
+const A: usize = 0;
+const B: usize = 1;
+
+/// An owner on host a (node 8) with segment 0x60 of `size` bytes, patterned with seed 1 and
+/// available, and a peer on host b (node 12) connected to it as `r` and mapped as `m`.
+fn owner_and_peer(t: &Topology, size: u64) -> (Proc, Proc) {
+    let mut owner = Proc::node(t, 8);
+    owner.ok(&format!("create s 0x60 {size}"));
+    owner.ok("prepare s");
+    owner.ok(&format!("map m s 0 {size} rw"));
+    owner.ok(&format!("wpat m 0 {size} 1 0"));
+    owner.ok("available s");
+    let mut peer = Proc::node(t, 12);
+    peer.ok("connect r 8 0x60 10000");
+    assert!(owner.ok("lwait s 5000").starts_with("Connected { node: 12"));
+    peer.ok(&format!("map m r 0 {size} rw"));
+    (owner, peer)
+}
+
+/// Runs `f` and checks it returned within `bound`.
+fn within<T>(what: &str, bound: Duration, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = f();
+    let took = started.elapsed();
+    eprintln!("{what}: {took:?}");
+    assert!(took <= bound, "{what} took {took:?}, more than {bound:?}");
+    out
+}
+
+/// Host b's link is cut while its peer has a map of a segment on host a: within the bound
+/// the connection is NotOperational, writes and flushes fail with NodeUnreachable at once
+/// (nothing hangs); the link restored, it is Operational again and writes arrive. Cut past
+/// `lost_after`, the connection is Lost(NodeLost), the owner sees its peer die, and a new
+/// connection works once the link is back.
+fn link_cut(t: &Topology) {
+    let Topology::OfiNetns(c) = t else { unreachable!("a link cut needs namespaces") };
+    let ns = c.namespaces().expect("namespaces");
+    let bound = t.bounds().notice;
+    let (mut owner, mut peer) = owner_and_peer(t, 65536);
+    peer.ok("w64 m 0 11");
+    peer.ok("flushc m");
+    assert_eq!(owner.ok("r64 m 0"), "11");
+
+    ns.set_link(B, false);
+    let ev = within("NotOperational after the cut", bound, || peer.ok(&format!("rwait r {}", bound.as_millis())));
+    assert_eq!(ev, "NotOperational");
+    let e = peer.err_is("w64 m 8 22", "NodeUnreachable");
+    assert!(e.display.contains("node 8"), "{e}");
+    within("a flush towards a silent host", bound, || peer.err_is("flushc m", "NodeUnreachable"));
+    ns.set_link(B, true);
+    let ev = within("Operational after the restore", bound, || peer.ok(&format!("rwait r {}", bound.as_millis())));
+    assert_eq!(ev, "Operational");
+    peer.ok("w64 m 16 33");
+    peer.ok("flushc m");
+    assert_eq!(owner.ok("r64 m 16"), "33");
+    // A write refused while the host was silent never arrives: the owner's pattern stays.
+    owner.ok("vpat m 8 8 1 8");
+
+    // Down past lost_after: lost for good; the owner's slot is released.
+    ns.set_link(B, false);
+    assert_eq!(peer.ok(&format!("rwait r {}", bound.as_millis())), "NotOperational");
+    let lost_by = Duration::from_millis(LOST_MS) + bound;
+    let ev = within("Lost after the cut", lost_by, || peer.ok(&format!("rwait r {}", lost_by.as_millis())));
+    assert_eq!(ev, "Lost(NodeLost)");
+    let ev = owner.ok(&format!("lwait s {}", lost_by.as_millis()));
+    assert!(ev.starts_with("Disconnected { node: 12") && ev.contains("died: true"), "the owner saw {ev:?}");
+    peer.err_is("check r", "SegmentLost");
+    ns.set_link(B, true);
+    c.wait_state(B, A, HostState::Operational, bound);
+    peer.ok("disconnect r");
+    peer.ok("connect r 8 0x60 10000");
+    peer.ok("map v r 0 65536 ro");
+    peer.ok("vpat v 24 1000 1 24");
+}
+
+/// A killed daemon is noticed by the other hosts' connections (NotOperational at once: its
+/// connections close) and by the processes of its own host (they cannot hear from the
+/// cluster). Restarted, it is a new daemon that holds none of the old grants: connections
+/// through it are Lost(NodeLost), the owner sees the peer's slot released, and connecting
+/// again works.
+fn killed_daemon(t: &mut Topology) {
+    let bound = t.bounds().notice;
+    let rwait = |p: &mut Proc| p.ok(&format!("rwait r {}", bound.as_millis()));
+    let (mut owner, mut peer) = owner_and_peer(t, 4096);
+    peer.ok("nodeevents");
+    let c = t.cluster_mut().expect("an ofi topology");
+
+    // The owner's daemon.
+    c.daemon(A).kill9();
+    assert_eq!(within("NotOperational after a's daemon died", bound, || rwait(&mut peer)), "NotOperational");
+    assert_eq!(peer.ok(&format!("nodewait 8 {}", bound.as_millis())), "suspect (was operational)");
+    c.start_daemon(A);
+    assert_eq!(within("Lost after a's daemon restarted", bound * 2, || rwait(&mut peer)), "Lost(NodeLost)");
+    // A new boot epoch: lost, then operational again.
+    assert_eq!(peer.ok(&format!("nodewait 8 {}", bound.as_millis())), "lost (was suspect)");
+    assert_eq!(peer.ok(&format!("nodewait 8 {}", bound.as_millis())), "operational (was lost)");
+    let ev = owner.ok(&format!("lwait s {}", bound.as_millis()));
+    assert!(ev.starts_with("Disconnected { node: 12") && ev.contains("died: true"), "the owner saw {ev:?}");
+    peer.ok("disconnect r");
+    c.wait_state(B, A, HostState::Operational, bound);
+    peer.ok("connect r 8 0x60 10000");
+    assert!(owner.ok("lwait s 5000").starts_with("Connected { node: 12"));
+
+    // The peer's own daemon.
+    c.daemon(B).kill9();
+    assert_eq!(within("NotOperational after b's daemon died", bound, || rwait(&mut peer)), "NotOperational");
+    c.start_daemon(B);
+    assert_eq!(within("Lost after b's daemon restarted", bound * 2, || rwait(&mut peer)), "Lost(NodeLost)");
+    let lost_by = Duration::from_millis(LOST_MS) + bound;
+    let ev = owner.ok(&format!("lwait s {}", lost_by.as_millis()));
+    assert!(ev.starts_with("Disconnected { node: 12") && ev.contains("died: true"), "the owner saw {ev:?}");
+    peer.ok("disconnect r");
+    c.wait_state(B, A, HostState::Operational, bound);
+    peer.ok("connect r 8 0x60 10000");
+    peer.ok("map v r 0 4096 ro");
+    peer.ok("vpat v 0 4096 1 0");
+}
+
+#[test]
+fn netns_link_cut() {
+    let Some(t) = Topology::ofi_netns("netns-cut") else { return };
+    link_cut(&t);
+}
+
+#[test]
+fn lo_killed_daemon() {
+    killed_daemon(&mut Topology::ofi_loopback("lo-kd"));
+}
+
+#[test]
+fn netns_killed_daemon() {
+    let Some(mut t) = Topology::ofi_netns("netns-kd") else { return };
+    killed_daemon(&mut t);
+}

@@ -19,8 +19,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::proto::{
-    write_message, Fill, FrameReader, Grant, GroupInfo, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind,
-    Reply, Request, PROTOCOL_VERSION,
+    write_message, Fill, FrameReader, Grant, GrantStatus, GroupInfo, HostStatus, NodeEvent, NodeProbe, ObjectInfo,
+    ObjectKind, Reply, Request, PROTOCOL_VERSION,
 };
 use super::{Error, Result, SOCKET_NAME};
 use crate::config::NodeId;
@@ -30,6 +30,9 @@ use crate::config::NodeId;
 pub struct Client {
     conn: Connection,
     host: String,
+    boot: u64,
+    /// The subscription that hears the status of grants this client obtains.
+    notify: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -53,7 +56,7 @@ impl Client {
         let mut conn = Connection { stream: Some(stream), reader: FrameReader::new(), socket };
         let left = timeout.saturating_sub(started.elapsed());
         match conn.call(&Request::Hello { version: PROTOCOL_VERSION }, "the daemon's hello", left)? {
-            Reply::Hello { host, .. } => Ok(Client { conn, host }),
+            Reply::Hello { host, boot, .. } => Ok(Client { conn, host, boot, notify: None }),
             other => Err(conn.unexpected(other)),
         }
     }
@@ -61,6 +64,18 @@ impl Client {
     /// The host the daemon serves.
     pub fn host(&self) -> &str {
         &self.host
+    }
+
+    /// The daemon's boot value: random per daemon start, so a changed value means the
+    /// daemon restarted (and what it held for this process is gone).
+    pub fn boot(&self) -> u64 {
+        self.boot
+    }
+
+    /// Grants this client obtains from now on report their object's [`GrantStatus`]
+    /// changes to the subscription `subscriber` ([`Subscription::id`]) of the same daemon.
+    pub fn notify_to(&mut self, subscriber: u64) {
+        self.notify = Some(subscriber);
     }
 
     /// Whether `node` has object `id` of `kind`, whether it is available, and its size,
@@ -102,8 +117,14 @@ impl Client {
         peer_node: NodeId,
         timeout: Duration,
     ) -> Result<Grant> {
-        let req =
-            Request::Connect { node: node.get(), kind, id, peer_node: peer_node.get(), timeout_ms: budget_ms(timeout) };
+        let req = Request::Connect {
+            node: node.get(),
+            kind,
+            id,
+            peer_node: peer_node.get(),
+            timeout_ms: budget_ms(timeout),
+            notify: self.notify,
+        };
         match self.conn.call(&req, &format!("a connection to {kind} {id:#x} on node {node}"), timeout)? {
             Reply::Connect { result } => result.map_err(Error::Refused),
             other => Err(self.conn.unexpected(other)),
@@ -147,17 +168,31 @@ impl Client {
     /// Turns this connection into a subscription to node events.
     pub fn subscribe(mut self, timeout: Duration) -> Result<Subscription> {
         match self.conn.call(&Request::Subscribe, "the subscription", timeout)? {
-            Reply::Subscribed { hosts } => Ok(Subscription { conn: self.conn, initial: hosts }),
+            Reply::Subscribed { hosts, subscriber } => {
+                Ok(Subscription { conn: self.conn, initial: hosts, id: subscriber, boot: self.boot })
+            }
             other => Err(self.conn.unexpected(other)),
         }
     }
 }
 
-/// Node events from the daemon, in the order it saw them.
+/// Node events from the daemon, in the order it saw them, and the status changes of the
+/// grants that named this subscription ([`Client::notify_to`]).
 #[derive(Debug)]
 pub struct Subscription {
     conn: Connection,
     initial: Vec<HostStatus>,
+    id: u64,
+    boot: u64,
+}
+
+/// What a subscription hears.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// A node's host changed state.
+    Node(NodeEvent),
+    /// The object of a grant changed ([`Client::notify_to`]).
+    Grant { grant: u64, status: GrantStatus },
 }
 
 impl Subscription {
@@ -166,13 +201,39 @@ impl Subscription {
         &self.initial
     }
 
-    /// The next event, waiting at most `timeout`: `Ok(None)` if none came.
+    /// Names this subscription for [`Client::notify_to`].
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The daemon's boot value ([`Client::boot`]).
+    pub fn boot(&self) -> u64 {
+        self.boot
+    }
+
+    /// The next node event, waiting at most `timeout`: `Ok(None)` if none came. Grant
+    /// notices are skipped.
     pub fn next_event(&mut self, timeout: Duration) -> Result<Option<NodeEvent>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.next_notice(left)? {
+                None => return Ok(None),
+                Some(Notice::Node(event)) => return Ok(Some(event)),
+                Some(Notice::Grant { .. }) => {}
+            }
+        }
+    }
+
+    /// The next notice, waiting at most `timeout`: `Ok(None)` if none came. An error means
+    /// the subscription ended (the daemon went away or broke the protocol).
+    pub fn next_notice(&mut self, timeout: Duration) -> Result<Option<Notice>> {
         let deadline = Instant::now() + timeout;
         loop {
             match self.conn.receive(deadline)? {
                 None => return Ok(None),
-                Some(Reply::Event { event }) => return Ok(Some(event)),
+                Some(Reply::Event { event }) => return Ok(Some(Notice::Node(event))),
+                Some(Reply::GrantStatus { grant, status }) => return Ok(Some(Notice::Grant { grant, status })),
                 Some(Reply::KeepAlive) => {}
                 Some(other) => return Err(self.conn.unexpected(other)),
             }

@@ -3,11 +3,12 @@
 //!
 //! ```toml
 //! [cluster]
-//! provider = "tcp;ofi_rxm"    # for the data path (libfabric); kept, not used yet
+//! provider = "tcp;ofi_rxm"    # for the data path (libfabric)
 //! port = 7470                 # the daemons' control port; an address may carry its own
 //! heartbeat_ms = 100
 //! suspect_after_ms = 500      # no heartbeat for this long: the host is Suspect
 //! lost_after_ms = 10000       # still silent: Lost
+//! secret_file = "/etc/lanes/cluster.secret"   # optional: daemons prove they share it
 //! [[node]]
 //! id = 8
 //! host = "alpha"
@@ -24,6 +25,7 @@
 //! resolution would make start-up depend on a resolver.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -50,6 +52,7 @@ pub struct ClusterSection {
     pub heartbeat_ms: Option<u64>,
     pub suspect_after_ms: Option<u64>,
     pub lost_after_ms: Option<u64>,
+    pub secret_file: Option<PathBuf>,
 }
 
 /// One host of the cluster: where its daemon listens and which nodes it serves.
@@ -76,6 +79,9 @@ pub struct ClusterConfig {
     pub suspect_after: Duration,
     /// Silence after which a host is Lost.
     pub lost_after: Duration,
+    /// A file every host's daemon reads the cluster secret from (absolute): daemons then
+    /// prove to each other that they know it before they talk (`super::secret`).
+    pub secret_file: Option<PathBuf>,
     /// The hosts, in the order the file first names them.
     pub hosts: Vec<HostEntry>,
 }
@@ -116,6 +122,11 @@ impl ClusterConfig {
             Some(p) => p.trim().to_string(),
             None => DEFAULT_PROVIDER.to_string(),
         };
+        if let Some(f) = &section.secret_file {
+            if !f.is_absolute() {
+                return Err(format!("[cluster] secret_file {f:?} must be an absolute path"));
+            }
+        }
         let mut hosts: Vec<HostEntry> = Vec::new();
         for n in nodes {
             let id = NodeId::new(n.id).map_err(|e| e.to_string())?;
@@ -139,7 +150,15 @@ impl ClusterConfig {
                 }
             }
         }
-        Ok(ClusterConfig { provider, port, heartbeat, suspect_after, lost_after, hosts })
+        Ok(ClusterConfig {
+            provider,
+            port,
+            heartbeat,
+            suspect_after,
+            lost_after,
+            secret_file: section.secret_file.clone(),
+            hosts,
+        })
     }
 
     /// The host called `name`.
@@ -269,6 +288,7 @@ address = "10.77.0.1:7470"
             (format!("[cluster]\nport = 0\n{}", node(8, "a", "10.0.0.1")), "port"),
             (format!("[cluster]\nprovider = \" \"\n{}", node(8, "a", "10.0.0.1")), "provider"),
             (format!("[cluster]\nheartbeat = 5\n{}", node(8, "a", "10.0.0.1")), "unknown field"),
+            (format!("[cluster]\nsecret_file = \"s\"\n{}", node(8, "a", "10.0.0.1")), "absolute"),
         ] {
             let e = parse(&text).unwrap_err();
             assert!(matches!(e, Error::Config { .. }), "{text:?} gave {e}");

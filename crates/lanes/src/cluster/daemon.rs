@@ -46,9 +46,10 @@ use super::config::{ClusterConfig, HostEntry};
 use super::exports;
 use super::proto::GroupInfo;
 use super::proto::{
-    encode, write_message, Answer, Fill, FrameReader, Grant, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo,
-    ObjectKind, PeerMessage, Query, Refusal, Reply, Request, PROTOCOL_VERSION,
+    encode, write_message, Answer, Fill, FrameReader, Grant, GrantStatus, HostState, HostStatus, NodeEvent, NodeProbe,
+    ObjectInfo, ObjectKind, PeerMessage, Query, Refusal, Reply, Request, PROTOCOL_VERSION,
 };
+use super::secret::{ClusterSecret, Role};
 use super::{Error, Result, SOCKET_NAME};
 use crate::config::{self, ConfigFile, NodeId};
 use crate::fabric::MapAccess;
@@ -164,6 +165,8 @@ struct Shared {
     grants: Mutex<Grants>,
     /// Grants local processes hold (the requester's side): grant id -> who holds it.
     requested: Mutex<HashMap<u64, Requested>>,
+    /// What peers must prove they know (`[cluster] secret_file`).
+    secret: Option<ClusterSecret>,
 }
 
 /// The slots this daemon claimed for peers, and the proxy records they are claimed under.
@@ -186,6 +189,8 @@ struct Held {
     peer_node: u32,
     /// The host of the requesting process (this host's name for a local requester).
     peer_host: String,
+    /// The object's status as last told to the holder.
+    reported: GrantStatus,
 }
 
 /// A grant a local process holds: its connection and the host that granted it (None: this
@@ -193,6 +198,8 @@ struct Held {
 struct Requested {
     client: u64,
     host: Option<String>,
+    /// The subscription that hears the object's status changes.
+    notify: Option<u64>,
 }
 
 struct State {
@@ -211,7 +218,7 @@ struct Peer {
     dials: bool,
     /// Releases of the peer's grants that could not be sent (no connection): sent when it
     /// is connected again, dropped when it is Lost (it released them itself).
-    owed: Vec<u64>,
+    owed: Vec<(u64, bool)>,
 }
 
 /// One live control connection: the writer's queue and the socket (to shut it down).
@@ -259,6 +266,13 @@ impl Daemon {
             path: PathBuf::from("(the cluster configuration)"),
             known: options.cluster.hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>().join(", "),
         })?;
+        let secret = match &options.cluster.secret_file {
+            Some(path) => Some(
+                ClusterSecret::load(path)
+                    .map_err(|message| Error::Config(crate::Error::Config { path: path.clone(), message }))?,
+            ),
+            None => None,
+        };
         ensure_private_dir(&options.dir)
             .map_err(|e| Error::io(format!("fabric directory {}", options.dir.display()), e))?;
         let paths = FabricPaths::new(&options.dir);
@@ -313,6 +327,7 @@ impl Daemon {
             identity,
             grants: Mutex::new(Grants::default()),
             requested: Mutex::new(HashMap::new()),
+            secret,
         });
         shared.log(format_args!(
             "host {} listening on {} and {}; heartbeat {} ms, suspect after {} ms, lost after {} ms",
@@ -368,7 +383,7 @@ impl Daemon {
             for (grant, r) in &requested {
                 let peer = r.host.as_ref().and_then(|h| st.peers.iter().find(|p| &p.entry.name == h));
                 if let Some(c) = peer.and_then(|p| p.conn.as_ref()) {
-                    c.send(&PeerMessage::Release { grant: *grant });
+                    c.send(&PeerMessage::Release { grant: *grant, died: false });
                 }
             }
             st.peers.iter_mut().filter_map(|p| p.conn.take()).collect()
@@ -551,6 +566,7 @@ impl Shared {
                     }
                 }
             }
+            self.watch_grants();
             next += period;
             let now = Instant::now();
             if next < now {
@@ -564,12 +580,16 @@ impl Shared {
     // Peer connections
     // -----------------------------------------------------------------------------------
 
-    fn hello(&self) -> PeerMessage {
+    /// This daemon's hello, with its challenge and (as acceptor) its proof when the cluster
+    /// has a secret.
+    fn hello(&self, nonce: Option<&str>, proof: Option<String>) -> PeerMessage {
         PeerMessage::Hello {
             version: PROTOCOL_VERSION,
             host: self.me.name.clone(),
             boot: self.boot,
             nodes: self.me.nodes.iter().map(|n| n.get()).collect(),
+            nonce: nonce.map(str::to_string),
+            proof,
         }
     }
 
@@ -636,7 +656,9 @@ impl Shared {
     }
 
     /// Exchanges hellos (bounded by `suspect_after`). `expect` names the host dialled; an
-    /// accepted connection may come from any other host of the cluster.
+    /// accepted connection may come from any other host of the cluster. With a cluster
+    /// secret, each side proves it knows the secret (`super::secret`) before the connection
+    /// is used.
     fn handshake(
         &self,
         stream: TcpStream,
@@ -645,28 +667,13 @@ impl Shared {
         let deadline = Instant::now() + self.cluster.suspect_after;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         stream.set_write_timeout(Some(self.cluster.suspect_after)).map_err(|e| e.to_string())?;
+        let own = self.secret.as_ref().map(|_| ClusterSecret::nonce());
         if expect.is_some() {
-            write_message(&mut &stream, &self.hello()).map_err(|e| e.to_string())?;
+            write_message(&mut &stream, &self.hello(own.as_deref(), None)).map_err(|e| e.to_string())?;
         }
         let mut reader = FrameReader::new();
-        let msg = loop {
-            match reader.next_message::<PeerMessage>() {
-                Ok(Some(m)) => break m,
-                Ok(None) => {}
-                Err(e) => return Err(self.bye(&stream, e.to_string())),
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err("no hello in time".into());
-            }
-            stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
-            match reader.fill(&mut &stream) {
-                Ok(Fill::Closed) => return Err("closed before its hello".into()),
-                Ok(_) => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        };
-        let PeerMessage::Hello { version, host, boot, .. } = msg else {
+        let msg = self.handshake_message(&stream, &mut reader, deadline, "hello")?;
+        let PeerMessage::Hello { version, host, boot, nonce, proof, .. } = msg else {
             return Err(self.bye(&stream, "the first message was not a hello".into()));
         };
         if version != PROTOCOL_VERSION {
@@ -676,13 +683,64 @@ impl Shared {
             if host != want {
                 return Err(self.bye(&stream, format!("dialled host {want} but {host} answered")));
             }
-        } else {
-            if host == self.me.name || self.cluster.host(&host).is_none() {
-                return Err(self.bye(&stream, format!("host {host:?} is not a peer in this cluster")));
+        } else if host == self.me.name || self.cluster.host(&host).is_none() {
+            return Err(self.bye(&stream, format!("host {host:?} is not a peer in this cluster")));
+        }
+        if let (Some(secret), Some(own)) = (&self.secret, &own) {
+            let Some(challenge) = nonce else {
+                return Err(self.bye(&stream, format!("host {host} did not offer to prove the cluster secret")));
+            };
+            if expect.is_some() {
+                // Dialler: check the acceptor's proof, then prove ourselves.
+                let proven = proof.is_some_and(|p| secret.verify(&p, Role::Acceptor, own, &challenge, &host));
+                if !proven {
+                    return Err(self.bye(&stream, format!("host {host} did not prove the cluster secret")));
+                }
+                let proof = secret.proof(Role::Dialler, &challenge, own, &self.me.name);
+                write_message(&mut &stream, &PeerMessage::Auth { proof }).map_err(|e| e.to_string())?;
+            } else {
+                // Acceptor: answer with our hello and proof, then check the dialler's.
+                let proof = secret.proof(Role::Acceptor, &challenge, own, &self.me.name);
+                write_message(&mut &stream, &self.hello(Some(own), Some(proof))).map_err(|e| e.to_string())?;
+                let proven = match self.handshake_message(&stream, &mut reader, deadline, "proof")? {
+                    PeerMessage::Auth { proof } => secret.verify(&proof, Role::Dialler, own, &challenge, &host),
+                    _ => false,
+                };
+                if !proven {
+                    return Err(self.bye(&stream, format!("host {host} did not prove the cluster secret")));
+                }
             }
-            write_message(&mut &stream, &self.hello()).map_err(|e| e.to_string())?;
+        } else if expect.is_none() {
+            write_message(&mut &stream, &self.hello(None, None)).map_err(|e| e.to_string())?;
         }
         Ok((stream, HandshakeReader { frames: reader, host }, boot))
+    }
+
+    /// The next message of a handshake, by `deadline`.
+    fn handshake_message(
+        &self,
+        stream: &TcpStream,
+        reader: &mut FrameReader,
+        deadline: Instant,
+        what: &str,
+    ) -> std::result::Result<PeerMessage, String> {
+        loop {
+            match reader.next_message::<PeerMessage>() {
+                Ok(Some(m)) => return Ok(m),
+                Ok(None) => {}
+                Err(e) => return Err(self.bye(stream, e.to_string())),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!("no {what} in time"));
+            }
+            stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+            match reader.fill(&mut &*stream) {
+                Ok(Fill::Closed) => return Err(format!("closed before its {what}")),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
     }
 
     /// Sends a goodbye with `reason` (best effort) and returns the reason.
@@ -716,9 +774,9 @@ impl Shared {
             }
             self.set_state(&mut st, i, HostState::Operational, "hello received");
             let owed = std::mem::take(&mut st.peers[i].owed);
-            for grant in owed {
-                if !conn.send(&PeerMessage::Release { grant }) {
-                    st.peers[i].owed.push(grant);
+            for (grant, died) in owed {
+                if !conn.send(&PeerMessage::Release { grant, died }) {
+                    st.peers[i].owed.push((grant, died));
                 }
             }
             st.peers[i].entry.name.clone()
@@ -794,7 +852,7 @@ impl Shared {
                 };
                 if !conn.send(&PeerMessage::Answer { id, answer }) {
                     if let Some(g) = granted {
-                        self.release_grant(g, Some(&host)); // it will never hear of it
+                        self.release_grant(g, Some(&host), false); // it will never hear of it
                     }
                     return Some("cannot queue an answer: connection stalled".into());
                 }
@@ -806,23 +864,28 @@ impl Shared {
                     (Some(p), answer) => {
                         if let Err(mpsc::SendError(Answer::Granted { grant })) = p.answer.send(answer) {
                             // The asker gave up meanwhile: nobody holds the grant.
-                            conn.send(&PeerMessage::Release { grant: grant.grant });
+                            conn.send(&PeerMessage::Release { grant: grant.grant, died: false });
                         }
                     }
                     (None, Answer::Granted { grant }) => {
                         // Answered after the asker's timeout: give the slot back.
-                        conn.send(&PeerMessage::Release { grant: grant.grant });
+                        conn.send(&PeerMessage::Release { grant: grant.grant, died: false });
                     }
                     (None, _) => {}
                 }
                 None
             }
-            PeerMessage::Release { grant } => {
-                self.release_grant(grant, Some(&host));
+            PeerMessage::Release { grant, died } => {
+                self.release_grant(grant, Some(&host), died);
+                None
+            }
+            PeerMessage::GrantStatus { grant, status } => {
+                self.tell_requester(grant, Some(&host), status);
                 None
             }
             PeerMessage::Bye { reason } => Some(format!("peer said goodbye: {reason}")),
             PeerMessage::Hello { .. } => Some("a second hello on one connection".into()),
+            PeerMessage::Auth { .. } => Some("a proof outside the hello exchange".into()),
         }
     }
 
@@ -998,7 +1061,17 @@ impl Shared {
                 break g;
             }
         };
-        grants.held.insert(grant, Held { file, kind, node, id, slot, peer_node, peer_host: peer_host.to_string() });
+        let held = Held {
+            file,
+            kind,
+            node,
+            id,
+            slot,
+            peer_node,
+            peer_host: peer_host.to_string(),
+            reported: GrantStatus::Available,
+        };
+        grants.held.insert(grant, held);
         drop(grants);
         self.log(format_args!(
             "grant {grant:016x}: {kind} {id:#x} of node {node}, slot {slot}, to node {peer_node} on host {peer_host}"
@@ -1007,15 +1080,16 @@ impl Shared {
     }
 
     /// Releases the slot of `grant`, if this daemon holds it and (when `from` names a host)
-    /// it was granted to that host.
-    fn release_grant(&self, grant: u64, from: Option<&str>) {
+    /// it was granted to that host; `died`: its holder went away without disconnecting.
+    fn release_grant(&self, grant: u64, from: Option<&str>, died: bool) {
         let mut grants = self.grants_lock();
         let Some(held) = grants.held.get(&grant) else { return };
         if from.is_some_and(|h| h != held.peer_host) {
             return;
         }
         if let Some(held) = grants.held.remove(&grant) {
-            self.release_held(&mut grants, grant, held, "released");
+            let why = if died { "released: its holder went away" } else { "released" };
+            self.release_held(&mut grants, grant, held, why, died);
         }
     }
 
@@ -1025,8 +1099,70 @@ impl Shared {
         let ids: Vec<u64> = grants.held.iter().filter(|(_, h)| h.peer_host == host).map(|(g, _)| *g).collect();
         for g in ids {
             if let Some(held) = grants.held.remove(&g) {
-                self.release_held(&mut grants, g, held, "released: its host is lost");
+                self.release_held(&mut grants, g, held, "released: its host is lost", true);
             }
+        }
+    }
+
+    /// Tells the holders of grants whose object changed (made unavailable or available
+    /// again, removed, its owner died) what became of it. A notice that cannot be sent now
+    /// (the holder's host is unreachable) is sent at a later tick.
+    fn watch_grants(&self) {
+        let procs = self.paths.procs();
+        let changed: Vec<(u64, String, GrantStatus)> = {
+            let grants = self.grants_lock();
+            grants
+                .held
+                .iter()
+                .filter(|(_, h)| !h.reported.is_final())
+                .filter_map(|(g, h)| {
+                    let state = h.file.header().state();
+                    let status = if state & state::REMOVED != 0 {
+                        GrantStatus::Removed
+                    } else if !liveness::is_alive(&procs, h.node, h.file.snapshot().owner) {
+                        GrantStatus::OwnerDied
+                    } else if state & state::AVAILABLE == 0 {
+                        GrantStatus::Unavailable
+                    } else {
+                        GrantStatus::Available
+                    };
+                    (status != h.reported).then(|| (*g, h.peer_host.clone(), status))
+                })
+                .collect()
+        };
+        for (grant, host, status) in changed {
+            let told = if host == self.me.name {
+                self.tell_requester(grant, None, status);
+                true
+            } else {
+                let st = self.lock();
+                let peer = st.peers.iter().find(|p| p.entry.name == host);
+                peer.and_then(|p| p.conn.as_ref()).is_some_and(|c| c.send(&PeerMessage::GrantStatus { grant, status }))
+            };
+            if told {
+                if let Some(h) = self.grants_lock().held.get_mut(&grant) {
+                    h.reported = status;
+                }
+                self.log(format_args!("grant {grant:016x}: told host {host} its object is {status:?}"));
+            }
+        }
+    }
+
+    /// Passes a grant's new status to the subscription its local holder named, if the grant
+    /// came from `from` (None: this host).
+    fn tell_requester(&self, grant: u64, from: Option<&str>, status: GrantStatus) {
+        let notify = {
+            let req = self.requested_lock();
+            match req.get(&grant) {
+                Some(r) if r.host.as_deref() == from => r.notify,
+                _ => None,
+            }
+        };
+        let Some(subscriber) = notify else { return };
+        let st = self.lock();
+        if let Some((_, tx)) = st.subscribers.iter().find(|(id, _)| *id == subscriber) {
+            // A subscriber too slow to take it is dropped at the next node event anyway.
+            let _ = tx.try_send(Reply::GrantStatus { grant, status });
         }
     }
 
@@ -1035,13 +1171,20 @@ impl Shared {
         let mut grants = self.grants_lock();
         let all: Vec<(u64, Held)> = grants.held.drain().collect();
         for (g, held) in all {
-            self.release_held(&mut grants, g, held, "released: the daemon stops");
+            self.release_held(&mut grants, g, held, "released: the daemon stops", false);
         }
         grants.records.clear();
     }
 
-    fn release_held(&self, grants: &mut Grants, grant: u64, held: Held, why: &str) {
-        held.file.header().release_slot(held.slot, self.identity);
+    /// Releases `held`'s slot (`why` is for the log); `as_dead` (its holder went away
+    /// without disconnecting, or its host was lost): the owner sees
+    /// `Disconnected { died: true }`, as when a local peer dies.
+    fn release_held(&self, grants: &mut Grants, grant: u64, held: Held, why: &str, as_dead: bool) {
+        if as_dead {
+            held.file.header().release_slot_lost(held.slot, self.identity);
+        } else {
+            held.file.header().release_slot(held.slot, self.identity);
+        }
         grants.forget_record_if_unused(held.peer_node);
         self.log(format_args!(
             "grant {grant:016x}: {} {:#x} of node {}, slot {}, node {} on host {} {why}",
@@ -1083,7 +1226,7 @@ impl Shared {
             Answer::Granted { grant } => {
                 let i = &grant.info;
                 if (i.node, i.kind, i.id) != (node, kind, id) {
-                    self.send_release(&host, grant.grant);
+                    self.send_release(&host, grant.grant, false);
                     return Err(Refusal::Failed { reason: format!("host {host} granted another object: {i:?}") });
                 }
                 Ok((grant, Some(host)))
@@ -1094,20 +1237,20 @@ impl Shared {
     }
 
     /// Tells `host` to release `grant`, now or when it is connected again.
-    fn send_release(&self, host: &str, grant: u64) {
+    fn send_release(&self, host: &str, grant: u64, died: bool) {
         let mut st = self.lock();
         let Some(p) = st.peers.iter_mut().find(|p| p.entry.name == host) else { return };
-        let sent = p.conn.as_ref().is_some_and(|c| c.send(&PeerMessage::Release { grant }));
+        let sent = p.conn.as_ref().is_some_and(|c| c.send(&PeerMessage::Release { grant, died }));
         if !sent && p.state != HostState::Lost {
-            p.owed.push(grant);
+            p.owed.push((grant, died));
         }
     }
 
-    /// Releases a grant a local process held.
-    fn release_requested(&self, grant: u64, host: Option<String>) {
+    /// Releases a grant a local process held; `died`: it went away without disconnecting.
+    fn release_requested(&self, grant: u64, host: Option<String>, died: bool) {
         match host {
-            None => self.release_grant(grant, Some(&self.me.name)),
-            Some(h) => self.send_release(&h, grant),
+            None => self.release_grant(grant, Some(&self.me.name), died),
+            Some(h) => self.send_release(&h, grant, died),
         }
     }
 
@@ -1118,8 +1261,10 @@ impl Shared {
             let ids: Vec<u64> = req.iter().filter(|(_, r)| r.client == client).map(|(g, _)| *g).collect();
             ids.into_iter().filter_map(|g| req.remove(&g).map(|r| (g, r))).collect()
         };
+        // Grants still held when the connection ends: the process exited or died without
+        // disconnecting (or gave up on a call, which the owner cannot tell apart).
         for (grant, r) in mine {
-            self.release_requested(grant, r.host);
+            self.release_requested(grant, r.host, true);
         }
     }
 
@@ -1362,10 +1507,10 @@ impl Shared {
                     Reply::Lookup { result: self.lookup(node, kind, id, wait(timeout_ms)) }
                 }
                 Request::Probe { node, timeout_ms } => Reply::Probe { result: self.probe(node, wait(timeout_ms)) },
-                Request::Connect { node, kind, id, peer_node, timeout_ms } => {
+                Request::Connect { node, kind, id, peer_node, timeout_ms, notify } => {
                     let result = self.connect(node, kind, id, peer_node, wait(timeout_ms));
                     if let Ok((grant, host)) = &result {
-                        let held = Requested { client: client.id, host: host.clone() };
+                        let held = Requested { client: client.id, host: host.clone(), notify };
                         self.requested_lock().insert(grant.grant, held);
                     }
                     Reply::Connect { result: result.map(|(grant, _)| grant) }
@@ -1376,7 +1521,7 @@ impl Shared {
                     let held = if mine { req.remove(&grant) } else { None };
                     drop(req);
                     if let Some(r) = held {
-                        self.release_requested(grant, r.host);
+                        self.release_requested(grant, r.host, false);
                     }
                     Reply::Disconnected
                 }
@@ -1398,7 +1543,7 @@ impl Shared {
             self.hosts(&st)
         };
         let result = (|| {
-            write_message(&mut stream, &Reply::Subscribed { hosts }).map_err(|e| e.to_string())?;
+            write_message(&mut stream, &Reply::Subscribed { hosts, subscriber: id }).map_err(|e| e.to_string())?;
             loop {
                 let msg = match rx.recv_timeout(KEEPALIVE) {
                     Ok(m) => m,
@@ -1524,6 +1669,82 @@ mod tests {
         let _ = fs::remove_dir_all(&db);
     }
 
+    /// With `[cluster] secret_file`, daemons that share the secret talk; one with another
+    /// secret or none, and a stranger that cannot answer the challenge, are refused at the
+    /// hello with a goodbye saying why.
+    #[test]
+    fn daemons_prove_the_cluster_secret_before_they_talk() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("secret");
+        fs::create_dir_all(&dir).unwrap();
+        let write_secret = |name: &str, text: &str| {
+            let p = dir.join(name);
+            fs::write(&p, text).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+            p
+        };
+        let (good, wrong) =
+            (write_secret("good", "one secret, long enough"), write_secret("wrong", "another secret, as long"));
+        let base = cluster(&[("a", free_port()), ("b", free_port()), ("c", free_port())]);
+        let with = |secret: Option<&PathBuf>| ClusterConfig { secret_file: secret.cloned(), ..base.clone() };
+        let start = |host: &str, secret: Option<&PathBuf>| {
+            let d = dir.join(host);
+            Daemon::start(DaemonOptions { cluster: with(secret), host: host.into(), dir: d }).unwrap()
+        };
+        let a = start("a", Some(&good));
+        let b = start("b", Some(&good));
+        let mut client = Client::connect(&dir.join("a"), Duration::from_secs(2)).unwrap();
+        wait_operational(&mut client, "b");
+        let state_of_c = |client: &mut Client| {
+            let hosts = client.cluster(Duration::from_secs(1)).unwrap();
+            hosts.iter().find(|h| h.name == "c").unwrap().state
+        };
+        for secret in [Some(&wrong), None] {
+            let c = start("c", secret);
+            std::thread::sleep(Duration::from_millis(500)); // many dial attempts (heartbeat 20 ms)
+            assert_eq!(state_of_c(&mut client), HostState::Unknown, "c with secret {secret:?} was let in");
+            c.stop();
+        }
+
+        // A stranger posing as c: no challenge, then a wrong answer.
+        let hello = |nonce: Option<String>| PeerMessage::Hello {
+            version: PROTOCOL_VERSION,
+            host: "c".into(),
+            boot: 1,
+            nodes: vec![16],
+            nonce,
+            proof: None,
+        };
+        let goodbye = |t: &mut TcpStream| {
+            let mut r = FrameReader::new();
+            loop {
+                match r.next_message::<PeerMessage>().unwrap() {
+                    Some(PeerMessage::Bye { reason }) => return reason,
+                    Some(_) => continue,
+                    None => assert_ne!(r.fill(t).unwrap(), Fill::Closed, "closed without a goodbye"),
+                }
+            }
+        };
+        let mut t = TcpStream::connect(a.address()).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        write_message(&mut t, &hello(None)).unwrap();
+        assert!(goodbye(&mut t).contains("did not offer to prove"));
+        let mut t = TcpStream::connect(a.address()).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        write_message(&mut t, &hello(Some(ClusterSecret::nonce()))).unwrap();
+        write_message(&mut t, &PeerMessage::Auth { proof: "00".repeat(32) }).unwrap();
+        assert!(goodbye(&mut t).contains("did not prove the cluster secret"));
+        assert_eq!(state_of_c(&mut client), HostState::Unknown);
+
+        // A readable secret is a configuration error naming the file.
+        fs::set_permissions(&good, fs::Permissions::from_mode(0o640)).unwrap();
+        let e = Daemon::start(DaemonOptions { cluster: with(Some(&good)), host: "c".into(), dir: dir.join("c") })
+            .unwrap_err();
+        assert!(e.to_string().contains("mode 640"), "{e}");
+        drop((a, b));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     fn wait_operational(client: &mut Client, host: &str) {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
@@ -1626,7 +1847,7 @@ mod tests {
         }
         cb.disconnect_object(g.grant, t).unwrap(); // twice: nothing
 
-        // A connection that closes releases its grants.
+        // A connection that closes releases its grants, as its holder's death.
         let mut other = Client::connect(&db, t).unwrap();
         let g2 = other.connect_object(n8, seg, 0x10, n12, t).unwrap();
         assert_eq!(s.wait_event(Timeout::After(t)).unwrap(), LocalEvent::Connected { node: 12, pid: me });
@@ -1634,7 +1855,7 @@ mod tests {
         assert_eq!(s.connected_peers().len(), 1);
         drop(other);
         let ev = s.wait_event(Timeout::After(t)).unwrap();
-        assert_eq!(ev, LocalEvent::Disconnected { node: 12, pid: me, died: false });
+        assert_eq!(ev, LocalEvent::Disconnected { node: 12, pid: me, died: true });
 
         // A node of this host connects without forwarding.
         let mut ca = Client::connect(&da, t).unwrap();
@@ -1661,7 +1882,7 @@ mod tests {
 
         // Bad node ids, and a requester claiming to be another host's node.
         for (node, peer_node) in [(7, 12), (8, 0), (8, 8)] {
-            let req = Request::Connect { node, kind: seg, id: 0x10, peer_node, timeout_ms: 1000 };
+            let req = Request::Connect { node, kind: seg, id: 0x10, peer_node, timeout_ms: 1000, notify: None };
             let reply = raw_call(b.socket(), &req);
             assert!(matches!(reply, Reply::Connect { result: Err(Refusal::Failed { .. }) }), "{reply:?}");
         }
@@ -1717,7 +1938,14 @@ mod tests {
         // A hello from a host the cluster does not know.
         let mut t = TcpStream::connect(a.address()).unwrap();
         t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let hello = PeerMessage::Hello { version: PROTOCOL_VERSION, host: "zz".into(), boot: 1, nodes: vec![] };
+        let hello = PeerMessage::Hello {
+            version: PROTOCOL_VERSION,
+            host: "zz".into(),
+            boot: 1,
+            nodes: vec![],
+            nonce: None,
+            proof: None,
+        };
         write_message(&mut t, &hello).unwrap();
         let mut r = FrameReader::new();
         let bye = loop {

@@ -95,6 +95,53 @@ pub fn publish(fabric_dir: &Path, rec: &ExportRecord) -> io::Result<()> {
     written
 }
 
+/// Removes the records no live owner stands behind: records whose owner (`node`, identity)
+/// `is_alive` denies, files in the records' directory that are not valid records, and
+/// temporary files of writers that died. Returns (file name, why) per removal.
+pub fn sweep(fabric_dir: &Path, is_alive: impl Fn(u32, u32, u64) -> bool) -> Vec<(String, String)> {
+    let dir = fabric_dir.join(EXPORTS_DIR);
+    let Ok(entries) = fs::read_dir(&dir) else { return Vec::new() };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let why = if let Some(rest) = name.strip_prefix(".tmp-") {
+            // `.tmp-<pid>-<n>`: a writer that died between writing and renaming.
+            let pid = rest.split('-').next().and_then(|p| p.parse::<i32>().ok());
+            // SAFETY: kill with signal 0 only checks whether the pid exists.
+            let gone = pid.is_some_and(|p| p > 0 && unsafe { libc::kill(p, 0) } != 0);
+            gone.then(|| "a dead writer's temporary file".to_string())
+        } else if !name.ends_with(".json") {
+            None
+        } else {
+            match parse_name(&name).map(|(kind, node, id)| read(fabric_dir, kind, node, id)) {
+                None => Some("not a record's name".to_string()),
+                Some(Err(reason)) => Some(reason),
+                Some(Ok(None)) => None, // gone meanwhile
+                Some(Ok(Some(r))) => (!is_alive(r.node, r.owner_pid, r.owner_identity))
+                    .then(|| format!("its owner, pid {}, is dead", r.owner_pid)),
+            }
+        };
+        if let Some(why) = why {
+            if fs::remove_file(e.path()).is_ok() {
+                removed.push((name, why));
+            }
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// The object a record file's name stands for (see [`record_path`]).
+fn parse_name(name: &str) -> Option<(ObjectKind, u32, u32)> {
+    let stem = name.strip_suffix(".json")?;
+    let (rest, id) = stem.rsplit_once('-')?;
+    let (kind, node) = rest.rsplit_once('-')?;
+    let kind = [ObjectKind::Segment, ObjectKind::Interrupt, ObjectKind::DataInterrupt]
+        .into_iter()
+        .find(|k| kind_name(*k) == kind)?;
+    Some((kind, node.parse().ok()?, u32::from_str_radix(id, 16).ok()?))
+}
+
 /// Removes the record of (`kind`, `node`, `id`) if it is still the export of `epoch` (a
 /// newer export of the same object stays). Best effort: nothing to report if it is gone.
 pub fn withdraw(fabric_dir: &Path, kind: ObjectKind, node: u32, id: u32, epoch: u64) {
@@ -195,6 +242,42 @@ mod tests {
         withdraw(&d, ObjectKind::Segment, 8, 0x10, 2); // gone: nothing to do
                                                        // No temporary files left behind.
         assert_eq!(fs::read_dir(d.join(EXPORTS_DIR)).unwrap().count(), 0);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn sweep_removes_what_no_live_owner_stands_behind() {
+        let d = scratch("sweep");
+        let live = record(1); // owner pid 1234, judged alive below
+        let mut dead = record(2);
+        (dead.kind, dead.id, dead.owner_pid) = (ObjectKind::DataInterrupt, 0x11, 999);
+        publish(&d, &live).unwrap();
+        publish(&d, &dead).unwrap();
+        let dir = d.join(EXPORTS_DIR);
+        fs::write(dir.join("segment-8-00000012.json"), b"{ not json").unwrap();
+        fs::write(dir.join("interrupt-x-1.json"), b"{}").unwrap();
+        fs::write(dir.join("README"), b"left alone").unwrap();
+        // A temporary file of a writer that died (a child that exited), and one of ours.
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        let mut child = child;
+        child.wait().unwrap();
+        fs::write(dir.join(format!(".tmp-{gone}-0")), b"half").unwrap();
+        fs::write(dir.join(format!(".tmp-{}-9", std::process::id())), b"in progress").unwrap();
+
+        let removed = sweep(&d, |node, pid, _| node == 8 && pid == 1234);
+        let names: Vec<&str> = removed.iter().map(|(n, _)| n.as_str()).collect();
+        let tmp = format!(".tmp-{gone}-0");
+        assert_eq!(
+            names,
+            [tmp.as_str(), "data-interrupt-8-00000011.json", "interrupt-x-1.json", "segment-8-00000012.json"],
+            "{removed:?}"
+        );
+        assert!(removed[1].1.contains("pid 999, is dead"), "{removed:?}");
+        assert_eq!(read(&d, ObjectKind::Segment, 8, 0x10), Ok(Some(live)));
+        assert!(dir.join("README").exists());
+        assert!(dir.join(format!(".tmp-{}-9", std::process::id())).exists());
+        assert!(sweep(&d, |_, _, _| true).is_empty(), "nothing left to sweep");
         let _ = fs::remove_dir_all(&d);
     }
 

@@ -7,6 +7,7 @@
 //! - [`proto`]: frames and messages, daemon to daemon (TCP) and process to daemon (Unix socket).
 //! - [`daemon`]: the daemon, [`daemon::run`] is what `lanes daemon` runs.
 //! - [`client`]: what a process uses to ask its daemon; every call has a deadline.
+//! - [`secret`]: the optional cluster secret daemons prove to each other.
 //! - [`exports`]: the records an owner process publishes for objects it exported over
 //!   libfabric, which the daemon hands to connecting peers with their [`Grant`].
 
@@ -15,14 +16,17 @@ pub mod config;
 pub mod daemon;
 pub mod exports;
 pub mod proto;
+pub mod secret;
 
 use std::io;
 use std::path::PathBuf;
 
-pub use client::{Client, Subscription};
+pub use client::{Client, Notice, Subscription};
 pub use config::{ClusterConfig, HostEntry};
 pub use exports::ExportRecord;
-pub use proto::{Grant, GroupInfo, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal};
+pub use proto::{
+    Grant, GrantStatus, GroupInfo, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal,
+};
 
 /// The daemon's socket in a fabric directory.
 pub const SOCKET_NAME: &str = "daemon.sock";

@@ -310,6 +310,28 @@ pub struct NodeEvent {
     pub reason: String,
 }
 
+/// What became of a granted object, as its owner's daemon sees it: sent to the grant's
+/// holder when it changes ([`PeerMessage::GrantStatus`], [`Reply::GrantStatus`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GrantStatus {
+    /// The owner offers it (as when it was granted).
+    Available,
+    /// The owner made it unavailable; it may make it available again.
+    Unavailable,
+    /// The owner removed it: final.
+    Removed,
+    /// The owner process died: final.
+    OwnerDied,
+}
+
+impl GrantStatus {
+    /// No later status follows this one.
+    pub fn is_final(self) -> bool {
+        matches!(self, GrantStatus::Removed | GrantStatus::OwnerDied)
+    }
+}
+
 /// Why a daemon could not answer a question.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "refusal", rename_all = "kebab-case")]
@@ -376,12 +398,22 @@ pub enum Answer {
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum PeerMessage {
     /// First frame in each direction. `boot` is random per daemon start: a changed value
-    /// means the host's daemon restarted.
+    /// means the host's daemon restarted. With a cluster secret (`super::secret`), `nonce`
+    /// is the sender's challenge, and the acceptor's hello carries its `proof` (the answer
+    /// to the dialler's challenge); the dialler answers with [`PeerMessage::Auth`].
     Hello {
         version: u16,
         host: String,
         boot: u64,
         nodes: Vec<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nonce: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<String>,
+    },
+    /// The dialler's answer to the acceptor's challenge, right after the hellos.
+    Auth {
+        proof: String,
     },
     /// Sent every `heartbeat_ms`; any frame counts as a sign of life.
     Heartbeat,
@@ -398,6 +430,15 @@ pub enum PeerMessage {
     /// slot. Fire and forget; an unknown grant is ignored.
     Release {
         grant: u64,
+        /// The holder went away without disconnecting: the owner sees it die.
+        #[serde(default)]
+        died: bool,
+    },
+    /// What became of the object of `grant`, which the receiver's host holds: sent by the
+    /// owner's daemon when it changes. Fire and forget; an unknown grant is ignored.
+    GrantStatus {
+        grant: u64,
+        status: GrantStatus,
     },
     /// The sender is closing the connection, and why.
     Bye {
@@ -436,6 +477,10 @@ pub enum Request {
         id: u32,
         peer_node: u32,
         timeout_ms: u64,
+        /// The subscription (`subscriber` of [`Reply::Subscribed`]) that hears the grant's
+        /// [`GrantStatus`] changes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        notify: Option<u64>,
     },
     /// Releases a grant this connection holds (an unknown one is ignored).
     Disconnect {
@@ -477,12 +522,20 @@ pub enum Reply {
     Cluster {
         hosts: Vec<HostStatus>,
     },
-    /// The subscription starts from this picture; events follow.
+    /// The subscription starts from this picture; events follow. `subscriber` names it in
+    /// the `notify` of a [`Request::Connect`].
     Subscribed {
         hosts: Vec<HostStatus>,
+        #[serde(default)]
+        subscriber: u64,
     },
     Event {
         event: NodeEvent,
+    },
+    /// To a subscription named by a connect's `notify`: the object of `grant` changed.
+    GrantStatus {
+        grant: u64,
+        status: GrantStatus,
     },
     /// Sent to subscribers when nothing happened for a while, so that either side notices
     /// the other's death.
@@ -520,7 +573,23 @@ mod tests {
     #[test]
     fn frames_round_trip_in_pieces() {
         let msgs = vec![
-            PeerMessage::Hello { version: PROTOCOL_VERSION, host: "a".into(), boot: 7, nodes: vec![8, 12] },
+            PeerMessage::Hello {
+                version: PROTOCOL_VERSION,
+                host: "a".into(),
+                boot: 7,
+                nodes: vec![8, 12],
+                nonce: None,
+                proof: None,
+            },
+            PeerMessage::Hello {
+                version: PROTOCOL_VERSION,
+                host: "b".into(),
+                boot: 8,
+                nodes: vec![],
+                nonce: Some("00ff".into()),
+                proof: Some("ab".into()),
+            },
+            PeerMessage::Auth { proof: "cd".into() },
             PeerMessage::Heartbeat,
             PeerMessage::Query { id: 1, query: Query::Lookup { node: 8, kind: ObjectKind::Segment, id: 0x10 } },
             PeerMessage::Answer {
@@ -598,7 +667,8 @@ mod tests {
                 },
             },
             PeerMessage::Answer { id: 2, answer: Answer::Granted { grant: grant.clone() } },
-            PeerMessage::Release { grant: u64::MAX },
+            PeerMessage::Release { grant: u64::MAX, died: true },
+            PeerMessage::GrantStatus { grant: u64::MAX - 1, status: GrantStatus::OwnerDied },
         ];
         let local = vec![
             Reply::Connect { result: Ok(grant) },
@@ -611,6 +681,8 @@ mod tests {
                 }),
             },
             Reply::Disconnected,
+            Reply::Subscribed { hosts: Vec::new(), subscriber: u64::MAX },
+            Reply::GrantStatus { grant: 7, status: GrantStatus::Unavailable },
         ];
         let mut bytes = Vec::new();
         peer.iter().for_each(|m| write_message(&mut bytes, m).unwrap());

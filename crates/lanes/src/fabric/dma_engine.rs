@@ -620,7 +620,8 @@ mod rma_pipe {
             }
         }
 
-        /// Fails the queue if a connection it has work for is lost.
+        /// Fails the queue if a connection it has work for is lost or its host does not
+        /// respond.
         fn check_lost(&self, q: &QueueShared) {
             if q.failed.load(Ordering::Acquire) {
                 return;
@@ -630,8 +631,8 @@ mod rma_pipe {
                 if let Work::Rma { conn, .. } = &r.work {
                     if Arc::as_ptr(conn) != last {
                         last = Arc::as_ptr(conn);
-                        if let RemoteState::Lost(reason) = conn.state() {
-                            fail(q, format!("the remote segment was lost: {}", reason.describe()));
+                        if let Some(e) = conn.fault() {
+                            fail(q, e.to_string());
                             return;
                         }
                     }
@@ -874,7 +875,7 @@ mod rma_pipe {
         }
         let ready = || {
             ops.iter().any(|o| o.outcome().is_some())
-                || conns.iter().any(|c| matches!(c.state(), RemoteState::Lost(_)))
+                || conns.iter().any(|c| c.fault().is_some())
                 || watched.iter().any(|q| q.aborted.load(Ordering::Relaxed))
                 || changed()
         };

@@ -270,9 +270,36 @@ impl Fabric {
         ReflectiveMember::join(&self.inner, group, timeout)
     }
 
-    /// Whether any live process acts as `node` on this fabric.
+    /// Whether any live process acts as `node` on this fabric. For a node of another host
+    /// of the cluster, this host's daemon asks that host's (`SCIProbeNode`): the node is
+    /// there when its host is Operational and a live process acts as it there. A daemon
+    /// that cannot be asked, or does not answer within a second, means no.
     pub fn probe_node(&self, node: u32) -> bool {
-        liveness::list_records(&self.inner.paths.procs()).iter().any(|r| r.node == node && r.alive)
+        match &self.inner.cluster {
+            Some(c) if c.is_remote(node) => {
+                const PROBE: std::time::Duration = std::time::Duration::from_secs(1);
+                let Ok(id) = NodeId::new(node) else { return false };
+                crate::cluster::Client::connect(self.inner.paths.root(), PROBE)
+                    .and_then(|mut client| client.probe_node(id, PROBE))
+                    .is_ok_and(|probe| probe.is_up())
+            }
+            _ => liveness::list_records(&self.inner.paths.procs()).iter().any(|r| r.node == node && r.alive),
+        }
+    }
+
+    /// Node events of the cluster this host is part of: one per node of a host whose state
+    /// changes (operational, suspect, lost), as this host's daemon sees it, with the
+    /// reason; [`crate::cluster::Subscription::initial`] is the picture they start from.
+    /// Fails with [`Error::Cluster`] on a fabric that is not part of a cluster or whose
+    /// daemon does not answer within two seconds.
+    pub fn node_events(&self) -> Result<crate::cluster::Subscription> {
+        const CALL: std::time::Duration = std::time::Duration::from_secs(2);
+        if self.inner.cluster.is_none() {
+            return Err(Error::Cluster("node events need a cluster: [cluster] in lanes.toml, naming this host".into()));
+        }
+        crate::cluster::Client::connect(self.inner.paths.root(), CALL)
+            .and_then(|c| c.subscribe(CALL))
+            .map_err(|e| Error::Cluster(e.to_string()))
     }
 
     /// The fabric's nodes and segments.

@@ -548,9 +548,9 @@ impl ReflectiveMember {
     }
 
     /// A member of a cluster's group hears the loss of its connection to the creator: the
-    /// group's removal, which the creator writes into this member's copy (polled here), or
-    /// this side's disconnection. Joins and leaves of others, and the creator's death on
-    /// another host, are not relayed yet (docs/design/multi-host.md, stage 5).
+    /// group's removal, which the creator writes into this member's copy (polled here), the
+    /// creator's death (the daemons mark the connection lost), or this side's
+    /// disconnection. Joins and leaves of others are not relayed.
     #[cfg(feature = "ofi")]
     fn wait_loss(&self, timeout: Timeout) -> Result<GroupEvent> {
         let inner = &self.seg.inner;

@@ -95,7 +95,8 @@ impl SlotTracker {
                     // A holder that released the slot itself disconnected, even if its
                     // process has exited since; one displaced (or unknown) is judged alive.
                     let released = now.last == Some(p.id) && now.last_released;
-                    let died = !released && gone(p.node, p.id);
+                    let lost = now.last == Some(p.id) && now.last_lost;
+                    let died = lost || (!released && gone(p.node, p.id));
                     st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died });
                 }
                 st.watches.remove(&i);
@@ -104,7 +105,7 @@ impl SlotTracker {
                 if changes >= 2 && Some(last) != seen_id && Some(last) != now.holder {
                     let (node, pid) = (now.last_node, last.pid());
                     st.queue.push_back(LocalEvent::Connected { node, pid });
-                    let died = !now.last_released && gone(node, last);
+                    let died = now.last_lost || (!now.last_released && gone(node, last));
                     st.queue.push_back(LocalEvent::Disconnected { node, pid, died });
                 }
             }

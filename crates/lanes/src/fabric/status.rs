@@ -169,10 +169,13 @@ pub struct CleanupReport {
     pub segments: Vec<(u32, u32, String)>,
     /// Process records of dead processes, as (node, pid).
     pub records: Vec<(u32, u32)>,
+    /// Export records (cross-host access to objects) no live owner stands behind, as (file
+    /// name, why).
+    pub exports: Vec<(String, String)>,
 }
 
-/// Removes what dead processes left: segments whose owner died (or that are corrupt) and
-/// stale process records. Live segments are never touched; peers that still map a removed
+/// Removes what dead processes left: segments whose owner died (or that are corrupt), their
+/// export records, and stale process records. Live segments are never touched; peers that still map a removed
 /// segment keep reading it (files are unlinked, never truncated).
 pub fn cleanup(dir: &Path) -> Result<CleanupReport> {
     let paths = FabricPaths::new(dir);
@@ -200,6 +203,9 @@ pub fn cleanup(dir: &Path) -> Result<CleanupReport> {
             report.segments.push((node, id, why));
         }
     }
+    report.exports = crate::cluster::exports::sweep(dir, |node, pid, bits| {
+        ProcessIdentity::from_bits(bits).is_some_and(|id| id.pid() == pid && alive(&procs, node, id))
+    });
     for r in liveness::list_records(&procs) {
         if !r.alive {
             // A record is recreated (and relocked) by its owner, so unlinking a dead one is safe.

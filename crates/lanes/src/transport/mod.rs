@@ -43,6 +43,9 @@ pub enum LossReason {
     Removed,
     /// This side disconnected.
     Disconnected,
+    /// The owner's host was lost (silent past `lost_after`, or its daemon restarted), or
+    /// this host's daemon restarted: what the connection held there is gone.
+    NodeLost,
 }
 
 impl LossReason {
@@ -51,6 +54,7 @@ impl LossReason {
             LossReason::OwnerDied => 1,
             LossReason::Removed => 2,
             LossReason::Disconnected => 3,
+            LossReason::NodeLost => 4,
         }
     }
 
@@ -59,6 +63,7 @@ impl LossReason {
             1 => Some(LossReason::OwnerDied),
             2 => Some(LossReason::Removed),
             3 => Some(LossReason::Disconnected),
+            4 => Some(LossReason::NodeLost),
             _ => None,
         }
     }
@@ -68,6 +73,7 @@ impl LossReason {
             LossReason::OwnerDied => "its owner died",
             LossReason::Removed => "its owner removed it",
             LossReason::Disconnected => "disconnected",
+            LossReason::NodeLost => "the connection to its host was lost",
         }
     }
 }
@@ -77,7 +83,8 @@ impl LossReason {
 pub enum RemoteState {
     /// Connected and available.
     Operational,
-    /// Connected, but the owner made it unavailable; maps still work.
+    /// Connected, but the owner made it unavailable (maps still work), or its host does not
+    /// respond now (work towards it fails until it does again).
     NotOperational,
     /// Gone for good.
     Lost(LossReason),

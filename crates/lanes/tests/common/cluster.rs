@@ -7,7 +7,8 @@
 //! Daemons are children of the test: the test binary re-executed (through `ip netns exec`
 //! in namespaces) in role `daemon`, whose body is [`run_daemon_role`]: it calls
 //! `lanes::cluster::daemon::run`, as `lanes daemon` does. Timing is shortened (heartbeat
-//! 50 ms, Suspect after 250 ms, Lost after 1.5 s).
+//! 50 ms, Suspect after 250 ms, Lost after 2.5 s: long enough for a failure test to cut a
+//! link, check what fails, and restore it before the host is Lost).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,7 @@ use super::{spawn_daemon, DaemonProc, TestDir};
 pub const NODES: [u32; 3] = [8, 12, 16];
 pub const HEARTBEAT_MS: u64 = 50;
 pub const SUSPECT_MS: u64 = 250;
-pub const LOST_MS: u64 = 1500;
+pub const LOST_MS: u64 = 2500;
 /// Timeout of each client call.
 pub const CALL: Duration = Duration::from_secs(2);
 /// How long daemons may take to start and see each other.

@@ -84,6 +84,15 @@ impl Topology {
         }
     }
 
+    /// The hosts and their daemons, to kill, restart or cut (ofi topologies).
+    #[cfg(feature = "ofi")]
+    pub fn cluster_mut(&mut self) -> Option<&mut Cluster> {
+        match self {
+            Topology::Shm(_) => None,
+            Topology::OfiLoopback(c) | Topology::OfiNetns(c) => Some(c),
+        }
+    }
+
     /// A fresh topology of the same kind, for a case that needs a clean fabric per round.
     pub fn fresh(&self, name: &str) -> Topology {
         match self {

@@ -563,6 +563,7 @@ struct NodeState {
     maps: HashMap<String, Map>,
     seqs: HashMap<String, Sequence>,
     bufs: HashMap<String, Buf>,
+    node_events: Option<lanes::cluster::Subscription>,
 }
 
 /// The fabric configuration of a node child: from the environment (`LANES_CONFIG`,
@@ -593,6 +594,7 @@ fn run_node(io: &ChildIo) {
         maps: HashMap::new(),
         seqs: HashMap::new(),
         bufs: HashMap::new(),
+        node_events: None,
     };
     while let Some(line) = io.recv() {
         io.send("BEGIN");
@@ -737,6 +739,31 @@ impl NodeState {
                 Ok(String::new())
             }
             "state" => Ok(format!("{:?}", self.remote(a.s(1)).state())),
+            "rwait" => {
+                // rwait NAME TIMEOUT: the remote segment's next event, as its Debug form.
+                let ev = self.remote(a.s(1)).wait_event(timeout(a.s(2)))?;
+                Ok(format!("{ev:?}"))
+            }
+            "probe" => Ok(self.fabric.probe_node(a.u32(1)).to_string()),
+            "nodeevents" => {
+                self.node_events = Some(self.fabric.node_events()?);
+                Ok(String::new())
+            }
+            "nodewait" => {
+                // nodewait NODE MS: the next event of NODE as "<state> (was <previous>)".
+                let (node, ms) = (a.u32(1), a.n(2));
+                let sub = self.node_events.as_mut().expect("nodeevents first");
+                let deadline = Instant::now() + Duration::from_millis(ms);
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match sub.next_event(left) {
+                        Ok(Some(ev)) if ev.node == node => return Ok(format!("{} (was {})", ev.state, ev.previous)),
+                        Ok(Some(_)) => {}
+                        Ok(None) => return test_fail(format!("no event of node {node} in {ms} ms")),
+                        Err(e) => return test_fail(format!("node events: {e}")),
+                    }
+                }
+            }
             "check" => self.remote(a.s(1)).check().map(|_| String::new()).map_err(Fail::from),
             // --- maps ---
             "map" => {
@@ -800,6 +827,7 @@ impl NodeState {
                 self.map(a.s(1)).flush();
                 Ok(String::new())
             }
+            "flushc" => self.map(a.s(1)).flush_checked().map(|_| String::new()).map_err(Fail::from),
             "wpat" => {
                 // wpat MAP OFF LEN SEED POS: writes pattern SEED from absolute position POS.
                 let m = self.map(a.s(1));

@@ -5,16 +5,17 @@
 //! - [`transport`]: connecting through the daemons' grants, exporting local objects;
 //! - [`export`]: what an owner keeps for an object it exports;
 //! - [`remote`]: a connection; [`window`]: its maps (mirror windows);
+//! - [`node_watch`]: what connections learn from the daemon (host states, grant notices);
 //! - [`notify`]: interrupts and data interrupts as CQ-data doorbells;
 //! - [`rma`]: DMA queues posting RMA;
 //! - [`reflective`]: reflective groups spanning hosts (replicas, rosters, fan-out writes).
 //!
-//! Still open (docs/design/multi-host.md, section 15): suspect/lost handling of remote
-//! objects and node events (stage 5), the benchmark (stage 7).
+//! Still open (docs/design/multi-host.md, section 15): the benchmark (stage 7).
 
 pub(crate) mod endpoint;
 pub(crate) mod export;
 pub mod fi;
+pub(crate) mod node_watch;
 pub(crate) mod notify;
 pub(crate) mod reflective;
 pub(crate) mod remote;

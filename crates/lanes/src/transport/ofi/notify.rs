@@ -558,7 +558,7 @@ mod tests {
             size: s.segment_size,
             owner: s.owner,
         };
-        OfiRemote::new(Arc::clone(ep), range, info, slot as u32, None)
+        OfiRemote::new(Arc::clone(ep), range, info, slot as u32, 0, None)
     }
 
     /// Message `seq` of sender `sender`: a length from 0 to the maximum (the maximum every

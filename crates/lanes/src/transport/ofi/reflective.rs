@@ -413,7 +413,16 @@ impl Fanout {
         if self.removed() {
             c.mark_lost(crate::transport::LossReason::Removed);
         }
-        c.check_lost()
+        c.check_reachable()
+    }
+
+    /// Whether the group is lost to this member for good (removed, or its connection lost).
+    fn is_lost(&self) -> bool {
+        let Some(c) = &self.creator else { return false };
+        if self.removed() {
+            c.mark_lost(crate::transport::LossReason::Removed);
+        }
+        c.check_lost().is_err()
     }
 
     /// Whether the creator said it removed the group (members).
@@ -708,19 +717,14 @@ impl Fanout {
                 }
                 let posted = self.staging.local(staged, n).and_then(|local| {
                     let target = Target { peer: t.peer, addr: t.base + at as u64, key: t.key };
-                    let keep: Arc<dyn Any + Send + Sync> = self.staging.clone();
-                    // SAFETY: the staging bytes are registered memory kept alive by `keep` and
-                    // not reused until this operation completed (`stage` waits for it).
-                    unsafe {
-                        self.endpoint.post_write(
-                            local,
-                            target,
-                            0,
-                            fi::FI_DELIVERY_COMPLETE,
-                            Some(keep),
-                            t.post_deadline(),
-                        )
-                    }
+                    self.post_sliced(&t, |deadline| {
+                        let keep: Arc<dyn Any + Send + Sync> = self.staging.clone();
+                        // SAFETY: the staging bytes are registered memory kept alive by `keep`
+                        // and not reused until this operation completed (`stage` waits for it).
+                        unsafe {
+                            self.endpoint.post_write(local, target, 0, fi::FI_DELIVERY_COMPLETE, Some(keep), deadline)
+                        }
+                    })
                 });
                 match posted {
                     Ok(op) => st.inflight.push_back(Flight {
@@ -745,6 +749,23 @@ impl Fanout {
                 self.failed(st, "the creator's copy is unreachable: a write was not delivered there".into());
             }
             at += n;
+        }
+    }
+
+    /// Runs `post` (given a deadline) for target `t`. A member's copy gets one try bounded
+    /// by [`MEMBER_POST`]. The creator's gets tries of 100 ms until [`TIMEOUT`], checking in
+    /// between whether its connection was lost or its host became unreachable (the daemons
+    /// tell), so that a dead creator does not hold a write for the whole bound.
+    fn post_sliced(&self, t: &Peer, post: impl Fn(std::time::Instant) -> Result<Arc<Op>>) -> Result<Arc<Op>> {
+        let Some(conn) = self.creator.as_ref().filter(|_| t.creator) else { return post(t.post_deadline()) };
+        let until = std::time::Instant::now() + TIMEOUT;
+        loop {
+            conn.check_reachable()?;
+            let slice = (std::time::Instant::now() + Duration::from_millis(100)).min(until);
+            match post(slice) {
+                Err(Error::Timeout { .. }) if std::time::Instant::now() < until => {}
+                other => return other,
+            }
         }
     }
 
@@ -839,7 +860,7 @@ impl SequenceSource for Fanout {
         Fanout::flush(self)
     }
     fn lost(&self) -> bool {
-        self.check().is_err()
+        self.is_lost()
     }
 }
 

@@ -2,11 +2,13 @@
 //! reached by RMA through this process's endpoint.
 //!
 //! A connection knows the exported range ([`RemoteRange`]), what it is connected to, and
-//! its own state: lost (first reason wins) or live. Its state doorbell is private memory
-//! of the connection (there is no shared header to ring across hosts); whoever changes
-//! the state rings it.
+//! its own state: lost (first reason wins) or live, and while live whether the owner offers
+//! the object and whether its host responds. The process's node watch
+//! (`super::transport`) sets those from the daemon's notices; the state doorbell is
+//! private memory of the connection (there is no shared header to ring across hosts), and
+//! whoever changes the state rings it.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,8 +35,15 @@ pub(crate) struct OfiConn {
     pub info: ObjectInfo,
     /// The connection slot the owner's daemon claimed for us.
     pub slot: u32,
+    /// Names the grant in the daemon's notices (0: none, as in tests without a daemon).
+    pub grant: u64,
     /// 0 while connected, else a [`LossReason`] code.
     lost: AtomicU8,
+    /// The owner made the object unavailable.
+    unavailable: AtomicBool,
+    /// The owner's host does not respond (its daemon calls it Suspect, or this host's
+    /// daemon is unreachable): work towards it fails at once.
+    unreachable: AtomicBool,
     /// The state doorbell's two words (seq, sleepers), boxed so their address is stable.
     bell_words: Box<[AtomicU32; 2]>,
     on_disconnect: Mutex<Option<OnDisconnect>>,
@@ -60,6 +69,7 @@ impl OfiRemote {
         range: RemoteRange,
         info: ObjectInfo,
         slot: u32,
+        grant: u64,
         on_disconnect: Option<OnDisconnect>,
     ) -> OfiRemote {
         OfiRemote(Arc::new(OfiConn {
@@ -67,7 +77,10 @@ impl OfiRemote {
             range,
             info,
             slot,
+            grant,
             lost: AtomicU8::new(0),
+            unavailable: AtomicBool::new(false),
+            unreachable: AtomicBool::new(false),
             bell_words: Box::new([AtomicU32::new(0), AtomicU32::new(0)]),
             on_disconnect: Mutex::new(on_disconnect),
             notify: Notifier::default(),
@@ -95,11 +108,45 @@ impl OfiConn {
         self.bell().ring();
     }
 
+    /// Whether the owner offers the object (a change rings the state doorbell).
+    pub fn set_available(&self, available: bool) {
+        if self.unavailable.swap(!available, Ordering::AcqRel) == available {
+            self.bell().ring();
+        }
+    }
+
+    /// Whether the owner's host responds (a change rings the state doorbell).
+    pub fn set_reachable(&self, reachable: bool) {
+        if self.unreachable.swap(!reachable, Ordering::AcqRel) == reachable {
+            self.bell().ring();
+        }
+    }
+
     pub fn state(&self) -> RemoteState {
         match LossReason::from_code(self.lost.load(Ordering::Acquire)) {
             Some(r) => RemoteState::Lost(r),
+            None if self.unavailable.load(Ordering::Acquire) || self.unreachable.load(Ordering::Acquire) => {
+                RemoteState::NotOperational
+            }
             None => RemoteState::Operational,
         }
+    }
+
+    /// Why work towards the object fails now, if it does: lost, or its host not responding.
+    pub fn fault(&self) -> Option<Error> {
+        let a = self.info.addr;
+        if let Some(r) = LossReason::from_code(self.lost.load(Ordering::Acquire)) {
+            return Some(Error::SegmentLost { node: a.node, segment: a.id, reason: r.describe() });
+        }
+        self.unreachable.load(Ordering::Acquire).then(|| Error::NodeUnreachable {
+            node: a.node,
+            reason: "its host does not respond (the daemons call it suspect)".into(),
+        })
+    }
+
+    /// `Ok` while work towards the object can succeed ([`OfiConn::fault`]).
+    pub fn check_reachable(&self) -> Result<()> {
+        self.fault().map_or(Ok(()), Err)
     }
 
     /// `Ok` while connected, else [`Error::SegmentLost`] with the reason.
@@ -136,7 +183,7 @@ impl RemoteObject for OfiRemote {
     /// failed.
     fn trigger(&self) -> Result<()> {
         let c = &self.0;
-        c.check_lost()?;
+        c.check_reachable()?;
         if c.info.addr.kind != kind::INTERRUPT {
             return Err(Error::IllegalOperation("a trigger of an object that is not an interrupt"));
         }
@@ -149,7 +196,7 @@ impl RemoteObject for OfiRemote {
         if c.info.addr.kind != kind::DATA_INTERRUPT {
             return Err(Error::IllegalOperation("a message to an object that is not a data interrupt"));
         }
-        c.notify.send(c, data, timeout, poll, || c.check_lost())
+        c.notify.send(c, data, timeout, poll, || c.check_reachable())
     }
 
     /// Also fails once a trigger or message of this connection failed after its call had

@@ -252,7 +252,7 @@ mod tests {
             size: len,
             owner: ProcessIdentity::current().expect("identity"),
         };
-        let conn = OfiRemote::new(peer, range, info, 0, None);
+        let conn = OfiRemote::new(peer, range, info, 0, 0, None);
         let dir = std::env::temp_dir().join(format!("lanes-unit-rma-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let fabric = Fabric::open_with(FabricConfig::new(&dir, NodeId::new(4).expect("node"))).expect("fabric");
@@ -406,6 +406,39 @@ mod tests {
             }
             assert_eq!(q.state(), DmaQueueState::Error);
         }
+    }
+
+    #[test]
+    fn dma_over_ofi_fails_promptly_when_the_host_stops_responding() {
+        let len = 64 * MIB;
+        let rig = rig("mute", len, 0);
+        let mine = segment(&rig.fabric, 0x46, &pattern(len as usize, 6));
+        let mut q = rig.fabric.create_dma_queue(1024).expect("queue");
+        q.set_rma_limits(1, 64 << 10);
+        let vec: Vec<DmaVec> = (0..1024)
+            .map(|i| DmaVec { size: 64 << 10, local_offset: i * (64 << 10), remote_offset: i * (64 << 10) })
+            .collect();
+        q.start_vec(&mine, rig.remote(), &vec, DmaDirection::Write, None).expect("start");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(q.state(), DmaQueueState::Posted, "still in flight when the host goes quiet");
+        let cut = Instant::now();
+        // What the node watch does when the daemons call the owner's host suspect.
+        rig.conn.conn().set_reachable(false);
+        match q.wait(Timeout::After(Duration::from_secs(30))) {
+            Err(Error::DmaFailed { reason }) => assert!(reason.contains("does not respond"), "{reason}"),
+            other => panic!("with the host suspect: {other:?}"),
+        }
+        let took = cut.elapsed();
+        println!("a suspect host failed the queue in {took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        // The host responds again: a new transfer goes through, checksummed.
+        rig.conn.conn().set_reachable(true);
+        let mut q = rig.fabric.create_dma_queue(16).expect("queue");
+        q.start(&mine, rig.remote(), 0, MIB, 0, DmaDirection::Write, None).expect("start");
+        q.wait(Timeout::After(Duration::from_secs(30))).expect("a transfer after the return");
+        let mut back = vec![0u8; MIB as usize];
+        rig.target.read(0, &mut back).expect("read target");
+        assert!(back == pattern(len as usize, 6)[..MIB as usize], "the data after the return");
     }
 
     #[test]

@@ -11,14 +11,19 @@
 //!   directory, where the daemon finds it; dropping the export withdraws the record and
 //!   closes the registration (revoking peers' access).
 //!
+//! - **Watch**: every connection is registered with the process's node watch
+//!   (`super::node_watch`), which tells it when its host stops responding or is lost and
+//!   when its object is made unavailable, removed or orphaned.
+//!
 //! The endpoint is opened at first use, so a cluster process that never creates or connects
-//! pays nothing.
+//! pays nothing; so is the node watch, at the first connect.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::endpoint::{hex, process_endpoint, unhex, DataHandler, EndpointSpec, ProcessEndpoint, RemoteRange};
 use super::export::Export;
+use super::node_watch::NodeWatch;
 use super::notify::{self, DataInterruptTarget};
 use super::remote::OfiRemote;
 use crate::cluster::exports::{self, ExportRecord};
@@ -51,6 +56,7 @@ struct Shared {
     identity: ProcessIdentity,
     spec: EndpointSpec,
     endpoint: Mutex<Option<Arc<ProcessEndpoint>>>,
+    watch: Mutex<Option<Arc<NodeWatch>>>,
 }
 
 impl OfiTransport {
@@ -70,7 +76,14 @@ impl OfiTransport {
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| membership.config.provider.clone());
         let spec = EndpointSpec { provider, address: me.address.ip() };
-        Ok(OfiTransport(Arc::new(Shared { paths, node, identity, spec, endpoint: Mutex::new(None) })))
+        Ok(OfiTransport(Arc::new(Shared {
+            paths,
+            node,
+            identity,
+            spec,
+            endpoint: Mutex::new(None),
+            watch: Mutex::new(None),
+        })))
     }
 
     /// The process endpoint, opened at first use.
@@ -82,6 +95,17 @@ impl OfiTransport {
         let e = process_endpoint(&self.0.spec)?;
         *ep = Some(e.clone());
         Ok(e)
+    }
+
+    /// The node watch, started at first use.
+    fn watch(&self) -> Result<Arc<NodeWatch>> {
+        let mut w = self.0.watch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = &*w {
+            return Ok(w.clone());
+        }
+        let started = NodeWatch::start(self.0.paths.root().to_path_buf())?;
+        *w = Some(started.clone());
+        Ok(started)
     }
 
     /// Registers the data of local object (`layout_kind`, `id`) of this node, `memory`,
@@ -134,10 +158,14 @@ impl OfiTransport {
             Timeout::After(t) => t.clamp(Duration::from_millis(100), DAEMON_CALL),
             _ => DAEMON_CALL,
         };
+        let watch = self.watch()?;
         let mut c = match client.take() {
             Some(c) if c.is_usable() => c,
             _ => Client::connect(self.0.paths.root(), call).map_err(|e| Error::Cluster(e.to_string()))?,
         };
+        if let Some(subscriber) = watch.subscriber() {
+            c.notify_to(subscriber);
+        }
         let grant = match c.connect_object(node, kind, addr.id, me, call) {
             Ok(g) => g,
             Err(e) => {
@@ -173,7 +201,9 @@ impl OfiTransport {
         let on_disconnect = Box::new(move || {
             let _ = c.disconnect_object(g, DAEMON_CALL);
         });
-        Ok(Ok(OfiRemote::new(endpoint, range, info, grant.slot, Some(on_disconnect))))
+        let remote = OfiRemote::new(endpoint, range, info, grant.slot, g, Some(on_disconnect));
+        watch.register(remote.conn());
+        Ok(Ok(remote))
     }
 }
 

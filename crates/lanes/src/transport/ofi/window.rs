@@ -324,14 +324,9 @@ impl Mirror {
         self.mem.as_ptr()
     }
 
+    /// `Ok` while writes can be posted: not lost, and the owner's host responds.
     fn check(&self) -> Result<()> {
-        match self.conn.state() {
-            RemoteState::Lost(r) => {
-                let a = self.conn.info.addr;
-                Err(Error::SegmentLost { node: a.node, segment: a.id, reason: r.describe() })
-            }
-            _ => Ok(()),
-        }
+        self.conn.check_reachable()
     }
 
     fn lost(&self) -> Option<LossReason> {
@@ -367,7 +362,7 @@ impl Mirror {
     fn drop_pending(&self, st: &mut State) {
         if !st.log.is_empty() {
             st.log.clear();
-            let why = self.lost().map_or("the connection is lost", LossReason::describe);
+            let why = self.conn.fault().map_or_else(|| "the connection is lost".to_string(), |e| e.to_string());
             self.failed(st, format!("writes dropped: {why}"));
         }
     }
@@ -789,7 +784,7 @@ mod tests {
                 size: LEN as u64,
                 owner: ProcessIdentity::current().expect("identity"),
             };
-            let remote = OfiRemote::new(self.peer.clone(), range, info, 0, None);
+            let remote = OfiRemote::new(self.peer.clone(), range, info, 0, 0, None);
             RemoteSegment::from_handle(&self.fabric, RemoteHandle::Ofi(remote))
         }
 

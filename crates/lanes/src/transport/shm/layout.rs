@@ -96,9 +96,15 @@ pub struct ConnectionSlot {
     pub generation: u32,
     /// The node of `last_peer`.
     pub last_node: u32,
-    /// 1 if `last_peer` released the slot itself, 0 if it was displaced after dying.
+    /// 1 if `last_peer` released the slot itself, 0 if it was displaced after dying, 2 if a
+    /// daemon released it for a peer whose host was lost ([`SegmentHeader::release_slot_lost`]).
     pub last_released: u32,
 }
+
+/// `ConnectionSlot::last_released` of a slot its holder released itself.
+const RELEASED: u32 = 1;
+/// `ConnectionSlot::last_released` of a slot released for a holder whose host was lost.
+const RELEASED_LOST: u32 = 2;
 
 /// The header as it lies in shared memory.
 #[repr(C)]
@@ -151,6 +157,9 @@ pub struct SlotSnapshot {
     pub last_node: u32,
     /// Whether the last holder released the slot itself (else it died and was displaced).
     pub last_released: bool,
+    /// Whether the last holder's slot was released for it because its host was lost: as
+    /// good as dead, though the holder (a daemon's proxy record) lives on.
+    pub last_lost: bool,
     /// Even; +2 for every claim and every release.
     pub generation: u32,
 }
@@ -362,7 +371,8 @@ impl HeaderView {
                     last: ProcessIdentity::from_bits(last.load(Ordering::SeqCst)),
                     node: node.load(Ordering::SeqCst),
                     last_node: self.last_node_word(i).load(Ordering::SeqCst),
-                    last_released: self.last_released_word(i).load(Ordering::SeqCst) == 1,
+                    last_released: self.last_released_word(i).load(Ordering::SeqCst) == RELEASED,
+                    last_lost: self.last_released_word(i).load(Ordering::SeqCst) == RELEASED_LOST,
                     generation: g1,
                 };
                 if generation.load(Ordering::SeqCst) == g1 {
@@ -429,6 +439,16 @@ impl HeaderView {
 
     /// Releases slot `i` if `peer` still holds it.
     pub fn release_slot(&self, i: usize, peer: ProcessIdentity) {
+        self.release_slot_as(i, peer, RELEASED)
+    }
+
+    /// Releases slot `i` if `peer` (a daemon's proxy) still holds it, for a remote peer whose
+    /// host was lost: the owner sees that peer die.
+    pub fn release_slot_lost(&self, i: usize, peer: ProcessIdentity) {
+        self.release_slot_as(i, peer, RELEASED_LOST)
+    }
+
+    fn release_slot_as(&self, i: usize, peer: ProcessIdentity, how: u32) {
         if i >= MAX_CONNECTIONS {
             return;
         }
@@ -445,7 +465,7 @@ impl HeaderView {
             if mine {
                 last_w.store(peer.bits(), Ordering::SeqCst);
                 self.last_node_word(i).store(node_w.load(Ordering::SeqCst), Ordering::SeqCst);
-                self.last_released_word(i).store(1, Ordering::SeqCst);
+                self.last_released_word(i).store(how, Ordering::SeqCst);
                 peer_w.store(0, Ordering::SeqCst);
             }
             self.unlock_slot(i, snap.generation, mine);

@@ -1,0 +1,214 @@
+//! What a process's ofi connections learn from the cluster: one subscription to this
+//! host's daemon, read by a thread, that moves every connection to the state its object
+//! and its object's host are in.
+//!
+//! - **Node events** (the daemons' host states): Suspect makes the connections to that
+//!   host's nodes NotOperational (work towards them fails at once, see
+//!   [`OfiConn::fault`]); Operational again makes them Operational; Lost loses them
+//!   ([`LossReason::NodeLost`]).
+//! - **Grant notices** (the owner's daemon watches each granted object): unavailable and
+//!   available again, removed, owner died.
+//! - **This host's daemon**: while the subscription is down every connection is
+//!   NotOperational (nothing tells us what happens elsewhere); the thread subscribes again
+//!   every [`RETRY`]. A daemon that restarted meanwhile (a new boot value) held our grants
+//!   and is gone with them: every connection is lost.
+//!
+//! A notice can overtake the grant it is about (grants travel on the connecting call's
+//! own daemon connection): it is kept until the connection registers.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use super::remote::OfiConn;
+use crate::cluster::{Client, GrantStatus, HostState, HostStatus, Notice, Subscription};
+use crate::error::{Error, Result};
+use crate::transport::LossReason;
+
+/// How long a call to the daemon (connect, subscribe) may take.
+const CALL: Duration = Duration::from_secs(2);
+/// How long the thread waits for a notice before checking that it is still wanted.
+const IDLE: Duration = Duration::from_millis(200);
+/// How often the thread tries to subscribe again while the daemon is unreachable.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// The subscription's view, shared by the connect path (which registers connections) and
+/// the thread (which applies notices).
+#[derive(Debug)]
+pub(crate) struct NodeWatch {
+    state: Mutex<Watched>,
+    /// The current subscription's id, for grants to name (0: none now).
+    subscriber: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Watched {
+    conns: Vec<Weak<OfiConn>>,
+    /// The last state heard per node of another host.
+    nodes: HashMap<u32, HostState>,
+    /// Grant notices whose connection has not registered yet.
+    early: HashMap<u64, GrantStatus>,
+    /// The subscription is down.
+    daemon_down: bool,
+}
+
+impl NodeWatch {
+    /// Subscribes to the daemon of fabric directory `dir` and starts the thread.
+    pub fn start(dir: PathBuf) -> Result<Arc<NodeWatch>> {
+        let sub = subscribe(&dir)?;
+        let watch = Arc::new(NodeWatch { state: Mutex::new(Watched::default()), subscriber: AtomicU64::new(0) });
+        watch.subscribed(&sub, false);
+        let weak = Arc::downgrade(&watch);
+        std::thread::Builder::new()
+            .name("lanes-node-watch".into())
+            .spawn(move || run(weak, dir, sub))
+            .map_err(|e| Error::io("starting the node watch thread", e))?;
+        Ok(watch)
+    }
+
+    /// The subscription grants should name, if one is up.
+    pub fn subscriber(&self) -> Option<u64> {
+        Some(self.subscriber.load(Ordering::Acquire)).filter(|&id| id != 0)
+    }
+
+    /// Watches `conn` from now on, first bringing it to what is known already.
+    pub fn register(&self, conn: &Arc<OfiConn>) {
+        let mut w = self.lock();
+        w.conns.retain(|c| c.strong_count() > 0);
+        w.conns.push(Arc::downgrade(conn));
+        if w.daemon_down {
+            conn.set_reachable(false);
+        }
+        if let Some(&state) = w.nodes.get(&conn.info.addr.node) {
+            apply_host_state(conn, state);
+        }
+        if let Some(status) = w.early.remove(&conn.grant) {
+            apply_grant_status(conn, status);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Watched> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn live(w: &Watched) -> impl Iterator<Item = Arc<OfiConn>> + '_ {
+        w.conns.iter().filter_map(Weak::upgrade)
+    }
+
+    /// A subscription (re)started: take its picture of the hosts. `restarted`: the daemon
+    /// is not the one our grants came from.
+    fn subscribed(&self, sub: &Subscription, restarted: bool) {
+        let mut w = self.lock();
+        w.daemon_down = false;
+        w.nodes = remote_nodes(sub.initial());
+        for c in Self::live(&w) {
+            if restarted {
+                c.mark_lost(LossReason::NodeLost);
+            }
+            c.set_reachable(true);
+            if let Some(&state) = w.nodes.get(&c.info.addr.node) {
+                apply_host_state(&c, state);
+            }
+        }
+        self.subscriber.store(sub.id(), Ordering::Release);
+    }
+
+    /// The subscription broke: nothing is known about other hosts until it is back.
+    fn daemon_unreachable(&self) {
+        self.subscriber.store(0, Ordering::Release);
+        let mut w = self.lock();
+        if !w.daemon_down {
+            w.daemon_down = true;
+            for c in Self::live(&w) {
+                c.set_reachable(false);
+            }
+        }
+    }
+
+    fn apply(&self, notice: Notice) {
+        let mut w = self.lock();
+        match notice {
+            Notice::Node(ev) => {
+                w.nodes.insert(ev.node, ev.state);
+                for c in Self::live(&w).filter(|c| c.info.addr.node == ev.node) {
+                    apply_host_state(&c, ev.state);
+                }
+            }
+            Notice::Grant { grant, status } => {
+                let conn = Self::live(&w).find(|c| c.grant == grant);
+                match conn {
+                    Some(c) => apply_grant_status(&c, status),
+                    None => {
+                        // Bounded: a notice for a grant that never registers (its connect
+                        // gave up) would otherwise stay for the life of the process.
+                        if w.early.len() >= 1024 {
+                            w.early.clear();
+                        }
+                        w.early.insert(grant, status);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The nodes of the other hosts and their hosts' states.
+fn remote_nodes(hosts: &[HostStatus]) -> HashMap<u32, HostState> {
+    hosts.iter().filter(|h| !h.local).flat_map(|h| h.nodes.iter().map(move |&n| (n, h.state))).collect()
+}
+
+fn apply_host_state(conn: &OfiConn, state: HostState) {
+    match state {
+        HostState::Operational => conn.set_reachable(true),
+        HostState::Suspect | HostState::Unknown => conn.set_reachable(false),
+        HostState::Lost => conn.mark_lost(LossReason::NodeLost),
+    }
+}
+
+fn apply_grant_status(conn: &OfiConn, status: GrantStatus) {
+    match status {
+        GrantStatus::Available => conn.set_available(true),
+        GrantStatus::Unavailable => conn.set_available(false),
+        GrantStatus::Removed => conn.mark_lost(LossReason::Removed),
+        GrantStatus::OwnerDied => conn.mark_lost(LossReason::OwnerDied),
+    }
+}
+
+fn subscribe(dir: &std::path::Path) -> Result<Subscription> {
+    Client::connect(dir, CALL)
+        .and_then(|c| c.subscribe(CALL))
+        .map_err(|e| Error::Cluster(format!("subscribing to the daemon's node events: {e}")))
+}
+
+/// The thread: applies notices while the watch is wanted; subscribes again when the
+/// subscription breaks.
+fn run(watch: Weak<NodeWatch>, dir: PathBuf, first: Subscription) {
+    let mut boot = first.boot();
+    let mut sub = Some(first);
+    loop {
+        let Some(w) = watch.upgrade() else { return };
+        match sub.as_mut() {
+            Some(s) => match s.next_notice(IDLE) {
+                Ok(Some(notice)) => w.apply(notice),
+                Ok(None) => {}
+                Err(_) => {
+                    sub = None;
+                    w.daemon_unreachable();
+                }
+            },
+            None => match subscribe(&dir) {
+                Ok(s) => {
+                    w.subscribed(&s, s.boot() != boot);
+                    boot = s.boot();
+                    sub = Some(s);
+                }
+                Err(_) => {
+                    drop(w);
+                    std::thread::sleep(RETRY);
+                }
+            },
+        }
+    }
+}
