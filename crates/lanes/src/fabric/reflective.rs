@@ -479,8 +479,9 @@ impl ReflectiveMember {
     }
 
     /// The group as a remote segment: the target of DMA writes to the group. For a group
-    /// spanning hosts this is the connection to the creator's object, which DMA and plain
-    /// maps are refused on (they would reach the creator's copy only; not built yet).
+    /// spanning hosts this is the connection to the creator's object (whose size includes
+    /// the roster after the group's bytes: [`ReflectiveMember::size`] is the group's), which
+    /// DMA and plain maps are refused on (they would reach the creator's copy only).
     pub fn segment(&self) -> &RemoteSegment {
         &self.seg
     }
