@@ -26,6 +26,12 @@
 //! roster when it changed, so every write posted after a join completed reaches the joiner.
 //! Leaving clears the entry and notifies the same way; the creator clears the entries of
 //! members whose slot was released without that (a member that died) and notifies.
+//! Removing the group writes a removal word into every member's copy first.
+//!
+//! **Failures.** A write that fails at the creator's copy is a failure of the write map
+//! (error epoch: `flush_checked`, sequences); posts to it are tried in 100-ms slices that
+//! check the connection's state in between. A member a writer cannot reach within 2 s is
+//! taken for dead by that writer until its roster entry changes; that is not an error.
 
 use std::any::Any;
 use std::collections::{HashSet, VecDeque};
