@@ -308,10 +308,7 @@ impl MirrorWindow {
 
     /// The sequence checker of this window (`Sequence` on a mirror map).
     pub fn sequence(&self) -> MirrorSequence {
-        MirrorSequence {
-            mirror: self.shared.clone(),
-            started: AtomicU64::new(self.shared.epoch.load(Ordering::Acquire)),
-        }
+        MirrorSequence::over(self.shared.clone())
     }
 }
 
@@ -650,9 +647,32 @@ const READ: &str = "a read";
 const PROOF_READ: &str = "the read proving delivery";
 const RELEASE: &str = "a release store";
 
+/// What a sequence asks of the map it checks: its error epoch, a flush, and whether the
+/// connection behind it is lost. Mirror windows and reflective fan-out windows have one.
+pub(crate) trait SequenceSource: Send + Sync {
+    /// Advances on every failed or dropped write or read of the map.
+    fn epoch(&self) -> u64;
+    /// Posts everything pending and waits (bounded) until it is delivered.
+    fn flush(&self) -> Result<()>;
+    /// Whether the map can no longer reach its object at all.
+    fn lost(&self) -> bool;
+}
+
+impl SequenceSource for Mirror {
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+    fn flush(&self) -> Result<()> {
+        Mirror::flush(self)
+    }
+    fn lost(&self) -> bool {
+        Mirror::lost(self).is_some()
+    }
+}
+
 /// The mirror-window side of a [`crate::fabric::Sequence`]: the error epoch at `start`.
 pub(crate) struct MirrorSequence {
-    mirror: Arc<Mirror>,
+    mirror: Arc<dyn SequenceSource>,
     started: AtomicU64,
 }
 
@@ -669,9 +689,15 @@ impl std::fmt::Debug for MirrorSequence {
 }
 
 impl MirrorSequence {
+    /// A sequence over `source`, started now.
+    pub(crate) fn over(source: Arc<dyn SequenceSource>) -> MirrorSequence {
+        let started = AtomicU64::new(source.epoch());
+        MirrorSequence { mirror: source, started }
+    }
+
     /// Records the map's error epoch.
     pub fn start(&self) -> SequenceStatus {
-        self.started.store(self.mirror.epoch.load(Ordering::Acquire), Ordering::Release);
+        self.started.store(self.mirror.epoch(), Ordering::Release);
         self.status(true)
     }
 
@@ -680,9 +706,7 @@ impl MirrorSequence {
     pub fn check(&self) -> SequenceStatus {
         let flushed = self.mirror.flush().is_ok();
         let status = self.status(flushed);
-        if status == SequenceStatus::Ok
-            && self.mirror.epoch.load(Ordering::Acquire) != self.started.load(Ordering::Acquire)
-        {
+        if status == SequenceStatus::Ok && self.mirror.epoch() != self.started.load(Ordering::Acquire) {
             return SequenceStatus::Retriable;
         }
         status
@@ -690,9 +714,9 @@ impl MirrorSequence {
 
     fn status(&self, ok: bool) -> SequenceStatus {
         match (self.mirror.lost(), ok) {
-            (Some(_), _) => SequenceStatus::NotRetriable,
-            (None, true) => SequenceStatus::Ok,
-            (None, false) => SequenceStatus::Retriable,
+            (true, _) => SequenceStatus::NotRetriable,
+            (false, true) => SequenceStatus::Ok,
+            (false, false) => SequenceStatus::Retriable,
         }
     }
 }
