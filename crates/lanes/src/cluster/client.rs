@@ -19,8 +19,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::proto::{
-    write_message, Fill, FrameReader, Grant, GrantStatus, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind,
-    Reply, Request, PROTOCOL_VERSION,
+    write_message, Fill, FrameReader, Grant, GrantStatus, GroupInfo, HostStatus, NodeEvent, NodeProbe, ObjectInfo,
+    ObjectKind, Reply, Request, PROTOCOL_VERSION,
 };
 use super::{Error, Result, SOCKET_NAME};
 use crate::config::NodeId;
@@ -145,6 +145,16 @@ impl Client {
     /// grants). A daemon that went away is noticed at the next call.
     pub fn is_usable(&self) -> bool {
         self.conn.stream.is_some()
+    }
+
+    /// Every live reflective group of the cluster, from every host's daemon: a host that
+    /// cannot answer (not operational, or too slow) makes this a refusal.
+    pub fn groups(&mut self, timeout: Duration) -> Result<Vec<GroupInfo>> {
+        let req = Request::Groups { timeout_ms: budget_ms(timeout) };
+        match self.conn.call(&req, "the cluster's reflective groups", timeout)? {
+            Reply::Groups { result } => result.map_err(Error::Refused),
+            other => Err(self.conn.unexpected(other)),
+        }
     }
 
     /// Every host of the cluster (this one first) and its state as this daemon sees it.

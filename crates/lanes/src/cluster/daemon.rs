@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use super::config::{ClusterConfig, HostEntry};
 use super::exports;
+use super::proto::GroupInfo;
 use super::proto::{
     encode, write_message, Answer, Fill, FrameReader, Grant, GrantStatus, HostState, HostStatus, NodeEvent, NodeProbe,
     ObjectInfo, ObjectKind, PeerMessage, Query, Refusal, Reply, Request, PROTOCOL_VERSION,
@@ -57,7 +58,7 @@ use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
 use crate::platform::random_u64;
 use crate::platform::signals::{signal_name, TerminationSignals};
 use crate::transport::shm::data_interrupt;
-use crate::transport::shm::layout::state;
+use crate::transport::shm::layout::{kind, state};
 use crate::transport::shm::remote::direct_mapping;
 use crate::transport::shm::segment_file::{OpenError, SegmentFile};
 use crate::transport::shm::FabricPaths;
@@ -920,6 +921,7 @@ impl Shared {
                 Err(refusal) => Answer::Refused { refusal },
             },
             &Query::Probe { node } => Answer::Processes { count: self.processes_of(node) },
+            Query::Groups => Answer::Groups { groups: self.groups_local() },
             Query::Connect { node, kind, id, peer_node, peer_host } => {
                 let result = if peer_host != from {
                     Err(Refusal::Failed { reason: format!("host {from} asked for a connection for host {peer_host}") })
@@ -1363,6 +1365,51 @@ impl Shared {
         }
     }
 
+    /// The live reflective groups of this host's fabric directory (any node), judged as a
+    /// lookup judges an object.
+    fn groups_local(&self) -> Vec<GroupInfo> {
+        let mut out = Vec::new();
+        let Ok(nodes) = std::fs::read_dir(self.paths.nodes()) else { return out };
+        for n in nodes.flatten() {
+            let Some(node) = n.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let Ok(files) = std::fs::read_dir(n.path()) else { continue };
+            for f in files.flatten() {
+                let parsed = f.file_name().to_str().and_then(FabricPaths::parse_object_file_name);
+                let Some((_, id)) = parsed.filter(|&(k, _)| k == kind::REFLECTIVE) else { continue };
+                if self.open_live(node, ObjectKind::Reflective, id).is_ok() {
+                    out.push(GroupInfo { node, id, host: self.me.name.clone() });
+                }
+            }
+        }
+        out
+    }
+
+    /// Every live reflective group of the cluster: this host's, then each peer's (asked
+    /// within `timeout`). A peer that is not operational or does not answer is a refusal.
+    fn groups(&self, timeout: Duration) -> std::result::Result<Vec<GroupInfo>, Refusal> {
+        let started = Instant::now();
+        let mut out = self.groups_local();
+        let peers: Vec<(String, u32)> = self
+            .lock()
+            .peers
+            .iter()
+            .map(|p| (p.entry.name.clone(), p.entry.nodes.first().map_or(0, |n| n.get())))
+            .collect();
+        for (host, node) in peers {
+            let left = timeout.saturating_sub(started.elapsed());
+            match self.forward(&host, node, Query::Groups, left)? {
+                Answer::Groups { groups } => out.extend(groups.into_iter().filter(|g| g.host == host)),
+                Answer::Refused { refusal } => return Err(refusal),
+                other => {
+                    return Err(Refusal::Failed {
+                        reason: format!("host {host} answered a group query with {other:?}"),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn hosts(&self, st: &State) -> Vec<HostStatus> {
         let now = Instant::now();
         let mut out = vec![HostStatus {
@@ -1478,6 +1525,7 @@ impl Shared {
                     }
                     Reply::Disconnected
                 }
+                Request::Groups { timeout_ms } => Reply::Groups { result: self.groups(wait(timeout_ms)) },
                 Request::Cluster => Reply::Cluster { hosts: self.hosts(&self.lock()) },
                 Request::Subscribe => return self.serve_subscriber(stream),
             };

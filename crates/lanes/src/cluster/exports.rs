@@ -58,6 +58,7 @@ fn kind_name(kind: ObjectKind) -> &'static str {
         ObjectKind::Segment => "segment",
         ObjectKind::Interrupt => "interrupt",
         ObjectKind::DataInterrupt => "data-interrupt",
+        ObjectKind::Reflective => "reflective",
     }
 }
 

@@ -24,7 +24,9 @@ use std::path::PathBuf;
 pub use client::{Client, Notice, Subscription};
 pub use config::{ClusterConfig, HostEntry};
 pub use exports::ExportRecord;
-pub use proto::{Grant, GrantStatus, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal};
+pub use proto::{
+    Grant, GrantStatus, GroupInfo, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal,
+};
 
 /// The daemon's socket in a fabric directory.
 pub const SOCKET_NAME: &str = "daemon.sock";

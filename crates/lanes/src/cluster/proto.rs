@@ -160,6 +160,8 @@ pub enum ObjectKind {
     Segment,
     Interrupt,
     DataInterrupt,
+    /// A reflective group's object on its creator's host (roster at the end of its data).
+    Reflective,
 }
 
 impl ObjectKind {
@@ -169,6 +171,7 @@ impl ObjectKind {
             ObjectKind::Segment => kind::SEGMENT,
             ObjectKind::Interrupt => kind::INTERRUPT,
             ObjectKind::DataInterrupt => kind::DATA_INTERRUPT,
+            ObjectKind::Reflective => kind::REFLECTIVE,
         }
     }
 
@@ -179,6 +182,7 @@ impl ObjectKind {
             kind::SEGMENT => Some(ObjectKind::Segment),
             kind::INTERRUPT => Some(ObjectKind::Interrupt),
             kind::DATA_INTERRUPT => Some(ObjectKind::DataInterrupt),
+            kind::REFLECTIVE => Some(ObjectKind::Reflective),
             _ => None,
         }
     }
@@ -190,6 +194,7 @@ impl fmt::Display for ObjectKind {
             ObjectKind::Segment => "segment",
             ObjectKind::Interrupt => "interrupt",
             ObjectKind::DataInterrupt => "data interrupt",
+            ObjectKind::Reflective => "reflective group",
         })
     }
 }
@@ -249,6 +254,17 @@ pub struct Grant {
     pub slot: u32,
     /// Names the grant in [`Request::Disconnect`] and [`PeerMessage::Release`].
     pub grant: u64,
+}
+
+/// A live reflective group, as the daemon of its creator's host sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupInfo {
+    /// The creator's node.
+    pub node: u32,
+    /// The group id.
+    pub id: u32,
+    /// The creator's host.
+    pub host: String,
 }
 
 /// Whether a node is there: its host's state and the processes acting as it.
@@ -358,6 +374,8 @@ pub enum Query {
     /// Claim a connection slot of object `id` of `kind` on `node` for a process acting as
     /// `peer_node` on `peer_host` (the asking daemon's host).
     Connect { node: u32, kind: ObjectKind, id: u32, peer_node: u32, peer_host: String },
+    /// The live reflective groups of the receiver's host.
+    Groups,
 }
 
 /// The answer to a [`Query`].
@@ -368,6 +386,7 @@ pub enum Answer {
     Processes { count: u32 },
     Granted { grant: Grant },
     Refused { refusal: Refusal },
+    Groups { groups: Vec<GroupInfo> },
 }
 
 // ---------------------------------------------------------------------------------------
@@ -467,6 +486,11 @@ pub enum Request {
     Disconnect {
         grant: u64,
     },
+    /// Every live reflective group of the cluster: this host's and every other host's
+    /// (refused when a host cannot answer, since it might hold groups).
+    Groups {
+        timeout_ms: u64,
+    },
     /// Every host and its state.
     Cluster,
     /// Turns this connection into a stream of [`Reply::Event`]s (and keep-alives).
@@ -492,6 +516,9 @@ pub enum Reply {
         result: Result<Grant, Refusal>,
     },
     Disconnected,
+    Groups {
+        result: Result<Vec<GroupInfo>, Refusal>,
+    },
     Cluster {
         hosts: Vec<HostStatus>,
     },
@@ -665,6 +692,33 @@ mod tests {
         assert_eq!(read_all::<Reply>(&bytes).0, local);
         let r = Refusal::NotAvailable { node: 8, kind: ObjectKind::Segment, id: 0x10, host: "a".into() };
         assert_eq!(r.to_string(), "segment 0x10 on node 8 (host a) is not available");
+    }
+
+    #[test]
+    fn group_messages_round_trip() {
+        let g = GroupInfo { node: 8, id: u32::MAX, host: "a".into() };
+        let peer = vec![
+            PeerMessage::Query { id: 3, query: Query::Groups },
+            PeerMessage::Answer { id: 3, answer: Answer::Groups { groups: vec![g.clone()] } },
+        ];
+        let local = vec![Request::Groups { timeout_ms: 2000 }];
+        let replies = vec![
+            Reply::Groups { result: Ok(vec![g]) },
+            Reply::Groups {
+                result: Err(Refusal::HostUnreachable { node: 16, host: "c".into(), state: HostState::Suspect }),
+            },
+        ];
+        let mut bytes = Vec::new();
+        peer.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
+        assert_eq!(read_all::<PeerMessage>(&bytes).0, peer);
+        let mut bytes = Vec::new();
+        local.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
+        assert_eq!(read_all::<Request>(&bytes).0, local);
+        let mut bytes = Vec::new();
+        replies.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
+        assert_eq!(read_all::<Reply>(&bytes).0, replies);
+        assert_eq!(ObjectKind::from_layout_kind(kind::REFLECTIVE), Some(ObjectKind::Reflective));
+        assert_eq!(ObjectKind::Reflective.layout_kind(), kind::REFLECTIVE);
     }
 
     #[test]

@@ -309,6 +309,9 @@ impl DmaQueue {
         }
         self.check_room(vec.len())?;
         remote.check()?;
+        remote.refuse_group_across_hosts(
+            "DMA to a reflective group spanning hosts is not built (it would reach the creator's copy only)",
+        )?;
         let (lsize, rsize) = (local.size(), remote.size());
         for v in vec {
             check_range(v.local_offset, v.size, lsize, "local segment")?;
@@ -370,6 +373,9 @@ impl DmaQueue {
         }
         self.check_room(1)?;
         remote.check()?;
+        remote.refuse_group_across_hosts(
+            "DMA to a reflective group spanning hosts is not built (it would reach the creator's copy only)",
+        )?;
         check_range(remote_offset, size, remote.size(), "remote segment")?;
         #[cfg(feature = "ofi")]
         if let Some(conn) = rma::ofi_conn(&remote.inner.remote) {
@@ -472,6 +478,9 @@ impl DmaQueue {
         remote_offset: u64,
         direction: DmaDirection,
     ) -> Result<CopyPath> {
+        remote.refuse_group_across_hosts(
+            "DMA to a reflective group spanning hosts is not built (it would reach the creator's copy only)",
+        )?;
         #[cfg(feature = "ofi")]
         let pio = (size as usize) < self.pio_threshold && rma::ofi_conn(&remote.inner.remote).is_none();
         #[cfg(not(feature = "ofi"))]

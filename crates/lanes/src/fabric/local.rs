@@ -68,13 +68,13 @@ impl LocalInner {
     }
 
     /// Exports the object to the other hosts of the cluster, when this process is part of
-    /// one (segments, interrupts and data interrupts; reflective groups stay on one host).
+    /// one (segments, interrupts, data interrupts and reflective groups).
     #[cfg(feature = "ofi")]
     fn export_if_clustered(&self) -> Result<()> {
         use crate::transport::ofi::transport::owner_handler;
         let Some(ofi) = &self.fabric.ofi else { return Ok(()) };
         let snap = *self.file.snapshot();
-        if !matches!(snap.kind, kind::SEGMENT | kind::INTERRUPT | kind::DATA_INTERRUPT) {
+        if !matches!(snap.kind, kind::SEGMENT | kind::INTERRUPT | kind::DATA_INTERRUPT | kind::REFLECTIVE) {
             return Ok(());
         }
         let mapping = self

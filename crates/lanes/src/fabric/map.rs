@@ -118,6 +118,8 @@ impl Map {
             Window::Direct(_) => Ok(load()),
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.read_with(offset, size_of::<T>(), load),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.read_with(offset, size_of::<T>(), load),
         }
     }
 
@@ -134,6 +136,8 @@ impl Map {
             }
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.tracked(offset, size_of::<T>(), store),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.tracked(offset, size_of::<T>(), store),
         }
     }
 
@@ -148,6 +152,8 @@ impl Map {
             Window::Direct(_) => Ok(load()),
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.read_with(offset, 8, load),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.read_with(offset, 8, load),
         }
     }
 
@@ -165,6 +171,8 @@ impl Map {
             }
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.release(offset, &value.to_ne_bytes(), store),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.release(offset, &value.to_ne_bytes(), store),
         }
     }
 
@@ -178,6 +186,8 @@ impl Map {
             Window::Direct(_) => Ok(load()),
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.read_with(offset, 4, load),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.read_with(offset, 4, load),
         }
     }
 
@@ -194,6 +204,8 @@ impl Map {
             }
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.release(offset, &value.to_ne_bytes(), store),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.release(offset, &value.to_ne_bytes(), store),
         }
     }
 
@@ -211,6 +223,8 @@ impl Map {
             }
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.tracked(offset, src.len(), store),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.tracked(offset, src.len(), store),
         }
     }
 
@@ -230,6 +244,8 @@ impl Map {
             }
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.read_with(offset, len, load),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.read_with(offset, len, load),
         }
     }
 
@@ -245,6 +261,8 @@ impl Map {
             }
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.tracked(offset, len, store),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.tracked(offset, len, store),
         }
     }
 
@@ -274,6 +292,8 @@ impl Map {
             }
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.flush_checked(),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.flush_checked(),
         }
     }
 
@@ -290,6 +310,8 @@ impl Map {
             }
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.refresh(offset, len),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.refresh(offset, len),
         }
     }
 
@@ -299,6 +321,8 @@ impl Map {
             Window::Direct(_) => Sequence::new(self.origin.clone()),
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => Sequence::mirror(self.origin.clone(), m.sequence()),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => Sequence::mirror(self.origin.clone(), m.sequence()),
         }
     }
 }

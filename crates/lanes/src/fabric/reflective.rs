@@ -10,6 +10,12 @@
 //!
 //! A group is an object of its own kind in its creator's node directory (so liveness, stale
 //! replacement and clean-up are the segment code); joining finds it by id in any node.
+//!
+//! In a process whose fabric is part of a cluster (feature `ofi`), groups span hosts: the
+//! object holds the group's bytes and a roster, every member keeps its own copy, read maps
+//! are that copy and write maps post to every other copy at barriers, in order per writer
+//! (`transport::ofi::reflective`; docs/ARCHITECTURE.md, "Reflective memory"). Ids are
+//! unique and at most four groups exist in the whole cluster.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -17,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use super::events::{self, LocalEvent};
 use super::local::LocalSegment;
+#[cfg(feature = "ofi")]
+use super::map::MapOrigin;
 use super::map::{Map, MapAccess};
 use super::remote::{LossReason, RemoteSegment, RemoteState};
 use super::slot_tracker::{Ringer, SlotTracker};
@@ -25,6 +33,8 @@ use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
 use crate::platform::doorbell::WaitError;
 use crate::platform::files::DirLock;
+#[cfg(feature = "ofi")]
+use crate::transport::ofi::{reflective::Fanout, transport::OfiTransport};
 use crate::transport::shm::layout::{kind, state, MAX_RECEIVERS};
 use crate::transport::shm::segment_file::SegmentFile;
 use crate::transport::shm::FabricPaths;
@@ -88,9 +98,26 @@ fn maps(map: impl Fn(MapAccess) -> Result<Map>) -> Result<(Map, Map)> {
 /// A group this process created; it is a member too. Dropping it removes the group.
 #[derive(Debug)]
 pub struct ReflectiveGroup {
-    seg: LocalSegment,
+    // The maps drop before the segment they map.
     read: Map,
     write: Map,
+    seg: LocalSegment,
+    size: u64,
+    /// A group of a cluster: its fan-out (members' copies) and the creator's sweep of
+    /// members that died, run by the endpoint's service thread while this holds it.
+    #[cfg(feature = "ofi")]
+    across: Option<(Arc<Fanout>, Sweep)>,
+}
+
+/// The creator's sweep task (held: the endpoint keeps only a weak reference).
+#[cfg(feature = "ofi")]
+struct Sweep(#[allow(dead_code)] Arc<dyn Fn() + Send + Sync>);
+
+#[cfg(feature = "ofi")]
+impl std::fmt::Debug for Sweep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sweep")
+    }
 }
 
 impl ReflectiveGroup {
@@ -103,6 +130,10 @@ impl ReflectiveGroup {
         }
         for &r in receivers {
             NodeId::new(r)?;
+        }
+        #[cfg(feature = "ofi")]
+        if let Some(ofi) = &fabric.ofi {
+            return Self::create_across(fabric, ofi, group, size, receivers);
         }
         let _lock = group_lock(fabric)?;
         let live = live_groups(fabric);
@@ -120,7 +151,105 @@ impl ReflectiveGroup {
         seg.prepare()?;
         let (read, write) = maps(|a| seg.map(0, size, a))?;
         seg.set_available()?;
-        Ok(ReflectiveGroup { seg, read, write })
+        Ok(ReflectiveGroup {
+            seg,
+            read,
+            write,
+            size,
+            #[cfg(feature = "ofi")]
+            across: None,
+        })
+    }
+
+    /// Creates a group of a cluster: unique among the hosts that answer (refused while one
+    /// cannot answer), with a roster after its data, exported; its write map fans out.
+    #[cfg(feature = "ofi")]
+    fn create_across(
+        fabric: &Arc<FabricInner>,
+        ofi: &OfiTransport,
+        group: u32,
+        size: u64,
+        receivers: &[u32],
+    ) -> Result<Self> {
+        use crate::platform::mapping::Access;
+        use crate::transport::ofi::reflective::{init_roster, object_size, FanoutWindow};
+        use crate::transport::Window;
+
+        if size == 0 {
+            return Err(Error::InvalidSize { size, reason: "a group holds at least one byte" });
+        }
+        if size > i64::MAX as u64 / 4 {
+            return Err(Error::InvalidSize { size, reason: "larger than the address space" });
+        }
+        let me = fabric.node.get();
+        let all = across::cluster_groups(fabric, group)?;
+        if let Some(&(node, _)) = all.iter().find(|&&(_, id)| id == group) {
+            return Err(Error::GroupInUse { group, node });
+        }
+        if all.len() >= MAX_GROUPS {
+            return Err(Error::TooManyGroups { max: MAX_GROUPS });
+        }
+        let lock = group_lock(fabric)?;
+        let live = live_groups(fabric);
+        if let Some(&(node, _)) = live.iter().find(|&&(_, id)| id == group) {
+            return Err(Error::GroupInUse { group, node });
+        }
+        if live.len() >= MAX_GROUPS {
+            return Err(Error::TooManyGroups { max: MAX_GROUPS });
+        }
+        let object = object_size(size);
+        let seg = LocalSegment::create(fabric, kind::REFLECTIVE, Some(group), object, None).map_err(|e| match e {
+            Error::SegmentIdInUse { node, .. } => Error::GroupInUse { group, node },
+            other => other,
+        })?;
+        seg.inner.file.header().set_receivers(receivers);
+        seg.prepare()?;
+        let whole = seg
+            .inner
+            .file
+            .map_data(0, object, Access::ReadWrite)
+            .map_err(|e| Error::io("mapping a reflective group's roster", e))?;
+        init_roster(&whole, size, receivers);
+        let read = seg.map(0, size, MapAccess::ReadOnly)?;
+        let fan = Arc::new(Fanout::creator(ofi.endpoint()?, whole, size, me)?);
+        let write = Map::new(
+            Window::Fanout(FanoutWindow::new(fan.clone())),
+            0,
+            MapAccess::ReadWrite,
+            MapOrigin::Local(seg.inner.clone()),
+        );
+        let sweep: Arc<dyn Fn() + Send + Sync> = {
+            let (fan, seg) = (Arc::downgrade(&fan), Arc::downgrade(&seg.inner));
+            Arc::new(move || {
+                if let (Some(f), Some(s)) = (fan.upgrade(), seg.upgrade()) {
+                    let header = s.file.header();
+                    f.sweep(|slot| header.slot(slot).is_none_or(|sl| sl.holder.is_some()));
+                }
+            })
+        };
+        ofi.endpoint()?.add_periodic(Arc::downgrade(&sweep));
+        seg.set_available()?;
+        drop(lock);
+        let g = ReflectiveGroup { seg, read, write, size, across: Some((fan, Sweep(sweep))) };
+        // Two hosts may have created the same id (or a fifth group) at once, each before
+        // seeing the other's. Same id: the lower node keeps it; one that sees a lower creator
+        // gives up at once, one that sees a higher one gives it time to see us and give up,
+        // then gives up itself, so at most one survives even when only one saw the other.
+        // Too many: the groups after the first four by (node, id) give up.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            let mut all = across::cluster_groups(fabric, group)?;
+            all.sort_unstable();
+            if all.iter().position(|&g| g == (me, group)).is_some_and(|i| i >= MAX_GROUPS) {
+                return Err(Error::TooManyGroups { max: MAX_GROUPS });
+            }
+            let Some(&(node, _)) = all.iter().find(|&&(n, id)| id == group && n != me) else { break };
+            if node < me || Instant::now() >= deadline {
+                return Err(Error::GroupInUse { group, node });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(g)
     }
 
     /// The group id.
@@ -130,7 +259,7 @@ impl ReflectiveGroup {
 
     /// Bytes of reflective memory.
     pub fn size(&self) -> u64 {
-        self.seg.size()
+        self.size
     }
 
     /// The local, read-only view: loads see every member's stores.
@@ -144,12 +273,18 @@ impl ReflectiveGroup {
     }
 
     /// The group's memory as a local segment (the source or target of DMA on this node).
+    /// For a group spanning hosts it is the creator's object (the group's bytes, then the
+    /// roster) and writes to it reach only the creator's copy.
     pub fn local_segment(&self) -> &LocalSegment {
         &self.seg
     }
 
     /// The members other than this creator, as (node, pid).
     pub fn members(&self) -> Vec<(u32, u32)> {
+        #[cfg(feature = "ofi")]
+        if let Some((fan, _)) = &self.across {
+            return fan.members().unwrap_or_default();
+        }
         self.seg.connected_peers()
     }
 
@@ -160,17 +295,47 @@ impl ReflectiveGroup {
 
     /// Removes the group: members get `Lost(Removed)`.
     pub fn remove(&self) -> Result<()> {
+        #[cfg(feature = "ofi")]
+        if let Some((fan, _)) = &self.across {
+            fan.announce_removal();
+        }
         self.seg.remove(true)
+    }
+}
+
+#[cfg(feature = "ofi")]
+impl Drop for ReflectiveGroup {
+    fn drop(&mut self) {
+        // Dropping removes the group (the segment's drop): members of other hosts hear it.
+        if let Some((fan, _)) = &self.across {
+            if !self.seg.inner.is_removed() {
+                fan.announce_removal();
+            }
+        }
     }
 }
 
 /// Membership of a group another process created. Dropping it leaves the group.
 pub struct ReflectiveMember {
-    seg: RemoteSegment,
+    // The maps drop before the connection.
     read: Map,
     write: Map,
+    seg: RemoteSegment,
+    size: u64,
     tracker: SlotTracker,
     reported_lost: AtomicBool,
+    /// A group of a cluster: this member's fan-out (its replica and roster entry).
+    #[cfg(feature = "ofi")]
+    across: Option<Arc<Fanout>>,
+}
+
+impl Drop for ReflectiveMember {
+    fn drop(&mut self) {
+        #[cfg(feature = "ofi")]
+        if let Some(f) = &self.across {
+            f.leave();
+        }
+    }
 }
 
 impl std::fmt::Debug for ReflectiveMember {
@@ -184,7 +349,20 @@ impl ReflectiveMember {
         let start = Instant::now();
         let mut pause = Duration::from_micros(200);
         loop {
-            if let Some(&(node, _)) = live_groups(fabric).iter().find(|&&(_, id)| id == group) {
+            #[cfg(feature = "ofi")]
+            if let Some(ofi) = &fabric.ofi {
+                if let Some(node) = across::creator_of(fabric, group)? {
+                    match Self::join_across(fabric, ofi, node, group) {
+                        Err(Error::NoSuchSegment { .. } | Error::NotAvailable { .. }) => {}
+                        other => return other,
+                    }
+                }
+            }
+            #[cfg(feature = "ofi")]
+            let single_host = fabric.ofi.is_none();
+            #[cfg(not(feature = "ofi"))]
+            let single_host = true;
+            if let Some(&(node, _)) = live_groups(fabric).iter().find(|&&(_, id)| id == group && single_host) {
                 match Self::join_at(fabric, node, group) {
                     Err(Error::NoSuchSegment { .. } | Error::NotAvailable { .. }) => {}
                     other => return other,
@@ -224,8 +402,54 @@ impl ReflectiveMember {
             seg,
             read,
             write,
+            size,
             tracker: SlotTracker::new(Some(fabric.identity)),
             reported_lost: AtomicBool::new(false),
+            #[cfg(feature = "ofi")]
+            across: None,
+        })
+    }
+
+    /// Joins a group of a cluster created by `node` (on any host): connects to its object
+    /// over ofi, fills a replica from it and announces this member (`ofi::reflective`).
+    #[cfg(feature = "ofi")]
+    fn join_across(fabric: &Arc<FabricInner>, ofi: &OfiTransport, node: u32, group: u32) -> Result<Self> {
+        use std::os::fd::AsFd;
+
+        use crate::platform::mapping::{Access, Mapping};
+        use crate::transport::ofi::reflective::FanoutWindow;
+        use crate::transport::shm::segment_file::DataMapping;
+        use crate::transport::{ObjectAddr, Transport, Window};
+
+        let addr = ObjectAddr { kind: kind::REFLECTIVE, node, id: group };
+        let remote = ofi.connect(addr, Timeout::Immediate)?;
+        let conn = remote.conn().clone();
+        let seg = RemoteSegment::from_ofi(fabric, remote);
+        let (fan, fd) = Fanout::join(conn.clone(), conn.slot, fabric.node.get())?;
+        let size = fan.size() as u64;
+        let len = fan.size();
+        let mapping =
+            Mapping::map(fd.as_fd(), 0, len, Access::ReadOnly).map_err(|e| Error::io("mapping a replica", e))?;
+        let read = Map::new(
+            Window::Direct(DataMapping::whole(mapping, len)),
+            0,
+            MapAccess::ReadOnly,
+            MapOrigin::Remote(seg.inner.clone()),
+        );
+        let write = Map::new(
+            Window::Fanout(FanoutWindow::new(fan.clone())),
+            0,
+            MapAccess::ReadWrite,
+            MapOrigin::Remote(seg.inner.clone()),
+        );
+        Ok(ReflectiveMember {
+            seg,
+            read,
+            write,
+            size,
+            tracker: SlotTracker::new(Some(fabric.identity)),
+            reported_lost: AtomicBool::new(false),
+            across: Some(fan),
         })
     }
 
@@ -241,7 +465,7 @@ impl ReflectiveMember {
 
     /// Bytes of reflective memory.
     pub fn size(&self) -> u64 {
-        self.seg.size()
+        self.size
     }
 
     /// The local, read-only view.
@@ -254,13 +478,23 @@ impl ReflectiveMember {
         &self.write
     }
 
-    /// The group as a remote segment: the target of DMA writes to the group.
+    /// The group as a remote segment: the target of DMA writes to the group. For a group
+    /// spanning hosts this is the connection to the creator's object (whose size includes
+    /// the roster after the group's bytes: [`ReflectiveMember::size`] is the group's), which
+    /// DMA and plain maps are refused on (they would reach the creator's copy only).
     pub fn segment(&self) -> &RemoteSegment {
         &self.seg
     }
 
     /// Every other member, creator included, as (node, pid).
     pub fn members(&self) -> Vec<(u32, u32)> {
+        #[cfg(feature = "ofi")]
+        if let Some(f) = &self.across {
+            return f.members().unwrap_or_else(|_| {
+                use crate::transport::RemoteObject;
+                vec![(self.seg.node_id(), self.seg.inner.remote.info().owner.pid())]
+            });
+        }
         let inner = &self.seg.inner;
         let me = inner.fabric.identity;
         let file = inner.shm().file();
@@ -282,6 +516,10 @@ impl ReflectiveMember {
         let inner = &self.seg.inner;
         if self.reported_lost.load(Ordering::Acquire) {
             inner.check()?;
+        }
+        #[cfg(feature = "ofi")]
+        if self.across.is_some() {
+            return self.wait_loss(timeout);
         }
         let weak: Weak<_> = Arc::downgrade(inner);
         let ring: Ringer = Arc::new(move || {
@@ -310,8 +548,112 @@ impl ReflectiveMember {
         })
     }
 
+    /// A member of a cluster's group hears the loss of its connection to the creator: the
+    /// group's removal, which the creator writes into this member's copy (polled here), the
+    /// creator's death (the daemons mark the connection lost), or this side's
+    /// disconnection. Joins and leaves of others are not relayed.
+    #[cfg(feature = "ofi")]
+    fn wait_loss(&self, timeout: Timeout) -> Result<GroupEvent> {
+        let inner = &self.seg.inner;
+        let deadline = events::deadline(timeout);
+        let mut pause = Duration::from_micros(100);
+        loop {
+            if let Some(f) = &self.across {
+                if f.removed() {
+                    // The creator wrote its removal into our copy: the connection is lost.
+                    if let crate::transport::RemoteHandle::Ofi(r) = &inner.remote {
+                        r.conn().mark_lost(LossReason::Removed);
+                    }
+                }
+            }
+            if let RemoteState::Lost(reason) = inner.state() {
+                self.reported_lost.store(true, Ordering::Release);
+                return Ok(GroupEvent::Lost(reason));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(Error::Timeout {
+                    what: format!("an event of reflective group {}", self.seg.id()),
+                    waited_ms: super::interrupt::timeout_ms(timeout),
+                });
+            }
+            // Nothing rings for a word another host writes into our copy: poll, gently.
+            let left = deadline.map_or(pause, |d| d - now);
+            std::thread::sleep(pause.min(left));
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+    }
+
     /// Leaves the group.
     pub fn leave(self) {
         drop(self)
+    }
+}
+
+/// Finding a cluster's groups on the other hosts, through this host's daemon.
+#[cfg(feature = "ofi")]
+mod across {
+    use std::time::Duration;
+
+    use super::{live_groups, FabricInner};
+    use crate::cluster::{self, Client, ObjectKind, Refusal};
+    use crate::config::NodeId;
+    use crate::error::{Error, Result};
+
+    /// How long one question to the daemon may take.
+    const CALL: Duration = Duration::from_secs(2);
+
+    /// The nodes listed on the other hosts of the cluster.
+    fn other_nodes(fabric: &FabricInner) -> Vec<u32> {
+        let Some(m) = &fabric.cluster else { return Vec::new() };
+        m.config.hosts.iter().filter(|h| h.name != m.host).flat_map(|h| h.nodes.iter().map(|n| n.get())).collect()
+    }
+
+    fn client(fabric: &FabricInner) -> Result<Client> {
+        Client::connect(fabric.paths.root(), CALL).map_err(|e| Error::Cluster(e.to_string()))
+    }
+
+    /// Every live group of the cluster as (creator node, id), from every host's daemon. A
+    /// host that cannot answer makes this fail: a group may not be created while a host is
+    /// unreachable, since it might hold the id or the fourth group.
+    pub(super) fn cluster_groups(fabric: &FabricInner, group: u32) -> Result<Vec<(u32, u32)>> {
+        if other_nodes(fabric).is_empty() {
+            return Ok(live_groups(fabric));
+        }
+        match client(fabric)?.groups(CALL) {
+            Ok(groups) => Ok(groups.into_iter().map(|g| (g.node, g.id)).collect()),
+            Err(cluster::Error::Refused(r @ Refusal::HostUnreachable { node, .. })) => Err(Error::NodeUnreachable {
+                node,
+                reason: format!("reflective group {group} cannot be created while {r}"),
+            }),
+            Err(e) => Err(Error::Cluster(format!("asking the cluster's groups: {e}"))),
+        }
+    }
+
+    /// The node that created group `group`, on this host or another (hosts that cannot
+    /// answer are skipped: their groups cannot be joined now).
+    pub(super) fn creator_of(fabric: &FabricInner, group: u32) -> Result<Option<u32>> {
+        if let Some(&(node, _)) = live_groups(fabric).iter().find(|&&(_, id)| id == group) {
+            return Ok(Some(node));
+        }
+        let nodes = other_nodes(fabric);
+        if nodes.is_empty() {
+            return Ok(None);
+        }
+        let mut c = client(fabric)?;
+        for node in nodes {
+            match c.lookup(NodeId::new(node)?, ObjectKind::Reflective, group, CALL) {
+                Ok(info) if info.available => return Ok(Some(node)),
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(cluster::Error::Refused(Refusal::HostUnreachable { .. })) => {}
+                Err(cluster::Error::Refused(Refusal::Timeout { .. })) => {}
+                Err(e) => return Err(Error::Cluster(e.to_string())),
+            }
+            if !c.is_usable() {
+                c = client(fabric)?;
+            }
+        }
+        Ok(None)
     }
 }

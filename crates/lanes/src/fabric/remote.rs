@@ -68,6 +68,22 @@ impl RemoteSegment {
         Err(Error::IllegalOperation("the node is on another host and this build has no ofi transport (feature `ofi`)"))
     }
 
+    /// A connection over ofi made by the caller (a reflective group's member reaches its
+    /// group's object this way, whichever host the creator is on).
+    #[cfg(feature = "ofi")]
+    pub(crate) fn from_ofi(
+        fabric: &Arc<FabricInner>,
+        remote: crate::transport::ofi::remote::OfiRemote,
+    ) -> RemoteSegment {
+        let inner = Arc::new(RemoteInner {
+            fabric: fabric.clone(),
+            remote: RemoteHandle::Ofi(remote),
+            reported: Mutex::new(RemoteState::Operational),
+            poll: events::PollTime::new(),
+        });
+        RemoteSegment { inner }
+    }
+
     /// A segment connected through `remote` (made by the caller), for in-crate tests of a
     /// transport below the fabric.
     #[cfg(all(test, feature = "ofi"))]
@@ -109,6 +125,9 @@ impl RemoteSegment {
     /// Maps `size` bytes from `offset` of the remote segment.
     pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
         self.check()?;
+        self.refuse_group_across_hosts(
+            "maps of a reflective group spanning hosts are its member's read and write maps",
+        )?;
         let window = self.inner.remote.window(offset, size, access)?;
         Ok(Map::new(window, offset, access, MapOrigin::Remote(self.inner.clone())))
     }
@@ -147,6 +166,20 @@ impl RemoteSegment {
     }
 }
 
+impl RemoteSegment {
+    /// Refuses what would reach only the creator's copy of a reflective group spanning
+    /// hosts (its object's data also holds the roster): DMA and plain maps of the
+    /// member's connection.
+    pub(crate) fn refuse_group_across_hosts(&self, what: &'static str) -> Result<()> {
+        #[cfg(feature = "ofi")]
+        if matches!(self.inner.remote, RemoteHandle::Ofi(_)) && self.inner.remote.info().addr.kind == kind::REFLECTIVE {
+            return Err(Error::IllegalOperation(what));
+        }
+        let _ = what;
+        Ok(())
+    }
+}
+
 impl RemoteInner {
     /// The connection's state; a check costs two atomic loads and no system call.
     #[inline]
@@ -160,13 +193,13 @@ impl RemoteInner {
         self.remote.check()
     }
 
-    /// The shm connection: reflective groups live on one host (they span hosts in a later
-    /// stage, with their own transport support).
+    /// The shm connection of a member of a single-host reflective group (members of a
+    /// cluster's groups never call this: they hold an ofi connection).
     pub(crate) fn shm(&self) -> &ShmRemote {
         match &self.remote {
             RemoteHandle::Shm(r) => r,
             #[cfg(feature = "ofi")]
-            RemoteHandle::Ofi(_) => unreachable!("reflective groups are reached over shm only"),
+            RemoteHandle::Ofi(_) => unreachable!("cluster reflective groups are reached over ofi"),
         }
     }
 

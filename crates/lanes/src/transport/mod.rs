@@ -119,6 +119,11 @@ pub(crate) enum Window {
     Direct(DataMapping),
     #[cfg(feature = "ofi")]
     Mirror(ofi::window::MirrorWindow),
+    /// The write map of a reflective group spanning hosts: stores land in this process's
+    /// copy of the group and barriers post them to every other member's copy
+    /// (`ofi::reflective`).
+    #[cfg(feature = "ofi")]
+    Fanout(ofi::reflective::FanoutWindow),
 }
 
 impl Window {
@@ -129,6 +134,8 @@ impl Window {
             Window::Direct(m) => m.as_ptr(),
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.base(),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.base(),
         }
     }
 
@@ -140,6 +147,8 @@ impl Window {
             Window::Direct(m) => m.as_ptr(),
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.as_ptr(),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.as_ptr(),
         }
     }
 
@@ -150,6 +159,8 @@ impl Window {
             Window::Direct(m) => m.len(),
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.len(),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.len(),
         }
     }
 
@@ -161,6 +172,8 @@ impl Window {
             Window::Direct(_) => crate::platform::memory::store_barrier(),
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.barrier(),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.barrier(),
         }
     }
 
@@ -173,6 +186,8 @@ impl Window {
             Window::Direct(_) => crate::platform::memory::store_barrier(),
             #[cfg(feature = "ofi")]
             Window::Mirror(m) => m.flush(),
+            #[cfg(feature = "ofi")]
+            Window::Fanout(m) => m.flush(),
         }
     }
 }

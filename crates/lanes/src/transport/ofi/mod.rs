@@ -7,16 +7,17 @@
 //! - [`remote`]: a connection; [`window`]: its maps (mirror windows);
 //! - [`node_watch`]: what connections learn from the daemon (host states, grant notices);
 //! - [`notify`]: interrupts and data interrupts as CQ-data doorbells;
-//! - [`rma`]: DMA queues posting RMA.
+//! - [`rma`]: DMA queues posting RMA;
+//! - [`reflective`]: reflective groups spanning hosts (replicas, rosters, fan-out writes).
 //!
-//! Still open (docs/design/multi-host.md, section 15): reflective groups across hosts
-//! (stage 6), the benchmark (stage 7).
+//! Still open (docs/design/multi-host.md, section 15): the benchmark (stage 7).
 
 pub(crate) mod endpoint;
 pub(crate) mod export;
 pub mod fi;
 pub(crate) mod node_watch;
 pub(crate) mod notify;
+pub(crate) mod reflective;
 pub(crate) mod remote;
 pub(crate) mod rma;
 pub(crate) mod transport;

@@ -6,7 +6,10 @@
 //! the object, as on a direct map), filled by an RMA read of the remote range when the map
 //! is made. What a program stores through the
 //! map's methods goes into the window and into a write log of exact byte ranges; a barrier
-//! posts the log as RMA writes in log order; a flush also waits until every write is proven
+//! copies the logged bytes into a staging ring and posts them from there as RMA writes in
+//! log order (posting from the window itself would let a store made after the barrier
+//! travel with a write still in flight, ahead of the release word that was to follow the
+//! earlier data: a seqlock reader could then accept torn data); a flush also waits until every write is proven
 //! delivered; reads through the map's methods read the remote memory (read-through). Once a
 //! raw pointer was handed out, the window keeps a shadow copy and every barrier posts the
 //! byte runs where the window differs from it. The endpoint's service thread drains windows
@@ -55,6 +58,11 @@ const PROOF: usize = 8;
 /// Windows start at their object offset's offset within a page of this size.
 const PAGE: u64 = 4096;
 
+/// Bytes of the staging ring writes are posted from (at most; a smaller window gets a ring
+/// of its own size rounded up to a page). A write larger than the ring is posted in pieces,
+/// each waiting for the ring space it reuses.
+const STAGING: usize = 256 * 1024;
+
 /// Staging slots of release stores (8 bytes each, after the proof read's): the word is
 /// posted from its own slot, not from the window, so a later store to the word cannot
 /// overtake the data published before it. (Not `fi_inject_write`: on tcp;ofi_rxm 1.17 an
@@ -89,8 +97,9 @@ pub(crate) struct Mirror {
     offset: u64,
     len: usize,
     writable: bool,
-    /// From `lead`, the window (`len` bytes) and, from `lead + proof_at`, the proof read's
-    /// landing place and the release stores' slots.
+    /// From `lead`, the window (`len` bytes); from `lead + proof_at`, the proof read's
+    /// landing place and the release stores' slots; from `lead + staging_at`, the staging
+    /// ring (`staging_len` bytes).
     mem: Arc<fi::Buffer>,
     /// Where the window starts in `mem`: the object offset's offset within a page, so that
     /// the window's addresses have the alignment of the object's offsets, as a direct map's
@@ -98,8 +107,11 @@ pub(crate) struct Mirror {
     lead: usize,
     /// `mem`'s registration for local use; operations keep it (and `mem`) alive.
     mr: Arc<fi::MemoryRegion>,
-    /// Where the proof read lands, relative to the window (aligned in `mem`).
+    /// Where the proof read lands and the staging ring starts, relative to the window
+    /// (aligned in `mem`).
     proof_at: usize,
+    staging_at: usize,
+    staging_len: usize,
     /// Largest single write or read posted (the provider's message and ordering limits).
     chunk: usize,
     /// Whether writes land in the order posted (`FI_ORDER_RMA_WAW` and `_RAW`). Without it
@@ -127,6 +139,8 @@ struct State {
     last_error: Option<String>,
     /// Release stores so far (the next one uses slot `releases % RELEASE_SLOTS`).
     releases: usize,
+    /// Where the next staged write starts in the staging ring.
+    staged: usize,
 }
 
 /// A posted operation and the window bytes it reads or writes.
@@ -168,7 +182,10 @@ impl MirrorWindow {
         }
         let lead = (offset % PAGE) as usize;
         let proof_at = (lead + len).next_multiple_of(PROOF) - lead;
-        let mem = Arc::new(fi::Buffer::new(lead + proof_at + PROOF + RELEASE_SLOTS * 8)?);
+        let staging_at = (lead + proof_at + PROOF + RELEASE_SLOTS * 8).next_multiple_of(LINE) - lead;
+        let staging_len = STAGING.min(len.next_multiple_of(4096));
+        chunk = chunk.min(staging_len);
+        let mem = Arc::new(fi::Buffer::new(lead + staging_at + staging_len)?);
         // `fi::Local` is made only from a registration, so the window is registered for local
         // use on every provider (on tcp and net a registration is bookkeeping only).
         let mr = Arc::new(ep.register(mem.clone(), fi::FI_READ | fi::FI_WRITE)?);
@@ -181,6 +198,8 @@ impl MirrorWindow {
             lead,
             mr,
             proof_at,
+            staging_at,
+            staging_len,
             chunk,
             ordered,
             shadow_mode: AtomicBool::new(false),
@@ -319,10 +338,7 @@ impl MirrorWindow {
 
     /// The sequence checker of this window (`Sequence` on a mirror map).
     pub fn sequence(&self) -> MirrorSequence {
-        MirrorSequence {
-            mirror: self.shared.clone(),
-            started: AtomicU64::new(self.shared.epoch.load(Ordering::Acquire)),
-        }
+        MirrorSequence::over(self.shared.clone())
     }
 }
 
@@ -470,16 +486,36 @@ impl Mirror {
         }
     }
 
-    /// Posts window bytes `[start, end)` to the same place of the object, in chunks; asks
-    /// for delivery completion of the last chunk when `deliver`.
+    /// Posts window bytes `[start, end)` to the same place of the object, in chunks copied
+    /// into the staging ring; asks for delivery completion of the last chunk when `deliver`.
     fn post_write(&self, st: &mut State, start: usize, end: usize, deliver: bool) -> Result<()> {
         let mut at = start;
         while at < end {
             let n = self.chunk.min(end - at);
-            self.post_one(st, at, n, at, deliver && at + n == end, WRITE)?;
+            let staged = self.stage(st, n)?;
+            // SAFETY: `at..at + n` is inside the window and `staged..staged + n` inside the
+            // staging ring, both of our registered buffer; no operation reads the staging
+            // bytes any more (waited for by `stage`), and the window is only copied from.
+            unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(at), self.ptr().add(staged), n) };
+            self.post_one(st, staged, n, at, deliver && at + n == end, WRITE)?;
             at += n;
         }
         Ok(())
+    }
+
+    /// Reserves `n` (at most `staging_len`) bytes of the staging ring and returns their
+    /// offset in the buffer, first waiting for writes still posting from them.
+    fn stage(&self, st: &mut State, n: usize) -> Result<usize> {
+        let mut at = st.staged;
+        if at + n > self.staging_len {
+            at = 0;
+        }
+        let (lo, hi) = (self.staging_at + at, self.staging_at + at + n);
+        if st.inflight.iter().any(|f| f.start < hi && lo < f.end) {
+            self.wait_for(st, |f| f.start < hi && lo < f.end)?;
+        }
+        st.staged = (at + n).next_multiple_of(8);
+        Ok(lo)
     }
 
     /// Posts `len` bytes at `local_at` of the buffer to window offset `window_at` of the
@@ -497,11 +533,10 @@ impl Mirror {
         let posted = self.local(local_at, len).and_then(|local| {
             let target = self.conn.range.target(self.offset + window_at as u64, len as u64)?;
             let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
-            // SAFETY: local is part of the window's registered buffer, which `keep` (the
-            // registration, holding the buffer) keeps alive until the completion is read.
-            // The window may be stored to meanwhile: the write then carries a later value
-            // of bytes this map wrote, which the next barrier posts again anyway. Release
-            // slots are not touched until their write completed.
+            // SAFETY: local is part of the map's registered buffer (a staging ring piece or
+            // a release slot), which `keep` (the registration, holding the buffer) keeps
+            // alive until the completion is read; neither is touched again until this
+            // write completed (`stage`, and the release slot wait).
             unsafe {
                 self.conn.endpoint.post_write(local, target, 0, flags, Some(keep), fi::deadline_in(MIRROR_TIMEOUT))
             }
@@ -520,11 +555,11 @@ impl Mirror {
     }
 
     /// Reads `[start, start + len)` of the window from the object and waits for it; the
-    /// shadow takes the bytes read too. Writes still reading from that part of the window
-    /// are waited for first.
+    /// shadow takes the bytes read too. (Writes post from the staging ring, so none reads
+    /// from the window bytes the read lands in; read-after-write order makes the read see
+    /// them.)
     fn read_range(&self, st: &mut State, start: usize, len: usize, what: &str) -> Result<()> {
         let end = start + len;
-        self.settle(st, |f| f.what == WRITE && f.start < end && start < f.end)?;
         let mut at = start;
         while at < end {
             let n = self.chunk.min(end - at);
@@ -670,9 +705,32 @@ const READ: &str = "a read";
 const PROOF_READ: &str = "the read proving delivery";
 const RELEASE: &str = "a release store";
 
+/// What a sequence asks of the map it checks: its error epoch, a flush, and whether the
+/// connection behind it is lost. Mirror windows and reflective fan-out windows have one.
+pub(crate) trait SequenceSource: Send + Sync {
+    /// Advances on every failed or dropped write or read of the map.
+    fn epoch(&self) -> u64;
+    /// Posts everything pending and waits (bounded) until it is delivered.
+    fn flush(&self) -> Result<()>;
+    /// Whether the map can no longer reach its object at all.
+    fn lost(&self) -> bool;
+}
+
+impl SequenceSource for Mirror {
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+    fn flush(&self) -> Result<()> {
+        Mirror::flush(self)
+    }
+    fn lost(&self) -> bool {
+        Mirror::lost(self).is_some()
+    }
+}
+
 /// The mirror-window side of a [`crate::fabric::Sequence`]: the error epoch at `start`.
 pub(crate) struct MirrorSequence {
-    mirror: Arc<Mirror>,
+    mirror: Arc<dyn SequenceSource>,
     started: AtomicU64,
 }
 
@@ -689,9 +747,15 @@ impl std::fmt::Debug for MirrorSequence {
 }
 
 impl MirrorSequence {
+    /// A sequence over `source`, started now.
+    pub(crate) fn over(source: Arc<dyn SequenceSource>) -> MirrorSequence {
+        let started = AtomicU64::new(source.epoch());
+        MirrorSequence { mirror: source, started }
+    }
+
     /// Records the map's error epoch.
     pub fn start(&self) -> SequenceStatus {
-        self.started.store(self.mirror.epoch.load(Ordering::Acquire), Ordering::Release);
+        self.started.store(self.mirror.epoch(), Ordering::Release);
         self.status(true)
     }
 
@@ -700,9 +764,7 @@ impl MirrorSequence {
     pub fn check(&self) -> SequenceStatus {
         let flushed = self.mirror.flush().is_ok();
         let status = self.status(flushed);
-        if status == SequenceStatus::Ok
-            && self.mirror.epoch.load(Ordering::Acquire) != self.started.load(Ordering::Acquire)
-        {
+        if status == SequenceStatus::Ok && self.mirror.epoch() != self.started.load(Ordering::Acquire) {
             return SequenceStatus::Retriable;
         }
         status
@@ -710,9 +772,9 @@ impl MirrorSequence {
 
     fn status(&self, ok: bool) -> SequenceStatus {
         match (self.mirror.lost(), ok) {
-            (Some(_), _) => SequenceStatus::NotRetriable,
-            (None, true) => SequenceStatus::Ok,
-            (None, false) => SequenceStatus::Retriable,
+            (true, _) => SequenceStatus::NotRetriable,
+            (false, true) => SequenceStatus::Ok,
+            (false, false) => SequenceStatus::Retriable,
         }
     }
 }

@@ -57,6 +57,15 @@ unsafe impl Send for DataMapping {}
 unsafe impl Sync for DataMapping {}
 
 impl DataMapping {
+    /// The first `len` bytes of `mapping` (memory that is not an object file's data, such as
+    /// a cross-host reflective member's replica). `len` is clamped to the mapping.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn whole(mapping: Mapping, len: usize) -> DataMapping {
+        let ptr = NonNull::new(mapping.as_ptr()).expect("a mapping is never at address 0");
+        let len = len.min(mapping.len());
+        DataMapping { _mapping: mapping, ptr, len }
+    }
+
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }

@@ -1,0 +1,460 @@
+//! Reflective groups spanning hosts: a group created on host a (node 8), members on hosts b
+//! (node 12) and c (node 16), each with its own daemon and fabric directory, reached over
+//! libfabric (`topology::ofi::lo::..` on loopback, `topology::ofi::netns::..` across network
+//! namespaces). Writers on two hosts, readers everywhere checking every record whole and in
+//! order per writer, a late joiner that finds the current contents and then follows new
+//! writes, a leave, and refusals of bad input. The single-host group semantics are
+//! tests/reflective.rs.
+
+// Every case needs the ofi transport.
+#![cfg(feature = "ofi")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lanes::{Error, Fabric, FabricConfig, Map, ReflectiveGroup, ReflectiveMember, Timeout};
+use support::{pattern, ChildIo, Proc, Topology};
+
+/// Each writer owns one region: a seqlock word, then its record.
+const REGION: usize = 4096;
+const RECORD: usize = 512;
+const GROUP: u32 = 7;
+const GROUP_BYTES: u64 = 16 * REGION as u64;
+/// How long a reader may take to see a writer's last record (liveness, not speed).
+const FOLLOW: Duration = Duration::from_secs(40);
+
+/// Writer `k`'s record number `n` (odd seq = being written).
+fn write_record(m: &Map, k: usize, n: u64) -> lanes::Result<()> {
+    let base = k * REGION;
+    m.store_release_u64(base, 2 * n + 1)?;
+    m.write_bytes(base + 64, &pattern(k as u64, n, RECORD))?;
+    m.store_release_u64(base, 2 * n + 2)
+}
+
+/// Reads writer `k`'s region until record `last` was seen, checking every consistent read:
+/// the payload matches its record number and numbers never go back. Returns reads checked.
+fn follow(m: &Map, k: usize, last: u64, limit: Duration) -> Result<u64, String> {
+    let base = k * REGION;
+    let start = Instant::now();
+    let (mut prev, mut checked) = (0u64, 0u64);
+    let mut buf = vec![0u8; RECORD];
+    loop {
+        let s1 = m.load_acquire_u64(base).map_err(|e| e.to_string())?;
+        if s1 % 2 == 0 && s1 > 0 {
+            m.read_bytes(base + 64, &mut buf).map_err(|e| e.to_string())?;
+            let s2 = m.load_acquire_u64(base).map_err(|e| e.to_string())?;
+            if s1 == s2 {
+                let n = s1 / 2 - 1;
+                if n < prev {
+                    return Err(format!("writer {k}: record {n} after {prev}: out of order"));
+                }
+                if buf != pattern(k as u64, n, RECORD) {
+                    return Err(format!("writer {k}: record {n} does not match its checksum"));
+                }
+                prev = n;
+                checked += 1;
+                if n >= last {
+                    return Ok(checked);
+                }
+            }
+        }
+        if start.elapsed() > limit {
+            return Err(format!("writer {k}: stuck at record {prev}, waiting for {last}"));
+        }
+        std::thread::yield_now();
+    }
+}
+
+fn timeout(s: &str) -> Timeout {
+    match s {
+        "imm" => Timeout::Immediate,
+        ms => Timeout::After(Duration::from_millis(ms.parse().expect("a timeout in ms"))),
+    }
+}
+
+/// What a `refl` child holds: the group it created or its membership.
+enum Role {
+    None,
+    Creator(ReflectiveGroup),
+    Member(ReflectiveMember),
+}
+
+impl Role {
+    fn maps(&self) -> Option<(&Map, &Map)> {
+        match self {
+            Role::None => None,
+            Role::Creator(g) => Some((g.read_map(), g.write_map())),
+            Role::Member(m) => Some((m.read_map(), m.write_map())),
+        }
+    }
+}
+
+/// The `refl` role: opens the fabric of its node and host (the topology's environment),
+/// then obeys one command per line, answering `OK ...` or `ERR <variant> <text>`.
+fn refl(io: &ChildIo) {
+    let fabric = FabricConfig::from_env().and_then(Fabric::open_with).expect("the node's fabric");
+    io.send("READY");
+    let mut role = Role::None;
+    // Groups created after the first (or by a member): held, never mapped.
+    let mut extra: Vec<ReflectiveGroup> = Vec::new();
+    let err = |e: Error| format!("ERR {} {e}", support::variant_name(&e));
+    while let Some(line) = io.recv() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> u64 { w[i].parse().expect("a number") };
+        let reply = match (w[0], role.maps()) {
+            ("create", _) => match fabric.create_reflective_group(num(1) as u32, num(2), &[]) {
+                Ok(g) => {
+                    match role {
+                        Role::None => role = Role::Creator(g),
+                        _ => extra.push(g),
+                    }
+                    "OK".to_string()
+                }
+                Err(e) => err(e),
+            },
+            ("dropextra", _) => {
+                extra.pop();
+                "OK".to_string()
+            }
+            ("join", _) => match fabric.join_reflective_group(num(1) as u32, timeout(w[2])) {
+                Ok(m) => {
+                    let size = m.size();
+                    role = Role::Member(m);
+                    format!("OK {size}")
+                }
+                Err(e) => err(e),
+            },
+            ("leave", _) => {
+                role = Role::None;
+                "OK".to_string()
+            }
+            ("members", _) => {
+                let mut nodes: Vec<u32> = match &role {
+                    Role::None => Vec::new(),
+                    Role::Creator(g) => g.members().into_iter().map(|(n, _)| n).collect(),
+                    Role::Member(m) => m.members().into_iter().map(|(n, _)| n).collect(),
+                };
+                nodes.sort_unstable();
+                format!("OK {nodes:?}")
+            }
+            ("write", Some((_, wm))) => {
+                let (k, from, to) = (num(1) as usize, num(2), num(3));
+                match (from..to).try_for_each(|n| write_record(wm, k, n)).and_then(|()| wm.flush_checked()) {
+                    Ok(()) => "OK".to_string(),
+                    Err(e) => err(e),
+                }
+            }
+            ("follow", Some((rm, _))) => match follow(rm, num(1) as usize, num(2), FOLLOW) {
+                Ok(n) => format!("OK {n}"),
+                Err(e) => format!("FAIL {e}"),
+            },
+            ("sum", Some((rm, _))) => {
+                let mut v = vec![0u8; num(2) as usize];
+                match rm.read_bytes(num(1) as usize, &mut v) {
+                    Ok(()) => format!("OK {:016x}", support::fnv64(&v)),
+                    Err(e) => err(e),
+                }
+            }
+            ("w64", Some((_, wm))) => match wm.write::<u64>(num(1) as usize, num(2)) {
+                Ok(()) => "OK".to_string(),
+                Err(e) => err(e),
+            },
+            ("ro64", Some((rm, _))) => match rm.write::<u64>(num(1) as usize, num(2)) {
+                Ok(()) => "OK".to_string(),
+                Err(e) => err(e),
+            },
+            ("segmap", _) => match &role {
+                Role::Member(m) => match m.segment().map(0, 8, lanes::MapAccess::ReadWrite) {
+                    Ok(_) => "OK".to_string(),
+                    Err(e) => err(e),
+                },
+                _ => "FAIL segmap needs a membership".to_string(),
+            },
+            ("dma", _) => match &role {
+                Role::Member(m) => {
+                    let dma = || -> lanes::Result<()> {
+                        let src = fabric.create_segment(0x99, 4096)?;
+                        let mut q = fabric.create_dma_queue(4)?;
+                        q.start(&src, m.segment(), 0, 64, 0, lanes::DmaDirection::Write, None)?;
+                        q.wait(Timeout::After(Duration::from_secs(10))).map(|_| ())
+                    };
+                    match dma() {
+                        Ok(()) => "OK".to_string(),
+                        Err(e) => err(e),
+                    }
+                }
+                _ => "FAIL dma needs a membership".to_string(),
+            },
+            ("event", _) => match &role {
+                Role::Member(m) => match m.wait_event(timeout(w[1])) {
+                    Ok(lanes::GroupEvent::Lost(r)) => format!("OK lost {r:?}"),
+                    Ok(other) => format!("OK {other:?}"),
+                    Err(e) => err(e),
+                },
+                _ => "FAIL event needs a membership".to_string(),
+            },
+            ("exit", _) => break,
+            (other, _) => format!("FAIL unknown or out-of-place command {other:?}"),
+        };
+        io.send(&reply);
+    }
+}
+
+#[test]
+fn child_entry() {
+    support::child_entry(|role, io| {
+        if role != "refl" {
+            return false;
+        }
+        refl(io);
+        true
+    });
+}
+
+/// A `refl` child acting as `node` on its host.
+fn spawn(t: &Topology, node: u32, name: &str) -> Proc {
+    let env = t.env(node);
+    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut p = Proc::spawn_in(&t.prefix(node), name, "refl", &envs);
+    assert_eq!(p.line("READY"), "READY", "{name}");
+    p
+}
+
+/// Sends `cmd`, returns the reply (`OK ...`, `ERR ...` or `FAIL ...`).
+fn ask(p: &mut Proc, cmd: &str, limit: Duration) -> String {
+    p.send(cmd);
+    p.line_within(&format!("the answer to {cmd:?}"), limit)
+}
+
+fn ok(p: &mut Proc, cmd: &str) -> String {
+    let r = ask(p, cmd, Duration::from_secs(30));
+    assert!(r.starts_with("OK"), "{} answered {cmd:?} with {r}\n{}", p.name(), p.output_snapshot());
+    r
+}
+
+/// Waits until `p`'s member list is `want`.
+fn members_become(p: &mut Proc, want: &str) {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = ok(p, "members");
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < until, "{}: members {got}, waiting for {want}", p.name());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A group created on host a, joined from b and c; writers on a and b, every other member
+/// follows each writer's records (whole, in order); all copies end equal; a late joiner on c
+/// finds the current contents and sees records written after it joined; it leaves.
+fn group_across_hosts(t: &Topology) {
+    let mut a = spawn(t, 8, "creator on a");
+    ok(&mut a, &format!("create {GROUP} {GROUP_BYTES}"));
+    let mut b = spawn(t, 12, "member on b");
+    assert_eq!(ok(&mut b, &format!("join {GROUP} 10000")), format!("OK {GROUP_BYTES}"));
+    let mut c = spawn(t, 16, "member on c");
+    ok(&mut c, &format!("join {GROUP} 10000"));
+    members_become(&mut a, "OK [12, 16]");
+    assert_eq!(ok(&mut c, "members"), "OK [8, 12]");
+
+    // Second processes of nodes 8 and 12 join and write at the same time: writer 0 on
+    // host a, writer 1 on host b. The first processes follow the other host's writer while
+    // it writes, c follows writer 0 and then checks writer 1's last record.
+    let mut a2 = spawn(t, 8, "second process of a");
+    ok(&mut a2, &format!("join {GROUP} 10000"));
+    let mut b2 = spawn(t, 12, "second process of b");
+    ok(&mut b2, &format!("join {GROUP} 10000"));
+    members_become(&mut a, "OK [8, 12, 12, 16]");
+    const COUNT: u64 = 600;
+    let last = COUNT - 1;
+    let live = FOLLOW + Duration::from_secs(5);
+    a.send(&format!("follow 1 {last}"));
+    b.send(&format!("follow 0 {last}"));
+    c.send(&format!("follow 0 {last}"));
+    a2.send(&format!("write 0 0 {COUNT}"));
+    b2.send(&format!("write 1 0 {COUNT}"));
+    for (p, what) in [
+        (&mut a2, "writer 0's writes"),
+        (&mut b2, "writer 1's writes"),
+        (&mut a, "a's follow of writer 1"),
+        (&mut b, "b's follow of writer 0"),
+        (&mut c, "c's follow of writer 0"),
+    ] {
+        let r = p.line_within(what, live);
+        assert!(r.starts_with("OK"), "{what}: {r}\n{}", p.output_snapshot());
+    }
+    ok(&mut c, &format!("follow 1 {last}"));
+
+    // Every copy holds the same bytes.
+    let sum = format!("sum 0 {GROUP_BYTES}");
+    let want = ok(&mut a, &sum);
+    for p in [&mut b, &mut c, &mut a2, &mut b2] {
+        assert_eq!(ok(p, &sum), want, "{} differs from the creator's copy", p.name());
+    }
+
+    // A late joiner on c finds the current contents, then sees what is written after it.
+    let mut late = spawn(t, 16, "late joiner on c");
+    ok(&mut late, &format!("join {GROUP} 10000"));
+    assert_eq!(ok(&mut late, &sum), want, "the late joiner's copy");
+    ok(&mut late, &format!("follow 1 {last}"));
+    late.send(&format!("follow 2 {}", COUNT + 99));
+    ok(&mut b2, &format!("write 2 {COUNT} {}", COUNT + 100));
+    let r = late.line_within("the late joiner's follow of writer 2", FOLLOW + Duration::from_secs(5));
+    assert!(r.starts_with("OK"), "late joiner following writer 2: {r}");
+    ok(&mut a, &format!("follow 2 {}", COUNT + 99));
+
+    // It leaves: the creator's roster forgets it.
+    members_become(&mut a, "OK [8, 12, 12, 16, 16]");
+    ok(&mut late, "leave");
+    members_become(&mut a, "OK [8, 12, 12, 16]");
+    // Writes after the leave still reach everyone else, without an error at the writer.
+    ok(&mut a2, "write 3 0 1");
+    ok(&mut b, "follow 3 0");
+    ok(&mut c, "follow 3 0");
+    for p in [&mut a, &mut a2, &mut b, &mut b2, &mut c, &mut late] {
+        p.send("exit");
+    }
+}
+
+/// Bad input gets clear errors, promptly: a group nobody created (at once and after a
+/// timeout), an offset past the group's end, a store through the read map, a second group
+/// with the id of one that exists on another host, a fifth group in the cluster, and a
+/// group created while a host is suspect.
+fn group_refusals_across_hosts(t: &Topology) {
+    let mut a = spawn(t, 8, "creator on a");
+    ok(&mut a, &format!("create {GROUP} 4096"));
+    let mut b = spawn(t, 12, "member on b");
+    let started = Instant::now();
+    let r = ask(&mut b, "join 99 imm", Duration::from_secs(10));
+    assert!(r.starts_with("ERR NoSuchGroup"), "{r}");
+    let r = ask(&mut b, "join 99 300", Duration::from_secs(10));
+    assert!(r.starts_with("ERR Timeout"), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(8), "refusals took {:?}", started.elapsed());
+    let r = ask(&mut b, &format!("create {GROUP} 4096"), Duration::from_secs(10));
+    assert!(r.starts_with("ERR GroupInUse"), "a second group {GROUP} on another host: {r}");
+    assert!(r.contains("node 8"), "{r}");
+    ok(&mut b, &format!("join {GROUP} 10000"));
+    let r = ask(&mut b, "w64 4096 1", Duration::from_secs(10));
+    assert!(r.starts_with("ERR OutOfRange"), "{r}");
+    let r = ask(&mut b, "w64 4092 1", Duration::from_secs(10));
+    assert!(r.starts_with("ERR OutOfRange"), "{r}");
+    let r = ask(&mut b, "ro64 0 1", Duration::from_secs(10));
+    assert!(r.starts_with("ERR ReadOnly"), "{r}");
+    // Plain maps and DMA of the member's connection would reach the creator's copy only.
+    let r = ask(&mut b, "segmap", Duration::from_secs(10));
+    assert!(r.starts_with("ERR IllegalOperation"), "{r}");
+    let r = ask(&mut b, "dma", Duration::from_secs(10));
+    assert!(r.starts_with("ERR IllegalOperation"), "{r}");
+    // Four groups in the whole cluster, wherever they were created: a fifth is refused on
+    // every host; removing one makes room.
+    let mut c = spawn(t, 16, "creator on c");
+    for id in [1, 2, 3] {
+        ok(&mut c, &format!("create {id} 4096"));
+    }
+    for p in [&mut a, &mut b] {
+        let r = ask(p, "create 4 4096", Duration::from_secs(10));
+        assert!(r.starts_with("ERR TooManyGroups"), "{}: a fifth group: {r}", p.name());
+    }
+    ok(&mut c, "dropextra");
+    ok(&mut b, "create 4 4096");
+    // A host that cannot answer (its daemon stopped: Suspect) might hold the id: no group
+    // is created meanwhile; joining a group elsewhere still works.
+    let cluster = t.cluster().expect("ofi topologies have daemons");
+    let daemon_c = cluster.daemon_pid(2) as libc::pid_t;
+    // SAFETY: signals a daemon process this test started.
+    assert_eq!(unsafe { libc::kill(daemon_c, libc::SIGSTOP) }, 0);
+    cluster.wait_state(0, 2, lanes::cluster::HostState::Suspect, Duration::from_secs(10));
+    let r = ask(&mut a, "create 5 4096", Duration::from_secs(10));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(daemon_c, libc::SIGCONT) }, 0);
+    assert!(r.starts_with("ERR NodeUnreachable"), "creation while host c is suspect: {r}");
+    cluster.wait_state(0, 2, lanes::cluster::HostState::Operational, Duration::from_secs(10));
+    cluster.wait_state(1, 2, lanes::cluster::HostState::Operational, Duration::from_secs(10));
+    ok(&mut b, "dropextra");
+    // Heartbeats on a loaded machine may make a host suspect for a moment: retried.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = ask(&mut a, "create 5 4096", Duration::from_secs(10));
+        if r.starts_with("OK") {
+            break;
+        }
+        assert!(r.starts_with("ERR NodeUnreachable") && Instant::now() < until, "create 5 after resuming c: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.send("exit");
+
+    // The refusals broke nothing: a write still arrives.
+    ok(&mut b, "w64 0 5");
+    a.send("follow 0 1");
+    let r = ask(&mut b, "write 0 0 2", Duration::from_secs(30));
+    assert!(r.starts_with("OK"), "{r}");
+    assert!(a.line("follow").starts_with("OK"));
+    // The creator removes the group (drops it): members on other hosts hear the loss, and
+    // their writes fail.
+    let r = ask(&mut b, "event 100", Duration::from_secs(10));
+    assert!(r.starts_with("ERR Timeout"), "no event before the removal: {r}");
+    ok(&mut a, "leave");
+    assert_eq!(ok(&mut b, "event 5000"), "OK lost Removed");
+    let r = ask(&mut b, "write 0 5 6", Duration::from_secs(10));
+    assert!(r.starts_with("ERR SegmentLost"), "a write after the removal: {r}");
+    for p in [&mut a, &mut b] {
+        p.send("exit");
+    }
+}
+
+/// A member killed with SIGKILL: writers on the other hosts go on without an error and
+/// without stalling, and the creator's roster forgets the dead member. Then the creator
+/// is killed: writes fail with an error instead of hanging, the member hears the loss,
+/// and leaving is bounded.
+fn group_member_killed(t: &Topology) {
+    let mut a = spawn(t, 8, "creator on a");
+    ok(&mut a, &format!("create {GROUP} {GROUP_BYTES}"));
+    let mut b = spawn(t, 12, "member on b");
+    ok(&mut b, &format!("join {GROUP} 10000"));
+    let mut c = spawn(t, 16, "member on c");
+    ok(&mut c, &format!("join {GROUP} 10000"));
+    members_become(&mut a, "OK [12, 16]");
+    ok(&mut b, "write 0 0 50");
+    ok(&mut c, "follow 0 49");
+    c.kill9();
+    let started = Instant::now();
+    members_become(&mut a, "OK [12]");
+    println!("the creator forgot the dead member after {:?}", started.elapsed());
+    a.send("follow 0 249");
+    let r = ask(&mut b, "write 0 50 250", Duration::from_secs(30));
+    assert!(r.starts_with("OK"), "a writer after a member's death: {r}");
+    // A writer that still posts to the dead member gives it up within 2 s (a liveness
+    // bound: below the 10 s any wait of a write map may take).
+    let took = started.elapsed();
+    println!("written after {took:?}");
+    assert!(took < Duration::from_secs(8), "the writer stalled for {took:?}");
+    assert!(a.line("follow").starts_with("OK"));
+    // The creator is killed: a member's writes fail (its copy is unreachable) within the
+    // bound of one wait, later ones without waiting again; leaving is bounded too.
+    a.kill9();
+    let killed = Instant::now();
+    let r = ask(&mut b, "write 0 250 260", Duration::from_secs(60));
+    println!("writing after the creator's death: {r} after {:?}", killed.elapsed());
+    let failed = |r: &str| ["ERR SegmentLost", "ERR Ofi", "ERR NodeUnreachable"].iter().any(|v| r.starts_with(v));
+    assert!(failed(&r), "writes after the creator's death: {r}");
+    let again = Instant::now();
+    let r = ask(&mut b, "write 0 260 270", Duration::from_secs(60));
+    println!("and again: {r} after {:?}", again.elapsed());
+    assert!(failed(&r), "{r}");
+    // The daemons relay the creator's death: the member hears it as the group's loss.
+    assert_eq!(ok(&mut b, "event 5000"), "OK lost OwnerDied");
+    let left = Instant::now();
+    ok(&mut b, "leave");
+    println!("left after {:?}", left.elapsed());
+    assert!(killed.elapsed() < Duration::from_secs(30), "took {:?}", killed.elapsed());
+    b.send("exit");
+}
+
+support::topology_cases!(
+    ;
+    ofi: group_across_hosts,
+    group_refusals_across_hosts,
+    group_member_killed,
+);
