@@ -187,7 +187,8 @@ fn racing_creators_of_one_id_have_exactly_one_winner() {
     }
 }
 
-support::topology_cases!(connect_refusals_are_distinct_errors,
+support::topology_cases!(
+    connect_refusals_are_distinct_errors,
     ;
     ofi: connect_refusals_are_distinct_errors,
 );

@@ -665,6 +665,8 @@ wakeups_support::topology_cases!(
     ofi: a_million_triggers_to_a_spinning_waiter_make_a_million_waits,
     a_hundred_thousand_triggers_to_a_sleeping_waiter_make_as_many_waits,
     three_data_senders_arrive_whole_and_in_order_with_none_lost,
+    killing_the_owner_makes_a_triggering_sender_fail_within_2_s,
+    killing_the_owner_makes_a_streaming_data_sender_fail_within_2_s,
     killing_the_owner_releases_a_sender_blocked_on_a_full_queue_within_2_s,
     killing_senders_mid_stream_loses_nothing_they_sent_and_others_go_on,
     a_sender_killed_while_blocked_on_a_full_queue_delivers_exactly_what_it_queued,
@@ -675,6 +677,4 @@ wakeups_support::topology_cases!(
     a_full_queue_fails_the_17th_send_after_its_timeout_and_loses_nothing,
     an_interrupt_callback_that_cancels_itself_is_called_no_more,
     a_data_callback_that_cancels_itself_leaves_the_rest_queued,
-    killing_the_owner_makes_a_triggering_sender_fail_within_2_s,
-    killing_the_owner_makes_a_streaming_data_sender_fail_within_2_s,
 );
