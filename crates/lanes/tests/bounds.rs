@@ -62,6 +62,8 @@ fn maps_and_accesses_outside_the_segment_or_misaligned_are_refused(t: &Topology)
     peer.ok("w64 m 4 77");
     peer.ok("w32 m 12 66");
     peer.ok("w16 m 18 55");
+    // Stores reach the owner by the flush at the latest (a direct map's at once).
+    peer.ok("flush m");
     assert_eq!(owner.ok("r64 m 104"), "77");
     assert_eq!(owner.ok("r32 m 112"), "66");
     assert_eq!(owner.ok("r16 m 118"), "55");
@@ -113,7 +115,12 @@ fn a_read_only_map_is_read_only_in_the_page_tables(t: &Topology) {
     owner.exit();
 }
 
+// Shm only: `a_read_only_map_is_read_only_in_the_page_tables`. A read-only map of another
+// host's segment is a mirror window that the provider writes when it reads through, so it
+// is not read-only in the page tables: raw stores to it stay local (design, section 6).
 support::topology_cases!(
     maps_and_accesses_outside_the_segment_or_misaligned_are_refused,
     a_read_only_map_is_read_only_in_the_page_tables,
+    ;
+    ofi: maps_and_accesses_outside_the_segment_or_misaligned_are_refused,
 );

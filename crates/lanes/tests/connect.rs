@@ -57,23 +57,25 @@ fn connect_refusals_are_distinct_errors(t: &Topology) {
     assert_eq!(peer.ok("rinfo r"), "node=8 id=16 size=12288");
     assert_eq!(peer.ok("state r"), "Operational");
     peer.ok("check r");
-    assert_eq!(owner.ok("peers s"), format!("12:{}", peer.pid()));
+    let seen = t.seen_pid(8, 12, peer.pid());
+    assert_eq!(owner.ok("peers s"), format!("12:{seen}"));
 
     // Unavailable refuses new connections but keeps the existing one working.
     owner.ok("unavailable s");
-    assert_eq!(peer.ok("state r"), "NotOperational");
+    assert_eq!(peer.ok("rwait r 2000"), "NotOperational");
     peer.ok("check r");
     peer.ok("map m r 8 16 rw");
     peer.ok("w64 m 0 5");
+    peer.ok("flush m");
     owner.ok("map m s 0 24 ro");
     assert_eq!(owner.ok("r64 m 8"), "5");
     peer.err_is("connect r2 8 0x10 imm", "NotAvailable");
     owner.ok("available s");
-    assert_eq!(peer.ok("state r"), "Operational");
+    assert_eq!(peer.ok("rwait r 2000"), "Operational");
     peer.ok("connect r2 8 0x10 imm");
-    assert_eq!(owner.ok("peers s"), format!("12:{0},12:{0}", peer.pid()));
+    assert_eq!(owner.ok("peers s"), format!("12:{seen},12:{seen}"));
     peer.ok("disconnect r2");
-    assert_eq!(owner.ok("peers s"), format!("12:{}", peer.pid()));
+    owner.ok(&format!("waitpeers s 12:{seen} 2000"));
 
     // Creation refusals.
     owner.ok("create t 0x11 4096");
@@ -185,4 +187,8 @@ fn racing_creators_of_one_id_have_exactly_one_winner() {
     }
 }
 
-support::topology_cases!(connect_refusals_are_distinct_errors);
+support::topology_cases!(
+    connect_refusals_are_distinct_errors,
+    ;
+    ofi: connect_refusals_are_distinct_errors,
+);

@@ -45,7 +45,7 @@ fn a_waiting_peer_and_the_owner_exchange_checksummed_data(t: &Topology) {
     assert_eq!(info, format!("node=8 id={SEG} size={SIZE}"));
     assert_eq!(peer.ok("rinfo r"), info);
     assert_eq!(peer.ok("state r"), "Operational");
-    assert_eq!(owner.ok("peers s"), format!("12:{}", peer.pid()));
+    assert_eq!(owner.ok("peers s"), format!("12:{}", t.seen_pid(8, 12, peer.pid())));
     assert_eq!(peer.ok(&format!("map m r 0 {SIZE} rw")), format!("len={SIZE} offset=0 writable=true"));
 
     let mut expected = pattern(SEED, 0, SIZE as usize);
@@ -198,10 +198,12 @@ fn caller_memory_registered_as_a_segment_is_shared_in_place(t: &Topology) {
     owner.ok("create other 0x3002 4096");
     owner.err_is("register_again again b 0x3002", "SegmentIdInUse");
 
-    // The peer's writes land in the caller's own buffer ...
+    // The peer's writes land in the caller's own buffer (by the flush at the latest) ...
     peer.ok("wpat m 4093 2000 12 4093");
+    peer.ok("flush m");
     owner.ok("bufvpat b 4093 2000 12 4093");
     peer.ok(&format!("wpat m {} 5 15 {}", LEN - 5, LEN - 5));
+    peer.ok("flush m");
     owner.ok(&format!("bufvpat b {} 5 15 {}", LEN - 5, LEN - 5));
     // ... and the caller's plain stores to its buffer reach the peer.
     owner.ok("bufwpat b 10001 2000 13 10001");
@@ -212,7 +214,7 @@ fn caller_memory_registered_as_a_segment_is_shared_in_place(t: &Topology) {
     // After removal the caller keeps its memory and its contents.
     owner.ok("unmap m");
     owner.ok("remove b 1");
-    assert_eq!(peer.ok("state r"), "Lost(Removed)");
+    assert_eq!(peer.ok("rwait r 2000"), "Lost(Removed)");
     owner.ok("bufvpat b 4093 2000 12 4093");
     owner.ok("bufwpat b 0 100 14 0");
     owner.ok("bufvpat b 0 100 14 0");
@@ -262,5 +264,8 @@ fn a_sparse_1_gib_segment_costs_only_the_pages_touched() {
 
 support::topology_cases!(
     a_waiting_peer_and_the_owner_exchange_checksummed_data,
+    caller_memory_registered_as_a_segment_is_shared_in_place,
+    ;
+    ofi: a_waiting_peer_and_the_owner_exchange_checksummed_data,
     caller_memory_registered_as_a_segment_is_shared_in_place,
 );

@@ -21,12 +21,15 @@ fn event(reply: &str) -> (String, u64) {
     (tail_field(reply, "ev").to_string(), field(reply, "t"))
 }
 
-fn connected(node: u32, pid: u32) -> String {
-    format!("{:?}", LocalEvent::Connected { node, pid })
+/// The owner's (node 8's) event for the process `pid` of `node` connecting (with the pid
+/// the owner sees, [`Topology::seen_pid`]).
+fn connected(t: &Topology, node: u32, pid: u32) -> String {
+    format!("{:?}", LocalEvent::Connected { node, pid: t.seen_pid(8, node, pid) })
 }
 
-fn disconnected(node: u32, pid: u32, died: bool) -> String {
-    format!("{:?}", LocalEvent::Disconnected { node, pid, died })
+/// The owner's event for that process disconnecting, or dying.
+fn disconnected(t: &Topology, node: u32, pid: u32, died: bool) -> String {
+    format!("{:?}", LocalEvent::Disconnected { node, pid: t.seen_pid(8, node, pid), died })
 }
 
 fn remote(ev: RemoteEvent) -> String {
@@ -65,11 +68,11 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
     let mut peer = Node::spawn(t, "peer", 12);
     peer.ok("connect r 8 0x70 5000");
     let (ev, _) = event(&owner.ok("lwait s 5000"));
-    assert_eq!(ev, connected(12, peer.pid()));
-    assert_eq!(owner.ok("peers s"), format!("12:{}", peer.pid()));
+    assert_eq!(ev, connected(t, 12, peer.pid()));
+    assert_eq!(owner.ok("peers s"), format!("12:{}", t.seen_pid(8, 12, peer.pid())));
     peer.ok("drop r");
     let (ev, _) = event(&owner.ok("lwait s 5000"));
-    assert_eq!(ev, disconnected(12, peer.pid(), false));
+    assert_eq!(ev, disconnected(t, 12, peer.pid(), false));
     owner.err_is("lwait s 100", "Timeout");
     // A peer that exits after disconnecting is no death.
     peer.exit();
@@ -83,14 +86,14 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
         let mut victim = Node::spawn(t, &format!("victim {round}"), node);
         victim.ok("connect r 8 0x70 5000");
         let (ev, _) = event(&owner.ok("lwait s 5000"));
-        assert_eq!(ev, connected(node, victim.pid()));
+        assert_eq!(ev, connected(t, node, victim.pid()));
         owner.ok("bg w lwait s inf");
         std::thread::sleep(Duration::from_millis(100));
         assert!(owner.try_note("w").is_none(), "wait_event returned with no event");
         let pid = victim.pid();
         let killed = victim.kill9();
         let (ev, seen) = event(&owner.bg_result("w", WAIT).unwrap_or_else(|e| panic!("wait_event: {e}")));
-        assert_eq!(ev, disconnected(node, pid, true));
+        assert_eq!(ev, disconnected(t, node, pid, true));
         deaths.push(within_notice(&format!("owner wait_event, peer death {round}"), killed, seen));
         assert_eq!(owner.ok("peers s"), "", "a dead peer is still listed");
     }
@@ -100,11 +103,11 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
     let mut victim = Node::spawn(t, "late victim", 40);
     victim.ok("connect r 8 0x70 5000");
     let (ev, _) = event(&owner.ok("lwait s 5000"));
-    assert_eq!(ev, connected(40, victim.pid()));
+    assert_eq!(ev, connected(t, 40, victim.pid()));
     let pid = victim.pid();
     victim.kill9();
     let (ev, _) = event(&owner.ok("lwait s 5000"));
-    assert_eq!(ev, disconnected(40, pid, true));
+    assert_eq!(ev, disconnected(t, 40, pid, true));
     owner.err_is("lwait s 100", "Timeout");
 
     // The events of several peers, each reported once.
@@ -114,7 +117,7 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
     b.ok("connect r 8 0x70 5000");
     let mut evs = vec![event(&owner.ok("lwait s 5000")).0, event(&owner.ok("lwait s 5000")).0];
     evs.sort();
-    let mut want = vec![connected(44, a.pid()), connected(48, b.pid())];
+    let mut want = vec![connected(t, 44, a.pid()), connected(t, 48, b.pid())];
     want.sort();
     assert_eq!(evs, want);
     let b_pid = b.pid();
@@ -122,7 +125,7 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
     a.ok("drop r");
     let mut evs = vec![event(&owner.ok("lwait s 5000")).0, event(&owner.ok("lwait s 5000")).0];
     evs.sort();
-    let mut want = vec![disconnected(44, a.pid(), false), disconnected(48, b_pid, true)];
+    let mut want = vec![disconnected(t, 44, a.pid(), false), disconnected(t, 48, b_pid, true)];
     want.sort();
     assert_eq!(evs, want);
     owner.err_is("lwait s 100", "Timeout");
@@ -141,12 +144,12 @@ fn the_owners_event_callback_hears_a_peer_die(t: &Topology) {
         let mut victim = Node::spawn(t, &format!("victim {round}"), node);
         victim.ok("connect r 8 0x71 5000");
         let (ev, _) = event(&owner.note("ev", WAIT));
-        assert_eq!(ev, connected(node, victim.pid()));
+        assert_eq!(ev, connected(t, node, victim.pid()));
         std::thread::sleep(Duration::from_millis(100));
         let pid = victim.pid();
         let killed = victim.kill9();
         let (ev, seen) = event(&owner.note("ev", WAIT));
-        assert_eq!(ev, disconnected(node, pid, true));
+        assert_eq!(ev, disconnected(t, node, pid, true));
         deaths.push(within_notice(&format!("owner on_event, peer death {round}"), killed, seen));
     }
     summary("owner's on_event callback hearing of a connected peer's kill -9", deaths);
@@ -169,14 +172,14 @@ fn connections_that_come_and_go_between_two_waits_are_still_reported(t: &Topolog
     peer.ok("connect r 8 0x72 5000");
     peer.ok("drop r");
     let clean = two_events(&mut owner);
-    let clean_want = (Some(connected(12, peer.pid())), Some(disconnected(12, peer.pid(), false)));
+    let clean_want = (Some(connected(t, 12, peer.pid())), Some(disconnected(t, 12, peer.pid(), false)));
     // A peer that connects and is killed before the owner waits.
     let mut victim = Node::spawn(t, "victim", 16);
     victim.ok("connect r 8 0x72 5000");
     let pid = victim.pid();
     victim.kill9();
     let killed = two_events(&mut owner);
-    let killed_want = (Some(connected(16, pid)), Some(disconnected(16, pid, true)));
+    let killed_want = (Some(connected(t, 16, pid)), Some(disconnected(t, 16, pid, true)));
     assert_eq!(
         (clean, killed),
         (clean_want, killed_want),
@@ -275,7 +278,8 @@ fn a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback(t: &Top
         assert_eq!(ev, lost, "the on_event callback");
         callbacks.push(within_notice(&format!("peer on_event, owner death {round}"), killed, seen));
 
-        assert_eq!(event(&peer.ok(&format!("rwait q{round} imm"))).0, lost, "a later wait_event");
+        // Each connection hears it on its own (across hosts, by its own notice).
+        assert_eq!(event(&peer.ok(&format!("rwait q{round} {}", NOTICE.as_millis()))).0, lost, "a later wait_event");
         assert_eq!(peer.ok(&format!("rstate r{round}")), "Lost(OwnerDied)");
         peer.err_is(&format!("rwait r{round} 100"), "SegmentLost");
         peer.err_is(&format!("rcheck q{round}"), "SegmentLost");
@@ -290,6 +294,12 @@ fn a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback(t: &Top
 
 wakeups_support::topology_cases!(
     the_owner_hears_peers_connect_disconnect_and_die,
+    the_owners_event_callback_hears_a_peer_die,
+    connections_that_come_and_go_between_two_waits_are_still_reported,
+    a_peer_hears_availability_changes_and_removal,
+    a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback,
+    ;
+    ofi: the_owner_hears_peers_connect_disconnect_and_die,
     the_owners_event_callback_hears_a_peer_die,
     connections_that_come_and_go_between_two_waits_are_still_reported,
     a_peer_hears_availability_changes_and_removal,

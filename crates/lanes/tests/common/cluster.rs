@@ -1,5 +1,6 @@
-//! Three test hosts a, b and c (nodes 8, 12 and 16), each with its own fabric directory and
-//! its own cluster daemon, on 127.0.0.1 or in three network namespaces (`netns.rs`). Shared
+//! Three test hosts a, b and c (first nodes 8, 12 and 16; every node id the multi-process
+//! cases use has a host, see [`host_of`](Cluster::host_of)), each with its own fabric
+//! directory and its own cluster daemon, on 127.0.0.1 or in three network namespaces (`netns.rs`). Shared
 //! by tests/cluster.rs (the control plane) and the ofi topologies of `topology.rs`; included
 //! by the test support modules with `#[path]`, which provide `DaemonProc` (their child
 //! process type) and `spawn_daemon` (a child in role `daemon`).
@@ -7,8 +8,10 @@
 //! Daemons are children of the test: the test binary re-executed (through `ip netns exec`
 //! in namespaces) in role `daemon`, whose body is [`run_daemon_role`]: it calls
 //! `lanes::cluster::daemon::run`, as `lanes daemon` does. Timing is shortened (heartbeat
-//! 50 ms, Suspect after 250 ms, Lost after 2.5 s: long enough for a failure test to cut a
-//! link, check what fails, and restore it before the host is Lost).
+//! 50 ms; Suspect after 1 s, so that a daemon starved of the CPU for a few hundred
+//! milliseconds on a loaded machine is not called Suspect, which fails every operation
+//! towards its host; Lost after 2.5 s: long enough for a failure test to cut a link, check
+//! what fails, and restore it before the host is Lost).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,10 +23,13 @@ use lanes::cluster::{Client, HostState};
 use super::netns::{self, Netns, HOSTS};
 use super::{spawn_daemon, DaemonProc, TestDir};
 
-/// The node of each host, in the order of [`HOSTS`].
+/// The first node of each host, in the order of [`HOSTS`].
 pub const NODES: [u32; 3] = [8, 12, 16];
+/// The node ids the generated configuration places on hosts: every multiple of 4 up to
+/// this (the ids the multi-process cases use), spread by [`Cluster::host_of`].
+const LAST_NODE: u32 = 48;
 pub const HEARTBEAT_MS: u64 = 50;
-pub const SUSPECT_MS: u64 = 250;
+pub const SUSPECT_MS: u64 = 1000;
 pub const LOST_MS: u64 = 2500;
 /// Timeout of each client call.
 pub const CALL: Duration = Duration::from_secs(2);
@@ -94,14 +100,20 @@ impl Cluster {
     }
 
     fn start(name: &str, addrs: Vec<String>, netns: Option<Netns>) -> Cluster {
+        // Directory names carry the case's name for people reading them, cut short: a
+        // daemon's socket lives in its host's directory, and a Unix socket path must fit
+        // in 108 bytes (the directories are unique without the name).
+        let name: String = name.chars().take(24).collect();
+        let name = name.as_str();
         let scratch = TestDir::new(name);
         let provider = std::env::var(PROVIDER_VAR).ok().filter(|p| !p.is_empty());
         let provider = provider.as_deref().unwrap_or(DEFAULT_PROVIDER);
         let mut text = format!(
             "[cluster]\nprovider = \"{provider}\"\nheartbeat_ms = {HEARTBEAT_MS}\nsuspect_after_ms = {SUSPECT_MS}\nlost_after_ms = {LOST_MS}\n"
         );
-        for (k, h) in HOSTS.iter().enumerate() {
-            text += &format!("[[node]]\nid = {}\nhost = \"{h}\"\naddress = \"{}\"\n", NODES[k], addrs[k]);
+        for node in (4..=LAST_NODE).step_by(4) {
+            let k = Cluster::host_of(node).expect("every listed node has a host");
+            text += &format!("[[node]]\nid = {node}\nhost = \"{}\"\naddress = \"{}\"\n", HOSTS[k], addrs[k]);
         }
         let config = scratch.root().join("lanes.toml");
         std::fs::write(&config, text).expect("writing lanes.toml");
@@ -120,9 +132,17 @@ impl Cluster {
         c
     }
 
-    /// The host (index into [`HOSTS`]) of `node`, if the cluster lists it.
+    /// The host (index into [`HOSTS`]) of `node`, if the cluster lists it: node 8 (the
+    /// cases' owner) on a; the other multiples of 4 up to 48 alternate between b (4, 12,
+    /// 20, ..) and c (16, 24, ..), so a case's peers are on other hosts than its owner, and
+    /// consecutive peers on different ones.
     pub fn host_of(node: u32) -> Option<usize> {
-        NODES.iter().position(|&n| n == node)
+        match node {
+            8 => Some(0),
+            n if n % 4 != 0 || n == 0 || n > LAST_NODE => None,
+            n if (n / 4) % 2 == 1 => Some(1),
+            _ => Some(2),
+        }
     }
 
     /// The generated `lanes.toml`.

@@ -21,8 +21,9 @@ use super::TestDir;
 pub enum Topology {
     /// Every node on this host, in one fabric directory: the shm transport.
     Shm(TestDir),
-    /// Hosts a, b and c (nodes 8, 12 and 16), each with its own fabric directory and
-    /// daemon, on 127.0.0.1: the ofi transport without privilege.
+    /// Hosts a, b and c, each with its own fabric directory and daemon, on 127.0.0.1: the
+    /// ofi transport without privilege. Node 8 is on a, the other nodes of the cases on b
+    /// and c ([`Cluster::host_of`]).
     #[cfg(feature = "ofi")]
     OfiLoopback(Cluster),
     /// The same hosts as network namespaces on a bridge (10.77.0.1-3): needs root.
@@ -109,9 +110,28 @@ impl Topology {
     /// The host (index into the cluster's hosts) `node` lives on.
     #[cfg(feature = "ofi")]
     fn host(node: u32) -> usize {
-        Cluster::host_of(node).unwrap_or_else(|| {
-            panic!("node {node} has no host in the ofi topologies (nodes 8, 12 and 16 on hosts a, b and c)")
-        })
+        Cluster::host_of(node)
+            .unwrap_or_else(|| panic!("node {node} has no host in the ofi topologies (multiples of 4 up to 48)"))
+    }
+
+    /// The pid that the owner of an object on node `owner` sees for a connection of the
+    /// process `pid` acting as node `peer` (in `LocalEvent`s and `connected_peers`): the
+    /// process itself on one host; across hosts the owner's daemon, which claims the slot
+    /// under its proxy record for `peer`.
+    pub fn seen_pid(&self, owner: u32, peer: u32, pid: u32) -> u32 {
+        let _ = (owner, peer);
+        match self {
+            Topology::Shm(_) => pid,
+            #[cfg(feature = "ofi")]
+            Topology::OfiLoopback(c) | Topology::OfiNetns(c) => {
+                let host = Topology::host(owner);
+                if host == Topology::host(peer) {
+                    pid
+                } else {
+                    c.daemon_pid(host)
+                }
+            }
+        }
     }
 
     /// The fabric directory of the host `node` lives on.

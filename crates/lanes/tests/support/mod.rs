@@ -23,7 +23,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use lanes::{Error, Fabric, FabricConfig, LocalSegment, Map, MapAccess, NodeId, RemoteSegment, Sequence, Timeout};
+use lanes::{
+    DmaDirection, DmaQueue, DmaQueueState, DmaVec, Error, Fabric, FabricConfig, LocalSegment, Map, MapAccess, NodeId,
+    RemoteSegment, Sequence, Timeout,
+};
 
 /// Selects the child's role; absent in the parent.
 pub const ROLE_VAR: &str = "LANES_TEST_ROLE";
@@ -563,6 +566,7 @@ struct NodeState {
     maps: HashMap<String, Map>,
     seqs: HashMap<String, Sequence>,
     bufs: HashMap<String, Buf>,
+    queues: HashMap<String, DmaQueue>,
     node_events: Option<lanes::cluster::Subscription>,
 }
 
@@ -594,6 +598,7 @@ fn run_node(io: &ChildIo) {
         maps: HashMap::new(),
         seqs: HashMap::new(),
         bufs: HashMap::new(),
+        queues: HashMap::new(),
         node_events: None,
     };
     while let Some(line) = io.recv() {
@@ -618,6 +623,28 @@ fn access(s: &str) -> MapAccess {
     }
 }
 
+fn direction(s: &str) -> DmaDirection {
+    match s {
+        "read" => DmaDirection::Read,
+        "write" => DmaDirection::Write,
+        other => panic!("DMA direction {other:?} is neither read nor write"),
+    }
+}
+
+/// `SIZE:LOCAL_OFFSET:REMOTE_OFFSET,...`: the entries of a DMA vector.
+fn dma_vec(s: &str) -> Vec<DmaVec> {
+    s.split(',')
+        .map(|e| {
+            let n: Vec<u64> = e.split(':').map(|v| v.parse().expect("a number")).collect();
+            assert_eq!(n.len(), 3, "DMA vector entry {e:?} is not SIZE:LOCAL:REMOTE");
+            DmaVec { size: n[0], local_offset: n[1], remote_offset: n[2] }
+        })
+        .collect()
+}
+
+/// How long DMA commands wait for their transfers.
+const DMA_WAIT: Timeout = Timeout::After(Duration::from_secs(10));
+
 fn timeout(s: &str) -> Timeout {
     match s {
         "imm" => Timeout::Immediate,
@@ -641,6 +668,14 @@ impl NodeState {
 
     fn seq(&self, name: &str) -> &Sequence {
         self.seqs.get(name).unwrap_or_else(|| panic!("no sequence {name:?}"))
+    }
+
+    /// A DMA queue and the local and remote segments of a transfer, named.
+    fn dma_parts(&mut self, q: &str, local: &str, remote: &str) -> (&LocalSegment, &RemoteSegment, &mut DmaQueue) {
+        let l = self.locals.get(local).unwrap_or_else(|| panic!("no local segment {local:?}"));
+        let r = self.remotes.get(remote).unwrap_or_else(|| panic!("no remote segment {remote:?}"));
+        let q = self.queues.get_mut(q).unwrap_or_else(|| panic!("no DMA queue {q:?}"));
+        (l, r, q)
     }
 
     fn buf(&self, name: &str) -> Buf {
@@ -706,6 +741,25 @@ impl NodeState {
                 let mut peers = self.local(a.s(1)).connected_peers();
                 peers.sort_unstable();
                 Ok(peers.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(","))
+            }
+            "waitpeers" => {
+                // waitpeers NAME WANT MS: polls `peers` until it reads WANT (`-` for none):
+                // a remote peer's disconnect or death reaches the owner through the daemons,
+                // after the peer's call has returned.
+                let (want, ms) = (if a.s(2) == "-" { "" } else { a.s(2) }, a.n(3));
+                let deadline = Instant::now() + Duration::from_millis(ms);
+                loop {
+                    let mut peers = self.local(a.s(1)).connected_peers();
+                    peers.sort_unstable();
+                    let now = peers.iter().map(|(n, p)| format!("{n}:{p}")).collect::<Vec<_>>().join(",");
+                    if now == want {
+                        return Ok(String::new());
+                    }
+                    if Instant::now() > deadline {
+                        return test_fail(format!("peers are {now:?}, not {want:?}, after {ms} ms"));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
             "lwait" => {
                 // lwait NAME TIMEOUT: the segment's next peer event, as its Debug form.
@@ -889,6 +943,85 @@ impl NodeState {
                     }
                     std::thread::sleep(Duration::from_millis(1));
                 }
+            }
+            // --- DMA (queues of this process; LOCAL a local segment, REMOTE a connection) ---
+            "dmaq" => {
+                // dmaq Q MAX [nobatch]: a queue of MAX entries (nobatch: one descriptor per
+                // batch, no merging).
+                let mut q = self.fabric.create_dma_queue(a.us(2))?;
+                if a.0.get(3) == Some(&"nobatch") {
+                    q.set_batching(1, false);
+                }
+                self.queues.insert(a.s(1).to_string(), q);
+                Ok(String::new())
+            }
+            "dma" | "dmavec" | "dmacb" | "dmastart" => {
+                // dma Q LOCAL REMOTE LOFF LEN ROFF DIR: one transfer, waited for;
+                // dmacb: the same, its end heard by a callback; dmavec Q LOCAL REMOTE DIR
+                // SPEC: a vector (see `dma_vec`), waited for; dmastart: a vector, not
+                // waited for. Replies with the queue's state.
+                let (local, remote, q) = self.dma_parts(a.s(1), a.s(2), a.s(3));
+                match cmd {
+                    "dma" => q.start(local, remote, a.n(4), a.n(5), a.n(6), direction(a.s(7)), None)?,
+                    "dmacb" => {
+                        let (tx, rx) = mpsc::channel();
+                        let cb = Box::new(move |s| {
+                            let _ = tx.send(s);
+                        });
+                        q.start(local, remote, a.n(4), a.n(5), a.n(6), direction(a.s(7)), Some(cb))?;
+                        return match rx.recv_timeout(Duration::from_secs(10)) {
+                            Ok(s) => Ok(format!("{s:?}")),
+                            Err(_) => test_fail("the DMA callback was not called within 10 s"),
+                        };
+                    }
+                    _ => q.start_vec(local, remote, &dma_vec(a.s(5)), direction(a.s(4)), None)?,
+                }
+                if cmd == "dmastart" {
+                    return Ok(String::new());
+                }
+                Ok(format!("{:?}", q.wait(DMA_WAIT)?))
+            }
+            "dmauntilloss" => {
+                // dmauntilloss Q LOCAL REMOTE SPEC MS: keeps waiting for the queue and
+                // writing vector SPEC until the loss of REMOTE shows, as a failed queue or a
+                // refused start, for at most MS ms; replies `failed: REASON` or `refused`,
+                // then whether later starts are refused (within MS ms more) and whether the
+                // queue then is Done or Error.
+                let (local, remote, q) = self.dma_parts(a.s(1), a.s(2), a.s(3));
+                let (spec, ms) = (dma_vec(a.s(4)), a.n(5));
+                let started = Instant::now();
+                let outcome = loop {
+                    if started.elapsed() > Duration::from_millis(ms) {
+                        return test_fail(format!("the loss was not noticed within {ms} ms"));
+                    }
+                    match q.wait(DMA_WAIT) {
+                        Err(Error::DmaFailed { reason }) => break format!("failed: {reason}"),
+                        Err(e) => return Err(e.into()),
+                        Ok(_) => {}
+                    }
+                    match q.start_vec(local, remote, &spec, DmaDirection::Write, None) {
+                        Err(Error::SegmentLost { .. }) => break "refused".to_string(),
+                        Err(e) => return Err(e.into()),
+                        Ok(()) => {}
+                    }
+                };
+                let noticed = started.elapsed().as_millis();
+                // Then starts are refused: at once on one host; across hosts once the
+                // daemons' notice of the loss arrived (a start accepted before it fails).
+                let refused_by = Instant::now() + Duration::from_millis(ms);
+                let later = loop {
+                    if q.start(local, remote, 0, 8, 0, DmaDirection::Write, None).is_err() {
+                        break true;
+                    }
+                    let _ = q.wait(DMA_WAIT);
+                    if Instant::now() > refused_by {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                let state = q.state();
+                let settled = matches!(state, DmaQueueState::Done | DmaQueueState::Error);
+                Ok(format!("{outcome} | later_start_fails={later} settled={settled} ms={noticed}"))
             }
             // --- caller-provided memory ---
             "register" => {

@@ -76,6 +76,11 @@ const HEADER_STAGE: usize = RING_CAP as usize * MESSAGE_STAGE;
 /// Bytes read at the first send: the ring's tail word up to and including its head word.
 const HEADER_READ: usize = RING_HEAD + 8 - RING_TAIL;
 const SPIN: Duration = Duration::from_micros(20);
+/// How often a post the provider keeps refusing with -FI_EAGAIN looks at the connection:
+/// tcp;ofi_rxm refuses posts towards a dead peer for as long as one retries, and a
+/// connection the daemons meanwhile reported lost or unreachable must not wait out
+/// [`POST_TIMEOUT`].
+const FAULT_CHECK: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_millis(1);
 
 const _: () = assert!(MAX_CONNECTIONS <= 1 << SLOT_BITS);
@@ -230,13 +235,13 @@ impl SendState {
 
     /// Waits (bounded) until every operation numbered `n` or lower has finished, so that the
     /// staging memory it used may be reused.
-    fn retire_through(&mut self, endpoint: &ProcessEndpoint, n: u64) -> Result<()> {
+    fn retire_through(&mut self, conn: &OfiConn, n: u64) -> Result<()> {
         let deadline = fi::deadline_in(POST_TIMEOUT);
         while let Some((k, op)) = self.in_flight.front().map(|(k, op)| (*k, Arc::clone(op))) {
             if k > n {
                 break;
             }
-            match endpoint.wait_until(|| op.outcome(), SPIN, deadline, "an earlier write of this connection") {
+            match wait_op(conn, &op, deadline, "an earlier write of this connection") {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     self.failure.get_or_insert(e);
@@ -279,9 +284,10 @@ impl SendState {
         // SAFETY: the local range lies in the staging buffer, which the operation keeps
         // alive (keep) until its completion is read; nothing else reads or writes
         // HEADER_STAGE while a read is in flight (the state lock is held, and a read that
-        // times out fails the connection, so no later read is posted over it).
-        let op = unsafe { ep.post_read(local, target, staging.keep(), deadline) }?;
-        match ep.wait_until(|| op.outcome(), SPIN, deadline, "a read of the receiver's ring") {
+        // times out or is given up on fails the connection, so no later read is posted over
+        // it).
+        let op = post_op(conn, |d| unsafe { ep.post_read(local, target, staging.keep(), d) })?;
+        match wait_op(conn, &op, deadline, "a read of the receiver's ring") {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 self.failure.get_or_insert(e.clone());
@@ -296,6 +302,38 @@ impl SendState {
         staging.buf.read(HEADER_STAGE, &mut out)?;
         Ok(out)
     }
+}
+
+/// Posts one operation of `conn` with `post(deadline)`, retrying the provider's -FI_EAGAIN
+/// up to [`POST_TIMEOUT`] in slices of [`FAULT_CHECK`]; between slices a connection that
+/// became lost or unreachable ends the wait with its fault.
+fn post_op(conn: &OfiConn, mut post: impl FnMut(Instant) -> Result<Arc<Op>>) -> Result<Arc<Op>> {
+    let started = Instant::now();
+    let deadline = fi::deadline_in(POST_TIMEOUT);
+    loop {
+        match post(deadline.min(fi::deadline_in(FAULT_CHECK))) {
+            Err(Error::Timeout { what, .. }) => {
+                if let Some(fault) = conn.fault() {
+                    return Err(fault);
+                }
+                if Instant::now() >= deadline {
+                    let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    return Err(Error::Timeout { what, waited_ms });
+                }
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Waits for `op` of `conn` up to `deadline`: its outcome, or the connection's fault as
+/// soon as it has one (a lost or unreachable peer may never complete it).
+fn wait_op(conn: &OfiConn, op: &Op, deadline: Instant, what: &str) -> Result<std::result::Result<(), String>> {
+    let done = || match op.outcome() {
+        Some(outcome) => Some(Ok(outcome)),
+        None => conn.fault().map(Err),
+    };
+    conn.endpoint.wait_until(done, SPIN, deadline, what)?
 }
 
 fn failure_error(conn: &OfiConn, message: &str) -> Error {
@@ -340,7 +378,7 @@ impl Notifier {
         let n = st.sent;
         if n >= TRIGGER_DEPTH {
             // The write that used this staging word before.
-            st.retire_through(ep, n - TRIGGER_DEPTH)?;
+            st.retire_through(conn, n - TRIGGER_DEPTH)?;
             st.failed(conn)?;
         }
         let at = (n % TRIGGER_DEPTH) as usize * 8;
@@ -348,12 +386,12 @@ impl Notifier {
         let target = conn.range.target(REMOTE_COUNTS + 8 * slot as u64, 8)?;
         let data = conn.range.cq_data(slot as u16);
         let flags = fi::FI_REMOTE_CQ_DATA | fi::FI_DELIVERY_COMPLETE;
+        let local = staging.mr.local(at, 8)?;
         // SAFETY: the source word lies in the staging buffer, which the operation keeps alive
         // until its completion is read, and is not written again before that (it is reused
-        // only after retire_through saw this operation finish).
-        let op = unsafe {
-            ep.post_write(staging.mr.local(at, 8)?, target, data, flags, staging.keep(), fi::deadline_in(POST_TIMEOUT))
-        }?;
+        // only after retire_through saw this operation finish). A refused attempt posted
+        // nothing.
+        let op = post_op(conn, |d| unsafe { ep.post_write(local, target, data, flags, staging.keep(), d) })?;
         st.sent = n + 1;
         st.in_flight.push_back((n, op));
         Ok(())
@@ -424,7 +462,7 @@ impl Notifier {
         }
         if n >= RING_CAP {
             // The write that used this staging entry before.
-            st.retire_through(ep, n - RING_CAP)?;
+            st.retire_through(conn, n - RING_CAP)?;
             st.failed(conn)?;
         }
         let at = (n % RING_CAP) as usize * MESSAGE_STAGE;
@@ -434,19 +472,12 @@ impl Notifier {
         let target = conn.range.target((Rings::entry(slot, n) + ENTRY_LEN) as u64, len as u64)?;
         let value = conn.range.cq_data(message_value(slot, n));
         let flags = fi::FI_REMOTE_CQ_DATA | fi::FI_DELIVERY_COMPLETE;
+        let local = staging.mr.local(at, len)?;
         // SAFETY: the source lies in the staging buffer, which the operation keeps alive until
         // its completion is read, and this entry is not written again before that (reused
-        // only after retire_through saw this operation finish).
-        let op = unsafe {
-            ep.post_write(
-                staging.mr.local(at, len)?,
-                target,
-                value,
-                flags,
-                staging.keep(),
-                fi::deadline_in(POST_TIMEOUT),
-            )
-        }?;
+        // only after retire_through saw this operation finish). A refused attempt posted
+        // nothing.
+        let op = post_op(conn, |d| unsafe { ep.post_write(local, target, value, flags, staging.keep(), d) })?;
         st.sent = n + 1;
         st.in_flight.push_back((n, op));
         Ok(())

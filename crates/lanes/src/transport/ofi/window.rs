@@ -1,8 +1,10 @@
 //! Mirror windows: a map of an object reached over ofi (docs/design/multi-host.md, section 6;
 //! docs/ARCHITECTURE.md, "The transport layer").
 //!
-//! A mirror window is `len` bytes of private, page-aligned memory of this process, filled by
-//! an RMA read of the remote range when the map is made. What a program stores through the
+//! A mirror window is `len` bytes of private memory of this process, starting at the map's
+//! object offset's offset within a page (so accesses are aligned exactly when they are in
+//! the object, as on a direct map), filled by an RMA read of the remote range when the map
+//! is made. What a program stores through the
 //! map's methods goes into the window and into a write log of exact byte ranges; a barrier
 //! copies the logged bytes into a staging ring and posts them from there as RMA writes in
 //! log order (posting from the window itself would let a store made after the barrier
@@ -53,6 +55,8 @@ const SPIN: Duration = Duration::from_micros(50);
 
 /// Bytes of the proof read (a flush with nothing left to post reads this much back).
 const PROOF: usize = 8;
+/// Windows start at their object offset's offset within a page of this size.
+const PAGE: u64 = 4096;
 
 /// Bytes of the staging ring writes are posted from (at most; a smaller window gets a ring
 /// of its own size rounded up to a page). A write larger than the ring is posted in pieces,
@@ -93,11 +97,18 @@ pub(crate) struct Mirror {
     offset: u64,
     len: usize,
     writable: bool,
-    /// The window (`len` bytes) and, from `proof_at`, the proof read's landing place, the
-    /// release stores' slots and, from `staging_at`, the staging ring (`staging_len` bytes).
+    /// From `lead`, the window (`len` bytes); from `lead + proof_at`, the proof read's
+    /// landing place and the release stores' slots; from `lead + staging_at`, the staging
+    /// ring (`staging_len` bytes).
     mem: Arc<fi::Buffer>,
+    /// Where the window starts in `mem`: the object offset's offset within a page, so that
+    /// the window's addresses have the alignment of the object's offsets, as a direct map's
+    /// do (an access aligned in the object is aligned in the window, and the reverse).
+    lead: usize,
     /// `mem`'s registration for local use; operations keep it (and `mem`) alive.
     mr: Arc<fi::MemoryRegion>,
+    /// Where the proof read lands and the staging ring starts, relative to the window
+    /// (aligned in `mem`).
     proof_at: usize,
     staging_at: usize,
     staging_len: usize,
@@ -169,11 +180,12 @@ impl MirrorWindow {
         if ordered {
             chunk = chunk.min(info.max_order_waw_size().max(1)).min(info.max_order_raw_size().max(1));
         }
-        let proof_at = len.next_multiple_of(PROOF);
-        let staging_at = (proof_at + PROOF + RELEASE_SLOTS * 8).next_multiple_of(LINE);
+        let lead = (offset % PAGE) as usize;
+        let proof_at = (lead + len).next_multiple_of(PROOF) - lead;
+        let staging_at = (lead + proof_at + PROOF + RELEASE_SLOTS * 8).next_multiple_of(LINE) - lead;
         let staging_len = STAGING.min(len.next_multiple_of(4096));
         chunk = chunk.min(staging_len);
-        let mem = Arc::new(fi::Buffer::new(staging_at + staging_len)?);
+        let mem = Arc::new(fi::Buffer::new(lead + staging_at + staging_len)?);
         // `fi::Local` is made only from a registration, so the window is registered for local
         // use on every provider (on tcp and net a registration is bookkeeping only).
         let mr = Arc::new(ep.register(mem.clone(), fi::FI_READ | fi::FI_WRITE)?);
@@ -183,6 +195,7 @@ impl MirrorWindow {
             len,
             writable: access == MapAccess::ReadWrite,
             mem,
+            lead,
             mr,
             proof_at,
             staging_at,
@@ -337,8 +350,17 @@ impl Drop for MirrorWindow {
 }
 
 impl Mirror {
+    /// The window's first byte; window offsets (and `proof_at` and the release slots after
+    /// the window) are relative to it.
     fn ptr(&self) -> *mut u8 {
-        self.mem.as_ptr()
+        // SAFETY: `lead` is less than a page, and the buffer holds `lead` bytes and more.
+        unsafe { self.mem.as_ptr().add(self.lead) }
+    }
+
+    /// `len` bytes at window offset `at` (or after the window: the proof and release
+    /// slots), for an operation.
+    fn local(&self, at: usize, len: usize) -> Result<fi::Local> {
+        self.mr.local(self.lead + at, len)
     }
 
     /// `Ok` while writes can be posted: not lost, and the owner's host responds.
@@ -508,7 +530,7 @@ impl Mirror {
         what: &'static str,
     ) -> Result<()> {
         let flags = if deliver { fi::FI_DELIVERY_COMPLETE } else { 0 };
-        let posted = self.mr.local(local_at, len).and_then(|local| {
+        let posted = self.local(local_at, len).and_then(|local| {
             let target = self.conn.range.target(self.offset + window_at as u64, len as u64)?;
             let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
             // SAFETY: local is part of the map's registered buffer (a staging ring piece or
@@ -541,7 +563,7 @@ impl Mirror {
         let mut at = start;
         while at < end {
             let n = self.chunk.min(end - at);
-            let posted = self.mr.local(at, n).and_then(|local| {
+            let posted = self.local(at, n).and_then(|local| {
                 let target = self.conn.range.target(self.offset + at as u64, n as u64)?;
                 let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
                 // SAFETY: local is part of the window's registered buffer, kept alive by
@@ -642,7 +664,7 @@ impl Mirror {
     /// with read-after-write ordering its completion proves the earlier writes delivered.
     fn post_proof(&self, st: &mut State) {
         let n = PROOF.min(self.len);
-        let posted = self.mr.local(self.proof_at, n).and_then(|local| {
+        let posted = self.local(self.proof_at, n).and_then(|local| {
             let target = self.conn.range.target(self.offset, n as u64)?;
             let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
             // SAFETY: the scratch words after the window are part of the registered buffer,
@@ -877,10 +899,22 @@ mod tests {
         let map = seg.map(4096, 8192, MapAccess::ReadWrite).expect("map");
         assert_eq!(map.len(), 8192);
         assert_eq!(map.segment_offset(), 4096);
-        assert_eq!(map.as_ptr() as usize % 4096, 0, "the window is page-aligned");
+        assert_eq!(map.as_ptr() as usize % 4096, 0, "the window is page-aligned, as offset 4096 is");
         for i in (0..8192).step_by(97) {
             assert_eq!(raw_load(&map, i), pattern[4096 + i], "byte {i}");
         }
+        // A window at an odd offset has the object's alignment: its byte 4 is offset 104, an
+        // aligned word, and its byte 0 is not.
+        let odd = seg.map(100, 1000, MapAccess::ReadWrite).expect("map at offset 100");
+        assert_eq!(odd.as_ptr() as usize % 4096, 100);
+        let word = u64::from_le_bytes(pattern[104..112].try_into().expect("8 bytes"));
+        assert_eq!(odd.read::<u64>(4).expect("an aligned read"), word);
+        assert!(matches!(odd.read::<u64>(0), Err(Error::Misaligned { .. })));
+        odd.write::<u64>(988, 7).expect("an aligned write near the window's end");
+        odd.flush_checked().expect("flush");
+        let mut got = [0u8; 8];
+        p.buf.read(1088, &mut got).expect("owner read");
+        assert_eq!(u64::from_le_bytes(got), 7);
     }
 
     #[test]
