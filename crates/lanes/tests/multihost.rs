@@ -175,9 +175,9 @@ fn within<T>(what: &str, bound: Duration, f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// Host b's link is cut while its peer has a map of a segment on host a: within the bound
-/// the connection is NotOperational, writes and flushes fail with NodeUnreachable at once
-/// (nothing hangs); the link restored, it is Operational again and writes arrive. Cut past
+/// Host b's link is cut while its peer has a map of a segment on host a and a DMA transfer
+/// to another in flight: within the bound the connection is NotOperational, the transfer
+/// fails, writes and flushes fail with NodeUnreachable at once (nothing hangs); the link restored, it is Operational again and writes arrive. Cut past
 /// `lost_after`, the connection is Lost(NodeLost), the owner sees its peer die, and a new
 /// connection works once the link is back.
 fn link_cut(t: &Topology) {
@@ -189,9 +189,23 @@ fn link_cut(t: &Topology) {
     peer.ok("flushc m");
     assert_eq!(owner.ok("r64 m 0"), "11");
 
+    // A DMA transfer of 256 MiB in flight when the link goes down.
+    const BIG: u64 = 256 << 20;
+    owner.ok(&format!("create d 0x61 {BIG}"));
+    owner.ok("prepare d");
+    owner.ok("available d");
+    peer.ok(&format!("create l 0x70 {BIG}"));
+    peer.ok("connect rd 8 0x61 10000");
+    peer.ok("dmaq q 16");
+    peer.ok(&format!("dmastart q l rd write {BIG}:0:0"));
+
     ns.set_link(B, false);
     let ev = within("NotOperational after the cut", bound, || peer.ok(&format!("rwait r {}", bound.as_millis())));
     assert_eq!(ev, "NotOperational");
+    let e = within("the DMA transfer failing after the cut", bound, || {
+        peer.err_is(&format!("dmawait q {}", bound.as_millis()), "DmaFailed")
+    });
+    assert!(e.display.contains("does not respond") || e.display.contains("RMA"), "{e}");
     let e = peer.err_is("w64 m 8 22", "NodeUnreachable");
     assert!(e.display.contains("node 8"), "{e}");
     within("a flush towards a silent host", bound, || peer.err_is("flushc m", "NodeUnreachable"));
@@ -201,6 +215,14 @@ fn link_cut(t: &Topology) {
     peer.ok("w64 m 16 33");
     peer.ok("flushc m");
     assert_eq!(owner.ok("r64 m 16"), "33");
+    assert_eq!(peer.ok("state rd"), "Operational");
+    // DMA works again on a new queue, checked at the owner.
+    peer.ok("map lm l 0 1048576 rw");
+    peer.ok("wpat lm 0 1048576 9 0");
+    peer.ok("dmaq q2 16");
+    peer.ok("dma q2 l rd 0 1048576 0 write");
+    owner.ok("map dm d 0 1048576 ro");
+    owner.ok("vpat dm 0 1048576 9 0");
     // A write refused while the host was silent never arrives: the owner's pattern stays.
     owner.ok("vpat m 8 8 1 8");
 

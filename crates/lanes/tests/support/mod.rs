@@ -981,6 +981,11 @@ impl NodeState {
                 }
                 Ok(format!("{:?}", q.wait(DMA_WAIT)?))
             }
+            "dmawait" => {
+                // dmawait Q MS: waits for the queue's transfers; replies with its state.
+                let q = self.queues.get_mut(a.s(1)).unwrap_or_else(|| panic!("no queue {:?}", a.s(1)));
+                Ok(format!("{:?}", q.wait(timeout(a.s(2)))?))
+            }
             "dmauntilloss" => {
                 // dmauntilloss Q LOCAL REMOTE SPEC MS: keeps waiting for the queue and
                 // writing vector SPEC until the loss of REMOTE shows, as a failed queue or a
