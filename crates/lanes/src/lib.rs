@@ -31,6 +31,10 @@ pub mod platform;
 pub mod sockets;
 pub mod transport;
 
+/// Whether this build has the ofi transport (cargo feature `ofi`), so that nodes of other
+/// hosts of a cluster can be reached; without it, connecting to one is refused.
+pub const OFI_TRANSPORT: bool = cfg!(feature = "ofi");
+
 pub use config::{FabricConfig, NodeId};
 pub use error::{Error, Result};
 pub use fabric::{
