@@ -5,13 +5,15 @@
 //!
 //! *Latency*: the client triggers the peer's `ping` interrupt and spins on its own until the
 //! echo is pending (the spin is the bench's [`Waiter`], which watches the control channel),
-//! then consumes it with a wait that returns at once. The peer does the same the other way.
+//! polling a [`ProgressDriver`] so that this thread reads the completion queue and counts the
+//! trigger (as `fi_pingpong` spins in `fi_cq_read`), then consumes it with a wait that
+//! returns at once. The peer does the same the other way.
 //! The client ends a slice by triggering the peer's `stop` interrupt; the peer watches both.
 //! *Throughput* is not measured (the registry lists latency only).
 
 use std::time::Duration;
 
-use lanes::{Fabric, LocalInterrupt, RemoteInterrupt, Timeout};
+use lanes::{Fabric, LocalInterrupt, ProgressDriver, RemoteInterrupt, Timeout};
 
 use crate::bench::paths::{ClientOffer, ClientPath, PeerPath, SetupEnv, Streamed};
 use crate::bench::wait::Waiter;
@@ -42,10 +44,17 @@ fn bad(s: &str) -> String {
     format!("expected node and interrupt numbers, got {s:?}")
 }
 
-/// Waits until `irq` has a trigger pending and consumes it.
+/// Waits until `irq` has a trigger pending, driving the transport's progress meanwhile (so
+/// the trigger is counted by this thread), and consumes it.
 #[inline(always)]
-fn take(irq: &LocalInterrupt, wait: &Waiter) -> Result<(), String> {
-    wait.until(|| Ok((irq.pending() > 0).then_some(())))?;
+fn take(irq: &LocalInterrupt, drv: &ProgressDriver, wait: &Waiter) -> Result<(), String> {
+    wait.until(|| {
+        if irq.pending() > 0 {
+            return Ok(Some(()));
+        }
+        drv.poll();
+        Ok((irq.pending() > 0).then_some(()))
+    })?;
     irq.wait(TAKE).map_err(err("wait"))
 }
 
@@ -82,10 +91,11 @@ struct Client {
 
 impl ClientPath for Client {
     fn latency(&mut self, _size: usize, until: u64, rec: &mut TickHistogram, wait: &Waiter) -> Result<(), String> {
+        let drv = self._fabric.progress_driver();
         let mut prev = now_ticks();
         loop {
             self.ping.trigger().map_err(err("trigger"))?;
-            take(&self.mine, wait)?;
+            take(&self.mine, &drv, wait)?;
             let now = now_ticks();
             rec.record(now.wrapping_sub(prev), now);
             prev = now;
@@ -120,8 +130,12 @@ pub(crate) fn peer(_env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, S
 
 impl PeerPath for Peer {
     fn latency(&mut self, _size: usize, wait: &Waiter) -> Result<(), String> {
+        let drv = self._fabric.progress_driver();
         loop {
             let stop = wait.until(|| {
+                if self.ping.pending() == 0 && self.stop.pending() == 0 {
+                    drv.poll();
+                }
                 Ok(if self.ping.pending() > 0 {
                     Some(false)
                 } else if self.stop.pending() > 0 {

@@ -505,6 +505,32 @@ impl Drop for ProcessEndpoint {
     }
 }
 
+/// A thread that drives the endpoint's progress itself for as long as this lives (a hot
+/// spin loop calling [`SpinDriver::poll`]): the service thread keeps off the CQs meanwhile,
+/// as it does for [`ProcessEndpoint::wait_until`], so a ping-pong has one thread per side.
+pub(crate) struct SpinDriver(Arc<ProcessEndpoint>);
+
+impl SpinDriver {
+    pub(crate) fn new(ep: Arc<ProcessEndpoint>) -> SpinDriver {
+        ep.spinners.fetch_add(1, Ordering::AcqRel);
+        SpinDriver(ep)
+    }
+
+    /// Reads both CQs once and dispatches what they held.
+    #[inline]
+    pub(crate) fn poll(&self) -> usize {
+        self.0.progress()
+    }
+}
+
+impl Drop for SpinDriver {
+    fn drop(&mut self) {
+        if self.0.spinners.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.wake_service();
+        }
+    }
+}
+
 /// Marks a waiter that reads the CQs itself, so that the service thread keeps off them.
 struct Spinning<'a>(&'a ProcessEndpoint);
 
