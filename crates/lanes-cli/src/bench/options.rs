@@ -179,7 +179,7 @@ pub(crate) fn parse_paths(text: Option<&str>) -> Result<PathChoice, String> {
 /// The text of `--paths list`.
 pub(crate) fn list_paths() -> String {
     let mut out = String::from(
-        "paths of `lanes bench --paths a,b,...` (default: all available; group `ofi`: with --transport ofi only)\n",
+        "paths of `lanes bench --paths a,b,...` (default: all available; group `ofi`, status `hosts`: between two hosts, with --transport ofi)\n",
     );
     for p in REGISTRY {
         let group = match (p.group, p.transport) {
@@ -188,6 +188,8 @@ pub(crate) fn list_paths() -> String {
             (paths::Group::Lanes, Transport::Ofi) => "ofi",
         };
         let (status, about) = match (p.setups(), p.status) {
+            // Measured only by `--transport ofi`, not by `--paths` of a local run.
+            (Ok(_), _) if p.transport == Transport::Ofi => ("hosts", p.about.to_string()),
             (Ok(_), _) => ("available", p.about.to_string()),
             (Err(why), Status::Pending(_)) => ("not yet", format!("{} ({why})", p.about)),
             (Err(why), _) => ("not here", format!("{} (not available: {why})", p.about)),
