@@ -214,7 +214,12 @@ fn run_ofi(a: &BenchArgs) -> Result<(), String> {
         sizes,
         rounds: positive(a.rounds, "--rounds", 1, 3)?,
         lat_slice: slice,
-        stream_secs: positive(a.stream_secs, "--stream-secs", 1, 3)?,
+        stream_secs: match positive(a.stream_secs, "--stream-secs", 1, 3)? {
+            n if n > remote::MAX_STREAM_SECS => {
+                return Err(format!("--stream-secs {n}: at most {}", remote::MAX_STREAM_SECS))
+            }
+            n => n,
+        },
         fi_iters: positive(a.fi_iters, "--fi-iters", 2000, 10000)?,
         quick: a.quick,
     };

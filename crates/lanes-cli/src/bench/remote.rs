@@ -48,6 +48,10 @@ pub(crate) const DMA_SIZE: usize = 1 << 20;
 const CONNECT: Duration = Duration::from_secs(10);
 /// How long the server waits for a baseline server to exit after its client finished.
 const DONE_WAIT: Duration = Duration::from_secs(30);
+/// The longest `--stream-secs`.
+pub(crate) const MAX_STREAM_SECS: u64 = 300;
+/// How long the server waits for a client's next command before it drops the client.
+const IDLE_CLIENT: Duration = Duration::from_secs(600);
 
 /// How the remote run is made, as the JSON records it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -92,7 +96,7 @@ fn locate(node: u32, port: Option<u16>) -> Result<(lanes::FabricConfig, SocketAd
     let host = cluster
         .config
         .host_of(id)
-        .ok_or_else(|| format!("node {node} is not in the cluster configuration ({})", cluster.config.hosts.len()))?;
+        .ok_or_else(|| format!("node {node} is not a node of any host in the cluster configuration"))?;
     let port = match port {
         Some(p) => p,
         None => host.address.port().checked_add(1).ok_or("the daemon port is 65535: give --port")?,
@@ -144,6 +148,9 @@ pub(crate) fn serve(port: Option<u16>, once: bool) -> Result<(), String> {
 
 fn serve_one(stream: TcpStream, ip: IpAddr, provider: &str) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
+    // A client that says nothing for this long is gone (its host died or the link did):
+    // the longest silence of a live client is one baseline run or DMA slice.
+    stream.set_read_timeout(Some(IDLE_CLIENT)).map_err(|e| format!("the connection: {e}"))?;
     let fd = stream.as_raw_fd();
     let mut out = stream.try_clone().map_err(|e| format!("the connection: {e}"))?;
     let mut input = BufReader::new(stream);
