@@ -8,7 +8,8 @@
 //!                 4096   SLOTS slots of the largest size, written round robin
 //! ```
 //!
-//! *Throughput*: the client keeps between [`LOW`] and [`HIGH`] transfers queued until the
+//! *Throughput*: the client keeps between [`LOW`] and [`HIGH`] transfers queued (sleeping
+//! 100 us at a time while it waits for room) until the
 //! slice's time is up, waits for the queue (every transfer delivered), stops its clock, then
 //! stores count + 1 into the peer's count word with a release store and flushes it. The peer
 //! spins on that word in its own segment and answers with the count. The peer does not copy
@@ -16,7 +17,7 @@
 //! this is the fabric's bandwidth, not a consumer's. *Latency* is not measured (the registry
 //! lists throughput only).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lanes::{DmaDirection, DmaQueue, Fabric, LocalSegment, Map, MapAccess, RemoteSegment, Timeout};
 
@@ -34,6 +35,13 @@ const SLOTS: usize = 4;
 /// Transfers queued at most, and the level the client waits for before queueing more.
 const HIGH: usize = 32;
 const LOW: usize = 16;
+/// The longest the queue may take to drain from HIGH to LOW.
+const REFILL: Duration = Duration::from_secs(60);
+
+/// Whether the peer spoke (an error) or hung up on the control channel.
+fn control_ready(wait: &Waiter) -> bool {
+    wait.control().is_some_and(crate::bench::wait::control_ready)
+}
 
 fn err(what: &'static str) -> impl Fn(lanes::Error) -> String {
     move |e| format!("DMA {what}: {e}")
@@ -126,8 +134,19 @@ impl ClientPath for Client {
         let mut n = 0u64;
         loop {
             if self.queue.outstanding() >= HIGH {
-                let q = &self.queue;
-                wait.until(|| Ok((q.outstanding() <= LOW).then_some(())))?;
+                // Sleep rather than spin: on a machine with few cores the DMA channel thread
+                // and the kernel's TCP need the CPU a spin would take.
+                let deadline = Instant::now() + REFILL;
+                while self.queue.outstanding() > LOW {
+                    if Instant::now() > deadline || control_ready(wait) {
+                        return Err(format!(
+                            "DMA: {} transfers still outstanding after {} s, or the peer gave up",
+                            self.queue.outstanding(),
+                            REFILL.as_secs()
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
             }
             let off = HEADER + (n as usize % SLOTS) * self.max;
             self.queue
