@@ -36,7 +36,17 @@ cleanup() {
     for pid in "${pids[@]}"; do
         kill "$pid" 2>/dev/null || true
     done
+    # At most 5 s for them to stop, then SIGKILL (before the namespaces go).
+    for _ in $(seq 50); do
+        alive=0
+        for pid in "${pids[@]}"; do
+            kill -0 "$pid" 2>/dev/null && alive=1
+        done
+        [[ $alive == 0 ]] && break
+        sleep 0.1
+    done
     for pid in "${pids[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
     ip netns del "$a" 2>/dev/null || true
