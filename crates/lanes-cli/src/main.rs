@@ -45,7 +45,7 @@ enum Cmd {
     /// Throughput and latency per message size for every path, against kernel TCP, Unix
     /// sockets and the floor (`lanes bench dma`: DMA against PIO and memcpy; `lanes bench
     /// sockets`: sockperf, iperf3 and redis with and without liblanes_sockets.so).
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Ping-pong latency between processes acting as nodes: PIO against the floor, interrupts
     /// against the kernel's wake-ups, reflective memory against group size (--mode).
     Pingpong(PingpongArgs),
@@ -170,7 +170,7 @@ fn main() -> ExitCode {
         Cmd::ReflectivePeer { group, index, rounds, cpu, share_cpu } => {
             open_fabric().and_then(|f| reflective_bench::run_peer(&f, group, index, rounds, cpu, share_cpu))
         }
-        Cmd::Bench(a) => bench::run(a),
+        Cmd::Bench(a) => bench::run(*a),
         Cmd::Pingpong(a) => pingpong_cmd(a),
         Cmd::Sdk(a) => sdk_cmd::run(a),
         Cmd::Daemon(a) => daemon_cmd::run(a),

@@ -31,12 +31,16 @@ pub mod platform;
 pub mod sockets;
 pub mod transport;
 
+/// Whether this build has the ofi transport (cargo feature `ofi`), so that nodes of other
+/// hosts of a cluster can be reached; without it, connecting to one is refused.
+pub const OFI_TRANSPORT: bool = cfg!(feature = "ofi");
+
 pub use config::{FabricConfig, NodeId};
 pub use error::{Error, Result};
 pub use fabric::{
     cleanup, status, CallbackAction, CleanupReport, CopyPath, DmaCallback, DmaChannel, DmaDirection, DmaQueue,
     DmaQueueState, DmaVec, Fabric, FabricStatus, GroupEvent, LocalDataInterrupt, LocalEvent, LocalInterrupt,
-    LocalSegment, LossReason, Map, MapAccess, ReflectiveGroup, ReflectiveMember, RemoteDataInterrupt, RemoteEvent,
-    RemoteInterrupt, RemoteSegment, RemoteState, Sequence, SequenceStatus, Timeout, MAX_DATA_INTERRUPT_PAYLOAD,
-    MAX_DMA_CHANNELS, MAX_GROUPS,
+    LocalSegment, LossReason, Map, MapAccess, ProgressDriver, ReflectiveGroup, ReflectiveMember, RemoteDataInterrupt,
+    RemoteEvent, RemoteInterrupt, RemoteSegment, RemoteState, Sequence, SequenceStatus, Timeout,
+    MAX_DATA_INTERRUPT_PAYLOAD, MAX_DMA_CHANNELS, MAX_GROUPS,
 };

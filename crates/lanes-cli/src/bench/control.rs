@@ -13,10 +13,14 @@
 //!
 //! The peer ignores SIGINT (the client decides when to stop) and exits when its input
 //! closes, so it never outlives the client.
+//!
+//! Across hosts (`--transport ofi`) the same commands go over a TCP connection to
+//! `lanes bench --serve` instead ([`Control::connect`]); the server adds its own commands
+//! for the baseline programs it starts (`remote.rs`).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::process::{ChildStdin, ChildStdout};
 use std::time::Duration;
 
 use crate::bench::paths::{self, Kind, PeerPath, SetupEnv};
@@ -26,21 +30,34 @@ use crate::measure::{affinity, cputime, rt};
 
 /// The client's end.
 pub(crate) struct Control {
+    /// The peer process when this process started it (a local run).
     peer: Option<Peer>,
-    to: ChildStdin,
-    from: BufReader<ChildStdout>,
+    to: Box<dyn Write + Send>,
+    from: BufReader<Box<dyn Read + Send>>,
+    fd: RawFd,
 }
 
 impl Control {
     pub(crate) fn spawn(args: &[String], env: &[(&str, String)]) -> Result<Control, String> {
         let (peer, to, from) =
             Peer::spawn_piped("the bench peer", args, env).map_err(|e| format!("starting the peer: {e}"))?;
-        Ok(Control { peer: Some(peer), to, from: BufReader::new(from) })
+        let fd = from.as_raw_fd();
+        Ok(Control { peer: Some(peer), to: Box::new(to), from: BufReader::new(Box::new(from)), fd })
+    }
+
+    /// A connection to `lanes bench --serve` at `addr`.
+    pub(crate) fn connect(addr: SocketAddr, timeout: Duration) -> Result<Control, String> {
+        let s = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| format!("connecting to `lanes bench --serve` at {addr}: {e}"))?;
+        let _ = s.set_nodelay(true);
+        let r = s.try_clone().map_err(|e| format!("the control connection: {e}"))?;
+        let fd = r.as_raw_fd();
+        Ok(Control { peer: None, to: Box::new(s), from: BufReader::new(Box::new(r)), fd })
     }
 
     /// The descriptor to watch for the peer hanging up or reporting an error mid-slice.
     pub(crate) fn fd(&self) -> RawFd {
-        self.from.get_ref().as_raw_fd()
+        self.fd
     }
 
     pub(crate) fn send(&mut self, line: &str) -> Result<(), String> {
@@ -103,6 +120,21 @@ pub(crate) fn serve(cpu: Option<usize>, realtime: bool) -> Result<(), String> {
     let wait = Waiter::new(Some(std::io::stdin().as_raw_fd()), single_cpu, realtime);
     let mut input = std::io::stdin().lock();
     let mut out = std::io::stdout().lock();
+    serve_on(&mut input, &mut out, &wait, rt_status.as_ref(), &mut |_| None)
+}
+
+/// Handles a command the path protocol does not know: `None` if it does not know it either.
+pub(crate) type ExtraCommands<'a> = dyn FnMut(&str) -> Option<Result<String, String>> + 'a;
+
+/// Answers commands from `input` on `out` until `quit` or the end of the input; `extra`
+/// answers commands beyond the path protocol's.
+pub(crate) fn serve_on(
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+    wait: &Waiter,
+    rt_status: Option<&rt::RtStatus>,
+    extra: &mut ExtraCommands<'_>,
+) -> Result<(), String> {
     let mut active: Vec<(&'static str, Box<dyn PeerPath>)> = Vec::new();
     let mut line = String::new();
     loop {
@@ -114,7 +146,11 @@ pub(crate) fn serve(cpu: Option<usize>, realtime: bool) -> Result<(), String> {
         }
         let cmd = line.trim_end();
         let quit = cmd == "quit";
-        let answer = if quit { Ok(String::new()) } else { handle(cmd, &mut active, &wait, rt_status.as_ref()) };
+        let answer = if quit {
+            Ok(String::new())
+        } else {
+            extra(cmd).unwrap_or_else(|| handle(cmd, &mut active, wait, rt_status))
+        };
         let text = match answer {
             Ok(s) if s.is_empty() => "ok".to_string(),
             Ok(s) => format!("ok {s}"),

@@ -10,7 +10,10 @@
 //! mod.rs          arguments and the command's flow
 //! options.rs      durations, sizes, path selection, the time budget (Plan)
 //! paths/          the path registry and traits; floor, pio (shared-memory protocols in
-//!                 shm.rs), socket (tcp and unix), sockets (tcp under the accelerator)
+//!                 shm.rs), socket (tcp and unix), sockets (tcp under the accelerator);
+//!                 across hosts also interrupt and dma_stream
+//! remote.rs       `--transport ofi --remote-node N` and `--serve`: two hosts, with
+//!                 fi_pingpong and iperf3 as baselines
 //! sockets/        `lanes bench sockets`: sockperf, iperf3, redis with and without it
 //! control.rs      the control channel and the peer's command loop
 //! wait.rs         spinning waits with bounded, non-blocking liveness checks
@@ -32,6 +35,7 @@ mod options;
 mod paths;
 mod plot;
 mod progress;
+mod remote;
 mod report;
 mod runner;
 mod sockets;
@@ -99,6 +103,39 @@ pub struct BenchArgs {
         conflicts_with_all = ["quick", "duration", "sizes", "paths", "cpu", "json", "hist", "rt", "check_floor", "compare"]
     )]
     from: Option<PathBuf>,
+    /// `local` (default: both processes on this host) or `ofi`: against `lanes bench
+    /// --serve` on the host of `--remote-node`, with fi_pingpong and iperf3 as baselines.
+    #[arg(long, value_name = "local|ofi", default_value = "local")]
+    transport: String,
+    /// With `--transport ofi`: the node (of another host of the cluster) whose host runs
+    /// `lanes bench --serve`.
+    #[arg(long, value_name = "N")]
+    remote_node: Option<u32>,
+    /// Serve `--transport ofi` runs of other hosts, as this process's node (LANES_NODE_ID).
+    #[arg(long, conflicts_with_all = ["remote_node", "compare", "from", "peer"])]
+    serve: bool,
+    /// With `--serve`: exit after one client.
+    #[arg(long, requires = "serve")]
+    once: bool,
+    /// The bench's TCP port on the server's host address (default: that host's daemon
+    /// port + 1).
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// With `--transport ofi`: rounds over every size (default 3, 1 with --quick).
+    #[arg(long, value_name = "N")]
+    rounds: Option<u64>,
+    /// With `--transport ofi`: latency time per path, size and round (default 1s, 200ms
+    /// with --quick).
+    #[arg(long, value_name = "TIME")]
+    slice: Option<String>,
+    /// With `--transport ofi`: seconds of the DMA bandwidth and of iperf3 per round
+    /// (default 3, 1 with --quick).
+    #[arg(long, value_name = "SECS")]
+    stream_secs: Option<u64>,
+    /// With `--transport ofi`: fi_pingpong iterations per size (default 10000, 2000 with
+    /// --quick; fewer above 52 KiB).
+    #[arg(long, value_name = "N")]
+    fi_iters: Option<u64>,
     /// (internal) run as the peer of a bench.
     #[arg(long, hide = true)]
     peer: bool,
@@ -139,6 +176,73 @@ fn say(text: &str) -> Result<(), String> {
     }
 }
 
+/// `lanes bench --transport ofi --remote-node N`.
+fn run_ofi(a: &BenchArgs) -> Result<(), String> {
+    let node = a.remote_node.ok_or("--transport ofi needs --remote-node N (a node of another host)")?;
+    for (set, name) in [
+        (a.compare.is_some(), "--compare"),
+        (a.from.is_some(), "--from"),
+        (a.rt, "--rt"),
+        (a.cpu.is_some(), "--cpu"),
+        (a.check_floor, "--check-floor"),
+        (a.duration.is_some(), "--duration (use --rounds, --slice, --stream-secs)"),
+        (a.hist, "--hist"),
+    ] {
+        if set {
+            return Err(format!("{name} is not supported with --transport ofi"));
+        }
+    }
+    let sizes = options::parse_bench_sizes(a.sizes.as_deref().unwrap_or(if a.quick {
+        options::QUICK_SIZES
+    } else {
+        options::DEFAULT_SIZES
+    }))?;
+    let slice = match &a.slice {
+        Some(s) => options::parse_duration(s)?,
+        None if a.quick => Duration::from_millis(200),
+        None => Duration::from_secs(1),
+    };
+    let positive = |v: Option<u64>, name: &str, quick: u64, default: u64| match v {
+        Some(0) => Err(format!("{name} must be at least 1")),
+        Some(n) => Ok(n),
+        None => Ok(if a.quick { quick } else { default }),
+    };
+    let o = remote::ClientOptions {
+        remote_node: node,
+        port: a.port,
+        paths: remote::choose_paths(a.paths.as_deref())?,
+        sizes,
+        rounds: positive(a.rounds, "--rounds", 1, 3)?,
+        lat_slice: slice,
+        stream_secs: match positive(a.stream_secs, "--stream-secs", 1, 3)? {
+            n if n > remote::MAX_STREAM_SECS => {
+                return Err(format!("--stream-secs {n}: at most {}", remote::MAX_STREAM_SECS))
+            }
+            n => n,
+        },
+        fi_iters: positive(a.fi_iters, "--fi-iters", 2000, 10000)?,
+        quick: a.quick,
+    };
+    let report = remote::run(&o)?;
+    let to_stdout = a.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let text = table::render(&report);
+    if to_stdout {
+        eprint!("{text}");
+        say(&report.to_json()?)?;
+    } else {
+        say(&text)?;
+        if let Some(p) = &a.json {
+            report.write_json(p)?;
+            say(&format!("JSON: {}\n", p.display()))?;
+        }
+    }
+    if let Some(dir) = &a.plot {
+        let files: Vec<String> = plot::write(&report, dir)?.iter().map(|f| f.display().to_string()).collect();
+        say(&format!("plots: {}\n", files.join(", ")))?;
+    }
+    Ok(())
+}
+
 /// Runs `lanes bench`.
 pub fn run(a: BenchArgs) -> Result<(), String> {
     match a.what {
@@ -148,6 +252,29 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     }
     if a.peer {
         return control::serve(a.peer_cpu, a.rt);
+    }
+    if a.serve {
+        return remote::serve(a.port, a.once);
+    }
+    match a.transport.as_str() {
+        "local" => {
+            if a.remote_node.is_some() {
+                return Err("--remote-node needs --transport ofi".into());
+            }
+            for (set, name) in [
+                (a.rounds.is_some(), "--rounds"),
+                (a.slice.is_some(), "--slice"),
+                (a.stream_secs.is_some(), "--stream-secs"),
+                (a.fi_iters.is_some(), "--fi-iters"),
+                (a.port.is_some(), "--port"),
+            ] {
+                if set {
+                    return Err(format!("{name} is for --transport ofi (or --serve)"));
+                }
+            }
+        }
+        "ofi" => return run_ofi(&a),
+        other => return Err(format!("--transport {other:?}: `local` or `ofi`")),
     }
     if let Some(files) = &a.compare {
         let [x, y] = files.as_slice() else {

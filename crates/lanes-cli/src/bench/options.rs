@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::bench::paths::{self, PathDef, Status, REGISTRY};
+use crate::bench::paths::{self, PathDef, Status, Transport, REGISTRY};
 use crate::sizes;
 
 /// Default total time of a run.
@@ -144,7 +144,8 @@ pub(crate) enum PathChoice {
 
 /// Parses `--paths`: `all` (the default), `list`, or names separated by commas.
 pub(crate) fn parse_paths(text: Option<&str>) -> Result<PathChoice, String> {
-    let available = || REGISTRY.iter().filter(|p| p.available()).collect::<Vec<_>>();
+    let local = || REGISTRY.iter().filter(|p| p.transport == Transport::Local);
+    let available = || local().filter(|p| p.available()).collect::<Vec<_>>();
     let names = |v: &[&PathDef]| v.iter().map(|p| p.name).collect::<Vec<_>>().join(", ");
     let text = match text.map(str::trim) {
         None | Some("all") => return Ok(PathChoice::Run(available())),
@@ -153,10 +154,11 @@ pub(crate) fn parse_paths(text: Option<&str>) -> Result<PathChoice, String> {
     };
     let mut chosen: Vec<&'static PathDef> = Vec::new();
     for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let def = paths::find(name).ok_or_else(|| {
+        let def = paths::find(name).filter(|p| p.transport == Transport::Local).ok_or_else(|| {
+            let across = if paths::find(name).is_some() { " (it runs with --transport ofi)" } else { "" };
             format!(
-                "unknown path {name:?}; paths: {} (see --paths list)",
-                REGISTRY.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+                "unknown path {name:?}{across}; paths: {} (see --paths list)",
+                local().map(|p| p.name).collect::<Vec<_>>().join(", ")
             )
         })?;
         if let Err(why) = def.setups() {
@@ -176,13 +178,18 @@ pub(crate) fn parse_paths(text: Option<&str>) -> Result<PathChoice, String> {
 
 /// The text of `--paths list`.
 pub(crate) fn list_paths() -> String {
-    let mut out = String::from("paths of `lanes bench --paths a,b,...` (default: all available)\n");
+    let mut out = String::from(
+        "paths of `lanes bench --paths a,b,...` (default: all available; group `ofi`, status `hosts`: between two hosts, with --transport ofi)\n",
+    );
     for p in REGISTRY {
-        let group = match p.group {
-            paths::Group::Baseline => "baseline",
-            paths::Group::Lanes => "lanes",
+        let group = match (p.group, p.transport) {
+            (paths::Group::Baseline, _) => "baseline",
+            (paths::Group::Lanes, Transport::Local) => "lanes",
+            (paths::Group::Lanes, Transport::Ofi) => "ofi",
         };
         let (status, about) = match (p.setups(), p.status) {
+            // Measured only by `--transport ofi`, not by `--paths` of a local run.
+            (Ok(_), _) if p.transport == Transport::Ofi => ("hosts", p.about.to_string()),
             (Ok(_), _) => ("available", p.about.to_string()),
             (Err(why), Status::Pending(_)) => ("not yet", format!("{} ({why})", p.about)),
             (Err(why), _) => ("not here", format!("{} (not available: {why})", p.about)),
@@ -225,6 +232,9 @@ mod tests {
         assert!(parse_paths(Some("bogus")).unwrap_err().contains("unknown path"));
         assert!(matches!(parse_paths(Some("list")).unwrap(), PathChoice::List));
         assert!(list_paths().contains("data-interrupt"));
+        assert!(parse_paths(Some("ofi-pio")).unwrap_err().contains("--transport ofi"));
+        let PathChoice::Run(all) = parse_paths(None).unwrap() else { panic!() };
+        assert!(all.iter().all(|p| p.transport == Transport::Local));
     }
 
     #[test]

@@ -140,6 +140,33 @@ pub(crate) struct Report {
     pub results: Vec<PathResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub floor_check: Option<FloorCheck>,
+    /// `--transport ofi`: how the run across hosts was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<crate::bench::remote::RemoteRun>,
+    /// `--transport ofi`: the design's targets, each with the figures it compares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<Vec<Target>>,
+}
+
+/// One target of a run across hosts: a Lanes figure against a baseline's, same run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub(crate) struct Target {
+    /// The Lanes path and size.
+    pub path: String,
+    pub size: usize,
+    /// `latency` (one-way average, ns; lower is better) or `bandwidth` (GB/s; higher is better).
+    pub figure: String,
+    pub lanes: f64,
+    /// What it is compared with (`fi_pingpong`, or the better of `fi_pingpong` and `iperf3`)
+    /// and that figure.
+    pub baseline: String,
+    pub baseline_value: f64,
+    /// lanes / baseline_value.
+    pub ratio: f64,
+    /// The target: latency ratio at most this, bandwidth ratio at least this.
+    pub limit: f64,
+    pub met: bool,
 }
 
 impl Report {

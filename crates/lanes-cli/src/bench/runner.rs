@@ -89,14 +89,28 @@ impl Session {
             ("LANES_NODE_ID", config.node_id.next_after().get().to_string()),
             ("LANES_DIR", config.dir.display().to_string()),
         ];
-        let mut ctl = Control::spawn(&args, &env)?;
+        let ctl = Control::spawn(&args, &env)?;
         if let Some((a, _)) = cpus {
             affinity::pin_to(a).map_err(|e| format!("pinning to cpu {a}: {e}"))?;
         }
         let client_rt = realtime.then(rt::enter);
+        let single_cpu = cpus.is_none() && affinity::allowed_cpus().len() < 2;
+        Session::over(ctl, defs, max_size, single_cpu, client_rt, cpus, realtime)
+    }
+
+    /// Sets up `defs` with a peer already at the other end of `ctl` (a local child, or
+    /// `lanes bench --serve` on another host).
+    pub(crate) fn over(
+        mut ctl: Control,
+        defs: &[&'static PathDef],
+        max_size: usize,
+        single_cpu: bool,
+        client_rt: Option<RtStatus>,
+        cpus: Option<(usize, usize)>,
+        realtime: bool,
+    ) -> Result<Session, String> {
         let hello = ctl.call("hello", SETUP_TIMEOUT)?;
         let peer_rt = serde_json::from_str::<RtStatus>(&hello).ok();
-        let single_cpu = cpus.is_none() && affinity::allowed_cpus().len() < 2;
         let waiter = Waiter::new(Some(ctl.fd()), single_cpu, realtime);
         let env = SetupEnv { max_size };
         let mut active = Vec::new();
@@ -110,6 +124,11 @@ impl Session {
             active.push(Active { name: def.name, client });
         }
         Ok(Session { ctl, active, waiter, scratch: TickHistogram::new(), client_rt, peer_rt, cpus })
+    }
+
+    /// A command of the peer's beyond the path protocol (the remote server's baselines).
+    pub(crate) fn call(&mut self, line: &str, timeout: Duration) -> Result<String, String> {
+        self.ctl.call(line, timeout)
     }
 
     fn index(&self, name: &str) -> Result<usize, String> {
@@ -233,7 +252,11 @@ impl Measured {
         for (pi, def) in self.plan.paths.iter().enumerate() {
             for (si, &size) in self.plan.sizes.iter().enumerate() {
                 let c = &self.cells[pi][si];
-                if c.lat.is_empty() || c.msgs == 0 {
+                // A path that measures one kind only has cells with half the figures.
+                let wanted_lat = def.kinds.contains(&Kind::Latency);
+                let wanted_tput = def.kinds.contains(&Kind::Throughput);
+                if (wanted_lat && c.lat.is_empty()) || (wanted_tput && c.msgs == 0) || (c.lat.is_empty() && c.msgs == 0)
+                {
                     continue;
                 }
                 results.push(result(def.name, size, c, self.wall(c.lat.max_at())));
@@ -261,6 +284,8 @@ impl Measured {
             units: units(),
             results,
             floor_check: None,
+            remote: None,
+            targets: None,
         }
     }
 }
@@ -342,7 +367,7 @@ pub(crate) fn run(
                         m.interrupted = true;
                         break 'rounds;
                     }
-                    if def.max_size.is_some_and(|max| size > max) {
+                    if def.max_size.is_some_and(|max| size > max) || !def.kinds.contains(&kind) {
                         done += 1;
                         continue;
                     }

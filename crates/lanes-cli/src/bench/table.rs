@@ -4,14 +4,30 @@
 use std::fmt::Write as _;
 
 use crate::bench::paths::{self, Group};
-use crate::bench::report::Report;
+use crate::bench::report::{Report, Target};
 use crate::bench::runner::Measured;
 use crate::bench::{fmt_ns, fmt_size};
 use crate::measure::clock::ticks_to_ns;
 use crate::measure::stats::Histogram;
 
-/// Baselines every other path is compared with, in column order.
-const BASELINES: [&str; 3] = ["floor", "tcp", "unix"];
+/// Baselines every other path is compared with, in column order (a run has either the
+/// local ones or, across hosts, libfabric's `fi_pingpong` and `iperf3`).
+const BASELINES: [&str; 5] = ["floor", "tcp", "unix", "fi_pingpong", "iperf3"];
+
+/// Latency target across hosts: Lanes one-way average at most this times fi_pingpong's.
+pub(crate) const LATENCY_LIMIT: f64 = 1.2;
+/// Bandwidth target across hosts: Lanes DMA at least this share of the better baseline.
+pub(crate) const BANDWIDTH_LIMIT: f64 = 0.9;
+
+/// A figure, or `-` where the row has none (a baseline that reports only an average, a
+/// path that measures one kind only).
+fn or_dash(v: f64, f: impl Fn(f64) -> String) -> String {
+    if v > 0.0 && v.is_finite() {
+        f(v)
+    } else {
+        "-".into()
+    }
+}
 
 fn is_lanes_path(name: &str) -> bool {
     paths::find(name).is_some_and(|d| d.group == Group::Lanes)
@@ -75,6 +91,21 @@ pub(crate) fn render(r: &Report) -> String {
         );
     }
     let _ = writeln!(out);
+    if let Some(remote) = &r.remote {
+        let _ = writeln!(
+            out,
+            "across hosts: node {} -> node {} ({}) over {}, provider {}; {} round(s); fi_pingpong -I {} (fewer above 52 KiB), \
+             DMA and iperf3 {} s each",
+            remote.client_node,
+            remote.remote_node,
+            remote.address,
+            remote.transport,
+            remote.provider,
+            remote.rounds,
+            remote.fi_pingpong_iters,
+            remote.stream_secs
+        );
+    }
     let mut header = format!(
         "{:>8}  {:<14} {:>9} {:>9} {:>9} {:>9}  {:>8} {:>9} {:>5}",
         "size", "path", "lat avg", "p50", "p99", "max", "GB/s", "Mmsg/s", "CPU%"
@@ -101,16 +132,16 @@ pub(crate) fn render(r: &Report) -> String {
             let l = &x.lat_ns;
             let _ = write!(
                 out,
-                "{:>8}  {:<14} {:>9} {:>9} {:>9} {:>9}  {:>8} {:>9.3} {:>5.0}",
+                "{:>8}  {:<14} {:>9} {:>9} {:>9} {:>9}  {:>8} {:>9} {:>5}",
                 if first { fmt_size(size) } else { String::new() },
                 p,
-                fmt_ns(l.avg),
-                fmt_ns(l.p50),
-                fmt_ns(l.p99),
-                fmt_ns(l.max),
-                fmt_gbps(x.gbps),
-                x.msgs_per_s / 1e6,
-                x.cpu_pct
+                or_dash(l.avg, fmt_ns),
+                or_dash(l.p50, fmt_ns),
+                or_dash(l.p99, fmt_ns),
+                or_dash(l.max, fmt_ns),
+                or_dash(x.gbps, fmt_gbps),
+                or_dash(x.msgs_per_s, |m| format!("{:.3}", m / 1e6)),
+                or_dash(x.cpu_pct, |c| format!("{c:.0}"))
             );
             first = false;
             if ratios && is_lanes_path(p) {
@@ -131,7 +162,11 @@ pub(crate) fn render(r: &Report) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "worst one-way latency observed, per path:");
     for p in &paths {
-        let worst = r.results.iter().filter(|x| &x.path == p).max_by(|a, b| a.lat_ns.max.total_cmp(&b.lat_ns.max));
+        let worst = r
+            .results
+            .iter()
+            .filter(|x| &x.path == p && x.lat_ns.max > 0.0)
+            .max_by(|a, b| a.lat_ns.max.total_cmp(&b.lat_ns.max));
         if let Some(w) = worst {
             let samples: u64 = r.results.iter().filter(|x| &x.path == p).map(|x| x.lat_ns.samples).sum();
             let _ = writeln!(
@@ -148,6 +183,100 @@ pub(crate) fn render(r: &Report) -> String {
     if let Some(f) = &r.floor_check {
         let _ = writeln!(out);
         let _ = writeln!(out, "{}", floor_check_line(f));
+    }
+    if let Some(t) = &r.targets {
+        out.push_str(&render_targets(t));
+    }
+    out
+}
+
+/// The targets of a run across hosts (docs/design/multi-host.md, section 13): per size and
+/// Lanes latency path, its one-way average over fi_pingpong's (at most 1.2); the DMA
+/// bandwidth over the better of fi_pingpong's at 1 MiB and iperf3's (at least 0.9).
+pub(crate) fn targets(r: &Report) -> Vec<Target> {
+    let mut v = Vec::new();
+    let lanes_paths: Vec<String> = r.paths().into_iter().filter(|p| is_lanes_path(p)).collect();
+    for size in r.sizes() {
+        let Some(fi) = r.get("fi_pingpong", size).filter(|f| f.lat_ns.avg > 0.0) else { continue };
+        for p in &lanes_paths {
+            let Some(x) = r.get(p, size).filter(|x| x.lat_ns.samples > 0) else { continue };
+            let ratio = x.lat_ns.avg / fi.lat_ns.avg;
+            v.push(Target {
+                path: p.clone(),
+                size,
+                figure: "latency".into(),
+                lanes: x.lat_ns.avg,
+                baseline: "fi_pingpong".into(),
+                baseline_value: fi.lat_ns.avg,
+                ratio,
+                limit: LATENCY_LIMIT,
+                met: ratio <= LATENCY_LIMIT,
+            });
+        }
+    }
+    let size = crate::bench::remote::DMA_SIZE;
+    let fi = r.get("fi_pingpong", size).map_or(0.0, |f| f.gbps);
+    let iperf = r.get("iperf3", size).map_or(0.0, |f| f.gbps);
+    let (name, best) = if fi >= iperf { ("fi_pingpong", fi) } else { ("iperf3", iperf) };
+    for p in &lanes_paths {
+        let Some(x) = r.get(p, size).filter(|x| x.lat_ns.samples == 0 && x.gbps > 0.0) else { continue };
+        if best > 0.0 {
+            let ratio = x.gbps / best;
+            v.push(Target {
+                path: p.clone(),
+                size,
+                figure: "bandwidth".into(),
+                lanes: x.gbps,
+                baseline: name.into(),
+                baseline_value: best,
+                ratio,
+                limit: BANDWIDTH_LIMIT,
+                met: ratio >= BANDWIDTH_LIMIT,
+            });
+        }
+    }
+    v
+}
+
+/// The targets as lines under the table.
+pub(crate) fn render_targets(t: &[Target]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "targets: latency = Lanes one-way avg / fi_pingpong's (at most {LATENCY_LIMIT}); bandwidth = Lanes DMA / \
+         max(fi_pingpong at 1 MiB, iperf3) (at least {BANDWIDTH_LIMIT})"
+    );
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<14} {:>10} {:>12} {:>12} {:>7}  target",
+        "size", "path", "figure", "lanes", "baseline", "ratio"
+    );
+    for x in t {
+        let (lanes, base, limit) = if x.figure == "latency" {
+            (fmt_ns(x.lanes), format!("{} {}", fmt_ns(x.baseline_value), ""), format!("<= {}", x.limit))
+        } else {
+            (
+                format!("{} GB/s", fmt_gbps(x.lanes)),
+                format!("{} GB/s", fmt_gbps(x.baseline_value)),
+                format!(">= {}", x.limit),
+            )
+        };
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<14} {:>10} {:>12} {:>12} {:>7.3}  {limit} {} ({})",
+            fmt_size(x.size),
+            x.path,
+            x.figure,
+            lanes,
+            base.trim_end(),
+            x.ratio,
+            if x.met { "met" } else { "MISSED" },
+            x.baseline
+        );
+    }
+    if t.is_empty() {
+        let _ = writeln!(out, "  (no Lanes figure had a baseline to compare with)");
     }
     out
 }

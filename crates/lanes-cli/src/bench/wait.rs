@@ -32,6 +32,11 @@ impl Waiter {
         Waiter { ctl, yield_each: single_cpu, realtime }
     }
 
+    /// The control channel it watches, if any.
+    pub(crate) fn control(&self) -> Option<RawFd> {
+        self.ctl
+    }
+
     /// Spins until `ready` yields a value.
     #[inline(always)]
     pub(crate) fn until<T>(&self, mut ready: impl FnMut() -> Result<Option<T>, String>) -> Result<T, String> {

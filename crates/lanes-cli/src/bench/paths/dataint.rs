@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use lanes::{Fabric, LocalDataInterrupt, RemoteDataInterrupt, Timeout, MAX_DATA_INTERRUPT_PAYLOAD};
+use lanes::{Error, Fabric, LocalDataInterrupt, RemoteDataInterrupt, Timeout, MAX_DATA_INTERRUPT_PAYLOAD};
 
 use crate::bench::paths::{pattern, stamp, stamped, ClientOffer, ClientPath, PeerPath, SetupEnv, Streamed};
 use crate::bench::wait::Waiter;
@@ -42,18 +42,50 @@ struct Ends {
     theirs: RemoteDataInterrupt,
     payload: Vec<u8>,
     buf: Vec<u8>,
+    /// `ofi-dataint`: latency waits spin, driving the transport's progress from this fabric,
+    /// instead of the library's spin-then-sleep wait (which leaves the completion queue to
+    /// the transport's service thread).
+    drive: Option<Fabric>,
+}
+
+impl Ends {
+    /// The next message, into `buf`.
+    fn next(&mut self, wait: &Waiter) -> Result<usize, String> {
+        let Some(fabric) = &self.drive else {
+            return self.mine.wait(&mut self.buf, T).map_err(err("wait"));
+        };
+        let drv = fabric.progress_driver();
+        let (mine, buf) = (&self.mine, &mut self.buf);
+        wait.until(|| match mine.wait(buf, Timeout::Immediate) {
+            Ok(n) => Ok(Some(n)),
+            Err(Error::Timeout { .. }) => {
+                drv.poll();
+                Ok(None)
+            }
+            Err(e) => Err(err("wait")(e)),
+        })
+    }
 }
 
 struct Offer {
     fabric: Fabric,
     mine: LocalDataInterrupt,
+    drive: bool,
 }
 
 pub(crate) fn client(env: &SetupEnv) -> Result<Box<dyn ClientOffer>, String> {
     let _ = env; // sizes above the path's limit are skipped by the runner
     let fabric = open()?;
     let mine = fabric.create_data_interrupt(None).map_err(err("create"))?;
-    Ok(Box::new(Offer { fabric, mine }))
+    Ok(Box::new(Offer { fabric, mine, drive: false }))
+}
+
+/// `ofi-dataint`: the same across hosts, latency waits driving progress.
+pub(crate) fn ofi_client(env: &SetupEnv) -> Result<Box<dyn ClientOffer>, String> {
+    let _ = env;
+    let fabric = open()?;
+    let mine = fabric.create_data_interrupt(None).map_err(err("create"))?;
+    Ok(Box::new(Offer { fabric, mine, drive: true }))
 }
 
 impl ClientOffer for Offer {
@@ -69,11 +101,20 @@ impl ClientOffer for Offer {
             theirs,
             payload: pattern(MAX_DATA_INTERRUPT_PAYLOAD, 1),
             buf: vec![0; MAX_DATA_INTERRUPT_PAYLOAD],
+            drive: self.drive.then_some(self.fabric),
         }))
     }
 }
 
-pub(crate) fn peer(_env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
+pub(crate) fn peer(env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
+    peer_of(env, offer, false)
+}
+
+pub(crate) fn ofi_peer(env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
+    peer_of(env, offer, true)
+}
+
+fn peer_of(_env: &SetupEnv, offer: &str, drive: bool) -> Result<(Box<dyn PeerPath>, String), String> {
     let (node, n) = parse(offer)?;
     let fabric = open()?;
     let mine = fabric.create_data_interrupt(None).map_err(err("create"))?;
@@ -84,6 +125,7 @@ pub(crate) fn peer(_env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, S
         theirs,
         payload: pattern(MAX_DATA_INTERRUPT_PAYLOAD, 2),
         buf: vec![0; MAX_DATA_INTERRUPT_PAYLOAD],
+        drive: drive.then_some(fabric),
     };
     Ok((Box::new(ends), reply))
 }
@@ -96,12 +138,12 @@ fn check_size(size: usize) -> Result<(), String> {
 }
 
 impl ClientPath for Ends {
-    fn latency(&mut self, size: usize, until: u64, rec: &mut TickHistogram, _wait: &Waiter) -> Result<(), String> {
+    fn latency(&mut self, size: usize, until: u64, rec: &mut TickHistogram, wait: &Waiter) -> Result<(), String> {
         check_size(size)?;
         let mut prev = now_ticks();
         loop {
             self.theirs.trigger(&self.payload[..size], T).map_err(err("trigger"))?;
-            let n = self.mine.wait(&mut self.buf, T).map_err(err("wait"))?;
+            let n = self.next(wait)?;
             if n != size {
                 return Err(format!("data interrupt echo of {n} bytes for a {size}-byte message"));
             }
@@ -141,9 +183,9 @@ impl ClientPath for Ends {
 }
 
 impl PeerPath for Ends {
-    fn latency(&mut self, _size: usize, _wait: &Waiter) -> Result<(), String> {
+    fn latency(&mut self, _size: usize, wait: &Waiter) -> Result<(), String> {
         loop {
-            let n = self.mine.wait(&mut self.buf, T).map_err(err("wait"))?;
+            let n = self.next(wait)?;
             if n == END.len() {
                 return Ok(());
             }

@@ -12,7 +12,9 @@
 //! replies (one line), and the client side completes from the reply.
 
 pub(crate) mod dataint;
+pub(crate) mod dma_stream;
 pub(crate) mod floor;
+pub(crate) mod interrupt;
 pub(crate) mod pio;
 pub(crate) mod shm;
 pub(crate) mod socket;
@@ -46,6 +48,18 @@ impl Kind {
         }
     }
 }
+
+/// Where a path's two sides run: on this host (the peer is a child process), or on two
+/// hosts of a cluster (the peer is `lanes bench --serve` on the remote node's host, reached
+/// over the ofi transport).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    Local,
+    Ofi,
+}
+
+/// Both measurements: what every local path takes.
+pub(crate) const BOTH: &[Kind] = &[Kind::Latency, Kind::Throughput];
 
 /// What both sides know when they set a path up.
 #[derive(Clone, Copy, Debug)]
@@ -128,6 +142,10 @@ pub(crate) struct PathDef {
     pub status: Status,
     /// The largest message the path carries (larger sizes are skipped), if it has a limit.
     pub max_size: Option<usize>,
+    /// Which runs it belongs to: `lanes bench` on this host, or `--transport ofi`.
+    pub transport: Transport,
+    /// The measurements it takes (the others' slices are skipped).
+    pub kinds: &'static [Kind],
 }
 
 impl std::fmt::Debug for Status {
@@ -163,6 +181,8 @@ pub(crate) static REGISTRY: &[PathDef] = &[
         about: "raw shared-memory spin: the same protocols on a plain shared mapping, no Lanes API",
         status: Status::Available { client: floor::client, peer: floor::peer },
         max_size: None,
+        transport: Transport::Local,
+        kinds: BOTH,
     },
     PathDef {
         name: "pio",
@@ -170,6 +190,8 @@ pub(crate) static REGISTRY: &[PathDef] = &[
         about: "programmed I/O: CPU stores into the peer's segment through a Lanes Map",
         status: Status::Available { client: pio::client, peer: pio::peer },
         max_size: None,
+        transport: Transport::Local,
+        kinds: BOTH,
     },
     PathDef {
         name: "data-interrupt",
@@ -177,6 +199,8 @@ pub(crate) static REGISTRY: &[PathDef] = &[
         about: "data interrupts: a doorbell carrying the message (at most 4 KiB)",
         status: Status::Available { client: dataint::client, peer: dataint::peer },
         max_size: Some(lanes::MAX_DATA_INTERRUPT_PAYLOAD),
+        transport: Transport::Local,
+        kinds: BOTH,
     },
     PathDef {
         name: "dma",
@@ -184,6 +208,8 @@ pub(crate) static REGISTRY: &[PathDef] = &[
         about: "the PIO protocols with message bodies moved by DMA (one transfer per message, waited for)",
         status: Status::Available { client: pio::dma_client, peer: pio::dma_peer },
         max_size: None,
+        transport: Transport::Local,
+        kinds: BOTH,
     },
     PathDef {
         name: "sockets",
@@ -191,6 +217,8 @@ pub(crate) static REGISTRY: &[PathDef] = &[
         about: "accelerated TCP (liblanes_sockets.so preloaded into both processes), measured by the same code as tcp",
         status: Status::Needs { client: sockets::client, peer: sockets::peer, ready: sockets::ready },
         max_size: None,
+        transport: Transport::Local,
+        kinds: BOTH,
     },
     PathDef {
         name: "tcp",
@@ -198,6 +226,8 @@ pub(crate) static REGISTRY: &[PathDef] = &[
         about: "kernel TCP over loopback (TCP_NODELAY)",
         status: Status::Available { client: socket::tcp_client, peer: socket::tcp_peer },
         max_size: None,
+        transport: Transport::Local,
+        kinds: BOTH,
     },
     PathDef {
         name: "unix",
@@ -205,8 +235,55 @@ pub(crate) static REGISTRY: &[PathDef] = &[
         about: "kernel Unix domain stream socket",
         status: Status::Available { client: socket::unix_client, peer: socket::unix_peer },
         max_size: None,
+        transport: Transport::Local,
+        kinds: BOTH,
+    },
+    PathDef {
+        name: "ofi-interrupt",
+        group: Group::Lanes,
+        about: "remote interrupts across hosts (one fi_writedata per trigger), each side waiting on its own; no payload, so sizes up to 8 B",
+        status: Status::Needs { client: interrupt::client, peer: interrupt::peer, ready: ofi_ready },
+        max_size: Some(8),
+        transport: Transport::Ofi,
+        kinds: &[Kind::Latency],
+    },
+    PathDef {
+        name: "ofi-dataint",
+        group: Group::Lanes,
+        about: "data interrupts across hosts: the message is the payload of one fi_writedata (at most 4 KiB)",
+        status: Status::Needs { client: dataint::ofi_client, peer: dataint::ofi_peer, ready: ofi_ready },
+        max_size: Some(lanes::MAX_DATA_INTERRUPT_PAYLOAD),
+        transport: Transport::Ofi,
+        kinds: &[Kind::Latency],
+    },
+    PathDef {
+        name: "ofi-pio",
+        group: Group::Lanes,
+        about: "PIO across hosts: stores into a remote segment's mirror window, posted by a release store; the peer spins on its own segment",
+        status: Status::Needs { client: pio::ofi_client, peer: pio::ofi_peer, ready: ofi_ready },
+        max_size: None,
+        transport: Transport::Ofi,
+        kinds: &[Kind::Latency],
+    },
+    PathDef {
+        name: "ofi-dma",
+        group: Group::Lanes,
+        about: "DMA write bandwidth across hosts: a DMA queue streaming transfers from a local segment into a remote one (RMA writes)",
+        status: Status::Needs { client: dma_stream::client, peer: dma_stream::peer, ready: ofi_ready },
+        max_size: None,
+        transport: Transport::Ofi,
+        kinds: &[Kind::Throughput],
     },
 ];
+
+/// Whether this build can reach other hosts.
+fn ofi_ready() -> Result<(), String> {
+    if lanes::OFI_TRANSPORT {
+        Ok(())
+    } else {
+        Err("this build has no ofi transport (build with --features lanes/ofi)".into())
+    }
+}
 
 /// The registry entry named `name`.
 pub(crate) fn find(name: &str) -> Option<&'static PathDef> {

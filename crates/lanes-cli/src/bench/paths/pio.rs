@@ -8,14 +8,25 @@
 //! the words (sequence numbers, ring indices) stay CPU stores, as doorbells do on a PCIe
 //! fabric. It shows what a DMA start costs per message against plain stores.
 
+//!
+//! The `ofi-pio` path is the PIO path between hosts: the remote segment's map is a mirror
+//! window (stores logged, posted by the release store of the sequence word), and while a
+//! latency slice runs each side holds a [`ProgressDriver`] and polls it in its spin on its own
+//! segment, so that the peer's RMA writes are placed by the spinning thread itself (as
+//! `fi_pingpong` spins in `fi_cq_read`) rather than after a wake-up of the transport's service
+//! thread.
+
 use std::time::Duration;
 
 use std::cell::RefCell;
+use std::rc::Rc;
 
-use lanes::{DmaDirection, DmaQueue, Fabric, LocalSegment, Map, MapAccess, RemoteSegment, Timeout};
+use lanes::{DmaDirection, DmaQueue, Fabric, LocalSegment, Map, MapAccess, ProgressDriver, RemoteSegment, Timeout};
 
 use crate::bench::paths::shm::{receiver_bytes, sender_bytes, Mem, ShmClient, ShmPeer};
-use crate::bench::paths::{ClientOffer, ClientPath, PeerPath, SetupEnv};
+use crate::bench::paths::{ClientOffer, ClientPath, Kind, PeerPath, SetupEnv, Streamed};
+use crate::bench::wait::Waiter;
+use crate::measure::ticks::TickHistogram;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -87,6 +98,156 @@ impl Mem for SegmentMem {
     fn get(&self, off: usize, dst: &mut [u8]) -> Result<(), String> {
         self.map.read_bytes(off, dst).map_err(fault)
     }
+}
+
+/// Where a side keeps its progress driver while a slice runs (none between slices).
+type DriverSlot = Rc<RefCell<Option<ProgressDriver>>>;
+
+/// A segment whose loads (the spins of the protocols) also poll the progress driver, if a
+/// slice holds one.
+pub(crate) struct DrivenMem {
+    mem: SegmentMem,
+    driver: DriverSlot,
+}
+
+impl DrivenMem {
+    #[inline(always)]
+    fn drive(&self) {
+        if let Some(d) = self.driver.borrow().as_ref() {
+            d.poll();
+        }
+    }
+}
+
+impl Mem for DrivenMem {
+    #[inline(always)]
+    fn load_u64(&self, off: usize) -> Result<u64, String> {
+        self.drive();
+        self.mem.load_u64(off)
+    }
+
+    #[inline(always)]
+    fn store_u64(&self, off: usize, v: u64) -> Result<(), String> {
+        self.mem.store_u64(off, v)
+    }
+
+    #[inline(always)]
+    fn load_u32(&self, off: usize) -> Result<u32, String> {
+        self.drive();
+        self.mem.load_u32(off)
+    }
+
+    #[inline(always)]
+    fn store_u32(&self, off: usize, v: u32) -> Result<(), String> {
+        self.mem.store_u32(off, v)
+    }
+
+    #[inline(always)]
+    fn put(&self, off: usize, src: &[u8]) -> Result<(), String> {
+        self.mem.put(off, src)
+    }
+
+    #[inline(always)]
+    fn get(&self, off: usize, dst: &mut [u8]) -> Result<(), String> {
+        self.mem.get(off, dst)
+    }
+
+    fn settle(&self) -> Result<(), String> {
+        self.mem.map.flush_checked().map_err(fault)
+    }
+}
+
+/// A path side that holds a progress driver in `slot` for the length of each slice.
+struct Driven<P> {
+    inner: P,
+    fabric: Fabric,
+    slot: DriverSlot,
+}
+
+impl<P> Driven<P> {
+    fn hold(&self) {
+        *self.slot.borrow_mut() = Some(self.fabric.progress_driver());
+    }
+
+    fn release(&self) {
+        *self.slot.borrow_mut() = None;
+    }
+}
+
+impl<P: ClientPath> ClientPath for Driven<P> {
+    fn prepare(&mut self, kind: Kind, size: usize) -> Result<(), String> {
+        self.inner.prepare(kind, size)
+    }
+
+    fn latency(&mut self, size: usize, until: u64, rec: &mut TickHistogram, wait: &Waiter) -> Result<(), String> {
+        self.hold();
+        let r = self.inner.latency(size, until, rec, wait);
+        self.release();
+        r
+    }
+
+    fn throughput(&mut self, size: usize, until: u64, wait: &Waiter) -> Result<Streamed, String> {
+        self.hold();
+        let r = self.inner.throughput(size, until, wait);
+        self.release();
+        r
+    }
+}
+
+impl<P: PeerPath> PeerPath for Driven<P> {
+    fn latency(&mut self, size: usize, wait: &Waiter) -> Result<(), String> {
+        self.hold();
+        let r = self.inner.latency(size, wait);
+        self.release();
+        r
+    }
+
+    fn throughput(&mut self, size: usize, wait: &Waiter) -> Result<u64, String> {
+        self.hold();
+        let r = self.inner.throughput(size, wait);
+        self.release();
+        r
+    }
+}
+
+fn driven(mem: SegmentMem, slot: &DriverSlot) -> DrivenMem {
+    DrivenMem { mem, driver: slot.clone() }
+}
+
+/// `ofi-pio`, the client side.
+pub(crate) fn ofi_client(env: &SetupEnv) -> Result<Box<dyn ClientOffer>, String> {
+    let fabric = open()?;
+    let (mine, id) = export(&fabric, sender_bytes(env.max_size))?;
+    Ok(Box::new(OfiOffer(Offer { fabric, mine, id, max: env.max_size, dma: false })))
+}
+
+struct OfiOffer(Offer);
+
+impl ClientOffer for OfiOffer {
+    fn offer(&self) -> String {
+        self.0.offer()
+    }
+
+    fn accept(self: Box<Self>, reply: &str) -> Result<Box<dyn ClientPath>, String> {
+        let o = self.0;
+        let (node, seg) = parse_ids(reply)?;
+        let theirs = connect(&o.fabric, node, seg, receiver_bytes(o.max), false)?;
+        let slot = DriverSlot::default();
+        let inner = ShmClient::new(driven(o.mine, &slot), driven(theirs, &slot), o.max);
+        Ok(Box::new(Driven { inner, fabric: o.fabric, slot }))
+    }
+}
+
+/// `ofi-pio`, the peer side.
+pub(crate) fn ofi_peer(env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
+    let (node, seg) = parse_ids(offer)?;
+    let fabric = open()?;
+    let (mine, id) = export(&fabric, receiver_bytes(env.max_size))?;
+    let theirs = connect(&fabric, node, seg, sender_bytes(env.max_size), false)?;
+    let reply = format!("{} {id}", fabric.node_id().get());
+    let slot = DriverSlot::default();
+    let inner = ShmPeer::new(driven(mine, &slot), driven(theirs, &slot), env.max_size);
+    Ok((Box::new(Driven { inner, fabric, slot }), reply))
 }
 
 fn export(fabric: &Fabric, bytes: usize) -> Result<(SegmentMem, u32), String> {

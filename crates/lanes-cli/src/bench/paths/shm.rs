@@ -40,6 +40,11 @@ pub(crate) trait Mem {
     fn put(&self, off: usize, src: &[u8]) -> Result<(), String>;
     /// Copies the region at `off` into `dst`.
     fn get(&self, off: usize, dst: &mut [u8]) -> Result<(), String>;
+    /// Makes every store so far visible to the region's owner before returning. Stores into
+    /// memory reached across hosts land later than they return; shared memory needs nothing.
+    fn settle(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 const PAGE: usize = 4096;
@@ -147,15 +152,17 @@ impl<M: Mem> ClientPath for ShmClient<M> {
             Kind::Latency => {
                 let (off, wide) = seq_word(size);
                 store_seq(&self.mine, off, wide, 0)?;
-                store_seq(&self.theirs, off, wide, 0)
+                store_seq(&self.theirs, off, wide, 0)?;
             }
             Kind::Throughput => {
                 let ring = lat_bytes(self.max);
                 self.theirs.store_u64(ring + HEAD, 0)?;
                 self.theirs.store_u64(ring + CLOSED, 0)?;
-                self.theirs.store_u64(ring + TAIL, 0)
+                self.theirs.store_u64(ring + TAIL, 0)?;
             }
         }
+        // The peer starts on the next command and must not see the previous slice's words.
+        self.theirs.settle()
     }
 
     fn latency(&mut self, size: usize, until: u64, rec: &mut TickHistogram, wait: &Waiter) -> Result<(), String> {

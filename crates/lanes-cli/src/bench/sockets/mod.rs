@@ -13,8 +13,8 @@
 //! procs.rs   starting, pinning, time-limiting and always stopping the programs
 //! ```
 
-mod procs;
-mod tools;
+pub(crate) mod procs;
+pub(crate) mod tools;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -505,6 +505,32 @@ impl Drop for ProcessEndpoint {
     }
 }
 
+/// A thread that drives the endpoint's progress itself for as long as this lives (a hot
+/// spin loop calling [`SpinDriver::poll`]): the service thread keeps off the CQs meanwhile,
+/// as it does for [`ProcessEndpoint::wait_until`], so a ping-pong has one thread per side.
+pub(crate) struct SpinDriver(Arc<ProcessEndpoint>);
+
+impl SpinDriver {
+    pub(crate) fn new(ep: Arc<ProcessEndpoint>) -> SpinDriver {
+        ep.spinners.fetch_add(1, Ordering::AcqRel);
+        SpinDriver(ep)
+    }
+
+    /// Reads both CQs once and dispatches what they held.
+    #[inline]
+    pub(crate) fn poll(&self) -> usize {
+        self.0.progress()
+    }
+}
+
+impl Drop for SpinDriver {
+    fn drop(&mut self) {
+        if self.0.spinners.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.wake_service();
+        }
+    }
+}
+
 /// Marks a waiter that reads the CQs itself, so that the service thread keeps off them.
 struct Spinning<'a>(&'a ProcessEndpoint);
 
@@ -591,6 +617,68 @@ mod tests {
         for bad in ["", "0", "zz", "0g", "é1"] {
             assert_eq!(unhex(bad), None, "{bad:?}");
         }
+    }
+
+    /// A spin driver counts as a spinner while it lives and its polls dispatch remote CQ data;
+    /// once it is dropped the service thread takes over again (a second write is dispatched
+    /// with nobody polling).
+    #[test]
+    fn a_spin_driver_polls_in_place_of_the_service_thread_until_dropped() {
+        let a = ProcessEndpoint::open(spec()).expect("endpoint a");
+        let b = ProcessEndpoint::open(spec()).expect("endpoint b");
+        let target_buf = Arc::new(fi::Buffer::new(4096).expect("buffer"));
+        let mr = b.register(target_buf, fi::FI_REMOTE_WRITE).expect("register");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let handle = b.add_handler(Arc::new(move |v| s2.lock().unwrap().push(v))).expect("handler");
+        let peer = a.peer(b.name()).expect("peer");
+        let src = Arc::new(fi::Buffer::new(4096).expect("src"));
+        let src_mr = a.register(src.clone(), fi::FI_WRITE).expect("src mr");
+        let deadline = fi::deadline_in(Duration::from_secs(20));
+        let target = Target { peer, addr: mr.remote_base(), key: mr.key() };
+        let write = |value: u16| {
+            // SAFETY: src is kept alive by the op (keep) and by this test.
+            let op = unsafe {
+                a.post_write(
+                    src_mr.local(0, 8).expect("local"),
+                    target,
+                    u64::from(handle) << 16 | u64::from(value),
+                    fi::FI_REMOTE_CQ_DATA,
+                    Some(src.clone()),
+                    deadline,
+                )
+            }
+            .expect("post");
+            a.wait(&op, Duration::from_micros(50), deadline, "the write").expect("write completes");
+        };
+        let wait_for = |n: usize, what: &str| {
+            while seen.lock().unwrap().len() < n {
+                assert!(Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        // The first write sets rxm's connection up, which needs the target's progress: the
+        // service thread's.
+        write(0);
+        wait_for(1, "the service thread did not dispatch the first write");
+        let driver = SpinDriver::new(b.clone());
+        assert_eq!(b.spinners.load(Ordering::Acquire), 1);
+        // The holder polls while another thread writes. (The service thread may still have
+        // been in a read of its own when the driver came, so who dispatched this one is not
+        // asserted; the hand-over below is.)
+        std::thread::scope(|s| {
+            s.spawn(|| write(1));
+            while seen.lock().unwrap().len() < 2 {
+                driver.poll();
+                assert!(Instant::now() < deadline, "the driver never saw the write's data");
+                std::hint::spin_loop();
+            }
+        });
+        drop(driver);
+        assert_eq!(b.spinners.load(Ordering::Acquire), 0);
+        write(2);
+        wait_for(3, "the service thread did not take over after the driver");
+        assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2]);
     }
 
     #[test]
