@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use lanes::{Error, Fabric, LocalDataInterrupt, RemoteDataInterrupt, Timeout, MAX_DATA_INTERRUPT_PAYLOAD};
+use lanes::{
+    Error, Fabric, LocalDataInterrupt, ProgressDriver, RemoteDataInterrupt, Timeout, MAX_DATA_INTERRUPT_PAYLOAD,
+};
 
 use crate::bench::paths::{pattern, stamp, stamped, ClientOffer, ClientPath, PeerPath, SetupEnv, Streamed};
 use crate::bench::wait::Waiter;
@@ -49,12 +51,17 @@ struct Ends {
 }
 
 impl Ends {
-    /// The next message, into `buf`.
-    fn next(&mut self, wait: &Waiter) -> Result<usize, String> {
-        let Some(fabric) = &self.drive else {
+    /// The progress driver of `ofi-dataint`, held for a whole slice: taking one per message
+    /// would wake the transport's service thread each time the last driver is dropped.
+    fn driver(&self) -> Option<ProgressDriver> {
+        self.drive.as_ref().map(Fabric::progress_driver)
+    }
+
+    /// The next message, into `buf`, spinning on `drv` when given.
+    fn next(&mut self, drv: Option<&ProgressDriver>, wait: &Waiter) -> Result<usize, String> {
+        let Some(drv) = drv else {
             return self.mine.wait(&mut self.buf, T).map_err(err("wait"));
         };
-        let drv = fabric.progress_driver();
         let (mine, buf) = (&self.mine, &mut self.buf);
         wait.until(|| match mine.wait(buf, Timeout::Immediate) {
             Ok(n) => Ok(Some(n)),
@@ -140,10 +147,11 @@ fn check_size(size: usize) -> Result<(), String> {
 impl ClientPath for Ends {
     fn latency(&mut self, size: usize, until: u64, rec: &mut TickHistogram, wait: &Waiter) -> Result<(), String> {
         check_size(size)?;
+        let drv = self.driver();
         let mut prev = now_ticks();
         loop {
             self.theirs.trigger(&self.payload[..size], T).map_err(err("trigger"))?;
-            let n = self.next(wait)?;
+            let n = self.next(drv.as_ref(), wait)?;
             if n != size {
                 return Err(format!("data interrupt echo of {n} bytes for a {size}-byte message"));
             }
@@ -184,8 +192,9 @@ impl ClientPath for Ends {
 
 impl PeerPath for Ends {
     fn latency(&mut self, _size: usize, wait: &Waiter) -> Result<(), String> {
+        let drv = self.driver();
         loop {
-            let n = self.next(wait)?;
+            let n = self.next(drv.as_ref(), wait)?;
             if n == END.len() {
                 return Ok(());
             }

@@ -30,10 +30,15 @@
 //! send, and when it believes the ring full it reads the head again, spinning for `poll` and
 //! then backing off up to 1 ms, until its timeout ([`Error::QueueFull`], nothing sent).
 //!
-//! Every write is posted with `FI_DELIVERY_COMPLETE`: a write to a withdrawn export then
-//! fails on the sender's CQ instead of vanishing (docs/design/multi-host.md, "Stage 0
-//! results"), which the sender sees on its next call. No call waits without a bound: posts
-//! and the waits for the sender's own reads and staging reuse end at [`POST_TIMEOUT`].
+//! Writes are posted without `FI_DELIVERY_COMPLETE`, as a posted write on a PCIe fabric is
+//! not acknowledged: asking for delivery completion cost an acknowledgement per trigger and
+//! doubled the ping-pong latency. A write to an export withdrawn meanwhile (the object
+//! removed, its owner dead) may then vanish at the target instead of failing at the sender
+//! (docs/design/multi-host.md, "Stage 0 results"); the sender learns of the loss from the
+//! owner's daemon (a grant notice, within a heartbeat and a relay), after which every call
+//! fails with it. A write the provider reports failed still fails the next call. No call
+//! waits without a bound: posts and the waits for the sender's own reads and staging reuse
+//! end at [`POST_TIMEOUT`].
 //!
 //! The owner side: an interrupt's handler is [`interrupt_handler`]; a data interrupt's is
 //! [`DataInterruptTarget::handler`], and whoever hands a connection slot of it to a remote
@@ -385,7 +390,7 @@ impl Notifier {
         staging.buf.write(at, &(n + 1).to_ne_bytes())?;
         let target = conn.range.target(REMOTE_COUNTS + 8 * slot as u64, 8)?;
         let data = conn.range.cq_data(slot as u16);
-        let flags = fi::FI_REMOTE_CQ_DATA | fi::FI_DELIVERY_COMPLETE;
+        let flags = fi::FI_REMOTE_CQ_DATA;
         let local = staging.mr.local(at, 8)?;
         // SAFETY: the source word lies in the staging buffer, which the operation keeps alive
         // until its completion is read, and is not written again before that (it is reused
@@ -471,7 +476,7 @@ impl Notifier {
         let len = ENTRY_HEADER - ENTRY_LEN + data.len();
         let target = conn.range.target((Rings::entry(slot, n) + ENTRY_LEN) as u64, len as u64)?;
         let value = conn.range.cq_data(message_value(slot, n));
-        let flags = fi::FI_REMOTE_CQ_DATA | fi::FI_DELIVERY_COMPLETE;
+        let flags = fi::FI_REMOTE_CQ_DATA;
         let local = staging.mr.local(at, len)?;
         // SAFETY: the source lies in the staging buffer, which the operation keeps alive until
         // its completion is read, and this entry is not written again before that (reused
