@@ -4,7 +4,11 @@
  * Each side exports a mailbox segment and maps the other's. A message of `size` bytes is
  * written into the peer's mailbox with CPU stores; its last word carries a sequence number
  * and is stored last (release), so the receiver, spinning on its own local memory, sees the
- * whole message once that word changes. The client drives the run through a command line in
+ * whole message once that word changes. SCIFlush(NULL, SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY)
+ * before the word pushes the body out ahead of it, and after it pushes the word out now,
+ * as on the vendor's hardware (write-combining buffers) and across hosts (where a mapping
+ * of another host's segment is written through at such flushes); on one host it is a
+ * store fence. The client drives the run through a command line in
  * the server's mailbox, so the server needs no arguments but its node's environment.
  *
  *   LANES_NODE_ID=8 ./pingpong -server
@@ -154,9 +158,18 @@ static inline uint64_t load_acq64(volatile uint8_t *base, size_t off)
     return __atomic_load_n((volatile uint64_t *)(base + off), __ATOMIC_ACQUIRE);
 }
 
+/* Pushes the stores made to mapped segments out, in order (see the top of the file). */
+static inline void push(void)
+{
+    SCIFlush(NULL, SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY);
+}
+
+/* Publishes a word after everything stored before it, and pushes it out. */
 static inline void store_rel64(volatile uint8_t *base, size_t off, uint64_t v)
 {
+    push();
     __atomic_store_n((volatile uint64_t *)(base + off), v, __ATOMIC_RELEASE);
+    push();
 }
 
 static inline void put_word(volatile uint8_t *base, size_t off, uint64_t v)
@@ -181,11 +194,15 @@ static inline void put_msg(volatile uint8_t *remote, size_t size, const uint8_t 
 {
     int wide;
     size_t tail = tail_of(size, &wide);
-    if (tail > MSG) memcpy((void *)(remote + MSG), payload, tail - MSG);
+    if (tail > MSG) {
+        memcpy((void *)(remote + MSG), payload, tail - MSG);
+        push();
+    }
     if (wide)
         __atomic_store_n((volatile uint64_t *)(remote + tail), seq, __ATOMIC_RELEASE);
     else
         __atomic_store_n((volatile uint32_t *)(remote + tail), (uint32_t)seq, __ATOMIC_RELEASE);
+    push();
 }
 
 static inline int arrived(volatile uint8_t *local, size_t size, uint64_t seq)

@@ -585,3 +585,115 @@ fn reflective_memory_calls_and_their_error_paths() {
     }
     assert!(s.contains("0 failures"), "{s}");
 }
+
+// ---------------------------------------------------------------------------------------
+// The same C programs across two hosts (loopback; the ofi transport)
+// ---------------------------------------------------------------------------------------
+
+/// Two hosts of a cluster on 127.0.0.1: a (node 8) and b (node 4), each with its fabric
+/// directory and a `lanes daemon`, for the SDK's programs to run on as unchanged.
+struct TwoHosts {
+    dir: PathBuf,
+    _daemons: Vec<Reaped>,
+}
+
+impl TwoHosts {
+    const HOSTS: [(&'static str, u32); 2] = [("a", 8), ("b", 4)];
+
+    fn start(sdk: &Sdk) -> TwoHosts {
+        let dir = sdk.dir.0.join("cluster");
+        let mut config =
+            "[cluster]\nprovider = \"tcp;ofi_rxm\"\nheartbeat_ms = 50\nsuspect_after_ms = 1000\n".to_string();
+        for (h, node) in Self::HOSTS {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+            config += &format!("[[node]]\nid = {node}\nhost = \"{h}\"\naddress = \"127.0.0.1:{port}\"\n");
+            std::fs::create_dir_all(dir.join(h)).expect("fabric dir");
+        }
+        std::fs::write(dir.join("lanes.toml"), config).expect("lanes.toml");
+        let mut hosts = TwoHosts { dir, _daemons: Vec::new() };
+        for (h, _) in Self::HOSTS {
+            let child =
+                hosts.on(Command::new(LANES).arg("daemon"), h).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+            hosts._daemons.push(Reaped(Some(child.expect("start lanes daemon"))));
+        }
+        for (h, other) in [("a", "b"), ("b", "a")] {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let out = hosts.on(Command::new(LANES).arg("status"), h).output().expect("lanes status");
+                let t = text(&out.stdout);
+                if t.lines().any(|l| l.trim_start().starts_with(other) && l.contains("operational")) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "host {h} never saw {other} operational:\n{t}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        hosts
+    }
+
+    /// `c` as a process of host `h`.
+    fn on<'c>(&self, c: &'c mut Command, h: &str) -> &'c mut Command {
+        c.env("LANES_CONFIG", self.dir.join("lanes.toml"))
+            .env("LANES_HOST", h)
+            .env("LANES_DIR", self.dir.join(h))
+            .env_remove("LD_LIBRARY_PATH")
+    }
+
+    /// Runs `prog` as the server on node 8 (host a) and as the client on node 4 (host b);
+    /// both must succeed.
+    fn pair(&self, prog: &Path, server: &[&str], client: &[&str]) -> (String, String) {
+        let spawn = |h: &str, node: u32, args: &[&str]| {
+            let mut c = Command::new(prog);
+            self.on(c.args(args).env("LANES_NODE_ID", node.to_string()), h);
+            Reaped(Some(c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start a node process")))
+        };
+        let s = spawn("a", 8, server);
+        let c = spawn("b", 4, client).wait(LIMIT);
+        let s = s.wait(LIMIT);
+        assert!(c.status.success(), "{}\n{}", show("client", &c), show("server", &s));
+        assert!(s.status.success(), "{}\n{}", show("server", &s), show("client", &c));
+        (text(&s.stdout) + &text(&s.stderr), text(&c.stdout))
+    }
+}
+
+/// The example programs, built once against the SDK, run unchanged with their two nodes on
+/// two hosts: segments mapped and written (pingpong, scibench with PIO and DMA), interrupts
+/// and data interrupts, across the ofi transport, with the same checks as on one host.
+#[test]
+fn examples_run_unchanged_with_their_nodes_on_two_hosts() {
+    if !lanes::OFI_TRANSPORT {
+        assert!(std::env::var_os("CI").is_none(), "CI builds with --features lanes/ofi (scripts/test.sh)");
+        eprintln!("skipping: this build has no ofi transport");
+        return;
+    }
+    let sdk = Sdk::install("hosts");
+    let hosts = TwoHosts::start(&sdk);
+
+    let pp = sdk.example("pingpong");
+    let (server, client) =
+        hosts.pair(&pp, &["-server"], &["-client", "-rn", "8", "-sizes", "4,1K", "-iter", "300", "-warmup", "30"]);
+    assert!(server.contains("client node 4 connected"), "{server}");
+    for size in ["4", "1024"] {
+        let r = row(&client, size).unwrap_or_else(|| panic!("no row for size {size}:\n{client}"));
+        assert_eq!(numbers(r).len(), 7, "{r}");
+    }
+
+    let sb = sdk.example("scibench");
+    for extra in [&[][..], &["-pio"][..]] {
+        let mut args = vec!["-client", "-rn", "8", "-max", "64K", "-loops", "50"];
+        args.extend_from_slice(extra);
+        let (server, client) = hosts.pair(&sb, &["-server", "-size", "64K"], &args);
+        assert!(server.contains("verified 65536 bytes"), "{server}");
+        assert!(row(&client, "65536").is_some(), "{client}");
+    }
+
+    let it = sdk.example("interrupts");
+    let (server, _) = hosts.pair(&it, &["-server", "-rn", "4"], &["-client", "-rn", "8", "-iter", "200"]);
+    assert!(server.contains("answered 200 interrupts"), "{server}");
+
+    let di = sdk.example("dataintr");
+    let (server, client) =
+        hosts.pair(&di, &["-server", "-rn", "4"], &["-client", "-rn", "8", "-iter", "100", "-sizes", "8,4096"]);
+    assert!(server.contains("echoed 200 messages"), "{server}");
+    assert!(row(&client, "4096").is_some(), "{client}");
+}

@@ -1,6 +1,7 @@
 //! Maps (local and remote), the map pointer, sequences, barriers and copies.
 
 use std::ffi::{c_uint, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lanes::fabric::SequenceStatus;
@@ -20,6 +21,20 @@ pub struct MapH {
     local: bool,
     /// Whether the mapped memory is this node's own.
     own_node: bool,
+    /// Whether stores reach the segment only when written through (another host's).
+    through: bool,
+}
+
+/// Maps alive whose stores are written through ([`lanes::Map::is_written_through`]): while
+/// there are none, `SCIStoreBarrier` and `SCIFlush` without a sequence are a CPU fence only.
+static WRITTEN_THROUGH: AtomicUsize = AtomicUsize::new(0);
+
+impl Drop for MapH {
+    fn drop(&mut self) {
+        if self.through {
+            WRITTEN_THROUGH.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Object for MapH {
@@ -76,7 +91,11 @@ fn register_map(
     out: *mut *mut c_void,
 ) -> SciResult<*mut c_void> {
     let ptr = map.as_ptr().cast::<c_void>();
-    let (h, _) = registry::insert(desc, parent, MapH { map, local, own_node });
+    let through = map.is_written_through();
+    if through {
+        WRITTEN_THROUGH.fetch_add(1, Ordering::Relaxed);
+    }
+    let (h, _) = registry::insert(desc, parent, MapH { map, local, own_node, through });
     put(out, h)?;
     Ok(ptr)
 }
@@ -143,6 +162,12 @@ pub(crate) fn unmap_segment(map: *mut c_void, fl: c_uint, error: *mut SciError) 
             }
             reg.take::<MapH>(map)?
         };
+        // A map of another host's segment delivers what was stored through it before it
+        // goes (bounded: 10 s), as stores through the hardware's mapping have landed when
+        // the mapping is torn down.
+        if taken.body.through {
+            taken.body.map.flush();
+        }
         drop(taken);
         Ok(())
     })
@@ -201,14 +226,44 @@ pub(crate) fn check_sequence(sequence: *mut c_void, fl: c_uint, error: *mut SciE
     })
 }
 
-/// `SCIStoreBarrier` and `SCIFlush`: a store barrier (shared memory needs no more). The
-/// sequence may be NULL (`SCIFlush(NULL, SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY)`).
-pub(crate) fn store_barrier(_sequence: *mut c_void, _fl: c_uint) {
+/// `SCIStoreBarrier`: a store barrier (shared memory needs no more). A map of another
+/// host's segment posts its pending writes, in order: the sequence's map, or with a NULL
+/// sequence every such map of this process (as the hardware's barrier covers every
+/// mapping).
+pub(crate) fn store_barrier(sequence: *mut c_void, _fl: c_uint) {
     memory::store_barrier();
+    for_written_through(sequence, Map::store_barrier);
 }
 
-pub(crate) fn flush(_sequence: *mut c_void, _fl: c_uint) {
+/// `SCIFlush`: as `SCIStoreBarrier`, and maps of another host's segments wait until their
+/// writes are delivered, unless `SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY` asks only to push them
+/// out (`SCIFlush(NULL, SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY)`).
+pub(crate) fn flush(sequence: *mut c_void, fl: c_uint) {
     memory::store_barrier();
+    if fl & SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY != 0 {
+        for_written_through(sequence, Map::store_barrier);
+    } else {
+        for_written_through(sequence, Map::flush);
+    }
+}
+
+/// Applies `f` to the written-through map of `sequence`, or to every one when it is NULL
+/// (a sequence that is not one is ignored: these calls report no errors).
+fn for_written_through(sequence: *mut c_void, f: fn(&Map)) {
+    if WRITTEN_THROUGH.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    if sequence.is_null() {
+        for h in registry::all::<MapH>() {
+            if h.body.through {
+                f(&h.body.map);
+            }
+        }
+    } else if let Ok(s) = registry::get::<SeqH>(sequence) {
+        if let Some(m) = registry::get::<MapH>(s.parent as *const c_void).ok().filter(|m| m.body.through) {
+            f(&m.body.map);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -242,7 +297,7 @@ pub(crate) fn mem_cpy(
             let src = unsafe { std::slice::from_raw_parts(mem_addr.cast::<u8>(), size) };
             map.write_bytes(remote_offset, src)?;
             if fl & SCI_FLAG_NO_STORE_BARRIER == 0 {
-                memory::store_barrier();
+                map.store_barrier();
             }
         }
         // The copy is ordered already (the barrier above, or a read): the sequence's state

@@ -266,6 +266,13 @@ impl Map {
         }
     }
 
+    /// Whether stores to the map reach their segment only when written through (a map of an
+    /// object on another host: barrier, flush, release stores, sequence checks), rather
+    /// than being the segment's own memory.
+    pub fn is_written_through(&self) -> bool {
+        !matches!(self.window, Window::Direct(_))
+    }
+
     /// Orders every earlier store to the window before every later one (`SCIStoreBarrier`).
     /// On a map of an object on another host, posts every write made since the last
     /// barrier, in order, without waiting for them.
