@@ -81,11 +81,6 @@ const HEADER_STAGE: usize = RING_CAP as usize * MESSAGE_STAGE;
 /// Bytes read at the first send: the ring's tail word up to and including its head word.
 const HEADER_READ: usize = RING_HEAD + 8 - RING_TAIL;
 const SPIN: Duration = Duration::from_micros(20);
-/// How often a post the provider keeps refusing with -FI_EAGAIN looks at the connection:
-/// tcp;ofi_rxm refuses posts towards a dead peer for as long as one retries, and a
-/// connection the daemons meanwhile reported lost or unreachable must not wait out
-/// [`POST_TIMEOUT`].
-const FAULT_CHECK: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_millis(1);
 
 const _: () = assert!(MAX_CONNECTIONS <= 1 << SLOT_BITS);
@@ -309,26 +304,9 @@ impl SendState {
     }
 }
 
-/// Posts one operation of `conn` with `post(deadline)`, retrying the provider's -FI_EAGAIN
-/// up to [`POST_TIMEOUT`] in slices of [`FAULT_CHECK`]; between slices a connection that
-/// became lost or unreachable ends the wait with its fault.
-fn post_op(conn: &OfiConn, mut post: impl FnMut(Instant) -> Result<Arc<Op>>) -> Result<Arc<Op>> {
-    let started = Instant::now();
-    let deadline = fi::deadline_in(POST_TIMEOUT);
-    loop {
-        match post(deadline.min(fi::deadline_in(FAULT_CHECK))) {
-            Err(Error::Timeout { what, .. }) => {
-                if let Some(fault) = conn.fault() {
-                    return Err(fault);
-                }
-                if Instant::now() >= deadline {
-                    let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                    return Err(Error::Timeout { what, waited_ms });
-                }
-            }
-            r => return r,
-        }
-    }
+/// Posts one operation of `conn` with `post(deadline)` (see [`OfiConn::post_until`]).
+fn post_op(conn: &OfiConn, post: impl FnMut(Instant) -> Result<Arc<Op>>) -> Result<Arc<Op>> {
+    conn.post_until(POST_TIMEOUT, post)
 }
 
 /// Waits for `op` of `conn` up to `deadline`: its outcome, or the connection's fault as

@@ -10,9 +10,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::endpoint::{ProcessEndpoint, RemoteRange};
+use super::endpoint::{Op, ProcessEndpoint, RemoteRange};
+use super::fi;
 use super::notify::Notifier;
 use super::window::MirrorWindow;
 use crate::error::{Error, Result};
@@ -20,6 +21,12 @@ use crate::fabric::{MapAccess, Timeout};
 use crate::platform::doorbell::Doorbell;
 use crate::transport::shm::layout::kind;
 use crate::transport::{LossReason, ObjectInfo, RemoteObject, RemoteState, Window};
+
+/// How often a post the provider keeps refusing with -FI_EAGAIN looks at the connection:
+/// tcp;ofi_rxm refuses posts towards a dead peer for as long as one retries, and a
+/// connection the daemons meanwhile reported lost or unreachable must not wait out the
+/// post's whole bound.
+const FAULT_CHECK: Duration = Duration::from_millis(10);
 
 /// What runs when the connection ends: giving its slot at the owner back.
 pub(crate) type OnDisconnect = Box<dyn FnOnce() + Send>;
@@ -147,6 +154,28 @@ impl OfiConn {
     /// `Ok` while work towards the object can succeed ([`OfiConn::fault`]).
     pub fn check_reachable(&self) -> Result<()> {
         self.fault().map_or(Ok(()), Err)
+    }
+
+    /// Posts one operation with `post(deadline)`, retrying the provider's -FI_EAGAIN for at
+    /// most `bound` in slices of [`FAULT_CHECK`]; between slices a connection that became
+    /// lost or unreachable ends the wait with its fault.
+    pub fn post_until(&self, bound: Duration, mut post: impl FnMut(Instant) -> Result<Arc<Op>>) -> Result<Arc<Op>> {
+        let started = Instant::now();
+        let deadline = fi::deadline_in(bound);
+        loop {
+            match post(deadline.min(fi::deadline_in(FAULT_CHECK))) {
+                Err(Error::Timeout { what, .. }) => {
+                    if let Some(fault) = self.fault() {
+                        return Err(fault);
+                    }
+                    if Instant::now() >= deadline {
+                        let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                        return Err(Error::Timeout { what, waited_ms });
+                    }
+                }
+                r => return r,
+            }
+        }
     }
 
     /// `Ok` while connected, else [`Error::SegmentLost`] with the reason.

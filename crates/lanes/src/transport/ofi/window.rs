@@ -536,10 +536,11 @@ impl Mirror {
             // SAFETY: local is part of the map's registered buffer (a staging ring piece or
             // a release slot), which `keep` (the registration, holding the buffer) keeps
             // alive until the completion is read; neither is touched again until this
-            // write completed (`stage`, and the release slot wait).
-            unsafe {
-                self.conn.endpoint.post_write(local, target, 0, flags, Some(keep), fi::deadline_in(MIRROR_TIMEOUT))
-            }
+            // write completed (`stage`, and the release slot wait). A refused attempt
+            // posted nothing.
+            self.conn.post_until(MIRROR_TIMEOUT, |d| unsafe {
+                self.conn.endpoint.post_write(local, target, 0, flags, Some(keep.clone()), d)
+            })
         });
         match posted {
             Ok(op) => {
@@ -570,7 +571,9 @@ impl Mirror {
                 // `keep` until the completion is read; nothing of ours touches these bytes
                 // until the read is waited for below (under the lock), and raw-pointer users
                 // get copies of racing memory at worst.
-                unsafe { self.conn.endpoint.post_read(local, target, Some(keep), fi::deadline_in(MIRROR_TIMEOUT)) }
+                self.conn.post_until(MIRROR_TIMEOUT, |d| unsafe {
+                    self.conn.endpoint.post_read(local, target, Some(keep.clone()), d)
+                })
             });
             match posted {
                 Ok(op) => st.inflight.push(InFlight { op, start: at, end: at + n, what: READ }),
@@ -612,15 +615,23 @@ impl Mirror {
     /// `pending` is in flight. `Err` only on timeout (recorded); failures of the operations
     /// it saw finish are recorded, not returned.
     fn wait_for(&self, st: &mut State, pending: impl Fn(&InFlight) -> bool) -> Result<()> {
-        let waited = self.conn.endpoint.wait_until(
-            || {
-                self.reap(st);
-                (!st.inflight.iter().any(&pending)).then_some(())
-            },
-            SPIN,
-            fi::deadline_in(MIRROR_TIMEOUT),
-            "operations of a map of a remote segment",
-        );
+        let waited = self
+            .conn
+            .endpoint
+            .wait_until(
+                || {
+                    self.reap(st);
+                    if !st.inflight.iter().any(&pending) {
+                        return Some(Ok(()));
+                    }
+                    // A lost or unreachable peer may never complete them: stop waiting.
+                    self.conn.fault().map(Err)
+                },
+                SPIN,
+                fi::deadline_in(MIRROR_TIMEOUT),
+                "operations of a map of a remote segment",
+            )
+            .and_then(|r| r);
         if let Err(e) = waited {
             self.failed(st, e.to_string());
             return Err(e);
@@ -669,7 +680,9 @@ impl Mirror {
             let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
             // SAFETY: the scratch words after the window are part of the registered buffer,
             // kept alive by `keep`, and nothing but proof reads uses them.
-            unsafe { self.conn.endpoint.post_read(local, target, Some(keep), fi::deadline_in(MIRROR_TIMEOUT)) }
+            self.conn.post_until(MIRROR_TIMEOUT, |d| unsafe {
+                self.conn.endpoint.post_read(local, target, Some(keep.clone()), d)
+            })
         });
         match posted {
             Ok(op) => {
