@@ -408,11 +408,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn dma_over_ofi_fails_promptly_when_the_host_stops_responding() {
+    /// A 64 MiB write from local segment `id` (pattern `seed`) in 64 KiB pieces, one at a
+    /// time: long enough to be cut in the middle. Returns the segment and the queue, in
+    /// flight.
+    fn long_transfer(rig: &Rig, id: u32, seed: u64) -> (LocalSegment, DmaQueue) {
         let len = 64 * MIB;
-        let rig = rig("mute", len, 0);
-        let mine = segment(&rig.fabric, 0x46, &pattern(len as usize, 6));
+        let mine = segment(&rig.fabric, id, &pattern(len as usize, seed));
         let mut q = rig.fabric.create_dma_queue(1024).expect("queue");
         q.set_rma_limits(1, 64 << 10);
         let vec: Vec<DmaVec> = (0..1024)
@@ -420,7 +421,15 @@ mod tests {
             .collect();
         q.start_vec(&mine, rig.remote(), &vec, DmaDirection::Write, None).expect("start");
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(q.state(), DmaQueueState::Posted, "still in flight when the host goes quiet");
+        assert_eq!(q.state(), DmaQueueState::Posted, "still in flight when it is cut");
+        (mine, q)
+    }
+
+    #[test]
+    fn dma_over_ofi_fails_promptly_when_the_host_stops_responding() {
+        let len = 64 * MIB;
+        let rig = rig("mute", len, 0);
+        let (mine, q) = long_transfer(&rig, 0x46, 6);
         let cut = Instant::now();
         // What the node watch does when the daemons call the owner's host suspect.
         rig.conn.conn().set_reachable(false);
@@ -443,18 +452,8 @@ mod tests {
 
     #[test]
     fn dma_over_ofi_fails_promptly_when_the_connection_is_lost() {
-        let len = 64 * MIB;
-        let rig = rig("lost", len, 0);
-        let mine = segment(&rig.fabric, 0x45, &pattern(len as usize, 5));
-        let mut q = rig.fabric.create_dma_queue(1024).expect("queue");
-        // Small pieces, one at a time: long enough to be cut in the middle.
-        q.set_rma_limits(1, 64 << 10);
-        let vec: Vec<DmaVec> = (0..1024)
-            .map(|i| DmaVec { size: 64 << 10, local_offset: i * (64 << 10), remote_offset: i * (64 << 10) })
-            .collect();
-        q.start_vec(&mine, rig.remote(), &vec, DmaDirection::Write, None).expect("start");
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(q.state(), DmaQueueState::Posted, "still in flight when the connection is cut");
+        let rig = rig("lost", 64 * MIB, 0);
+        let (mine, mut q) = long_transfer(&rig, 0x45, 5);
         let cut = Instant::now();
         rig.conn.conn().mark_lost(LossReason::OwnerDied);
         match q.wait(Timeout::After(Duration::from_secs(30))) {
