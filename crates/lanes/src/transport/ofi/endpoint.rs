@@ -13,8 +13,9 @@
 //!   it finds: transmit completions finish their [`Op`]; remote CQ data goes to the handler
 //!   registered under the data's upper 16 bits ([`ProcessEndpoint::add_handler`]);
 //! - the service thread, which drives progress while nobody spins: it sleeps in `poll` on
-//!   both CQ fds after `fi_trywait` says it may, and only on its eventfd while some waiter
-//!   spins on the CQs itself (so a hot ping-pong has one thread per side, not two).
+//!   the receive CQ's fd (the transmit CQ has no wait object) after `fi_trywait` says it
+//!   may, at most a service tick, and only on its eventfd while some waiter spins on the
+//!   CQs itself (so a hot ping-pong has one thread per side, not two).
 //!
 //! Remote CQ data is 32 bits (verbs carries 4 bytes): `handle << 16 | value`, handle 0 never
 //! assigned.
@@ -226,7 +227,11 @@ impl ProcessEndpoint {
         let fabric = fi::Fabric::open(&info)?;
         let domain = fi::Domain::open(&fabric, &info)?;
         let av = fi::Av::open(&domain, 64)?;
-        let tx = fi::Cq::open(&domain, 0, fi::Wait::Fd)?;
+        // No wait object on the transmit CQ: every completion written to a CQ with one
+        // signals its fd (a write, and a read to drain it), two system calls per operation
+        // for nobody: whoever waits for its own operations drives progress itself, and the
+        // service thread sleeps on the receive CQ's fd (remote CQ data, and the sockets).
+        let tx = fi::Cq::open(&domain, 0, fi::Wait::None)?;
         let rx = fi::Cq::open(&domain, 0, fi::Wait::Fd)?;
         let ep = Arc::new(fi::Endpoint::open(&domain, None, &av, &tx, &rx)?);
         let name = ep.name()?;
@@ -567,7 +572,7 @@ fn service_loop(weak: Weak<ProcessEndpoint>) {
         let mut nfds = 1;
         if !spinning {
             me.progress();
-            match me.fabric.trywait(&[me.ep.tx_cq(), me.ep.rx_cq()]) {
+            match me.fabric.trywait(&[me.ep.rx_cq()]) {
                 Ok(true) => {}
                 // Completions may be pending: read them first.
                 Ok(false) => continue,
