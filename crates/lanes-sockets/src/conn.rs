@@ -26,6 +26,17 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// A connection of our endpoint `own`, its peer not attached yet.
+    fn new(own: Endpoint, key: ConnectionKey) -> Arc<Conn> {
+        Arc::new(Conn {
+            own,
+            peer: OnceLock::new(),
+            key,
+            rx_shut: AtomicBool::new(false),
+            peer_consumed: AtomicU64::new(UNSEEN),
+        })
+    }
+
     /// The peer's record, attaching it once the peer has published one the kernel vouches
     /// for. None: the peer has no library (yet), everything goes through the kernel.
     pub fn peer(&self) -> Option<&Endpoint> {
@@ -286,13 +297,7 @@ pub fn on_connected(fd: i32) {
     // SAFETY: F_GETFL on an fd we were handed; no memory is passed.
     let fl = unsafe { (real().fcntl)(fd, libc::F_GETFL, 0) };
     own.nonblocking().store(u32::from(fl >= 0 && fl & libc::O_NONBLOCK != 0), Ordering::Relaxed);
-    let conn = Arc::new(Conn {
-        own,
-        peer: OnceLock::new(),
-        key,
-        rx_shut: AtomicBool::new(false),
-        peer_consumed: AtomicU64::new(UNSEEN),
-    });
+    let conn = Conn::new(own, key);
     // The peer may have published first: then we attach it now and tell it about us.
     if let Some(p) = conn.attach_peer() {
         p.set_flags(FLAG_PEER_FOUND);
@@ -314,13 +319,7 @@ pub fn adopt_inherited(fd: i32) {
         return;
     }
     own.add_holder(std::process::id());
-    let conn = Arc::new(Conn {
-        own,
-        peer: OnceLock::new(),
-        key,
-        rx_shut: AtomicBool::new(false),
-        peer_consumed: AtomicU64::new(UNSEEN),
-    });
+    let conn = Conn::new(own, key);
     let _ = conn.attach_peer();
     insert(fd, conn);
 }

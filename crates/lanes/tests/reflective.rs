@@ -9,55 +9,10 @@ use std::time::{Duration, Instant};
 use lanes::{
     DmaDirection, Error, Fabric, FabricConfig, GroupEvent, LossReason, MapAccess, NodeId, ReflectiveMember, Timeout,
 };
+use support::records::{follow, write_record, GROUP_BYTES};
 use support::{pattern, ChildIo, Proc, Topology};
 
 const T: Timeout = Timeout::After(Duration::from_secs(10));
-/// Each writer owns one region: a seqlock word, then its record.
-const REGION: usize = 4096;
-const RECORD: usize = 512;
-const GROUP_BYTES: u64 = 16 * REGION as u64;
-
-/// Writer `k`'s record number `n` (odd seq = being written).
-fn write_record(m: &lanes::Map, k: usize, n: u64) {
-    let base = k * REGION;
-    m.store_release_u64(base, 2 * n + 1).unwrap();
-    m.write_bytes(base + 64, &pattern(k as u64, n, RECORD)).unwrap();
-    m.store_release_u64(base, 2 * n + 2).unwrap();
-}
-
-/// Reads writer `k`'s region until record `last` was seen, checking every consistent read:
-/// the payload matches its record number and numbers never go back. Returns reads checked.
-fn follow(m: &lanes::Map, k: usize, last: u64, limit: Duration) -> Result<u64, String> {
-    let base = k * REGION;
-    let start = Instant::now();
-    let (mut prev, mut checked) = (0u64, 0u64);
-    let mut buf = vec![0u8; RECORD];
-    loop {
-        let s1 = m.load_acquire_u64(base).unwrap();
-        if s1 % 2 == 0 && s1 > 0 {
-            m.read_bytes(base + 64, &mut buf).unwrap();
-            let s2 = m.load_acquire_u64(base).unwrap();
-            if s1 == s2 {
-                let n = s1 / 2 - 1;
-                if n < prev {
-                    return Err(format!("writer {k}: record {n} after {prev}: out of order"));
-                }
-                if buf != pattern(k as u64, n, RECORD) {
-                    return Err(format!("writer {k}: record {n} does not match its checksum"));
-                }
-                prev = n;
-                checked += 1;
-                if n >= last {
-                    return Ok(checked);
-                }
-            }
-        }
-        if start.elapsed() > limit {
-            return Err(format!("writer {k}: stuck at record {prev}, waiting for {last}"));
-        }
-        std::thread::yield_now();
-    }
-}
 
 fn event_line(e: lanes::Result<GroupEvent>) -> String {
     match e {
@@ -86,7 +41,7 @@ fn member(io: &ChildIo) {
             "write" => {
                 let (k, count): (usize, u64) = (w[1].parse().unwrap(), w[2].parse().unwrap());
                 for n in 0..count {
-                    write_record(m.write_map(), k, n);
+                    write_record(m.write_map(), k, n).unwrap();
                 }
                 "OK".to_string()
             }
@@ -190,7 +145,7 @@ fn every_member_of_groups_of_2_to_8_sees_every_writers_records_whole_and_in_orde
         std::thread::scope(|s| {
             s.spawn(|| {
                 for r in 0..count {
-                    write_record(g.write_map(), 0, r);
+                    write_record(g.write_map(), 0, r).unwrap();
                 }
             });
             if writers == 2 {

@@ -14,64 +14,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lanes::{Error, Fabric, FabricConfig, Map, ReflectiveGroup, ReflectiveMember, Timeout};
-use support::{pattern, ChildIo, Proc, Topology};
+use support::records::{follow, write_record, GROUP_BYTES};
+use support::{timeout, ChildIo, Proc, Topology};
 
-/// Each writer owns one region: a seqlock word, then its record.
-const REGION: usize = 4096;
-const RECORD: usize = 512;
 const GROUP: u32 = 7;
-const GROUP_BYTES: u64 = 16 * REGION as u64;
 /// How long a reader may take to see a writer's last record (liveness, not speed).
 const FOLLOW: Duration = Duration::from_secs(40);
-
-/// Writer `k`'s record number `n` (odd seq = being written).
-fn write_record(m: &Map, k: usize, n: u64) -> lanes::Result<()> {
-    let base = k * REGION;
-    m.store_release_u64(base, 2 * n + 1)?;
-    m.write_bytes(base + 64, &pattern(k as u64, n, RECORD))?;
-    m.store_release_u64(base, 2 * n + 2)
-}
-
-/// Reads writer `k`'s region until record `last` was seen, checking every consistent read:
-/// the payload matches its record number and numbers never go back. Returns reads checked.
-fn follow(m: &Map, k: usize, last: u64, limit: Duration) -> Result<u64, String> {
-    let base = k * REGION;
-    let start = Instant::now();
-    let (mut prev, mut checked) = (0u64, 0u64);
-    let mut buf = vec![0u8; RECORD];
-    loop {
-        let s1 = m.load_acquire_u64(base).map_err(|e| e.to_string())?;
-        if s1 % 2 == 0 && s1 > 0 {
-            m.read_bytes(base + 64, &mut buf).map_err(|e| e.to_string())?;
-            let s2 = m.load_acquire_u64(base).map_err(|e| e.to_string())?;
-            if s1 == s2 {
-                let n = s1 / 2 - 1;
-                if n < prev {
-                    return Err(format!("writer {k}: record {n} after {prev}: out of order"));
-                }
-                if buf != pattern(k as u64, n, RECORD) {
-                    return Err(format!("writer {k}: record {n} does not match its checksum"));
-                }
-                prev = n;
-                checked += 1;
-                if n >= last {
-                    return Ok(checked);
-                }
-            }
-        }
-        if start.elapsed() > limit {
-            return Err(format!("writer {k}: stuck at record {prev}, waiting for {last}"));
-        }
-        std::thread::yield_now();
-    }
-}
-
-fn timeout(s: &str) -> Timeout {
-    match s {
-        "imm" => Timeout::Immediate,
-        ms => Timeout::After(Duration::from_millis(ms.parse().expect("a timeout in ms"))),
-    }
-}
 
 /// What a `refl` child holds: the group it created or its membership.
 enum Role {

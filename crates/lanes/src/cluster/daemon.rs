@@ -957,20 +957,27 @@ impl Shared {
             Err(OpenError::Io(e)) => return Err(Refusal::Failed { reason: format!("opening {kind} {id:#x}: {e}") }),
         };
         let snap = *file.snapshot();
-        let st = file.header().state();
-        if st & state::REMOVED != 0 || !liveness::is_alive(&self.paths.procs(), node, snap.owner) {
-            return Err(not_found());
-        }
-        let info = ObjectInfo {
-            node,
-            kind,
-            id,
-            host,
-            size: snap.segment_size,
-            available: st & state::AVAILABLE != 0,
-            owner_pid: snap.owner.pid(),
+        let available = match self.status_of(&file, node) {
+            GrantStatus::Removed | GrantStatus::OwnerDied => return Err(not_found()),
+            status => status == GrantStatus::Available,
         };
+        let info = ObjectInfo { node, kind, id, host, size: snap.segment_size, available, owner_pid: snap.owner.pid() };
         Ok((file, info))
+    }
+
+    /// What an object of `node` on this host is now, as connects judge it and as grant
+    /// holders are told: removed, its owner dead, or (un)available.
+    fn status_of(&self, file: &SegmentFile, node: u32) -> GrantStatus {
+        let st = file.header().state();
+        if st & state::REMOVED != 0 {
+            GrantStatus::Removed
+        } else if !liveness::is_alive(&self.paths.procs(), node, file.snapshot().owner) {
+            GrantStatus::OwnerDied
+        } else if st & state::AVAILABLE == 0 {
+            GrantStatus::Unavailable
+        } else {
+            GrantStatus::Available
+        }
     }
 
     fn processes_of(&self, node: u32) -> u32 {
@@ -1108,7 +1115,6 @@ impl Shared {
     /// again, removed, its owner died) what became of it. A notice that cannot be sent now
     /// (the holder's host is unreachable) is sent at a later tick.
     fn watch_grants(&self) {
-        let procs = self.paths.procs();
         let changed: Vec<(u64, String, GrantStatus)> = {
             let grants = self.grants_lock();
             grants
@@ -1116,16 +1122,7 @@ impl Shared {
                 .iter()
                 .filter(|(_, h)| !h.reported.is_final())
                 .filter_map(|(g, h)| {
-                    let state = h.file.header().state();
-                    let status = if state & state::REMOVED != 0 {
-                        GrantStatus::Removed
-                    } else if !liveness::is_alive(&procs, h.node, h.file.snapshot().owner) {
-                        GrantStatus::OwnerDied
-                    } else if state & state::AVAILABLE == 0 {
-                        GrantStatus::Unavailable
-                    } else {
-                        GrantStatus::Available
-                    };
+                    let status = self.status_of(&h.file, h.node);
                     (status != h.reported).then(|| (*g, h.peer_host.clone(), status))
                 })
                 .collect()
@@ -1602,8 +1599,10 @@ mod tests {
     use crate::config::NodeEntry;
     use crate::transport::shm::layout::kind;
 
-    fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    /// `n` distinct free ports (the listeners are held until all are picked).
+    fn free_ports(n: usize) -> Vec<u16> {
+        let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        held.iter().map(|l| l.local_addr().unwrap().port()).collect()
     }
 
     fn scratch(name: &str) -> PathBuf {
@@ -1612,7 +1611,8 @@ mod tests {
         d
     }
 
-    fn cluster(hosts: &[(&str, u16)]) -> ClusterConfig {
+    /// A cluster of `hosts` on 127.0.0.1, each on its own free port.
+    fn cluster(hosts: &[&str]) -> ClusterConfig {
         let section = ClusterSection {
             heartbeat_ms: Some(20),
             suspect_after_ms: Some(150),
@@ -1621,6 +1621,7 @@ mod tests {
         };
         let nodes: Vec<NodeEntry> = hosts
             .iter()
+            .zip(free_ports(hosts.len()))
             .enumerate()
             .map(|(k, (h, port))| NodeEntry {
                 id: 8 + 4 * k as u32,
@@ -1633,7 +1634,7 @@ mod tests {
 
     #[test]
     fn two_daemons_in_one_process_see_each_other_and_notice_a_stop() {
-        let c = cluster(&[("a", free_port()), ("b", free_port())]);
+        let c = cluster(&["a", "b"]);
         let (da, db) = (scratch("a"), scratch("b"));
         let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() }).unwrap();
         let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone() }).unwrap();
@@ -1685,7 +1686,7 @@ mod tests {
         };
         let (good, wrong) =
             (write_secret("good", "one secret, long enough"), write_secret("wrong", "another secret, as long"));
-        let base = cluster(&[("a", free_port()), ("b", free_port()), ("c", free_port())]);
+        let base = cluster(&["a", "b", "c"]);
         let with = |secret: Option<&PathBuf>| ClusterConfig { secret_file: secret.cloned(), ..base.clone() };
         let start = |host: &str, secret: Option<&PathBuf>| {
             let d = dir.join(host);
@@ -1799,7 +1800,7 @@ mod tests {
     fn grants_claim_and_release_slots_for_remote_peers() {
         use crate::fabric::LocalEvent;
         use crate::{Fabric, FabricConfig, Timeout};
-        let c = cluster(&[("a", free_port()), ("b", free_port())]);
+        let c = cluster(&["a", "b"]);
         let (da, db) = (scratch("grant-a"), scratch("grant-b"));
         let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() }).unwrap();
         let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone() }).unwrap();
@@ -1919,7 +1920,7 @@ mod tests {
 
     #[test]
     fn strangers_and_garbage_are_refused_without_harm() {
-        let c = cluster(&[("a", free_port()), ("b", free_port())]);
+        let c = cluster(&["a", "b"]);
         let da = scratch("garbage");
         let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() }).unwrap();
         // Garbage on the TCP port and on the socket: each connection is closed, the daemon lives.

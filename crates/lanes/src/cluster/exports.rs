@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::proto::ObjectKind;
 use crate::platform::files::ensure_private_dir;
+use crate::platform::liveness::pid_alive;
 
 /// The directory of export records in a fabric directory.
 pub const EXPORTS_DIR: &str = "exports";
@@ -106,9 +107,8 @@ pub fn sweep(fabric_dir: &Path, is_alive: impl Fn(u32, u32, u64) -> bool) -> Vec
         let name = e.file_name().to_string_lossy().into_owned();
         let why = if let Some(rest) = name.strip_prefix(".tmp-") {
             // `.tmp-<pid>-<n>`: a writer that died between writing and renaming.
-            let pid = rest.split('-').next().and_then(|p| p.parse::<i32>().ok());
-            // SAFETY: kill with signal 0 only checks whether the pid exists.
-            let gone = pid.is_some_and(|p| p > 0 && unsafe { libc::kill(p, 0) } != 0);
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            let gone = pid.is_some_and(|p| !pid_alive(p));
             gone.then(|| "a dead writer's temporary file".to_string())
         } else if !name.ends_with(".json") {
             None

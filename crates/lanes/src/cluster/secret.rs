@@ -17,7 +17,7 @@ use std::path::Path;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::platform::random_u64;
+use crate::platform::{hex, random_u64, unhex};
 
 /// The fewest bytes a secret may have.
 pub const MIN_SECRET_BYTES: usize = 16;
@@ -90,7 +90,7 @@ impl ClusterSecret {
     /// The answer of `role` on host `host` to the other side's `challenge`, having sent
     /// `own` as its own challenge; in hex.
     pub fn proof(&self, role: Role, challenge: &str, own: &str, host: &str) -> String {
-        self.mac(role, challenge, own, host).finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+        hex(&self.mac(role, challenge, own, host).finalize().into_bytes())
     }
 
     /// Whether `proof` is the answer of `role` on `host` to `challenge` (compared in
@@ -107,13 +107,6 @@ impl ClusterSecret {
         }
         mac
     }
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 128 {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 #[cfg(test)]

@@ -120,6 +120,25 @@ impl std::fmt::Debug for Sweep {
     }
 }
 
+/// Refuses `group` when `groups` ((creator node, id) pairs) has it already or is full.
+fn refuse_taken(groups: &[(u32, u32)], group: u32) -> Result<()> {
+    if let Some(&(node, _)) = groups.iter().find(|&&(_, id)| id == group) {
+        return Err(Error::GroupInUse { group, node });
+    }
+    if groups.len() >= MAX_GROUPS {
+        return Err(Error::TooManyGroups { max: MAX_GROUPS });
+    }
+    Ok(())
+}
+
+/// Creates the `refl-` object of `group` with `bytes` of data; an id in use is the group's.
+fn create_object(fabric: &Arc<FabricInner>, group: u32, bytes: u64) -> Result<LocalSegment> {
+    LocalSegment::create(fabric, kind::REFLECTIVE, Some(group), bytes, None).map_err(|e| match e {
+        Error::SegmentIdInUse { node, .. } => Error::GroupInUse { group, node },
+        other => other,
+    })
+}
+
 impl ReflectiveGroup {
     pub(crate) fn create(fabric: &Arc<FabricInner>, group: u32, size: u64, receivers: &[u32]) -> Result<Self> {
         if receivers.len() > MAX_RECEIVERS {
@@ -136,17 +155,8 @@ impl ReflectiveGroup {
             return Self::create_across(fabric, ofi, group, size, receivers);
         }
         let _lock = group_lock(fabric)?;
-        let live = live_groups(fabric);
-        if let Some(&(node, _)) = live.iter().find(|&&(_, id)| id == group) {
-            return Err(Error::GroupInUse { group, node });
-        }
-        if live.len() >= MAX_GROUPS {
-            return Err(Error::TooManyGroups { max: MAX_GROUPS });
-        }
-        let seg = LocalSegment::create(fabric, kind::REFLECTIVE, Some(group), size, None).map_err(|e| match e {
-            Error::SegmentIdInUse { node, .. } => Error::GroupInUse { group, node },
-            other => other,
-        })?;
+        refuse_taken(&live_groups(fabric), group)?;
+        let seg = create_object(fabric, group, size)?;
         seg.inner.file.header().set_receivers(receivers);
         seg.prepare()?;
         let (read, write) = maps(|a| seg.map(0, size, a))?;
@@ -182,26 +192,11 @@ impl ReflectiveGroup {
             return Err(Error::InvalidSize { size, reason: "larger than the address space" });
         }
         let me = fabric.node.get();
-        let all = across::cluster_groups(fabric, group)?;
-        if let Some(&(node, _)) = all.iter().find(|&&(_, id)| id == group) {
-            return Err(Error::GroupInUse { group, node });
-        }
-        if all.len() >= MAX_GROUPS {
-            return Err(Error::TooManyGroups { max: MAX_GROUPS });
-        }
+        refuse_taken(&across::cluster_groups(fabric, group)?, group)?;
         let lock = group_lock(fabric)?;
-        let live = live_groups(fabric);
-        if let Some(&(node, _)) = live.iter().find(|&&(_, id)| id == group) {
-            return Err(Error::GroupInUse { group, node });
-        }
-        if live.len() >= MAX_GROUPS {
-            return Err(Error::TooManyGroups { max: MAX_GROUPS });
-        }
+        refuse_taken(&live_groups(fabric), group)?;
         let object = object_size(size);
-        let seg = LocalSegment::create(fabric, kind::REFLECTIVE, Some(group), object, None).map_err(|e| match e {
-            Error::SegmentIdInUse { node, .. } => Error::GroupInUse { group, node },
-            other => other,
-        })?;
+        let seg = create_object(fabric, group, object)?;
         seg.inner.file.header().set_receivers(receivers);
         seg.prepare()?;
         let whole = seg

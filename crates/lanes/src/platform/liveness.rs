@@ -71,6 +71,17 @@ impl ProcessIdentity {
     }
 }
 
+/// Whether a process with `pid` exists (`kill(pid, 0)`; EPERM means it exists). A pid
+/// alone can be reused: for "is this process alive" use [`is_alive`] and a record.
+pub fn pid_alive(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// The record file of process `pid` acting as `node`.
 pub fn record_path(procs_dir: &Path, node: u32, pid: u32) -> PathBuf {
     procs_dir.join(format!("{node}-{pid}"))

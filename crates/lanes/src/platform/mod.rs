@@ -34,6 +34,20 @@ pub(crate) fn random_u64() -> u64 {
     h.finish()
 }
 
+/// Lower-case hex of `bytes` (binary values that travel as text: endpoint names, proofs).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of lower-case or upper-case hex `text`; `None` for empty or odd-length text
+/// or a non-hex digit.
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 || text.is_empty() {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
 /// `Err(last_os_error)` when a libc call returned -1.
 pub(crate) fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
     if rc == -1 {
@@ -55,4 +69,20 @@ pub fn page_size() -> usize {
             4096
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_refuses_nonsense() {
+        let b = vec![0u8, 1, 0xab, 0xff];
+        assert_eq!(hex(&b), "0001abff");
+        assert_eq!(unhex("0001abff").as_deref(), Some(&b[..]));
+        assert_eq!(unhex("0001ABFF").as_deref(), Some(&b[..]));
+        for bad in ["", "0", "zz", "0g", "é1"] {
+            assert_eq!(unhex(bad), None, "{bad:?}");
+        }
+    }
 }

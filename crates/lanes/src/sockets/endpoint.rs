@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::direction::{DirectionWord, MAX_RING_BYTES};
 use crate::platform::files::{ensure_private_dir, open_existing, UnnamedFile};
+use crate::platform::liveness::pid_alive;
 use crate::platform::mapping::{Access, Mapping};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"LNSOCK01");
@@ -384,16 +385,6 @@ impl Endpoint {
             .filter(|&p| p != 0 && pid_alive(p))
             .collect()
     }
-}
-
-/// Whether a process exists (`kill(pid, 0)`; EPERM means it exists).
-pub fn pid_alive(pid: u32) -> bool {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// A lock word in shared memory held by one thread (pid << 32 | tid), stolen from a

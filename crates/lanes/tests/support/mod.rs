@@ -100,6 +100,7 @@ pub use topology::{Bounds, Hosts, Topology};
 #[path = "../common/cluster.rs"]
 pub mod cluster;
 pub mod netns;
+pub mod records;
 
 /// The child process type the daemons of [`cluster::Cluster`] run as.
 pub type DaemonProc = Proc;
@@ -645,7 +646,8 @@ fn dma_vec(s: &str) -> Vec<DmaVec> {
 /// How long DMA commands wait for their transfers.
 const DMA_WAIT: Timeout = Timeout::After(Duration::from_secs(10));
 
-fn timeout(s: &str) -> Timeout {
+/// A timeout as commands write it: `imm`, `inf` or milliseconds.
+pub fn timeout(s: &str) -> Timeout {
     match s {
         "imm" => Timeout::Immediate,
         "inf" => Timeout::Infinite,

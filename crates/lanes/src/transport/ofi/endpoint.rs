@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use super::fi::{self, Completion, FiAddr, FiContext, Local, Polled, Target};
 use crate::error::{Error, Result};
-use crate::platform::random_u64;
+use crate::platform::{hex, random_u64};
 
 /// A handler of remote CQ data: called with the data's low 16 bits, from whichever thread
 /// read the completion (a spinning waiter or the service thread). Must not block.
@@ -170,19 +170,6 @@ impl std::fmt::Debug for ProcessEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessEndpoint").field("spec", &self.spec).field("name", &hex(&self.name)).finish()
     }
-}
-
-/// Lower-case hex of `bytes` (endpoint names travel as text in the control protocol).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The bytes of lower-case or upper-case hex `text`.
-pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || text.is_empty() {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 static ENDPOINTS: Mutex<Vec<(EndpointSpec, Weak<ProcessEndpoint>)>> = Mutex::new(Vec::new());
@@ -611,17 +598,6 @@ mod tests {
 
     fn spec() -> EndpointSpec {
         EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip") }
-    }
-
-    #[test]
-    fn hex_round_trips_and_refuses_nonsense() {
-        let b = vec![0u8, 1, 0xab, 0xff];
-        assert_eq!(hex(&b), "0001abff");
-        assert_eq!(unhex("0001abff").as_deref(), Some(&b[..]));
-        assert_eq!(unhex("0001ABFF").as_deref(), Some(&b[..]));
-        for bad in ["", "0", "zz", "0g", "é1"] {
-            assert_eq!(unhex(bad), None, "{bad:?}");
-        }
     }
 
     /// A spin driver counts as a spinner while it lives and its polls dispatch remote CQ data;

@@ -18,7 +18,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -39,8 +38,6 @@ const RETRY: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub(crate) struct NodeWatch {
     state: Mutex<Watched>,
-    /// The current subscription's id, for grants to name (0: none now).
-    subscriber: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -50,15 +47,15 @@ struct Watched {
     nodes: HashMap<u32, HostState>,
     /// Grant notices whose connection has not registered yet.
     early: HashMap<u64, GrantStatus>,
-    /// The subscription is down.
-    daemon_down: bool,
+    /// The current subscription's id, for grants to name; `None` while it is down.
+    subscriber: Option<u64>,
 }
 
 impl NodeWatch {
     /// Subscribes to the daemon of fabric directory `dir` and starts the thread.
     pub fn start(dir: PathBuf) -> Result<Arc<NodeWatch>> {
         let sub = subscribe(&dir)?;
-        let watch = Arc::new(NodeWatch { state: Mutex::new(Watched::default()), subscriber: AtomicU64::new(0) });
+        let watch = Arc::new(NodeWatch { state: Mutex::new(Watched::default()) });
         watch.subscribed(&sub, false);
         let weak = Arc::downgrade(&watch);
         std::thread::Builder::new()
@@ -70,7 +67,7 @@ impl NodeWatch {
 
     /// The subscription grants should name, if one is up.
     pub fn subscriber(&self) -> Option<u64> {
-        Some(self.subscriber.load(Ordering::Acquire)).filter(|&id| id != 0)
+        self.lock().subscriber
     }
 
     /// Watches `conn` from now on, first bringing it to what is known already.
@@ -78,7 +75,7 @@ impl NodeWatch {
         let mut w = self.lock();
         w.conns.retain(|c| c.strong_count() > 0);
         w.conns.push(Arc::downgrade(conn));
-        if w.daemon_down {
+        if w.subscriber.is_none() {
             conn.set_reachable(false);
         }
         if let Some(&state) = w.nodes.get(&conn.info.addr.node) {
@@ -101,7 +98,7 @@ impl NodeWatch {
     /// is not the one our grants came from.
     fn subscribed(&self, sub: &Subscription, restarted: bool) {
         let mut w = self.lock();
-        w.daemon_down = false;
+        w.subscriber = Some(sub.id());
         w.nodes = remote_nodes(sub.initial());
         for c in Self::live(&w) {
             if restarted {
@@ -112,15 +109,12 @@ impl NodeWatch {
                 apply_host_state(&c, state);
             }
         }
-        self.subscriber.store(sub.id(), Ordering::Release);
     }
 
     /// The subscription broke: nothing is known about other hosts until it is back.
     fn daemon_unreachable(&self) {
-        self.subscriber.store(0, Ordering::Release);
         let mut w = self.lock();
-        if !w.daemon_down {
-            w.daemon_down = true;
+        if w.subscriber.take().is_some() {
             for c in Self::live(&w) {
                 c.set_reachable(false);
             }

@@ -286,7 +286,7 @@ impl SendState {
         // HEADER_STAGE while a read is in flight (the state lock is held, and a read that
         // times out or is given up on fails the connection, so no later read is posted over
         // it).
-        let op = post_op(conn, |d| unsafe { ep.post_read(local, target, staging.keep(), d) })?;
+        let op = conn.post_until(POST_TIMEOUT, |d| unsafe { ep.post_read(local, target, staging.keep(), d) })?;
         match wait_op(conn, &op, deadline, "a read of the receiver's ring") {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
@@ -302,11 +302,6 @@ impl SendState {
         staging.buf.read(HEADER_STAGE, &mut out)?;
         Ok(out)
     }
-}
-
-/// Posts one operation of `conn` with `post(deadline)` (see [`OfiConn::post_until`]).
-fn post_op(conn: &OfiConn, post: impl FnMut(Instant) -> Result<Arc<Op>>) -> Result<Arc<Op>> {
-    conn.post_until(POST_TIMEOUT, post)
 }
 
 /// Waits for `op` of `conn` up to `deadline`: its outcome, or the connection's fault as
@@ -374,7 +369,8 @@ impl Notifier {
         // until its completion is read, and is not written again before that (it is reused
         // only after retire_through saw this operation finish). A refused attempt posted
         // nothing.
-        let op = post_op(conn, |d| unsafe { ep.post_write(local, target, data, flags, staging.keep(), d) })?;
+        let op =
+            conn.post_until(POST_TIMEOUT, |d| unsafe { ep.post_write(local, target, data, flags, staging.keep(), d) })?;
         st.sent = n + 1;
         st.in_flight.push_back((n, op));
         Ok(())
@@ -460,7 +456,8 @@ impl Notifier {
         // its completion is read, and this entry is not written again before that (reused
         // only after retire_through saw this operation finish). A refused attempt posted
         // nothing.
-        let op = post_op(conn, |d| unsafe { ep.post_write(local, target, value, flags, staging.keep(), d) })?;
+        let op = conn
+            .post_until(POST_TIMEOUT, |d| unsafe { ep.post_write(local, target, value, flags, staging.keep(), d) })?;
         st.sent = n + 1;
         st.in_flight.push_back((n, op));
         Ok(())
@@ -546,6 +543,27 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+
+    /// A data interrupt and an interrupt of an owner, exported, and one sender's
+    /// connections to them (`d`, `i`); dropping an export withdraws it.
+    struct Pair {
+        ldi: LocalDataInterrupt,
+        li: LocalInterrupt,
+        dexport: Export,
+        iexport: Export,
+        d: OfiRemote,
+        i: OfiRemote,
+    }
+
+    fn pair(owner: &Owner, ep: &Arc<ProcessEndpoint>) -> Pair {
+        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
+        let (dfile, dexport, target) = owner.export_data_interrupt(&ldi);
+        let li = owner.fabric.create_interrupt(None).expect("interrupt");
+        let (ifile, iexport) = owner.export_interrupt(&li);
+        let d = connect(ep, &dfile, &dexport, Some(&target));
+        let i = connect(ep, &ifile, &iexport, None);
+        Pair { ldi, li, dexport, iexport, d, i }
     }
 
     /// A connection from endpoint `ep` to the object of `file` exported as `export`, in a
@@ -725,12 +743,7 @@ mod tests {
     fn notify_refuses_large_payloads_wrong_kinds_and_lost_connections() {
         let owner = Owner::new("refuse");
         let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
-        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
-        let (dfile, dexport, target) = owner.export_data_interrupt(&ldi);
-        let li = owner.fabric.create_interrupt(None).expect("interrupt");
-        let (ifile, iexport) = owner.export_interrupt(&li);
-        let d = connect(&ep, &dfile, &dexport, Some(&target));
-        let i = connect(&ep, &ifile, &iexport, None);
+        let Pair { ldi, li, dexport: _dexport, iexport: _iexport, d, i } = pair(&owner, &ep);
         let big = vec![7u8; MAX_DATA_INTERRUPT_PAYLOAD + 1];
         assert!(matches!(d.send(&big, T, POLL), Err(Error::PayloadTooLarge { .. })));
         assert!(matches!(d.trigger(), Err(Error::IllegalOperation(_))));
@@ -755,12 +768,7 @@ mod tests {
     fn notify_a_withdrawn_export_fails_the_senders_next_operations() {
         let owner = Owner::new("withdraw");
         let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
-        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
-        let (dfile, dexport, target) = owner.export_data_interrupt(&ldi);
-        let li = owner.fabric.create_interrupt(None).expect("interrupt");
-        let (ifile, iexport) = owner.export_interrupt(&li);
-        let d = connect(&ep, &dfile, &dexport, Some(&target));
-        let i = connect(&ep, &ifile, &iexport, None);
+        let Pair { ldi, li, dexport, iexport, d, i } = pair(&owner, &ep);
         d.send(b"before", T, POLL).expect("send");
         i.trigger().expect("trigger");
         let mut buf = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD];

@@ -21,7 +21,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::endpoint::{hex, process_endpoint, unhex, DataHandler, EndpointSpec, ProcessEndpoint, RemoteRange};
+use super::endpoint::{process_endpoint, DataHandler, EndpointSpec, ProcessEndpoint, RemoteRange};
 use super::export::Export;
 use super::node_watch::NodeWatch;
 use super::notify::{self, DataInterruptTarget};
@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::fabric::MapAccess;
 use crate::fabric::Timeout;
 use crate::platform::liveness::ProcessIdentity;
-use crate::platform::random_u64;
+use crate::platform::{hex, random_u64, unhex};
 use crate::transport::shm::data_interrupt::OBJECT_BYTES;
 use crate::transport::shm::interrupt::{BellPage, BELL_PAGE};
 use crate::transport::shm::layout::kind;
