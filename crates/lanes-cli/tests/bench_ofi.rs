@@ -14,14 +14,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{run, text, Reaped, TestDir};
+use common::{free_ports, run, text, Reaped, TestDir};
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const HOSTS: [(&str, u32); 2] = [("a", 8), ("b", 12)];
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("its address").port()
-}
 
 fn have(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
@@ -41,8 +37,8 @@ fn on(dir: &Path, h: &str, args: &[&str]) -> Command {
 
 fn write_config(dir: &Path) {
     let mut text = "[cluster]\nprovider = \"tcp;ofi_rxm\"\nheartbeat_ms = 50\nsuspect_after_ms = 1000\n".to_string();
-    for (h, node) in HOSTS {
-        text += &format!("[[node]]\nid = {node}\nhost = \"{h}\"\naddress = \"127.0.0.1:{}\"\n", free_port());
+    for ((h, node), port) in HOSTS.into_iter().zip(free_ports(HOSTS.len())) {
+        text += &format!("[[node]]\nid = {node}\nhost = \"{h}\"\naddress = \"127.0.0.1:{port}\"\n");
         std::fs::create_dir_all(dir.join(h)).expect("fabric dir");
     }
     std::fs::write(dir.join("lanes.toml"), text).expect("lanes.toml");
@@ -88,7 +84,7 @@ fn ofi_bench_between_two_loopback_hosts() {
     let _daemons: Vec<Reaped> = HOSTS.iter().map(|(h, _)| spawn(on(&dir.0, h, &["daemon"]))).collect();
     wait_operational(&dir.0, "a", "b");
     wait_operational(&dir.0, "b", "a");
-    let port = free_port().to_string();
+    let port = free_ports(1)[0].to_string();
     let mut serve = on(&dir.0, "a", &["bench", "--serve", "--once", "--port", &port]);
     serve.env("LANES_NODE_ID", "8");
     let server = spawn(serve);

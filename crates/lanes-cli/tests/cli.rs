@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{run, text, wait_bounded, Reaped};
+use common::{free_ports, run, text, wait_bounded, Reaped};
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 
@@ -277,19 +277,15 @@ fn reflective_pingpong_reports_latency_against_group_size() {
     assert!(!out.status.success() && text(&out.stderr).contains("2 to 16"), "{}", text(&out.stderr));
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("its address").port()
-}
-
 #[test]
 fn daemon_shows_in_status_and_stops_cleanly_on_sigterm() {
     let dir = FabricDir::new("daemon");
     let cfg = dir.0.with_extension("toml");
+    let ports = free_ports(2);
     let config = format!(
         "[cluster]\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"127.0.0.1:{}\"\n\
          [[node]]\nid = 12\nhost = \"b\"\naddress = \"127.0.0.1:{}\"\n",
-        free_port(),
-        free_port()
+        ports[0], ports[1]
     );
     std::fs::write(&cfg, config).expect("writing the configuration");
     let mut c = dir.lanes(8);

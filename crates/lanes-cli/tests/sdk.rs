@@ -4,6 +4,8 @@
 //! checked; a program that dlopens libsisci.so; and a program that walks the error paths.
 //! Every wait is bounded and every child is killed when a test ends.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -604,8 +606,7 @@ impl TwoHosts {
         let dir = sdk.dir.0.join("cluster");
         let mut config =
             "[cluster]\nprovider = \"tcp;ofi_rxm\"\nheartbeat_ms = 50\nsuspect_after_ms = 1000\n".to_string();
-        for (h, node) in Self::HOSTS {
-            let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+        for ((h, node), port) in Self::HOSTS.into_iter().zip(common::free_ports(Self::HOSTS.len())) {
             config += &format!("[[node]]\nid = {node}\nhost = \"{h}\"\naddress = \"127.0.0.1:{port}\"\n");
             std::fs::create_dir_all(dir.join(h)).expect("fabric dir");
         }

@@ -8,6 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// `n` distinct free ports on 127.0.0.1: the listeners are held until all are picked, so
+/// the kernel cannot hand the same ephemeral port out twice.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> =
+        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("an ephemeral port")).collect();
+    held.iter().map(|l| l.local_addr().expect("its address").port()).collect()
+}
+
 /// A private directory per test (fabric and outputs), created empty, removed at the end.
 pub struct TestDir(pub PathBuf);
 

@@ -68,8 +68,12 @@ pub fn run_daemon_role(wait_for_hang_up: impl FnOnce()) -> ! {
     panic!("the daemon did not stop within 30 s of SIGTERM");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("an ephemeral port").local_addr().expect("its address").port()
+/// `n` distinct free ports: the listeners are held until all are picked, so the kernel
+/// cannot hand the same ephemeral port out twice.
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> =
+        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("an ephemeral port")).collect();
+    held.iter().map(|l| l.local_addr().expect("its address").port()).collect()
 }
 
 /// Three hosts, their daemons and fabric directories. Fields drop in order: daemons
@@ -85,7 +89,7 @@ pub struct Cluster {
 impl Cluster {
     /// Three daemons on 127.0.0.1, each on a free port (no privilege needed).
     pub fn loopback(name: &str) -> Cluster {
-        let addrs = HOSTS.iter().map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        let addrs = free_ports(HOSTS.len()).into_iter().map(|p| format!("127.0.0.1:{p}")).collect();
         Cluster::start(name, addrs, None)
     }
 
