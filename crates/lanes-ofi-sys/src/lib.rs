@@ -33,6 +33,9 @@ pub const fn make_version(major: u32, minor: u32) -> u32 {
 /// The API version Lanes asks for in `fi_getinfo`.
 pub const LANES_FI_VERSION: u32 = make_version(1, 17);
 
+/// Most remote ranges [`lanes_fi_writemsg_scatter`] takes (the shim's `LANES_SCATTER_MAX`).
+pub const LANES_SCATTER_MAX: usize = 4;
+
 macro_rules! opaque {
     ($($(#[$m:meta])* $name:ident),* $(,)?) => {$(
         $(#[$m])*
@@ -310,6 +313,7 @@ extern "C" {
     pub fn lanes_fi_info_tx_size(info: *const fi_info) -> usize;
     pub fn lanes_fi_info_rx_size(info: *const fi_info) -> usize;
     pub fn lanes_fi_info_max_msg_size(info: *const fi_info) -> usize;
+    pub fn lanes_fi_info_rma_iov_limit(info: *const fi_info) -> usize;
     pub fn lanes_fi_info_max_order_waw_size(info: *const fi_info) -> usize;
     pub fn lanes_fi_info_max_order_raw_size(info: *const fi_info) -> usize;
     pub fn lanes_fi_info_src_addr(info: *const fi_info, len: *mut usize) -> *const c_void;
@@ -377,6 +381,21 @@ extern "C" {
         addr: u64,
         key: u64,
         data: u64,
+        context: *mut c_void,
+        flags: u64,
+    ) -> isize;
+    /// `fi_writemsg` of one local segment to `count` (1 to [`LANES_SCATTER_MAX`]) remote
+    /// ranges `addrs[i]`, `lens[i]` of one key; the lengths must add up to `len`.
+    pub fn lanes_fi_writemsg_scatter(
+        ep: *mut fid_ep,
+        buf: *const c_void,
+        len: usize,
+        desc: *mut c_void,
+        dest: fi_addr_t,
+        addrs: *const u64,
+        lens: *const usize,
+        count: usize,
+        key: u64,
         context: *mut c_void,
         flags: u64,
     ) -> isize;

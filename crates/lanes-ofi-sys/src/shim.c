@@ -45,6 +45,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Most remote ranges lanes_fi_writemsg_scatter takes (LANES_SCATTER_MAX in lib.rs). */
+#define LANES_SCATTER_MAX 4
+
 #if FI_MAJOR_VERSION < 1 || (FI_MAJOR_VERSION == 1 && FI_MINOR_VERSION < 17)
 #error "lanes-ofi-sys needs libfabric >= 1.17"
 #endif
@@ -275,6 +278,7 @@ size_t lanes_fi_info_inject_size(const struct fi_info *info) { return info->tx_a
 size_t lanes_fi_info_tx_size(const struct fi_info *info) { return info->tx_attr->size; }
 size_t lanes_fi_info_rx_size(const struct fi_info *info) { return info->rx_attr->size; }
 size_t lanes_fi_info_max_msg_size(const struct fi_info *info) { return info->ep_attr->max_msg_size; }
+size_t lanes_fi_info_rma_iov_limit(const struct fi_info *info) { return info->tx_attr->rma_iov_limit; }
 size_t lanes_fi_info_max_order_waw_size(const struct fi_info *info) { return info->ep_attr->max_order_waw_size; }
 size_t lanes_fi_info_max_order_raw_size(const struct fi_info *info) { return info->ep_attr->max_order_raw_size; }
 
@@ -411,6 +415,39 @@ ssize_t lanes_fi_writemsg1(struct fid_ep *ep, const void *buf, size_t len, void 
 		.rma_iov_count = 1,
 		.context = context,
 		.data = data,
+	};
+	return fi_writemsg(ep, &msg, flags);
+}
+
+/* fi_writemsg of one local segment to `count` (at most LANES_SCATTER_MAX) remote ranges of
+ * one key, in list order: ranges[i] takes the next lens[i] bytes of buf. */
+ssize_t lanes_fi_writemsg_scatter(struct fid_ep *ep, const void *buf, size_t len, void *desc,
+				  fi_addr_t dest, const uint64_t *addrs, const size_t *lens,
+				  size_t count, uint64_t key, void *context, uint64_t flags)
+{
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct fi_rma_iov rma_iov[LANES_SCATTER_MAX];
+	size_t i, total = 0;
+
+	if (count == 0 || count > LANES_SCATTER_MAX)
+		return -FI_EINVAL;
+	for (i = 0; i < count; i++) {
+		rma_iov[i].addr = addrs[i];
+		rma_iov[i].len = lens[i];
+		rma_iov[i].key = key;
+		total += lens[i];
+	}
+	if (total != len)
+		return -FI_EINVAL;
+	struct fi_msg_rma msg = {
+		.msg_iov = &iov,
+		.desc = &desc,
+		.iov_count = 1,
+		.addr = dest,
+		.rma_iov = rma_iov,
+		.rma_iov_count = count,
+		.context = context,
+		.data = 0,
 	};
 	return fi_writemsg(ep, &msg, flags);
 }

@@ -340,6 +340,32 @@ impl ProcessEndpoint {
         Ok(op)
     }
 
+    /// Posts one RMA write of `local` to several targets of one peer's registration, each
+    /// `(target, len)` taking the next `len` bytes of `local` (see
+    /// [`fi::Endpoint::write_scatter`]).
+    ///
+    /// # Safety
+    /// As for [`ProcessEndpoint::post_write`].
+    pub unsafe fn post_write_scatter(
+        &self,
+        local: Local,
+        targets: &[(Target, usize)],
+        flags: u64,
+        keep: Option<Arc<dyn Any + Send + Sync>>,
+        deadline: Instant,
+    ) -> Result<Arc<Op>> {
+        let op = Op::new(keep);
+        let ctx = into_context(&op);
+        // SAFETY: as in post_write.
+        let r = unsafe { self.ep.write_scatter(local, targets, flags, ctx, deadline) };
+        if let Err(e) = r {
+            // SAFETY: the post failed, so the provider never took the context.
+            drop(unsafe { from_context(ctx) });
+            return Err(e);
+        }
+        Ok(op)
+    }
+
     /// Posts an RMA read of `target` into `local`.
     ///
     /// # Safety

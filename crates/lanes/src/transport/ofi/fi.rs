@@ -283,6 +283,19 @@ impl Info {
         // SAFETY: as above.
         unsafe { sys::lanes_fi_info_max_msg_size(self.raw()) }
     }
+    /// Most remote ranges one RMA operation may name (`tx_attr.rma_iov_limit`).
+    pub fn rma_iov_limit(&self) -> usize {
+        // SAFETY: as above.
+        unsafe { sys::lanes_fi_info_rma_iov_limit(self.raw()) }
+    }
+    /// Whether the provider fills the remote ranges of one RMA write in the order they are
+    /// named, each complete before the next starts. libfabric does not promise this; the
+    /// `tcp` and `net` providers (alone or under `ofi_rxm`) do it by construction: an
+    /// operation's data is one run of a TCP stream, read into the named ranges in turn.
+    pub fn fills_ranges_in_order(&self) -> bool {
+        let provider = self.provider();
+        matches!(provider.split(';').next(), Some("tcp" | "net"))
+    }
     /// Largest write for which write-after-write ordering holds.
     pub fn max_order_waw_size(&self) -> usize {
         // SAFETY: as above.
@@ -816,6 +829,9 @@ impl Local {
 
 /// Where an RMA operation lands: a peer, the address there (base of the peer's region plus
 /// offset, see [`MemoryRegion::remote_base`]) and the region's key.
+/// Most remote ranges [`Endpoint::write_scatter`] takes.
+pub const SCATTER_MAX: usize = sys::LANES_SCATTER_MAX;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target {
     pub peer: FiAddr,
@@ -1164,6 +1180,61 @@ impl Endpoint {
                     target.addr,
                     target.key,
                     data,
+                    context,
+                    flags,
+                )
+            }
+        })
+    }
+
+    /// `fi_writemsg` of `local` to several targets `(target, len)` of one peer's
+    /// registration (at most [`SCATTER_MAX`], lengths adding up to `local`'s): the targets
+    /// take `local`'s bytes in list order.
+    ///
+    /// # Safety
+    /// As for [`Endpoint::write`].
+    pub unsafe fn write_scatter(
+        &self,
+        local: Local,
+        targets: &[(Target, usize)],
+        flags: u64,
+        context: *mut c_void,
+        deadline: Instant,
+    ) -> Result<()> {
+        let total: usize = targets.iter().map(|t| t.1).sum();
+        let one_registration =
+            targets.first().is_some_and(|(f, _)| targets.iter().all(|(t, _)| t.peer == f.peer && t.key == f.key));
+        if !one_registration || targets.len() > SCATTER_MAX || total != local.len {
+            return Err(Error::Ofi {
+                call: "fi_writemsg",
+                code: 22, // FI_EINVAL
+                message: format!(
+                    "a scattered write names {} targets of {total} bytes for {} local bytes \
+                     (one to {SCATTER_MAX} targets of one registration)",
+                    targets.len(),
+                    local.len,
+                ),
+            });
+        }
+        let (peer, key) = (targets[0].0.peer, targets[0].0.key);
+        let (mut addrs, mut lens) = ([0u64; SCATTER_MAX], [0usize; SCATTER_MAX]);
+        for (i, &(t, len)) in targets.iter().enumerate() {
+            (addrs[i], lens[i]) = (t.addr, len);
+        }
+        self.post("fi_writemsg", deadline, || {
+            // SAFETY: as in write; addrs and lens hold targets.len() entries each and live
+            // through the call (the provider copies the list).
+            unsafe {
+                sys::lanes_fi_writemsg_scatter(
+                    self.ptr.as_ptr(),
+                    local.ptr.cast(),
+                    local.len,
+                    local.desc,
+                    peer.0,
+                    addrs.as_ptr(),
+                    lens.as_ptr(),
+                    targets.len(),
+                    key,
                     context,
                     flags,
                 )

@@ -271,6 +271,44 @@ fn ofi_write_msg_and_inject_write_land() {
     assert!(b.bytes(65536, data.len()) == data, "fi_writemsg bytes missing");
 }
 
+#[test]
+fn ofi_scattered_write_fills_its_targets_and_refuses_bad_lists() {
+    let (a, b, a_to_b, _) = pair();
+    let deadline = deadline_in(TIMEOUT);
+    let data = pattern(1000, 0x31);
+    a.buf.write(0, &data).unwrap();
+    let targets = [(b.target(a_to_b, 5000), 600), (b.target(a_to_b, 100), 1), (b.target(a_to_b, 9000), 399)];
+    let mut ctx = FiContext::default();
+    // SAFETY: a's source range is unchanged until the completion is read.
+    unsafe { a.ep.write_scatter(a.mr.local(0, data.len()).unwrap(), &targets, 0, ctx_ptr(&mut ctx), deadline) }
+        .expect("fi_writemsg to three targets");
+    completed(a.ep.tx_cq(), &[&*b.ep], ctx_ptr(&mut ctx));
+    // The transmit completion does not say the data is in place at the target: wait for it.
+    let until = Instant::now() + TIMEOUT;
+    while b.bytes(9000, 399) != data[601..] {
+        assert!(Instant::now() < until, "the last target never filled");
+        b.ep.progress().unwrap();
+        a.ep.progress().unwrap();
+    }
+    assert!(b.bytes(5000, 600) == data[..600] && b.bytes(100, 1) == data[600..601], "targets filled in list order");
+
+    // Refused before anything is posted: lengths that do not add up, no targets, too many,
+    // targets of two registrations.
+    let local = || a.mr.local(0, 8).unwrap();
+    let t = |at| (b.target(a_to_b, at), 2usize);
+    let other_key = (Target { key: b.target(a_to_b, 0).key ^ 1, ..b.target(a_to_b, 0) }, 2usize);
+    for bad in [
+        vec![t(0), t(8)],
+        vec![],
+        vec![t(0), t(8), t(16), t(24), (b.target(a_to_b, 32), 0)],
+        vec![t(0), t(8), t(16), other_key],
+    ] {
+        // SAFETY: refused lists post nothing.
+        let r = unsafe { a.ep.write_scatter(local(), &bad, 0, std::ptr::null_mut(), deadline) };
+        assert!(matches!(r, Err(Error::Ofi { code: 22, .. })), "{} targets: {r:?}", bad.len());
+    }
+}
+
 /// A rejected operation, as its CQ reports it: a read with a wrong key, then a write asking
 /// for delivery completion. (tcp;ofi_rxm reports a plain fi_write or fi_writedata with a
 /// wrong key as *completed*: its completion only says the data left. The target drops the
