@@ -55,8 +55,8 @@ use crate::config::{self, ConfigFile, NodeId};
 use crate::fabric::MapAccess;
 use crate::platform::files::ensure_private_dir;
 use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
-use crate::platform::random_u64;
 use crate::platform::signals::{signal_name, TerminationSignals};
+use crate::platform::{self, random_u64};
 use crate::transport::shm::data_interrupt;
 use crate::transport::shm::layout::{kind, state};
 use crate::transport::shm::remote::direct_mapping;
@@ -139,6 +139,8 @@ pub struct Daemon {
     threads: Vec<JoinHandle<()>>,
     tcp_addr: SocketAddr,
     socket_inode: u64,
+    /// Second handles of the two listeners, shut down at stop to end the accept loops.
+    listeners: (TcpListener, UnixListener),
 }
 
 impl fmt::Debug for Daemon {
@@ -342,6 +344,13 @@ impl Daemon {
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(name).spawn(f).map_err(|e| Error::io("starting a daemon thread", e))
         };
+        let listeners = match (tcp.try_clone(), local.try_clone()) {
+            (Ok(t), Ok(l)) => (t, l),
+            (Err(e), _) | (_, Err(e)) => {
+                let _ = fs::remove_file(&shared.socket);
+                return Err(Error::io("a second handle of a listener", e));
+            }
+        };
         let s = shared.clone();
         threads.push(spawn("lanes-d-accept".into(), Box::new(move || s.accept_peers(tcp)))?);
         let s = shared.clone();
@@ -352,7 +361,7 @@ impl Daemon {
             let s = shared.clone();
             threads.push(spawn(format!("lanes-d-dial{i}"), Box::new(move || s.dial_loop(i)))?);
         }
-        Ok(Daemon { shared, threads, tcp_addr, socket_inode })
+        Ok(Daemon { shared, threads, tcp_addr, socket_inode, listeners })
     }
 
     /// The TCP address the daemon listens on.
@@ -398,9 +407,10 @@ impl Daemon {
         for c in &conns {
             c.close();
         }
-        // Wake the accept loops.
-        let _ = TcpStream::connect_timeout(&wake_address(self.tcp_addr), Duration::from_millis(200));
-        let _ = UnixStream::connect(&self.shared.socket);
+        // End the accept loops: a shut-down listener fails their accept at once. (Connecting
+        // to ourselves, as before, hung the stop when the socket file had been removed.)
+        let _ = platform::shut_down_listener(&self.listeners.0);
+        let _ = platform::shut_down_listener(&self.listeners.1);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -415,16 +425,6 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// Where to connect to reach our own listener (a wildcard bind is reached on loopback).
-fn wake_address(addr: SocketAddr) -> SocketAddr {
-    if addr.ip().is_unspecified() {
-        let ip = if addr.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() };
-        SocketAddr::new(ip, addr.port())
-    } else {
-        addr
     }
 }
 
@@ -1668,6 +1668,22 @@ mod tests {
         drop(a);
         let _ = fs::remove_dir_all(&da);
         let _ = fs::remove_dir_all(&db);
+    }
+
+    /// A daemon whose directory was removed under it (its socket file gone, as when a test
+    /// harness cleans up first) still stops when asked, and promptly.
+    #[test]
+    fn a_daemon_stops_after_its_directory_is_removed() {
+        let c = cluster(&["a"]);
+        let d = scratch("removed");
+        let a = Daemon::start(DaemonOptions { cluster: c, host: "a".into(), dir: d.clone() }).unwrap();
+        fs::remove_dir_all(&d).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            a.stop();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(5)).expect("the daemon stopped");
     }
 
     /// With `[cluster] secret_file`, daemons that share the secret talk; one with another

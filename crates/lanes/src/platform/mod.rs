@@ -57,6 +57,15 @@ pub(crate) fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// Shuts a listening socket down (`shutdown(2)`, both ways), which makes a thread blocked in
+/// its `accept` return an error at once: how a daemon stops its accept loops without
+/// connecting to itself, which fails once its socket file or network is gone.
+pub(crate) fn shut_down_listener(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: shutdown takes a descriptor the borrow keeps open, and touches no memory.
+    cvt(unsafe { libc::shutdown(socket.as_fd().as_raw_fd(), libc::SHUT_RDWR) }).map(|_| ())
+}
+
 /// The system page size.
 pub fn page_size() -> usize {
     static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
