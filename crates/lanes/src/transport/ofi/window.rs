@@ -1086,11 +1086,14 @@ mod tests {
         }
     }
 
-    /// Writes `ranges` (offset, length) of `map` with byte `k` and then the release word at 0
-    /// with `k`, for `k` in 1..=`rounds`, while a thread watches the owner's buffer: no
+    /// Resets the release word at 0, then writes `ranges` (offset, length) of `map` with byte
+    /// `k` and then the word with `k`, for `k` in 1..=`rounds`, while a thread watches the owner's buffer: no
     /// word may be seen before the data written ahead of it. Returns once the owner holds
     /// the last round.
     fn release_rounds(p: &Pair, map: &Map, ranges: &[(usize, usize)], rounds: u64) {
+        // The word of an earlier call would otherwise be seen with this call's first data.
+        map.store_release_u64(0, 0).unwrap();
+        map.flush_checked().expect("the word reset");
         let done = Arc::new(AtomicBool::new(false));
         let watcher = {
             let buf = p.buf.clone();
