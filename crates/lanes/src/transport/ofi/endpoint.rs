@@ -102,6 +102,20 @@ fn into_context(op: &Arc<Op>) -> *mut c_void {
     Arc::into_raw(Arc::clone(op)).cast_mut().cast()
 }
 
+/// Makes an operation holding `keep` and hands its context to `post`; when the post fails
+/// (the provider then never took the context), the context's count is taken back.
+fn with_op(keep: Option<Arc<dyn Any + Send + Sync>>, post: impl FnOnce(*mut c_void) -> Result<()>) -> Result<Arc<Op>> {
+    let op = Op::new(keep);
+    let ctx = into_context(&op);
+    if let Err(e) = post(ctx) {
+        // SAFETY: the post failed, so the provider never took the context: this is its
+        // only count, taken back once.
+        drop(unsafe { from_context(ctx) });
+        return Err(e);
+    }
+    Ok(op)
+}
+
 /// Takes back the count [`into_context`] gave away.
 ///
 /// # Safety
@@ -327,17 +341,9 @@ impl ProcessEndpoint {
         keep: Option<Arc<dyn Any + Send + Sync>>,
         deadline: Instant,
     ) -> Result<Arc<Op>> {
-        let op = Op::new(keep);
-        let ctx = into_context(&op);
-        // SAFETY: local lives as long as op (the caller's contract through keep); ctx is the
-        // op's own fi_context, alive while the provider holds its count.
-        let r = unsafe { self.ep.write_msg(local, target, data, flags, ctx, deadline) };
-        if let Err(e) = r {
-            // SAFETY: the post failed, so the provider never took the context.
-            drop(unsafe { from_context(ctx) });
-            return Err(e);
-        }
-        Ok(op)
+        // SAFETY: local lives as long as the op (the caller's contract through keep); ctx is
+        // the op's own fi_context, alive while the provider holds its count.
+        with_op(keep, |ctx| unsafe { self.ep.write_msg(local, target, data, flags, ctx, deadline) })
     }
 
     /// Posts one RMA write of `local` to several targets of one peer's registration, each
@@ -354,16 +360,8 @@ impl ProcessEndpoint {
         keep: Option<Arc<dyn Any + Send + Sync>>,
         deadline: Instant,
     ) -> Result<Arc<Op>> {
-        let op = Op::new(keep);
-        let ctx = into_context(&op);
         // SAFETY: as in post_write.
-        let r = unsafe { self.ep.write_scatter(local, targets, flags, ctx, deadline) };
-        if let Err(e) = r {
-            // SAFETY: the post failed, so the provider never took the context.
-            drop(unsafe { from_context(ctx) });
-            return Err(e);
-        }
-        Ok(op)
+        with_op(keep, |ctx| unsafe { self.ep.write_scatter(local, targets, flags, ctx, deadline) })
     }
 
     /// Posts an RMA read of `target` into `local`.
@@ -377,16 +375,8 @@ impl ProcessEndpoint {
         keep: Option<Arc<dyn Any + Send + Sync>>,
         deadline: Instant,
     ) -> Result<Arc<Op>> {
-        let op = Op::new(keep);
-        let ctx = into_context(&op);
         // SAFETY: as in post_write.
-        let r = unsafe { self.ep.read(local, target, ctx, deadline) };
-        if let Err(e) = r {
-            // SAFETY: as in post_write.
-            drop(unsafe { from_context(ctx) });
-            return Err(e);
-        }
-        Ok(op)
+        with_op(keep, |ctx| unsafe { self.ep.read(local, target, ctx, deadline) })
     }
 
     /// Waits for `op` while driving progress: spins for `spin`, then yields and sleeps in

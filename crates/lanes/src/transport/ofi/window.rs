@@ -598,17 +598,7 @@ impl Mirror {
                 self.conn.endpoint.post_write_scatter(local, &targets[..n], 0, Some(keep.clone()), d)
             })
         });
-        match posted {
-            Ok(op) => {
-                st.inflight.push(InFlight { op, start: staged.at, end: staged.at + staged.len, what: RELEASE });
-                st.unproven = true;
-                Ok(())
-            }
-            Err(e) => {
-                self.failed(st, format!("posting {RELEASE}: {e}"));
-                Err(e)
-            }
-        }
+        self.record_post(st, posted, staged.at..staged.at + staged.len, false, RELEASE)
     }
 
     /// Reserves `n` (at most `staging_len`) bytes of the staging ring and returns their
@@ -650,9 +640,22 @@ impl Mirror {
                 self.conn.endpoint.post_write(local, target, 0, flags, Some(keep.clone()), d)
             })
         });
+        self.record_post(st, posted, local_at..local_at + len, deliver, what)
+    }
+
+    /// Records a write posted from buffer bytes `from` (in flight; proven when `deliver`) or
+    /// its failure to post.
+    fn record_post(
+        &self,
+        st: &mut State,
+        posted: Result<Arc<Op>>,
+        from: std::ops::Range<usize>,
+        deliver: bool,
+        what: &'static str,
+    ) -> Result<()> {
         match posted {
             Ok(op) => {
-                st.inflight.push(InFlight { op, start: local_at, end: local_at + len, what });
+                st.inflight.push(InFlight { op, start: from.start, end: from.end, what });
                 st.unproven = !deliver;
                 Ok(())
             }
