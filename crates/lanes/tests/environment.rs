@@ -193,6 +193,42 @@ fn node_identity_comes_from_the_environment() {
     }
 }
 
+/// A cluster member's idle progress comes from `[cluster] progress`, which
+/// `LANES_OFI_PROGRESS` and `LANES_OFI_POLL_US` override; nonsense in either is a Config
+/// error naming the variable, not a fabric that silently progresses some other way.
+#[cfg(feature = "ofi")]
+#[test]
+fn idle_progress_comes_from_the_cluster_section_or_the_environment() {
+    let dir = TestDir::new("progress");
+    let fabric = dir.fabric();
+    let fabric_s = fabric.to_str().expect("utf-8");
+    let host = hostname();
+    let config = dir.root().join("lanes.toml");
+    std::fs::write(
+        &config,
+        format!("[cluster]\nprogress = \"poll\"\npoll_us = 200\n[[node]]\nid = 8\nhost = {host:?}\naddress = \"127.0.0.1\"\n"),
+    )
+    .expect("writing the configuration");
+    let config_s = config.to_str().expect("utf-8");
+    let env = |extra: &[(&'static str, &'static str)]| {
+        let mut v = vec![("LANES_CONFIG", config_s), ("LANES_DIR", fabric_s)];
+        v.extend_from_slice(extra);
+        v
+    };
+    finish(expect_node(&env(&[]), 8, &fabric));
+    finish(expect_node(&env(&[("LANES_OFI_PROGRESS", "wake")]), 8, &fabric));
+    finish(expect_node(&env(&[("LANES_OFI_POLL_US", "1000")]), 8, &fabric));
+    for (extra, says) in [
+        (&[("LANES_OFI_PROGRESS", "spin")][..], "LANES_OFI_PROGRESS"),
+        (&[("LANES_OFI_POLL_US", "fast")][..], "LANES_OFI_POLL_US"),
+        (&[("LANES_OFI_POLL_US", "0")][..], "outside"),
+        (&[("LANES_OFI_PROGRESS", "wake"), ("LANES_OFI_POLL_US", "100")][..], "only to"),
+    ] {
+        let (_, display) = expect_failure(&env(extra), "Config");
+        assert!(display.contains(says), "with {extra:?}: {display}");
+    }
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).mode() & 0o7777
 }

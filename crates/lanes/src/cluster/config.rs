@@ -4,6 +4,8 @@
 //! ```toml
 //! [cluster]
 //! provider = "tcp;ofi_rxm"    # for the data path (libfabric)
+//! progress = "wake"           # or "poll": see IdleProgress
+//! poll_us = 500               # with progress = "poll"
 //! port = 7470                 # the daemons' control port; an address may carry its own
 //! heartbeat_ms = 100
 //! suspect_after_ms = 500      # no heartbeat for this long: the host is Suspect
@@ -42,12 +44,89 @@ pub const DEFAULT_HEARTBEAT_MS: u64 = 100;
 pub const DEFAULT_SUSPECT_AFTER_MS: u64 = 500;
 /// Default silence after which a host is Lost.
 pub const DEFAULT_LOST_AFTER_MS: u64 = 10_000;
+/// Default interval of [`IdleProgress::Poll`].
+pub const DEFAULT_POLL_US: u64 = 500;
+/// Bounds of `poll_us`: below, the service thread would be a spinning core; above, a
+/// sleeping waiter would wait longer than the service thread's own tick.
+const POLL_US_RANGE: std::ops::RangeInclusive<u64> = 1..=10_000;
+
+/// How a process's libfabric endpoint makes progress while none of its threads drives it
+/// (nobody spins on a completion, a mapped word or an interrupt): remote writes must be
+/// placed, remote interrupts counted, peers' reads answered all the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IdleProgress {
+    /// The receive completion queue has a wait object and the service thread sleeps on it,
+    /// waking when traffic arrives: nothing runs while the process is idle. On the tcp
+    /// providers every completion then also signals that wait object (a write and a read
+    /// of a socket pair inside libfabric), which a ping-pong pays on each message.
+    Wake,
+    /// No wait objects (as `fi_pingpong` runs by default): completions cost no signal, and
+    /// the service thread drives progress every interval instead of sleeping until traffic
+    /// arrives, so an idle process wakes that often and a sleeping waiter may wait up to
+    /// one interval longer.
+    Poll(Duration),
+}
+
+impl IdleProgress {
+    /// `"wake"`, or `"poll"` with `poll_us` (default [`DEFAULT_POLL_US`]). The error is a
+    /// sentence naming what was wrong.
+    pub fn parse(mode: &str, poll_us: Option<u64>) -> Result<IdleProgress, String> {
+        match mode.trim() {
+            "wake" if poll_us.is_some() => Err("poll_us applies only to progress = \"poll\"".into()),
+            "wake" => Ok(IdleProgress::Wake),
+            "poll" => {
+                let us = poll_us.unwrap_or(DEFAULT_POLL_US);
+                if !POLL_US_RANGE.contains(&us) {
+                    return Err(format!(
+                        "poll_us = {us} is outside {}..={}",
+                        POLL_US_RANGE.start(),
+                        POLL_US_RANGE.end()
+                    ));
+                }
+                Ok(IdleProgress::Poll(Duration::from_micros(us)))
+            }
+            other => Err(format!("progress = {other:?} is neither \"wake\" nor \"poll\"")),
+        }
+    }
+}
+
+impl IdleProgress {
+    /// What a process uses: `LANES_OFI_PROGRESS` (`wake` or `poll`) and
+    /// `LANES_OFI_POLL_US` where set, else `configured` (the file's). The error is a
+    /// sentence naming the variable.
+    pub fn from_env(configured: IdleProgress) -> Result<IdleProgress, String> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let poll_us = match var("LANES_OFI_POLL_US") {
+            Some(v) => Some(v.trim().parse::<u64>().map_err(|_| format!("LANES_OFI_POLL_US={v:?} is not a number"))?),
+            None => None,
+        };
+        match (var("LANES_OFI_PROGRESS"), poll_us, configured) {
+            (Some(mode), us, _) => IdleProgress::parse(&mode, us).map_err(|why| format!("LANES_OFI_PROGRESS: {why}")),
+            (None, Some(us), IdleProgress::Poll(_)) => {
+                IdleProgress::parse("poll", Some(us)).map_err(|why| format!("LANES_OFI_POLL_US: {why}"))
+            }
+            (None, Some(_), IdleProgress::Wake) => Err("LANES_OFI_POLL_US needs progress \"poll\"".into()),
+            (None, None, configured) => Ok(configured),
+        }
+    }
+}
+
+impl std::fmt::Display for IdleProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdleProgress::Wake => f.write_str("wake"),
+            IdleProgress::Poll(every) => write!(f, "poll every {} us", every.as_micros()),
+        }
+    }
+}
 
 /// The `[cluster]` table as written.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     pub provider: Option<String>,
+    pub progress: Option<String>,
+    pub poll_us: Option<u64>,
     pub port: Option<u16>,
     pub heartbeat_ms: Option<u64>,
     pub suspect_after_ms: Option<u64>,
@@ -71,6 +150,9 @@ pub struct HostEntry {
 pub struct ClusterConfig {
     /// The libfabric provider string for the data path (unused by the control plane).
     pub provider: String,
+    /// How processes' endpoints progress while idle (`LANES_OFI_PROGRESS` and
+    /// `LANES_OFI_POLL_US` override it per process).
+    pub progress: IdleProgress,
     /// The default control port.
     pub port: u16,
     /// How often each daemon sends a heartbeat on each control connection.
@@ -122,6 +204,12 @@ impl ClusterConfig {
             Some(p) => p.trim().to_string(),
             None => DEFAULT_PROVIDER.to_string(),
         };
+        let progress = match &section.progress {
+            Some(mode) => IdleProgress::parse(mode, section.poll_us),
+            None if section.poll_us.is_some() => Err("poll_us needs progress = \"poll\"".into()),
+            None => Ok(IdleProgress::Wake),
+        }
+        .map_err(|why| format!("[cluster] {why}"))?;
         if let Some(f) = &section.secret_file {
             if !f.is_absolute() {
                 return Err(format!("[cluster] secret_file {f:?} must be an absolute path"));
@@ -152,6 +240,7 @@ impl ClusterConfig {
         }
         Ok(ClusterConfig {
             provider,
+            progress,
             port,
             heartbeat,
             suspect_after,
@@ -250,10 +339,25 @@ address = "10.77.0.1:7470"
         let c = file.cluster().unwrap();
         assert_eq!(c.port, DEFAULT_PORT);
         assert_eq!(c.provider, DEFAULT_PROVIDER);
+        assert_eq!(c.progress, IdleProgress::Wake);
         assert_eq!(c.hosts[0].address, SocketAddr::new("::1".parse().unwrap(), DEFAULT_PORT));
         // The section's port is the default for addresses without one.
         let file = parse("[cluster]\nport = 9000\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"127.0.0.1\"\n").unwrap();
         assert_eq!(file.cluster().unwrap().hosts[0].address.port(), 9000);
+    }
+
+    #[test]
+    fn progress_is_wake_or_poll_with_an_interval() {
+        let with = |extra: &str| {
+            let text = format!("[cluster]\n{extra}\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"10.0.0.1\"\n");
+            parse(&text).unwrap().cluster().unwrap().progress
+        };
+        assert_eq!(with("progress = \"wake\""), IdleProgress::Wake);
+        assert_eq!(with("progress = \"poll\""), IdleProgress::Poll(Duration::from_micros(DEFAULT_POLL_US)));
+        assert_eq!(with("progress = \"poll\"\npoll_us = 250"), IdleProgress::Poll(Duration::from_micros(250)));
+        assert_eq!(IdleProgress::parse(" poll ", Some(10_000)), Ok(IdleProgress::Poll(Duration::from_millis(10))));
+        assert!(IdleProgress::parse("poll", Some(10_001)).is_err());
+        assert_eq!(IdleProgress::Poll(Duration::from_micros(100)).to_string(), "poll every 100 us");
     }
 
     #[test]
@@ -289,6 +393,10 @@ address = "10.77.0.1:7470"
             (format!("[cluster]\nprovider = \" \"\n{}", node(8, "a", "10.0.0.1")), "provider"),
             (format!("[cluster]\nheartbeat = 5\n{}", node(8, "a", "10.0.0.1")), "unknown field"),
             (format!("[cluster]\nsecret_file = \"s\"\n{}", node(8, "a", "10.0.0.1")), "absolute"),
+            (format!("[cluster]\nprogress = \"spin\"\n{}", node(8, "a", "10.0.0.1")), "neither"),
+            (format!("[cluster]\nprogress = \"poll\"\npoll_us = 0\n{}", node(8, "a", "10.0.0.1")), "outside"),
+            (format!("[cluster]\nprogress = \"wake\"\npoll_us = 50\n{}", node(8, "a", "10.0.0.1")), "only to"),
+            (format!("[cluster]\npoll_us = 50\n{}", node(8, "a", "10.0.0.1")), "needs progress"),
         ] {
             let e = parse(&text).unwrap_err();
             assert!(matches!(e, Error::Config { .. }), "{text:?} gave {e}");

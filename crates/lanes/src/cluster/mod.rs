@@ -22,7 +22,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use client::{Client, Notice, Subscription};
-pub use config::{ClusterConfig, HostEntry};
+pub use config::{ClusterConfig, HostEntry, IdleProgress};
 pub use exports::ExportRecord;
 pub use proto::{
     Grant, GrantStatus, GroupInfo, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal,

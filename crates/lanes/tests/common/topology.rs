@@ -156,7 +156,8 @@ impl Topology {
     }
 
     /// The environment a process acting as `node` needs beyond its test directory and node
-    /// (none on one host): `LANES_CONFIG`, `LANES_HOST`, `LANES_DIR` and `LANES_NODE_ID`,
+    /// (none on one host): `LANES_CONFIG`, `LANES_HOST`, `LANES_DIR` and `LANES_NODE_ID`
+    /// (and on loopback's host b `LANES_OFI_PROGRESS=poll`),
     /// with which `FabricConfig::from_env` opens the fabric on that node's host.
     pub fn env(&self, node: u32) -> Vec<(String, String)> {
         let _ = node;
@@ -164,8 +165,14 @@ impl Topology {
             Topology::Shm(_) => Vec::new(),
             #[cfg(feature = "ofi")]
             Topology::OfiLoopback(c) | Topology::OfiNetns(c) => {
-                let mut env = c.env(Topology::host(node));
+                let host = Topology::host(node);
+                let mut env = c.env(host);
                 env.push(("LANES_NODE_ID".into(), node.to_string()));
+                // On loopback, host b's processes progress by polling and the others by
+                // waking (lanes.toml's default), so each case covers both and their mix.
+                if matches!(self, Topology::OfiLoopback(_)) && host == 1 {
+                    env.push(("LANES_OFI_PROGRESS".into(), "poll".into()));
+                }
                 env
             }
         }

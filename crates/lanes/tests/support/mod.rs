@@ -193,6 +193,8 @@ impl Proc {
             "LANES_CONFIG",
             "LANES_HOST",
             "LANES_OFI_PROVIDER",
+            "LANES_OFI_PROGRESS",
+            "LANES_OFI_POLL_US",
             ROLE_VAR,
             DIR_VAR,
             NODE_VAR,

@@ -12,10 +12,12 @@
 //! - progress: whoever calls [`ProcessEndpoint::progress`] reads both CQs and dispatches what
 //!   it finds: transmit completions finish their [`Op`]; remote CQ data goes to the handler
 //!   registered under the data's upper 16 bits ([`ProcessEndpoint::add_handler`]);
-//! - the service thread, which drives progress while nobody spins: it sleeps in `poll` on
-//!   the receive CQ's fd (the transmit CQ has no wait object) after `fi_trywait` says it
-//!   may, at most a service tick, and only on its eventfd while some waiter spins on the
-//!   CQs itself (so a hot ping-pong has one thread per side, not two).
+//! - the service thread, which drives progress while nobody spins, as the spec's
+//!   [`IdleProgress`] says: with `Wake` it sleeps in `poll` on the receive CQ's fd (the
+//!   transmit CQ has no wait object) after `fi_trywait` says it may, at most a service
+//!   tick; with `Poll` neither CQ has a wait object and it drives progress every interval;
+//!   while some waiter spins on the CQs itself it sleeps on its eventfd only (so a hot
+//!   ping-pong has one thread per side, not two).
 //!
 //! Remote CQ data is 32 bits (verbs carries 4 bytes): `handle << 16 | value`, handle 0 never
 //! assigned.
@@ -32,6 +34,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::fi::{self, Completion, FiAddr, FiContext, Local, Polled, Target};
+use crate::cluster::IdleProgress;
 use crate::error::{Error, Result};
 use crate::platform::{hex, random_u64};
 
@@ -152,11 +155,13 @@ impl RemoteRange {
     }
 }
 
-/// What the endpoint was opened for: the provider and the address it binds.
+/// What the endpoint was opened for: the provider, the address it binds and how it
+/// progresses while idle.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct EndpointSpec {
     pub provider: String,
     pub address: IpAddr,
+    pub progress: IdleProgress,
 }
 
 /// The process's endpoint. See the module documentation.
@@ -228,12 +233,18 @@ impl ProcessEndpoint {
         let fabric = fi::Fabric::open(&info)?;
         let domain = fi::Domain::open(&fabric, &info)?;
         let av = fi::Av::open(&domain, 64)?;
-        // No wait object on the transmit CQ: every completion written to a CQ with one
-        // signals its fd (a write, and a read to drain it), two system calls per operation
-        // for nobody: whoever waits for its own operations drives progress itself, and the
-        // service thread sleeps on the receive CQ's fd (remote CQ data, and the sockets).
+        // No wait object on the transmit CQ: whoever waits for its own operations drives
+        // progress itself, and the service thread sleeps on the receive CQ's fd (remote CQ
+        // data, and the sockets). That one wait object is what `IdleProgress::Poll` saves:
+        // on tcp;ofi_rxm a wait object on either CQ gives rxm's inner CQ one too, and every
+        // completion then signals it (a write, and a read to drain it: two system calls per
+        // operation, on both sides of a ping-pong).
         let tx = fi::Cq::open(&domain, 0, fi::Wait::None)?;
-        let rx = fi::Cq::open(&domain, 0, fi::Wait::Fd)?;
+        let rx_wait = match spec.progress {
+            IdleProgress::Wake => fi::Wait::Fd,
+            IdleProgress::Poll(_) => fi::Wait::None,
+        };
+        let rx = fi::Cq::open(&domain, 0, rx_wait)?;
         let ep = Arc::new(fi::Endpoint::open(&domain, None, &av, &tx, &rx)?);
         let name = ep.name()?;
         let provider_keys = info.mr_mode() & fi::FI_MR_PROV_KEY != 0;
@@ -425,16 +436,34 @@ impl ProcessEndpoint {
         }
     }
 
-    /// Reads both CQs once and dispatches what they hold; returns how many entries it read.
+    /// Reads both CQs until neither returns a full batch and dispatches what they held;
+    /// returns how many entries it read. The receive CQ goes first: its read drives the
+    /// provider's progress too, so remote data that arrived meanwhile is returned by that
+    /// same read instead of being moved there by the transmit CQ's read and returned by a
+    /// second one.
     pub fn progress(&self) -> usize {
         let mut n = 0;
         let mut buf = [Completion::default(); BATCH];
         loop {
-            let got = self.read_cq(self.ep.tx_cq(), &mut buf, true) + self.read_cq(self.ep.rx_cq(), &mut buf, false);
-            n += got;
-            if got == 0 {
+            // A read that returns less than a batch has emptied its queue: one more read
+            // of each would only cost another provider progress (a system call on tcp).
+            let rx = self.read_cq(self.ep.rx_cq(), &mut buf, false);
+            let tx = self.read_cq(self.ep.tx_cq(), &mut buf, true);
+            n += rx + tx;
+            if rx < BATCH && tx < BATCH {
                 return n;
             }
+        }
+    }
+
+    /// One look for a spinning waiter: reads the receive CQ, and the transmit CQ only when
+    /// the receive CQ held nothing, so that remote data is handed over after one provider
+    /// progress, not three. Returns how many entries it read.
+    fn poll_once(&self) -> usize {
+        let mut buf = [Completion::default(); BATCH];
+        match self.read_cq(self.ep.rx_cq(), &mut buf, false) {
+            0 => self.read_cq(self.ep.tx_cq(), &mut buf, true),
+            rx => rx,
         }
     }
 
@@ -524,10 +553,11 @@ impl SpinDriver {
         SpinDriver(ep)
     }
 
-    /// Reads both CQs once and dispatches what they held.
+    /// Reads the receive CQ, or the transmit CQ when it held nothing, and dispatches what it
+    /// read.
     #[inline]
     pub(crate) fn poll(&self) -> usize {
-        self.0.progress()
+        self.0.poll_once()
     }
 }
 
@@ -573,32 +603,38 @@ fn service_loop(weak: Weak<ProcessEndpoint>) {
         let idle = libc::pollfd { fd: -1, events: 0, revents: 0 };
         let mut fds = [libc::pollfd { fd: me.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 }, idle, idle];
         let mut nfds = 1;
+        let mut sleep = SERVICE_TICK;
         if !spinning {
             me.progress();
-            match me.fabric.trywait(&[me.ep.rx_cq()]) {
-                Ok(true) => {}
-                // Completions may be pending: read them first.
-                Ok(false) => continue,
-                Err(_) => {
-                    // Should not happen; do not spin on it.
-                    drop(me);
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
+            if let IdleProgress::Poll(every) = me.spec.progress {
+                sleep = every.min(SERVICE_TICK);
+            } else {
+                match me.fabric.trywait(&[me.ep.rx_cq()]) {
+                    Ok(true) => {}
+                    // Completions may be pending: read them first.
+                    Ok(false) => continue,
+                    Err(_) => {
+                        // Should not happen; do not spin on it.
+                        drop(me);
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
                 }
-            }
-            for cq in [me.ep.tx_cq(), me.ep.rx_cq()] {
-                if let Some(fd) = cq.wait_fd() {
-                    fds[nfds] = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-                    nfds += 1;
+                for cq in [me.ep.tx_cq(), me.ep.rx_cq()] {
+                    if let Some(fd) = cq.wait_fd() {
+                        fds[nfds] = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                        nfds += 1;
+                    }
                 }
             }
         }
         let wake_fd = me.wake.as_raw_fd();
         // `me` is held across the poll (its descriptors must stay open); the bound lets the
         // thread see within a tick that every other handle is gone.
-        let timeout = i32::try_from(SERVICE_TICK.as_millis()).unwrap_or(10);
-        // SAFETY: fds holds nfds valid pollfds.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), nfds as libc::nfds_t, timeout) };
+        let timeout =
+            libc::timespec { tv_sec: sleep.as_secs() as libc::time_t, tv_nsec: sleep.subsec_nanos() as libc::c_long };
+        // SAFETY: fds holds nfds valid pollfds; timeout is a live timespec; no signal mask.
+        let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), nfds as libc::nfds_t, &timeout, std::ptr::null()) };
         if rc > 0 && fds[0].revents != 0 {
             let mut v: u64 = 0;
             // SAFETY: reads 8 bytes into a live u64 from our own non-blocking eventfd.
@@ -613,16 +649,36 @@ mod tests {
     use super::*;
 
     fn spec() -> EndpointSpec {
-        EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip") }
+        spec_with(IdleProgress::Wake)
+    }
+
+    fn spec_with(progress: IdleProgress) -> EndpointSpec {
+        EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip"), progress }
+    }
+
+    #[test]
+    fn a_spin_driver_polls_in_place_of_the_waking_service_thread_until_dropped() {
+        spin_driver_hand_over(IdleProgress::Wake);
+    }
+
+    #[test]
+    fn a_spin_driver_polls_in_place_of_the_polling_service_thread_until_dropped() {
+        spin_driver_hand_over(IdleProgress::Poll(Duration::from_micros(100)));
     }
 
     /// A spin driver counts as a spinner while it lives and its polls dispatch remote CQ data;
     /// once it is dropped the service thread takes over again (a second write is dispatched
-    /// with nobody polling).
-    #[test]
-    fn a_spin_driver_polls_in_place_of_the_service_thread_until_dropped() {
-        let a = ProcessEndpoint::open(spec()).expect("endpoint a");
-        let b = ProcessEndpoint::open(spec()).expect("endpoint b");
+    /// with nobody polling). The writer's endpoint progresses the other way than the target's.
+    fn spin_driver_hand_over(target_progress: IdleProgress) {
+        let writer_progress = match target_progress {
+            IdleProgress::Wake => IdleProgress::Poll(Duration::from_micros(100)),
+            IdleProgress::Poll(_) => IdleProgress::Wake,
+        };
+        let a = ProcessEndpoint::open(spec_with(writer_progress)).expect("endpoint a");
+        let b = ProcessEndpoint::open(spec_with(target_progress)).expect("endpoint b");
+        // Only a waking endpoint's receive CQ has a wait object.
+        assert_eq!(b.ep.rx_cq().wait_fd().is_some(), target_progress == IdleProgress::Wake);
+        assert!(a.ep.tx_cq().wait_fd().is_none() && b.ep.tx_cq().wait_fd().is_none());
         let target_buf = Arc::new(fi::Buffer::new(4096).expect("buffer"));
         let mr = b.register(target_buf, fi::FI_REMOTE_WRITE).expect("register");
         let seen = Arc::new(Mutex::new(Vec::new()));

@@ -501,7 +501,11 @@ mod tests {
     const MESSAGES: u32 = 3_000;
 
     fn spec() -> EndpointSpec {
-        EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip") }
+        EndpointSpec {
+            provider: fi::provider_from_env(),
+            address: "127.0.0.1".parse().expect("ip"),
+            progress: crate::cluster::IdleProgress::Wake,
+        }
     }
 
     /// The owner node: a fabric on a temporary directory and the endpoint its exports live on.

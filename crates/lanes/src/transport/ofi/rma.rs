@@ -235,7 +235,11 @@ mod tests {
     /// A `len`-byte exported buffer and a remote segment reaching it over ofi, its key
     /// spoiled with `key_xor`.
     fn rig(name: &str, len: u64, key_xor: u64) -> Rig {
-        let spec = EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip") };
+        let spec = EndpointSpec {
+            provider: fi::provider_from_env(),
+            address: "127.0.0.1".parse().expect("ip"),
+            progress: crate::cluster::IdleProgress::Wake,
+        };
         let owner = ProcessEndpoint::open(spec.clone()).expect("owner endpoint");
         let peer = ProcessEndpoint::open(spec).expect("peer endpoint");
         let target = Arc::new(fi::Buffer::new(len as usize).expect("buffer"));

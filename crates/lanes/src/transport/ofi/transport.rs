@@ -27,7 +27,7 @@ use super::node_watch::NodeWatch;
 use super::notify::{self, DataInterruptTarget};
 use super::remote::OfiRemote;
 use crate::cluster::exports::{self, ExportRecord};
-use crate::cluster::{self, Client, ObjectKind, Refusal};
+use crate::cluster::{self, Client, IdleProgress, ObjectKind, Refusal};
 use crate::config::{ClusterMembership, NodeId};
 use crate::error::{Error, Result};
 use crate::fabric::MapAccess;
@@ -75,7 +75,9 @@ impl OfiTransport {
             .ok()
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| membership.config.provider.clone());
-        let spec = EndpointSpec { provider, address: me.address.ip() };
+        let progress = IdleProgress::from_env(membership.config.progress)
+            .map_err(|message| Error::Config { path: paths.root().to_path_buf(), message })?;
+        let spec = EndpointSpec { provider, address: me.address.ip(), progress };
         Ok(OfiTransport(Arc::new(Shared {
             paths,
             node,

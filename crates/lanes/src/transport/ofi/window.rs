@@ -939,7 +939,11 @@ mod tests {
 
     impl Pair {
         fn new(name: &str) -> Pair {
-            let spec = EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip") };
+            let spec = EndpointSpec {
+                provider: fi::provider_from_env(),
+                address: "127.0.0.1".parse().expect("ip"),
+                progress: crate::cluster::IdleProgress::Wake,
+            };
             let owner = ProcessEndpoint::open(spec.clone()).expect("owner endpoint");
             let peer = ProcessEndpoint::open(spec).expect("peer endpoint");
             let buf = Arc::new(fi::Buffer::new(LEN).expect("buffer"));
