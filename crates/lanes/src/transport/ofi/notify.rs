@@ -27,8 +27,11 @@
 //! entries arrived beyond the recorded tail and publishes only the contiguous ones: messages
 //! arrive whole, in order per sender, none lost or duplicated. The sender tracks its tail
 //! and the last head it read; it reads the ring's tail and head once (`fi_read`) at its first
-//! send, and when it believes the ring full it reads the head again, spinning for `poll` and
-//! then backing off up to 1 ms, until its timeout ([`Error::QueueFull`], nothing sent).
+//! send; three quarters into the ring past the last head it read, it posts a read of the head
+//! without waiting and takes its answer at a later send (so a sender whose receiver keeps up
+//! never waits for a read: a ping-pong used to pay a round trip every 16 messages); when it
+//! believes the ring full it reads the head and waits for it, spinning for `poll` and then
+//! backing off up to 1 ms, until its timeout ([`Error::QueueFull`], nothing sent).
 //!
 //! Writes are posted without `FI_DELIVERY_COMPLETE`, as a posted write on a PCIe fabric is
 //! not acknowledged: asking for delivery completion cost an acknowledgement per trigger and
@@ -80,6 +83,13 @@ const MESSAGE_STAGE: usize = ENTRY_WRITTEN.div_ceil(64) * 64;
 const HEADER_STAGE: usize = RING_CAP as usize * MESSAGE_STAGE;
 /// Bytes read at the first send: the ring's tail word up to and including its head word.
 const HEADER_READ: usize = RING_HEAD + 8 - RING_TAIL;
+/// Where a read of the ring's head started ahead of need lands (8 bytes).
+const HEAD_PREFETCH: usize = (HEADER_STAGE + HEADER_READ).div_ceil(8) * 8;
+/// A data interrupt sender's staging buffer: message sources, then both read landings.
+const DATA_STAGING: usize = HEAD_PREFETCH + 8;
+/// Messages beyond the last head seen from which a sender reads the head again without
+/// waiting for the answer, so that it has a fresher head before the ring looks full.
+const PREFETCH_AT: u64 = RING_CAP * 3 / 4;
 const SPIN: Duration = Duration::from_micros(20);
 const MAX_BACKOFF: Duration = Duration::from_millis(1);
 
@@ -212,6 +222,9 @@ struct SendState {
     sent: u64,
     /// For data interrupts, once read: the receiver's head as last read.
     head_seen: Option<u64>,
+    /// For data interrupts: a read of the receiver's head into `HEAD_PREFETCH`, posted
+    /// ahead of need and not waited for.
+    head_prefetch: Option<Arc<Op>>,
     /// Posted writes not yet reaped, oldest first, with their trigger or message number.
     in_flight: VecDeque<(u64, Arc<Op>)>,
     /// The first failure seen; every later call fails with it.
@@ -301,6 +314,46 @@ impl SendState {
         let mut out = vec![0u8; len];
         staging.buf.read(HEADER_STAGE, &mut out)?;
         Ok(out)
+    }
+
+    /// Takes a finished head prefetch into `head_seen` when it names a head between the
+    /// last one seen and message `next` (anything else is not a head this sender can have
+    /// caused, and is ignored: the full-ring wait reads again); a failed one fails the
+    /// connection like any other failed operation.
+    fn harvest_head(&mut self, staging: &Staging, next: u64) -> Result<()> {
+        let Some(op) = &self.head_prefetch else { return Ok(()) };
+        match op.outcome() {
+            None => return Ok(()),
+            Some(Err(e)) => {
+                self.failure.get_or_insert(e);
+            }
+            Some(Ok(())) => {
+                let mut w = [0u8; 8];
+                staging.buf.read(HEAD_PREFETCH, &mut w)?;
+                let h = u64::from_ne_bytes(w);
+                if let Some(seen) = self.head_seen {
+                    if h.wrapping_sub(seen) <= next.wrapping_sub(seen) {
+                        self.head_seen = Some(h);
+                    }
+                }
+            }
+        }
+        self.head_prefetch = None;
+        Ok(())
+    }
+
+    /// Posts a read of ring `ring`'s head word into `HEAD_PREFETCH`, not waited for.
+    fn prefetch_head(&mut self, conn: &OfiConn, staging: &Arc<Staging>, ring: u64) -> Result<()> {
+        let ep = &conn.endpoint;
+        let target = conn.range.target(ring + RING_HEAD as u64, 8)?;
+        let local = staging.mr.local(HEAD_PREFETCH, 8)?;
+        // SAFETY: the local range lies in the staging buffer, which the operation keeps
+        // alive (keep) until its completion is read; HEAD_PREFETCH is written by nothing
+        // else, and read (harvest_head) only after this operation finished; one prefetch
+        // is in flight at a time.
+        let op = conn.post_until(POST_TIMEOUT, |d| unsafe { ep.post_read(local, target, staging.keep(), d) })?;
+        self.head_prefetch = Some(op);
+        Ok(())
     }
 }
 
@@ -400,7 +453,7 @@ impl Notifier {
         lost()?;
         st.reap();
         st.failed(conn)?;
-        let staging = st.staging(ep, HEADER_STAGE + HEADER_READ)?;
+        let staging = st.staging(ep, DATA_STAGING)?;
         let ring = Rings::ring(slot) as u64;
         let head_seen = match st.head_seen {
             Some(h) => h,
@@ -418,6 +471,12 @@ impl Notifier {
             }
         };
         let n = st.sent;
+        st.harvest_head(&staging, n)?;
+        st.failed(conn)?;
+        let head_seen = st.head_seen.unwrap_or(head_seen);
+        if st.head_prefetch.is_none() && n.wrapping_sub(head_seen) >= PREFETCH_AT {
+            st.prefetch_head(conn, &staging, ring)?;
+        }
         if n.wrapping_sub(head_seen) >= RING_CAP {
             let mut pause = Duration::from_micros(20);
             loop {
