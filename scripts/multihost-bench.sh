@@ -9,7 +9,8 @@
 # Builds namespaces <p>a and <p>b (p = lmb<pid>) joined by one veth pair whose two ends are
 # created inside them (nothing appears in the caller's namespace), 10.77.1.1/24 and
 # 10.77.1.2/24; writes a lanes.toml with one node per host (a: node 8, b: node 12, provider
-# $LANES_BENCH_PROVIDER or tcp;ofi_rxm); starts `lanes daemon` on each host; runs
+# $LANES_BENCH_PROVIDER or tcp;ofi_rxm, progress $LANES_BENCH_PROGRESS or poll: no wait
+# objects, as fi_pingpong runs by default; `wake` measures lanes.toml's default); starts `lanes daemon` on each host; runs
 # `lanes bench --serve --once` as node 8 on a and `lanes bench --transport ofi
 # --remote-node 8` as node 12 on b with the options given; prints the result. Everything it
 # made (processes, namespaces, the scratch directory) is removed on exit, also on Ctrl-C.
@@ -19,6 +20,7 @@ cd "$(dirname "$0")/.."
 
 lanes=${LANES_BIN:-${CARGO_TARGET_DIR:-target}/release/lanes}
 provider=${LANES_BENCH_PROVIDER:-tcp;ofi_rxm}
+progress=${LANES_BENCH_PROGRESS:-poll}
 [[ -x $lanes ]] || { echo "no lanes binary at $lanes (cargo build --release -p lanes-cli --features lanes/ofi, or LANES_BIN)" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "network namespaces need root" >&2; exit 2; }
 for c in ip fi_pingpong iperf3; do
@@ -74,6 +76,7 @@ done
 cat >"$scratch/lanes.toml" <<EOF
 [cluster]
 provider = "$provider"
+progress = "$progress"
 
 [[node]]
 id = 8

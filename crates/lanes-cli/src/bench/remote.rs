@@ -28,6 +28,8 @@ use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
+use lanes::cluster::IdleProgress;
+use lanes::{Fabric, ProgressDriver};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::control::{self, Control};
@@ -59,6 +61,8 @@ const IDLE_CLIENT: Duration = Duration::from_secs(600);
 pub(crate) struct RemoteRun {
     pub transport: String,
     pub provider: String,
+    /// How the client's endpoint progresses while idle (`lanes::cluster::IdleProgress`).
+    pub progress: String,
     pub client_node: u32,
     pub remote_node: u32,
     /// The server's host address the baselines ran against.
@@ -157,6 +161,7 @@ fn serve_one(stream: TcpStream, ip: IpAddr, provider: &str) -> Result<(), String
     let wait = Waiter::new(Some(fd), crate::measure::affinity::allowed_cpus().len() < 2, false);
     let mut fi: Option<Server> = None;
     let mut iperf: Option<Server> = None;
+    let mut quiet = Quiet::new();
     let provider = provider.to_string();
     let mut extra = |cmd: &str| -> Option<Result<String, String>> {
         let mut w = cmd.split_whitespace();
@@ -166,16 +171,24 @@ fn serve_one(stream: TcpStream, ip: IpAddr, provider: &str) -> Result<(), String
             "fi_pingpong" => match nums.as_slice() {
                 [iters, size] => start_fi_pingpong(&provider, *iters, *size).map(|(s, port)| {
                     fi = Some(s);
+                    quiet.begin();
                     port.to_string()
                 }),
                 _ => Err(format!("fi_pingpong: expected iterations and size, got {cmd:?}")),
             },
-            "fi_pingpong-done" => done(fi.take(), "fi_pingpong"),
+            "fi_pingpong-done" => {
+                quiet.end();
+                done(fi.take(), "fi_pingpong")
+            }
             "iperf3" => start_iperf3(ip).map(|(s, port)| {
                 iperf = Some(s);
+                quiet.begin();
                 port.to_string()
             }),
-            "iperf3-done" => done(iperf.take(), "iperf3"),
+            "iperf3-done" => {
+                quiet.end();
+                done(iperf.take(), "iperf3")
+            }
             _ => return None,
         })
     };
@@ -197,6 +210,36 @@ fn start_iperf3(ip: IpAddr) -> Result<(Server, u16), String> {
     let mut cmd = command("iperf3", port)?;
     cmd.args(["-s", "-1", "-p", &port.to_string(), "-B", &ip.to_string()]);
     Ok((Server::start(cmd, "iperf3 (server)", port)?, port))
+}
+
+/// Keeps this process's own Lanes endpoint off the CPUs while a baseline runs: the paths'
+/// connections stay open between slices, and with `progress = "poll"` an idle endpoint's
+/// service thread would wake every interval and take time from `fi_pingpong` or `iperf3`
+/// on the same cores. A held [`ProgressDriver`] that is never polled keeps the service
+/// thread asleep (it leaves the completion queues to the driver's holder, and nothing of
+/// Lanes is in flight meanwhile), as the endpoint sleeps with `progress = "wake"`.
+struct Quiet {
+    fabric: Option<Fabric>,
+    held: Option<ProgressDriver>,
+}
+
+impl Quiet {
+    fn new() -> Quiet {
+        Quiet { fabric: None, held: None }
+    }
+
+    /// From now until [`Quiet::end`]. A fabric that cannot be opened has no endpoint to
+    /// quiet.
+    fn begin(&mut self) {
+        if self.fabric.is_none() {
+            self.fabric = Fabric::open().ok();
+        }
+        self.held = self.fabric.as_ref().map(Fabric::progress_driver);
+    }
+
+    fn end(&mut self) {
+        self.held = None;
+    }
 }
 
 fn done(server: Option<Server>, what: &str) -> Result<String, String> {
@@ -263,6 +306,7 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         return Err(format!("node {} is on this host: `--remote-node` names a node of another host", o.remote_node));
     }
     let provider = cluster.config.provider.clone();
+    let progress = IdleProgress::from_env(cluster.config.progress)?.to_string();
     clock::calibrate();
     let start_wall = SystemTime::now();
     let start_ticks = now_ticks();
@@ -297,7 +341,8 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
     let mut fi_dma = Pooled::default();
     let mut iperf = Pooled::default();
     let ip = addr.ip().to_string();
-    let fi_pingpong = |session: &mut Session, size: usize| -> Result<(f64, u64), String> {
+    let mut quiet = Quiet::new();
+    let fi_pingpong = |session: &mut Session, quiet: &mut Quiet, size: usize| -> Result<(f64, u64), String> {
         let iters = fi_iters(o.fi_iters, size);
         let what = format!("fi_pingpong at {}", fmt_size(size));
         let port =
@@ -305,7 +350,9 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         let mut cmd = command("fi_pingpong", 0)?;
         cmd.args(["-p", &provider, "-e", "rdm", "-I", &iters.to_string(), "-S", &size.to_string(), "-P", &port, &ip]);
         let limit = Duration::from_secs(60) + Duration::from_micros(iters * 2 * 2000);
+        quiet.begin();
         let out = procs::run_client(cmd, "fi_pingpong", limit);
+        quiet.end();
         let done = session.call("fi_pingpong-done", DONE_WAIT + CONNECT);
         let usec = parse_fi_pingpong(&out.map_err(|e| format!("{what}: {e}"))?)?;
         done.map_err(|e| format!("{what}: {e}"))?;
@@ -322,7 +369,7 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
                 session.latency(def.name, size, o.lat_slice, &mut m.cells[pi][si].lat)?;
             }
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(size));
-            let (usec, iters) = fi_pingpong(&mut session, size)?;
+            let (usec, iters) = fi_pingpong(&mut session, &mut quiet, size)?;
             fi[si].add(usec, iters as f64);
             if size == DMA_SIZE {
                 fi_dma.add(usec, iters as f64);
@@ -339,14 +386,16 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         }
         if !o.sizes.contains(&DMA_SIZE) {
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(DMA_SIZE));
-            let (usec, iters) = fi_pingpong(&mut session, DMA_SIZE)?;
+            let (usec, iters) = fi_pingpong(&mut session, &mut quiet, DMA_SIZE)?;
             fi_dma.add(usec, iters as f64);
         }
         eprintln!("lanes bench: round {round}: iperf3 for {} s", o.stream_secs);
         let port = session.call("iperf3", CONNECT * 2)?;
         let mut cmd = command("iperf3", 0)?;
         cmd.args(["-c", &ip, "-p", &port, "-t", &o.stream_secs.to_string(), "-l", "1M", "-J"]);
+        quiet.begin();
         let out = procs::run_client(cmd, "iperf3", Duration::from_secs(5 * o.stream_secs + 30));
+        quiet.end();
         let done = session.call("iperf3-done", DONE_WAIT + CONNECT);
         let gbit = parse_iperf3(&out.map_err(|e| format!("iperf3: {e}"))?)?.value;
         done?;
@@ -394,6 +443,7 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
     report.remote = Some(RemoteRun {
         transport: "ofi".into(),
         provider,
+        progress,
         client_node: config.node_id.get(),
         remote_node: o.remote_node,
         address: ip,

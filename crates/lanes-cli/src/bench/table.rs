@@ -94,13 +94,14 @@ pub(crate) fn render(r: &Report) -> String {
     if let Some(remote) = &r.remote {
         let _ = writeln!(
             out,
-            "across hosts: node {} -> node {} ({}) over {}, provider {}; {} round(s); fi_pingpong -I {} (fewer above 52 KiB), \
-             DMA and iperf3 {} s each",
+            "across hosts: node {} -> node {} ({}) over {}, provider {}, progress {}; {} round(s); fi_pingpong -I {} (fewer \
+             above 52 KiB), DMA and iperf3 {} s each",
             remote.client_node,
             remote.remote_node,
             remote.address,
             remote.transport,
             remote.provider,
+            remote.progress,
             remote.rounds,
             remote.fi_pingpong_iters,
             remote.stream_secs
