@@ -5,6 +5,19 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// The variables through which a Lanes process picks its node, fabric directory,
+/// configuration and ofi transport: a child process starts without the test runner's own
+/// and gets exactly what its test gives it.
+pub const LANES_ENV: &[&str] = &[
+    "LANES_NODE_ID",
+    "LANES_DIR",
+    "LANES_CONFIG",
+    "LANES_HOST",
+    "LANES_OFI_PROVIDER",
+    "LANES_OFI_PROGRESS",
+    "LANES_OFI_POLL_US",
+];
+
 /// A fresh private scratch directory, removed when dropped. The fabric lives in its
 /// `fabric` subdirectory, which the library creates.
 pub struct TestDir {

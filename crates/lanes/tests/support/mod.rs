@@ -187,18 +187,7 @@ impl Proc {
             None => Command::new(exe),
         };
         cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"]);
-        for v in [
-            "LANES_NODE_ID",
-            "LANES_DIR",
-            "LANES_CONFIG",
-            "LANES_HOST",
-            "LANES_OFI_PROVIDER",
-            "LANES_OFI_PROGRESS",
-            "LANES_OFI_POLL_US",
-            ROLE_VAR,
-            DIR_VAR,
-            NODE_VAR,
-        ] {
+        for v in test_dir::LANES_ENV.iter().chain(&[ROLE_VAR, DIR_VAR, NODE_VAR]) {
             cmd.env_remove(v);
         }
         cmd.env(ROLE_VAR, role);

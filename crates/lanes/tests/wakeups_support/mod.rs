@@ -307,16 +307,7 @@ impl Node {
             None => Command::new(exe),
         };
         cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"]);
-        for v in [
-            "LANES_NODE_ID",
-            "LANES_DIR",
-            "LANES_CONFIG",
-            "LANES_HOST",
-            "LANES_OFI_PROVIDER",
-            "LANES_OFI_PROGRESS",
-            "LANES_OFI_POLL_US",
-            "LANES_POLL_US",
-        ] {
+        for v in test_dir::LANES_ENV.iter().chain(&["LANES_POLL_US"]) {
             cmd.env_remove(v);
         }
         cmd.env(ROLE_VAR, role)
