@@ -21,7 +21,7 @@ use super::interrupt::{interrupt_error, timeout_ms};
 use super::local::LocalSegment;
 use super::map::MapAccess;
 use super::remote::RemoteSegment;
-use super::{FabricInner, Timeout};
+use super::{DrivenSpin, FabricInner, Timeout};
 use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
 use crate::platform::doorbell::WaitError;
@@ -121,8 +121,18 @@ impl LocalDataInner {
     fn wait(&self, buf: &mut [u8], timeout: Timeout) -> Result<usize> {
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
         let poll = self.seg.inner.poll_time();
+        let deadline = events::deadline(timeout);
         let removed = || self.seg.inner.is_removed().then_some(());
-        match self.rings.bell().wait(|| self.take(&mut next, buf), removed, poll, events::deadline(timeout)) {
+        let spun = self.seg.inner.fabric.spin_driving_progress(poll, deadline, || self.take(&mut next, buf), removed);
+        let outcome = match spun {
+            DrivenSpin::Found(r) => Ok(r),
+            DrivenSpin::Aborted(()) => Err(WaitError::Aborted(())),
+            _ => {
+                let poll = spun.remaining_poll(poll);
+                self.rings.bell().wait(|| self.take(&mut next, buf), removed, poll, deadline)
+            }
+        };
+        match outcome {
             Ok(r) => r,
             Err(WaitError::Aborted(())) => Err(Error::InterruptRemoved { number: self.seg.id() }),
             Err(WaitError::TimedOut) => Err(Error::Timeout {

@@ -13,7 +13,7 @@ use super::events::{self, CallbackAction};
 use super::local::LocalSegment;
 use super::map::MapAccess;
 use super::remote::RemoteSegment;
-use super::{FabricInner, Timeout};
+use super::{DrivenSpin, FabricInner, Timeout};
 use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
 use crate::platform::doorbell::WaitError;
@@ -101,8 +101,15 @@ impl LocalInterrupt {
 impl LocalInterruptInner {
     fn wait(&self, timeout: Timeout) -> Result<()> {
         let poll = self.seg.inner.poll_time();
+        let deadline = events::deadline(timeout);
         let removed = || self.seg.inner.is_removed().then_some(());
-        match self.page.bell().wait(|| self.page.take_one(), removed, poll, events::deadline(timeout)) {
+        let spun = self.seg.inner.fabric.spin_driving_progress(poll, deadline, || self.page.take_one(), removed);
+        let outcome = match spun {
+            DrivenSpin::Found(()) => Ok(()),
+            DrivenSpin::Aborted(()) => Err(WaitError::Aborted(())),
+            _ => self.page.bell().wait(|| self.page.take_one(), removed, spun.remaining_poll(poll), deadline),
+        };
+        match outcome {
             Ok(()) => Ok(()),
             Err(WaitError::Aborted(())) => Err(Error::InterruptRemoved { number: self.seg.id() }),
             Err(WaitError::TimedOut) => {

@@ -35,7 +35,7 @@ pub use status::{cleanup, status, CleanupReport, FabricStatus, NodeStatus, Segme
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{FabricConfig, NodeId};
 use crate::error::{Error, IoContext, Result};
@@ -109,6 +109,70 @@ impl FabricInner {
     /// Whether the process `identity`, registered as `node`, is alive.
     pub(crate) fn is_alive(&self, node: u32, identity: ProcessIdentity) -> bool {
         liveness::is_alive(&self.paths.procs(), node, identity)
+    }
+
+    /// The spin phase of a library wait (an interrupt's or a data interrupt's), driving the
+    /// transport's progress from the waiting thread when this process already has an ofi
+    /// endpoint: a trigger or message from another host is then counted by the waiter itself
+    /// instead of by the service thread (after a wake-up, or with `progress = "poll"` up to
+    /// an interval later). Checks `check` and `abort` between polls for up to `poll`, never
+    /// past `deadline`. A wait that cannot be driven (no endpoint, no spin time, a deadline
+    /// already reached) is left to the doorbell wait as it was.
+    pub(crate) fn spin_driving_progress<T, E>(
+        &self,
+        poll: Duration,
+        deadline: Option<Instant>,
+        mut check: impl FnMut() -> Option<T>,
+        mut abort: impl FnMut() -> Option<E>,
+    ) -> DrivenSpin<T, E> {
+        #[cfg(feature = "ofi")]
+        if let Some(ep) = self.ofi.as_ref().and_then(|o| o.open_endpoint()) {
+            if let Some(v) = check() {
+                return DrivenSpin::Found(v);
+            }
+            let now = Instant::now();
+            let until = deadline.map_or(now + poll, |d| d.min(now + poll));
+            if poll.is_zero() || until <= now {
+                return DrivenSpin::Undriven;
+            }
+            let driver = crate::transport::ofi::endpoint::SpinDriver::new(ep);
+            loop {
+                driver.poll();
+                if let Some(v) = check() {
+                    return DrivenSpin::Found(v);
+                }
+                if let Some(e) = abort() {
+                    return DrivenSpin::Aborted(e);
+                }
+                if Instant::now() >= until {
+                    return DrivenSpin::SpunOut;
+                }
+            }
+        }
+        let _ = (poll, deadline, &mut check, &mut abort);
+        DrivenSpin::Undriven
+    }
+}
+
+/// How [`FabricInner::spin_driving_progress`] ended.
+// Without the ofi transport nothing drives a spin: only `Undriven` is made.
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+pub(crate) enum DrivenSpin<T, E> {
+    Found(T),
+    Aborted(E),
+    /// It spun for the whole spin time: the doorbell wait should not spin again.
+    SpunOut,
+    /// It did not spin: the doorbell wait spins as it would have.
+    Undriven,
+}
+
+impl<T, E> DrivenSpin<T, E> {
+    /// The spin time left for the doorbell wait that follows, when nothing was found.
+    pub(crate) fn remaining_poll(&self, poll: Duration) -> Duration {
+        match self {
+            DrivenSpin::Undriven => poll,
+            _ => Duration::ZERO,
+        }
     }
 }
 

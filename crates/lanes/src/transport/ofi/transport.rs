@@ -88,6 +88,12 @@ impl OfiTransport {
         })))
     }
 
+    /// The process endpoint if it is open already (something was exported or connected
+    /// across hosts), without opening it.
+    pub fn open_endpoint(&self) -> Option<Arc<ProcessEndpoint>> {
+        self.0.endpoint.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The process endpoint, opened at first use.
     pub fn endpoint(&self) -> Result<Arc<ProcessEndpoint>> {
         let mut ep = self.0.endpoint.lock().unwrap_or_else(|e| e.into_inner());
