@@ -125,11 +125,13 @@ impl FabricInner {
         mut check: impl FnMut() -> Option<T>,
         mut abort: impl FnMut() -> Option<E>,
     ) -> DrivenSpin<T, E> {
+        // The condition first: a waiter whose trigger is already there looks nothing up.
+        #[cfg(feature = "ofi")]
+        if let Some(v) = check() {
+            return DrivenSpin::Found(v);
+        }
         #[cfg(feature = "ofi")]
         if let Some(ep) = self.ofi.as_ref().and_then(|o| o.open_endpoint()) {
-            if let Some(v) = check() {
-                return DrivenSpin::Found(v);
-            }
             let now = Instant::now();
             let until = deadline.map_or(now + poll, |d| d.min(now + poll));
             if poll.is_zero() || until <= now {
@@ -346,7 +348,7 @@ impl Fabric {
     pub fn progress_driver(&self) -> ProgressDriver {
         #[cfg(feature = "ofi")]
         if let Some(ofi) = &self.inner.ofi {
-            if let Ok(ep) = ofi.endpoint() {
+            if let Some(ep) = ofi.open_endpoint() {
                 return ProgressDriver { driver: Some(crate::transport::ofi::endpoint::SpinDriver::new(ep)) };
             }
         }

@@ -198,12 +198,22 @@ static ENDPOINTS: Mutex<Vec<(EndpointSpec, Weak<ProcessEndpoint>)>> = Mutex::new
 pub(crate) fn process_endpoint(spec: &EndpointSpec) -> Result<Arc<ProcessEndpoint>> {
     let mut all = ENDPOINTS.lock().unwrap_or_else(|e| e.into_inner());
     all.retain(|(_, w)| w.strong_count() > 0);
-    if let Some(ep) = all.iter().find(|(s, _)| s == spec).and_then(|(_, w)| w.upgrade()) {
+    if let Some(ep) = find_endpoint(&all, spec) {
         return Ok(ep);
     }
     let ep = ProcessEndpoint::open(spec.clone())?;
     all.push((spec.clone(), Arc::downgrade(&ep)));
     Ok(ep)
+}
+
+/// The process's endpoint for `spec` if some fabric descriptor of the process holds one,
+/// never opening it.
+pub(crate) fn open_process_endpoint(spec: &EndpointSpec) -> Option<Arc<ProcessEndpoint>> {
+    find_endpoint(&ENDPOINTS.lock().unwrap_or_else(|e| e.into_inner()), spec)
+}
+
+fn find_endpoint(all: &[(EndpointSpec, Weak<ProcessEndpoint>)], spec: &EndpointSpec) -> Option<Arc<ProcessEndpoint>> {
+    all.iter().find(|(s, _)| s == spec).and_then(|(_, w)| w.upgrade())
 }
 
 impl ProcessEndpoint {

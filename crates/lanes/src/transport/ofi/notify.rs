@@ -316,14 +316,15 @@ impl SendState {
         Ok(out)
     }
 
-    /// Takes a finished head prefetch into `head_seen` when it names a head between the
-    /// last one seen and message `next` (anything else is not a head this sender can have
-    /// caused, and is ignored: the full-ring wait reads again); a failed one fails the
-    /// connection like any other failed operation.
-    fn harvest_head(&mut self, staging: &Staging, next: u64) -> Result<()> {
-        let Some(op) = &self.head_prefetch else { return Ok(()) };
+    /// Takes a finished head prefetch into `head_seen` when it names a head between `seen`
+    /// (the last one seen) and message `next` (anything else is not a head this sender can
+    /// have caused, and is ignored: the full-ring wait reads again); a failed one fails the
+    /// connection like any other failed operation. Returns the head seen now.
+    fn harvest_head(&mut self, staging: &Staging, seen: u64, next: u64) -> Result<u64> {
+        let Some(op) = &self.head_prefetch else { return Ok(seen) };
+        let mut now = seen;
         match op.outcome() {
-            None => return Ok(()),
+            None => return Ok(seen),
             Some(Err(e)) => {
                 self.failure.get_or_insert(e);
             }
@@ -331,15 +332,14 @@ impl SendState {
                 let mut w = [0u8; 8];
                 staging.buf.read(HEAD_PREFETCH, &mut w)?;
                 let h = u64::from_ne_bytes(w);
-                if let Some(seen) = self.head_seen {
-                    if h.wrapping_sub(seen) <= next.wrapping_sub(seen) {
-                        self.head_seen = Some(h);
-                    }
+                if h.wrapping_sub(seen) <= next.wrapping_sub(seen) {
+                    now = h;
+                    self.head_seen = Some(h);
                 }
             }
         }
         self.head_prefetch = None;
-        Ok(())
+        Ok(now)
     }
 
     /// Posts a read of ring `ring`'s head word into `HEAD_PREFETCH`, not waited for.
@@ -471,9 +471,8 @@ impl Notifier {
             }
         };
         let n = st.sent;
-        st.harvest_head(&staging, n)?;
+        let head_seen = st.harvest_head(&staging, head_seen, n)?;
         st.failed(conn)?;
-        let head_seen = st.head_seen.unwrap_or(head_seen);
         if st.head_prefetch.is_none() && n.wrapping_sub(head_seen) >= PREFETCH_AT {
             st.prefetch_head(conn, &staging, ring)?;
         }

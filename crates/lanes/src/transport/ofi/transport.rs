@@ -18,10 +18,12 @@
 //! The endpoint is opened at first use, so a cluster process that never creates or connects
 //! pays nothing; so is the node watch, at the first connect.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use super::endpoint::{process_endpoint, DataHandler, EndpointSpec, ProcessEndpoint, RemoteRange};
+use super::endpoint::{
+    open_process_endpoint, process_endpoint, DataHandler, EndpointSpec, ProcessEndpoint, RemoteRange,
+};
 use super::export::Export;
 use super::node_watch::NodeWatch;
 use super::notify::{self, DataInterruptTarget};
@@ -55,7 +57,8 @@ struct Shared {
     node: u32,
     identity: ProcessIdentity,
     spec: EndpointSpec,
-    endpoint: Mutex<Option<Arc<ProcessEndpoint>>>,
+    /// Set once, at first use: read without a lock by every wait that drives progress.
+    endpoint: OnceLock<Arc<ProcessEndpoint>>,
     watch: Mutex<Option<Arc<NodeWatch>>>,
 }
 
@@ -83,26 +86,26 @@ impl OfiTransport {
             node,
             identity,
             spec,
-            endpoint: Mutex::new(None),
+            endpoint: OnceLock::new(),
             watch: Mutex::new(None),
         })))
     }
 
-    /// The process endpoint if it is open already (something was exported or connected
-    /// across hosts), without opening it.
+    /// The process endpoint if it is open already (something of this process was exported
+    /// or connected across hosts, through this fabric descriptor or another), without
+    /// opening it.
     pub fn open_endpoint(&self) -> Option<Arc<ProcessEndpoint>> {
-        self.0.endpoint.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0.endpoint.get().cloned().or_else(|| open_process_endpoint(&self.0.spec))
     }
 
     /// The process endpoint, opened at first use.
     pub fn endpoint(&self) -> Result<Arc<ProcessEndpoint>> {
-        let mut ep = self.0.endpoint.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = &*ep {
+        if let Some(e) = self.0.endpoint.get() {
             return Ok(e.clone());
         }
+        // Two first uses racing get the same endpoint: the process registry shares it.
         let e = process_endpoint(&self.0.spec)?;
-        *ep = Some(e.clone());
-        Ok(e)
+        Ok(self.0.endpoint.get_or_init(|| e).clone())
     }
 
     /// The node watch, started at first use.
