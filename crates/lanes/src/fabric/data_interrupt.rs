@@ -146,13 +146,12 @@ impl LocalDataInner {
     fn take(&self, next: &mut usize, buf: &mut [u8]) -> Option<Result<usize>> {
         let r = &self.rings;
         let [a, b] = r.active();
-        if a == 0 && b == 0 {
-            return None;
-        }
-        for k in 0..MAX_CONNECTIONS {
-            let i = (*next + k) % MAX_CONNECTIONS;
-            let bit = if i < 64 { a >> i } else { b >> (i - 64) };
-            if bit & 1 == 0 {
+        // The active rings in round-robin order from `next`: only their bits are visited.
+        let mut active = (u128::from(b) << 64 | u128::from(a)).rotate_right(*next as u32);
+        while active != 0 {
+            let i = (*next + active.trailing_zeros() as usize) % u128::BITS as usize;
+            active &= active - 1;
+            if i >= MAX_CONNECTIONS {
                 continue;
             }
             let base = Rings::ring(i);

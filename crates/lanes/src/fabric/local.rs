@@ -71,7 +71,7 @@ impl LocalInner {
     /// one (segments, interrupts, data interrupts and reflective groups).
     #[cfg(feature = "ofi")]
     fn export_if_clustered(&self) -> Result<()> {
-        use crate::transport::ofi::transport::owner_handler;
+        use crate::transport::ofi::transport::owner_hooks;
         let Some(ofi) = &self.fabric.ofi else { return Ok(()) };
         let snap = *self.file.snapshot();
         if !matches!(snap.kind, kind::SEGMENT | kind::INTERRUPT | kind::DATA_INTERRUPT | kind::REFLECTIVE) {
@@ -81,8 +81,8 @@ impl LocalInner {
             .file
             .map_data(0, snap.segment_size, crate::platform::mapping::Access::ReadWrite)
             .map_err(|e| Error::io("mapping the object for its export", e))?;
-        let handler = owner_handler(snap.kind, &self.file)?;
-        let exported = ofi.export(snap.kind, snap.segment_id, mapping, handler)?;
+        let hooks = owner_hooks(snap.kind, &self.file)?;
+        let exported = ofi.export(snap.kind, snap.segment_id, mapping, hooks)?;
         *self.export.lock().unwrap_or_else(|e| e.into_inner()) = Some(exported);
         Ok(())
     }

@@ -11,7 +11,10 @@
 //!   waits on, and whatever memory must outlive it;
 //! - progress: whoever calls [`ProcessEndpoint::progress`] reads both CQs and dispatches what
 //!   it finds: transmit completions finish their [`Op`]; remote CQ data goes to the handler
-//!   registered under the data's upper 16 bits ([`ProcessEndpoint::add_handler`]);
+//!   registered under the data's upper 16 bits ([`ProcessEndpoint::add_handler`]); then
+//!   it runs the arrival watches ([`ProcessEndpoint::add_arrival_watch`]), which look at
+//!   memory that remote writes without completion data may have changed during the pass
+//!   (such writes land inside the provider's progress and tell nobody);
 //! - the service thread, which drives progress while nobody spins, as the spec's
 //!   [`IdleProgress`] says: with `Wake` it sleeps in `poll` on the receive CQ's fd (the
 //!   transmit CQ has no wait object) after `fi_trywait` says it may, at most a service
@@ -41,6 +44,11 @@ use crate::platform::{hex, random_u64};
 /// A handler of remote CQ data: called with the data's low 16 bits, from whichever thread
 /// read the completion (a spinning waiter or the service thread). Must not block.
 pub(crate) type DataHandler = Arc<dyn Fn(u16) + Send + Sync>;
+
+/// An arrival watch: called after every progress pass, from whichever thread made it, to
+/// look at memory that remote writes without completion data may have changed. Must be
+/// cheap (a hot spin loop runs it every pass) and must not block.
+pub(crate) type ArrivalWatch = Arc<dyn Fn() + Send + Sync>;
 
 /// Completions read per `fi_cq_read`.
 const BATCH: usize = 16;
@@ -173,6 +181,11 @@ pub(crate) struct ProcessEndpoint {
     provider_keys: bool,
     peers: Mutex<HashMap<Vec<u8>, FiAddr>>,
     handlers: RwLock<Vec<Option<DataHandler>>>,
+    /// Arrival watches with their ids; `watching` says whether there are any, so that a
+    /// process without any pays one load per pass.
+    watches: RwLock<Vec<(u64, ArrivalWatch)>>,
+    watching: AtomicBool,
+    next_watch: AtomicU64,
     periodic: Mutex<Vec<Weak<dyn Fn() + Send + Sync>>>,
     next_key: AtomicU64,
     /// Waiters reading the CQs themselves right now; the service thread stays off the CQ fds
@@ -273,6 +286,9 @@ impl ProcessEndpoint {
             provider_keys,
             peers: Mutex::new(HashMap::new()),
             handlers: RwLock::new(vec![None]),
+            watches: RwLock::new(Vec::new()),
+            watching: AtomicBool::new(false),
+            next_watch: AtomicU64::new(1),
             periodic: Mutex::new(Vec::new()),
             next_key: AtomicU64::new(random_u64() | 1),
             spinners: AtomicU32::new(0),
@@ -336,6 +352,33 @@ impl ProcessEndpoint {
         let mut hs = self.handlers.write().unwrap_or_else(|e| e.into_inner());
         if let Some(h) = hs.get_mut(handle as usize) {
             *h = None;
+        }
+    }
+
+    /// Adds an arrival watch, run after every progress pass from now on; returns its id.
+    pub fn add_arrival_watch(&self, watch: ArrivalWatch) -> u64 {
+        let id = self.next_watch.fetch_add(1, Ordering::Relaxed);
+        let mut ws = self.watches.write().unwrap_or_else(|e| e.into_inner());
+        ws.push((id, watch));
+        self.watching.store(true, Ordering::Release);
+        id
+    }
+
+    /// Forgets arrival watch `id`; a pass already running it finishes.
+    pub fn remove_arrival_watch(&self, id: u64) {
+        let mut ws = self.watches.write().unwrap_or_else(|e| e.into_inner());
+        ws.retain(|(i, _)| *i != id);
+        self.watching.store(!ws.is_empty(), Ordering::Release);
+    }
+
+    /// Runs the arrival watches (after a progress pass).
+    fn watch_arrivals(&self) {
+        if !self.watching.load(Ordering::Acquire) {
+            return;
+        }
+        let ws = self.watches.read().unwrap_or_else(|e| e.into_inner());
+        for (_, w) in ws.iter() {
+            w();
         }
     }
 
@@ -446,8 +489,8 @@ impl ProcessEndpoint {
         }
     }
 
-    /// Reads both CQs until neither returns a full batch and dispatches what they held;
-    /// returns how many entries it read. The receive CQ goes first: its read drives the
+    /// Reads both CQs until neither returns a full batch and dispatches what they held, then
+    /// runs the arrival watches; returns how many entries it read. The receive CQ goes first: its read drives the
     /// provider's progress too, so remote data that arrived meanwhile is returned by that
     /// same read instead of being moved there by the transmit CQ's read and returned by a
     /// second one.
@@ -461,6 +504,7 @@ impl ProcessEndpoint {
             let tx = self.read_cq(self.ep.tx_cq(), &mut buf, true);
             n += rx + tx;
             if rx < BATCH && tx < BATCH {
+                self.watch_arrivals();
                 return n;
             }
         }
@@ -468,13 +512,15 @@ impl ProcessEndpoint {
 
     /// One look for a spinning waiter: reads the receive CQ, and the transmit CQ only when
     /// the receive CQ held nothing, so that remote data is handed over after one provider
-    /// progress, not three. Returns how many entries it read.
+    /// progress, not three; then runs the arrival watches. Returns how many entries it read.
     fn poll_once(&self) -> usize {
         let mut buf = [Completion::default(); BATCH];
-        match self.read_cq(self.ep.rx_cq(), &mut buf, false) {
+        let n = match self.read_cq(self.ep.rx_cq(), &mut buf, false) {
             0 => self.read_cq(self.ep.tx_cq(), &mut buf, true),
             rx => rx,
-        }
+        };
+        self.watch_arrivals();
+        n
     }
 
     fn read_cq(&self, cq: &fi::Cq, buf: &mut [Completion; BATCH], transmit: bool) -> usize {

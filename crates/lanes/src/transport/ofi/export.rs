@@ -1,11 +1,12 @@
 //! What an owner process keeps for one object it exports over ofi: the registration of the
-//! object's data (its shm file, mapped) and, for interrupts and data interrupts, the handle
-//! of the completion handler that turns peers' RMA into local doorbell rings
-//! (`super::notify`).
+//! object's data (its shm file, mapped) and, for interrupts and data interrupts, the hooks
+//! that turn peers' RMA into local doorbell rings (`super::notify`): the handle of a
+//! completion handler (for writes with remote CQ data) and an arrival watch (for writes
+//! without).
 //!
 //! Peers learn the export as a [`RemoteRange`]: the owner's endpoint name, [`Export::base`],
 //! [`Export::key`], [`Export::len`] and [`Export::handle`] (0 when there is no handler).
-//! Dropping the export removes the handler and closes the registration: from then on peers'
+//! Dropping the export removes the hooks and closes the registration: from then on peers'
 //! RMA to it fails (reads, and writes posted with `FI_DELIVERY_COMPLETE`) or is dropped by
 //! the provider (plain writes; docs/design/multi-host.md, "Stage 0 results").
 
@@ -13,7 +14,7 @@ use std::sync::Arc;
 
 #[cfg(test)]
 use super::endpoint::RemoteRange;
-use super::endpoint::{DataHandler, ProcessEndpoint};
+use super::endpoint::{ArrivalWatch, DataHandler, ProcessEndpoint};
 use super::fi;
 #[cfg(test)]
 use super::fi::FiAddr;
@@ -38,12 +39,23 @@ unsafe impl fi::RegistrableMemory for ExportedMemory {
     }
 }
 
+/// What turns peers' writes to an exported object into the owner's local events.
+#[derive(Default)]
+pub(crate) struct OwnerHooks {
+    /// Receives remote CQ data naming the object.
+    pub on_data: Option<DataHandler>,
+    /// Runs after every progress pass of the endpoint.
+    pub on_arrival: Option<ArrivalWatch>,
+}
+
 /// One object exported over ofi. See the module documentation.
 pub(crate) struct Export {
     endpoint: Arc<ProcessEndpoint>,
     mr: fi::MemoryRegion,
     /// The handler's handle in the endpoint's table; 0 (never assigned) for none.
     handle: u16,
+    /// The arrival watch's id, if any.
+    watch: Option<u64>,
 }
 
 impl std::fmt::Debug for Export {
@@ -54,15 +66,16 @@ impl std::fmt::Debug for Export {
 
 impl Export {
     /// Registers `memory` (the object's whole data, mapped read-write) on `endpoint` for
-    /// peers' reads and writes, and `handler`, when given, for remote CQ data naming it.
-    pub fn new(endpoint: &Arc<ProcessEndpoint>, memory: DataMapping, handler: Option<DataHandler>) -> Result<Export> {
+    /// peers' reads and writes, and `hooks` for what they write.
+    pub fn new(endpoint: &Arc<ProcessEndpoint>, memory: DataMapping, hooks: OwnerHooks) -> Result<Export> {
         let mr = endpoint.register(Arc::new(ExportedMemory(memory)), fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE)?;
         // The registration closes (drops) if adding the handler fails.
-        let handle = match handler {
+        let handle = match hooks.on_data {
             Some(h) => endpoint.add_handler(h)?,
             None => 0,
         };
-        Ok(Export { endpoint: Arc::clone(endpoint), mr, handle })
+        let watch = hooks.on_arrival.map(|w| endpoint.add_arrival_watch(w));
+        Ok(Export { endpoint: Arc::clone(endpoint), mr, handle, watch })
     }
 
     /// The registration's key.
@@ -112,10 +125,13 @@ impl Export {
 
 impl Drop for Export {
     fn drop(&mut self) {
-        // First no more dispatch to the handler (a call already running keeps its own Arc of
-        // it and of the memory it touches), then the registration closes as `mr` drops.
+        // First no more dispatch to the hooks (a call already running keeps its own Arc of
+        // each and of the memory it touches), then the registration closes as `mr` drops.
         if self.handle != 0 {
             self.endpoint.remove_handler(self.handle);
+        }
+        if let Some(id) = self.watch {
+            self.endpoint.remove_arrival_watch(id);
         }
     }
 }

@@ -18,20 +18,35 @@
 //! staging buffer of the connection) and reaps them on later calls; a failed one makes that
 //! call and every later one fail (the count at the owner is no longer what the sender sent).
 //!
-//! **Data interrupts.** A message is one `fi_writedata` of its length word and payload into
-//! the sender's next entry of its own slot's ring in the `dint-` layout, never the entry's
-//! sequence word. The owner's handler publishes entries ([`Rings::publish`]: sequence word,
-//! recorded tail, then the receiver's doorbell), so the receiving code is the shm one.
-//! Completions of one sender arrive in order (one rxm connection, `FI_ORDER_RMA_WAW`), but
-//! two threads reading the CQ may dispatch them out of order, so the handler keeps a mask of
-//! entries arrived beyond the recorded tail and publishes only the contiguous ones: messages
-//! arrive whole, in order per sender, none lost or duplicated. The sender tracks its tail
-//! and the last head it read; it reads the ring's tail and head once (`fi_read`) at its first
-//! send; three quarters into the ring past the last head it read, it posts a read of the head
-//! without waiting and takes its answer at a later send (so a sender whose receiver keeps up
-//! never waits for a read: a ping-pong used to pay a round trip every 16 messages); when it
-//! believes the ring full it reads the head and waits for it, spinning for `poll` and then
-//! backing off up to 1 ms, until its timeout ([`Error::QueueFull`], nothing sent).
+//! **Data interrupts.** A message is written into the sender's next entry of its own slot's
+//! ring in the `dint-` layout, so the receiving code is the shm one. How the entry is
+//! published depends on the provider ([`Publish`]):
+//! - **By its sequence word** where the provider places the ranges of one write in the order
+//!   named ([`fi::Info::fills_ranges_in_order`]: tcp and net, which carry the lion's share):
+//!   one write of two ranges, the length word and payload, then the sequence word, as a local
+//!   sender stores them. No completion reaches the owner: a receiver that spins (driving
+//!   progress, as library waits do) sees the entry the moment the provider placed it, as it
+//!   sees a remote PIO store; for one that sleeps, the owner's arrival watch
+//!   ([`DataInterruptTarget::hooks`]), run after every progress pass of its process, moves
+//!   the recorded tail past what arrived and rings the doorbell
+//!   ([`Rings::advance_recorded_tails`]). Remote CQ data used to publish every entry; it
+//!   cost a completion (and the provider's wake-up signal) per message at the owner, about
+//!   7 µs of a ping-pong on tcp.
+//! - **By completion data** elsewhere: one `fi_writedata` of the length word and payload,
+//!   never the sequence word. The owner's handler publishes entries ([`Rings::publish`]:
+//!   sequence word, recorded tail, then the receiver's doorbell). Completions of one sender
+//!   arrive in order (one rxm connection, `FI_ORDER_RMA_WAW`), but two threads reading the CQ
+//!   may dispatch them out of order, so the handler keeps a mask of entries arrived beyond
+//!   the recorded tail and publishes only the contiguous ones.
+//!
+//! Either way messages arrive whole, in order per sender, none lost or duplicated. The
+//! sender tracks its tail and the last head it read; it reads the ring's tail and head once
+//! (`fi_read`) at its first send; three quarters into the ring past the last head it read,
+//! it posts a read of the head without waiting and takes its answer at a later send (so a
+//! sender whose receiver keeps up never waits for a read: a ping-pong used to pay a round
+//! trip every 16 messages); when it believes the ring full it reads the head and waits for
+//! it, spinning for `poll` and then backing off up to 1 ms, until its timeout
+//! ([`Error::QueueFull`], nothing sent).
 //!
 //! Writes are posted without `FI_DELIVERY_COMPLETE`, as a posted write on a PCIe fabric is
 //! not acknowledged: asking for delivery completion cost an acknowledgement per trigger and
@@ -43,10 +58,11 @@
 //! waits without a bound: posts and the waits for the sender's own reads and staging reuse
 //! end at [`POST_TIMEOUT`].
 //!
-//! The owner side: an interrupt's handler is [`interrupt_handler`]; a data interrupt's is
-//! [`DataInterruptTarget::handler`], and whoever hands a connection slot of it to a remote
-//! sender calls [`DataInterruptTarget::attach`] first (it settles the ring's tail, which the
-//! sender reads at its first send).
+//! The owner side: an interrupt's handler is [`interrupt_handler`]; a data interrupt's hooks
+//! are [`DataInterruptTarget::hooks`], and whoever hands a connection slot of it to a remote
+//! sender settles the slot's ring first ([`Rings::settle`]: the daemon, or
+//! [`DataInterruptTarget::attach`] in tests), as the sender reads the ring's tail at its
+//! first send.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -54,12 +70,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::endpoint::{DataHandler, Op, ProcessEndpoint};
+use super::export::OwnerHooks;
 use super::fi;
 use super::remote::OfiConn;
 use crate::error::{Error, Result};
 use crate::fabric::Timeout;
 use crate::transport::shm::data_interrupt::{
-    Rings, ENTRY_BYTES, ENTRY_HEADER, ENTRY_LEN, MAX_DATA_INTERRUPT_PAYLOAD, RING_CAP, RING_HEAD, RING_TAIL,
+    Rings, ENTRY_BYTES, ENTRY_HEADER, ENTRY_LEN, ENTRY_SEQ, MAX_DATA_INTERRUPT_PAYLOAD, RING_CAP, RING_HEAD, RING_TAIL,
 };
 use crate::transport::shm::interrupt::{BellPage, REMOTE_COUNTS};
 use crate::transport::shm::layout::MAX_CONNECTIONS;
@@ -75,10 +92,12 @@ const SLOT_BITS: u32 = 7;
 const SLOT_MASK: u16 = (1 << SLOT_BITS) - 1;
 /// Message numbers travel modulo this.
 const NUMBER_MOD: u64 = 1 << (16 - SLOT_BITS);
-/// The bytes of an entry a remote sender writes: from the length word to the payload's end.
+/// The bytes of an entry a remote sender writes before its sequence word: from the length
+/// word to the payload's end.
 const ENTRY_WRITTEN: usize = ENTRY_BYTES - ENTRY_LEN;
-/// The staging stride of one message (a multiple of 64).
-const MESSAGE_STAGE: usize = ENTRY_WRITTEN.div_ceil(64) * 64;
+/// The staging stride of one message (a multiple of 64): the length word, the payload and,
+/// right after the payload, the sequence word.
+const MESSAGE_STAGE: usize = (ENTRY_WRITTEN + 8).div_ceil(64) * 64;
 /// Where reads of the ring's tail and head land in a data interrupt sender's staging buffer.
 const HEADER_STAGE: usize = RING_CAP as usize * MESSAGE_STAGE;
 /// Bytes read at the first send: the ring's tail word up to and including its head word.
@@ -138,8 +157,18 @@ impl DataInterruptTarget {
         self.rings.settle(slot).0
     }
 
-    /// The handler to export the object with.
-    pub fn handler(self: &Arc<Self>) -> DataHandler {
+    /// The hooks to export the object with: the handler of completion data, and the
+    /// arrival watch for senders that publish by sequence word.
+    pub fn hooks(self: &Arc<Self>) -> OwnerHooks {
+        let me = Arc::clone(self);
+        OwnerHooks {
+            on_data: Some(self.handler()),
+            on_arrival: Some(Arc::new(move || me.rings.advance_recorded_tails())),
+        }
+    }
+
+    /// The handler of completion data (senders that publish by completion data).
+    fn handler(self: &Arc<Self>) -> DataHandler {
         let me = Arc::clone(self);
         Arc::new(move |value| me.on_data(value))
     }
@@ -197,6 +226,29 @@ impl Staging {
     }
 }
 
+/// How a data interrupt sender publishes its entries (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// One write: length word and payload, then the sequence word.
+    BySequenceWord,
+    /// A write with remote CQ data; the owner's handler stores the sequence word.
+    ByCompletionData,
+}
+
+impl Publish {
+    /// What `endpoint`'s provider allows: by sequence word where one write's ranges land in
+    /// the order named and after every earlier write's (`FI_ORDER_RMA_WAW`).
+    fn for_endpoint(endpoint: &ProcessEndpoint) -> Publish {
+        let info = endpoint.fi().domain().info();
+        let ordered = info.msg_order() & fi::FI_ORDER_RMA_WAW != 0;
+        if ordered && info.fills_ranges_in_order() && info.rma_iov_limit() >= 2 {
+            Publish::BySequenceWord
+        } else {
+            Publish::ByCompletionData
+        }
+    }
+}
+
 /// The sending side of one connection: triggers or messages, serialised by one lock.
 #[derive(Default)]
 pub(crate) struct Notifier {
@@ -218,6 +270,8 @@ impl std::fmt::Debug for Notifier {
 struct SendState {
     /// Created at the first trigger or send.
     staging: Option<Arc<Staging>>,
+    /// For data interrupts: chosen at the first send.
+    publish: Option<Publish>,
     /// Triggers posted, or the number of the next message.
     sent: u64,
     /// For data interrupts, once read: the receiver's head as last read.
@@ -388,6 +442,15 @@ fn word(bytes: &[u8], at: usize) -> u64 {
 }
 
 impl Notifier {
+    /// Makes this data interrupt sender publish `how`, whatever the provider allows (tests
+    /// of the other way on tcp). Before the first send only.
+    #[cfg(test)]
+    pub fn publish_by(&self, how: Publish) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(st.staging.is_none(), "publish_by after the first send");
+        st.publish = Some(how);
+    }
+
     /// `Ok` unless an earlier write of this connection failed (reaping finished ones first).
     pub fn check(&self, conn: &OfiConn) -> Result<()> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -503,19 +566,34 @@ impl Notifier {
             st.failed(conn)?;
         }
         let at = (n % RING_CAP) as usize * MESSAGE_STAGE;
+        let written = ENTRY_HEADER - ENTRY_LEN + data.len();
         staging.buf.write(at, &(data.len() as u32).to_ne_bytes())?;
         staging.buf.write(at + ENTRY_HEADER - ENTRY_LEN, data)?;
-        let len = ENTRY_HEADER - ENTRY_LEN + data.len();
-        let target = conn.range.target((Rings::entry(slot, n) + ENTRY_LEN) as u64, len as u64)?;
-        let value = conn.range.cq_data(message_value(slot, n));
-        let flags = fi::FI_REMOTE_CQ_DATA;
-        let local = staging.mr.local(at, len)?;
-        // SAFETY: the source lies in the staging buffer, which the operation keeps alive until
-        // its completion is read, and this entry is not written again before that (reused
-        // only after retire_through saw this operation finish). A refused attempt posted
-        // nothing.
-        let op = conn
-            .post_until(POST_TIMEOUT, |d| unsafe { ep.post_write(local, target, value, flags, staging.keep(), d) })?;
+        let entry = Rings::entry(slot, n) as u64;
+        let body = conn.range.target(entry + ENTRY_LEN as u64, written as u64)?;
+        let publish = *st.publish.get_or_insert_with(|| Publish::for_endpoint(ep));
+        let op = match publish {
+            Publish::BySequenceWord => {
+                staging.buf.write(at + written, &n.wrapping_add(1).to_ne_bytes())?;
+                let seq = conn.range.target(entry + ENTRY_SEQ as u64, 8)?;
+                let local = staging.mr.local(at, written + 8)?;
+                // SAFETY: the source lies in the staging buffer, which the operation keeps
+                // alive until its completion is read, and this entry's staging is not written
+                // again before that (reused only after retire_through saw this operation
+                // finish). A refused attempt posted nothing.
+                conn.post_until(POST_TIMEOUT, |d| unsafe {
+                    ep.post_write_scatter(local, &[(body, written), (seq, 8)], 0, staging.keep(), d)
+                })?
+            }
+            Publish::ByCompletionData => {
+                let value = conn.range.cq_data(message_value(slot, n));
+                let local = staging.mr.local(at, written)?;
+                // SAFETY: as above.
+                conn.post_until(POST_TIMEOUT, |d| unsafe {
+                    ep.post_write(local, body, value, fi::FI_REMOTE_CQ_DATA, staging.keep(), d)
+                })?
+            }
+        };
         st.sent = n + 1;
         st.in_flight.push_back((n, op));
         Ok(())
@@ -542,7 +620,7 @@ mod tests {
     use crate::transport::ofi::endpoint::EndpointSpec;
     use crate::transport::ofi::export::Export;
     use crate::transport::ofi::remote::OfiRemote;
-    use crate::transport::shm::data_interrupt::OBJECT_BYTES;
+    use crate::transport::shm::data_interrupt::{BELL_SEQ, OBJECT_BYTES};
     use crate::transport::shm::interrupt::BELL_PAGE;
     use crate::transport::shm::layout::kind;
     use crate::transport::shm::remote::direct_mapping;
@@ -588,7 +666,8 @@ mod tests {
         fn export_interrupt(&self, li: &LocalInterrupt) -> (SegmentFile, Export) {
             let file = self.file(kind::INTERRUPT, li.number());
             let map = || direct_mapping(&file, 0, BELL_PAGE, MapAccess::ReadWrite).expect("map");
-            let export = Export::new(&self.ep, map(), Some(interrupt_handler(BellPage::new(map())))).expect("export");
+            let hooks = OwnerHooks { on_data: Some(interrupt_handler(BellPage::new(map()))), on_arrival: None };
+            let export = Export::new(&self.ep, map(), hooks).expect("export");
             (file, export)
         }
 
@@ -596,7 +675,7 @@ mod tests {
             let file = self.file(kind::DATA_INTERRUPT, ldi.number());
             let map = || direct_mapping(&file, 0, OBJECT_BYTES, MapAccess::ReadWrite).expect("map");
             let target = DataInterruptTarget::new(map());
-            let export = Export::new(&self.ep, map(), Some(target.handler())).expect("export");
+            let export = Export::new(&self.ep, map(), target.hooks()).expect("export");
             (file, export, target)
         }
     }
@@ -726,14 +805,26 @@ mod tests {
     }
 
     #[test]
-    fn notify_messages_of_three_senders_arrive_whole_and_in_order() {
-        let owner = Owner::new("dint");
+    fn notify_messages_of_three_senders_arrive_whole_and_in_order_published_by_sequence_word() {
+        three_senders(Publish::BySequenceWord);
+    }
+
+    #[test]
+    fn notify_messages_of_three_senders_arrive_whole_and_in_order_published_by_completion_data() {
+        three_senders(Publish::ByCompletionData);
+    }
+
+    /// Three senders on endpoints of their own send `MESSAGES` each, publishing `how`, to a
+    /// receiver that spins for the first half of them and sleeps at once for the rest.
+    fn three_senders(how: Publish) {
+        let owner = Owner::new(&format!("dint-{how:?}"));
         let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
         let (file, export, target) = owner.export_data_interrupt(&ldi);
         let senders: Vec<_> = (0..3u8)
             .map(|s| {
                 let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
                 let r = connect(&ep, &file, &export, Some(&target));
+                r.publish_by(how);
                 std::thread::spawn(move || {
                     for seq in 0..MESSAGES {
                         r.send(&message(s, seq), T, POLL).unwrap_or_else(|e| panic!("sender {s} message {seq}: {e}"));
@@ -746,7 +837,11 @@ mod tests {
         let started = Instant::now();
         let mut next = [0u32; 3];
         let mut buf = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD];
+        ldi.set_poll_time(Duration::from_secs(1));
         for i in 0..3 * MESSAGES {
+            if i == 3 * MESSAGES / 2 {
+                ldi.set_poll_time(Duration::ZERO);
+            }
             let n = ldi.wait(&mut buf, T).unwrap_or_else(|e| panic!("message {i}: {e}"));
             let s = if n == 0 { 0 } else { buf[0] };
             assert!(s < 3, "message {i} names sender {s}");
@@ -754,19 +849,60 @@ mod tests {
             assert!(buf[..n] == want[..], "message {i}: sender {s}'s number {} arrived wrong", next[s as usize]);
             next[s as usize] += 1;
         }
-        eprintln!("{} messages of 3 senders: {:?}", 3 * MESSAGES, started.elapsed());
+        eprintln!("{} messages of 3 senders, published {how:?}: {:?}", 3 * MESSAGES, started.elapsed());
         let _conns: Vec<_> = senders.into_iter().map(|t| t.join().expect("sender")).collect();
         assert_eq!(next, [MESSAGES; 3]);
         assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)), "a message beyond those sent");
     }
 
     #[test]
-    fn notify_a_full_queue_fails_with_queue_full_having_sent_nothing() {
-        let owner = Owner::new("full");
+    fn notify_a_message_published_by_sequence_word_rings_the_receivers_doorbell_and_records_the_tail() {
+        // Nobody waits and nobody spins: only the owner endpoint's arrival watch, run after
+        // its service thread's progress passes, can ring the doorbell and record the tail.
+        let owner = Owner::new("watch");
+        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
+        let (file, export, target) = owner.export_data_interrupt(&ldi);
+        let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
+        if fi::provider_from_env().starts_with("tcp") || fi::provider_from_env().starts_with("net") {
+            assert_eq!(Publish::for_endpoint(&ep), Publish::BySequenceWord, "tcp and net publish by sequence word");
+        }
+        let r = connect(&ep, &file, &export, Some(&target));
+        r.publish_by(Publish::BySequenceWord);
+        let rings = Rings::new(direct_mapping(&file, 0, OBJECT_BYTES, MapAccess::ReadWrite).expect("map"));
+        let slot = r.conn().slot as usize;
+        let bell_seq = || rings.word32(BELL_SEQ).load(Ordering::SeqCst);
+        let tail = || rings.word64(Rings::ring(slot) + RING_TAIL).load(Ordering::SeqCst);
+        for n in 1..=3u64 {
+            let rung = bell_seq();
+            r.send(&message(2, n as u32), T, POLL).expect("send");
+            eventually("the doorbell rung", || bell_seq() != rung);
+            eventually("the tail recorded", || tail() == n);
+        }
+        let mut buf = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD];
+        for n in 1..=3u32 {
+            let len = ldi.wait(&mut buf, Timeout::Immediate).expect("message");
+            assert!(buf[..len] == message(2, n)[..], "message {n}");
+        }
+        assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)));
+    }
+
+    #[test]
+    fn notify_a_full_queue_fails_with_queue_full_having_sent_nothing_published_by_sequence_word() {
+        full_queue(Publish::BySequenceWord);
+    }
+
+    #[test]
+    fn notify_a_full_queue_fails_with_queue_full_having_sent_nothing_published_by_completion_data() {
+        full_queue(Publish::ByCompletionData);
+    }
+
+    fn full_queue(how: Publish) {
+        let owner = Owner::new(&format!("full-{how:?}"));
         let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
         let (file, export, target) = owner.export_data_interrupt(&ldi);
         let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
         let r = connect(&ep, &file, &export, Some(&target));
+        r.publish_by(how);
         let cap = RING_CAP as u32;
         for seq in 0..cap {
             r.send(&message(1, seq), T, POLL).expect("send");

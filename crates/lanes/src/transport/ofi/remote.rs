@@ -98,6 +98,12 @@ impl OfiRemote {
     pub fn conn(&self) -> &Arc<OfiConn> {
         &self.0
     }
+
+    /// Makes this data interrupt connection publish `how` (tests of both ways on tcp).
+    #[cfg(test)]
+    pub fn publish_by(&self, how: super::notify::Publish) {
+        self.0.notify.publish_by(how);
+    }
 }
 
 impl OfiConn {

@@ -21,10 +21,8 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use super::endpoint::{
-    open_process_endpoint, process_endpoint, DataHandler, EndpointSpec, ProcessEndpoint, RemoteRange,
-};
-use super::export::Export;
+use super::endpoint::{open_process_endpoint, process_endpoint, EndpointSpec, ProcessEndpoint, RemoteRange};
+use super::export::{Export, OwnerHooks};
 use super::node_watch::NodeWatch;
 use super::notify::{self, DataInterruptTarget};
 use super::remote::OfiRemote;
@@ -120,18 +118,12 @@ impl OfiTransport {
     }
 
     /// Registers the data of local object (`layout_kind`, `id`) of this node, `memory`,
-    /// and publishes its export record; `handler` receives remote CQ data meant for it.
-    pub fn export(
-        &self,
-        layout_kind: u32,
-        id: u32,
-        memory: DataMapping,
-        handler: Option<DataHandler>,
-    ) -> Result<Exported> {
+    /// and publishes its export record; `hooks` turn peers' writes into local events.
+    pub fn export(&self, layout_kind: u32, id: u32, memory: DataMapping, hooks: OwnerHooks) -> Result<Exported> {
         let kind = ObjectKind::from_layout_kind(layout_kind)
             .ok_or(Error::IllegalOperation("exporting an object of an unknown kind"))?;
         let endpoint = self.endpoint()?;
-        let export = Export::new(&endpoint, memory, handler)?;
+        let export = Export::new(&endpoint, memory, hooks)?;
         let record = ExportRecord {
             kind,
             node: self.0.node,
@@ -227,17 +219,24 @@ impl Transport for OfiTransport {
     }
 }
 
-/// What receives remote CQ data for an object this process owns: the trigger counter of
-/// an interrupt, the ring publisher of a data interrupt; segments need none.
-pub(crate) fn owner_handler(layout_kind: u32, file: &SegmentFile) -> Result<Option<DataHandler>> {
+/// What turns peers' writes to an object this process owns into local events: the
+/// trigger counter of an interrupt; the ring publisher and arrival watch of a data
+/// interrupt; segments need none.
+pub(crate) fn owner_hooks(layout_kind: u32, file: &SegmentFile) -> Result<OwnerHooks> {
     Ok(match layout_kind {
-        kind::INTERRUPT => {
-            Some(notify::interrupt_handler(BellPage::new(direct_mapping(file, 0, BELL_PAGE, MapAccess::ReadWrite)?)))
-        }
+        kind::INTERRUPT => OwnerHooks {
+            on_data: Some(notify::interrupt_handler(BellPage::new(direct_mapping(
+                file,
+                0,
+                BELL_PAGE,
+                MapAccess::ReadWrite,
+            )?))),
+            on_arrival: None,
+        },
         kind::DATA_INTERRUPT => {
-            Some(DataInterruptTarget::new(direct_mapping(file, 0, OBJECT_BYTES, MapAccess::ReadWrite)?).handler())
+            DataInterruptTarget::new(direct_mapping(file, 0, OBJECT_BYTES, MapAccess::ReadWrite)?).hooks()
         }
-        _ => None,
+        _ => OwnerHooks::default(),
     })
 }
 

@@ -13,9 +13,14 @@
 //! separate tail. The sender records its tail afterwards, for whoever inherits its slot: a
 //! new sender continues past any entry already published beyond the recorded tail.
 //!
-//! A sender on another host (transport `ofi`) writes an entry's length and payload by RMA
-//! and never its sequence word: the owner's completion handler publishes the entry
-//! ([`Rings::publish`]) once the write has completed there (`transport::ofi::notify`).
+//! A sender on another host (transport `ofi`, `transport::ofi::notify`) writes an entry by
+//! RMA in one of two ways. Where the provider places an operation's ranges in the order
+//! named, it writes the length and payload and then the sequence word, as a local sender
+//! does; the owner's process learns of it only by looking: after every progress pass it
+//! moves the recorded tails past what arrived and rings the receiver's doorbell
+//! ([`Rings::advance_recorded_tails`]). Elsewhere it writes the length and payload with
+//! remote completion data and never the sequence word, and the owner's completion handler
+//! publishes the entry ([`Rings::publish`]).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -125,14 +130,58 @@ impl Rings {
         self.word64(word).fetch_or(bit, Ordering::SeqCst);
         let base = Self::ring(slot);
         let head = self.word64(base + RING_HEAD).load(Ordering::Acquire);
-        let mut tail = self.word64(base + RING_TAIL).load(Ordering::Acquire);
+        let tail = self.published_end(slot, head, self.word64(base + RING_TAIL).load(Ordering::Acquire));
+        self.word64(base + RING_TAIL).store(tail, Ordering::SeqCst);
+        (tail, head)
+    }
+
+    /// The number after the last message of ring `slot` published in a row from `recorded`
+    /// on, given the receiver's `head`. A recorded tail not within `head..=head + RING_CAP`
+    /// (left behind by a sender that does not record it, or damaged) counts from the head:
+    /// everything before the head was taken.
+    fn published_end(&self, slot: usize, head: u64, recorded: u64) -> u64 {
+        let mut tail = if recorded.wrapping_sub(head) > RING_CAP { head } else { recorded };
         while tail.wrapping_sub(head) < RING_CAP
             && self.word64(Self::entry(slot, tail) + ENTRY_SEQ).load(Ordering::Acquire) == tail.wrapping_add(1)
         {
             tail = tail.wrapping_add(1);
         }
-        self.word64(base + RING_TAIL).store(tail, Ordering::SeqCst);
-        (tail, head)
+        tail
+    }
+
+    /// For senders that publish by writing sequence words over RMA (which tells nobody):
+    /// moves each active ring's recorded tail past the entries published beyond it, and rings
+    /// the receiver's doorbell when any were. Cheap when nothing arrived (a few loads per
+    /// active ring), so it can run after every progress pass. Several callers may race: the
+    /// tail only moves forward (compare-and-swap), and whoever moves it past an entry rings.
+    /// The caller must have seen the entries' writes land (a progress pass of its own).
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub fn advance_recorded_tails(&self) {
+        let [a, b] = self.active();
+        let mut moved = false;
+        for (w, mut bits) in [(0, a), (64, b)] {
+            while bits != 0 {
+                let slot = w + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let tail_word = self.word64(Self::ring(slot) + RING_TAIL);
+                let head_word = self.word64(Self::ring(slot) + RING_HEAD);
+                loop {
+                    let recorded = tail_word.load(Ordering::SeqCst);
+                    let head = head_word.load(Ordering::Acquire);
+                    let end = self.published_end(slot, head, recorded);
+                    if end == recorded
+                        || tail_word.compare_exchange(recorded, end, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+                    {
+                        // A tail behind the head that moved up to it passed no new entry.
+                        moved |= end != recorded && end != head;
+                        break;
+                    }
+                }
+            }
+        }
+        if moved {
+            self.bell().ring();
+        }
     }
 
     /// Publishes message `n` of ring `slot`, whose length word and payload someone else put
@@ -227,5 +276,98 @@ impl Sender {
         st.tail = tail.wrapping_add(1);
         r.bell().ring();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FabricConfig, NodeId};
+    use crate::fabric::{Fabric, MapAccess};
+    use crate::transport::shm::layout::kind;
+    use crate::transport::shm::remote::direct_mapping;
+    use crate::transport::shm::segment_file::SegmentFile;
+    use crate::transport::shm::FabricPaths;
+
+    const NODE: u32 = 4;
+
+    /// A data interrupt's rings (and the fabric and directory holding it).
+    fn rings(name: &str) -> (Rings, Fabric, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("lanes-unit-rings-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let fabric = Fabric::open_with(FabricConfig::new(&dir, NodeId::new(NODE).expect("node"))).expect("fabric");
+        let ldi = fabric.create_data_interrupt(Some(1)).expect("data interrupt");
+        let file = SegmentFile::open(&FabricPaths::new(&dir), kind::DATA_INTERRUPT, NODE, 1).expect("file");
+        let rings = Rings::new(direct_mapping(&file, 0, OBJECT_BYTES, MapAccess::ReadWrite).expect("map"));
+        std::mem::forget(ldi);
+        (rings, fabric, dir)
+    }
+
+    /// What a remote sender that publishes by sequence word leaves: entry `n`'s sequence word.
+    fn place(r: &Rings, slot: usize, n: u64) {
+        r.word64(Rings::entry(slot, n) + ENTRY_SEQ).store(n + 1, Ordering::SeqCst);
+    }
+
+    fn words(r: &Rings, slot: usize) -> (u64, u64, u32) {
+        let base = Rings::ring(slot);
+        (
+            r.word64(base + RING_TAIL).load(Ordering::SeqCst),
+            r.word64(base + RING_HEAD).load(Ordering::SeqCst),
+            r.word32(BELL_SEQ).load(Ordering::SeqCst),
+        )
+    }
+
+    #[test]
+    fn arrivals_move_the_recorded_tail_and_ring_only_when_an_entry_was_passed() {
+        let (r, _fabric, dir) = rings("arrivals");
+        let slot = 3;
+        assert_eq!(r.settle(slot), (0, 0));
+        r.advance_recorded_tails();
+        assert_eq!(words(&r, slot), (0, 0, 0), "nothing arrived: nothing moved, nothing rung");
+        place(&r, slot, 0);
+        place(&r, slot, 1);
+        place(&r, slot, 3);
+        r.advance_recorded_tails();
+        assert_eq!(words(&r, slot), (2, 0, 1), "past the contiguous entries, one ring");
+        r.advance_recorded_tails();
+        assert_eq!(words(&r, slot).2, 1, "no new entry, no ring");
+        place(&r, slot, 2);
+        r.advance_recorded_tails();
+        assert_eq!(words(&r, slot), (4, 0, 2));
+        // The receiver took everything and more arrived; a tail left behind the head (a
+        // sender that does not record it) counts from the head.
+        let base = Rings::ring(slot);
+        r.word64(base + RING_HEAD).store(20, Ordering::SeqCst);
+        r.advance_recorded_tails();
+        assert_eq!(words(&r, slot), (20, 20, 2), "up to the head, passing no entry: no ring");
+        place(&r, slot, 20);
+        r.advance_recorded_tails();
+        assert_eq!(words(&r, slot), (21, 20, 3));
+        // A full ring: at most RING_CAP beyond the head.
+        for n in 21..20 + RING_CAP {
+            place(&r, slot, n);
+        }
+        r.advance_recorded_tails();
+        assert_eq!(words(&r, slot).0, 20 + RING_CAP);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn settling_counts_from_the_head_when_the_recorded_tail_is_not_within_a_ring_of_it() {
+        let (r, _fabric, dir) = rings("settle");
+        let slot = 70;
+        let base = Rings::ring(slot);
+        for (recorded, what) in [(3u64, "behind the head"), (1_000_000, "far ahead: damaged")] {
+            r.word64(base + RING_HEAD).store(20, Ordering::SeqCst);
+            r.word64(base + RING_TAIL).store(recorded, Ordering::SeqCst);
+            place(&r, slot, 20);
+            place(&r, slot, 21);
+            assert_eq!(r.settle(slot), (22, 20), "tail {what}");
+            assert_eq!(words(&r, slot).0, 22);
+            r.word64(Rings::entry(slot, 20) + ENTRY_SEQ).store(0, Ordering::SeqCst);
+            r.word64(Rings::entry(slot, 21) + ENTRY_SEQ).store(0, Ordering::SeqCst);
+        }
+        assert_eq!(r.active()[1] & 1 << (slot - 64), 1 << (slot - 64), "settling marks the ring active");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
