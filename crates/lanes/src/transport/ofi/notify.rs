@@ -1,19 +1,35 @@
 //! Interrupts and data interrupts over ofi (docs/design/multi-host.md, section 8): a peer's
-//! trigger or message is one `fi_writedata` into the exported object's shm layout, and the
-//! owner's completion handler turns its remote CQ data into exactly what a same-host peer
-//! would have done, so the owner's waiters and callbacks run unchanged.
+//! trigger or message is one RMA write into the exported object's shm layout, and the
+//! owner's hooks turn it into exactly what a same-host peer would have done, so the owner's
+//! waiters and callbacks run unchanged. How a write is published depends on the provider
+//! ([`Publish`]): where it places the ranges of one write in the order named
+//! ([`fi::Info::fills_ranges_in_order`]: tcp and net) the write ends with a word the owner
+//! looks at (in place); elsewhere it carries remote CQ data for the owner's completion
+//! handler. In place, no completion reaches the owner: a receiver that spins (driving
+//! progress, as library waits do) sees the word the moment the provider placed it, as it
+//! sees a remote PIO store; for one that sleeps, the owner's arrival watch, run after every
+//! progress pass of its process, rings the doorbell. Remote CQ data used to publish every
+//! write; it cost a completion (and the provider's wake-up signal) per message at the
+//! owner, about 7 us of a ping-pong on tcp.
 //!
 //! **Remote CQ data** is `handle << 16 | value` (`RemoteRange::cq_data`); `value` holds the
 //! sender's connection slot in bits 0..7 and, for data interrupts, its message number
 //! modulo 512 in bits 7..16. The design's 2 kind bits are not needed: each handle names one
 //! object, whose handler knows its kind.
 //!
-//! **Interrupts.** A trigger writes the sender's running trigger count (8 bytes) into its
-//! slot's count word of the `int-` page (`shm::interrupt::REMOTE_COUNTS`, in bytes shm peers
-//! never use). The owner's handler counts one trigger per completion
-//! ([`BellPage::trigger`]): the provider reports each write exactly once, so counts are
-//! exact, and the count word is only a record for whoever inspects the page. Triggers are
-//! fire-and-forget: the sender does not wait for the write. It keeps its last
+//! **Interrupts.** In place, a trigger is one write of two ranges: the sender's slot's new
+//! trigger count into its watched count word (`shm::interrupt::WATCHED_COUNTS`), then the
+//! arrival word (`ARRIVAL`: slot and count, so every trigger changes it). The sender reads
+//! its count word at its first trigger and counts on from there, so a slot's count only
+//! grows whoever holds it. The owner's arrival watch ([`InterruptTarget`]) looks at the
+//! arrival word after each progress pass and, only when it changed, adds up every count
+//! word's increase since its last look ([`BellPage::trigger_many`]): counts are exact, and a
+//! process with many exported interrupts pays one load per interrupt per pass. By
+//! completion data, a trigger writes the running count into its slot's count word of the
+//! other area (`REMOTE_COUNTS`, a record only) with CQ data, and the owner's handler counts
+//! one trigger per completion ([`BellPage::trigger`]): the provider reports each write
+//! exactly once. Both areas lie in bytes of the `int-` page shm peers never use. Triggers
+//! are fire-and-forget: the sender does not wait for the write. It keeps its last
 //! [`TRIGGER_DEPTH`] writes' operations (their source words live in a small registered
 //! staging buffer of the connection) and reaps them on later calls; a failed one makes that
 //! call and every later one fail (the count at the owner is no longer what the sender sent).
@@ -21,18 +37,11 @@
 //! **Data interrupts.** A message is written into the sender's next entry of its own slot's
 //! ring in the `dint-` layout, so the receiving code is the shm one. How the entry is
 //! published depends on the provider ([`Publish`]):
-//! - **By its sequence word** where the provider places the ranges of one write in the order
-//!   named ([`fi::Info::fills_ranges_in_order`]: tcp and net, which carry the lion's share):
-//!   one write of two ranges, the length word and payload, then the sequence word, as a local
-//!   sender stores them. No completion reaches the owner: a receiver that spins (driving
-//!   progress, as library waits do) sees the entry the moment the provider placed it, as it
-//!   sees a remote PIO store; for one that sleeps, the owner's arrival watch
-//!   ([`DataInterruptTarget::hooks`]), run after every progress pass of its process, moves
-//!   the recorded tail past what arrived and rings the doorbell
-//!   ([`Rings::advance_recorded_tails`]). Remote CQ data used to publish every entry; it
-//!   cost a completion (and the provider's wake-up signal) per message at the owner, about
-//!   7 µs of a ping-pong on tcp.
-//! - **By completion data** elsewhere: one `fi_writedata` of the length word and payload,
+//! - **In place, by its sequence word**: one write of two ranges, the length word and
+//!   payload, then the sequence word, as a local sender stores them. The owner's arrival
+//!   watch ([`DataInterruptTarget::hooks`]) moves the recorded tail past what arrived and
+//!   rings the doorbell ([`Rings::advance_recorded_tails`]).
+//! - **By completion data**: one `fi_writedata` of the length word and payload,
 //!   never the sequence word. The owner's handler publishes entries ([`Rings::publish`]:
 //!   sequence word, recorded tail, then the receiver's doorbell). Completions of one sender
 //!   arrive in order (one rxm connection, `FI_ORDER_RMA_WAW`), but two threads reading the CQ
@@ -58,7 +67,7 @@
 //! waits without a bound: posts and the waits for the sender's own reads and staging reuse
 //! end at [`POST_TIMEOUT`].
 //!
-//! The owner side: an interrupt's handler is [`interrupt_handler`]; a data interrupt's hooks
+//! The owner side: an interrupt's hooks are [`InterruptTarget::hooks`]; a data interrupt's
 //! are [`DataInterruptTarget::hooks`], and whoever hands a connection slot of it to a remote
 //! sender settles the slot's ring first ([`Rings::settle`]: the daemon, or
 //! [`DataInterruptTarget::attach`] in tests), as the sender reads the ring's tail at its
@@ -66,6 +75,7 @@
 
 use std::any::Any;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -78,7 +88,7 @@ use crate::fabric::Timeout;
 use crate::transport::shm::data_interrupt::{
     Rings, ENTRY_BYTES, ENTRY_HEADER, ENTRY_LEN, ENTRY_SEQ, MAX_DATA_INTERRUPT_PAYLOAD, RING_CAP, RING_HEAD, RING_TAIL,
 };
-use crate::transport::shm::interrupt::{BellPage, REMOTE_COUNTS};
+use crate::transport::shm::interrupt::{BellPage, ARRIVAL, REMOTE_COUNTS, WATCHED_COUNTS};
 use crate::transport::shm::layout::MAX_CONNECTIONS;
 use crate::transport::shm::segment_file::DataMapping;
 
@@ -87,6 +97,17 @@ use crate::transport::shm::segment_file::DataMapping;
 pub(crate) const POST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Triggers a connection may have in flight before it waits for the oldest.
 pub(crate) const TRIGGER_DEPTH: u64 = 256;
+/// The staging stride of one trigger: its count word, then its arrival word.
+const TRIGGER_STAGE: usize = 16;
+/// Where the read of an interrupt sender's count word lands in its staging buffer.
+const COUNT_READ: usize = TRIGGER_DEPTH as usize * TRIGGER_STAGE;
+/// An interrupt sender's staging buffer.
+const TRIGGER_STAGING: usize = COUNT_READ + 8;
+/// The bits of the arrival word holding the count (the slot is above them).
+const ARRIVAL_COUNT_BITS: u32 = 57;
+/// A watched count that moved by more than this since the owner's last look moved
+/// backwards or was damaged: it is taken as the slot's new base, not as triggers.
+const MAX_COUNT_STEP: u64 = 1 << 40;
 /// Bits of the CQ data value naming the sender's slot.
 const SLOT_BITS: u32 = 7;
 const SLOT_MASK: u16 = (1 << SLOT_BITS) - 1;
@@ -115,6 +136,12 @@ const MAX_BACKOFF: Duration = Duration::from_millis(1);
 const _: () = assert!(MAX_CONNECTIONS <= 1 << SLOT_BITS);
 const _: () = assert!(RING_CAP < NUMBER_MOD);
 const _: () = assert!(REMOTE_COUNTS as usize + 8 * MAX_CONNECTIONS <= 4096);
+const _: () = assert!(MAX_CONNECTIONS <= 1 << (64 - ARRIVAL_COUNT_BITS));
+
+/// The arrival word of a trigger that brought slot `slot`'s count to `count`.
+fn arrival_value(slot: usize, count: u64) -> u64 {
+    (slot as u64) << ARRIVAL_COUNT_BITS | count & ((1 << ARRIVAL_COUNT_BITS) - 1)
+}
 
 /// The CQ data value of message `n` of the sender in `slot`.
 fn message_value(slot: usize, n: u64) -> u16 {
@@ -125,10 +152,65 @@ fn message_value(slot: usize, n: u64) -> u16 {
 // Owner side
 // ---------------------------------------------------------------------------------------
 
-/// The handler of an exported interrupt: one trigger per remote write, counted and rung
-/// as a local trigger is. `page` is the owner's own view of the interrupt's data.
-pub(crate) fn interrupt_handler(page: BellPage) -> DataHandler {
-    Arc::new(move |_value| page.trigger())
+/// The owner's side of an exported interrupt: counts what remote senders triggered.
+#[derive(Debug)]
+pub(crate) struct InterruptTarget {
+    page: BellPage,
+    /// The arrival word as last looked at: a pass that finds it unchanged does nothing more.
+    arrival_seen: AtomicU64,
+    /// Per slot, the watched count up to which triggers were counted.
+    counted: Mutex<Vec<u64>>,
+}
+
+impl InterruptTarget {
+    /// A target over `page`, the owner's own view of the interrupt's data; counting starts
+    /// from the count words as they are.
+    pub fn new(page: BellPage) -> Arc<InterruptTarget> {
+        let arrival_seen = AtomicU64::new(page.word(ARRIVAL).load(Ordering::SeqCst));
+        let counted = (0..MAX_CONNECTIONS).map(|slot| page.word(watched_count(slot)).load(Ordering::SeqCst)).collect();
+        Arc::new(InterruptTarget { page, arrival_seen, counted: Mutex::new(counted) })
+    }
+
+    /// The hooks to export the interrupt with: one trigger per completion with remote
+    /// data; the count words' increases after a changed arrival word.
+    pub fn hooks(self: &Arc<Self>) -> OwnerHooks {
+        let (a, b) = (Arc::clone(self), Arc::clone(self));
+        OwnerHooks {
+            on_data: Some(Arc::new(move |_value| a.page.trigger())),
+            on_arrival: Some(Arc::new(move || b.look())),
+        }
+    }
+
+    /// The arrival watch. The arrival word is written after its count word (one write, in
+    /// order): whoever sees it changed sees the count, and a change made while a look
+    /// scans is seen by the next look (the word seen is recorded before the scan).
+    fn look(&self) {
+        let arrival = self.page.word(ARRIVAL).load(Ordering::SeqCst);
+        if arrival == self.arrival_seen.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut counted = self.counted.lock().unwrap_or_else(|e| e.into_inner());
+        self.arrival_seen.store(self.page.word(ARRIVAL).load(Ordering::SeqCst), Ordering::SeqCst);
+        let mut triggers = 0u64;
+        for (slot, seen) in counted.iter_mut().enumerate() {
+            let count = self.page.word(watched_count(slot)).load(Ordering::SeqCst);
+            let step = count.wrapping_sub(*seen);
+            if step != 0 {
+                *seen = count;
+                if step <= MAX_COUNT_STEP {
+                    triggers += step;
+                }
+            }
+        }
+        if triggers > 0 {
+            self.page.trigger_many(triggers);
+        }
+    }
+}
+
+/// Where slot `slot`'s watched count word lies in the interrupt page.
+fn watched_count(slot: usize) -> u64 {
+    WATCHED_COUNTS + 8 * slot as u64
 }
 
 /// The owner's side of an exported data interrupt: publishes what remote senders wrote.
@@ -181,7 +263,7 @@ impl DataInterruptTarget {
         let low = u64::from(value >> SLOT_BITS);
         let mut arrived = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
         let tail_word = self.rings.word64(Rings::ring(slot) + RING_TAIL);
-        let mut tail = tail_word.load(std::sync::atomic::Ordering::Acquire);
+        let mut tail = tail_word.load(Ordering::Acquire);
         let ahead = (low + NUMBER_MOD - tail % NUMBER_MOD) % NUMBER_MOD;
         if ahead >= RING_CAP {
             // Not a message this ring can hold now (a sender never runs more than RING_CAP
@@ -226,23 +308,24 @@ impl Staging {
     }
 }
 
-/// How a data interrupt sender publishes its entries (see the module documentation).
+/// How a sender publishes its triggers or messages (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Publish {
-    /// One write: length word and payload, then the sequence word.
-    BySequenceWord,
-    /// A write with remote CQ data; the owner's handler stores the sequence word.
+    /// One write that ends with the word the owner looks at: a data interrupt entry's
+    /// sequence word, an interrupt's arrival word after its count.
+    InPlace,
+    /// A write with remote CQ data, for the owner's completion handler.
     ByCompletionData,
 }
 
 impl Publish {
-    /// What `endpoint`'s provider allows: by sequence word where one write's ranges land in
-    /// the order named and after every earlier write's (`FI_ORDER_RMA_WAW`).
+    /// What `endpoint`'s provider allows: in place where one write's ranges land in the
+    /// order named and after every earlier write's (`FI_ORDER_RMA_WAW`).
     fn for_endpoint(endpoint: &ProcessEndpoint) -> Publish {
         let info = endpoint.fi().domain().info();
         let ordered = info.msg_order() & fi::FI_ORDER_RMA_WAW != 0;
         if ordered && info.fills_ranges_in_order() && info.rma_iov_limit() >= 2 {
-            Publish::BySequenceWord
+            Publish::InPlace
         } else {
             Publish::ByCompletionData
         }
@@ -270,8 +353,11 @@ impl std::fmt::Debug for Notifier {
 struct SendState {
     /// Created at the first trigger or send.
     staging: Option<Arc<Staging>>,
-    /// For data interrupts: chosen at the first send.
+    /// Chosen at the first trigger or send.
     publish: Option<Publish>,
+    /// For interrupts published in place, once read: the slot's count before this
+    /// connection's first trigger.
+    count_base: Option<u64>,
     /// Triggers posted, or the number of the next message.
     sent: u64,
     /// For data interrupts, once read: the receiver's head as last read.
@@ -340,17 +426,24 @@ impl SendState {
         Ok(s)
     }
 
-    /// Reads `len` bytes at `offset` of the remote object into `HEADER_STAGE` of the staging
-    /// buffer and returns them. A read that does not complete in time fails the connection:
-    /// it may still land in the staging buffer later.
-    fn read_remote(&mut self, conn: &OfiConn, staging: &Arc<Staging>, offset: u64, len: usize) -> Result<Vec<u8>> {
+    /// Reads `len` bytes at `offset` of the remote object into `landing` of the staging
+    /// buffer (`HEADER_STAGE` or `COUNT_READ`) and returns them. A read that does not
+    /// complete in time fails the connection: it may still land in the staging buffer later.
+    fn read_remote(
+        &mut self,
+        conn: &OfiConn,
+        staging: &Arc<Staging>,
+        landing: usize,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
         let ep = &conn.endpoint;
         let deadline = fi::deadline_in(POST_TIMEOUT);
         let target = conn.range.target(offset, len as u64)?;
-        let local = staging.mr.local(HEADER_STAGE, len)?;
+        let local = staging.mr.local(landing, len)?;
         // SAFETY: the local range lies in the staging buffer, which the operation keeps
-        // alive (keep) until its completion is read; nothing else reads or writes
-        // HEADER_STAGE while a read is in flight (the state lock is held, and a read that
+        // alive (keep) until its completion is read; nothing else reads or writes the
+        // landing while a read is in flight (the state lock is held, and a read that
         // times out or is given up on fails the connection, so no later read is posted over
         // it).
         let op = conn.post_until(POST_TIMEOUT, |d| unsafe { ep.post_read(local, target, staging.keep(), d) })?;
@@ -366,7 +459,7 @@ impl SendState {
             }
         }
         let mut out = vec![0u8; len];
-        staging.buf.read(HEADER_STAGE, &mut out)?;
+        staging.buf.read(landing, &mut out)?;
         Ok(out)
     }
 
@@ -442,12 +535,12 @@ fn word(bytes: &[u8], at: usize) -> u64 {
 }
 
 impl Notifier {
-    /// Makes this data interrupt sender publish `how`, whatever the provider allows (tests
-    /// of the other way on tcp). Before the first send only.
+    /// Makes this sender publish `how`, whatever the provider allows (tests of the other way
+    /// on tcp). Before the first trigger or send only.
     #[cfg(test)]
     pub fn publish_by(&self, how: Publish) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(st.staging.is_none(), "publish_by after the first send");
+        assert!(st.staging.is_none(), "publish_by after the first trigger or send");
         st.publish = Some(how);
     }
 
@@ -458,7 +551,8 @@ impl Notifier {
         st.failed(conn)
     }
 
-    /// Triggers the interrupt `conn` is connected to: posts one write and returns.
+    /// Triggers the interrupt `conn` is connected to: posts one write and returns (the
+    /// first trigger published in place first reads its slot's count).
     pub fn trigger(&self, conn: &OfiConn) -> Result<()> {
         let slot = conn.slot as usize;
         if slot >= MAX_CONNECTIONS {
@@ -468,25 +562,49 @@ impl Notifier {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.reap();
         st.failed(conn)?;
-        let staging = st.staging(ep, TRIGGER_DEPTH as usize * 8)?;
+        let staging = st.staging(ep, TRIGGER_STAGING)?;
+        let publish = *st.publish.get_or_insert_with(|| Publish::for_endpoint(ep));
         let n = st.sent;
         if n >= TRIGGER_DEPTH {
-            // The write that used this staging word before.
+            // The write that used this staging stride before.
             st.retire_through(conn, n - TRIGGER_DEPTH)?;
             st.failed(conn)?;
         }
-        let at = (n % TRIGGER_DEPTH) as usize * 8;
-        staging.buf.write(at, &(n + 1).to_ne_bytes())?;
-        let target = conn.range.target(REMOTE_COUNTS + 8 * slot as u64, 8)?;
-        let data = conn.range.cq_data(slot as u16);
-        let flags = fi::FI_REMOTE_CQ_DATA;
-        let local = staging.mr.local(at, 8)?;
-        // SAFETY: the source word lies in the staging buffer, which the operation keeps alive
-        // until its completion is read, and is not written again before that (it is reused
-        // only after retire_through saw this operation finish). A refused attempt posted
-        // nothing.
-        let op =
-            conn.post_until(POST_TIMEOUT, |d| unsafe { ep.post_write(local, target, data, flags, staging.keep(), d) })?;
+        let at = (n % TRIGGER_DEPTH) as usize * TRIGGER_STAGE;
+        let op = match publish {
+            Publish::InPlace => {
+                let base = match st.count_base {
+                    Some(b) => b,
+                    None => {
+                        let b = word(&st.read_remote(conn, &staging, COUNT_READ, watched_count(slot), 8)?, 0);
+                        st.count_base = Some(b);
+                        b
+                    }
+                };
+                let count = base.wrapping_add(n + 1);
+                staging.buf.write(at, &count.to_ne_bytes())?;
+                staging.buf.write(at + 8, &arrival_value(slot, count).to_ne_bytes())?;
+                let targets = [(conn.range.target(watched_count(slot), 8)?, 8), (conn.range.target(ARRIVAL, 8)?, 8)];
+                let local = staging.mr.local(at, TRIGGER_STAGE)?;
+                // SAFETY: the source words lie in the staging buffer, which the operation
+                // keeps alive until its completion is read, and are not written again before
+                // that (reused only after retire_through saw this operation finish). A
+                // refused attempt posted nothing.
+                conn.post_until(POST_TIMEOUT, |d| unsafe {
+                    ep.post_write_scatter(local, &targets, 0, staging.keep(), d)
+                })?
+            }
+            Publish::ByCompletionData => {
+                staging.buf.write(at, &(n + 1).to_ne_bytes())?;
+                let target = conn.range.target(REMOTE_COUNTS + 8 * slot as u64, 8)?;
+                let data = conn.range.cq_data(slot as u16);
+                let local = staging.mr.local(at, 8)?;
+                // SAFETY: as above.
+                conn.post_until(POST_TIMEOUT, |d| unsafe {
+                    ep.post_write(local, target, data, fi::FI_REMOTE_CQ_DATA, staging.keep(), d)
+                })?
+            }
+        };
         st.sent = n + 1;
         st.in_flight.push_back((n, op));
         Ok(())
@@ -521,7 +639,7 @@ impl Notifier {
         let head_seen = match st.head_seen {
             Some(h) => h,
             None => {
-                let hdr = st.read_remote(conn, &staging, ring + RING_TAIL as u64, HEADER_READ)?;
+                let hdr = st.read_remote(conn, &staging, HEADER_STAGE, ring + RING_TAIL as u64, HEADER_READ)?;
                 let (tail, head) = (word(&hdr, 0), word(&hdr, RING_HEAD - RING_TAIL));
                 if tail.wrapping_sub(head) > RING_CAP {
                     return Err(Error::Malformed(format!(
@@ -543,7 +661,7 @@ impl Notifier {
             let mut pause = Duration::from_micros(20);
             loop {
                 lost()?;
-                let h = word(&st.read_remote(conn, &staging, ring + RING_HEAD as u64, 8)?, 0);
+                let h = word(&st.read_remote(conn, &staging, HEADER_STAGE, ring + RING_HEAD as u64, 8)?, 0);
                 if n.wrapping_sub(h) < RING_CAP {
                     st.head_seen = Some(h);
                     break;
@@ -573,7 +691,7 @@ impl Notifier {
         let body = conn.range.target(entry + ENTRY_LEN as u64, written as u64)?;
         let publish = *st.publish.get_or_insert_with(|| Publish::for_endpoint(ep));
         let op = match publish {
-            Publish::BySequenceWord => {
+            Publish::InPlace => {
                 staging.buf.write(at + written, &n.wrapping_add(1).to_ne_bytes())?;
                 let seq = conn.range.target(entry + ENTRY_SEQ as u64, 8)?;
                 let local = staging.mr.local(at, written + 8)?;
@@ -666,8 +784,8 @@ mod tests {
         fn export_interrupt(&self, li: &LocalInterrupt) -> (SegmentFile, Export) {
             let file = self.file(kind::INTERRUPT, li.number());
             let map = || direct_mapping(&file, 0, BELL_PAGE, MapAccess::ReadWrite).expect("map");
-            let hooks = OwnerHooks { on_data: Some(interrupt_handler(BellPage::new(map()))), on_arrival: None };
-            let export = Export::new(&self.ep, map(), hooks).expect("export");
+            let export =
+                Export::new(&self.ep, map(), InterruptTarget::new(BellPage::new(map())).hooks()).expect("export");
             (file, export)
         }
 
@@ -723,7 +841,7 @@ mod tests {
         }
         let s = file.snapshot();
         assert!(!export.is_empty() && export.len() == s.segment_size);
-        assert_ne!(export.handle(), 0, "interrupts are exported with a handler");
+        assert_ne!(export.handle(), 0, "interrupts are exported with a completion handler");
         assert_eq!(export.endpoint().name(), export.endpoint_name());
         let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
         let info = ObjectInfo {
@@ -769,12 +887,22 @@ mod tests {
     }
 
     #[test]
-    fn notify_triggers_are_counted_exactly_for_spinning_and_sleeping_waiters() {
-        let owner = Owner::new("int");
+    fn notify_triggers_published_in_place_are_counted_exactly_for_spinning_and_sleeping_waiters() {
+        triggers(Publish::InPlace);
+    }
+
+    #[test]
+    fn notify_triggers_published_by_completion_data_are_counted_exactly_for_spinning_and_sleeping_waiters() {
+        triggers(Publish::ByCompletionData);
+    }
+
+    fn triggers(how: Publish) {
+        let owner = Owner::new(&format!("int-{how:?}"));
         let li = owner.fabric.create_interrupt(None).expect("interrupt");
         let (_file, export) = owner.export_interrupt(&li);
         let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
         let r = connect(&ep, &_file, &export, None);
+        r.publish_by(how);
         // Triggers while nobody waits are kept, one wait each.
         for _ in 0..3 {
             r.trigger().expect("trigger");
@@ -797,7 +925,7 @@ mod tests {
                 li.wait(T).unwrap_or_else(|e| panic!("{what} wait {i}: {e}"));
             }
             t.join().expect("sender");
-            eprintln!("{TRIGGERS} triggers, {what} waiter: {:?}", started.elapsed());
+            eprintln!("{TRIGGERS} triggers published {how:?}, {what} waiter: {:?}", started.elapsed());
             assert_eq!(li.pending(), 0);
             assert!(is_timeout(&li.wait(Timeout::Immediate)), "{what}: a wait beyond the triggers");
         }
@@ -805,8 +933,45 @@ mod tests {
     }
 
     #[test]
+    fn notify_a_slot_counts_on_across_holders_and_ignores_a_count_that_went_backwards() {
+        // Triggers published in place: a second holder of a slot continues from the count
+        // its first holder left, and a count word that moves backwards (damage, or a stale
+        // write of an earlier holder) resets the slot's base instead of counting triggers.
+        let owner = Owner::new("int-slot");
+        let li = owner.fabric.create_interrupt(None).expect("interrupt");
+        let (file, export) = owner.export_interrupt(&li);
+        let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
+        let first = connect(&ep, &file, &export, None);
+        first.publish_by(Publish::InPlace);
+        let slot = first.conn().slot;
+        for _ in 0..5 {
+            first.trigger().expect("trigger");
+        }
+        eventually("5 triggers pending", || li.pending() == 5);
+        first.check().expect("no trigger failed");
+        let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
+        let info = first.conn().info;
+        let second = OfiRemote::new(Arc::clone(&ep), range, info, slot, 0, None);
+        second.publish_by(Publish::InPlace);
+        for _ in 0..3 {
+            second.trigger().expect("trigger");
+        }
+        eventually("8 triggers pending", || li.pending() == 8);
+        let page = BellPage::new(direct_mapping(&file, 0, BELL_PAGE, MapAccess::ReadWrite).expect("map"));
+        assert_eq!(page.word(watched_count(slot as usize)).load(Ordering::SeqCst), 8);
+        // The count goes back to 2 (as a stale write would leave it): no triggers counted.
+        page.word(watched_count(slot as usize)).store(2, Ordering::SeqCst);
+        page.word(ARRIVAL).store(arrival_value(slot as usize, 2), Ordering::SeqCst);
+        second.trigger().expect("trigger");
+        eventually("the trigger after the reset", || li.pending() == 8 || li.pending() == 9);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(li.pending() <= 9, "a backwards count was counted as {} triggers", li.pending() - 8);
+        second.check().expect("no trigger failed");
+    }
+
+    #[test]
     fn notify_messages_of_three_senders_arrive_whole_and_in_order_published_by_sequence_word() {
-        three_senders(Publish::BySequenceWord);
+        three_senders(Publish::InPlace);
     }
 
     #[test]
@@ -864,10 +1029,10 @@ mod tests {
         let (file, export, target) = owner.export_data_interrupt(&ldi);
         let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
         if fi::provider_from_env().starts_with("tcp") || fi::provider_from_env().starts_with("net") {
-            assert_eq!(Publish::for_endpoint(&ep), Publish::BySequenceWord, "tcp and net publish by sequence word");
+            assert_eq!(Publish::for_endpoint(&ep), Publish::InPlace, "tcp and net publish by sequence word");
         }
         let r = connect(&ep, &file, &export, Some(&target));
-        r.publish_by(Publish::BySequenceWord);
+        r.publish_by(Publish::InPlace);
         let rings = Rings::new(direct_mapping(&file, 0, OBJECT_BYTES, MapAccess::ReadWrite).expect("map"));
         let slot = r.conn().slot as usize;
         let bell_seq = || rings.word32(BELL_SEQ).load(Ordering::SeqCst);
@@ -888,7 +1053,7 @@ mod tests {
 
     #[test]
     fn notify_a_full_queue_fails_with_queue_full_having_sent_nothing_published_by_sequence_word() {
-        full_queue(Publish::BySequenceWord);
+        full_queue(Publish::InPlace);
     }
 
     #[test]

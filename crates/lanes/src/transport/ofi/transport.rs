@@ -24,7 +24,7 @@ use std::time::Duration;
 use super::endpoint::{open_process_endpoint, process_endpoint, EndpointSpec, ProcessEndpoint, RemoteRange};
 use super::export::{Export, OwnerHooks};
 use super::node_watch::NodeWatch;
-use super::notify::{self, DataInterruptTarget};
+use super::notify::{DataInterruptTarget, InterruptTarget};
 use super::remote::OfiRemote;
 use crate::cluster::exports::{self, ExportRecord};
 use crate::cluster::{self, Client, IdleProgress, ObjectKind, Refusal};
@@ -220,19 +220,13 @@ impl Transport for OfiTransport {
 }
 
 /// What turns peers' writes to an object this process owns into local events: the
-/// trigger counter of an interrupt; the ring publisher and arrival watch of a data
-/// interrupt; segments need none.
+/// trigger counters of an interrupt, the ring publishers of a data interrupt (each a
+/// completion handler and an arrival watch); segments need none.
 pub(crate) fn owner_hooks(layout_kind: u32, file: &SegmentFile) -> Result<OwnerHooks> {
     Ok(match layout_kind {
-        kind::INTERRUPT => OwnerHooks {
-            on_data: Some(notify::interrupt_handler(BellPage::new(direct_mapping(
-                file,
-                0,
-                BELL_PAGE,
-                MapAccess::ReadWrite,
-            )?))),
-            on_arrival: None,
-        },
+        kind::INTERRUPT => {
+            InterruptTarget::new(BellPage::new(direct_mapping(file, 0, BELL_PAGE, MapAccess::ReadWrite)?)).hooks()
+        }
         kind::DATA_INTERRUPT => {
             DataInterruptTarget::new(direct_mapping(file, 0, OBJECT_BYTES, MapAccess::ReadWrite)?).hooks()
         }

@@ -3,15 +3,24 @@
 //!
 //! ```text
 //! offset 0  doorbell sequence (u32)   4  sleepers (u32)   8  triggers not yet consumed (u64)
-//! 64 + 8 * slot  the trigger count of the ofi sender holding connection slot `slot` (u64)
+//! 64 + 8 * slot    the trigger count of the ofi sender in connection slot `slot` that
+//!                  publishes by completion data (u64): a record, read by nobody
+//! 1024 + 8 * slot  the trigger count of the ofi sender in connection slot `slot` that
+//!                  publishes in place (u64): the owner counts its increases
+//! 2048             the last arrival: slot << 57 | that slot's count, written after a count
 //! ```
 //!
-//! The count words are written only by remote senders' RMA (`transport::ofi::notify`) and
-//! read by nobody on the data path: the owner counts the writes' completions, not the
-//! words. They sit in bytes shm peers never touched, so the layout version is unchanged.
+//! The count and arrival words are written only by remote senders' RMA
+//! (`transport::ofi::notify`), in bytes shm peers never touched, so the layout version is
+//! unchanged. Where the provider fills the ranges of one write in order, a trigger is one
+//! write of its slot's new count and then the arrival word; after each progress pass the
+//! owner's process compares the arrival word with the last it saw, and only when it
+//! changed adds up the count words' increases ([`BellPage::trigger_many`]). Elsewhere a
+//! trigger is a write with completion data, and the owner counts completions.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::layout::MAX_CONNECTIONS;
 use super::segment_file::DataMapping;
 use crate::platform::doorbell::Doorbell;
 
@@ -24,6 +33,15 @@ const PENDING: usize = 8;
 /// `8 * i` further (see the module documentation).
 #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
 pub const REMOTE_COUNTS: u64 = 64;
+/// Where the watched trigger count word of connection slot 0's ofi sender lies; slot `i`'s
+/// is `8 * i` further.
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+pub const WATCHED_COUNTS: u64 = 1024;
+/// The arrival word (see the module documentation).
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+pub const ARRIVAL: u64 = 2048;
+const _: () = assert!(REMOTE_COUNTS + 8 * MAX_CONNECTIONS as u64 <= WATCHED_COUNTS);
+const _: () = assert!(WATCHED_COUNTS + 8 * MAX_CONNECTIONS as u64 <= ARRIVAL && ARRIVAL + 8 <= BELL_PAGE);
 
 /// The doorbell page of an interrupt object, mapped.
 #[derive(Debug)]
@@ -63,7 +81,23 @@ impl BellPage {
     /// Counts one trigger and wakes a sleeping waiter (no system call unless one sleeps).
     #[inline]
     pub fn trigger(&self) {
-        self.pending().fetch_add(1, Ordering::SeqCst);
+        self.trigger_many(1);
+    }
+
+    /// Counts `n` triggers and wakes the sleeping waiters (no system call unless one sleeps).
+    #[inline]
+    pub fn trigger_many(&self, n: u64) {
+        self.pending().fetch_add(n, Ordering::SeqCst);
         self.bell.ring();
+    }
+
+    /// The 8-byte word at `offset` (a multiple of 8 below [`BELL_PAGE`]), for the words
+    /// remote senders write.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub fn word(&self, offset: u64) -> &AtomicU64 {
+        assert!(offset % 8 == 0 && offset + 8 <= BELL_PAGE, "interrupt page word at {offset}");
+        // SAFETY: an 8-aligned word inside the page-sized map (checked), accessed only
+        // atomically by processes and by RMA placing whole writes.
+        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(offset as usize).cast()) }
     }
 }
