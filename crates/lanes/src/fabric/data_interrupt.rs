@@ -2,8 +2,9 @@
 //!
 //! The receiver's object holds a doorbell page and one single-producer ring per connection
 //! slot, so every sender has its own queue: messages arrive whole and in order per sender,
-//! a sender that dies mid-write leaves nothing half-visible (a message is published by one
-//! release store of its entry's sequence word), and a new sender that inherits the slot continues
+//! a sender that dies mid-write leaves nothing half-visible (a message is published by its
+//! entry's sequence word, stored after the message: a release store on this host, the last
+//! range of the same RMA write from another), and a new sender that inherits the slot continues
 //! after whatever the dead one published. A full ring makes the sender wait (spin, then
 //! sleep on the ring's own doorbell) up to its timeout, then fail with
 //! [`Error::QueueFull`]; nothing is ever dropped.

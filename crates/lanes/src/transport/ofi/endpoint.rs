@@ -47,7 +47,9 @@ pub(crate) type DataHandler = Arc<dyn Fn(u16) + Send + Sync>;
 
 /// An arrival watch: called after every progress pass, from whichever thread made it, to
 /// look at memory that remote writes without completion data may have changed. Must be
-/// cheap (a hot spin loop runs it every pass) and must not block.
+/// cheap (a hot spin loop runs it every pass) and must wait for nothing but short locks.
+/// Writes the provider places elsewhere (a post retrying `-FI_EAGAIN` drives progress)
+/// are seen by the next pass: at the latest the service thread's next tick.
 pub(crate) type ArrivalWatch = Arc<dyn Fn() + Send + Sync>;
 
 /// Completions read per `fi_cq_read`.
@@ -666,7 +668,9 @@ fn service_loop(weak: Weak<ProcessEndpoint>) {
                 sleep = every.min(SERVICE_TICK);
             } else {
                 match me.fabric.trywait(&[me.ep.rx_cq()]) {
-                    Ok(true) => {}
+                    // `fi_trywait` may drive progress itself, and what it placed leaves no
+                    // readable socket to wake the poll below.
+                    Ok(true) => me.watch_arrivals(),
                     // Completions may be pending: read them first.
                     Ok(false) => continue,
                     Err(_) => {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use super::endpoint::{open_process_endpoint, process_endpoint, EndpointSpec, ProcessEndpoint, RemoteRange};
 use super::export::{Export, OwnerHooks};
 use super::node_watch::NodeWatch;
-use super::notify::{DataInterruptTarget, InterruptTarget};
+use super::notify::{DataInterruptTarget, InterruptTarget, Publish};
 use super::remote::OfiRemote;
 use crate::cluster::exports::{self, ExportRecord};
 use crate::cluster::{self, Client, IdleProgress, ObjectKind, Refusal};
@@ -123,6 +123,11 @@ impl OfiTransport {
         let kind = ObjectKind::from_layout_kind(layout_kind)
             .ok_or(Error::IllegalOperation("exporting an object of an unknown kind"))?;
         let endpoint = self.endpoint()?;
+        let mut hooks = hooks;
+        if Publish::for_endpoint(&endpoint) != Publish::InPlace {
+            // Peers use the same provider: none will publish in place, nothing to watch.
+            hooks.on_arrival = None;
+        }
         let export = Export::new(&endpoint, memory, hooks)?;
         let record = ExportRecord {
             kind,

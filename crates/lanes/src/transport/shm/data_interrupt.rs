@@ -11,7 +11,9 @@
 //! A message is published by its entry's sequence word (message number + 1), stored last
 //! with release ordering; the receiver reads only the entry, one line fewer than reading a
 //! separate tail. The sender records its tail afterwards, for whoever inherits its slot: a
-//! new sender continues past any entry already published beyond the recorded tail.
+//! new sender continues past any entry already published beyond the recorded tail. (A
+//! remote sender's entry is placed by the provider's plain copies, in address order; see
+//! `transport::ofi::notify` for why that suffices.)
 //!
 //! A sender on another host (transport `ofi`, `transport::ofi::notify`) writes an entry by
 //! RMA in one of two ways. Where the provider places an operation's ranges in the order
@@ -54,6 +56,8 @@ pub const ENTRY_BYTES: usize = ENTRY_HEADER + MAX_DATA_INTERRUPT_PAYLOAD;
 pub const RING_CAP: u64 = 16;
 pub const RING_BYTES: usize = (RING_ENTRIES + RING_CAP as usize * ENTRY_BYTES).div_ceil(PAGE) * PAGE;
 pub const OBJECT_BYTES: u64 = (PAGE + MAX_CONNECTIONS * RING_BYTES) as u64;
+// The active-ring bitmap holds every slot in two words, the second one in part.
+const _: () = assert!(MAX_CONNECTIONS > 64 && MAX_CONNECTIONS <= 128);
 
 /// The mapped object, with typed access to its words.
 #[derive(Debug)]
@@ -124,62 +128,63 @@ impl Rings {
 
     /// Marks ring `slot` active and settles its tail for a new holder of the slot: past the
     /// recorded tail and any entry an earlier holder published beyond it (it may have died
-    /// before recording it). Records the settled tail and returns it with the head.
+    /// before recording it). Records the settled tail and returns it with the head; rings
+    /// the receiver's doorbell if it passed an entry (nobody may have rung for it).
     pub fn settle(&self, slot: usize) -> (u64, u64) {
         let (word, bit) = Self::active_bit(slot);
         self.word64(word).fetch_or(bit, Ordering::SeqCst);
-        let base = Self::ring(slot);
-        let head = self.word64(base + RING_HEAD).load(Ordering::Acquire);
-        let tail = self.published_end(slot, head, self.word64(base + RING_TAIL).load(Ordering::Acquire));
-        self.word64(base + RING_TAIL).store(tail, Ordering::SeqCst);
+        let (tail, head, passed) = self.advance_tail(slot);
+        if passed {
+            self.bell().ring();
+        }
         (tail, head)
     }
 
-    /// The number after the last message of ring `slot` published in a row from `recorded`
-    /// on, given the receiver's `head`. A recorded tail not within `head..=head + RING_CAP`
-    /// (left behind by a sender that does not record it, or damaged) counts from the head:
-    /// everything before the head was taken.
-    fn published_end(&self, slot: usize, head: u64, recorded: u64) -> u64 {
-        let mut tail = if recorded.wrapping_sub(head) > RING_CAP { head } else { recorded };
-        while tail.wrapping_sub(head) < RING_CAP
-            && self.word64(Self::entry(slot, tail) + ENTRY_SEQ).load(Ordering::Acquire) == tail.wrapping_add(1)
-        {
-            tail = tail.wrapping_add(1);
+    /// Moves ring `slot`'s recorded tail past the entries published in a row beyond it, by
+    /// compare-and-swap (whoever moves it concurrently is never undone), and returns the
+    /// tail, the head it was judged against and whether it passed an entry. A recorded tail
+    /// not within `head..=head + RING_CAP` (left behind by a sender that does not record
+    /// it, or damaged) counts from the head: everything before the head was taken.
+    fn advance_tail(&self, slot: usize) -> (u64, u64, bool) {
+        let tail_word = self.word64(Self::ring(slot) + RING_TAIL);
+        let head_word = self.word64(Self::ring(slot) + RING_HEAD);
+        loop {
+            let recorded = tail_word.load(Ordering::SeqCst);
+            let head = head_word.load(Ordering::SeqCst);
+            let start = if recorded.wrapping_sub(head) > RING_CAP { head } else { recorded };
+            let mut end = start;
+            while end.wrapping_sub(head) < RING_CAP
+                && self.word64(Self::entry(slot, end) + ENTRY_SEQ).load(Ordering::Acquire) == end.wrapping_add(1)
+            {
+                end = end.wrapping_add(1);
+            }
+            if end == recorded || tail_word.compare_exchange(recorded, end, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+            {
+                return (end, head, end != start);
+            }
         }
-        tail
     }
 
     /// For senders that publish by writing sequence words over RMA (which tells nobody):
     /// moves each active ring's recorded tail past the entries published beyond it, and rings
     /// the receiver's doorbell when any were. Cheap when nothing arrived (a few loads per
     /// active ring), so it can run after every progress pass. Several callers may race: the
-    /// tail only moves forward (compare-and-swap), and whoever moves it past an entry rings.
-    /// The caller must have seen the entries' writes land (a progress pass of its own).
+    /// tail only moves forward, and whoever moves it past an entry rings. The caller must
+    /// have seen the entries' writes land (a progress pass of its own).
     #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub fn advance_recorded_tails(&self) {
         let [a, b] = self.active();
-        let mut moved = false;
+        // Bits past the last slot name no ring (the bitmap is memory peers can write).
+        let b = b & (u64::MAX >> (128 - MAX_CONNECTIONS));
+        let mut passed = false;
         for (w, mut bits) in [(0, a), (64, b)] {
             while bits != 0 {
                 let slot = w + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                let tail_word = self.word64(Self::ring(slot) + RING_TAIL);
-                let head_word = self.word64(Self::ring(slot) + RING_HEAD);
-                loop {
-                    let recorded = tail_word.load(Ordering::SeqCst);
-                    let head = head_word.load(Ordering::Acquire);
-                    let end = self.published_end(slot, head, recorded);
-                    if end == recorded
-                        || tail_word.compare_exchange(recorded, end, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-                    {
-                        // A tail behind the head that moved up to it passed no new entry.
-                        moved |= end != recorded && end != head;
-                        break;
-                    }
-                }
+                passed |= self.advance_tail(slot).2;
             }
         }
-        if moved {
+        if passed {
             self.bell().ring();
         }
     }
@@ -349,6 +354,10 @@ mod tests {
         }
         r.advance_recorded_tails();
         assert_eq!(words(&r, slot).0, 20 + RING_CAP);
+        // Bits past the last slot (memory peers can write) name no ring: nothing is looked
+        // at outside the object (a debug build would panic on the word's bounds).
+        r.word64(ACTIVE_MASK + 8).fetch_or(u64::MAX << (MAX_CONNECTIONS - 64), Ordering::SeqCst);
+        r.advance_recorded_tails();
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -362,7 +371,9 @@ mod tests {
             r.word64(base + RING_TAIL).store(recorded, Ordering::SeqCst);
             place(&r, slot, 20);
             place(&r, slot, 21);
+            let rung = words(&r, slot).2;
             assert_eq!(r.settle(slot), (22, 20), "tail {what}");
+            assert_ne!(words(&r, slot).2, rung, "settling past entries rings");
             assert_eq!(words(&r, slot).0, 22);
             r.word64(Rings::entry(slot, 20) + ENTRY_SEQ).store(0, Ordering::SeqCst);
             r.word64(Rings::entry(slot, 21) + ENTRY_SEQ).store(0, Ordering::SeqCst);

@@ -96,8 +96,10 @@ impl BellPage {
     #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub fn word(&self, offset: u64) -> &AtomicU64 {
         assert!(offset % 8 == 0 && offset + 8 <= BELL_PAGE, "interrupt page word at {offset}");
-        // SAFETY: an 8-aligned word inside the page-sized map (checked), accessed only
-        // atomically by processes and by RMA placing whole writes.
+        // SAFETY: an 8-aligned word inside the page-sized map (checked), which lives as
+        // long as self. Processes access it only atomically; the provider's placement of a
+        // remote write is a plain copy, which may tear the value read but never makes the
+        // access unsound.
         unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(offset as usize).cast()) }
     }
 }
