@@ -42,18 +42,51 @@ pub fn library() -> PathBuf {
         "{} is missing: run `cargo build -p lanes-sockets` first (tests do not build the cdylib)",
         lib.display()
     );
-    // `cargo test` does not rebuild a cdylib: refuse to test an old one.
+    // `cargo test` does not rebuild a cdylib: refuse to test an old one. What it was built
+    // from is cargo's dep-info next to it (files compiled only into tests, which cargo
+    // rightly does not rebuild it for, are not there); without one, every source file.
     let built = std::fs::metadata(&lib).and_then(|m| m.modified()).expect("library mtime");
-    for dir in ["crates/lanes-sockets/src", "crates/lanes/src"] {
-        if let Some(newer) = newer_file(&repo().join(dir), built) {
-            panic!(
-                "{} is older than {}: run `cargo build -p lanes-sockets` first (tests do not build the cdylib)",
-                lib.display(),
-                newer.display()
-            );
+    let newer = match std::fs::read_to_string(profile_dir.join("liblanes_sockets.d")) {
+        Ok(dep_info) => dependencies(&dep_info).into_iter().find(|p| is_newer(p, built)),
+        Err(_) => {
+            ["crates/lanes-sockets/src", "crates/lanes/src"].iter().find_map(|dir| newer_file(&repo().join(dir), built))
         }
+    };
+    if let Some(newer) = newer {
+        panic!(
+            "{} is older than {}: run `cargo build -p lanes-sockets` first (tests do not build the cdylib)",
+            lib.display(),
+            newer.display()
+        );
     }
     lib
+}
+
+/// The files a cargo dep-info file (`target: dep dep ...`, spaces in names escaped) lists.
+fn dependencies(dep_info: &str) -> Vec<PathBuf> {
+    let Some((_, deps)) = dep_info.lines().next().and_then(|l| l.split_once(": ")) else { return Vec::new() };
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = deps.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => cur.extend(chars.next()),
+            ' ' => {
+                if !cur.is_empty() {
+                    out.push(PathBuf::from(std::mem::take(&mut cur)));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(PathBuf::from(cur));
+    }
+    out
+}
+
+fn is_newer(p: &Path, than: std::time::SystemTime) -> bool {
+    std::fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|t| t > than)
 }
 
 /// A file under `dir` modified after `than`, if any.
@@ -65,7 +98,7 @@ fn newer_file(dir: &Path, than: std::time::SystemTime) -> Option<PathBuf> {
             if let Some(n) = newer_file(&p, than) {
                 return Some(n);
             }
-        } else if m.modified().is_ok_and(|t| t > than) {
+        } else if is_newer(&p, than) {
             return Some(p);
         }
     }

@@ -214,8 +214,7 @@ impl RemoteObject for OfiRemote {
         MirrorWindow::open(&self.0, offset, len, access).map(Window::Mirror)
     }
 
-    /// One `fi_writedata`, not waited for (`super::notify`); fails if an earlier one
-    /// failed.
+    /// One RMA write, not waited for (`super::notify`); fails if an earlier one failed.
     fn trigger(&self) -> Result<()> {
         let c = &self.0;
         c.check_reachable()?;
@@ -225,7 +224,7 @@ impl RemoteObject for OfiRemote {
         c.notify.trigger(c)
     }
 
-    /// One `fi_writedata` into this connection's ring (`super::notify`).
+    /// One RMA write into this connection's ring (`super::notify`).
     fn send(&self, data: &[u8], timeout: Timeout, poll: Duration) -> Result<()> {
         let c = &self.0;
         if c.info.addr.kind != kind::DATA_INTERRUPT {
