@@ -240,6 +240,7 @@ fn publish_export(c: &Cluster, k: usize, owner: &Proc, id: u32, epoch: u64) -> E
         len: 8192,
         handle: 0,
         epoch,
+        in_place: false,
     };
     exports::publish(&c.fabric(k), &rec).expect("publishing an export record");
     rec

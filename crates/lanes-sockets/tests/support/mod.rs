@@ -46,11 +46,14 @@ pub fn library() -> PathBuf {
     // from is cargo's dep-info next to it (files compiled only into tests, which cargo
     // rightly does not rebuild it for, are not there); without one, every source file.
     let built = std::fs::metadata(&lib).and_then(|m| m.modified()).expect("library mtime");
-    let newer = match std::fs::read_to_string(profile_dir.join("liblanes_sockets.d")) {
-        Ok(dep_info) => dependencies(&dep_info).into_iter().find(|p| is_newer(p, built)),
-        Err(_) => {
-            ["crates/lanes-sockets/src", "crates/lanes/src"].iter().find_map(|dir| newer_file(&repo().join(dir), built))
-        }
+    let deps = std::fs::read_to_string(profile_dir.join("liblanes_sockets.d"))
+        .map(|d| dependencies(&d).into_iter().map(|p| repo().join(p)).collect::<Vec<_>>())
+        .unwrap_or_default();
+    // Any dependency it cannot find (no dep-info, a moved checkout) means the walk instead.
+    let newer = if !deps.is_empty() && deps.iter().all(|p| p.is_file()) {
+        deps.into_iter().find(|p| is_newer(p, built))
+    } else {
+        ["crates/lanes-sockets/src", "crates/lanes/src"].iter().find_map(|dir| newer_file(&repo().join(dir), built))
     };
     if let Some(newer) = newer {
         panic!(

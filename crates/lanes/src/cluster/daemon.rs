@@ -1791,6 +1791,7 @@ mod tests {
     fn export_of(fabric: &crate::Fabric, dir: &Path, id: u32, epoch: u64) -> exports::ExportRecord {
         let me = ProcessIdentity::current().unwrap();
         let rec = exports::ExportRecord {
+            in_place: false,
             kind: ObjectKind::Segment,
             node: fabric.node_id().get(),
             id,

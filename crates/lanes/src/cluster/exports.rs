@@ -52,6 +52,10 @@ pub struct ExportRecord {
     pub handle: u32,
     /// Random per export: a new export of the same object gets a new one.
     pub epoch: u64,
+    /// The owner watches for triggers and messages published in place (written words, no
+    /// completion data: `transport::ofi::notify`); absent in older records: it does not.
+    #[serde(default)]
+    pub in_place: bool,
 }
 
 fn kind_name(kind: ObjectKind) -> &'static str {
@@ -217,7 +221,17 @@ mod tests {
             len: 8192,
             handle: 3,
             epoch,
+            in_place: true,
         }
+    }
+
+    #[test]
+    fn a_record_without_the_in_place_field_reads_as_published_by_completion_data() {
+        let mut v = serde_json::to_value(record(5)).unwrap();
+        assert_eq!(v["in_place"], serde_json::Value::Bool(true));
+        v.as_object_mut().unwrap().remove("in_place");
+        let old: ExportRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(old, ExportRecord { in_place: false, ..record(5) });
     }
 
     #[test]

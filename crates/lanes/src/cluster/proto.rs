@@ -641,6 +641,7 @@ mod tests {
             owner_pid: 77,
         };
         let export = ExportRecord {
+            in_place: true,
             kind: ObjectKind::Segment,
             node: 8,
             id: 0x10,

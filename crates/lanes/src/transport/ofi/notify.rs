@@ -325,18 +325,37 @@ pub(crate) enum Publish {
 }
 
 impl Publish {
-    /// What `endpoint`'s provider allows: in place where one write's ranges land in the
-    /// order named and after every earlier write's (`FI_ORDER_RMA_WAW`), on a processor
-    /// whose stores are seen by other cores in the order made (x86-64: the thread that
-    /// finds the last word may not be the one whose progress placed the write).
-    pub(crate) fn for_endpoint(endpoint: &ProcessEndpoint) -> Publish {
+    /// Whether `endpoint`'s provider can carry writes published in place: one write's
+    /// ranges land in the order named and after every earlier write's (`FI_ORDER_RMA_WAW`).
+    fn provider_allows(endpoint: &ProcessEndpoint) -> bool {
         let info = endpoint.fi().domain().info();
         let ordered = info.msg_order() & fi::FI_ORDER_RMA_WAW != 0;
-        if cfg!(target_arch = "x86_64") && ordered && info.fills_ranges_in_order() && info.rma_iov_limit() >= 2 {
+        ordered && info.fills_ranges_in_order() && info.rma_iov_limit() >= 2
+    }
+
+    /// Whether an owner on `endpoint` watches for writes published in place (and says so in
+    /// its export records): where the provider allows it, on a processor whose stores other
+    /// cores see in the order made (x86-64: the thread that finds the last word may not be
+    /// the one whose progress placed the write). The owner decides, as the order that
+    /// matters is that of its own cores.
+    pub(crate) fn owner_may_watch(endpoint: &ProcessEndpoint) -> bool {
+        cfg!(target_arch = "x86_64") && Self::provider_allows(endpoint)
+    }
+
+    /// How a sender on `endpoint` publishes to an owner whose export record says
+    /// `owner_watches`.
+    pub(crate) fn for_sender(endpoint: &ProcessEndpoint, owner_watches: bool) -> Publish {
+        if owner_watches && Self::provider_allows(endpoint) {
             Publish::InPlace
         } else {
             Publish::ByCompletionData
         }
+    }
+
+    /// A connection made without an export record (tests): as toward an owner like this
+    /// process.
+    fn for_endpoint(endpoint: &ProcessEndpoint) -> Publish {
+        Self::for_sender(endpoint, Self::owner_may_watch(endpoint))
     }
 }
 
@@ -543,13 +562,13 @@ fn word(bytes: &[u8], at: usize) -> u64 {
 }
 
 impl Notifier {
-    /// Makes this sender publish `how`, whatever the provider allows (tests of the other way
-    /// on tcp). Before the first trigger or send only.
-    #[cfg(test)]
+    /// Makes this sender publish `how` (what the owner's export record allows; in tests,
+    /// either way on tcp). Before the first trigger or send; later calls change nothing.
     pub fn publish_by(&self, how: Publish) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(st.staging.is_none(), "publish_by after the first trigger or send");
-        st.publish = Some(how);
+        if st.staging.is_none() {
+            st.publish = Some(how);
+        }
     }
 
     /// `Ok` unless an earlier write of this connection failed (reaping finished ones first).
@@ -1040,8 +1059,11 @@ mod tests {
         let (file, export, target) = owner.export_data_interrupt(&ldi);
         let ep = ProcessEndpoint::open(spec()).expect("sender endpoint");
         if fi::provider_from_env().starts_with("tcp") || fi::provider_from_env().starts_with("net") {
-            assert_eq!(Publish::for_endpoint(&ep), Publish::InPlace, "tcp and net publish by sequence word");
+            assert_eq!(Publish::for_sender(&ep, true), Publish::InPlace, "tcp and net publish in place");
+            assert_eq!(Publish::owner_may_watch(&ep), cfg!(target_arch = "x86_64"));
         }
+        // To an owner whose record says it does not watch, never in place.
+        assert_eq!(Publish::for_sender(&ep, false), Publish::ByCompletionData);
         let r = connect(&ep, &file, &export, Some(&target));
         r.publish_by(Publish::InPlace);
         let rings = Rings::new(direct_mapping(&file, 0, OBJECT_BYTES, MapAccess::ReadWrite).expect("map"));

@@ -99,8 +99,8 @@ impl OfiRemote {
         &self.0
     }
 
-    /// Makes this data interrupt connection publish `how` (tests of both ways on tcp).
-    #[cfg(test)]
+    /// Makes this connection's triggers or messages publish `how`: what the owner's export
+    /// record allows (and, in tests, either way on tcp). Before the first trigger or send.
     pub fn publish_by(&self, how: super::notify::Publish) {
         self.0.notify.publish_by(how);
     }

@@ -124,10 +124,11 @@ impl OfiTransport {
             .ok_or(Error::IllegalOperation("exporting an object of an unknown kind"))?;
         let endpoint = self.endpoint()?;
         let mut hooks = hooks;
-        if Publish::for_endpoint(&endpoint) != Publish::InPlace {
-            // Peers use the same provider: none will publish in place, nothing to watch.
+        if !Publish::owner_may_watch(&endpoint) {
+            // The record says so: no peer publishes in place to it, nothing to watch.
             hooks.on_arrival = None;
         }
+        let in_place = hooks.on_arrival.is_some();
         let export = Export::new(&endpoint, memory, hooks)?;
         let record = ExportRecord {
             kind,
@@ -142,6 +143,7 @@ impl OfiTransport {
             len: export.len(),
             handle: u32::from(export.handle()),
             epoch: random_u64() | 1,
+            in_place,
         };
         exports::publish(self.0.paths.root(), &record)
             .map_err(|e| Error::io(format!("publishing the export of {kind} {id:#x}"), e))?;
@@ -209,7 +211,9 @@ impl OfiTransport {
         let on_disconnect = Box::new(move || {
             let _ = c.disconnect_object(g, DAEMON_CALL);
         });
+        let publish = Publish::for_sender(&endpoint, record.in_place);
         let remote = OfiRemote::new(endpoint, range, info, grant.slot, g, Some(on_disconnect));
+        remote.publish_by(publish);
         watch.register(remote.conn());
         Ok(Ok(remote))
     }
