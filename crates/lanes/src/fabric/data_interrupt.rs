@@ -108,12 +108,8 @@ impl LocalDataInner {
     fn remove(&self) -> Result<()> {
         self.seg.remove(true)?;
         // Wake senders blocked on full rings and our own waiters: they see the removal.
-        let [a, b] = self.rings.active();
-        for i in 0..MAX_CONNECTIONS {
-            let bit = if i < 64 { a >> i } else { b >> (i - 64) };
-            if bit & 1 == 1 {
-                self.rings.space_bell(i).ring();
-            }
+        for i in self.rings.active_slots(0) {
+            self.rings.space_bell(i).ring();
         }
         self.rings.bell().ring();
         Ok(())
@@ -146,15 +142,7 @@ impl LocalDataInner {
     /// Takes the next message of the first non-empty ring from `next` on, if any.
     fn take(&self, next: &mut usize, buf: &mut [u8]) -> Option<Result<usize>> {
         let r = &self.rings;
-        let [a, b] = r.active();
-        // The active rings in round-robin order from `next`: only their bits are visited.
-        let mut active = (u128::from(b) << 64 | u128::from(a)).rotate_right(*next as u32);
-        while active != 0 {
-            let i = (*next + active.trailing_zeros() as usize) % u128::BITS as usize;
-            active &= active - 1;
-            if i >= MAX_CONNECTIONS {
-                continue;
-            }
+        for i in r.active_slots(*next) {
             let base = Rings::ring(i);
             let head = r.word64(base + RING_HEAD).load(Ordering::Relaxed);
             let entry = Rings::entry(i, head);

@@ -492,10 +492,10 @@ impl ProcessEndpoint {
     }
 
     /// Reads both CQs until neither returns a full batch and dispatches what they held, then
-    /// runs the arrival watches; returns how many entries it read. The receive CQ goes first: its read drives the
-    /// provider's progress too, so remote data that arrived meanwhile is returned by that
-    /// same read instead of being moved there by the transmit CQ's read and returned by a
-    /// second one.
+    /// runs the arrival watches; returns how many entries it read. The receive CQ goes
+    /// first: its read drives the provider's progress too, so remote data that arrived
+    /// meanwhile is returned by that same read instead of being moved there by the transmit
+    /// CQ's read and returned by a second one.
     pub fn progress(&self) -> usize {
         let mut n = 0;
         let mut buf = [Completion::default(); BATCH];

@@ -183,15 +183,15 @@ impl InterruptTarget {
     }
 
     /// The arrival watch. The arrival word is written after its count word (one write, in
-    /// order): whoever sees it changed sees the count, and a change made while a look
-    /// scans is seen by the next look (the word seen is recorded before the scan).
+    /// order): whoever sees it changed sees the count, and a change made after the word was
+    /// read is seen by the next look (the word read is recorded before the scan).
     fn look(&self) {
         let arrival = self.page.word(ARRIVAL).load(Ordering::SeqCst);
         if arrival == self.arrival_seen.load(Ordering::SeqCst) {
             return;
         }
         let mut counted = self.counted.lock().unwrap_or_else(|e| e.into_inner());
-        self.arrival_seen.store(self.page.word(ARRIVAL).load(Ordering::SeqCst), Ordering::SeqCst);
+        self.arrival_seen.store(arrival, Ordering::SeqCst);
         let mut triggers = 0u64;
         for (slot, seen) in counted.iter_mut().enumerate() {
             let count = self.page.word(watched_count(slot)).load(Ordering::SeqCst);

@@ -119,11 +119,10 @@ impl OfiTransport {
 
     /// Registers the data of local object (`layout_kind`, `id`) of this node, `memory`,
     /// and publishes its export record; `hooks` turn peers' writes into local events.
-    pub fn export(&self, layout_kind: u32, id: u32, memory: DataMapping, hooks: OwnerHooks) -> Result<Exported> {
+    pub fn export(&self, layout_kind: u32, id: u32, memory: DataMapping, mut hooks: OwnerHooks) -> Result<Exported> {
         let kind = ObjectKind::from_layout_kind(layout_kind)
             .ok_or(Error::IllegalOperation("exporting an object of an unknown kind"))?;
         let endpoint = self.endpoint()?;
-        let mut hooks = hooks;
         if !Publish::owner_may_watch(&endpoint) {
             // The record says so: no peer publishes in place to it, nothing to watch.
             hooks.on_arrival = None;

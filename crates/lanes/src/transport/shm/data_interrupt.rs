@@ -56,8 +56,8 @@ pub const ENTRY_BYTES: usize = ENTRY_HEADER + MAX_DATA_INTERRUPT_PAYLOAD;
 pub const RING_CAP: u64 = 16;
 pub const RING_BYTES: usize = (RING_ENTRIES + RING_CAP as usize * ENTRY_BYTES).div_ceil(PAGE) * PAGE;
 pub const OBJECT_BYTES: u64 = (PAGE + MAX_CONNECTIONS * RING_BYTES) as u64;
-// The active-ring bitmap holds every slot in two words, the second one in part.
-const _: () = assert!(MAX_CONNECTIONS > 64 && MAX_CONNECTIONS <= 128);
+// The active-ring bitmap holds every slot in two words.
+const _: () = assert!(MAX_CONNECTIONS <= 128);
 
 /// The mapped object, with typed access to its words.
 #[derive(Debug)]
@@ -113,8 +113,24 @@ impl Rings {
         Self::ring(i) + RING_ENTRIES + (seq % RING_CAP) as usize * ENTRY_BYTES
     }
 
-    pub fn active(&self) -> [u64; 2] {
-        [self.word64(ACTIVE_MASK).load(Ordering::Acquire), self.word64(ACTIVE_MASK + 8).load(Ordering::Acquire)]
+    /// The active rings, in order from ring `from` on (round robin), each once. Bits of the
+    /// bitmap past the last slot name no ring and are skipped (the bitmap is memory peers
+    /// can write).
+    pub fn active_slots(&self, from: usize) -> impl Iterator<Item = usize> {
+        let a = self.word64(ACTIVE_MASK).load(Ordering::Acquire);
+        let b = self.word64(ACTIVE_MASK + 8).load(Ordering::Acquire);
+        let bits = u128::from(b) << 64 | u128::from(a);
+        let bits = bits & (u128::MAX >> (u128::BITS as usize - MAX_CONNECTIONS));
+        let from = from % MAX_CONNECTIONS;
+        // Rotated so that bit 0 is ring `from`: the rings from `from` up, then the rest.
+        let mut rest = bits.rotate_right(from as u32);
+        std::iter::from_fn(move || {
+            (rest != 0).then(|| {
+                let i = (from + rest.trailing_zeros() as usize) % u128::BITS as usize;
+                rest &= rest - 1;
+                i
+            })
+        })
     }
 
     /// The active-ring bitmap word of ring `slot`, and its bit there.
@@ -173,17 +189,8 @@ impl Rings {
     /// have seen the entries' writes land (a progress pass of its own).
     #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub fn advance_recorded_tails(&self) {
-        let [a, b] = self.active();
-        // Bits past the last slot name no ring (the bitmap is memory peers can write).
-        let b = b & (u64::MAX >> (128 - MAX_CONNECTIONS));
-        let mut passed = false;
-        for (w, mut bits) in [(0, a), (64, b)] {
-            while bits != 0 {
-                let slot = w + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                passed |= self.advance_tail(slot).2;
-            }
-        }
+        // Every active ring is looked at (no short-circuit): each may have news.
+        let passed = self.active_slots(0).fold(false, |passed, slot| self.advance_tail(slot).2 | passed);
         if passed {
             self.bell().ring();
         }
@@ -378,7 +385,7 @@ mod tests {
             r.word64(Rings::entry(slot, 20) + ENTRY_SEQ).store(0, Ordering::SeqCst);
             r.word64(Rings::entry(slot, 21) + ENTRY_SEQ).store(0, Ordering::SeqCst);
         }
-        assert_eq!(r.active()[1] & 1 << (slot - 64), 1 << (slot - 64), "settling marks the ring active");
+        assert!(r.active_slots(0).any(|s| s == slot), "settling marks the ring active");
         let _ = std::fs::remove_dir_all(dir);
     }
 }
