@@ -17,7 +17,9 @@
 //! Per round, for every size: each Lanes latency path (`ofi-interrupt`, `ofi-dataint`,
 //! `ofi-pio`), then `fi_pingpong` at that size; then the DMA bandwidth (`ofi-dma`, 1 MiB
 //! transfers), `fi_pingpong` at 1 MiB (unless a size of the run already measured it) and
-//! `iperf3 -l 1M`. All rounds' figures are pooled: Lanes round trips into one histogram per
+//! `iperf3 -l 1M`. Only the baselines something is compared with run: `fi_pingpong` at the
+//! sizes a chosen latency path is measured at (and at 1 MiB for DMA), the DMA's baselines
+//! when `ofi-dma` is chosen. All rounds' figures are pooled: Lanes round trips into one histogram per
 //! path and size, the baselines' averages weighted by their iterations (fi_pingpong) or
 //! seconds (iperf3). The report is the ordinary `lanes bench` report (table, JSON) with two
 //! baseline rows, `fi_pingpong` and `iperf3`, and the targets of the design (`table.rs`).
@@ -291,6 +293,32 @@ pub(crate) fn fi_iters(base: u64, size: usize) -> u64 {
     (512u64 << 20).checked_div(size as u64).unwrap_or(base).clamp(100, base.max(100))
 }
 
+/// Whether `def` measures latency at `size`.
+fn carries_latency(def: &PathDef, size: usize) -> bool {
+    def.kinds.contains(&Kind::Latency) && def.max_size.is_none_or(|max| size <= max)
+}
+
+/// The baselines a run compares with, and only those: `fi_pingpong` at each size some
+/// latency path is measured at, and the DMA's baselines (`fi_pingpong` at 1 MiB, `iperf3`)
+/// when a bandwidth path is chosen. (`--paths ofi-dma` over the default sizes would
+/// otherwise spend most of its time on `fi_pingpong` at 18 sizes nothing is compared at.)
+struct Baselines {
+    /// Per size of the run.
+    fi_pingpong_at: Vec<bool>,
+    bandwidth: bool,
+}
+
+impl Baselines {
+    fn of(paths: &[&PathDef], sizes: &[usize]) -> Baselines {
+        let bandwidth = paths.iter().any(|d| d.kinds.contains(&Kind::Throughput));
+        let fi_pingpong_at = sizes
+            .iter()
+            .map(|&size| paths.iter().any(|d| carries_latency(d, size)) || (bandwidth && size == DMA_SIZE))
+            .collect();
+        Baselines { fi_pingpong_at, bandwidth }
+    }
+}
+
 /// The client: `lanes bench --transport ofi --remote-node N`.
 pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
     if !lanes::OFI_TRANSPORT {
@@ -358,15 +386,19 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         done.map_err(|e| format!("{what}: {e}"))?;
         Ok((usec, iters))
     };
+    let need = Baselines::of(&o.paths, &o.sizes);
     for round in 1..=o.rounds {
         m.rounds = round;
         for (si, &size) in o.sizes.iter().enumerate() {
             for (pi, def) in o.paths.iter().enumerate() {
-                if !def.kinds.contains(&Kind::Latency) || def.max_size.is_some_and(|max| size > max) {
+                if !carries_latency(def, size) {
                     continue;
                 }
                 eprintln!("lanes bench: round {round}: {} latency at {}", def.name, fmt_size(size));
                 session.latency(def.name, size, o.lat_slice, &mut m.cells[pi][si].lat)?;
+            }
+            if !need.fi_pingpong_at[si] {
+                continue;
             }
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(size));
             let (usec, iters) = fi_pingpong(&mut session, &mut quiet, size)?;
@@ -383,6 +415,9 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
             dma_cell.ticks += t.streamed.ticks;
             dma_cell.cpu_client_ns += t.cpu_client_ns;
             dma_cell.cpu_peer_ns += t.cpu_peer_ns;
+        }
+        if !need.bandwidth {
+            continue;
         }
         if !o.sizes.contains(&DMA_SIZE) {
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(DMA_SIZE));
@@ -436,9 +471,14 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
     if let Some(gbps) = iperf.mean() {
         report.results.push(PathResult { path: "iperf3".into(), size: DMA_SIZE, gbps, ..PathResult::default() });
     }
-    report.run.paths.extend(["fi_pingpong".to_string(), "iperf3".to_string()]);
-    if !report.run.sizes.contains(&DMA_SIZE) {
-        report.run.sizes.push(DMA_SIZE);
+    if need.fi_pingpong_at.contains(&true) || need.bandwidth {
+        report.run.paths.push("fi_pingpong".to_string());
+    }
+    if need.bandwidth {
+        report.run.paths.push("iperf3".to_string());
+        if !report.run.sizes.contains(&DMA_SIZE) {
+            report.run.sizes.push(DMA_SIZE);
+        }
     }
     report.remote = Some(RemoteRun {
         transport: "ofi".into(),
@@ -501,6 +541,24 @@ mod tests {
         assert_eq!(fi_iters(10000, 1 << 20), 512);
         assert_eq!(fi_iters(10000, 64 << 20), 100);
         assert_eq!(fi_iters(50, 4), 100);
+    }
+
+    #[test]
+    fn baselines_only_where_a_path_is_compared() {
+        let paths = |names: &str| choose_paths(Some(names)).unwrap();
+        let sizes = [4, 64, 8192, DMA_SIZE];
+        let dma = Baselines::of(&paths("ofi-dma"), &sizes);
+        assert_eq!(dma.fi_pingpong_at, [false, false, false, true]);
+        assert!(dma.bandwidth);
+        let interrupt = Baselines::of(&paths("ofi-interrupt"), &sizes);
+        assert_eq!(interrupt.fi_pingpong_at, [true, false, false, false], "interrupts carry at most 8 bytes");
+        assert!(!interrupt.bandwidth);
+        let pio = Baselines::of(&paths("ofi-pio"), &sizes);
+        assert_eq!(pio.fi_pingpong_at, [true; 4]);
+        assert!(!pio.bandwidth);
+        let all = Baselines::of(&choose_paths(None).unwrap(), &sizes);
+        assert_eq!(all.fi_pingpong_at, [true; 4]);
+        assert!(all.bandwidth);
     }
 
     #[test]

@@ -92,10 +92,15 @@ pub(crate) fn render(r: &Report) -> String {
     }
     let _ = writeln!(out);
     if let Some(remote) = &r.remote {
+        let streams = if r.run.paths.iter().any(|p| p == "iperf3") {
+            format!(", DMA and iperf3 {} s each", remote.stream_secs)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
             "across hosts: node {} -> node {} ({}) over {}, provider {}, progress {}; {} round(s); fi_pingpong -I {} (fewer \
-             above 52 KiB), DMA and iperf3 {} s each",
+             above 52 KiB){streams}",
             remote.client_node,
             remote.remote_node,
             remote.address,
@@ -104,7 +109,6 @@ pub(crate) fn render(r: &Report) -> String {
             remote.progress,
             remote.rounds,
             remote.fi_pingpong_iters,
-            remote.stream_secs
         );
     }
     let mut header = format!(
