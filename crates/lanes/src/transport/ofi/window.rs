@@ -9,7 +9,9 @@
 //! copies the logged bytes into a staging ring and posts them from there as RMA writes in
 //! log order (posting from the window itself would let a store made after the barrier
 //! travel with a write still in flight, ahead of the release word that was to follow the
-//! earlier data: a seqlock reader could then accept torn data); a flush also waits until every write is proven
+//! earlier data: a seqlock reader could then accept torn data). A run longer than the ring
+//! is posted from the window itself and waited for before the barrier returns, which the
+//! ring would have made it do piece by piece anyway, without the extra copy. A flush also waits until every write is proven
 //! delivered; reads through the map's methods read the remote memory (read-through). Once a
 //! raw pointer was handed out, the window keeps a shadow copy and every barrier posts the
 //! byte runs where the window differs from it. The endpoint's service thread drains windows
@@ -522,8 +524,13 @@ impl Mirror {
     }
 
     /// Posts window bytes `[start, end)` to the same place of the object, in chunks copied
-    /// into the staging ring; asks for delivery completion of the last chunk when `deliver`.
+    /// into the staging ring (or, for a run longer than the ring, straight from the window:
+    /// [`Mirror::post_from_window`]); asks for delivery completion of the last chunk when
+    /// `deliver`.
     fn post_write(&self, st: &mut State, start: usize, end: usize, deliver: bool) -> Result<()> {
+        if end - start > self.staging_len {
+            return self.post_from_window(st, start, end, deliver);
+        }
         let mut at = start;
         while at < end {
             let n = self.chunk.min(end - at);
@@ -536,6 +543,21 @@ impl Mirror {
             at += n;
         }
         Ok(())
+    }
+
+    /// Posts window bytes `[start, end)`, a run longer than the staging ring, from the window
+    /// itself, and waits until the provider has read them (their completions), so that no
+    /// store after the barrier can travel with them. Staging such a run would wait as long,
+    /// piece by piece for the ring it reuses, and copy every byte once more: at 1 MiB the
+    /// copy was a tenth of a PIO ping-pong's time on a loaded machine.
+    fn post_from_window(&self, st: &mut State, start: usize, end: usize, deliver: bool) -> Result<()> {
+        let mut at = start;
+        while at < end {
+            let n = self.chunk.min(end - at);
+            self.post_one(st, at, n, at, deliver && at + n == end, WRITE)?;
+            at += n;
+        }
+        self.wait_for(st, |f| f.what == WRITE && f.start < end && start < f.end)
     }
 
     /// For a release store of `word` bytes where the provider fills ranges in order: when
@@ -631,11 +653,12 @@ impl Mirror {
         let posted = self.local(local_at, len).and_then(|local| {
             let target = self.conn.range.target(self.offset + window_at as u64, len as u64)?;
             let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
-            // SAFETY: local is part of the map's registered buffer (a staging ring piece or
-            // a release slot), which `keep` (the registration, holding the buffer) keeps
-            // alive until the completion is read; neither is touched again until this
-            // write completed (`stage`, and the release slot wait). A refused attempt
-            // posted nothing.
+            // SAFETY: local is part of the map's registered buffer (a staging ring piece, a
+            // release slot, or a window run of `post_from_window`), which `keep` (the
+            // registration, holding the buffer) keeps alive until the completion is read;
+            // none is written by us until this write completed (`stage`, the release slot
+            // wait, and `post_from_window`'s wait under the state lock that the map's stores
+            // take). A refused attempt posted nothing.
             self.conn.post_until(MIRROR_TIMEOUT, |d| unsafe {
                 self.conn.endpoint.post_write(local, target, 0, flags, Some(keep.clone()), d)
             })
@@ -667,9 +690,9 @@ impl Mirror {
     }
 
     /// Reads `[start, start + len)` of the window from the object and waits for it; the
-    /// shadow takes the bytes read too. (Writes post from the staging ring, so none reads
-    /// from the window bytes the read lands in; read-after-write order makes the read see
-    /// them.)
+    /// shadow takes the bytes read too. (Writes post from the staging ring, or from the
+    /// window and are waited for by the barrier every read follows, so none reads from the
+    /// window bytes the read lands in; read-after-write order makes the read see them.)
     fn read_range(&self, st: &mut State, start: usize, len: usize, what: &str) -> Result<()> {
         let end = start + len;
         let mut at = start;
@@ -932,6 +955,8 @@ mod tests {
         owner: Arc<ProcessEndpoint>,
         peer: Arc<ProcessEndpoint>,
         buf: Arc<fi::Buffer>,
+        /// Bytes of `buf`.
+        len: usize,
         mr: Option<fi::MemoryRegion>,
         fabric: Fabric,
         dir: PathBuf,
@@ -939,6 +964,10 @@ mod tests {
 
     impl Pair {
         fn new(name: &str) -> Pair {
+            Pair::with_len(name, LEN)
+        }
+
+        fn with_len(name: &str, len: usize) -> Pair {
             let spec = EndpointSpec {
                 provider: fi::provider_from_env(),
                 address: "127.0.0.1".parse().expect("ip"),
@@ -946,14 +975,14 @@ mod tests {
             };
             let owner = ProcessEndpoint::open(spec.clone()).expect("owner endpoint");
             let peer = ProcessEndpoint::open(spec).expect("peer endpoint");
-            let buf = Arc::new(fi::Buffer::new(LEN).expect("buffer"));
+            let buf = Arc::new(fi::Buffer::new(len).expect("buffer"));
             let mr = owner
                 .register(buf.clone(), fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE | fi::FI_READ | fi::FI_WRITE)
                 .expect("register");
             let dir = std::env::temp_dir().join(format!("lanes-unit-window-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             let fabric = Fabric::open_with(FabricConfig::new(&dir, NodeId::new(8).expect("node"))).expect("fabric");
-            Pair { owner, peer, buf, mr: Some(mr), fabric, dir }
+            Pair { owner, peer, buf, len, mr: Some(mr), fabric, dir }
         }
 
         /// A connection to the owner's buffer, with `key` (the registration's unless given).
@@ -962,12 +991,12 @@ mod tests {
                 peer: self.peer.peer(self.owner.name()).expect("peer address"),
                 base,
                 key,
-                len: LEN as u64,
+                len: self.len as u64,
                 handle: 0,
             };
             let info = ObjectInfo {
                 addr: ObjectAddr { kind: kind::SEGMENT, node: 4, id: 7 },
-                size: LEN as u64,
+                size: self.len as u64,
                 owner: ProcessIdentity::current().expect("identity"),
             };
             let remote = OfiRemote::new(self.peer.clone(), range, info, 0, 0, None);
@@ -1156,6 +1185,54 @@ mod tests {
         map.store_release_u32(12, 78).unwrap();
         map.flush();
         assert_eq!(p.owner_bytes(8, 8), [77u32.to_ne_bytes(), 78u32.to_ne_bytes()].concat());
+    }
+
+    /// A run longer than the staging ring goes from the window itself, and the barrier
+    /// returns only once the provider has read it: no write reading the window is still in
+    /// flight after the release store, so the next stores cannot travel with it. 4 MiB is
+    /// more than a new connection's socket takes at once, so the write is still going out
+    /// when the barrier starts to wait.
+    #[test]
+    fn a_run_longer_than_the_staging_ring_is_read_before_the_barrier_returns() {
+        const BIG: usize = 16 * super::STAGING;
+        let p = Pair::with_len("direct", BIG);
+        let mr = p.mr.as_ref().expect("registered");
+        let range = RemoteRange {
+            peer: p.peer.peer(p.owner.name()).expect("peer address"),
+            base: mr.remote_base(),
+            key: mr.key(),
+            len: BIG as u64,
+            handle: 0,
+        };
+        let info = ObjectInfo {
+            addr: ObjectAddr { kind: kind::SEGMENT, node: 4, id: 7 },
+            size: BIG as u64,
+            owner: ProcessIdentity::current().expect("identity"),
+        };
+        let remote = OfiRemote::new(p.peer.clone(), range, info, 0, 0, None);
+        let w = super::MirrorWindow::open(remote.conn(), 0, BIG as u64, MapAccess::ReadWrite).expect("window");
+        let data = 64..BIG;
+        for k in 1..=3u8 {
+            let bytes = vec![k; data.len()];
+            w.tracked(data.start, data.len(), || {
+                // SAFETY: `data` lies inside the window, which no operation reads or fills
+                // while the state lock (held by `tracked`) is ours.
+                unsafe { super::memory::copy_to_shared(w.base().add(data.start), &bytes) }
+            })
+            .expect("the data");
+            let word = u64::from(k).to_ne_bytes();
+            w.release(0, &word, || {
+                // SAFETY: bytes 0..8 of the window, under the state lock as above.
+                unsafe { super::memory::copy_to_shared(w.base(), &word) }
+            })
+            .expect("the release store");
+            let st = super::lock(&w.shared.state);
+            let reading = st.inflight.iter().filter(|f| f.start < BIG && f.op.outcome().is_none()).count();
+            assert_eq!(reading, 0, "round {k}: writes still reading the window after the release store");
+        }
+        w.flush_checked().expect("delivered");
+        assert_eq!(p.owner_bytes(0, 8), 3u64.to_ne_bytes());
+        assert!(p.owner_bytes(data.start, data.len()).iter().all(|&b| b == 3));
     }
 
     /// Several logged ranges before a release store: where the provider fills ranges in
