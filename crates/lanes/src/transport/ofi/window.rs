@@ -987,6 +987,11 @@ mod tests {
 
         /// A connection to the owner's buffer, with `key` (the registration's unless given).
         fn segment_with_key(&self, key: u64, base: u64) -> RemoteSegment {
+            RemoteSegment::from_handle(&self.fabric, RemoteHandle::Ofi(self.remote_with_key(key, base)))
+        }
+
+        /// The ofi side of [`Pair::segment_with_key`].
+        fn remote_with_key(&self, key: u64, base: u64) -> OfiRemote {
             let range = RemoteRange {
                 peer: self.peer.peer(self.owner.name()).expect("peer address"),
                 base,
@@ -999,8 +1004,7 @@ mod tests {
                 size: self.len as u64,
                 owner: ProcessIdentity::current().expect("identity"),
             };
-            let remote = OfiRemote::new(self.peer.clone(), range, info, 0, 0, None);
-            RemoteSegment::from_handle(&self.fabric, RemoteHandle::Ofi(remote))
+            OfiRemote::new(self.peer.clone(), range, info, 0, 0, None)
         }
 
         fn segment(&self) -> RemoteSegment {
@@ -1197,19 +1201,7 @@ mod tests {
         const BIG: usize = 16 * super::STAGING;
         let p = Pair::with_len("direct", BIG);
         let mr = p.mr.as_ref().expect("registered");
-        let range = RemoteRange {
-            peer: p.peer.peer(p.owner.name()).expect("peer address"),
-            base: mr.remote_base(),
-            key: mr.key(),
-            len: BIG as u64,
-            handle: 0,
-        };
-        let info = ObjectInfo {
-            addr: ObjectAddr { kind: kind::SEGMENT, node: 4, id: 7 },
-            size: BIG as u64,
-            owner: ProcessIdentity::current().expect("identity"),
-        };
-        let remote = OfiRemote::new(p.peer.clone(), range, info, 0, 0, None);
+        let remote = p.remote_with_key(mr.key(), mr.remote_base());
         let w = super::MirrorWindow::open(remote.conn(), 0, BIG as u64, MapAccess::ReadWrite).expect("window");
         let data = 64..BIG;
         for k in 1..=3u8 {
