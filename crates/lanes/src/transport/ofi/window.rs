@@ -524,40 +524,35 @@ impl Mirror {
     }
 
     /// Posts window bytes `[start, end)` to the same place of the object, in chunks copied
-    /// into the staging ring (or, for a run longer than the ring, straight from the window:
-    /// [`Mirror::post_from_window`]); asks for delivery completion of the last chunk when
-    /// `deliver`.
+    /// into the staging ring; asks for delivery completion of the last chunk when `deliver`.
+    /// A run longer than the ring goes from the window itself instead, and the call waits
+    /// until the provider has read it (its completions), so that no store after the barrier
+    /// can travel with it: staging such a run would wait as long, piece by piece for the
+    /// ring it reuses, and copy every byte once more (at 1 MiB, a tenth of a PIO ping-pong's
+    /// time on a loaded machine).
     fn post_write(&self, st: &mut State, start: usize, end: usize, deliver: bool) -> Result<()> {
-        if end - start > self.staging_len {
-            return self.post_from_window(st, start, end, deliver);
-        }
+        let from_window = end - start > self.staging_len;
         let mut at = start;
         while at < end {
             let n = self.chunk.min(end - at);
-            let staged = self.stage(st, n)?;
-            // SAFETY: `at..at + n` is inside the window and `staged..staged + n` inside the
-            // staging ring, both of our registered buffer; no operation reads the staging
-            // bytes any more (waited for by `stage`), and the window is only copied from.
-            unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(at), self.ptr().add(staged), n) };
-            self.post_one(st, staged, n, at, deliver && at + n == end, WRITE)?;
+            let from = if from_window {
+                at
+            } else {
+                let staged = self.stage(st, n)?;
+                // SAFETY: `at..at + n` is inside the window and `staged..staged + n` inside
+                // the staging ring, both of our registered buffer; no operation reads the
+                // staging bytes any more (waited for by `stage`), and the window is only
+                // copied from.
+                unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(at), self.ptr().add(staged), n) };
+                staged
+            };
+            self.post_one(st, from, n, at, deliver && at + n == end, WRITE)?;
             at += n;
+        }
+        if from_window {
+            self.wait_for(st, |f| f.what == WRITE && f.start < end && start < f.end)?;
         }
         Ok(())
-    }
-
-    /// Posts window bytes `[start, end)`, a run longer than the staging ring, from the window
-    /// itself, and waits until the provider has read them (their completions), so that no
-    /// store after the barrier can travel with them. Staging such a run would wait as long,
-    /// piece by piece for the ring it reuses, and copy every byte once more: at 1 MiB the
-    /// copy was a tenth of a PIO ping-pong's time on a loaded machine.
-    fn post_from_window(&self, st: &mut State, start: usize, end: usize, deliver: bool) -> Result<()> {
-        let mut at = start;
-        while at < end {
-            let n = self.chunk.min(end - at);
-            self.post_one(st, at, n, at, deliver && at + n == end, WRITE)?;
-            at += n;
-        }
-        self.wait_for(st, |f| f.what == WRITE && f.start < end && start < f.end)
     }
 
     /// For a release store of `word` bytes where the provider fills ranges in order: when
@@ -654,11 +649,11 @@ impl Mirror {
             let target = self.conn.range.target(self.offset + window_at as u64, len as u64)?;
             let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
             // SAFETY: local is part of the map's registered buffer (a staging ring piece, a
-            // release slot, or a window run of `post_from_window`), which `keep` (the
+            // release slot, or a window run of `post_write`), which `keep` (the
             // registration, holding the buffer) keeps alive until the completion is read;
             // none is written by us until this write completed (`stage`, the release slot
-            // wait, and `post_from_window`'s wait under the state lock that the map's stores
-            // take). A refused attempt posted nothing.
+            // wait, and `post_write`'s wait for a window run, under the state lock the map's
+            // stores take). A refused attempt posted nothing.
             self.conn.post_until(MIRROR_TIMEOUT, |d| unsafe {
                 self.conn.endpoint.post_write(local, target, 0, flags, Some(keep.clone()), d)
             })
