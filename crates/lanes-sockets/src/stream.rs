@@ -9,7 +9,8 @@ use libc::{c_int, iovec, msghdr, ssize_t};
 
 use lanes::sockets::direction::DirectionWord;
 use lanes::sockets::endpoint::{
-    lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_NODELAY_FORCED, FLAG_RING_WANTED, FLAG_RX_CLOSED, FLAG_TX_CLOSED,
+    lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_NODELAY_FORCED, FLAG_RING_WANTED, FLAG_RX_CLOSED,
+    FLAG_TX_CLOSED,
 };
 
 use crate::config::config;
@@ -112,7 +113,7 @@ pub fn send(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
     while sent < total {
         let state = word.load();
         if !state.ring_mode() && conn.peer().is_some_and(|p| p.has_flag(FLAG_RING_WANTED)) {
-            wait_for_ring(conn, &word);
+            wait_for_ring(conn, &word, nonblocking);
         }
         let state = word.load();
         let peer = if state.ring_mode() { conn.peer().filter(|p| !p.has_flag(FLAG_RX_CLOSED)) } else { None };
@@ -177,23 +178,47 @@ pub fn send(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
 }
 
 /// How long a sender waits for a receiver that asked for the ring back and reads no more
-/// kernel bytes.
-const RING_HANDBACK_STALL: Duration = Duration::from_micros(5);
-/// The longest a sender waits for the ring to come back, however busy the receiver.
-const RING_HANDBACK_MAX: Duration = Duration::from_micros(200);
+/// kernel bytes. Long enough to cover what a program does between two reads (checking or
+/// hashing what it read takes a few hundred microseconds for 256 KiB): a receiver busy
+/// with the bytes it has is draining the kernel, only slower than the sender could fill it.
+const RING_HANDBACK_STALL: Duration = Duration::from_millis(1);
+/// The longest a blocking sender waits for the ring to come back, however busy the
+/// receiver. The kernel holds a few MiB at most, so a receiver that keeps reading drains it
+/// well within.
+const RING_HANDBACK_MAX: Duration = Duration::from_millis(20);
+/// The same for a non-blocking sender, whose program may have other sockets to serve.
+const RING_HANDBACK_MAX_NONBLOCKING: Duration = Duration::from_millis(2);
+/// How long the wait spins before it naps between looks (a drain usually takes longer than
+/// this; napping leaves the CPU to the receiver when both share one).
+const RING_HANDBACK_SPIN: Duration = Duration::from_micros(20);
+/// One nap.
+const RING_HANDBACK_NAP: Duration = Duration::from_micros(20);
 
 /// Sender in kernel mode whose receiver asked for the ring back (`FLAG_RING_WANTED`):
 /// pauses while the receiver keeps draining the kernel, until it switches the direction to
 /// the ring, stops reading, sleeps, or the wait runs out; then withdraws the request, so a
-/// receiver that is not reading costs the sender one short wait, not one per send.
-fn wait_for_ring(conn: &Conn, word: &DirectionWord<'_>) {
+/// receiver that is not reading costs the sender one wait, not one per send.
+///
+/// A peer that is itself waiting here for us (`FLAG_AWAITING_RING` on its record) usually
+/// reads nothing until we do: a program that sends and receives on one thread (a poll loop
+/// streaming both ways) would have both ends wait out the stall, every send. So the second
+/// one to wait does not; it sends through the kernel, goes back to its loop, and reads,
+/// which lets the first one's direction drain and switch. Its own direction gets its turn
+/// once the first one reads again.
+fn wait_for_ring(conn: &Conn, word: &DirectionWord<'_>, nonblocking: bool) {
+    let max = if nonblocking { RING_HANDBACK_MAX_NONBLOCKING } else { RING_HANDBACK_MAX };
     let Some(peer) = conn.peer() else { return };
+    if peer.has_flag(FLAG_AWAITING_RING) {
+        return;
+    }
+    conn.own.set_flags(FLAG_AWAITING_RING);
     let started = Instant::now();
     let mut last_read = peer.rx_kernel_read().load(Ordering::Acquire);
     let mut last_progress = started;
     loop {
         let s = word.load();
         if s.ring_mode() {
+            conn.own.clear_flags(FLAG_AWAITING_RING);
             return;
         }
         if s.sleepers() > 0 || !peer.has_flag(FLAG_RING_WANTED) || peer.has_flag(FLAG_RX_CLOSED) {
@@ -204,11 +229,16 @@ fn wait_for_ring(conn: &Conn, word: &DirectionWord<'_>) {
         if read != last_read {
             (last_read, last_progress) = (read, now);
         }
-        if now - last_progress > RING_HANDBACK_STALL || now - started > RING_HANDBACK_MAX {
+        if now - last_progress > RING_HANDBACK_STALL || now - started > max {
             break;
         }
-        std::hint::spin_loop();
+        if now - started < RING_HANDBACK_SPIN {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(RING_HANDBACK_NAP);
+        }
     }
+    conn.own.clear_flags(FLAG_AWAITING_RING);
     peer.clear_flags(FLAG_RING_WANTED);
 }
 

@@ -81,6 +81,9 @@ pub const FLAG_APP_NODELAY: u32 = 32;
 /// (only the receiver may, and only once the kernel is empty; a sender streaming through
 /// the kernel would otherwise keep it from ever being empty).
 pub const FLAG_RING_WANTED: u32 = 64;
+/// This end's sender is pausing for the peer to take the ring back (the peer set
+/// [`FLAG_RING_WANTED`]); it reads nothing meanwhile, so the peer does not pause for it.
+pub const FLAG_AWAITING_RING: u32 = 128;
 
 /// Which connection a record belongs to: the network namespace and both addresses, as this
 /// end sees them. IPv4-mapped IPv6 addresses are keyed as IPv4, so a dual-stack listener
