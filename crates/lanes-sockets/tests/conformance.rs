@@ -430,11 +430,6 @@ fn fortified_build_calls_the_checking_functions() {
     }
 }
 
-/// The transcripts above would also match if the library left every connection to the
-/// kernel; this checks that, for a long stream with the library on both sides, both ends
-/// attached to each other and bytes went through the ring. How many bytes the ring carries
-/// depends on scheduling (a receiver that is never on a CPU when data comes gets it through
-/// the kernel), so a run may go all-kernel on a loaded machine: up to three runs per case.
 /// The `[sockets]` section of the configuration file chooses what is accelerated, each key
 /// overridden by its environment variable; a section that makes no sense turns acceleration
 /// off (with a line on stderr) and the program still runs.
@@ -505,6 +500,12 @@ fn a_config_file_chooses_what_is_accelerated() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The transcripts above would also match if the library left every connection to the
+/// kernel; this checks that, for a long stream with the library on both sides, both ends
+/// attached to each other and bytes went through the ring. How many bytes the ring carries
+/// depends on scheduling (a receiver that is never on a CPU when data comes gets it through
+/// the kernel), so a run may go all-kernel on a loaded machine: up to three runs per case,
+/// and the test runs alone (`.config/nextest.toml`).
 #[test]
 fn the_library_really_accelerates() {
     let lib = library();
