@@ -72,7 +72,8 @@
 //! are [`DataInterruptTarget::hooks`], and whoever hands a connection slot of it to a remote
 //! sender settles the slot's ring first ([`Rings::settle`]: the daemon, or
 //! [`DataInterruptTarget::attach`] in tests), as the sender reads the ring's tail at its
-//! first send.
+//! first send. A sender gives its slot back only once its writes are placed
+//! ([`Notifier::settle`], at disconnect), so the next holder reads what they left.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -637,6 +638,37 @@ impl Notifier {
         Ok(())
     }
 
+    /// Before the connection's slot goes back to the owner (disconnect): waits until every
+    /// write this connection posted has been placed at the owner. The next holder of the
+    /// slot reads the slot's count or ring at its first trigger or send over its own
+    /// connection, which nothing orders with ours: had one of our writes still been on its
+    /// way, it would have read an older count and its first triggers would not have counted
+    /// (the owner ignores a count that goes backwards), or have had its ring entries
+    /// overwritten. A read of the slot's word posted after the writes completes only once
+    /// they are placed where the provider orders reads after writes (`FI_ORDER_RMA_RAW`, as
+    /// tcp and net do); elsewhere only the writes' own completions can be waited for.
+    /// Bounded by [`POST_TIMEOUT`], and by the connection's fault (a lost or unreachable
+    /// owner). Later triggers and sends of this connection fail.
+    pub fn settle(&self, conn: &OfiConn) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.reap();
+        if let (Some(staging), None) = (st.staging.clone(), &st.failure) {
+            let info = conn.endpoint.fi().domain().info();
+            let slot = conn.slot as usize;
+            let read_orders = info.msg_order() & fi::FI_ORDER_RMA_RAW != 0;
+            // A failure is recorded in the state, which is closed below anyway.
+            let _ = if !read_orders {
+                st.retire_through(conn, u64::MAX)
+            } else if conn.info.addr.kind == crate::transport::shm::layout::kind::DATA_INTERRUPT {
+                let head = Rings::ring(slot) as u64 + RING_HEAD as u64;
+                st.read_remote(conn, &staging, HEADER_STAGE, head, 8).map(drop)
+            } else {
+                st.read_remote(conn, &staging, COUNT_READ, watched_count(slot), 8).map(drop)
+            };
+        }
+        st.failure.get_or_insert_with(|| "the connection was disconnected".into());
+    }
+
     /// Sends one message to the data interrupt `conn` is connected to. `lost` fails once the
     /// connection is lost; it is consulted while waiting for room.
     pub fn send(
@@ -997,6 +1029,157 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(li.pending(), 9, "the damaged counts were counted");
         second.check().expect("no trigger failed");
+    }
+
+    /// A segment of the owner, exported, and one buffer registered on each sender
+    /// endpoint: a sender posts a large write of it (not waited for), so that what it posts
+    /// next queues behind megabytes on its connection.
+    struct Bulk {
+        _segment: crate::fabric::LocalSegment,
+        export: Export,
+        buf: Arc<fi::Buffer>,
+        regs: Vec<fi::MemoryRegion>,
+        posted: Vec<(Arc<ProcessEndpoint>, Arc<Op>)>,
+    }
+
+    impl Bulk {
+        const BYTES: usize = 8 << 20;
+
+        fn new(owner: &Owner, eps: &[Arc<ProcessEndpoint>]) -> Bulk {
+            let segment = owner.fabric.create_segment_auto_id(Self::BYTES as u64).expect("segment");
+            let file = owner.file(kind::SEGMENT, segment.id());
+            let map = direct_mapping(&file, 0, Self::BYTES as u64, MapAccess::ReadWrite).expect("map");
+            let export = Export::new(&owner.ep, map, OwnerHooks::default()).expect("segment export");
+            let buf = Arc::new(fi::Buffer::new(Self::BYTES).expect("bulk buffer"));
+            let regs =
+                eps.iter().map(|ep| ep.register(buf.clone(), fi::FI_READ | fi::FI_WRITE).expect("register")).collect();
+            Bulk { _segment: segment, export, buf, regs, posted: Vec::new() }
+        }
+
+        /// Posts the write from endpoint `eps[i]` (as given to [`Bulk::new`]).
+        fn post(&mut self, i: usize, ep: &Arc<ProcessEndpoint>) {
+            let range = self.export.range(ep.peer(self.export.endpoint_name()).expect("peer"));
+            let target = range.target(0, Self::BYTES as u64).expect("target");
+            let local = self.regs[i].local(0, Self::BYTES).expect("local");
+            let keep: Option<Arc<dyn Any + Send + Sync>> = Some(self.buf.clone());
+            // SAFETY: the buffer is kept alive by the operation (keep); nothing writes it.
+            let op = unsafe { ep.post_write(local, target, 0, 0, keep, fi::deadline_in(POST_TIMEOUT)) };
+            self.posted.push((Arc::clone(ep), op.expect("bulk write")));
+        }
+
+        /// Waits until every posted write finished, and checks it succeeded.
+        fn finish(self) {
+            for (ep, op) in &self.posted {
+                let done = ep.wait_until(|| op.outcome(), SPIN, fi::deadline_in(POST_TIMEOUT), "a bulk write");
+                done.expect("bulk write finished").expect("bulk write succeeded");
+            }
+        }
+    }
+
+    #[test]
+    fn notify_a_slot_handed_over_at_once_after_a_disconnect_loses_no_trigger() {
+        // Two senders on endpoints of their own (two connections, which nothing orders with
+        // each other) take turns holding one slot of an interrupt published in place. Each
+        // triggers once, posts a large write to a segment of the same owner, not waited
+        // for, so that its further triggers (fire and forget) queue behind megabytes on its
+        // connection, and disconnects; the other takes the slot at once. A holder reads the
+        // slot's count at its first trigger: had the disconnect not waited for the writes
+        // to be placed, that read, on the other connection, would overtake them and find an
+        // older count, and the owner would ignore its triggers as a count gone backwards.
+        const ROUNDS: u64 = 6;
+        const BURST: u64 = 100;
+        let owner = Owner::new("int-handover");
+        let li = owner.fabric.create_interrupt(None).expect("interrupt");
+        let (file, export) = owner.export_interrupt(&li);
+        let eps = [ProcessEndpoint::open(spec()).expect("endpoint"), ProcessEndpoint::open(spec()).expect("endpoint")];
+        let mut bulk = Bulk::new(&owner, &eps);
+        // Both connections to the owner made before the race (rxm connects at first use).
+        let warm = eps.each_ref().map(|ep| connect(ep, &file, &export, None));
+        for w in &warm {
+            w.publish_by(Publish::InPlace);
+            w.trigger().expect("warm-up trigger");
+        }
+        let slot = connect(&eps[0], &file, &export, None).conn().slot;
+        let info = warm[0].conn().info;
+        let mut expected = warm.len() as u64;
+        for round in 0..ROUNDS {
+            for (i, ep) in eps.iter().enumerate() {
+                let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
+                let holder = OfiRemote::new(Arc::clone(ep), range, info, slot, 0, None);
+                holder.publish_by(Publish::InPlace);
+                // The first trigger reads the count; the rest queue behind the bulk write.
+                holder.trigger().unwrap_or_else(|e| panic!("round {round}, sender {i}: {e}"));
+                bulk.post(i, ep);
+                for _ in 1..BURST {
+                    holder.trigger().unwrap_or_else(|e| panic!("round {round}, sender {i}: {e}"));
+                }
+                holder.disconnect();
+                assert!(holder.trigger().is_err(), "a trigger after the disconnect");
+                expected += BURST;
+            }
+        }
+        bulk.finish();
+        let end = Instant::now() + Duration::from_secs(10);
+        while li.pending() < expected && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(li.pending(), expected, "triggers counted after {ROUNDS} rounds of hand-overs");
+    }
+
+    #[test]
+    fn notify_a_data_interrupt_slot_handed_over_at_once_after_a_disconnect_keeps_every_message() {
+        // As for triggers above: two senders take turns holding one slot of a data interrupt
+        // published in place, each sending one message, a large write to a segment of the
+        // owner (not waited for) and more messages behind it, then disconnecting; the owner
+        // settles the slot for the next holder (as its daemon does when it hands a slot
+        // over), which reads the ring's tail at its first send. Had the disconnect not
+        // waited, the first holder's messages would land after the settle, over the entries
+        // of the next. Every message must arrive whole, once, in the order sent.
+        const ROUNDS: u8 = 3;
+        const PER_HOLDER: u32 = 5;
+        const _: () = assert!(ROUNDS as u64 * PER_HOLDER as u64 <= RING_CAP);
+        const WAIT: Timeout = Timeout::After(Duration::from_secs(5));
+        let owner = Owner::new("dint-handover");
+        let ldi = owner.fabric.create_data_interrupt(None).expect("data interrupt");
+        let (file, export, target) = owner.export_data_interrupt(&ldi);
+        let eps = [ProcessEndpoint::open(spec()).expect("endpoint"), ProcessEndpoint::open(spec()).expect("endpoint")];
+        let mut bulk = Bulk::new(&owner, &eps);
+        let first = connect(&eps[0], &file, &export, Some(&target));
+        let slot = first.conn().slot;
+        let info = first.conn().info;
+        drop(first);
+        let mut buf = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD];
+        for round in 0..ROUNDS {
+            let i = usize::from(round % 2);
+            let ep = &eps[i];
+            target.attach(slot as usize);
+            let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
+            let holder = OfiRemote::new(Arc::clone(ep), range, info, slot, 0, None);
+            holder.publish_by(Publish::InPlace);
+            let send = |seq: u32| {
+                holder
+                    .send(&message(round + 1, seq), T, POLL)
+                    .unwrap_or_else(|e| panic!("round {round}, message {seq}: {e}"))
+            };
+            send(0);
+            bulk.post(i, ep);
+            for seq in 1..PER_HOLDER {
+                send(seq);
+            }
+            holder.disconnect();
+            assert!(holder.send(b"late", T, POLL).is_err(), "a send after the disconnect");
+        }
+        // Read only now: each holder sent into the ring while earlier holders' messages
+        // were still in it (all of them fit: ROUNDS * PER_HOLDER <= RING_CAP).
+        for round in 0..ROUNDS {
+            for seq in 0..PER_HOLDER {
+                let n = ldi.wait(&mut buf, WAIT).unwrap_or_else(|e| panic!("round {round}, message {seq}: {e}"));
+                assert!(buf[..n] == message(round + 1, seq)[..], "round {round}, message {seq} arrived wrong");
+            }
+        }
+        assert!(is_timeout(&ldi.wait(&mut buf, Timeout::Immediate)), "a message beyond those sent");
+        bulk.finish();
     }
 
     #[test]

@@ -240,7 +240,10 @@ impl RemoteObject for OfiRemote {
         self.0.notify.check(&self.0)
     }
 
+    /// Waits (bounded) for this connection's writes to be placed before the slot goes back:
+    /// see [`super::notify::Notifier::settle`].
     fn disconnect(&self) {
+        self.0.notify.settle(&self.0);
         self.0.mark_lost(LossReason::Disconnected);
         if let Some(f) = self.0.on_disconnect.lock().unwrap_or_else(|e| e.into_inner()).take() {
             f();
