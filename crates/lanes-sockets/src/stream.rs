@@ -215,14 +215,13 @@ fn wait_for_ring(conn: &Conn, word: &DirectionWord<'_>, nonblocking: bool) {
     let started = Instant::now();
     let mut last_read = peer.rx_kernel_read().load(Ordering::Acquire);
     let mut last_progress = started;
-    loop {
+    let switched = loop {
         let s = word.load();
         if s.ring_mode() {
-            conn.own.clear_flags(FLAG_AWAITING_RING);
-            return;
+            break true;
         }
         if s.sleepers() > 0 || !peer.has_flag(FLAG_RING_WANTED) || peer.has_flag(FLAG_RX_CLOSED) {
-            break;
+            break false;
         }
         let now = Instant::now();
         let read = peer.rx_kernel_read().load(Ordering::Acquire);
@@ -230,16 +229,18 @@ fn wait_for_ring(conn: &Conn, word: &DirectionWord<'_>, nonblocking: bool) {
             (last_read, last_progress) = (read, now);
         }
         if now - last_progress > RING_HANDBACK_STALL || now - started > max {
-            break;
+            break false;
         }
         if now - started < RING_HANDBACK_SPIN {
             std::hint::spin_loop();
         } else {
             std::thread::sleep(RING_HANDBACK_NAP);
         }
-    }
+    };
     conn.own.clear_flags(FLAG_AWAITING_RING);
-    peer.clear_flags(FLAG_RING_WANTED);
+    if !switched {
+        peer.clear_flags(FLAG_RING_WANTED);
+    }
 }
 
 /// Receiver: asks the sender for the ring back (see [`wait_for_ring`]) or withdraws the

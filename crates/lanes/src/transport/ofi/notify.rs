@@ -91,7 +91,7 @@ use crate::transport::shm::data_interrupt::{
     Rings, ENTRY_BYTES, ENTRY_HEADER, ENTRY_LEN, ENTRY_SEQ, MAX_DATA_INTERRUPT_PAYLOAD, RING_CAP, RING_HEAD, RING_TAIL,
 };
 use crate::transport::shm::interrupt::{BellPage, ARRIVAL, REMOTE_COUNTS, WATCHED_COUNTS};
-use crate::transport::shm::layout::MAX_CONNECTIONS;
+use crate::transport::shm::layout::{kind, MAX_CONNECTIONS};
 use crate::transport::shm::segment_file::DataMapping;
 
 /// The bound on every post (the provider answering `-FI_EAGAIN`) and on every wait for one of
@@ -652,18 +652,20 @@ impl Notifier {
     pub fn settle(&self, conn: &OfiConn) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.reap();
-        if let (Some(staging), None) = (st.staging.clone(), &st.failure) {
-            let info = conn.endpoint.fi().domain().info();
+        // Nothing sent (no staging yet), or a failed connection: nothing to wait for.
+        if let Some(staging) = st.staging.clone().filter(|_| st.failure.is_none()) {
             let slot = conn.slot as usize;
-            let read_orders = info.msg_order() & fi::FI_ORDER_RMA_RAW != 0;
-            // A failure is recorded in the state, which is closed below anyway.
-            let _ = if !read_orders {
-                st.retire_through(conn, u64::MAX)
-            } else if conn.info.addr.kind == crate::transport::shm::layout::kind::DATA_INTERRUPT {
-                let head = Rings::ring(slot) as u64 + RING_HEAD as u64;
-                st.read_remote(conn, &staging, HEADER_STAGE, head, 8).map(drop)
+            let (landing, word) = if conn.info.addr.kind == kind::DATA_INTERRUPT {
+                (HEADER_STAGE, Rings::ring(slot) as u64 + RING_HEAD as u64)
             } else {
-                st.read_remote(conn, &staging, COUNT_READ, watched_count(slot), 8).map(drop)
+                (COUNT_READ, watched_count(slot))
+            };
+            let read_orders = conn.endpoint.fi().domain().info().msg_order() & fi::FI_ORDER_RMA_RAW != 0;
+            // A failure is recorded in the state, which is closed below anyway.
+            let _ = if read_orders {
+                st.read_remote(conn, &staging, landing, word, 8).map(drop)
+            } else {
+                st.retire_through(conn, u64::MAX)
             };
         }
         st.failure.get_or_insert_with(|| "the connection was disconnected".into());
@@ -799,7 +801,6 @@ mod tests {
     use crate::transport::ofi::remote::OfiRemote;
     use crate::transport::shm::data_interrupt::{BELL_SEQ, OBJECT_BYTES};
     use crate::transport::shm::interrupt::BELL_PAGE;
-    use crate::transport::shm::layout::kind;
     use crate::transport::shm::remote::direct_mapping;
     use crate::transport::shm::segment_file::SegmentFile;
     use crate::transport::shm::FabricPaths;
@@ -902,13 +903,19 @@ mod tests {
         assert!(!export.is_empty() && export.len() == s.segment_size);
         assert_ne!(export.handle(), 0, "interrupts are exported with a completion handler");
         assert_eq!(export.endpoint().name(), export.endpoint_name());
-        let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
         let info = ObjectInfo {
             addr: ObjectAddr { kind: s.kind, node: s.node_id, id: s.segment_id },
             size: s.segment_size,
             owner: s.owner,
         };
-        OfiRemote::new(Arc::clone(ep), range, info, slot as u32, 0, None)
+        in_slot(ep, export, info, slot as u32)
+    }
+
+    /// A connection from endpoint `ep` to the object `info` exported as `export`, holding
+    /// connection slot `slot` (claimed already: a later holder of a slot is made this way).
+    fn in_slot(ep: &Arc<ProcessEndpoint>, export: &Export, info: ObjectInfo, slot: u32) -> OfiRemote {
+        let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
+        OfiRemote::new(Arc::clone(ep), range, info, slot, 0, None)
     }
 
     /// Message `seq` of sender `sender`: a length from 0 to the maximum (the maximum every
@@ -1008,9 +1015,7 @@ mod tests {
         }
         eventually("5 triggers pending", || li.pending() == 5);
         first.check().expect("no trigger failed");
-        let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
-        let info = first.conn().info;
-        let second = OfiRemote::new(Arc::clone(&ep), range, info, slot, 0, None);
+        let second = in_slot(&ep, &export, first.conn().info, slot);
         second.publish_by(Publish::InPlace);
         for _ in 0..3 {
             second.trigger().expect("trigger");
@@ -1104,8 +1109,7 @@ mod tests {
         let mut expected = warm.len() as u64;
         for round in 0..ROUNDS {
             for (i, ep) in eps.iter().enumerate() {
-                let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
-                let holder = OfiRemote::new(Arc::clone(ep), range, info, slot, 0, None);
+                let holder = in_slot(ep, &export, info, slot);
                 holder.publish_by(Publish::InPlace);
                 // The first trigger reads the count; the rest queue behind the bulk write.
                 holder.trigger().unwrap_or_else(|e| panic!("round {round}, sender {i}: {e}"));
@@ -1154,8 +1158,7 @@ mod tests {
             let i = usize::from(round % 2);
             let ep = &eps[i];
             target.attach(slot as usize);
-            let range = export.range(ep.peer(export.endpoint_name()).expect("peer"));
-            let holder = OfiRemote::new(Arc::clone(ep), range, info, slot, 0, None);
+            let holder = in_slot(ep, &export, info, slot);
             holder.publish_by(Publish::InPlace);
             let send = |seq: u32| {
                 holder
