@@ -390,8 +390,8 @@ impl Engine {
 }
 
 /// The RMA half of the engine: a queue's descriptors whose remote side is an ofi connection
-/// become runs (merged as copies are), split into chunks posted as RMA, at most `depth` in
-/// flight per queue, completed in order as their operations complete
+/// become runs (merged as copies are), split into chunks posted as RMA, at most `depth` and
+/// `window` bytes in flight per queue, completed in order as their operations complete
 /// (docs/ARCHITECTURE.md, "The DMA engine").
 ///
 /// Failures: a completion error puts the queue in error with the provider's text; a
@@ -443,6 +443,8 @@ mod rma_pipe {
 
     struct InFlight {
         op: Arc<Op>,
+        /// Its bytes, counted in the pipe's window.
+        len: usize,
         /// The run it belongs to.
         seq: u64,
         /// Posted as the pipe's `posted`-th operation.
@@ -456,6 +458,12 @@ mod rma_pipe {
     pub(crate) struct RmaPipe {
         depth: usize,
         chunk: usize,
+        /// Bytes in flight at most (one operation of any size may always be in flight).
+        window: usize,
+        /// Bytes of the operations in `inflight`.
+        inflight_bytes: usize,
+        /// The most bytes ever in flight at once (for tests).
+        peak_bytes: usize,
         timeout: Duration,
         /// Runs taken from the ring, in order; `runs[0]` has sequence number `first_seq`.
         runs: VecDeque<Run>,
@@ -479,6 +487,9 @@ mod rma_pipe {
             RmaPipe {
                 depth: rma::default_depth(),
                 chunk: rma::default_chunk(),
+                window: rma::default_window(),
+                inflight_bytes: 0,
+                peak_bytes: 0,
                 timeout: rma::default_timeout(),
                 runs: VecDeque::new(),
                 first_seq: 0,
@@ -488,6 +499,12 @@ mod rma_pipe {
                 posted: 0,
             }
         }
+    }
+
+    /// The pipe's admission rule: fewer than `depth` operations in flight, and `len` more
+    /// bytes within `window` unless nothing is in flight (so any size gets through).
+    fn room(ops: usize, bytes: usize, len: usize, depth: usize, window: usize) -> bool {
+        ops < depth && (ops == 0 || bytes + len <= window)
     }
 
     /// Records the queue's first failure.
@@ -528,6 +545,36 @@ mod rma_pipe {
         pub(crate) fn set_limits(&mut self, depth: usize, chunk: usize) {
             self.depth = depth.clamp(1, 1024);
             self.chunk = chunk.max(1);
+        }
+
+        /// Bytes in flight at most (at least one operation of any size).
+        pub(crate) fn set_window(&mut self, bytes: usize) {
+            self.window = bytes.max(1);
+        }
+
+        /// The most bytes that were in flight at once.
+        #[cfg(test)]
+        pub(crate) fn peak_bytes(&self) -> usize {
+            self.peak_bytes
+        }
+
+        /// Whether an operation of `len` bytes may be posted now: fewer than `depth` in
+        /// flight, and `len` more bytes within the window (or nothing in flight).
+        fn has_room(&self, len: usize) -> bool {
+            room(self.inflight.len(), self.inflight_bytes, len, self.depth, self.window)
+        }
+
+        /// The size of the next operation to post, if its run is taken already.
+        fn next_len(&self) -> Option<usize> {
+            self.runs.get(self.next_post).map(|r| self.chunk.min(r.len - r.posted))
+        }
+
+        /// Stops tracking `inflight[i]`; returns it.
+        fn untrack(&mut self, i: usize) -> InFlight {
+            let f = self.inflight.swap_remove(i);
+            self.inflight_bytes -= f.len;
+            self.run_mut(f.seq).ops_left -= 1;
+            f
         }
 
         /// How long an operation (or refused posts) may take before the queue fails.
@@ -586,9 +633,8 @@ mod rma_pipe {
                     i += 1;
                     continue;
                 };
-                let f = self.inflight.swap_remove(i);
+                let f = self.untrack(i);
                 let run = self.run_mut(f.seq);
-                run.ops_left -= 1;
                 if let Err(message) = outcome {
                     if first_error.as_ref().is_none_or(|(order, _)| f.order < *order) {
                         first_error = Some((f.order, describe(&run.work, run.len, &message)));
@@ -612,9 +658,8 @@ mod rma_pipe {
                     i += 1;
                     continue;
                 }
-                let f = self.inflight.swap_remove(i);
+                let f = self.untrack(i);
                 let run = self.run_mut(f.seq);
-                run.ops_left -= 1;
                 let reason = describe(&run.work, run.len, &format!("not complete after {} ms", timeout.as_millis()));
                 fail(q, reason);
             }
@@ -649,8 +694,7 @@ mod rma_pipe {
                     i += 1;
                     continue;
                 }
-                let f = self.inflight.swap_remove(i);
-                self.run_mut(f.seq).ops_left -= 1;
+                self.untrack(i);
                 n += 1;
             }
             n
@@ -738,7 +782,7 @@ mod rma_pipe {
             true
         }
 
-        /// Posts (or copies) runs in order while the depth allows.
+        /// Posts (or copies) runs in order while the depth and the window allow.
         fn post(&mut self, q: &QueueShared, buf: &mut [Descriptor]) -> usize {
             let mut did = 0;
             loop {
@@ -746,7 +790,7 @@ mod rma_pipe {
                     return did;
                 }
                 let seq = self.first_seq + self.next_post as u64;
-                let (depth, chunk, timeout) = (self.depth, self.chunk, self.timeout);
+                let (depth, chunk, window, timeout) = (self.depth, self.chunk, self.window, self.timeout);
                 let run = &mut self.runs[self.next_post];
                 match &run.work {
                     Work::Dropped => {}
@@ -765,8 +809,12 @@ mod rma_pipe {
                         did += 1;
                     }
                     Work::Rma { conn, reg, local, remote_offset, write } => {
-                        while run.posted < run.len && self.inflight.len() < depth {
+                        while run.posted < run.len {
                             let len = chunk.min(run.len - run.posted);
+                            // `has_room`, which `run`'s borrow of the runs rules out here.
+                            if !room(self.inflight.len(), self.inflight_bytes, len, depth, window) {
+                                break;
+                            }
                             // SAFETY: `posted + len <= len` of the run, whose local range
                             // was checked inside its registration when queued; the
                             // registration (and a segment's mapping) is kept by the op.
@@ -785,7 +833,9 @@ mod rma_pipe {
                                     let deadline = Instant::now() + timeout;
                                     let order = self.posted;
                                     self.posted += 1;
-                                    self.inflight.push(InFlight { op, seq, order, owned: reg.owned(), deadline });
+                                    self.inflight.push(InFlight { op, len, seq, order, owned: reg.owned(), deadline });
+                                    self.inflight_bytes += len;
+                                    self.peak_bytes = self.peak_bytes.max(self.inflight_bytes);
                                     run.posted += len;
                                     run.ops_left += 1;
                                     self.stalled_since = None;
@@ -807,7 +857,7 @@ mod rma_pipe {
                             }
                         }
                         if run.posted < run.len {
-                            return did; // as deep as allowed
+                            return did; // as deep (or as many bytes) as allowed
                         }
                     }
                 }
@@ -856,7 +906,8 @@ mod rma_pipe {
                     return; // something to drop: a pass does it
                 }
             } else {
-                if unposted && p.inflight.len() < p.depth {
+                // A run not taken yet may be small: look (a pass finds out).
+                if unposted && p.has_room(p.next_len().unwrap_or(1)) {
                     return; // room to post
                 }
                 for r in &p.runs {

@@ -23,6 +23,10 @@ use crate::transport::RemoteHandle;
 pub(crate) const DEFAULT_DEPTH: usize = 16;
 /// Largest single operation unless `LANES_OFI_DMA_CHUNK` says otherwise.
 pub(crate) const DEFAULT_CHUNK: usize = 1 << 20;
+/// Bytes in flight per queue unless `LANES_OFI_DMA_WINDOW` says otherwise: as much as a TCP
+/// provider's socket takes at once (a 4 MiB send buffer), far above any NIC's
+/// bandwidth-delay product, so only operations that would wait in the provider are held back.
+pub(crate) const DEFAULT_WINDOW: usize = 4 << 20;
 /// How long an operation may take unless `LANES_OFI_DMA_TIMEOUT_MS` says otherwise.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one post retries `-FI_EAGAIN` before the channel looks at its other work.
@@ -46,6 +50,11 @@ pub(crate) fn default_depth() -> usize {
 /// `LANES_OFI_DMA_CHUNK` bytes, else 1 MiB (4 KiB to 1 GiB).
 pub(crate) fn default_chunk() -> usize {
     env_usize("LANES_OFI_DMA_CHUNK").unwrap_or(DEFAULT_CHUNK).clamp(4096, 1 << 30)
+}
+
+/// `LANES_OFI_DMA_WINDOW` bytes, else 4 MiB (4 KiB to 1 GiB).
+pub(crate) fn default_window() -> usize {
+    env_usize("LANES_OFI_DMA_WINDOW").unwrap_or(DEFAULT_WINDOW).clamp(4096, 1 << 30)
 }
 
 /// `LANES_OFI_DMA_TIMEOUT_MS`, else 30 s.
@@ -384,6 +393,40 @@ mod tests {
             q.start(&mine, rig.remote(), 0, 2, len - 1, DmaDirection::Write, None),
             Err(Error::OutOfRange { .. })
         ));
+    }
+
+    #[test]
+    fn dma_over_ofi_keeps_at_most_its_window_of_bytes_in_flight() {
+        let len = 16 * MIB;
+        let rig = rig("window", len, 0);
+        let data = pattern(len as usize, 13);
+        let mine = segment(&rig.fabric, 0x45, &data);
+        // (window, chunk, the peak expected): whole transfers up to the window, a window
+        // that is not a multiple of them, one smaller than a transfer (one at a time), and
+        // 256 KiB chunks (the depth of 16 binds before the window).
+        let cases =
+            [(4 * MIB, MIB, 4 * MIB), (5 * MIB / 2, MIB, 2 * MIB), (MIB / 2, MIB, MIB), (16 * MIB, MIB / 4, 4 * MIB)];
+        for (i, (window, chunk, peak)) in cases.into_iter().enumerate() {
+            let mut q = rig.fabric.create_dma_queue(64).expect("queue");
+            q.set_rma_limits(super::DEFAULT_DEPTH, chunk as usize);
+            q.set_rma_window(window as usize);
+            rig.target.write(0, &vec![0u8; len as usize]).expect("clear");
+            // Every other MiB, then the rest: 16 transfers queued at once, none merged.
+            let order = (0..16).step_by(2).chain((1..16).step_by(2));
+            let vec: Vec<DmaVec> =
+                order.map(|m| DmaVec { size: MIB, local_offset: m * MIB, remote_offset: m * MIB }).collect();
+            q.start_vec(&mine, rig.remote(), &vec, DmaDirection::Write, None).expect("start_vec");
+            assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
+            let mut got = vec![0u8; len as usize];
+            rig.target.read(0, &mut got).expect("read target");
+            assert!(got == data, "case {i}: the written bytes differ");
+            let seen = q.rma_peak_bytes() as u64;
+            println!("window {window}, chunk {chunk}: at most {seen} bytes in flight");
+            assert!(seen <= peak, "case {i}: {seen} bytes in flight, window {window}");
+            // All 16 were queued before the first completion could be read, so the first
+            // pass filled the window.
+            assert_eq!(seen, peak, "case {i}: the window was not filled");
+        }
     }
 
     #[test]
