@@ -1,7 +1,7 @@
 //! The DMA bandwidth path (`ofi-dma`): a DMA queue streaming `size`-byte transfers from a
 //! local segment of the client into a segment of the peer, which across hosts are RMA writes
-//! (`fi_write`, delivery complete, `LANES_OFI_DMA_DEPTH` in flight, runs split into
-//! `LANES_OFI_DMA_CHUNK` pieces).
+//! (`fi_write`, delivery complete, `LANES_OFI_DMA_DEPTH` operations and `LANES_OFI_DMA_WINDOW`
+//! bytes in flight, runs split into `LANES_OFI_DMA_CHUNK` pieces).
 //!
 //! ```text
 //! peer's segment  0      header page: the count word (0 while a slice streams)
@@ -12,8 +12,9 @@
 //! [`REST`] at a time while it waits for room) until the
 //! slice's time is up, waits for the queue (every transfer delivered), stops its clock, then
 //! stores count + 1 into the peer's count word with a release store and flushes it. The peer
-//! spins on that word in its own segment, polling a progress driver (so that its own
-//! thread places the incoming writes), and answers with the count. The peer does not copy
+//! watches that word in its own segment, making a progress pass with a progress driver (so
+//! that its own thread places the incoming writes) every [`PEER_NAP`], and answers with the
+//! count. The peer does not copy
 //! the data out (RMA places it; iperf3's receiver, by contrast, copies from the kernel), so
 //! this is the fabric's bandwidth, not a consumer's. *Latency* is not measured (the registry
 //! lists throughput only).
@@ -43,6 +44,13 @@ const LOW: usize = 16;
 const REST: Duration = Duration::from_millis(1);
 /// The longest the queue may take to drain from HIGH to LOW.
 const REFILL: Duration = Duration::from_secs(60);
+/// How long the peer naps between progress passes (plus the kernel's timer slack, 50 us by
+/// default). Each pass reads what arrived meanwhile, a few hundred KB at 4 GB/s, far below
+/// what the socket's receive buffer holds, so the nap never holds the sender up; it frees
+/// the CPU for the kernel's TCP work, which runs beside the peer where cores are few (as
+/// iperf3's receiver sleeps in `recv`). Passes back to back took 10 to 15% off the bandwidth
+/// on two cores (docs/BENCH.md).
+const PEER_NAP: Duration = Duration::from_micros(20);
 
 /// Whether the peer spoke (an error) or hung up on the control channel.
 fn control_ready(wait: &Waiter) -> bool {
@@ -193,12 +201,15 @@ impl PeerPath for Peer {
     fn throughput(&mut self, _size: usize, wait: &Waiter) -> Result<u64, String> {
         let map = &self.map;
         // The peer's own thread places the incoming writes (as the target of the design's
-        // stage-0 probe did, spinning in fi_cq_read) instead of the service thread, which
-        // would compete with this spin for the CPU.
+        // stage-0 probe did, in fi_cq_read) instead of the service thread, whose idle
+        // progress ticks (`poll`, every 500 us) are too far apart for a stream.
         let drv = self.fabric.progress_driver();
         let v = wait.until(|| {
             drv.poll();
             let v = map.load_acquire_u64(COUNT).map_err(err("reading the count"))?;
+            if v == 0 {
+                std::thread::sleep(PEER_NAP);
+            }
             Ok((v != 0).then_some(v))
         })?;
         map.store_release_u64(COUNT, 0).map_err(err("resetting the count"))?;
