@@ -216,7 +216,8 @@ impl DmaQueue {
     /// For remote segments reached over ofi: bytes in flight at most
     /// (`LANES_OFI_DMA_WINDOW`, default 4 MiB); one operation of any size may always be in
     /// flight. Operations past what the transport carries at once would only wait in the
-    /// provider: on tcp, bandwidth was higher with 4 MiB in flight than with 16 MiB.
+    /// provider: on tcp, with a target driving progress back to back, bandwidth was higher
+    /// with 4 MiB in flight than with 16 MiB (docs/BENCH.md).
     #[cfg(feature = "ofi")]
     pub fn set_rma_window(&mut self, bytes: usize) {
         self.shared.rma.lock().unwrap_or_else(|e| e.into_inner()).set_window(bytes);

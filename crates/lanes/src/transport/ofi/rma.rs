@@ -24,8 +24,9 @@ pub(crate) const DEFAULT_DEPTH: usize = 16;
 /// Largest single operation unless `LANES_OFI_DMA_CHUNK` says otherwise.
 pub(crate) const DEFAULT_CHUNK: usize = 1 << 20;
 /// Bytes in flight per queue unless `LANES_OFI_DMA_WINDOW` says otherwise: as much as a TCP
-/// provider's socket takes at once (a 4 MiB send buffer), far above any NIC's
-/// bandwidth-delay product, so only operations that would wait in the provider are held back.
+/// provider's socket takes at once (a 4 MiB send buffer), and far above a data-centre link's
+/// bandwidth-delay product (100 Gbit/s over a 10 us round trip is 125 KB), so what is held
+/// back would only have waited in the provider.
 pub(crate) const DEFAULT_WINDOW: usize = 4 << 20;
 /// How long an operation may take unless `LANES_OFI_DMA_TIMEOUT_MS` says otherwise.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
