@@ -207,10 +207,11 @@ impl PeerPath for Peer {
         let v = wait.until(|| {
             drv.poll();
             let v = map.load_acquire_u64(COUNT).map_err(err("reading the count"))?;
-            if v == 0 {
-                std::thread::sleep(PEER_NAP);
+            if v != 0 {
+                return Ok(Some(v));
             }
-            Ok((v != 0).then_some(v))
+            std::thread::sleep(PEER_NAP);
+            Ok(None)
         })?;
         map.store_release_u64(COUNT, 0).map_err(err("resetting the count"))?;
         Ok(v - 1)

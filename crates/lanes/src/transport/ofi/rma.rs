@@ -242,6 +242,15 @@ mod tests {
         }
     }
 
+    impl Rig {
+        /// `len` bytes of the target buffer from `at`.
+        fn target_bytes(&self, at: usize, len: usize) -> Vec<u8> {
+            let mut v = vec![0u8; len];
+            self.target.read(at, &mut v).expect("read target");
+            v
+        }
+    }
+
     /// A `len`-byte exported buffer and a remote segment reaching it over ofi, its key
     /// spoiled with `key_xor`.
     fn rig(name: &str, len: u64, key_xor: u64) -> Rig {
@@ -359,9 +368,7 @@ mod tests {
             rig.target.write(0, &vec![0u8; len as usize]).expect("clear");
             let started = Instant::now();
             transfer(&mut q, &mine, &rig, &pieces(len, depth as u64), DmaDirection::Write);
-            let mut got = vec![0u8; len as usize];
-            rig.target.read(0, &mut got).expect("read target");
-            assert!(got == data, "depth {depth}: the written bytes differ");
+            assert!(rig.target_bytes(0, len as usize) == data, "depth {depth}: the written bytes differ");
             transfer(&mut q, &back, &rig, &pieces(len, 99 + depth as u64), DmaDirection::Read);
             assert!(contents(&back) == data, "depth {depth}: the bytes read back differ");
             println!("depth {depth}: 64 MiB written and read back in {:?}", started.elapsed());
@@ -374,9 +381,7 @@ mod tests {
         unsafe { q.start_memory(buf.as_mut_ptr(), rig.remote(), buf.len() as u64, 777, DmaDirection::Write, None) }
             .expect("start_memory write");
         assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
-        let mut got = vec![0u8; buf.len()];
-        rig.target.read(777, &mut got).expect("read");
-        assert!(got == buf);
+        assert!(rig.target_bytes(777, buf.len()) == buf);
         let mut again = vec![0u8; buf.len()];
         // SAFETY: as above.
         unsafe { q.start_memory(again.as_mut_ptr(), rig.remote(), again.len() as u64, 777, DmaDirection::Read, None) }
@@ -418,9 +423,7 @@ mod tests {
                 order.map(|m| DmaVec { size: MIB, local_offset: m * MIB, remote_offset: m * MIB }).collect();
             q.start_vec(&mine, rig.remote(), &vec, DmaDirection::Write, None).expect("start_vec");
             assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
-            let mut got = vec![0u8; len as usize];
-            rig.target.read(0, &mut got).expect("read target");
-            assert!(got == data, "case {i}: the written bytes differ");
+            assert!(rig.target_bytes(0, len as usize) == data, "case {i}: the written bytes differ");
             let seen = q.rma_peak_bytes() as u64;
             println!("window {window}, chunk {chunk}: at most {seen} bytes in flight");
             assert!(seen <= peak, "case {i}: {seen} bytes in flight, window {window}");
@@ -493,8 +496,7 @@ mod tests {
         let mut q = rig.fabric.create_dma_queue(16).expect("queue");
         q.start(&mine, rig.remote(), 0, MIB, 0, DmaDirection::Write, None).expect("start");
         q.wait(Timeout::After(Duration::from_secs(30))).expect("a transfer after the return");
-        let mut back = vec![0u8; MIB as usize];
-        rig.target.read(0, &mut back).expect("read target");
+        let back = rig.target_bytes(0, MIB as usize);
         assert!(back == pattern(len as usize, 6)[..MIB as usize], "the data after the return");
     }
 
@@ -550,9 +552,7 @@ mod tests {
         let mut q = rig.fabric.create_dma_queue(4).expect("queue");
         q.start(&seg, rig.remote(), 0, MIB, 5 * MIB, DmaDirection::Write, None).expect("start");
         assert_eq!(q.wait(T).expect("wait"), DmaQueueState::Done);
-        let mut got = vec![0u8; MIB as usize];
-        rig.target.read(5 * MIB as usize, &mut got).expect("read");
-        assert!(got == contents(&seg));
+        assert!(rig.target_bytes(5 * MIB as usize, MIB as usize) == contents(&seg));
         drop(q);
         // Give the abandoned operations time to complete and free their memory.
         let deadline = fi::deadline_in(Duration::from_millis(300));
