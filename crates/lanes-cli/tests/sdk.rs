@@ -698,3 +698,30 @@ fn examples_run_unchanged_with_their_nodes_on_two_hosts() {
     assert!(server.contains("echoed 200 messages"), "{server}");
     assert!(row(&client, "4096").is_some(), "{client}");
 }
+
+/// Plain stores through `SCIGetMapPointer` of a reflective group's multicast maps reach the
+/// member on the other host, flushed (`SCIFlush`) or not, through a map of the whole group
+/// and of part of it, and every byte of a 4 KiB block arrives (tests/sdk/group_stores.c).
+#[test]
+fn stores_through_a_groups_map_pointer_reach_the_other_host() {
+    if !lanes::OFI_TRANSPORT {
+        assert!(std::env::var_os("CI").is_none(), "CI builds with --features lanes/ofi (scripts/test.sh)");
+        eprintln!("skipping: this build has no ofi transport");
+        return;
+    }
+    let sdk = Sdk::install("group-stores");
+    let hosts = TwoHosts::start(&sdk);
+    let prog = sdk.test_program("group_stores", &[]);
+    let (creator, member) = hosts.pair(&prog, &["-create"], &["-join"]);
+    for step in ["ok node 4 joined", "ok the member's store at 64 arrived", "ok the member verified the block"] {
+        assert!(creator.lines().any(|l| l == step), "missing {step:?}:\n{creator}");
+    }
+    for step in [
+        "ok the creator's store at 0 arrived",
+        "ok the creator's block arrived",
+        "ok every byte of the block",
+        "ok the creator's unflushed store arrived",
+    ] {
+        assert!(member.lines().any(|l| l == step), "missing {step:?}:\n{member}");
+    }
+}

@@ -125,7 +125,11 @@ pub(crate) fn map_remote_segment(
         } else {
             h.body.seg().node_id() == crate::node::desc(h.desc as *mut c_void)?.body.fabric.node_id().get()
         };
-        let m = h.body.seg().map(offset as u64, size as u64, access)?;
+        // A group's maps are the membership's: across hosts its multicast map fans out.
+        let m = match h.body.member() {
+            Some(member) => member.map(offset as u64, size as u64, access)?,
+            None => h.body.seg().map(offset as u64, size as u64, access)?,
+        };
         register_map(h.desc, h.key(), m, false, own, map)
     })
 }
@@ -146,7 +150,10 @@ pub(crate) fn map_local_segment(
         // For a group: SCI_FLAG_READONLY_MAP is the read map (local reads), otherwise (with
         // SCI_FLAG_BROADCAST or not) the writable multicast map.
         let access = map_flags(fl, h.body.is_group())?;
-        let m = h.body.live()?.map(offset as u64, size as u64, access)?;
+        let m = match h.body.group() {
+            Some(g) => g.map(offset as u64, size as u64, access)?,
+            None => h.body.live()?.map(offset as u64, size as u64, access)?,
+        };
         register_map(h.desc, h.key(), m, true, true, map)
     })
 }

@@ -63,6 +63,11 @@ impl LSeg {
     pub fn is_group(&self) -> bool {
         self.group.is_some()
     }
+
+    /// The reflective group, for a segment created with `SCI_FLAG_BROADCAST`.
+    pub fn group(&self) -> Option<&ReflectiveGroup> {
+        self.group.as_ref()
+    }
 }
 
 /// What a remote segment handle is connected to.
@@ -92,6 +97,14 @@ impl RSeg {
     /// Whether it is a reflective group's membership.
     pub fn is_group(&self) -> bool {
         matches!(self.conn, Conn::Group(_))
+    }
+
+    /// The membership, for a connection to a reflective group.
+    pub fn member(&self) -> Option<&ReflectiveMember> {
+        match &self.conn {
+            Conn::Group(m) => Some(m),
+            Conn::Segment(_) => None,
+        }
     }
 
     /// The node id the C side sees: `DIS_BROADCAST_NODEID_GROUP_ALL` for a group.

@@ -13,7 +13,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lanes::{Error, Fabric, FabricConfig, Map, ReflectiveGroup, ReflectiveMember, Timeout};
+use lanes::{Error, Fabric, FabricConfig, Map, MapAccess, ReflectiveGroup, ReflectiveMember, Timeout};
 use support::records::{follow, write_record, GROUP_BYTES};
 use support::{timeout, ChildIo, Proc, Topology};
 
@@ -29,6 +29,15 @@ enum Role {
 }
 
 impl Role {
+    /// A map of part of the group (`ReflectiveGroup::map`, `ReflectiveMember::map`).
+    fn map(&self, offset: u64, len: u64, access: MapAccess) -> lanes::Result<Map> {
+        match self {
+            Role::None => Err(Error::IllegalOperation("no group")),
+            Role::Creator(g) => g.map(offset, len, access),
+            Role::Member(m) => m.map(offset, len, access),
+        }
+    }
+
     fn maps(&self) -> Option<(&Map, &Map)> {
         match self {
             Role::None => None,
@@ -108,6 +117,52 @@ fn refl(io: &ChildIo) {
                 Ok(()) => "OK".to_string(),
                 Err(e) => err(e),
             },
+            // A plain store through the write map's raw pointer, as a C program makes one.
+            ("rawput", Some((_, wm))) => {
+                raw_store(wm, num(1) as usize, num(2));
+                "OK".to_string()
+            }
+            ("flush", Some((_, wm))) => match wm.flush_checked() {
+                Ok(()) => "OK".to_string(),
+                Err(e) => err(e),
+            },
+            ("rd64", Some((rm, _))) => match rm.read::<u64>(num(1) as usize) {
+                Ok(v) => format!("OK {v}"),
+                Err(e) => err(e),
+            },
+            ("wm64", Some((_, wm))) => match wm.read::<u64>(num(1) as usize) {
+                Ok(v) => format!("OK {v}"),
+                Err(e) => err(e),
+            },
+            // Waits (bounded) until the read map holds `value` at `offset`.
+            ("await64", Some((rm, _))) => {
+                let until = Instant::now() + Duration::from_millis(num(3));
+                loop {
+                    match rm.read::<u64>(num(1) as usize) {
+                        Ok(v) if v == num(2) => break "OK".to_string(),
+                        Ok(v) if Instant::now() >= until => break format!("FAIL still {v}"),
+                        Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+                        Err(e) => break err(e),
+                    }
+                }
+            }
+            // A read-write map of `len` bytes at `offset`; a raw store at `at` in it; a flush.
+            ("subraw", _) => match role.map(num(1), num(2), MapAccess::ReadWrite) {
+                Ok(m) => {
+                    raw_store(&m, num(3) as usize, num(4));
+                    match m.flush_checked() {
+                        Ok(()) => "OK".to_string(),
+                        Err(e) => err(e),
+                    }
+                }
+                Err(e) => err(e),
+            },
+            ("subread", _) => {
+                match role.map(num(1), num(2), MapAccess::ReadOnly).and_then(|m| m.read::<u64>(num(3) as usize)) {
+                    Ok(v) => format!("OK {v}"),
+                    Err(e) => err(e),
+                }
+            }
             ("ro64", Some((rm, _))) => match rm.write::<u64>(num(1) as usize, num(2)) {
                 Ok(()) => "OK".to_string(),
                 Err(e) => err(e),
@@ -147,6 +202,17 @@ fn refl(io: &ChildIo) {
         };
         io.send(&reply);
     }
+}
+
+/// Stores `v` at `offset` of `map` through its raw pointer (`Map::as_ptr`), bypassing the
+/// map's methods.
+fn raw_store(map: &Map, offset: usize, v: u64) {
+    assert!(offset + 8 <= map.len() && offset % 8 == 0, "a raw store inside the map");
+    let p = map.as_ptr();
+    assert!(!p.is_null(), "a raw pointer");
+    // SAFETY: in bounds and aligned (asserted; maps are page aligned); the pointer is valid
+    // while the map lives, and a volatile store is how a program's own store looks.
+    unsafe { std::ptr::write_volatile(p.add(offset).cast::<u64>(), v) };
 }
 
 #[test]
@@ -400,9 +466,74 @@ fn group_member_killed(t: &Topology) {
     b.send("exit");
 }
 
+/// Stores through the write maps' raw pointers reach every member (as SISCI programs make
+/// them through `SCIGetMapPointer`): flushed, or drained by the service thread; a method's
+/// write and a raw store to the same bytes land in program order; a writer's raw stores do
+/// not carry other members' writes back to them; maps of part of the group work both ways.
+fn raw_stores_across_hosts(t: &Topology) {
+    let mut a = spawn(t, 8, "creator on a");
+    ok(&mut a, &format!("create {GROUP} 65536"));
+    let mut b = spawn(t, 12, "member on b");
+    ok(&mut b, &format!("join {GROUP} 10000"));
+    let mut c = spawn(t, 16, "member on c");
+    ok(&mut c, &format!("join {GROUP} 10000"));
+    members_become(&mut a, "OK [12, 16]");
+    let seen = |p: &mut Proc, at: u64, v: u64| ok(p, &format!("await64 {at} {v} 10000"));
+
+    // The creator's raw store, flushed, reaches both members.
+    ok(&mut a, "rawput 0 11");
+    ok(&mut a, "flush");
+    seen(&mut b, 0, 11);
+    seen(&mut c, 0, 11);
+    // A member's raw store without a flush: the service thread posts it.
+    ok(&mut b, "rawput 8 22");
+    seen(&mut a, 8, 22);
+    seen(&mut c, 8, 22);
+    // Its own loads through the map's methods see it at once.
+    ok(&mut b, "rawput 48 5");
+    assert_eq!(ok(&mut b, "wm64 48"), "OK 5");
+    // Program order between a method's write and a raw store to the same bytes.
+    ok(&mut b, "w64 16 33");
+    ok(&mut b, "rawput 16 44");
+    ok(&mut b, "rawput 24 55");
+    ok(&mut b, "w64 24 66");
+    ok(&mut b, "flush");
+    seen(&mut a, 16, 44);
+    seen(&mut a, 24, 66);
+    assert_eq!(ok(&mut b, "rd64 24"), "OK 66");
+    // c writes word 32; then b stores raw elsewhere: b's stale view of word 32 (0 in its raw
+    // buffer) is not sent back over c's write.
+    ok(&mut c, "w64 32 77");
+    ok(&mut c, "flush");
+    seen(&mut b, 32, 77);
+    ok(&mut b, "rawput 40 88");
+    ok(&mut b, "flush");
+    seen(&mut a, 40, 88);
+    seen(&mut c, 40, 88);
+    for p in [&mut a, &mut b, &mut c] {
+        assert_eq!(ok(p, "rd64 32"), "OK 77", "{}", p.name());
+    }
+    // Maps of part of the group: a raw store at offset 8 of a map from 4096 is group byte 4104.
+    ok(&mut c, "subraw 4096 4096 8 99");
+    seen(&mut a, 4104, 99);
+    seen(&mut b, 4104, 99);
+    assert_eq!(ok(&mut b, "subread 4096 4096 8"), "OK 99");
+    ok(&mut a, "subraw 60000 8 0 7");
+    seen(&mut c, 60000, 7);
+    // A map past the group's end is refused.
+    for p in [&mut a, &mut b] {
+        assert!(ask(p, "subraw 61440 8192 0 1", Duration::from_secs(10)).starts_with("ERR OutOfRange"));
+        assert!(ask(p, "subread 0 0 0", Duration::from_secs(10)).starts_with("ERR InvalidSize"));
+    }
+    for p in [&mut a, &mut b, &mut c] {
+        p.send("exit");
+    }
+}
+
 support::topology_cases!(
     ;
     ofi: group_across_hosts,
+    raw_stores_across_hosts,
     group_refusals_across_hosts,
     group_member_killed,
 );

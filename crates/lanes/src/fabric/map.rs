@@ -75,6 +75,12 @@ impl Map {
     /// with a shadow copy and posts the bytes that changed, and a service thread does so about
     /// every 10 ms; loads through the pointer see the window as last read or refreshed
     /// ([`Map::refresh`]). Stores through the pointer to a read-only map stay local.
+    ///
+    /// On a write map of a reflective group spanning hosts the pointer names a private buffer
+    /// of the map, filled from this process's copy at the first call: barriers, flushes and
+    /// the service thread put the bytes stored through it that changed into the copy and
+    /// send them to every member. Loads through it see only this process's stores; read the
+    /// group through its read map. Null only if that buffer cannot be allocated.
     #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.window.as_ptr()

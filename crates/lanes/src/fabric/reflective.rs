@@ -131,6 +131,17 @@ fn refuse_taken(groups: &[(u32, u32)], group: u32) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a map of `size` bytes at `offset` that does not lie inside a group of `bytes`.
+fn check_group_range(offset: u64, size: u64, bytes: u64) -> Result<()> {
+    if size == 0 {
+        return Err(Error::InvalidSize { size, reason: "maps cover at least one byte" });
+    }
+    if offset.checked_add(size).is_none_or(|end| end > bytes) {
+        return Err(Error::OutOfRange { offset, len: size, size: bytes, what: "reflective group" });
+    }
+    Ok(())
+}
+
 /// Creates the `refl-` object of `group` with `bytes` of data; an id in use is the group's.
 fn create_object(fabric: &Arc<FabricInner>, group: u32, bytes: u64) -> Result<LocalSegment> {
     LocalSegment::create(fabric, kind::REFLECTIVE, Some(group), bytes, None).map_err(|e| match e {
@@ -208,7 +219,7 @@ impl ReflectiveGroup {
         let read = seg.map(0, size, MapAccess::ReadOnly)?;
         let fan = Arc::new(Fanout::creator(ofi.endpoint()?, whole, size, me)?);
         let write = Map::new(
-            Window::Fanout(FanoutWindow::new(fan.clone())),
+            Window::Fanout(FanoutWindow::new(fan.clone(), 0, size)?),
             0,
             MapAccess::ReadWrite,
             MapOrigin::Local(seg.inner.clone()),
@@ -267,6 +278,21 @@ impl ReflectiveGroup {
         &self.write
     }
 
+    /// Maps `size` bytes of the group from `offset` (for programs that map part of a group,
+    /// as SISCI's do): read-only, a view like [`Self::read_map`]'s; read-write, a multicast
+    /// view like [`Self::write_map`]'s.
+    pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
+        check_group_range(offset, size, self.size)?;
+        #[cfg(feature = "ofi")]
+        if let (Some((fan, _)), MapAccess::ReadWrite) = (&self.across, access) {
+            use crate::transport::ofi::reflective::FanoutWindow;
+            use crate::transport::Window;
+            let window = Window::Fanout(FanoutWindow::new(fan.clone(), offset, size)?);
+            return Ok(Map::new(window, offset, access, MapOrigin::Local(self.seg.inner.clone())));
+        }
+        self.seg.map(offset, size, access)
+    }
+
     /// The group's memory as a local segment (the source or target of DMA on this node).
     /// For a group spanning hosts it is the creator's object (the group's bytes, then the
     /// roster) and writes to it reach only the creator's copy.
@@ -322,6 +348,9 @@ pub struct ReflectiveMember {
     /// A group of a cluster: this member's fan-out (its replica and roster entry).
     #[cfg(feature = "ofi")]
     across: Option<Arc<Fanout>>,
+    /// A group of a cluster: the replica's file (for read-only maps of part of it).
+    #[cfg(feature = "ofi")]
+    replica: Option<std::os::fd::OwnedFd>,
 }
 
 impl Drop for ReflectiveMember {
@@ -402,6 +431,8 @@ impl ReflectiveMember {
             reported_lost: AtomicBool::new(false),
             #[cfg(feature = "ofi")]
             across: None,
+            #[cfg(feature = "ofi")]
+            replica: None,
         })
     }
 
@@ -432,7 +463,7 @@ impl ReflectiveMember {
             MapOrigin::Remote(seg.inner.clone()),
         );
         let write = Map::new(
-            Window::Fanout(FanoutWindow::new(fan.clone())),
+            Window::Fanout(FanoutWindow::new(fan.clone(), 0, size)?),
             0,
             MapAccess::ReadWrite,
             MapOrigin::Remote(seg.inner.clone()),
@@ -445,6 +476,7 @@ impl ReflectiveMember {
             tracker: SlotTracker::new(Some(fabric.identity)),
             reported_lost: AtomicBool::new(false),
             across: Some(fan),
+            replica: Some(fd),
         })
     }
 
@@ -466,6 +498,32 @@ impl ReflectiveMember {
     /// The local, read-only view.
     pub fn read_map(&self) -> &Map {
         &self.read
+    }
+
+    /// Maps `size` bytes of the group from `offset` (for programs that map part of a group,
+    /// as SISCI's do): read-only, a view like [`Self::read_map`]'s; read-write, a multicast
+    /// view like [`Self::write_map`]'s.
+    pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
+        check_group_range(offset, size, self.size)?;
+        #[cfg(feature = "ofi")]
+        if let (Some(fan), Some(replica)) = (&self.across, &self.replica) {
+            use std::os::fd::AsFd;
+
+            use crate::platform::mapping::Access;
+            use crate::transport::ofi::reflective::FanoutWindow;
+            use crate::transport::shm::segment_file::DataMapping;
+            use crate::transport::Window;
+            self.seg.check()?;
+            let window = match access {
+                MapAccess::ReadWrite => Window::Fanout(FanoutWindow::new(fan.clone(), offset, size)?),
+                MapAccess::ReadOnly => Window::Direct(
+                    DataMapping::of_file(replica.as_fd(), offset, size, Access::ReadOnly)
+                        .map_err(|e| Error::io(format!("mapping {size} bytes at offset {offset} of a replica"), e))?,
+                ),
+            };
+            return Ok(Map::new(window, offset, access, MapOrigin::Remote(self.seg.inner.clone())));
+        }
+        self.seg.map(offset, size, access)
     }
 
     /// The multicast view.

@@ -140,7 +140,8 @@ impl Window {
     }
 
     /// The window's first byte, handed to a program for its own loads and stores: a mirror
-    /// window switches to shadow mode (its barriers post what changed).
+    /// window switches to shadow mode (its barriers post what changed); a group's write map
+    /// hands out a private buffer whose changes its barriers fan out.
     #[inline(always)]
     pub fn as_ptr(&self) -> *mut u8 {
         match self {

@@ -19,6 +19,11 @@
 //! (`FI_ORDER_RMA_WAW` per target). Two writers may be seen in different orders by
 //! different members.
 //!
+//! **Raw stores.** A write map's raw pointer ([`FanoutWindow::as_ptr`]) names a private
+//! buffer with a shadow, never the copy (which other members write too): at each barrier
+//! the runs where the buffer differs from the shadow are this process's stores, copied into
+//! its copy and logged like the methods' writes.
+//!
 //! **Membership.** A joiner copies the creator's data into its replica, then writes its
 //! roster entry, then reads the roster and writes a fresh random value into every other
 //! participant's control word, waiting for delivery; only then is it joined. A writer
@@ -816,10 +821,15 @@ impl Fanout {
     }
 
     fn flush(&self) -> Result<()> {
-        let mut st = lock(&self.state);
+        self.flush_locked(&mut lock(&self.state))
+    }
+
+    /// Posts the log and waits (bounded) until everything in flight is delivered; fails if
+    /// a write failed meanwhile.
+    fn flush_locked(&self, st: &mut State) -> Result<()> {
         let before = self.epoch.load(Ordering::Acquire);
-        self.barrier(&mut st);
-        self.wait_for(&mut st, |_| true)?;
+        self.barrier(st);
+        self.wait_for(st, |_| true)?;
         if self.epoch.load(Ordering::Acquire) != before {
             return Err(self.error(st.last_error.clone()));
         }
@@ -909,112 +919,288 @@ fn wait_ops(endpoint: &ProcessEndpoint, ops: &[Arc<Op>], what: &str, bound: Dura
     Ok(())
 }
 
-/// The write map of a group spanning hosts. See the module documentation.
-pub(crate) struct FanoutWindow {
+/// The granule of the raw-store comparison (as mirror windows use).
+const LINE: usize = 64;
+
+/// The private buffer behind a write map's raw pointer, and the shadow it is compared with.
+///
+/// Raw stores cannot go into the participant's copy directly: other members' writes land
+/// there too, and a comparison could not tell them from this process's own stores. Only this
+/// process writes the buffer, so whatever differs from the shadow at a barrier is its own.
+struct RawStores {
+    buffer: Mapping,
+    shadow: Vec<u8>,
+}
+
+/// What a write map's drain task and sequences share with the map.
+struct WindowInner {
     fan: Arc<Fanout>,
+    /// The window: group bytes `[start, start + len)`.
+    start: usize,
+    len: usize,
+    /// Set once the raw pointer was handed out (`raw` is filled from then on).
+    raw_mode: AtomicBool,
+    raw: Mutex<Option<RawStores>>,
+}
+
+fn lock_raw(m: &Mutex<Option<RawStores>>) -> MutexGuard<'_, Option<RawStores>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl WindowInner {
+    /// Our copy's byte at window offset 0.
+    fn base(&self) -> *mut u8 {
+        // SAFETY: start + len <= the group's size (checked by `FanoutWindow::new`), inside `mine`.
+        unsafe { self.fan.mine.as_ptr().add(self.start) }
+    }
+
+    /// Logs the runs of window bytes `[from, to)` where the raw buffer differs from the shadow
+    /// (compared in 64-byte lines): each is copied into our copy (our read map sees it) and
+    /// the shadow, and posted at the barrier as a method's write is.
+    fn diff(&self, raw: &mut RawStores, st: &mut State, from: usize, to: usize) {
+        let mut line = [0u8; LINE];
+        let mut at = from - from % LINE;
+        while at < to {
+            let n = LINE.min(self.len - at);
+            // SAFETY: at..at + n is inside the buffer (len bytes); the program may be storing
+            // to it meanwhile, hence the volatile copy into our own line.
+            unsafe { memory::copy_from_shared(&mut line[..n], raw.buffer.as_ptr().add(at)) };
+            let old = &mut raw.shadow[at..at + n];
+            if line[..n] != *old {
+                let mut i = 0;
+                while i < n {
+                    if line[i] == old[i] {
+                        i += 1;
+                        continue;
+                    }
+                    let run = i;
+                    while i < n && line[i] != old[i] {
+                        i += 1;
+                    }
+                    // SAFETY: the run lies inside the window, inside our copy.
+                    unsafe { memory::copy_to_shared(self.base().add(at + run), &line[run..i]) };
+                    self.fan.log(st, self.start + at + run, self.start + at + i);
+                }
+                old.copy_from_slice(&line[..n]);
+            }
+            at += n;
+        }
+    }
+
+    /// After a method stored `len` bytes at window offset `offset` into our copy: the raw
+    /// buffer and the shadow take them too, so the next comparison does not see them again
+    /// and loads through the raw pointer see the method's write.
+    fn stored(&self, raw: &mut Option<RawStores>, offset: usize, len: usize) {
+        if let Some(r) = raw.as_mut() {
+            // SAFETY: the range is inside the window (the map checked it), in our copy and in
+            // the buffer; both are only read or written by raw, volatile copies.
+            unsafe {
+                memory::copy_from_shared(&mut r.shadow[offset..offset + len], self.base().add(offset));
+                memory::copy_to_shared(r.buffer.as_ptr().add(offset), &r.shadow[offset..offset + len]);
+            }
+        }
+    }
+
+    /// Locks the raw buffer (if there is one) and the fan-out's state, in that order, and
+    /// logs what the program stored through the raw pointer.
+    fn lock_and_diff(&self) -> (MutexGuard<'_, Option<RawStores>>, MutexGuard<'_, State>) {
+        let mut raw = lock_raw(&self.raw);
+        let mut st = lock(&self.fan.state);
+        if let Some(r) = raw.as_mut() {
+            self.diff(r, &mut st, 0, self.len);
+        }
+        (raw, st)
+    }
+
+    fn barrier(&self) {
+        let (_raw, mut st) = self.lock_and_diff();
+        self.fan.barrier(&mut st);
+    }
+
+    fn flush(&self) -> Result<()> {
+        let (_raw, mut st) = self.lock_and_diff();
+        self.fan.flush_locked(&mut st)
+    }
+}
+
+impl SequenceSource for WindowInner {
+    fn epoch(&self) -> u64 {
+        self.fan.epoch.load(Ordering::Acquire)
+    }
+    fn flush(&self) -> Result<()> {
+        WindowInner::flush(self)
+    }
+    fn lost(&self) -> bool {
+        self.fan.is_lost()
+    }
+}
+
+/// The write map of a group spanning hosts (or of part of it). See the module documentation.
+pub(crate) struct FanoutWindow {
+    inner: Arc<WindowInner>,
     _drain: Arc<dyn Fn() + Send + Sync>,
     reported: AtomicU64,
 }
 
 impl std::fmt::Debug for FanoutWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FanoutWindow").field("fan", &self.fan).finish_non_exhaustive()
+        f.debug_struct("FanoutWindow")
+            .field("fan", &self.inner.fan)
+            .field("start", &self.inner.start)
+            .field("len", &self.inner.len)
+            .finish_non_exhaustive()
     }
 }
 
 impl FanoutWindow {
-    /// The write map over `fan`'s copy; the endpoint's service thread posts what nobody
-    /// flushes about every 10 ms.
-    pub(crate) fn new(fan: Arc<Fanout>) -> FanoutWindow {
-        let weak = Arc::downgrade(&fan);
+    /// The write map of group bytes `[start, start + len)` over `fan`'s copy; the endpoint's
+    /// service thread posts what nobody flushes (raw stores included) about every 10 ms.
+    pub(crate) fn new(fan: Arc<Fanout>, start: u64, len: u64) -> Result<FanoutWindow> {
+        let size = fan.size as u64;
+        if len == 0 {
+            return Err(Error::InvalidSize { size: len, reason: "maps cover at least one byte" });
+        }
+        if start.checked_add(len).is_none_or(|end| end > size) {
+            return Err(Error::OutOfRange { offset: start, len, size, what: "reflective group" });
+        }
+        let inner = Arc::new(WindowInner {
+            fan,
+            start: start as usize,
+            len: len as usize,
+            raw_mode: AtomicBool::new(false),
+            raw: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&inner);
         let drain: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-            if let Some(f) = weak.upgrade() {
-                let mut st = match f.state.try_lock() {
-                    Ok(st) => st,
-                    Err(TryLockError::Poisoned(e)) => e.into_inner(),
-                    Err(TryLockError::WouldBlock) => return,
-                };
-                if !st.log.is_empty() {
-                    f.barrier(&mut st);
-                } else {
-                    f.reap(&mut st);
-                }
+            let Some(w) = weak.upgrade() else { return };
+            // Never wait here: a program holding either lock is about to post anyway.
+            let mut raw = match w.raw.try_lock() {
+                Ok(r) => r,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
+            };
+            let mut st = match w.fan.state.try_lock() {
+                Ok(st) => st,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
+            };
+            if let Some(r) = raw.as_mut() {
+                w.diff(r, &mut st, 0, w.len);
+            }
+            if !st.log.is_empty() {
+                w.fan.barrier(&mut st);
+            } else {
+                w.fan.reap(&mut st);
             }
         });
-        fan.endpoint.add_periodic(Arc::downgrade(&drain));
-        FanoutWindow { fan, _drain: drain, reported: AtomicU64::new(0) }
+        inner.fan.endpoint.add_periodic(Arc::downgrade(&drain));
+        Ok(FanoutWindow { inner, _drain: drain, reported: AtomicU64::new(0) })
     }
 
+    /// Our copy at the window's first byte, for the map's own accesses.
     #[inline]
     pub fn base(&self) -> *mut u8 {
-        self.fan.mine.as_ptr()
+        self.inner.base()
     }
 
-    /// Raw stores through this pointer land in this process's copy only: they are not
-    /// posted to the other members (use the map's methods).
+    /// The first byte of this process's raw-store buffer: private memory, filled from our
+    /// copy at the first call. Every barrier and flush (and the service thread, about every
+    /// 10 ms) puts the bytes stored through it that changed into our copy and posts them to
+    /// every member. Loads through it see this process's own stores and the group as it was
+    /// at the first call; the read map shows everyone's. Null if the buffer cannot be
+    /// allocated (the system is out of memory).
     pub fn as_ptr(&self) -> *mut u8 {
-        self.base()
+        let w = &self.inner;
+        let mut raw = lock_raw(&w.raw);
+        if raw.is_none() {
+            let Ok(buffer) = Mapping::anonymous(w.len) else { return std::ptr::null_mut() };
+            let mut shadow = vec![0u8; w.len];
+            let _st = lock(&w.fan.state);
+            // SAFETY: the window is inside our copy; the buffer is ours, len bytes, unused yet.
+            unsafe {
+                memory::copy_from_shared(&mut shadow, w.base());
+                memory::copy_to_shared(buffer.as_ptr(), &shadow);
+            }
+            *raw = Some(RawStores { buffer, shadow });
+            w.raw_mode.store(true, Ordering::Release);
+        }
+        raw.as_ref().map_or(std::ptr::null_mut(), |r| r.buffer.as_ptr())
     }
 
     pub fn len(&self) -> usize {
-        self.fan.size
+        self.inner.len
+    }
+
+    /// Locks the raw buffer only once there is one (most maps never hand out the pointer).
+    fn lock_raw_if_used(&self) -> Option<MutexGuard<'_, Option<RawStores>>> {
+        self.inner.raw_mode.load(Ordering::Acquire).then(|| lock_raw(&self.inner.raw))
     }
 
     /// A tracked write: `store` puts the bytes into our copy, the range is logged.
     pub fn tracked(&self, offset: usize, len: usize, store: impl FnOnce()) -> Result<()> {
-        let f = &self.fan;
-        f.check()?;
-        let mut st = lock(&f.state);
+        let w = &self.inner;
+        w.fan.check()?;
+        let mut raw = self.lock_raw_if_used();
+        let mut st = lock(&w.fan.state);
         store();
-        f.log(&mut st, offset, offset + len);
+        if let Some(r) = raw.as_deref_mut() {
+            w.stored(r, offset, len);
+        }
+        w.fan.log(&mut st, w.start + offset, w.start + offset + len);
         Ok(())
     }
 
     /// A release store: everything before it is posted, then the word as its own write.
     pub fn release(&self, offset: usize, bytes: &[u8], store: impl FnOnce()) -> Result<()> {
-        let f = &self.fan;
-        f.check()?;
-        let mut st = lock(&f.state);
-        f.barrier(&mut st);
+        let w = &self.inner;
+        w.fan.check()?;
+        let (mut raw, mut st) = w.lock_and_diff();
+        w.fan.barrier(&mut st);
         store();
-        f.post_range(&mut st, offset, offset + bytes.len());
+        w.stored(&mut raw, offset, bytes.len());
+        w.fan.post_range(&mut st, w.start + offset, w.start + offset + bytes.len());
         Ok(())
     }
 
-    /// Reads load from this process's copy (which holds its own writes and every write of
-    /// the others that arrived).
-    pub fn read_with<T>(&self, _offset: usize, _len: usize, load: impl FnOnce() -> T) -> Result<T> {
+    /// Reads load from this process's copy (which holds its own writes, raw stores to the
+    /// range included, and every write of the others that arrived).
+    pub fn read_with<T>(&self, offset: usize, len: usize, load: impl FnOnce() -> T) -> Result<T> {
+        let w = &self.inner;
+        if let Some(mut raw) = self.lock_raw_if_used() {
+            let mut st = lock(&w.fan.state);
+            if let Some(r) = raw.as_mut() {
+                w.diff(r, &mut st, offset, offset + len);
+            }
+        }
         Ok(load())
     }
 
     pub fn barrier(&self) {
-        let f = &self.fan;
-        let mut st = lock(&f.state);
-        f.barrier(&mut st);
+        self.inner.barrier();
     }
 
     pub fn flush(&self) {
-        let _ = self.fan.flush();
+        let _ = self.inner.flush();
     }
 
     pub fn flush_checked(&self) -> Result<()> {
-        let flushed = self.fan.flush();
-        let now = self.fan.epoch.load(Ordering::Acquire);
+        let flushed = self.inner.flush();
+        let now = self.inner.fan.epoch.load(Ordering::Acquire);
         let before = self.reported.swap(now, Ordering::AcqRel);
         flushed?;
         if now != before {
-            return Err(self.fan.error(lock(&self.fan.state).last_error.clone()));
+            return Err(self.inner.fan.error(lock(&self.inner.fan.state).last_error.clone()));
         }
         Ok(())
     }
 
     /// Our copy is current by construction: a flush.
     pub fn refresh(&self, _offset: usize, _len: usize) -> Result<()> {
-        self.fan.flush()
+        self.inner.flush()
     }
 
     pub fn sequence(&self) -> MirrorSequence {
-        MirrorSequence::over(self.fan.clone())
+        MirrorSequence::over(self.inner.clone())
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -64,6 +64,19 @@ impl DataMapping {
         let ptr = NonNull::new(mapping.as_ptr()).expect("a mapping is never at address 0");
         let len = len.min(mapping.len());
         DataMapping { _mapping: mapping, ptr, len }
+    }
+
+    /// Maps `len` (> 0) bytes of `fd` from `file_off`, which need not be page aligned. The
+    /// caller has checked the range against what the file holds.
+    pub(crate) fn of_file(fd: BorrowedFd<'_>, file_off: u64, len: u64, access: Access) -> io::Result<DataMapping> {
+        let page = page_size() as u64;
+        let aligned = file_off - file_off % page;
+        let delta = (file_off - aligned) as usize;
+        let map_len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))? + delta;
+        let mapping = Mapping::map(fd, aligned, map_len, access)?;
+        // SAFETY: delta < map_len, so the pointer stays inside the mapping.
+        let ptr = unsafe { NonNull::new_unchecked(mapping.as_ptr().add(delta)) };
+        Ok(DataMapping { _mapping: mapping, ptr, len: len as usize })
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -187,15 +200,7 @@ impl SegmentFile {
         if end.is_none() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "window outside the segment"));
         }
-        let page = page_size() as u64;
-        let file_off = self.snap.data_offset + offset;
-        let aligned = file_off - file_off % page;
-        let delta = (file_off - aligned) as usize;
-        let map_len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))? + delta;
-        let mapping = Mapping::map(self.file.as_fd(), aligned, map_len, access)?;
-        // SAFETY: delta < map_len, so the pointer stays inside the mapping.
-        let ptr = unsafe { NonNull::new_unchecked(mapping.as_ptr().add(delta)) };
-        Ok(DataMapping { _mapping: mapping, ptr, len: len as usize })
+        DataMapping::of_file(self.file.as_fd(), self.snap.data_offset + offset, len, access)
     }
 
     pub fn header(&self) -> &HeaderView {
