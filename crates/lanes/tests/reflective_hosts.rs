@@ -530,9 +530,43 @@ fn raw_stores_across_hosts(t: &Topology) {
     }
 }
 
+/// A member on another host hears the others join, leave and die (from the roster), and
+/// then the group's removal; the creator's second process counts as a member.
+fn member_events_across_hosts(t: &Topology) {
+    let mut a = spawn(t, 8, "creator on a");
+    ok(&mut a, &format!("create {GROUP} 4096"));
+    let mut b = spawn(t, 12, "member on b");
+    ok(&mut b, &format!("join {GROUP} 10000"));
+    assert!(ask(&mut b, "event 200", Duration::from_secs(10)).starts_with("ERR Timeout"), "nobody else yet");
+    let event = |b: &mut Proc| ok(b, "event 10000");
+    let mut c = spawn(t, 16, "member on c");
+    ok(&mut c, &format!("join {GROUP} 10000"));
+    assert_eq!(event(&mut b), format!("OK Joined {{ node: 16, pid: {} }}", c.pid()));
+    let mut c2 = spawn(t, 16, "second member on c");
+    ok(&mut c2, &format!("join {GROUP} 10000"));
+    assert_eq!(event(&mut b), format!("OK Joined {{ node: 16, pid: {} }}", c2.pid()));
+    let mut a2 = spawn(t, 8, "second process of a");
+    ok(&mut a2, &format!("join {GROUP} 10000"));
+    assert_eq!(event(&mut b), format!("OK Joined {{ node: 8, pid: {} }}", a2.pid()));
+    ok(&mut c, "leave");
+    assert_eq!(event(&mut b), format!("OK Left {{ node: 16, pid: {}, died: false }}", c.pid()));
+    let killed = Instant::now();
+    let pid = c2.pid();
+    c2.kill9();
+    assert_eq!(event(&mut b), format!("OK Left {{ node: 16, pid: {pid}, died: true }}"));
+    println!("a member on another host heard the death after {:?}", killed.elapsed());
+    // The creator removes the group: the loss is the last event.
+    a.send("exit");
+    assert_eq!(event(&mut b), "OK lost Removed");
+    for p in [&mut b, &mut c, &mut a2] {
+        p.send("exit");
+    }
+}
+
 support::topology_cases!(
     ;
     ofi: group_across_hosts,
+    member_events_across_hosts,
     raw_stores_across_hosts,
     group_refusals_across_hosts,
     group_member_killed,

@@ -351,6 +351,61 @@ pub struct ReflectiveMember {
     /// A group of a cluster: the replica's file (for read-only maps of part of it).
     #[cfg(feature = "ofi")]
     replica: Option<std::os::fd::OwnedFd>,
+    /// A group of a cluster: the other members as last read from the roster.
+    #[cfg(feature = "ofi")]
+    roster_events: Box<std::sync::Mutex<RosterEvents>>,
+}
+
+/// Membership events of a cluster's group, found by comparing roster reads: a member's
+/// control word changes whenever another joined or left (the roster was written first), and
+/// then the roster is read again.
+#[cfg(feature = "ofi")]
+#[derive(Debug, Default)]
+struct RosterEvents {
+    /// The control word at the last roster read (`None`: never read).
+    control: Option<u64>,
+    /// Members in the roster then: slot -> (generation, node, pid).
+    seen: std::collections::BTreeMap<usize, (u64, u32, u32)>,
+    queue: std::collections::VecDeque<GroupEvent>,
+}
+
+#[cfg(feature = "ofi")]
+impl RosterEvents {
+    /// Reads the roster if the control word moved, queueing who left (first) and who joined.
+    /// A roster that cannot be read now is read at a later look.
+    fn refresh(&mut self, fan: &Fanout) {
+        let control = fan.control();
+        if self.control == Some(control) {
+            return;
+        }
+        let Ok(roster) = fan.roster() else { return };
+        self.control = Some(control);
+        let mut now = std::collections::BTreeMap::new();
+        let mut died = std::collections::BTreeSet::new();
+        for e in roster {
+            match e.generation {
+                Some(g) => {
+                    now.insert(e.slot, (g, e.node, e.pid));
+                }
+                None => {
+                    died.insert(e.slot);
+                }
+            }
+        }
+        for (slot, &(g, node, pid)) in &self.seen {
+            if now.get(slot).is_none_or(|e| e.0 != g) {
+                // A slot taken by a new member before the sweep marked it: not known to have
+                // died, reported as a leave.
+                self.queue.push_back(GroupEvent::Left { node, pid, died: died.contains(slot) });
+            }
+        }
+        for (slot, &(g, node, pid)) in &now {
+            if self.seen.get(slot).is_none_or(|e| e.0 != g) {
+                self.queue.push_back(GroupEvent::Joined { node, pid });
+            }
+        }
+        self.seen = now;
+    }
 }
 
 impl Drop for ReflectiveMember {
@@ -433,6 +488,8 @@ impl ReflectiveMember {
             across: None,
             #[cfg(feature = "ofi")]
             replica: None,
+            #[cfg(feature = "ofi")]
+            roster_events: Default::default(),
         })
     }
 
@@ -477,6 +534,7 @@ impl ReflectiveMember {
             reported_lost: AtomicBool::new(false),
             across: Some(fan),
             replica: Some(fd),
+            roster_events: Default::default(),
         })
     }
 
@@ -571,8 +629,8 @@ impl ReflectiveMember {
             inner.check()?;
         }
         #[cfg(feature = "ofi")]
-        if self.across.is_some() {
-            return self.wait_loss(timeout);
+        if let Some(fan) = &self.across {
+            return self.wait_across(fan, timeout);
         }
         let weak: Weak<_> = Arc::downgrade(inner);
         let ring: Ringer = Arc::new(move || {
@@ -601,27 +659,32 @@ impl ReflectiveMember {
         })
     }
 
-    /// A member of a cluster's group hears the loss of its connection to the creator: the
-    /// group's removal, which the creator writes into this member's copy (polled here), the
-    /// creator's death (the daemons mark the connection lost), or this side's
-    /// disconnection. Joins and leaves of others are not relayed.
+    /// A member of a cluster's group hears others join and leave through the roster
+    /// ([`RosterEvents`]), and the loss of its connection to the creator: the group's removal,
+    /// which the creator writes into this member's copy (polled here), the creator's death
+    /// (the daemons mark the connection lost), or this side's disconnection.
     #[cfg(feature = "ofi")]
-    fn wait_loss(&self, timeout: Timeout) -> Result<GroupEvent> {
+    fn wait_across(&self, fan: &Fanout, timeout: Timeout) -> Result<GroupEvent> {
         let inner = &self.seg.inner;
         let deadline = events::deadline(timeout);
         let mut pause = Duration::from_micros(100);
         loop {
-            if let Some(f) = &self.across {
-                if f.removed() {
-                    // The creator wrote its removal into our copy: the connection is lost.
-                    if let crate::transport::RemoteHandle::Ofi(r) = &inner.remote {
-                        r.conn().mark_lost(LossReason::Removed);
-                    }
+            if fan.removed() {
+                // The creator wrote its removal into our copy: the connection is lost.
+                if let crate::transport::RemoteHandle::Ofi(r) = &inner.remote {
+                    r.conn().mark_lost(LossReason::Removed);
                 }
             }
             if let RemoteState::Lost(reason) = inner.state() {
                 self.reported_lost.store(true, Ordering::Release);
                 return Ok(GroupEvent::Lost(reason));
+            }
+            {
+                let mut ev = self.roster_events.lock().unwrap_or_else(|e| e.into_inner());
+                ev.refresh(fan);
+                if let Some(e) = ev.queue.pop_front() {
+                    return Ok(e);
+                }
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {

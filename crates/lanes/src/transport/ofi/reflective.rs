@@ -73,6 +73,9 @@ const HEADER_READ: usize = H_RECEIVERS + 4 * MAX_RECEIVERS;
 const ENTRIES: usize = 4096;
 const ENTRY: usize = 128;
 const E_STATE: usize = 0;
+/// The state word of an entry the creator's sweep cleared: its member died. (A member's
+/// state word is odd, a random value per join; one that left cleared it to 0.)
+const STATE_DIED: u64 = 2;
 const E_NODE: usize = 8;
 const E_PID: usize = 12;
 const E_KEY: usize = 16;
@@ -145,6 +148,16 @@ unsafe impl RegistrableMemory for CopyMemory {
     }
 }
 
+/// A roster slot as a member reads it for membership events.
+pub(crate) struct RosterSlot {
+    pub slot: usize,
+    /// The member's generation (a random value per join), or `None` where a member died
+    /// (the creator's sweep cleared the entry).
+    pub generation: Option<u64>,
+    pub node: u32,
+    pub pid: u32,
+}
+
 /// One member's roster entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
@@ -165,7 +178,7 @@ fn parse_entries(bytes: &[u8]) -> Vec<Entry> {
     bytes
         .chunks_exact(ENTRY)
         .enumerate()
-        .filter(|(_, e)| u64_at(e, E_STATE) != 0)
+        .filter(|(_, e)| u64_at(e, E_STATE) & 1 == 1)
         .filter_map(|(slot, e)| {
             let n = u32_at(e, E_NAME_LEN) as usize;
             (n > 0 && n <= MAX_NAME).then(|| Entry {
@@ -589,6 +602,31 @@ impl Fanout {
         Ok(out)
     }
 
+    /// This participant's control word: it changes whenever a member joined or left.
+    pub(crate) fn control(&self) -> u64 {
+        word(self.mine.as_ptr(), self.roster + H_CONTROL)
+    }
+
+    /// The roster's entries but this member's, as read now. Free slots are left out.
+    pub(crate) fn roster(&self) -> Result<Vec<RosterSlot>> {
+        // Bounded as a post to a member is: a wait for events must not hang on a dead creator.
+        let bytes = self.read_entries(MEMBER_POST.min(self.bound()))?;
+        let u64_at = |e: &[u8], at: usize| u64::from_ne_bytes(e[at..at + 8].try_into().expect("8 bytes"));
+        let u32_at = |e: &[u8], at: usize| u32::from_ne_bytes(e[at..at + 4].try_into().expect("4 bytes"));
+        Ok(bytes
+            .chunks_exact(ENTRY)
+            .enumerate()
+            .filter(|&(slot, _)| Some(slot) != self.slot)
+            .filter_map(|(slot, e)| match u64_at(e, E_STATE) {
+                g if g & 1 == 1 => {
+                    Some(RosterSlot { slot, generation: Some(g), node: u32_at(e, E_NODE), pid: u32_at(e, E_PID) })
+                }
+                STATE_DIED => Some(RosterSlot { slot, generation: None, node: 0, pid: 0 }),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// Every participant but this one, as (node, pid): the creator (members only know it
     /// by its connection) and the roster's members.
     pub(crate) fn members(&self) -> Result<Vec<(u32, u32)>> {
@@ -857,8 +895,8 @@ impl Fanout {
         let mut cleared = false;
         for slot in 0..MAX_MEMBERS {
             let at = self.roster + ENTRIES + slot * ENTRY + E_STATE;
-            if word(self.mine.as_ptr(), at) != 0 && !holds(slot) {
-                set_word(self.mine.as_ptr(), at, 0);
+            if word(self.mine.as_ptr(), at) & 1 == 1 && !holds(slot) {
+                set_word(self.mine.as_ptr(), at, STATE_DIED);
                 cleared = true;
             }
         }
