@@ -130,10 +130,26 @@ fn refl(io: &ChildIo) {
                 Ok(v) => format!("OK {v}"),
                 Err(e) => err(e),
             },
-            ("wm64", Some((_, wm))) => match wm.read::<u64>(num(1) as usize) {
-                Ok(v) => format!("OK {v}"),
-                Err(e) => err(e),
-            },
+            // A raw store, then at once a read through the same map's methods.
+            ("rawthenread", Some((_, wm))) => {
+                raw_store(wm, num(1) as usize, num(2));
+                match wm.read::<u64>(num(1) as usize) {
+                    Ok(v) => format!("OK {v}"),
+                    Err(e) => err(e),
+                }
+            }
+            // A raw store, a refresh of the range, the same value stored raw again, a flush.
+            ("rawagain", Some((_, wm))) => {
+                let at = num(1) as usize;
+                raw_store(wm, at, num(2));
+                match wm.refresh(at, 8).and_then(|()| {
+                    raw_store(wm, at, num(2));
+                    wm.flush_checked()
+                }) {
+                    Ok(()) => "OK".to_string(),
+                    Err(e) => err(e),
+                }
+            }
             // Waits (bounded) until the read map holds `value` at `offset`.
             ("await64", Some((rm, _))) => {
                 let until = Instant::now() + Duration::from_millis(num(3));
@@ -210,8 +226,9 @@ fn raw_store(map: &Map, offset: usize, v: u64) {
     assert!(offset + 8 <= map.len() && offset % 8 == 0, "a raw store inside the map");
     let p = map.as_ptr();
     assert!(!p.is_null(), "a raw pointer");
-    // SAFETY: in bounds and aligned (asserted; maps are page aligned); the pointer is valid
-    // while the map lives, and a volatile store is how a program's own store looks.
+    // SAFETY: in bounds and aligned (asserted; a group write map's raw pointer is the start
+    // of a page-aligned buffer); the pointer is valid while the map lives, and a volatile
+    // store is how a program's own store looks.
     unsafe { std::ptr::write_volatile(p.add(offset).cast::<u64>(), v) };
 }
 
@@ -490,8 +507,18 @@ fn raw_stores_across_hosts(t: &Topology) {
     seen(&mut a, 8, 22);
     seen(&mut c, 8, 22);
     // Its own loads through the map's methods see it at once.
-    ok(&mut b, "rawput 48 5");
-    assert_eq!(ok(&mut b, "wm64 48"), "OK 5");
+    assert_eq!(ok(&mut b, "rawthenread 48 5"), "OK 5");
+    // The same value stored again after another member overwrote it: sent again once the
+    // map was refreshed (a map compares raw stores with what it last had there).
+    ok(&mut a, "rawput 56 1");
+    ok(&mut a, "flush");
+    seen(&mut b, 56, 1);
+    ok(&mut b, "w64 56 2");
+    ok(&mut b, "flush");
+    seen(&mut a, 56, 2);
+    ok(&mut a, "rawagain 56 1");
+    seen(&mut b, 56, 1);
+    seen(&mut c, 56, 1);
     // Program order between a method's write and a raw store to the same bytes.
     ok(&mut b, "w64 16 33");
     ok(&mut b, "rawput 16 44");
@@ -556,9 +583,9 @@ fn member_events_across_hosts(t: &Topology) {
     assert_eq!(event(&mut b), format!("OK Left {{ node: 16, pid: {pid}, died: true }}"));
     println!("a member on another host heard the death after {:?}", killed.elapsed());
     // The creator removes the group: the loss is the last event.
-    a.send("exit");
+    ok(&mut a, "leave");
     assert_eq!(event(&mut b), "OK lost Removed");
-    for p in [&mut b, &mut c, &mut a2] {
+    for p in [&mut a, &mut b, &mut c, &mut a2] {
         p.send("exit");
     }
 }

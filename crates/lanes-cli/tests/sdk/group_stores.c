@@ -8,7 +8,8 @@
  * with SCIFlush, and reads the other's stores from its read map:
  *   1. the creator stores a word at 0; the member sees it;
  *   2. the member stores a word at 64 through its whole-group map; the creator sees it;
- *   3. the creator stores 4 KiB of a pattern at 4096; the member checks every byte;
+ *   3. the creator stores 4 KiB of a pattern at 4096, flushes, then stores a ready word
+ *      (raw stores are ordered only by barriers); the member checks every byte;
  *   4. the member stores its verdict at 128 through a map of only [128, 192); the creator
  *      reads it;
  *   5. the creator stores a word at 192 and does not flush; the member sees it anyway (stores
@@ -36,6 +37,7 @@
 #define BLOCK 4096
 #define OFF_VERDICT 128
 #define OFF_UNFLUSHED 192
+#define OFF_READY 256
 #define VERDICT_OK 1
 #define VERDICT_BAD 2
 #define TIMEOUT_S 20
@@ -125,7 +127,19 @@ static int create(sci_desc_t sd)
 
     for (size_t i = 0; i < BLOCK; i++) wr[OFF_BLOCK + i] = pattern(i);
     SCIFlush(NULL, NO_FLAGS);
-    await_word(rd, OFF_VERDICT, VERDICT_OK, "the member verified the block");
+    store(wr, OFF_READY, 1);
+    SCIFlush(NULL, SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY);
+    double until = now_s() + TIMEOUT_S;
+    while (load(rd, OFF_VERDICT) == 0 && now_s() < until) {
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    if (load(rd, OFF_VERDICT) != VERDICT_OK) {
+        fprintf(stderr, "group_stores: the member's verdict on the block is %llu\n",
+                (unsigned long long)load(rd, OFF_VERDICT));
+        return 3;
+    }
+    printf("ok the member verified the block\n");
 
     store(wr, OFF_UNFLUSHED, WORD_C);
     do {
@@ -167,12 +181,8 @@ static int join(sci_desc_t sd)
     store(wr, 64, WORD_B);
     SCIFlush(NULL, SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY);
 
-    /* The block's last word is stored last; wait for it, then check every byte. */
-    uint64_t last;
-    memcpy(&last, (uint8_t[8]){pattern(BLOCK - 8), pattern(BLOCK - 7), pattern(BLOCK - 6), pattern(BLOCK - 5),
-                               pattern(BLOCK - 4), pattern(BLOCK - 3), pattern(BLOCK - 2), pattern(BLOCK - 1)},
-           8);
-    await_word(rd, OFF_BLOCK + BLOCK - 8, last, "the creator's block arrived");
+    /* The ready word follows the block's flush: once it is here, so is every byte. */
+    await_word(rd, OFF_READY, 1, "the creator's block arrived");
     size_t bad = BLOCK;
     for (size_t i = 0; i < BLOCK && bad == BLOCK; i++) {
         if ((uint8_t)rd[OFF_BLOCK + i] != pattern(i)) bad = i;

@@ -312,8 +312,9 @@ impl Map {
 
     /// Makes `len` bytes at `offset` current (`SCICacheSync` with invalidate): on a map of an
     /// object on another host, flushes, then reads that range of the window again from the
-    /// object, so that loads through [`Map::as_ptr`] see it. On shared memory the window is
-    /// the object itself and this is a store barrier.
+    /// object, so that loads through [`Map::as_ptr`] see it. On a group's write map across
+    /// hosts, flushes, then puts the range of this process's copy into the raw pointer's
+    /// buffer. On shared memory the window is the object itself and this is a store barrier.
     pub fn refresh(&self, offset: usize, len: usize) -> Result<()> {
         self.at(offset, len, 1)?;
         match &self.window {

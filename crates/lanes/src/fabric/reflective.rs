@@ -373,12 +373,12 @@ struct RosterEvents {
 impl RosterEvents {
     /// Reads the roster if the control word moved, queueing who left (first) and who joined.
     /// A roster that cannot be read now is read at a later look.
-    fn refresh(&mut self, fan: &Fanout) {
+    fn refresh(&mut self, fan: &Fanout, bound: Duration) {
         let control = fan.control();
         if self.control == Some(control) {
             return;
         }
-        let Ok(roster) = fan.roster() else { return };
+        let Ok(roster) = fan.roster(bound) else { return };
         self.control = Some(control);
         let mut now = std::collections::BTreeMap::new();
         let mut died = std::collections::BTreeSet::new();
@@ -681,7 +681,8 @@ impl ReflectiveMember {
             }
             {
                 let mut ev = self.roster_events.lock().unwrap_or_else(|e| e.into_inner());
-                ev.refresh(fan);
+                let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+                ev.refresh(fan, left.max(Duration::from_millis(10)));
                 if let Some(e) = ev.queue.pop_front() {
                     return Ok(e);
                 }

@@ -29,7 +29,7 @@
 //! participant's control word, waiting for delivery; only then is it joined. A writer
 //! compares its control word with the value it last saw at every barrier and re-reads the
 //! roster when it changed, so every write posted after a join completed reaches the joiner.
-//! Leaving clears the entry and notifies the same way; the creator clears the entries of
+//! Leaving clears the entry and notifies the same way; the creator marks the entries of
 //! members whose slot was released without that (a member that died) and notifies.
 //! Removing the group writes a removal word into every member's copy first.
 //!
@@ -48,7 +48,7 @@ use std::time::Duration;
 use super::endpoint::{Op, ProcessEndpoint};
 use super::fi::{self, FiAddr, RegistrableMemory, Target};
 use super::remote::OfiConn;
-use super::window::{MirrorSequence, SequenceSource};
+use super::window::{changed_runs, MirrorSequence, SequenceSource};
 use crate::error::{Error, Result};
 use crate::platform::mapping::{Access, Mapping};
 use crate::platform::memory;
@@ -73,7 +73,7 @@ const HEADER_READ: usize = H_RECEIVERS + 4 * MAX_RECEIVERS;
 const ENTRIES: usize = 4096;
 const ENTRY: usize = 128;
 const E_STATE: usize = 0;
-/// The state word of an entry the creator's sweep cleared: its member died. (A member's
+/// The state word of an entry the creator's sweep marked: its member died. (A member's
 /// state word is odd, a random value per join; one that left cleared it to 0.)
 const STATE_DIED: u64 = 2;
 const E_NODE: usize = 8;
@@ -152,7 +152,7 @@ unsafe impl RegistrableMemory for CopyMemory {
 pub(crate) struct RosterSlot {
     pub slot: usize,
     /// The member's generation (a random value per join), or `None` where a member died
-    /// (the creator's sweep cleared the entry).
+    /// (the creator's sweep marked the entry).
     pub generation: Option<u64>,
     pub node: u32,
     pub pid: u32,
@@ -270,6 +270,8 @@ pub(crate) struct Fanout {
     /// Set by `leave`: its waits are bounded by [`MEMBER_POST`], not [`TIMEOUT`] (the
     /// creator may be gone, and a leave must not hold the process for long).
     leaving: AtomicBool,
+    /// Held while the roster is read into the scratch area.
+    roster_read: Mutex<()>,
     state: Mutex<State>,
 }
 
@@ -334,6 +336,7 @@ impl Fanout {
             chunk,
             epoch: AtomicU64::new(0),
             leaving: AtomicBool::new(false),
+            roster_read: Mutex::new(()),
             state: Mutex::new(State { seen, ..State::default() }),
         })
     }
@@ -587,6 +590,9 @@ impl Fanout {
     /// The roster entries as they are now: from our own object (creator) or read from the
     /// creator's (members, one round trip).
     fn read_entries(&self, bound: Duration) -> Result<Vec<u8>> {
+        // One read at a time: they share the scratch area (a writer's barrier and a member's
+        // wait for events may both re-read the roster on the same control-word change).
+        let _one = self.roster_read.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = vec![0u8; MAX_MEMBERS * ENTRY];
         match &self.creator {
             None => {
@@ -607,10 +613,10 @@ impl Fanout {
         word(self.mine.as_ptr(), self.roster + H_CONTROL)
     }
 
-    /// The roster's entries but this member's, as read now. Free slots are left out.
-    pub(crate) fn roster(&self) -> Result<Vec<RosterSlot>> {
-        // Bounded as a post to a member is: a wait for events must not hang on a dead creator.
-        let bytes = self.read_entries(MEMBER_POST.min(self.bound()))?;
+    /// The roster's entries but this member's, as read now (waiting at most `bound`, and
+    /// never longer than a post to a member may take). Free slots are left out.
+    pub(crate) fn roster(&self, bound: Duration) -> Result<Vec<RosterSlot>> {
+        let bytes = self.read_entries(bound.min(MEMBER_POST).min(self.bound()))?;
         let u64_at = |e: &[u8], at: usize| u64::from_ne_bytes(e[at..at + 8].try_into().expect("8 bytes"));
         let u32_at = |e: &[u8], at: usize| u32::from_ne_bytes(e[at..at + 4].try_into().expect("4 bytes"));
         Ok(bytes
@@ -886,21 +892,26 @@ impl Fanout {
         }
     }
 
-    /// The creator's sweep (from the endpoint's service thread): clears the entries of
+    /// The creator's sweep (from the endpoint's service thread): marks dead the entries of
     /// members whose connection slot `holds` says is no longer held, and tells the rest.
     pub(crate) fn sweep(&self, holds: impl Fn(usize) -> bool) {
         if self.creator.is_some() {
             return;
         }
-        let mut cleared = false;
+        let mut marked = false;
         for slot in 0..MAX_MEMBERS {
             let at = self.roster + ENTRIES + slot * ENTRY + E_STATE;
-            if word(self.mine.as_ptr(), at) & 1 == 1 && !holds(slot) {
-                set_word(self.mine.as_ptr(), at, STATE_DIED);
-                cleared = true;
+            let state = word(self.mine.as_ptr(), at);
+            if state & 1 == 1 && !holds(slot) {
+                // From that member's state only: a joiner granted the slot meanwhile may have
+                // written its own, which must not be marked.
+                // SAFETY: the word is 8-aligned inside our object's mapping, which lives as
+                // long as self; others write it only by RMA, never through a Rust reference.
+                let w = unsafe { AtomicU64::from_ptr(self.mine.as_ptr().add(at).cast()) };
+                marked |= w.compare_exchange(state, STATE_DIED, Ordering::AcqRel, Ordering::Relaxed).is_ok();
             }
         }
-        if cleared {
+        if marked {
             let _ = self.announce("telling members that a member died");
         }
     }
@@ -1005,20 +1016,11 @@ impl WindowInner {
             unsafe { memory::copy_from_shared(&mut line[..n], raw.buffer.as_ptr().add(at)) };
             let old = &mut raw.shadow[at..at + n];
             if line[..n] != *old {
-                let mut i = 0;
-                while i < n {
-                    if line[i] == old[i] {
-                        i += 1;
-                        continue;
-                    }
-                    let run = i;
-                    while i < n && line[i] != old[i] {
-                        i += 1;
-                    }
+                changed_runs(&line[..n], old, |a, b| {
                     // SAFETY: the run lies inside the window, inside our copy.
-                    unsafe { memory::copy_to_shared(self.base().add(at + run), &line[run..i]) };
-                    self.fan.log(st, self.start + at + run, self.start + at + i);
-                }
+                    unsafe { memory::copy_to_shared(self.base().add(at + a), &line[a..b]) };
+                    self.fan.log(st, self.start + at + a, self.start + at + b);
+                });
                 old.copy_from_slice(&line[..n]);
             }
             at += n;
@@ -1031,7 +1033,8 @@ impl WindowInner {
     fn stored(&self, raw: &mut Option<RawStores>, offset: usize, len: usize) {
         if let Some(r) = raw.as_mut() {
             // SAFETY: the range is inside the window (the map checked it), in our copy and in
-            // the buffer; both are only read or written by raw, volatile copies.
+            // the buffer; Lanes reaches both only through raw, volatile copies (the program
+            // stores to the buffer through its pointer, never through a Rust reference).
             unsafe {
                 memory::copy_from_shared(&mut r.shadow[offset..offset + len], self.base().add(offset));
                 memory::copy_to_shared(r.buffer.as_ptr().add(offset), &r.shadow[offset..offset + len]);
@@ -1232,9 +1235,23 @@ impl FanoutWindow {
         Ok(())
     }
 
-    /// Our copy is current by construction: a flush.
-    pub fn refresh(&self, _offset: usize, _len: usize) -> Result<()> {
-        self.inner.flush()
+    /// Our copy is current by construction: a flush. Then the raw buffer and its shadow
+    /// take the range from our copy, so loads through the raw pointer see the others' writes
+    /// there and a later raw store of a value this map stored before is sent again. (The
+    /// program does not store to the range meanwhile: such a store could be overwritten.)
+    pub fn refresh(&self, offset: usize, len: usize) -> Result<()> {
+        let w = &self.inner;
+        let (mut raw, mut st) = w.lock_and_diff();
+        let flushed = w.fan.flush_locked(&mut st);
+        if let Some(r) = raw.as_mut() {
+            // SAFETY: the range is inside the window (the map checked it), in our copy and in
+            // the buffer; both are accessed only by raw, volatile copies here.
+            unsafe {
+                memory::copy_from_shared(&mut r.shadow[offset..offset + len], w.base().add(offset));
+                memory::copy_to_shared(r.buffer.as_ptr().add(offset), &r.shadow[offset..offset + len]);
+            }
+        }
+        flushed
     }
 
     pub fn sequence(&self) -> MirrorSequence {

@@ -482,18 +482,7 @@ impl Mirror {
             unsafe { memory::copy_from_shared(&mut line[..n], self.ptr().add(start)) };
             let old = &mut shadow[start..start + n];
             if line[..n] != *old {
-                let mut i = 0;
-                while i < n {
-                    if line[i] == old[i] {
-                        i += 1;
-                        continue;
-                    }
-                    let run = i;
-                    while i < n && line[i] != old[i] {
-                        i += 1;
-                    }
-                    self.log(st, start + run, start + i);
-                }
+                changed_runs(&line[..n], old, |a, b| self.log(st, start + a, start + b));
                 old.copy_from_slice(&line[..n]);
             }
             start += n;
@@ -846,6 +835,23 @@ const WRITE: &str = "a write";
 const READ: &str = "a read";
 const PROOF_READ: &str = "the read proving delivery";
 const RELEASE: &str = "a release store";
+
+/// Calls `run(start, end)` for every run of bytes where `new` differs from `old` (of the
+/// same length), in order.
+pub(super) fn changed_runs(new: &[u8], old: &[u8], mut run: impl FnMut(usize, usize)) {
+    let mut i = 0;
+    while i < new.len() {
+        if new[i] == old[i] {
+            i += 1;
+            continue;
+        }
+        let from = i;
+        while i < new.len() && new[i] != old[i] {
+            i += 1;
+        }
+        run(from, i);
+    }
+}
 
 /// What a sequence asks of the map it checks: its error epoch, a flush, and whether the
 /// connection behind it is lost. Mirror windows and reflective fan-out windows have one.

@@ -69,6 +69,9 @@ impl DataMapping {
     /// Maps `len` (> 0) bytes of `fd` from `file_off`, which need not be page aligned. The
     /// caller has checked the range against what the file holds.
     pub(crate) fn of_file(fd: BorrowedFd<'_>, file_off: u64, len: u64, access: Access) -> io::Result<DataMapping> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "an empty window"));
+        }
         let page = page_size() as u64;
         let aligned = file_off - file_off % page;
         let delta = (file_off - aligned) as usize;
