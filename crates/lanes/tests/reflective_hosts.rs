@@ -55,7 +55,6 @@ fn refl(io: &ChildIo) {
     let mut role = Role::None;
     // Groups created after the first (or by a member): held, never mapped.
     let mut extra: Vec<ReflectiveGroup> = Vec::new();
-    let err = |e: Error| format!("ERR {} {e}", support::variant_name(&e));
     while let Some(line) = io.recv() {
         let w: Vec<&str> = line.split_whitespace().collect();
         let num = |i: usize| -> u64 { w[i].parse().expect("a number") };
@@ -97,10 +96,7 @@ fn refl(io: &ChildIo) {
             }
             ("write", Some((_, wm))) => {
                 let (k, from, to) = (num(1) as usize, num(2), num(3));
-                match (from..to).try_for_each(|n| write_record(wm, k, n)).and_then(|()| wm.flush_checked()) {
-                    Ok(()) => "OK".to_string(),
-                    Err(e) => err(e),
-                }
+                done((from..to).try_for_each(|n| write_record(wm, k, n)).and_then(|()| wm.flush_checked()))
             }
             ("follow", Some((rm, _))) => match follow(rm, num(1) as usize, num(2), FOLLOW) {
                 Ok(n) => format!("OK {n}"),
@@ -113,42 +109,27 @@ fn refl(io: &ChildIo) {
                     Err(e) => err(e),
                 }
             }
-            ("w64", Some((_, wm))) => match wm.write::<u64>(num(1) as usize, num(2)) {
-                Ok(()) => "OK".to_string(),
-                Err(e) => err(e),
-            },
+            ("w64", Some((_, wm))) => done(wm.write::<u64>(num(1) as usize, num(2))),
             // A plain store through the write map's raw pointer, as a C program makes one.
             ("rawput", Some((_, wm))) => {
                 raw_store(wm, num(1) as usize, num(2));
                 "OK".to_string()
             }
-            ("flush", Some((_, wm))) => match wm.flush_checked() {
-                Ok(()) => "OK".to_string(),
-                Err(e) => err(e),
-            },
-            ("rd64", Some((rm, _))) => match rm.read::<u64>(num(1) as usize) {
-                Ok(v) => format!("OK {v}"),
-                Err(e) => err(e),
-            },
+            ("flush", Some((_, wm))) => done(wm.flush_checked()),
+            ("rd64", Some((rm, _))) => value(rm.read::<u64>(num(1) as usize)),
             // A raw store, then at once a read through the same map's methods.
             ("rawthenread", Some((_, wm))) => {
                 raw_store(wm, num(1) as usize, num(2));
-                match wm.read::<u64>(num(1) as usize) {
-                    Ok(v) => format!("OK {v}"),
-                    Err(e) => err(e),
-                }
+                value(wm.read::<u64>(num(1) as usize))
             }
             // A raw store, a refresh of the range, the same value stored raw again, a flush.
             ("rawagain", Some((_, wm))) => {
                 let at = num(1) as usize;
                 raw_store(wm, at, num(2));
-                match wm.refresh(at, 8).and_then(|()| {
+                done(wm.refresh(at, 8).and_then(|()| {
                     raw_store(wm, at, num(2));
                     wm.flush_checked()
-                }) {
-                    Ok(()) => "OK".to_string(),
-                    Err(e) => err(e),
-                }
+                }))
             }
             // Waits (bounded) until the read map holds `value` at `offset`.
             ("await64", Some((rm, _))) => {
@@ -163,26 +144,14 @@ fn refl(io: &ChildIo) {
                 }
             }
             // A read-write map of `len` bytes at `offset`; a raw store at `at` in it; a flush.
-            ("subraw", _) => match role.map(num(1), num(2), MapAccess::ReadWrite) {
-                Ok(m) => {
-                    raw_store(&m, num(3) as usize, num(4));
-                    match m.flush_checked() {
-                        Ok(()) => "OK".to_string(),
-                        Err(e) => err(e),
-                    }
-                }
-                Err(e) => err(e),
-            },
+            ("subraw", _) => done(role.map(num(1), num(2), MapAccess::ReadWrite).and_then(|m| {
+                raw_store(&m, num(3) as usize, num(4));
+                m.flush_checked()
+            })),
             ("subread", _) => {
-                match role.map(num(1), num(2), MapAccess::ReadOnly).and_then(|m| m.read::<u64>(num(3) as usize)) {
-                    Ok(v) => format!("OK {v}"),
-                    Err(e) => err(e),
-                }
+                value(role.map(num(1), num(2), MapAccess::ReadOnly).and_then(|m| m.read::<u64>(num(3) as usize)))
             }
-            ("ro64", Some((rm, _))) => match rm.write::<u64>(num(1) as usize, num(2)) {
-                Ok(()) => "OK".to_string(),
-                Err(e) => err(e),
-            },
+            ("ro64", Some((rm, _))) => done(rm.write::<u64>(num(1) as usize, num(2))),
             ("segmap", _) => match &role {
                 Role::Member(m) => match m.segment().map(0, 8, lanes::MapAccess::ReadWrite) {
                     Ok(_) => "OK".to_string(),
@@ -198,10 +167,7 @@ fn refl(io: &ChildIo) {
                         q.start(&src, m.segment(), 0, 64, 0, lanes::DmaDirection::Write, None)?;
                         q.wait(Timeout::After(Duration::from_secs(10))).map(|_| ())
                     };
-                    match dma() {
-                        Ok(()) => "OK".to_string(),
-                        Err(e) => err(e),
-                    }
+                    done(dma())
                 }
                 _ => "FAIL dma needs a membership".to_string(),
             },
@@ -218,6 +184,21 @@ fn refl(io: &ChildIo) {
         };
         io.send(&reply);
     }
+}
+
+/// `ERR <variant> <text>`: a refusal as the parent matches it.
+fn err(e: Error) -> String {
+    format!("ERR {} {e}", support::variant_name(&e))
+}
+
+/// The answer to a command that yields nothing.
+fn done(r: lanes::Result<()>) -> String {
+    r.map_or_else(err, |()| "OK".to_string())
+}
+
+/// The answer to a command that reads a word.
+fn value(r: lanes::Result<u64>) -> String {
+    r.map_or_else(err, |v| format!("OK {v}"))
 }
 
 /// Stores `v` at `offset` of `map` through its raw pointer (`Map::as_ptr`), bypassing the

@@ -142,6 +142,28 @@ fn check_group_range(offset: u64, size: u64, bytes: u64) -> Result<()> {
     Ok(())
 }
 
+/// A write map of group bytes `[offset, offset + size)` of a cluster's group: stores fan out.
+#[cfg(feature = "ofi")]
+fn fanout_map(fan: &Arc<Fanout>, offset: u64, size: u64, origin: MapOrigin) -> Result<Map> {
+    use crate::transport::ofi::reflective::FanoutWindow;
+    use crate::transport::Window;
+    let window = Window::Fanout(FanoutWindow::new(fan.clone(), offset, size)?);
+    Ok(Map::new(window, offset, MapAccess::ReadWrite, origin))
+}
+
+/// A read map of group bytes `[offset, offset + size)` of a member's replica (its file).
+#[cfg(feature = "ofi")]
+fn replica_map(replica: &std::os::fd::OwnedFd, offset: u64, size: u64, origin: MapOrigin) -> Result<Map> {
+    use std::os::fd::AsFd;
+
+    use crate::platform::mapping::Access;
+    use crate::transport::shm::segment_file::DataMapping;
+    use crate::transport::Window;
+    let view = DataMapping::of_file(replica.as_fd(), offset, size, Access::ReadOnly)
+        .map_err(|e| Error::io(format!("mapping {size} bytes at offset {offset} of a replica"), e))?;
+    Ok(Map::new(Window::Direct(view), offset, MapAccess::ReadOnly, origin))
+}
+
 /// Creates the `refl-` object of `group` with `bytes` of data; an id in use is the group's.
 fn create_object(fabric: &Arc<FabricInner>, group: u32, bytes: u64) -> Result<LocalSegment> {
     LocalSegment::create(fabric, kind::REFLECTIVE, Some(group), bytes, None).map_err(|e| match e {
@@ -193,8 +215,7 @@ impl ReflectiveGroup {
         receivers: &[u32],
     ) -> Result<Self> {
         use crate::platform::mapping::Access;
-        use crate::transport::ofi::reflective::{init_roster, object_size, FanoutWindow};
-        use crate::transport::Window;
+        use crate::transport::ofi::reflective::{init_roster, object_size};
 
         if size == 0 {
             return Err(Error::InvalidSize { size, reason: "a group holds at least one byte" });
@@ -218,12 +239,7 @@ impl ReflectiveGroup {
         init_roster(&whole, size, receivers);
         let read = seg.map(0, size, MapAccess::ReadOnly)?;
         let fan = Arc::new(Fanout::creator(ofi.endpoint()?, whole, size, me)?);
-        let write = Map::new(
-            Window::Fanout(FanoutWindow::new(fan.clone(), 0, size)?),
-            0,
-            MapAccess::ReadWrite,
-            MapOrigin::Local(seg.inner.clone()),
-        );
+        let write = fanout_map(&fan, 0, size, MapOrigin::Local(seg.inner.clone()))?;
         let sweep: Arc<dyn Fn() + Send + Sync> = {
             let (fan, seg) = (Arc::downgrade(&fan), Arc::downgrade(&seg.inner));
             Arc::new(move || {
@@ -285,10 +301,7 @@ impl ReflectiveGroup {
         check_group_range(offset, size, self.size)?;
         #[cfg(feature = "ofi")]
         if let (Some((fan, _)), MapAccess::ReadWrite) = (&self.across, access) {
-            use crate::transport::ofi::reflective::FanoutWindow;
-            use crate::transport::Window;
-            let window = Window::Fanout(FanoutWindow::new(fan.clone(), offset, size)?);
-            return Ok(Map::new(window, offset, access, MapOrigin::Local(self.seg.inner.clone())));
+            return fanout_map(fan, offset, size, MapOrigin::Local(self.seg.inner.clone()));
         }
         self.seg.map(offset, size, access)
     }
@@ -497,12 +510,7 @@ impl ReflectiveMember {
     /// over ofi, fills a replica from it and announces this member (`ofi::reflective`).
     #[cfg(feature = "ofi")]
     fn join_across(fabric: &Arc<FabricInner>, ofi: &OfiTransport, node: u32, group: u32) -> Result<Self> {
-        use std::os::fd::AsFd;
-
-        use crate::platform::mapping::{Access, Mapping};
-        use crate::transport::ofi::reflective::FanoutWindow;
-        use crate::transport::shm::segment_file::DataMapping;
-        use crate::transport::{ObjectAddr, Transport, Window};
+        use crate::transport::{ObjectAddr, Transport};
 
         let addr = ObjectAddr { kind: kind::REFLECTIVE, node, id: group };
         let remote = ofi.connect(addr, Timeout::Immediate)?;
@@ -510,21 +518,8 @@ impl ReflectiveMember {
         let seg = RemoteSegment::from_ofi(fabric, remote);
         let (fan, fd) = Fanout::join(conn.clone(), conn.slot, fabric.node.get())?;
         let size = fan.size() as u64;
-        let len = fan.size();
-        let mapping =
-            Mapping::map(fd.as_fd(), 0, len, Access::ReadOnly).map_err(|e| Error::io("mapping a replica", e))?;
-        let read = Map::new(
-            Window::Direct(DataMapping::whole(mapping, len)),
-            0,
-            MapAccess::ReadOnly,
-            MapOrigin::Remote(seg.inner.clone()),
-        );
-        let write = Map::new(
-            Window::Fanout(FanoutWindow::new(fan.clone(), 0, size)?),
-            0,
-            MapAccess::ReadWrite,
-            MapOrigin::Remote(seg.inner.clone()),
-        );
+        let read = replica_map(&fd, 0, size, MapOrigin::Remote(seg.inner.clone()))?;
+        let write = fanout_map(&fan, 0, size, MapOrigin::Remote(seg.inner.clone()))?;
         Ok(ReflectiveMember {
             seg,
             read,
@@ -565,21 +560,12 @@ impl ReflectiveMember {
         check_group_range(offset, size, self.size)?;
         #[cfg(feature = "ofi")]
         if let (Some(fan), Some(replica)) = (&self.across, &self.replica) {
-            use std::os::fd::AsFd;
-
-            use crate::platform::mapping::Access;
-            use crate::transport::ofi::reflective::FanoutWindow;
-            use crate::transport::shm::segment_file::DataMapping;
-            use crate::transport::Window;
             self.seg.check()?;
-            let window = match access {
-                MapAccess::ReadWrite => Window::Fanout(FanoutWindow::new(fan.clone(), offset, size)?),
-                MapAccess::ReadOnly => Window::Direct(
-                    DataMapping::of_file(replica.as_fd(), offset, size, Access::ReadOnly)
-                        .map_err(|e| Error::io(format!("mapping {size} bytes at offset {offset} of a replica"), e))?,
-                ),
+            let origin = MapOrigin::Remote(self.seg.inner.clone());
+            return match access {
+                MapAccess::ReadWrite => fanout_map(fan, offset, size, origin),
+                MapAccess::ReadOnly => replica_map(replica, offset, size, origin),
             };
-            return Ok(Map::new(window, offset, access, MapOrigin::Remote(self.seg.inner.clone())));
         }
         self.seg.map(offset, size, access)
     }

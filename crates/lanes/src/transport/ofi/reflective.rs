@@ -42,13 +42,13 @@ use std::any::Any;
 use std::collections::{HashSet, VecDeque};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::endpoint::{Op, ProcessEndpoint};
 use super::fi::{self, FiAddr, RegistrableMemory, Target};
 use super::remote::OfiConn;
-use super::window::{changed_runs, MirrorSequence, SequenceSource};
+use super::window::{changed_runs, try_lock_now, MirrorSequence, SequenceSource};
 use crate::error::{Error, Result};
 use crate::platform::mapping::{Access, Mapping};
 use crate::platform::memory;
@@ -172,9 +172,17 @@ struct Entry {
     name: Vec<u8>,
 }
 
+/// The u64 at `at` of a roster entry's bytes.
+fn u64_at(e: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(e[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The u32 at `at` of a roster entry's bytes.
+fn u32_at(e: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(e[at..at + 4].try_into().expect("4 bytes"))
+}
+
 fn parse_entries(bytes: &[u8]) -> Vec<Entry> {
-    let u64_at = |e: &[u8], at: usize| u64::from_ne_bytes(e[at..at + 8].try_into().expect("8 bytes"));
-    let u32_at = |e: &[u8], at: usize| u32::from_ne_bytes(e[at..at + 4].try_into().expect("4 bytes"));
     bytes
         .chunks_exact(ENTRY)
         .enumerate()
@@ -617,8 +625,6 @@ impl Fanout {
     /// never longer than a post to a member may take). Free slots are left out.
     pub(crate) fn roster(&self, bound: Duration) -> Result<Vec<RosterSlot>> {
         let bytes = self.read_entries(bound.min(MEMBER_POST).min(self.bound()))?;
-        let u64_at = |e: &[u8], at: usize| u64::from_ne_bytes(e[at..at + 8].try_into().expect("8 bytes"));
-        let u32_at = |e: &[u8], at: usize| u32::from_ne_bytes(e[at..at + 4].try_into().expect("4 bytes"));
         Ok(bytes
             .chunks_exact(ENTRY)
             .enumerate()
@@ -1027,10 +1033,10 @@ impl WindowInner {
         }
     }
 
-    /// After a method stored `len` bytes at window offset `offset` into our copy: the raw
-    /// buffer and the shadow take them too, so the next comparison does not see them again
-    /// and loads through the raw pointer see the method's write.
-    fn stored(&self, raw: &mut Option<RawStores>, offset: usize, len: usize) {
+    /// The raw buffer and the shadow take `len` bytes at window offset `offset` from our copy:
+    /// after a method stored them (so the next comparison does not see them again and loads
+    /// through the raw pointer see the method's write), or at a refresh.
+    fn take_from_copy(&self, raw: &mut Option<RawStores>, offset: usize, len: usize) {
         if let Some(r) = raw.as_mut() {
             // SAFETY: the range is inside the window (the map checked it), in our copy and in
             // the buffer; Lanes reaches both only through raw, volatile copies (the program
@@ -1115,16 +1121,8 @@ impl FanoutWindow {
         let drain: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             let Some(w) = weak.upgrade() else { return };
             // Never wait here: a program holding either lock is about to post anyway.
-            let mut raw = match w.raw.try_lock() {
-                Ok(r) => r,
-                Err(TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(TryLockError::WouldBlock) => return,
-            };
-            let mut st = match w.fan.state.try_lock() {
-                Ok(st) => st,
-                Err(TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(TryLockError::WouldBlock) => return,
-            };
+            let Some(mut raw) = try_lock_now(&w.raw) else { return };
+            let Some(mut st) = try_lock_now(&w.fan.state) else { return };
             if let Some(r) = raw.as_mut() {
                 w.diff(r, &mut st, 0, w.len);
             }
@@ -1185,7 +1183,7 @@ impl FanoutWindow {
         let mut st = lock(&w.fan.state);
         store();
         if let Some(r) = raw.as_deref_mut() {
-            w.stored(r, offset, len);
+            w.take_from_copy(r, offset, len);
         }
         w.fan.log(&mut st, w.start + offset, w.start + offset + len);
         Ok(())
@@ -1198,7 +1196,7 @@ impl FanoutWindow {
         let (mut raw, mut st) = w.lock_and_diff();
         w.fan.barrier(&mut st);
         store();
-        w.stored(&mut raw, offset, bytes.len());
+        w.take_from_copy(&mut raw, offset, bytes.len());
         w.fan.post_range(&mut st, w.start + offset, w.start + offset + bytes.len());
         Ok(())
     }
@@ -1243,14 +1241,7 @@ impl FanoutWindow {
         let w = &self.inner;
         let (mut raw, mut st) = w.lock_and_diff();
         let flushed = w.fan.flush_locked(&mut st);
-        if let Some(r) = raw.as_mut() {
-            // SAFETY: the range is inside the window (the map checked it), in our copy and in
-            // the buffer; both are accessed only by raw, volatile copies here.
-            unsafe {
-                memory::copy_from_shared(&mut r.shadow[offset..offset + len], w.base().add(offset));
-                memory::copy_to_shared(r.buffer.as_ptr().add(offset), &r.shadow[offset..offset + len]);
-            }
-        }
+        w.take_from_copy(&mut raw, offset, len);
         flushed
     }
 

@@ -814,11 +814,7 @@ impl Mirror {
     /// The service thread's periodic drain: posts what is pending unless the map's user holds
     /// the lock right now (then the user's own barrier will).
     fn drain(&self) {
-        let mut st = match self.state.try_lock() {
-            Ok(st) => st,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
-        };
+        let Some(mut st) = try_lock_now(&self.state) else { return };
         if self.check().is_err() {
             self.drop_pending(&mut st);
             return;
@@ -835,6 +831,15 @@ const WRITE: &str = "a write";
 const READ: &str = "a read";
 const PROOF_READ: &str = "the read proving delivery";
 const RELEASE: &str = "a release store";
+
+/// The lock if nobody holds it (a poisoned one too), without waiting.
+pub(super) fn try_lock_now<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
 
 /// Calls `run(start, end)` for every run of bytes where `new` differs from `old` (of the
 /// same length), in order.
