@@ -148,9 +148,15 @@ static inline uint64_t load(const volatile void *base, size_t off)
     return __atomic_load_n((const volatile uint64_t *)((const volatile char *)base + off), __ATOMIC_ACQUIRE);
 }
 
+/* Stores go through the multicast map and are pushed out at once: SCIFlush(NULL,
+ * SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY) empties the CPU's write buffers, so each store travels
+ * to every member, in order, before the next. Where a group spans hosts, Lanes sends plain
+ * stores at such flushes (in the order made), and otherwise within about 10 ms, in no
+ * promised order; on one host the call is a fence. */
 static inline void store(volatile void *base, size_t off, uint64_t v)
 {
     __atomic_store_n((volatile uint64_t *)((volatile char *)base + off), v, __ATOMIC_RELEASE);
+    SCIFlush(NULL, SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY);
 }
 
 /* Between two looks at memory: a pause, or giving the CPU away when the spinning processes

@@ -659,7 +659,8 @@ impl TwoHosts {
 
 /// The example programs, built once against the SDK, run unchanged with their two nodes on
 /// two hosts: segments mapped and written (pingpong, scibench with PIO and DMA), interrupts
-/// and data interrupts, across the ofi transport, with the same checks as on one host.
+/// and data interrupts, and a reflective group (plain stores and DMA), across the ofi
+/// transport, with the same checks as on one host.
 #[test]
 fn examples_run_unchanged_with_their_nodes_on_two_hosts() {
     if !lanes::OFI_TRANSPORT {
@@ -697,6 +698,24 @@ fn examples_run_unchanged_with_their_nodes_on_two_hosts() {
         hosts.pair(&di, &["-server", "-rn", "4"], &["-client", "-rn", "8", "-iter", "100", "-sizes", "8,4096"]);
     assert!(server.contains("echoed 200 messages"), "{server}");
     assert!(row(&client, "4096").is_some(), "{client}");
+
+    // A reflective group of host a with a receiver on host b: rounds of plain stores
+    // through the multicast maps, then a payload by DMA through the writer's own
+    // membership, which the receiver checks byte by byte.
+    let rf = sdk.example("reflective");
+    let (server, client) = hosts.pair(
+        &rf,
+        &["-server", "-group", "0x5247", "-size", "1", "-iter", "300", "-warmup", "30", "-timeout", "60"],
+        &["-client", "-group", "0x5247", "-timeout", "60"],
+    );
+    println!("{server}");
+    assert!(server.contains("group 21063, writer node 8, 1 receiver (nodes 4), 300 rounds"), "{server}");
+    assert!(server.contains("written to the group by one SCI_FLAG_BROADCAST transfer"), "{server}");
+    assert!(server.contains("verified by 1 receiver"), "{server}");
+    assert!(
+        client.contains("of group 21063: acknowledged 330 rounds; DMA payload of 57344 bytes verified"),
+        "{client}"
+    );
 }
 
 /// Plain stores through `SCIGetMapPointer` of a reflective group's multicast maps reach the

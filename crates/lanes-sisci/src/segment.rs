@@ -94,6 +94,15 @@ impl RSeg {
         }
     }
 
+    /// The size in bytes; for a group, the group's (across hosts, the object a member
+    /// connects to also holds the group's roster).
+    pub fn size(&self) -> u64 {
+        match &self.conn {
+            Conn::Segment(s) => s.size(),
+            Conn::Group(m) => m.size(),
+        }
+    }
+
     /// Whether it is a reflective group's membership.
     pub fn is_group(&self) -> bool {
         matches!(self.conn, Conn::Group(_))
@@ -551,7 +560,7 @@ pub(crate) fn disconnect_segment(segment: *mut c_void, fl: c_uint, error: *mut S
 }
 
 pub(crate) fn get_remote_segment_size(segment: *mut c_void) -> usize {
-    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.seg().size() as usize))
+    call_quiet(0, || registry::get::<RSeg>(segment).map_or(0, |h| h.body.size() as usize))
 }
 
 /// The segment id; for a group, the group id.

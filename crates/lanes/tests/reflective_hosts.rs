@@ -3,7 +3,7 @@
 //! libfabric (`topology::ofi::lo::..` on loopback, `topology::ofi::netns::..` across network
 //! namespaces). Writers on two hosts, readers everywhere checking every record whole and in
 //! order per writer, a late joiner that finds the current contents and then follows new
-//! writes, a leave, and refusals of bad input. The single-host group semantics are
+//! writes, a leave, DMA through a membership, and refusals of bad input. The single-host group semantics are
 //! tests/reflective.rs.
 
 // Every case needs the ofi transport.
@@ -159,17 +159,12 @@ fn refl(io: &ChildIo) {
                 },
                 _ => "FAIL segmap needs a membership".to_string(),
             },
-            ("dma", _) => match &role {
-                Role::Member(m) => {
-                    let dma = || -> lanes::Result<()> {
-                        let src = fabric.create_segment(0x99, 4096)?;
-                        let mut q = fabric.create_dma_queue(4)?;
-                        q.start(&src, m.segment(), 0, 64, 0, lanes::DmaDirection::Write, None)?;
-                        q.wait(Timeout::After(Duration::from_secs(10))).map(|_| ())
-                    };
-                    done(dma())
-                }
-                _ => "FAIL dma needs a membership".to_string(),
+            // DMA through the membership's connection: `dmaw` (a segment, two vector entries)
+            // and `dmamem` (program memory) write `len` bytes of pattern `seed` at `offset`;
+            // `dmar` reads `len` bytes at `offset` and answers their checksum.
+            ("dmaw" | "dmamem" | "dmar", _) => match &role {
+                Role::Member(m) => dma(&fabric, m, w[0], num(1), num(2), if w.len() > 3 { num(3) } else { 0 }),
+                _ => format!("FAIL {} needs a membership", w[0]),
             },
             ("event", _) => match &role {
                 Role::Member(m) => match m.wait_event(timeout(w[1])) {
@@ -184,6 +179,49 @@ fn refl(io: &ChildIo) {
         };
         io.send(&reply);
     }
+}
+
+/// `len` bytes of pattern `seed` (not periodic at 256 bytes, different per seed).
+fn pattern(len: u64, seed: u64) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(131) ^ (i >> 8) ^ seed.wrapping_mul(0x9e)) as u8).collect()
+}
+
+/// The `dmaw`, `dmamem` and `dmar` commands (see `refl`); each waits for its transfer.
+fn dma(fabric: &Fabric, m: &ReflectiveMember, cmd: &str, offset: u64, len: u64, seed: u64) -> String {
+    use lanes::{DmaDirection, DmaVec};
+    let run = || -> lanes::Result<String> {
+        let mut q = fabric.create_dma_queue(4)?;
+        let local = fabric.create_segment(0x99, len.max(4096))?;
+        let lmap = local.map(0, len.max(4096), MapAccess::ReadWrite)?;
+        // Program memory for `dmamem`: lives (untouched) until the wait below returned.
+        let mut memory = pattern(len, seed);
+        match cmd {
+            "dmaw" => {
+                lmap.write_bytes(0, &memory)?;
+                let half = len / 2;
+                let both = [
+                    DmaVec { size: half, local_offset: 0, remote_offset: offset },
+                    DmaVec { size: len - half, local_offset: half, remote_offset: offset + half },
+                ];
+                let entries = if half == 0 { &both[1..] } else { &both[..] };
+                q.start_vec(&local, m.segment(), entries, DmaDirection::Write, None)?;
+            }
+            // SAFETY: `memory` holds `len` bytes and is neither used nor dropped until the
+            // wait below returned (the transfer complete).
+            "dmamem" => unsafe {
+                q.start_memory(memory.as_mut_ptr(), m.segment(), len, offset, DmaDirection::Write, None)?
+            },
+            _ => q.start(&local, m.segment(), 0, len, offset, DmaDirection::Read, None)?,
+        }
+        q.wait(Timeout::After(Duration::from_secs(30)))?;
+        if cmd != "dmar" {
+            return Ok("OK".into());
+        }
+        let mut v = vec![0u8; len as usize];
+        lmap.read_bytes(0, &mut v)?;
+        Ok(format!("OK {:016x}", support::fnv64(&v)))
+    };
+    run().unwrap_or_else(err)
 }
 
 /// `ERR <variant> <text>`: a refusal as the parent matches it.
@@ -354,10 +392,8 @@ fn group_refusals_across_hosts(t: &Topology) {
     assert!(r.starts_with("ERR OutOfRange"), "{r}");
     let r = ask(&mut b, "ro64 0 1", Duration::from_secs(10));
     assert!(r.starts_with("ERR ReadOnly"), "{r}");
-    // Plain maps and DMA of the member's connection would reach the creator's copy only.
+    // Plain maps of the member's connection would reach the creator's copy only.
     let r = ask(&mut b, "segmap", Duration::from_secs(10));
-    assert!(r.starts_with("ERR IllegalOperation"), "{r}");
-    let r = ask(&mut b, "dma", Duration::from_secs(10));
     assert!(r.starts_with("ERR IllegalOperation"), "{r}");
     // Four groups in the whole cluster, wherever they were created: a fifth is refused on
     // every host; removing one makes room.
@@ -571,9 +607,72 @@ fn member_events_across_hosts(t: &Topology) {
     }
 }
 
+/// DMA through a membership's connection reaches every member's copy: when a write's wait
+/// returns, every member reads it at once; a read gives the member's copy; vectors and
+/// program memory work; a range past the group (inside its object, which also holds the
+/// roster) is refused; after the group's removal DMA fails.
+fn dma_into_a_group_across_hosts(t: &Topology) {
+    const DMA_GROUP: u64 = 8 << 20;
+    let mut a = spawn(t, 8, "creator on a");
+    ok(&mut a, &format!("create {GROUP} {DMA_GROUP}"));
+    let mut b = spawn(t, 12, "member on b");
+    ok(&mut b, &format!("join {GROUP} 10000"));
+    let mut c = spawn(t, 16, "member on c");
+    ok(&mut c, &format!("join {GROUP} 10000"));
+    members_become(&mut a, "OK [12, 16]");
+    let sum = |len: u64, seed: u64| format!("OK {:016x}", support::fnv64(&pattern(len, seed)));
+
+    // b writes 40000 bytes from a segment in two entries: complete means everywhere.
+    ok(&mut b, "dmaw 4096 40000 1");
+    for p in [&mut a, &mut b, &mut c] {
+        assert_eq!(ok(p, "sum 4096 40000"), sum(40000, 1), "{}", p.name());
+    }
+    // c writes from program memory, over part of b's bytes.
+    ok(&mut c, "dmamem 4000 200 2");
+    for p in [&mut a, &mut b, &mut c] {
+        assert_eq!(ok(p, "sum 4000 200"), sum(200, 2), "{}", p.name());
+    }
+    // The whole group (large enough that its posts are still under way for a while after
+    // they start), then a read of part of it through each member's connection.
+    ok(&mut b, &format!("dmaw 0 {DMA_GROUP} 3"));
+    for p in [&mut a, &mut c] {
+        assert_eq!(ok(p, &format!("sum 0 {DMA_GROUP}")), sum(DMA_GROUP, 3), "{}", p.name());
+    }
+    let tail: Vec<u8> = pattern(DMA_GROUP, 3)[(DMA_GROUP - 5536) as usize..].to_vec();
+    let tail = format!("OK {:016x}", support::fnv64(&tail));
+    for p in [&mut b, &mut c] {
+        assert_eq!(ok(p, &format!("dmar {} 5536", DMA_GROUP - 5536)), tail, "{}", p.name());
+    }
+    // A method's write and a later DMA to the same bytes land in that order.
+    ok(&mut c, "w64 128 5");
+    ok(&mut c, "dmamem 128 8 4");
+    let word = u64::from_ne_bytes(pattern(8, 4).try_into().expect("8 bytes"));
+    ok(&mut a, &format!("await64 128 {word} 10000"));
+    ok(&mut b, &format!("await64 128 {word} 10000"));
+    // Past the group's bytes (the roster follows them in the object): refused.
+    let past = [
+        format!("dmaw {} 4096 1", DMA_GROUP - 4000),
+        format!("dmamem {DMA_GROUP} 8 1"),
+        format!("dmar {} 8192", DMA_GROUP - 4096),
+    ];
+    for cmd in past {
+        let r = ask(&mut b, &cmd, Duration::from_secs(10));
+        assert!(r.starts_with("ERR OutOfRange") && r.contains("reflective group"), "{cmd}: {r}");
+    }
+    // The creator removes the group: DMA through the lost connection fails.
+    ok(&mut a, "leave");
+    assert_eq!(ok(&mut b, "event 5000"), "OK lost Removed");
+    let r = ask(&mut b, "dmaw 0 64 5", Duration::from_secs(30));
+    assert!(r.starts_with("ERR SegmentLost") || r.starts_with("ERR DmaFailed"), "DMA after the removal: {r}");
+    for p in [&mut a, &mut b, &mut c] {
+        p.send("exit");
+    }
+}
+
 support::topology_cases!(
     ;
     ofi: group_across_hosts,
+    dma_into_a_group_across_hosts,
     member_events_across_hosts,
     raw_stores_across_hosts,
     group_refusals_across_hosts,

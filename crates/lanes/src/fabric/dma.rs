@@ -325,25 +325,26 @@ impl DmaQueue {
         }
         self.check_room(vec.len())?;
         remote.check()?;
-        remote.refuse_group_across_hosts(
-            "DMA to a reflective group spanning hosts is not built (it would reach the creator's copy only)",
-        )?;
-        let (lsize, rsize) = (local.size(), remote.size());
+        let (lsize, (rsize, rwhat)) = (local.size(), reach(remote));
         for v in vec {
             check_range(v.local_offset, v.size, lsize, "local segment")?;
-            check_range(v.remote_offset, v.size, rsize, "remote segment")?;
+            check_range(v.remote_offset, v.size, rsize, rwhat)?;
         }
         let lmap = self.local_map(local)?;
         let remote_ptr = Arc::as_ptr(&remote.inner);
         #[cfg(feature = "ofi")]
         if let Some(conn) = rma::ofi_conn(&remote.inner.remote) {
-            let reg = self.local_reg(local, &lmap, &conn.endpoint)?;
+            let group = remote.inner.group.get().is_some();
+            let reg = if group { None } else { Some(self.local_reg(local, &lmap, &conn.endpoint)?) };
             self.keep_remote(remote);
             self.scratch.clear();
             for v in vec {
                 // SAFETY: the offset was checked against the segment, which the map covers.
                 let l = unsafe { lmap.as_ptr().add(v.local_offset as usize) };
-                self.scratch.push(rma_descriptor(l, v.remote_offset, v.size, direction, remote_ptr, &reg));
+                self.scratch.push(match &reg {
+                    Some(reg) => rma_descriptor(l, v.remote_offset, v.size, direction, remote_ptr, reg),
+                    None => group_descriptor(l, v.remote_offset, v.size, direction, remote_ptr),
+                });
             }
             self.post(callback);
             return Ok(());
@@ -389,10 +390,17 @@ impl DmaQueue {
         }
         self.check_room(1)?;
         remote.check()?;
-        remote.refuse_group_across_hosts(
-            "DMA to a reflective group spanning hosts is not built (it would reach the creator's copy only)",
-        )?;
-        check_range(remote_offset, size, remote.size(), "remote segment")?;
+        let (rsize, rwhat) = reach(remote);
+        check_range(remote_offset, size, rsize, rwhat)?;
+        #[cfg(feature = "ofi")]
+        if remote.inner.group.get().is_some() {
+            self.keep_remote(remote);
+            self.scratch.clear();
+            let d = group_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(&remote.inner));
+            self.scratch.push(d);
+            self.post(callback);
+            return Ok(());
+        }
         #[cfg(feature = "ofi")]
         if let Some(conn) = rma::ofi_conn(&remote.inner.remote) {
             // SAFETY: the caller vouches for addr..addr + size until the transfer completes;
@@ -494,9 +502,6 @@ impl DmaQueue {
         remote_offset: u64,
         direction: DmaDirection,
     ) -> Result<CopyPath> {
-        remote.refuse_group_across_hosts(
-            "DMA to a reflective group spanning hosts is not built (it would reach the creator's copy only)",
-        )?;
         #[cfg(feature = "ofi")]
         let pio = (size as usize) < self.pio_threshold && rma::ofi_conn(&remote.inner.remote).is_none();
         #[cfg(not(feature = "ofi"))]
@@ -546,7 +551,35 @@ fn rma_descriptor(
     let offset = std::ptr::without_provenance_mut::<u8>(remote_offset as usize);
     let write = direction == DmaDirection::Write;
     let (dst, src) = if write { (offset, local.cast_const()) } else { (local, offset.cast_const()) };
-    Descriptor { dst, src, len: len as usize, remote, rma: Arc::into_raw(Arc::clone(reg)), write }
+    Descriptor { dst, src, len: len as usize, remote, rma: Arc::into_raw(Arc::clone(reg)), write, group: false }
+}
+
+/// A descriptor for DMA of `len` bytes between `local` and `offset` of the reflective group
+/// that `remote` (a member's connection) belongs to; the group side is an offset kept in the
+/// address field, as for RMA, never dereferenced.
+#[cfg(feature = "ofi")]
+fn group_descriptor(
+    local: *mut u8,
+    offset: u64,
+    len: u64,
+    direction: DmaDirection,
+    remote: *const super::remote::RemoteInner,
+) -> Descriptor {
+    let at = std::ptr::without_provenance_mut::<u8>(offset as usize);
+    let write = direction == DmaDirection::Write;
+    let (dst, src) = if write { (at, local.cast_const()) } else { (local, at.cast_const()) };
+    Descriptor { dst, src, len: len as usize, remote, rma: std::ptr::null(), write, group: true }
+}
+
+/// The bytes DMA reaches through `remote`, and what they are called in errors: a member's
+/// connection to a reflective group spanning hosts reaches the group's bytes (its object
+/// also holds the roster).
+fn reach(remote: &RemoteSegment) -> (u64, &'static str) {
+    #[cfg(feature = "ofi")]
+    if let Some(fan) = remote.inner.group.get() {
+        return (fan.size() as u64, "reflective group");
+    }
+    (remote.size(), "remote segment")
 }
 
 fn check_range(offset: u64, size: u64, seg: u64, what: &'static str) -> Result<()> {

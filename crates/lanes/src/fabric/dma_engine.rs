@@ -14,7 +14,10 @@
 //! the queue to its RMA pipe (`rma_pipe`), which posts RMA instead of copying and completes
 //! descriptors as their operations complete. Until the pipe is empty again, every
 //! descriptor of that queue goes through it, so completions stay in order. The copy path
-//! pays one null test per merged run for this.
+//! pays one null test per merged run for this. Descriptors to or from a reflective group
+//! spanning hosts go through the pipe too, done at once by the channel: a write goes into
+//! the member's copy, and the channel waits while the member's fan-out posts it to every
+//! other copy (`Fanout::dma_write`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -49,9 +52,14 @@ pub(crate) struct Descriptor {
     /// offset in the remote segment. Null for a copy.
     #[cfg(feature = "ofi")]
     pub rma: *const LocalReg,
-    /// RMA: local to remote.
+    /// RMA or group: local to remote.
     #[cfg(feature = "ofi")]
     pub write: bool,
+    /// DMA to or from a reflective group spanning hosts, through the fan-out of `remote`
+    /// (a member's connection): `src` (write) or `dst` (read) is local memory and the other
+    /// is the offset in the group. `rma` is null.
+    #[cfg(feature = "ofi")]
+    pub group: bool,
 }
 
 // SAFETY: a descriptor is addresses; the queue guarantees they stay valid until the engine
@@ -74,6 +82,8 @@ impl Descriptor {
             rma: std::ptr::null(),
             #[cfg(feature = "ofi")]
             write: false,
+            #[cfg(feature = "ofi")]
+            group: false,
         }
     }
 }
@@ -202,8 +212,9 @@ impl QueueShared {
         while i < n {
             let d = buf[i];
             #[cfg(feature = "ofi")]
-            if !d.rma.is_null() {
-                // RMA from here on: finish the copies before it, then hand over.
+            if !d.rma.is_null() || d.group {
+                // RMA (or a group's fan-out) from here on: finish the copies before it, then
+                // hand over.
                 self.ring.consume(i);
                 if i > 0 {
                     self.completed.fetch_add(i as u64, Ordering::SeqCst);
@@ -417,6 +428,7 @@ mod rma_pipe {
     use crate::transport::ofi::endpoint::{Op, ProcessEndpoint};
     use crate::transport::ofi::remote::OfiConn;
     use crate::transport::ofi::rma::{self, LocalReg};
+    use crate::transport::RemoteObject;
 
     /// What a run does.
     enum Work {
@@ -424,6 +436,10 @@ mod rma_pipe {
         Copy { dst: *mut u8, src: *const u8 },
         /// RMA between `local` and `remote_offset` of `conn`'s object.
         Rma { conn: Arc<OfiConn>, reg: Arc<LocalReg>, local: *mut u8, remote_offset: u64, write: bool },
+        /// Between `local` and `offset` of the reflective group that the run's `remote` (a
+        /// member's connection) belongs to, through the member's fan-out: done at once, the
+        /// channel waiting until a write reached every member.
+        Group { local: *mut u8, offset: usize, write: bool, group: u32 },
         /// Descriptors dropped (aborted or failed queue).
         Dropped,
     }
@@ -516,15 +532,29 @@ mod rma_pipe {
         }
     }
 
+    fn direction(write: bool) -> &'static str {
+        if write {
+            "write"
+        } else {
+            "read"
+        }
+    }
+
     fn describe(work: &Work, len: usize, what: &str) -> String {
         match work {
             Work::Rma { conn, remote_offset, write, .. } => {
                 let a = conn.info.addr;
                 format!(
                     "RMA {} of {len} bytes at offset {remote_offset} of remote segment {:#x} on node {}: {what}",
-                    if *write { "write" } else { "read" },
+                    direction(*write),
                     a.id,
                     a.node
+                )
+            }
+            Work::Group { offset, write, group, .. } => {
+                format!(
+                    "DMA {} of {len} bytes at offset {offset} of reflective group {group}: {what}",
+                    direction(*write)
                 )
             }
             _ => what.to_string(),
@@ -747,6 +777,7 @@ mod rma_pipe {
                         && buf[j].remote == d.remote
                         && buf[j].rma == d.rma
                         && buf[j].write == d.write
+                        && buf[j].group == d.group
                         && buf[j].src as usize == d.src as usize + len
                         && buf[j].dst as usize == d.dst as usize + len
                     {
@@ -754,7 +785,13 @@ mod rma_pipe {
                         j += 1;
                     }
                 }
-                let work = if d.rma.is_null() {
+                let work = if d.group {
+                    let (local, offset) =
+                        if d.write { (d.src.cast_mut(), d.dst.addr()) } else { (d.dst, d.src.addr()) };
+                    // SAFETY: the queue keeps the remote connection alive (remote cache).
+                    let group = unsafe { (*d.remote).remote.info().addr.id };
+                    Work::Group { local, offset, write: d.write, group }
+                } else if d.rma.is_null() {
                     Work::Copy { dst: d.dst, src: d.src }
                 } else {
                     buf[i + 1..j].iter().for_each(release);
@@ -805,6 +842,35 @@ mod rma_pipe {
                         unsafe {
                             memory::copy_shared_to_shared(*dst, *src, run.len, memory::DMA_NONTEMPORAL_THRESHOLD)
                         };
+                        run.posted = run.len;
+                        did += 1;
+                    }
+                    Work::Group { local, offset, write, .. } => {
+                        // SAFETY: the queue keeps the member's connection alive, and with it
+                        // its fan-out (remote cache).
+                        let remote = unsafe { &*run.remote };
+                        if let RemoteState::Lost(r) = remote.state() {
+                            fail(q, format!("the reflective group was lost: {}", r.describe()));
+                            return did;
+                        }
+                        let Some(fan) = remote.group.get() else {
+                            fail(q, describe(&run.work, run.len, "the connection is no group member's"));
+                            return did;
+                        };
+                        // SAFETY: the offsets were checked against the group, the local range
+                        // against its segment (or vouched for by the caller of a user-memory
+                        // transfer), when queued; that memory lives until completion.
+                        let done = unsafe {
+                            if *write {
+                                fan.dma_write(*offset, local.cast_const(), run.len)
+                            } else {
+                                fan.dma_read(*offset, *local, run.len)
+                            }
+                        };
+                        if let Err(e) = done {
+                            fail(q, describe(&run.work, run.len, &e.to_string()));
+                            return did;
+                        }
                         run.posted = run.len;
                         did += 1;
                     }

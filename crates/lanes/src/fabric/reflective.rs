@@ -517,6 +517,8 @@ impl ReflectiveMember {
         let conn = remote.conn().clone();
         let seg = RemoteSegment::from_ofi(fabric, remote);
         let (fan, fd) = Fanout::join(conn.clone(), conn.slot, fabric.node.get())?;
+        // DMA through the member's connection goes through its fan-out.
+        let _ = seg.inner.group.set(fan.clone());
         let size = fan.size() as u64;
         let read = replica_map(&fd, 0, size, MapOrigin::Remote(seg.inner.clone()))?;
         let write = fanout_map(&fan, 0, size, MapOrigin::Remote(seg.inner.clone()))?;
@@ -577,8 +579,11 @@ impl ReflectiveMember {
 
     /// The group as a remote segment: the target of DMA writes to the group. For a group
     /// spanning hosts this is the connection to the creator's object (whose size includes
-    /// the roster after the group's bytes: [`ReflectiveMember::size`] is the group's), which
-    /// DMA and plain maps are refused on (they would reach the creator's copy only).
+    /// the roster after the group's bytes: [`ReflectiveMember::size`] is the group's). DMA
+    /// through it reaches the group's bytes only: a write goes into this member's copy and
+    /// then to every other, and completes once all received it; a read copies from this
+    /// member's copy. Plain maps of it are refused (they would reach the creator's copy
+    /// only): [`Self::map`] gives the group's.
     pub fn segment(&self) -> &RemoteSegment {
         &self.seg
     }

@@ -26,6 +26,10 @@ pub(crate) struct RemoteInner {
     /// The state the last event reported (events report changes from it).
     reported: Mutex<RemoteState>,
     poll: events::PollTime,
+    /// A member's connection to a reflective group spanning hosts: the member's fan-out,
+    /// through which DMA reaches every member's copy (set once, by the join).
+    #[cfg(feature = "ofi")]
+    pub(crate) group: std::sync::OnceLock<Arc<crate::transport::ofi::reflective::Fanout>>,
 }
 
 impl std::fmt::Debug for RemoteInner {
@@ -50,6 +54,8 @@ impl RemoteSegment {
             remote,
             reported: Mutex::new(RemoteState::Operational),
             poll: events::PollTime::new(),
+            #[cfg(feature = "ofi")]
+            group: Default::default(),
         });
         Ok(RemoteSegment { inner })
     }
@@ -80,6 +86,8 @@ impl RemoteSegment {
             remote: RemoteHandle::Ofi(remote),
             reported: Mutex::new(RemoteState::Operational),
             poll: events::PollTime::new(),
+            #[cfg(feature = "ofi")]
+            group: Default::default(),
         });
         RemoteSegment { inner }
     }
@@ -93,6 +101,8 @@ impl RemoteSegment {
             remote,
             reported: Mutex::new(RemoteState::Operational),
             poll: events::PollTime::new(),
+            #[cfg(feature = "ofi")]
+            group: Default::default(),
         });
         RemoteSegment { inner }
     }
@@ -168,9 +178,9 @@ impl RemoteSegment {
 
 impl RemoteSegment {
     /// Refuses what would reach only the creator's copy of a reflective group spanning
-    /// hosts (its object's data also holds the roster): DMA and plain maps of the
-    /// member's connection.
-    pub(crate) fn refuse_group_across_hosts(&self, what: &'static str) -> Result<()> {
+    /// hosts (its object's data also holds the roster): plain maps of the member's
+    /// connection. (DMA through it reaches every member: `DmaQueue`.)
+    fn refuse_group_across_hosts(&self, what: &'static str) -> Result<()> {
         #[cfg(feature = "ofi")]
         if matches!(self.inner.remote, RemoteHandle::Ofi(_)) && self.inner.remote.info().addr.kind == kind::REFLECTIVE {
             return Err(Error::IllegalOperation(what));

@@ -898,6 +898,42 @@ impl Fanout {
         }
     }
 
+    /// DMA into the group (a DMA channel's work): puts `len` bytes from `src` into our copy
+    /// at group offset `offset`, posts them to every other copy (after what this process
+    /// logged before) and waits, bounded, until they are delivered: a flush. Fails if a
+    /// write to the creator's copy failed meanwhile, or the group is lost to this member.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes and outside our copy; `offset + len`
+    /// must not pass the group's size.
+    pub(crate) unsafe fn dma_write(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
+        debug_assert!(offset + len <= self.size);
+        self.check()?;
+        let mut st = lock(&self.state);
+        // SAFETY: the range lies inside the group, inside our copy (the caller checked it);
+        // `src` is the caller's, outside it. Others write our copy only by RMA. Cached
+        // stores: the barrier reads the bytes again at once, into the staging ring.
+        unsafe { memory::copy_shared_to_shared(self.mine.as_ptr().add(offset), src, len, usize::MAX) };
+        self.log(&mut st, offset, offset + len);
+        self.flush_locked(&mut st)
+    }
+
+    /// DMA from the group: copies `len` bytes at group offset `offset` of our copy (every
+    /// member's writes that arrived) to `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes and outside our copy; `offset + len`
+    /// must not pass the group's size.
+    pub(crate) unsafe fn dma_read(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        debug_assert!(offset + len <= self.size);
+        self.check()?;
+        // SAFETY: as for `dma_write`, the other way.
+        unsafe {
+            memory::copy_shared_to_shared(dst, self.mine.as_ptr().add(offset), len, memory::DMA_NONTEMPORAL_THRESHOLD)
+        };
+        Ok(())
+    }
+
     /// The creator's sweep (from the endpoint's service thread): marks dead the entries of
     /// members whose connection slot `holds` says is no longer held, and tells the rest.
     pub(crate) fn sweep(&self, holds: impl Fn(usize) -> bool) {
