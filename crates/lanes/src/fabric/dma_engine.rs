@@ -439,7 +439,7 @@ mod rma_pipe {
         /// Between `local` and `offset` of the reflective group that the run's `remote` (a
         /// member's connection) belongs to, through the member's fan-out: done at once, the
         /// channel waiting until a write reached every member.
-        Group { local: *mut u8, offset: usize, write: bool, group: u32 },
+        Group { local: *mut u8, offset: usize, write: bool, group_id: u32 },
         /// Descriptors dropped (aborted or failed queue).
         Dropped,
     }
@@ -551,9 +551,9 @@ mod rma_pipe {
                     a.node
                 )
             }
-            Work::Group { offset, write, group, .. } => {
+            Work::Group { offset, write, group_id, .. } => {
                 format!(
-                    "DMA {} of {len} bytes at offset {offset} of reflective group {group}: {what}",
+                    "DMA {} of {len} bytes at offset {offset} of reflective group {group_id}: {what}",
                     direction(*write)
                 )
             }
@@ -789,8 +789,8 @@ mod rma_pipe {
                     let (local, offset) =
                         if d.write { (d.src.cast_mut(), d.dst.addr()) } else { (d.dst, d.src.addr()) };
                     // SAFETY: the queue keeps the remote connection alive (remote cache).
-                    let group = unsafe { (*d.remote).remote.info().addr.id };
-                    Work::Group { local, offset, write: d.write, group }
+                    let group_id = unsafe { (*d.remote).remote.info().addr.id };
+                    Work::Group { local, offset, write: d.write, group_id }
                 } else if d.rma.is_null() {
                     Work::Copy { dst: d.dst, src: d.src }
                 } else {
