@@ -161,8 +161,9 @@ fn refl(io: &ChildIo) {
             },
             // DMA through the membership's connection: `dmaw` (a segment, two vector entries)
             // and `dmamem` (program memory) write `len` bytes of pattern `seed` at `offset`;
-            // `dmar` reads `len` bytes at `offset` and answers their checksum.
-            ("dmaw" | "dmamem" | "dmar", _) => match &role {
+            // `dmar` reads `len` bytes at `offset` and answers their checksum; `dmaabort`
+            // aborts four writes at once and answers the queue's final state.
+            ("dmaw" | "dmamem" | "dmar" | "dmaabort", _) => match &role {
                 Role::Member(m) => dma(&fabric, m, w[0], num(1), num(2), if w.len() > 3 { num(3) } else { 0 }),
                 _ => format!("FAIL {} needs a membership", w[0]),
             },
@@ -190,21 +191,31 @@ fn pattern(len: u64, seed: u64) -> Vec<u8> {
 fn dma(fabric: &Fabric, m: &ReflectiveMember, cmd: &str, offset: u64, len: u64, seed: u64) -> String {
     use lanes::{DmaDirection, DmaVec};
     let run = || -> lanes::Result<String> {
-        let mut q = fabric.create_dma_queue(4)?;
+        // Program memory for `dmamem`: untouched until the queue is done with it (declared
+        // before the queue, so that it outlives the queue's drop, which waits for it).
+        let mut memory = pattern(len, seed);
         let local = fabric.create_segment(0x99, len.max(4096))?;
         let lmap = local.map(0, len.max(4096), MapAccess::ReadWrite)?;
-        // Program memory for `dmamem`: lives (untouched) until the wait below returned.
-        let mut memory = pattern(len, seed);
+        let mut q = fabric.create_dma_queue(4)?;
         match cmd {
             "dmaw" => {
                 lmap.write_bytes(0, &memory)?;
+                // The second half first: two entries that do not continue each other.
                 let half = len / 2;
                 let both = [
-                    DmaVec { size: half, local_offset: 0, remote_offset: offset },
                     DmaVec { size: len - half, local_offset: half, remote_offset: offset + half },
+                    DmaVec { size: half, local_offset: 0, remote_offset: offset },
                 ];
-                let entries = if half == 0 { &both[1..] } else { &both[..] };
+                let entries = if half == 0 { &both[..1] } else { &both[..] };
                 q.start_vec(&local, m.segment(), entries, DmaDirection::Write, None)?;
+            }
+            // Four transfers of the same bytes, then at once an abort: the wait ends with
+            // the queue aborted, or done if the channel was quicker.
+            "dmaabort" => {
+                let v = DmaVec { size: len, local_offset: 0, remote_offset: offset };
+                q.start_vec(&local, m.segment(), &[v; 4], DmaDirection::Write, None)?;
+                q.abort();
+                return q.wait(Timeout::After(Duration::from_secs(60))).map(|s| format!("OK {s:?}"));
             }
             // SAFETY: `memory` holds `len` bytes and is neither used nor dropped until the
             // wait below returned (the transfer complete).
@@ -643,6 +654,13 @@ fn dma_into_a_group_across_hosts(t: &Topology) {
     for p in [&mut b, &mut c] {
         assert_eq!(ok(p, &format!("dmar {} 5536", DMA_GROUP - 5536)), tail, "{}", p.name());
     }
+    // An abort with group transfers queued ends the wait (bounded: at most the transfer
+    // under way finishes).
+    let started = Instant::now();
+    let r = ok(&mut b, &format!("dmaabort 0 {DMA_GROUP}"));
+    println!("four queued group writes aborted: {r} after {:?}", started.elapsed());
+    assert!(r == "OK Aborted" || r == "OK Done", "{r}");
+    assert!(started.elapsed() < Duration::from_secs(30), "the abort took {:?}", started.elapsed());
     // A method's write and a later DMA to the same bytes land in that order.
     ok(&mut c, "w64 128 5");
     ok(&mut c, "dmamem 128 8 4");

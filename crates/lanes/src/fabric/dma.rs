@@ -11,7 +11,9 @@
 //! A remote segment reached over ofi (feature `ofi`) is not mapped: its transfers are RMA
 //! posted by the channel (`fi_writemsg` / `fi_read`), their local side registered on the
 //! connection's endpoint (see `transport::ofi::rma`), and [`DmaQueue::copy`] always uses DMA
-//! for it.
+//! for it. A member's connection to a reflective group spanning hosts is the exception:
+//! its transfers go through the member's fan-out (`Fanout::dma_write`, `dma_read`), run by
+//! the channel, and reach the group's bytes only.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -231,7 +233,8 @@ impl DmaQueue {
 
     /// For remote segments reached over ofi: how long one RMA operation (or the provider's
     /// refusal to take one) may last before the queue fails (`LANES_OFI_DMA_TIMEOUT_MS`,
-    /// default 30 s).
+    /// default 30 s). Transfers to a reflective group are bounded by its fan-out's waits
+    /// instead (10 s each).
     #[cfg(feature = "ofi")]
     pub fn set_rma_timeout(&mut self, timeout: std::time::Duration) {
         self.shared.rma.lock().unwrap_or_else(|e| e.into_inner()).set_timeout(timeout);
@@ -341,10 +344,7 @@ impl DmaQueue {
             for v in vec {
                 // SAFETY: the offset was checked against the segment, which the map covers.
                 let l = unsafe { lmap.as_ptr().add(v.local_offset as usize) };
-                self.scratch.push(match &reg {
-                    Some(reg) => rma_descriptor(l, v.remote_offset, v.size, direction, remote_ptr, reg),
-                    None => group_descriptor(l, v.remote_offset, v.size, direction, remote_ptr),
-                });
+                self.scratch.push(far_descriptor(l, v.remote_offset, v.size, direction, remote_ptr, reg.as_ref()));
             }
             self.post(callback);
             return Ok(());
@@ -396,7 +396,7 @@ impl DmaQueue {
         if remote.inner.group.get().is_some() {
             self.keep_remote(remote);
             self.scratch.clear();
-            let d = group_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(&remote.inner));
+            let d = far_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(&remote.inner), None);
             self.scratch.push(d);
             self.post(callback);
             return Ok(());
@@ -408,7 +408,7 @@ impl DmaQueue {
             let reg = unsafe { LocalReg::new(&conn.endpoint, addr, size as usize, None)? };
             self.keep_remote(remote);
             self.scratch.clear();
-            let d = rma_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(&remote.inner), &reg);
+            let d = far_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(&remote.inner), Some(&reg));
             self.scratch.push(d);
             self.post(callback);
             return Ok(());
@@ -535,40 +535,26 @@ impl DmaQueue {
     }
 }
 
-/// A descriptor for RMA of `len` bytes between `local` (inside `reg`) and `remote_offset`
-/// of `remote`; it owns one count of `reg`, which the channel takes back. The remote side is
-/// an offset kept in the address field, so that contiguous descriptors merge as copies do;
-/// it is never dereferenced.
+/// A descriptor for `len` bytes between `local` and `offset` on the far side of `remote`.
+/// The offset is kept in an address field, so that contiguous descriptors merge as copies
+/// do, and never dereferenced. With `reg` (the registration `local` lies in) it is RMA into
+/// the remote segment and owns one count of `reg`, which the channel takes back; without,
+/// `remote` is a member's connection to a reflective group spanning hosts and `offset` lies
+/// in the group.
 #[cfg(feature = "ofi")]
-fn rma_descriptor(
-    local: *mut u8,
-    remote_offset: u64,
-    len: u64,
-    direction: DmaDirection,
-    remote: *const super::remote::RemoteInner,
-    reg: &Arc<LocalReg>,
-) -> Descriptor {
-    let offset = std::ptr::without_provenance_mut::<u8>(remote_offset as usize);
-    let write = direction == DmaDirection::Write;
-    let (dst, src) = if write { (offset, local.cast_const()) } else { (local, offset.cast_const()) };
-    Descriptor { dst, src, len: len as usize, remote, rma: Arc::into_raw(Arc::clone(reg)), write, group: false }
-}
-
-/// A descriptor for DMA of `len` bytes between `local` and `offset` of the reflective group
-/// that `remote` (a member's connection) belongs to; the group side is an offset kept in the
-/// address field, as for RMA, never dereferenced.
-#[cfg(feature = "ofi")]
-fn group_descriptor(
+fn far_descriptor(
     local: *mut u8,
     offset: u64,
     len: u64,
     direction: DmaDirection,
     remote: *const super::remote::RemoteInner,
+    reg: Option<&Arc<LocalReg>>,
 ) -> Descriptor {
-    let at = std::ptr::without_provenance_mut::<u8>(offset as usize);
+    let far = std::ptr::without_provenance_mut::<u8>(offset as usize);
     let write = direction == DmaDirection::Write;
-    let (dst, src) = if write { (at, local.cast_const()) } else { (local, at.cast_const()) };
-    Descriptor { dst, src, len: len as usize, remote, rma: std::ptr::null(), write, group: true }
+    let (dst, src) = if write { (far, local.cast_const()) } else { (local, far.cast_const()) };
+    let rma = reg.map_or(std::ptr::null(), |r| Arc::into_raw(Arc::clone(r)));
+    Descriptor { dst, src, len: len as usize, remote, rma, write, group: reg.is_none() }
 }
 
 /// The bytes DMA reaches through `remote`, and what they are called in errors: a member's

@@ -565,7 +565,7 @@ mod rma_pipe {
     fn release(d: &Descriptor) {
         if !d.rma.is_null() {
             // SAFETY: every RMA descriptor owns one count of its registration
-            // (`DmaQueue`'s `rma_descriptor`), taken back exactly once: here or in `take`.
+            // (`DmaQueue`'s `far_descriptor`), taken back exactly once: here or in `take`.
             drop(unsafe { Arc::from_raw(d.rma) });
         }
     }
@@ -785,9 +785,9 @@ mod rma_pipe {
                         j += 1;
                     }
                 }
+                // RMA and group descriptors: the local address, and the far side's offset.
+                let (local, offset) = if d.write { (d.src.cast_mut(), d.dst.addr()) } else { (d.dst, d.src.addr()) };
                 let work = if d.group {
-                    let (local, offset) =
-                        if d.write { (d.src.cast_mut(), d.dst.addr()) } else { (d.dst, d.src.addr()) };
                     // SAFETY: the queue keeps the remote connection alive (remote cache).
                     let group_id = unsafe { (*d.remote).remote.info().addr.id };
                     Work::Group { local, offset, write: d.write, group_id }
@@ -801,8 +801,6 @@ mod rma_pipe {
                     // descriptors complete (its remote cache).
                     let handle = unsafe { &(*d.remote).remote };
                     let conn = rma::ofi_conn(handle).expect("RMA descriptors name ofi connections").clone();
-                    let (local, offset) =
-                        if d.write { (d.src.cast_mut(), d.dst.addr()) } else { (d.dst, d.src.addr()) };
                     Work::Rma { conn, reg, local, remote_offset: offset as u64, write: d.write }
                 };
                 self.runs.push_back(Run {
@@ -849,30 +847,32 @@ mod rma_pipe {
                         // SAFETY: the queue keeps the member's connection alive, and with it
                         // its fan-out (remote cache).
                         let remote = unsafe { &*run.remote };
-                        if let RemoteState::Lost(r) = remote.state() {
-                            fail(q, format!("the reflective group was lost: {}", r.describe()));
-                            return did;
-                        }
-                        let Some(fan) = remote.group.get() else {
-                            fail(q, describe(&run.work, run.len, "the connection is no group member's"));
-                            return did;
-                        };
-                        // SAFETY: the offsets were checked against the group, the local range
-                        // against its segment (or vouched for by the caller of a user-memory
-                        // transfer), when queued; that memory lives until completion.
-                        let done = unsafe {
-                            if *write {
-                                fan.dma_write(*offset, local.cast_const(), run.len)
-                            } else {
-                                fan.dma_read(*offset, *local, run.len)
+                        let done = match (remote.state(), remote.group.get()) {
+                            (RemoteState::Lost(r), _) => Err(format!("the group was lost: {}", r.describe())),
+                            (_, None) => Err("the connection is no group member's".to_string()),
+                            // SAFETY: the group range was checked against the group and the
+                            // local one against its segment (or vouched for by the caller of
+                            // a user-memory transfer) when queued; that memory lives until
+                            // the run completes.
+                            (_, Some(fan)) => unsafe {
+                                if *write {
+                                    fan.dma_write(*offset, local.cast_const(), run.len)
+                                } else {
+                                    fan.dma_read(*offset, *local, run.len)
+                                }
                             }
+                            .map_err(|e| e.to_string()),
                         };
                         if let Err(e) = done {
-                            fail(q, describe(&run.work, run.len, &e.to_string()));
+                            fail(q, describe(&run.work, run.len, &e));
                             return did;
                         }
                         run.posted = run.len;
-                        did += 1;
+                        // Done, and it may have taken long (a flush): complete it now, and
+                        // let an abort, other queues and the next pass have their turn
+                        // before another one runs.
+                        self.next_post += 1;
+                        return did + 1;
                     }
                     Work::Rma { conn, reg, local, remote_offset, write } => {
                         while run.posted < run.len {

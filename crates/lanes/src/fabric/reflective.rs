@@ -581,8 +581,9 @@ impl ReflectiveMember {
     /// spanning hosts this is the connection to the creator's object (whose size includes
     /// the roster after the group's bytes: [`ReflectiveMember::size`] is the group's). DMA
     /// through it reaches the group's bytes only: a write goes into this member's copy and
-    /// then to every other, and completes once all received it; a read copies from this
-    /// member's copy. Plain maps of it are refused (they would reach the creator's copy
+    /// then to every other, and completes once every member it reaches has it (a flush of
+    /// the member's fan-out: docs/ARCHITECTURE.md, "Reflective memory"); a read copies
+    /// from this member's copy. Plain maps of it are refused (they would reach the creator's copy
     /// only): [`Self::map`] gives the group's.
     pub fn segment(&self) -> &RemoteSegment {
         &self.seg

@@ -61,7 +61,8 @@ impl RemoteSegment {
     }
 
     /// Connects through the transport that reaches `addr.node`: shm on this host, ofi for
-    /// another host of the cluster. Reflective groups stay on one host for now.
+    /// another host of the cluster. Reflective groups are joined here only on one host
+    /// (a cluster's members connect through `ReflectiveMember::join`).
     fn reach(fabric: &Arc<FabricInner>, addr: ObjectAddr, timeout: Timeout) -> Result<RemoteHandle> {
         let remote = addr.kind != kind::REFLECTIVE && fabric.cluster.as_ref().is_some_and(|c| c.is_remote(addr.node));
         if !remote {

@@ -276,7 +276,8 @@ pub(crate) struct Fanout {
     chunk: usize,
     epoch: AtomicU64,
     /// Set by `leave`: its waits are bounded by [`MEMBER_POST`], not [`TIMEOUT`] (the
-    /// creator may be gone, and a leave must not hold the process for long).
+    /// creator may be gone, and a leave must not hold the process for long), and DMA is
+    /// refused from then on.
     leaving: AtomicBool,
     /// Held while the roster is read into the scratch area.
     roster_read: Mutex<()>,
@@ -900,20 +901,21 @@ impl Fanout {
 
     /// DMA into the group (a DMA channel's work): puts `len` bytes from `src` into our copy
     /// at group offset `offset`, posts them to every other copy (after what this process
-    /// logged before) and waits, bounded, until they are delivered: a flush. Fails if a
-    /// write to the creator's copy failed meanwhile, or the group is lost to this member.
+    /// logged before) and waits until they are delivered: a flush, whose waits are bounded
+    /// as a write map's are. Fails if a write to the creator's copy failed meanwhile (the
+    /// write maps' error epoch), the group is lost to this member, or the member is leaving.
     ///
     /// # Safety
-    /// `src` must be valid for reads of `len` bytes and outside our copy; `offset + len`
-    /// must not pass the group's size.
+    /// `src` must be valid for reads of `len` bytes (it may lie in our copy: a program may
+    /// DMA from its read map); `offset + len` must not pass the group's size.
     pub(crate) unsafe fn dma_write(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
         debug_assert!(offset + len <= self.size);
-        self.check()?;
+        self.check_member()?;
         let mut st = lock(&self.state);
-        // SAFETY: the range lies inside the group, inside our copy (the caller checked it);
-        // `src` is the caller's, outside it. Others write our copy only by RMA. Cached
-        // stores: the barrier reads the bytes again at once, into the staging ring.
-        unsafe { memory::copy_shared_to_shared(self.mine.as_ptr().add(offset), src, len, usize::MAX) };
+        // SAFETY: the range lies inside the group, inside our copy (the caller checked it),
+        // and `src` is valid for `len` bytes; a move, since the two may overlap. Others
+        // write our copy only by RMA, never through a reference.
+        unsafe { std::ptr::copy(src, self.mine.as_ptr().add(offset), len) };
         self.log(&mut st, offset, offset + len);
         self.flush_locked(&mut st)
     }
@@ -922,16 +924,23 @@ impl Fanout {
     /// member's writes that arrived) to `dst`.
     ///
     /// # Safety
-    /// `dst` must be valid for writes of `len` bytes and outside our copy; `offset + len`
-    /// must not pass the group's size.
+    /// `dst` must be valid for writes of `len` bytes; `offset + len` must not pass the
+    /// group's size.
     pub(crate) unsafe fn dma_read(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
         debug_assert!(offset + len <= self.size);
-        self.check()?;
+        self.check_member()?;
         // SAFETY: as for `dma_write`, the other way.
-        unsafe {
-            memory::copy_shared_to_shared(dst, self.mine.as_ptr().add(offset), len, memory::DMA_NONTEMPORAL_THRESHOLD)
-        };
+        unsafe { std::ptr::copy(self.mine.as_ptr().add(offset), dst, len) };
         Ok(())
+    }
+
+    /// `Err` once the group is lost to this participant or it is leaving (a transfer queued
+    /// before the leave must not write into the group after the roster forgot us).
+    fn check_member(&self) -> Result<()> {
+        if self.leaving.load(Ordering::Acquire) {
+            return Err(Error::IllegalOperation("this member left the reflective group"));
+        }
+        self.check()
     }
 
     /// The creator's sweep (from the endpoint's service thread): marks dead the entries of
