@@ -465,8 +465,8 @@ fn group_refusals_across_hosts(t: &Topology) {
 
 /// A member killed with SIGKILL: writers on the other hosts go on without an error and
 /// without stalling, and the creator's roster forgets the dead member. Then the creator
-/// is killed: writes fail with an error instead of hanging, the member hears the loss,
-/// and leaving is bounded.
+/// is killed: writes and DMA fail with an error instead of hanging, the member hears the
+/// loss, and leaving is bounded.
 fn group_member_killed(t: &Topology) {
     let mut a = spawn(t, 8, "creator on a");
     ok(&mut a, &format!("create {GROUP} {GROUP_BYTES}"));
@@ -502,6 +502,11 @@ fn group_member_killed(t: &Topology) {
     let r = ask(&mut b, "write 0 260 270", Duration::from_secs(60));
     println!("and again: {r} after {:?}", again.elapsed());
     assert!(failed(&r), "{r}");
+    // DMA into the group fails too (at its start, or in the queue), within the same bound.
+    let dma = Instant::now();
+    let r = ask(&mut b, "dmaw 0 4096 1", Duration::from_secs(60));
+    println!("DMA after the creator's death: {r} after {:?}", dma.elapsed());
+    assert!(failed(&r) || r.starts_with("ERR DmaFailed"), "{r}");
     // The daemons relay the creator's death: the member hears it as the group's loss.
     assert_eq!(ok(&mut b, "event 5000"), "OK lost OwnerDied");
     let left = Instant::now();
