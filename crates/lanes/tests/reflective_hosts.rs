@@ -672,6 +672,18 @@ fn dma_into_a_group_across_hosts(t: &Topology) {
     let word = u64::from_ne_bytes(pattern(8, 4).try_into().expect("8 bytes"));
     ok(&mut a, &format!("await64 128 {word} 10000"));
     ok(&mut b, &format!("await64 128 {word} 10000"));
+    // So do a raw store and a DMA: b's unflushed raw store goes out before b's DMA over
+    // it (not later, by the drain, over the DMA), and storing that value again afterwards
+    // is sent (the map's buffer took the DMA's bytes).
+    ok(&mut b, "rawput 72 1");
+    ok(&mut b, "dmamem 72 8 5");
+    let word = u64::from_ne_bytes(pattern(8, 5).try_into().expect("8 bytes"));
+    ok(&mut a, &format!("await64 72 {word} 10000"));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(ok(&mut a, "rd64 72"), format!("OK {word}"), "a raw store made before the DMA came after it");
+    ok(&mut b, "rawput 72 1");
+    ok(&mut b, "flush");
+    ok(&mut a, "await64 72 1 10000");
     // Past the group's bytes (the roster follows them in the object): refused.
     let past = [
         format!("dmaw {} 4096 1", DMA_GROUP - 4000),

@@ -281,6 +281,8 @@ pub(crate) struct Fanout {
     leaving: AtomicBool,
     /// Held while the roster is read into the scratch area.
     roster_read: Mutex<()>,
+    /// This participant's write maps (for DMA, which goes through their raw buffers).
+    windows: Mutex<Vec<std::sync::Weak<WindowInner>>>,
     state: Mutex<State>,
 }
 
@@ -346,6 +348,7 @@ impl Fanout {
             epoch: AtomicU64::new(0),
             leaving: AtomicBool::new(false),
             roster_read: Mutex::new(()),
+            windows: Mutex::new(Vec::new()),
             state: Mutex::new(State { seen, ..State::default() }),
         })
     }
@@ -904,6 +907,7 @@ impl Fanout {
     /// logged before) and waits until they are delivered: a flush, whose waits are bounded
     /// as a write map's are. Fails if a write to the creator's copy failed meanwhile (the
     /// write maps' error epoch), the group is lost to this member, or the member is leaving.
+    /// For this process's write maps whose raw pointer is in use it is a method's write.
     ///
     /// # Safety
     /// `src` must be valid for reads of `len` bytes (it may lie in our copy: a program may
@@ -911,12 +915,40 @@ impl Fanout {
     pub(crate) unsafe fn dma_write(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
         debug_assert!(offset + len <= self.size);
         self.check_member()?;
+        let end = offset + len;
+        // This process's write maps of these bytes whose raw pointer is in use: the DMA goes
+        // through their buffers as a method's write does (their pending raw stores there
+        // first; then the buffer and its shadow hold the DMA's bytes), so that a raw store
+        // and a DMA to the same bytes keep program order. Raw locks before the state lock,
+        // as everywhere.
+        let windows: Vec<(Arc<WindowInner>, usize, usize)> = self
+            .windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|w| w.raw_mode.load(Ordering::Acquire))
+            .filter_map(|w| {
+                let (from, to) = (offset.max(w.start), end.min(w.start + w.len));
+                (from < to).then(|| (w.clone(), from - w.start, to - w.start))
+            })
+            .collect();
+        let mut raws: Vec<_> = windows.iter().map(|(w, _, _)| lock_raw(&w.raw)).collect();
         let mut st = lock(&self.state);
+        for ((w, from, to), raw) in windows.iter().zip(raws.iter_mut()) {
+            if let Some(r) = raw.as_mut() {
+                w.diff(r, &mut st, *from, *to);
+            }
+        }
         // SAFETY: the range lies inside the group, inside our copy (the caller checked it),
         // and `src` is valid for `len` bytes; a move, since the two may overlap. Others
         // write our copy only by RMA, never through a reference.
         unsafe { std::ptr::copy(src, self.mine.as_ptr().add(offset), len) };
-        self.log(&mut st, offset, offset + len);
+        self.log(&mut st, offset, end);
+        for ((w, from, to), raw) in windows.iter().zip(raws.iter_mut()) {
+            w.take_from_copy(raw, *from, to - from);
+        }
+        drop(raws);
         self.flush_locked(&mut st)
     }
 
@@ -1162,6 +1194,11 @@ impl FanoutWindow {
             raw_mode: AtomicBool::new(false),
             raw: Mutex::new(None),
         });
+        {
+            let mut windows = inner.fan.windows.lock().unwrap_or_else(|e| e.into_inner());
+            windows.retain(|w| w.strong_count() > 0);
+            windows.push(Arc::downgrade(&inner));
+        }
         let weak = Arc::downgrade(&inner);
         let drain: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             let Some(w) = weak.upgrade() else { return };
