@@ -657,15 +657,24 @@ impl TwoHosts {
     }
 }
 
+/// Whether this build has no ofi transport (then a test across hosts is skipped, never in
+/// CI, which builds with it).
+fn skipped_without_ofi() -> bool {
+    if lanes::OFI_TRANSPORT {
+        return false;
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI builds with --features lanes/ofi (scripts/test.sh)");
+    eprintln!("skipping: this build has no ofi transport");
+    true
+}
+
 /// The example programs, built once against the SDK, run unchanged with their two nodes on
 /// two hosts: segments mapped and written (pingpong, scibench with PIO and DMA), interrupts
 /// and data interrupts, and a reflective group (plain stores and DMA), across the ofi
 /// transport, with the same checks as on one host.
 #[test]
 fn examples_run_unchanged_with_their_nodes_on_two_hosts() {
-    if !lanes::OFI_TRANSPORT {
-        assert!(std::env::var_os("CI").is_none(), "CI builds with --features lanes/ofi (scripts/test.sh)");
-        eprintln!("skipping: this build has no ofi transport");
+    if skipped_without_ofi() {
         return;
     }
     let sdk = Sdk::install("hosts");
@@ -723,9 +732,7 @@ fn examples_run_unchanged_with_their_nodes_on_two_hosts() {
 /// and of part of it, and every byte of a 4 KiB block arrives (tests/sdk/group_stores.c).
 #[test]
 fn stores_through_a_groups_map_pointer_reach_the_other_host() {
-    if !lanes::OFI_TRANSPORT {
-        assert!(std::env::var_os("CI").is_none(), "CI builds with --features lanes/ofi (scripts/test.sh)");
-        eprintln!("skipping: this build has no ofi transport");
+    if skipped_without_ofi() {
         return;
     }
     let sdk = Sdk::install("group-stores");

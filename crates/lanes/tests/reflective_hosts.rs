@@ -294,6 +294,19 @@ fn ok(p: &mut Proc, cmd: &str) -> String {
     r
 }
 
+/// A group of `bytes` created on host a (node 8), joined from b (node 12) and c (node 16),
+/// once the creator lists both members.
+fn three_members(t: &Topology, bytes: u64) -> (Proc, Proc, Proc) {
+    let mut a = spawn(t, 8, "creator on a");
+    ok(&mut a, &format!("create {GROUP} {bytes}"));
+    let mut b = spawn(t, 12, "member on b");
+    ok(&mut b, &format!("join {GROUP} 10000"));
+    let mut c = spawn(t, 16, "member on c");
+    ok(&mut c, &format!("join {GROUP} 10000"));
+    members_become(&mut a, "OK [12, 16]");
+    (a, b, c)
+}
+
 /// Waits until `p`'s member list is `want`.
 fn members_become(p: &mut Proc, want: &str) {
     let until = Instant::now() + Duration::from_secs(10);
@@ -468,13 +481,7 @@ fn group_refusals_across_hosts(t: &Topology) {
 /// is killed: writes and DMA fail with an error instead of hanging, the member hears the
 /// loss, and leaving is bounded.
 fn group_member_killed(t: &Topology) {
-    let mut a = spawn(t, 8, "creator on a");
-    ok(&mut a, &format!("create {GROUP} {GROUP_BYTES}"));
-    let mut b = spawn(t, 12, "member on b");
-    ok(&mut b, &format!("join {GROUP} 10000"));
-    let mut c = spawn(t, 16, "member on c");
-    ok(&mut c, &format!("join {GROUP} 10000"));
-    members_become(&mut a, "OK [12, 16]");
+    let (mut a, mut b, mut c) = three_members(t, GROUP_BYTES);
     ok(&mut b, "write 0 0 50");
     ok(&mut c, "follow 0 49");
     c.kill9();
@@ -521,13 +528,7 @@ fn group_member_killed(t: &Topology) {
 /// write and a raw store to the same bytes land in program order; a writer's raw stores do
 /// not carry other members' writes back to them; maps of part of the group work both ways.
 fn raw_stores_across_hosts(t: &Topology) {
-    let mut a = spawn(t, 8, "creator on a");
-    ok(&mut a, &format!("create {GROUP} 65536"));
-    let mut b = spawn(t, 12, "member on b");
-    ok(&mut b, &format!("join {GROUP} 10000"));
-    let mut c = spawn(t, 16, "member on c");
-    ok(&mut c, &format!("join {GROUP} 10000"));
-    members_become(&mut a, "OK [12, 16]");
+    let (mut a, mut b, mut c) = three_members(t, 65536);
     let seen = |p: &mut Proc, at: u64, v: u64| ok(p, &format!("await64 {at} {v} 10000"));
 
     // The creator's raw store, flushed, reaches both members.
@@ -629,13 +630,7 @@ fn member_events_across_hosts(t: &Topology) {
 /// roster) is refused; after the group's removal DMA fails.
 fn dma_into_a_group_across_hosts(t: &Topology) {
     const DMA_GROUP: u64 = 8 << 20;
-    let mut a = spawn(t, 8, "creator on a");
-    ok(&mut a, &format!("create {GROUP} {DMA_GROUP}"));
-    let mut b = spawn(t, 12, "member on b");
-    ok(&mut b, &format!("join {GROUP} 10000"));
-    let mut c = spawn(t, 16, "member on c");
-    ok(&mut c, &format!("join {GROUP} 10000"));
-    members_become(&mut a, "OK [12, 16]");
+    let (mut a, mut b, mut c) = three_members(t, DMA_GROUP);
     let sum = |len: u64, seed: u64| format!("OK {:016x}", support::fnv64(&pattern(len, seed)));
 
     // b writes 40000 bytes from a segment in two entries: complete means everywhere.

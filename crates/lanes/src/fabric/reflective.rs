@@ -358,9 +358,6 @@ pub struct ReflectiveMember {
     size: u64,
     tracker: SlotTracker,
     reported_lost: AtomicBool,
-    /// A group of a cluster: this member's fan-out (its replica and roster entry).
-    #[cfg(feature = "ofi")]
-    across: Option<Arc<Fanout>>,
     /// A group of a cluster: the replica's file (for read-only maps of part of it).
     #[cfg(feature = "ofi")]
     replica: Option<std::os::fd::OwnedFd>,
@@ -424,7 +421,7 @@ impl RosterEvents {
 impl Drop for ReflectiveMember {
     fn drop(&mut self) {
         #[cfg(feature = "ofi")]
-        if let Some(f) = &self.across {
+        if let Some(f) = self.fan() {
             f.leave();
         }
     }
@@ -498,8 +495,6 @@ impl ReflectiveMember {
             tracker: SlotTracker::new(Some(fabric.identity)),
             reported_lost: AtomicBool::new(false),
             #[cfg(feature = "ofi")]
-            across: None,
-            #[cfg(feature = "ofi")]
             replica: None,
             #[cfg(feature = "ofi")]
             roster_events: Default::default(),
@@ -517,7 +512,7 @@ impl ReflectiveMember {
         let conn = remote.conn().clone();
         let seg = RemoteSegment::from_ofi(fabric, remote);
         let (fan, fd) = Fanout::join(conn.clone(), conn.slot, fabric.node.get())?;
-        // DMA through the member's connection goes through its fan-out.
+        // The member's fan-out lives with its connection (DMA through it goes through it).
         let _ = seg.inner.group.set(fan.clone());
         let size = fan.size() as u64;
         let read = replica_map(&fd, 0, size, MapOrigin::Remote(seg.inner.clone()))?;
@@ -529,10 +524,16 @@ impl ReflectiveMember {
             size,
             tracker: SlotTracker::new(Some(fabric.identity)),
             reported_lost: AtomicBool::new(false),
-            across: Some(fan),
             replica: Some(fd),
             roster_events: Default::default(),
         })
+    }
+
+    /// A group of a cluster: this member's fan-out (its replica and roster entry), which its
+    /// connection holds.
+    #[cfg(feature = "ofi")]
+    fn fan(&self) -> Option<&Arc<Fanout>> {
+        self.seg.inner.group.get()
     }
 
     /// The group id.
@@ -561,7 +562,7 @@ impl ReflectiveMember {
     pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
         check_group_range(offset, size, self.size)?;
         #[cfg(feature = "ofi")]
-        if let (Some(fan), Some(replica)) = (&self.across, &self.replica) {
+        if let (Some(fan), Some(replica)) = (self.fan(), &self.replica) {
             self.seg.check()?;
             let origin = MapOrigin::Remote(self.seg.inner.clone());
             return match access {
@@ -592,7 +593,7 @@ impl ReflectiveMember {
     /// Every other member, creator included, as (node, pid).
     pub fn members(&self) -> Vec<(u32, u32)> {
         #[cfg(feature = "ofi")]
-        if let Some(f) = &self.across {
+        if let Some(f) = self.fan() {
             return f.members().unwrap_or_else(|_| {
                 use crate::transport::RemoteObject;
                 vec![(self.seg.node_id(), self.seg.inner.remote.info().owner.pid())]
@@ -621,7 +622,7 @@ impl ReflectiveMember {
             inner.check()?;
         }
         #[cfg(feature = "ofi")]
-        if let Some(fan) = &self.across {
+        if let Some(fan) = self.fan() {
             return self.wait_across(fan, timeout);
         }
         let weak: Weak<_> = Arc::downgrade(inner);

@@ -48,7 +48,11 @@ impl RemoteSegment {
         timeout: Timeout,
     ) -> Result<RemoteSegment> {
         let addr = ObjectAddr { kind: object_kind, node: node.get(), id };
-        let remote = Self::reach(fabric, addr, timeout)?;
+        Ok(Self::over(fabric, Self::reach(fabric, addr, timeout)?))
+    }
+
+    /// A segment over the connection `remote`, operational.
+    fn over(fabric: &Arc<FabricInner>, remote: RemoteHandle) -> RemoteSegment {
         let inner = Arc::new(RemoteInner {
             fabric: fabric.clone(),
             remote,
@@ -57,7 +61,7 @@ impl RemoteSegment {
             #[cfg(feature = "ofi")]
             group: Default::default(),
         });
-        Ok(RemoteSegment { inner })
+        RemoteSegment { inner }
     }
 
     /// Connects through the transport that reaches `addr.node`: shm on this host, ofi for
@@ -82,30 +86,14 @@ impl RemoteSegment {
         fabric: &Arc<FabricInner>,
         remote: crate::transport::ofi::remote::OfiRemote,
     ) -> RemoteSegment {
-        let inner = Arc::new(RemoteInner {
-            fabric: fabric.clone(),
-            remote: RemoteHandle::Ofi(remote),
-            reported: Mutex::new(RemoteState::Operational),
-            poll: events::PollTime::new(),
-            #[cfg(feature = "ofi")]
-            group: Default::default(),
-        });
-        RemoteSegment { inner }
+        Self::over(fabric, RemoteHandle::Ofi(remote))
     }
 
     /// A segment connected through `remote` (made by the caller), for in-crate tests of a
     /// transport below the fabric.
     #[cfg(all(test, feature = "ofi"))]
     pub(crate) fn from_handle(fabric: &super::Fabric, remote: RemoteHandle) -> RemoteSegment {
-        let inner = Arc::new(RemoteInner {
-            fabric: fabric.inner.clone(),
-            remote,
-            reported: Mutex::new(RemoteState::Operational),
-            poll: events::PollTime::new(),
-            #[cfg(feature = "ofi")]
-            group: Default::default(),
-        });
-        RemoteSegment { inner }
+        Self::over(&fabric.inner, remote)
     }
 
     /// The segment id.
@@ -136,9 +124,14 @@ impl RemoteSegment {
     /// Maps `size` bytes from `offset` of the remote segment.
     pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
         self.check()?;
-        self.refuse_group_across_hosts(
-            "maps of a reflective group spanning hosts are its member's read and write maps",
-        )?;
+        // A member's connection to a group spanning hosts reaches the creator's copy (and
+        // the roster after the group's bytes) only; the member's maps are the group's.
+        #[cfg(feature = "ofi")]
+        if self.inner.group.get().is_some() {
+            return Err(Error::IllegalOperation(
+                "maps of a reflective group spanning hosts are its member's read and write maps",
+            ));
+        }
         let window = self.inner.remote.window(offset, size, access)?;
         Ok(Map::new(window, offset, access, MapOrigin::Remote(self.inner.clone())))
     }
@@ -174,20 +167,6 @@ impl RemoteSegment {
     /// Disconnects (`SCIDisconnectSegment`). Existing maps stay readable; their sequences fail.
     pub fn disconnect(self) {
         drop(self)
-    }
-}
-
-impl RemoteSegment {
-    /// Refuses what would reach only the creator's copy of a reflective group spanning
-    /// hosts (its object's data also holds the roster): plain maps of the member's
-    /// connection. (DMA through it reaches every member: `DmaQueue`.)
-    fn refuse_group_across_hosts(&self, what: &'static str) -> Result<()> {
-        #[cfg(feature = "ofi")]
-        if matches!(self.inner.remote, RemoteHandle::Ofi(_)) && self.inner.remote.info().addr.kind == kind::REFLECTIVE {
-            return Err(Error::IllegalOperation(what));
-        }
-        let _ = what;
-        Ok(())
     }
 }
 

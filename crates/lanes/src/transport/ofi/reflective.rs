@@ -42,7 +42,7 @@ use std::any::Any;
 use std::collections::{HashSet, VecDeque};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use super::endpoint::{Op, ProcessEndpoint};
@@ -282,7 +282,7 @@ pub(crate) struct Fanout {
     /// Held while the roster is read into the scratch area.
     roster_read: Mutex<()>,
     /// This participant's write maps (for DMA, which goes through their raw buffers).
-    windows: Mutex<Vec<std::sync::Weak<WindowInner>>>,
+    windows: Mutex<Vec<Weak<WindowInner>>>,
     state: Mutex<State>,
 }
 
@@ -874,10 +874,6 @@ impl Fanout {
         st.log.push((start, end));
     }
 
-    fn flush(&self) -> Result<()> {
-        self.flush_locked(&mut lock(&self.state))
-    }
-
     /// Posts the log and waits (bounded) until everything in flight is delivered; fails if
     /// a write failed meanwhile.
     fn flush_locked(&self, st: &mut State) -> Result<()> {
@@ -926,7 +922,7 @@ impl Fanout {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .filter_map(std::sync::Weak::upgrade)
+            .filter_map(Weak::upgrade)
             .filter(|w| w.raw_mode.load(Ordering::Acquire))
             .filter_map(|w| {
                 let (from, to) = (offset.max(w.start), end.min(w.start + w.len));
@@ -997,18 +993,6 @@ impl Fanout {
         if marked {
             let _ = self.announce("telling members that a member died");
         }
-    }
-}
-
-impl SequenceSource for Fanout {
-    fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
-    }
-    fn flush(&self) -> Result<()> {
-        Fanout::flush(self)
-    }
-    fn lost(&self) -> bool {
-        self.is_lost()
     }
 }
 
