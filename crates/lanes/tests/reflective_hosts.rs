@@ -162,9 +162,13 @@ fn refl(io: &ChildIo) {
             // DMA through the membership's connection: `dmaw` (a segment, two vector entries)
             // and `dmamem` (program memory) write `len` bytes of pattern `seed` at `offset`;
             // `dmar` reads `len` bytes at `offset` and answers their checksum; `dmaabort`
-            // aborts four writes at once and answers the queue's final state.
-            ("dmaw" | "dmamem" | "dmar" | "dmaabort", _) => match &role {
-                Role::Member(m) => dma(&fabric, m, w[0], num(1), num(2), if w.len() > 3 { num(3) } else { 0 }),
+            // aborts four writes at once and answers the queue's final state; `dmalong`
+            // queues four writes, says `STARTED`, then waits for them.
+            ("dmaw" | "dmamem" | "dmar" | "dmaabort" | "dmalong", _) => match &role {
+                Role::Member(m) => {
+                    let seed = if w.len() > 3 { num(3) } else { 0 };
+                    dma(&fabric, m, w[0], num(1), num(2), seed, &|| io.send("STARTED"))
+                }
                 _ => format!("FAIL {} needs a membership", w[0]),
             },
             ("event", _) => match &role {
@@ -187,8 +191,17 @@ fn pattern(len: u64, seed: u64) -> Vec<u8> {
     (0..len).map(|i| (i.wrapping_mul(131) ^ (i >> 8) ^ seed.wrapping_mul(0x9e)) as u8).collect()
 }
 
-/// The `dmaw`, `dmamem` and `dmar` commands (see `refl`); each waits for its transfer.
-fn dma(fabric: &Fabric, m: &ReflectiveMember, cmd: &str, offset: u64, len: u64, seed: u64) -> String {
+/// The `dmaw`, `dmamem`, `dmar`, `dmaabort` and `dmalong` commands (see `refl`); each waits
+/// for its transfers. `started` tells the parent that `dmalong`'s are queued.
+fn dma(
+    fabric: &Fabric,
+    m: &ReflectiveMember,
+    cmd: &str,
+    offset: u64,
+    len: u64,
+    seed: u64,
+    started: &dyn Fn(),
+) -> String {
     use lanes::{DmaDirection, DmaVec};
     let run = || -> lanes::Result<String> {
         // Program memory for `dmamem`: untouched until the queue is done with it (declared
@@ -216,6 +229,11 @@ fn dma(fabric: &Fabric, m: &ReflectiveMember, cmd: &str, offset: u64, len: u64, 
                 q.start_vec(&local, m.segment(), &[v; 4], DmaDirection::Write, None)?;
                 q.abort();
                 return q.wait(Timeout::After(Duration::from_secs(60))).map(|s| format!("OK {s:?}"));
+            }
+            "dmalong" => {
+                let v = DmaVec { size: len, local_offset: 0, remote_offset: offset };
+                q.start_vec(&local, m.segment(), &[v; 4], DmaDirection::Write, None)?;
+                started();
             }
             // SAFETY: `memory` holds `len` bytes and is neither used nor dropped until the
             // wait below returned (the transfer complete).
@@ -699,10 +717,38 @@ fn dma_into_a_group_across_hosts(t: &Topology) {
     }
 }
 
+/// The creator is killed while a member's DMA into the group is under way (four 8 MiB
+/// writes, each flushed to both other copies): the member's wait ends with an error within
+/// the bound of a fan-out's wait, not with success and not never; its later DMA fails; the
+/// surviving member hears the group's loss.
+fn group_dma_when_the_creator_dies(t: &Topology) {
+    const DMA_GROUP: u64 = 8 << 20;
+    let (mut a, mut b, mut c) = three_members(t, DMA_GROUP);
+    b.send(&format!("dmalong 0 {DMA_GROUP} 7"));
+    assert_eq!(b.line_within("the writes queued", Duration::from_secs(30)), "STARTED");
+    a.kill9();
+    let killed = Instant::now();
+    let r = b.line_within("the end of the writes", Duration::from_secs(60));
+    println!("DMA under way when the creator died: {r} after {:?}", killed.elapsed());
+    let failed = |r: &str| {
+        ["ERR SegmentLost", "ERR Ofi", "ERR NodeUnreachable", "ERR DmaFailed"].iter().any(|v| r.starts_with(v))
+    };
+    assert!(failed(&r), "four 8 MiB group writes when the creator died: {r}");
+    assert!(killed.elapsed() < Duration::from_secs(25), "the wait ended after {:?}", killed.elapsed());
+    let r = ask(&mut b, "dmaw 0 4096 1", Duration::from_secs(30));
+    assert!(failed(&r), "DMA after the creator's death: {r}");
+    assert_eq!(ok(&mut c, "event 5000"), "OK lost OwnerDied");
+    for p in [&mut b, &mut c] {
+        ok(p, "leave");
+        p.send("exit");
+    }
+}
+
 support::topology_cases!(
     ;
     ofi: group_across_hosts,
     dma_into_a_group_across_hosts,
+    group_dma_when_the_creator_dies,
     member_events_across_hosts,
     raw_stores_across_hosts,
     group_refusals_across_hosts,
