@@ -325,6 +325,16 @@ fn three_members(t: &Topology, bytes: u64) -> (Proc, Proc, Proc) {
     (a, b, c)
 }
 
+/// Whether reply `r` is how a write fails once the creator's copy is gone.
+fn failed_for_loss(r: &str) -> bool {
+    ["ERR SegmentLost", "ERR Ofi", "ERR NodeUnreachable"].iter().any(|v| r.starts_with(v))
+}
+
+/// [`failed_for_loss`], or a DMA queue's report of such a failure.
+fn dma_failed_for_loss(r: &str) -> bool {
+    failed_for_loss(r) || r.starts_with("ERR DmaFailed")
+}
+
 /// Waits until `p`'s member list is `want`.
 fn members_become(p: &mut Proc, want: &str) {
     let until = Instant::now() + Duration::from_secs(10);
@@ -521,17 +531,16 @@ fn group_member_killed(t: &Topology) {
     let killed = Instant::now();
     let r = ask(&mut b, "write 0 250 260", Duration::from_secs(60));
     println!("writing after the creator's death: {r} after {:?}", killed.elapsed());
-    let failed = |r: &str| ["ERR SegmentLost", "ERR Ofi", "ERR NodeUnreachable"].iter().any(|v| r.starts_with(v));
-    assert!(failed(&r), "writes after the creator's death: {r}");
+    assert!(failed_for_loss(&r), "writes after the creator's death: {r}");
     let again = Instant::now();
     let r = ask(&mut b, "write 0 260 270", Duration::from_secs(60));
     println!("and again: {r} after {:?}", again.elapsed());
-    assert!(failed(&r), "{r}");
+    assert!(failed_for_loss(&r), "{r}");
     // DMA into the group fails too (at its start, or in the queue), within the same bound.
     let dma = Instant::now();
     let r = ask(&mut b, "dmaw 0 4096 1", Duration::from_secs(60));
     println!("DMA after the creator's death: {r} after {:?}", dma.elapsed());
-    assert!(failed(&r) || r.starts_with("ERR DmaFailed"), "{r}");
+    assert!(dma_failed_for_loss(&r), "{r}");
     // The daemons relay the creator's death: the member hears it as the group's loss.
     assert_eq!(ok(&mut b, "event 5000"), "OK lost OwnerDied");
     let left = Instant::now();
@@ -730,13 +739,10 @@ fn group_dma_when_the_creator_dies(t: &Topology) {
     let killed = Instant::now();
     let r = b.line_within("the end of the writes", Duration::from_secs(60));
     println!("DMA under way when the creator died: {r} after {:?}", killed.elapsed());
-    let failed = |r: &str| {
-        ["ERR SegmentLost", "ERR Ofi", "ERR NodeUnreachable", "ERR DmaFailed"].iter().any(|v| r.starts_with(v))
-    };
-    assert!(failed(&r), "four 8 MiB group writes when the creator died: {r}");
+    assert!(dma_failed_for_loss(&r), "four 8 MiB group writes when the creator died: {r}");
     assert!(killed.elapsed() < Duration::from_secs(25), "the wait ended after {:?}", killed.elapsed());
     let r = ask(&mut b, "dmaw 0 4096 1", Duration::from_secs(30));
-    assert!(failed(&r), "DMA after the creator's death: {r}");
+    assert!(dma_failed_for_loss(&r), "DMA after the creator's death: {r}");
     assert_eq!(ok(&mut c, "event 5000"), "OK lost OwnerDied");
     for p in [&mut b, &mut c] {
         ok(p, "leave");
