@@ -7,6 +7,7 @@
 //! setup <path> <max> <offer> -> ok <reply>       the path's one-line exchange
 //! lat <path> <size>          -> ok <cpu ns>      answers round trips until told to stop
 //! tput <path> <size>         -> ok <cpu ns> <n>  receives until the stream closes
+//! teardown                   -> ok               ends every path set up
 //! quit                       -> ok               and exits
 //! any failure                -> err <message>
 //! ```
@@ -186,6 +187,10 @@ fn handle(
             active.retain(|(n, _)| *n != def.name);
             active.push((def.name, p));
             Ok(reply)
+        }
+        "teardown" => {
+            active.clear();
+            Ok(String::new())
         }
         "lat" | "tput" => {
             let name = words.next().ok_or("no path")?;

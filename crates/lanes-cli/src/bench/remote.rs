@@ -17,11 +17,14 @@
 //! Per round, for every size: each Lanes latency path (`ofi-interrupt`, `ofi-dataint`,
 //! `ofi-pio`), then `fi_pingpong` at that size; then the DMA bandwidth (`ofi-dma`, 1 MiB
 //! transfers), `fi_pingpong` at 1 MiB (unless a size of the run already measured it) and
-//! `iperf3 -l 1M`. Only the baselines something is compared with run: `fi_pingpong` at the
-//! sizes a chosen latency path is measured at (and at 1 MiB for DMA), the DMA's baselines
-//! when `ofi-dma` is chosen. All rounds' figures are pooled: Lanes round trips into one histogram per
-//! path and size, the baselines' averages weighted by their iterations (fi_pingpong) or
-//! seconds (iperf3). The report is the ordinary `lanes bench` report (table, JSON) with two
+//! `iperf3 -l 1M`. The Lanes paths are set up where they are measured and torn down before
+//! the baseline runs: every size gets new endpoints, and so new connections, as every
+//! `fi_pingpong` run does (a connection that carried smaller messages stays slower for
+//! larger ones), and no Lanes endpoint takes CPU time from a baseline. Only the baselines
+//! something is compared with run: `fi_pingpong` at the sizes a chosen latency path is
+//! measured at (and at 1 MiB for DMA), the DMA's baselines when `ofi-dma` is chosen. All
+//! rounds' figures are pooled: Lanes round trips into one histogram per path and size, the
+//! baselines' averages weighted by their iterations (fi_pingpong) or seconds (iperf3). The report is the ordinary `lanes bench` report (table, JSON) with two
 //! baseline rows, `fi_pingpong` and `iperf3`, and the targets of the design (`table.rs`).
 
 use std::io::BufReader;
@@ -31,7 +34,6 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use lanes::cluster::IdleProgress;
-use lanes::{Fabric, ProgressDriver};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::control::{self, Control};
@@ -163,7 +165,6 @@ fn serve_one(stream: TcpStream, ip: IpAddr, provider: &str) -> Result<(), String
     let wait = Waiter::new(Some(fd), crate::measure::affinity::allowed_cpus().len() < 2, false);
     let mut fi: Option<Server> = None;
     let mut iperf: Option<Server> = None;
-    let mut quiet = Quiet::new();
     let provider = provider.to_string();
     let mut extra = |cmd: &str| -> Option<Result<String, String>> {
         let mut w = cmd.split_whitespace();
@@ -173,24 +174,16 @@ fn serve_one(stream: TcpStream, ip: IpAddr, provider: &str) -> Result<(), String
             "fi_pingpong" => match nums.as_slice() {
                 [iters, size] => start_fi_pingpong(&provider, *iters, *size).map(|(s, port)| {
                     fi = Some(s);
-                    quiet.begin();
                     port.to_string()
                 }),
                 _ => Err(format!("fi_pingpong: expected iterations and size, got {cmd:?}")),
             },
-            "fi_pingpong-done" => {
-                quiet.end();
-                done(fi.take(), "fi_pingpong")
-            }
+            "fi_pingpong-done" => done(fi.take(), "fi_pingpong"),
             "iperf3" => start_iperf3(ip).map(|(s, port)| {
                 iperf = Some(s);
-                quiet.begin();
                 port.to_string()
             }),
-            "iperf3-done" => {
-                quiet.end();
-                done(iperf.take(), "iperf3")
-            }
+            "iperf3-done" => done(iperf.take(), "iperf3"),
             _ => return None,
         })
     };
@@ -212,36 +205,6 @@ fn start_iperf3(ip: IpAddr) -> Result<(Server, u16), String> {
     let mut cmd = command("iperf3", port)?;
     cmd.args(["-s", "-1", "-p", &port.to_string(), "-B", &ip.to_string()]);
     Ok((Server::start(cmd, "iperf3 (server)", port)?, port))
-}
-
-/// Keeps this process's own Lanes endpoint off the CPUs while a baseline runs: the paths'
-/// connections stay open between slices, and with `progress = "poll"` an idle endpoint's
-/// service thread would wake every interval and take time from `fi_pingpong` or `iperf3`
-/// on the same cores. A held [`ProgressDriver`] that is never polled keeps the service
-/// thread asleep (it leaves the completion queues to the driver's holder, and nothing of
-/// Lanes is in flight meanwhile), as the endpoint sleeps with `progress = "wake"`.
-struct Quiet {
-    fabric: Option<Fabric>,
-    held: Option<ProgressDriver>,
-}
-
-impl Quiet {
-    fn new() -> Quiet {
-        Quiet { fabric: None, held: None }
-    }
-
-    /// From now until [`Quiet::end`]. A fabric that cannot be opened has no endpoint to
-    /// quiet.
-    fn begin(&mut self) {
-        if self.fabric.is_none() {
-            self.fabric = Fabric::open().ok();
-        }
-        self.held = self.fabric.as_ref().map(Fabric::progress_driver);
-    }
-
-    fn end(&mut self) {
-        self.held = None;
-    }
 }
 
 fn done(server: Option<Server>, what: &str) -> Result<String, String> {
@@ -341,15 +304,8 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
     let started = Instant::now();
     let ctl = Control::connect(addr, CONNECT)?;
     let single_cpu = crate::measure::affinity::allowed_cpus().len() < 2;
-    let mut session = Session::over(
-        ctl,
-        &o.paths,
-        o.sizes.iter().copied().max().unwrap_or(8).max(DMA_SIZE),
-        single_cpu,
-        None,
-        None,
-        false,
-    )?;
+    // Paths are set up where they are measured (below), none at first.
+    let mut session = Session::over(ctl, &[], 0, single_cpu, None, None, false)?;
     let plan = Plan::new(o.paths.clone(), o.sizes.clone(), o.lat_slice, None, false, o.quick);
     let mut m = Measured {
         plan: Plan { lat_slice: o.lat_slice, tput_slice: Duration::from_secs(o.stream_secs), ..plan },
@@ -369,8 +325,7 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
     let mut fi_dma = Pooled::default();
     let mut iperf = Pooled::default();
     let ip = addr.ip().to_string();
-    let mut quiet = Quiet::new();
-    let fi_pingpong = |session: &mut Session, quiet: &mut Quiet, size: usize| -> Result<(f64, u64), String> {
+    let fi_pingpong = |session: &mut Session, size: usize| -> Result<(f64, u64), String> {
         let iters = fi_iters(o.fi_iters, size);
         let what = format!("fi_pingpong at {}", fmt_size(size));
         let port =
@@ -378,9 +333,7 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         let mut cmd = command("fi_pingpong", 0)?;
         cmd.args(["-p", &provider, "-e", "rdm", "-I", &iters.to_string(), "-S", &size.to_string(), "-P", &port, &ip]);
         let limit = Duration::from_secs(60) + Duration::from_micros(iters * 2 * 2000);
-        quiet.begin();
         let out = procs::run_client(cmd, "fi_pingpong", limit);
-        quiet.end();
         let done = session.call("fi_pingpong-done", DONE_WAIT + CONNECT);
         let usec = parse_fi_pingpong(&out.map_err(|e| format!("{what}: {e}"))?)?;
         done.map_err(|e| format!("{what}: {e}"))?;
@@ -390,47 +343,56 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
     for round in 1..=o.rounds {
         m.rounds = round;
         for (si, &size) in o.sizes.iter().enumerate() {
-            for (pi, def) in o.paths.iter().enumerate() {
-                if !carries_latency(def, size) {
-                    continue;
+            let latency: Vec<&'static PathDef> = o.paths.iter().copied().filter(|d| carries_latency(d, size)).collect();
+            if !latency.is_empty() {
+                session.set_up(&latency, size)?;
+                for (pi, def) in o.paths.iter().enumerate() {
+                    if !carries_latency(def, size) {
+                        continue;
+                    }
+                    eprintln!("lanes bench: round {round}: {} latency at {}", def.name, fmt_size(size));
+                    session.latency(def.name, size, o.lat_slice, &mut m.cells[pi][si].lat)?;
                 }
-                eprintln!("lanes bench: round {round}: {} latency at {}", def.name, fmt_size(size));
-                session.latency(def.name, size, o.lat_slice, &mut m.cells[pi][si].lat)?;
+                session.tear_down()?;
             }
             if !need.fi_pingpong_at[si] {
                 continue;
             }
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(size));
-            let (usec, iters) = fi_pingpong(&mut session, &mut quiet, size)?;
+            let (usec, iters) = fi_pingpong(&mut session, size)?;
             fi[si].add(usec, iters as f64);
             if size == DMA_SIZE {
                 fi_dma.add(usec, iters as f64);
             }
         }
         let secs = Duration::from_secs(o.stream_secs);
-        for def in o.paths.iter().filter(|d| d.kinds.contains(&Kind::Throughput)) {
-            eprintln!("lanes bench: round {round}: {} bandwidth, {} transfers", def.name, fmt_size(DMA_SIZE));
-            let t = session.throughput(def.name, DMA_SIZE, secs)?;
-            dma_cell.msgs += t.streamed.msgs;
-            dma_cell.ticks += t.streamed.ticks;
-            dma_cell.cpu_client_ns += t.cpu_client_ns;
-            dma_cell.cpu_peer_ns += t.cpu_peer_ns;
+        let bandwidth: Vec<&'static PathDef> =
+            o.paths.iter().copied().filter(|d| d.kinds.contains(&Kind::Throughput)).collect();
+        if !bandwidth.is_empty() {
+            session.set_up(&bandwidth, DMA_SIZE)?;
+            for def in &bandwidth {
+                eprintln!("lanes bench: round {round}: {} bandwidth, {} transfers", def.name, fmt_size(DMA_SIZE));
+                let t = session.throughput(def.name, DMA_SIZE, secs)?;
+                dma_cell.msgs += t.streamed.msgs;
+                dma_cell.ticks += t.streamed.ticks;
+                dma_cell.cpu_client_ns += t.cpu_client_ns;
+                dma_cell.cpu_peer_ns += t.cpu_peer_ns;
+            }
+            session.tear_down()?;
         }
         if !need.bandwidth {
             continue;
         }
         if !o.sizes.contains(&DMA_SIZE) {
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(DMA_SIZE));
-            let (usec, iters) = fi_pingpong(&mut session, &mut quiet, DMA_SIZE)?;
+            let (usec, iters) = fi_pingpong(&mut session, DMA_SIZE)?;
             fi_dma.add(usec, iters as f64);
         }
         eprintln!("lanes bench: round {round}: iperf3 for {} s", o.stream_secs);
         let port = session.call("iperf3", CONNECT * 2)?;
         let mut cmd = command("iperf3", 0)?;
         cmd.args(["-c", &ip, "-p", &port, "-t", &o.stream_secs.to_string(), "-l", "1M", "-J"]);
-        quiet.begin();
         let out = procs::run_client(cmd, "iperf3", Duration::from_secs(5 * o.stream_secs + 30));
-        quiet.end();
         let done = session.call("iperf3-done", DONE_WAIT + CONNECT);
         let gbit = parse_iperf3(&out.map_err(|e| format!("iperf3: {e}"))?)?.value;
         done?;

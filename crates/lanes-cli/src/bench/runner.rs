@@ -1,6 +1,7 @@
 //! Running a plan: the peer process, every path set up once, then slices of latency and
 //! throughput per size and path, interleaved so that every path at a size is measured
-//! within seconds of the others (the speed of a shared machine drifts and jumps).
+//! within seconds of the others (the speed of a shared machine drifts and jumps). A run
+//! across hosts (`remote.rs`) sets paths up and tears them down per size instead.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -112,18 +113,36 @@ impl Session {
         let hello = ctl.call("hello", SETUP_TIMEOUT)?;
         let peer_rt = serde_json::from_str::<RtStatus>(&hello).ok();
         let waiter = Waiter::new(Some(ctl.fd()), single_cpu, realtime);
+        let mut session =
+            Session { ctl, active: Vec::new(), waiter, scratch: TickHistogram::new(), client_rt, peer_rt, cpus };
+        session.set_up(defs, max_size)?;
+        Ok(session)
+    }
+
+    /// Sets up `defs` on both sides, for messages up to `max_size`.
+    pub(crate) fn set_up(&mut self, defs: &[&'static PathDef], max_size: usize) -> Result<(), String> {
         let env = SetupEnv { max_size };
-        let mut active = Vec::new();
         for def in defs {
             let (client, _) = def.setups().map_err(|e| format!("path {}: {e}", def.name))?;
             let offer = client(&env)?;
-            let reply = ctl
+            let reply = self
+                .ctl
                 .call(&format!("setup {} {max_size} {}", def.name, offer.offer()), SETUP_TIMEOUT)
                 .map_err(|e| format!("setting up {}: {e}", def.name))?;
             let client = offer.accept(&reply).map_err(|e| format!("setting up {}: {e}", def.name))?;
-            active.push(Active { name: def.name, client });
+            self.active.retain(|a| a.name != def.name);
+            self.active.push(Active { name: def.name, client });
         }
-        Ok(Session { ctl, active, waiter, scratch: TickHistogram::new(), client_rt, peer_rt, cpus })
+        Ok(())
+    }
+
+    /// Ends every path on both sides, the peer's first. A path's fabric descriptors go with
+    /// it, so once none is left a process holds no endpoint: the next set-up opens new
+    /// ones, and with them new connections.
+    pub(crate) fn tear_down(&mut self) -> Result<(), String> {
+        let peer = self.ctl.call("teardown", SETUP_TIMEOUT).map_err(|e| format!("tearing the paths down: {e}"));
+        self.active.clear();
+        peer.map(drop)
     }
 
     /// A command of the peer's beyond the path protocol (the remote server's baselines).

@@ -716,6 +716,31 @@ mod tests {
         EndpointSpec { provider: fi::provider_from_env(), address: "127.0.0.1".parse().expect("ip"), progress }
     }
 
+    /// The fabric descriptors of a process share one endpoint while any holds it; after the
+    /// last goes, the endpoint closes (within a service tick) and the next one is new, with
+    /// a new address that peers reach over new connections (`lanes bench --transport ofi`
+    /// relies on this for a fresh connection per size).
+    #[test]
+    fn the_process_endpoint_is_shared_while_held_and_new_once_released() {
+        // A progress interval no other test uses, so that nothing else holds this endpoint.
+        let spec = spec_with(IdleProgress::Poll(Duration::from_micros(777)));
+        assert!(open_process_endpoint(&spec).is_none());
+        let first = process_endpoint(&spec).expect("endpoint");
+        let again = process_endpoint(&spec).expect("endpoint");
+        assert!(Arc::ptr_eq(&first, &again), "a second holder opened an endpoint of its own");
+        assert!(open_process_endpoint(&spec).is_some_and(|e| Arc::ptr_eq(&e, &first)));
+        let name = first.name().to_vec();
+        drop((first, again));
+        // The service thread holds the endpoint across one poll of its own.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while open_process_endpoint(&spec).is_some() {
+            assert!(Instant::now() < deadline, "the endpoint outlived its holders by 2 s");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let next = process_endpoint(&spec).expect("endpoint");
+        assert_ne!(next.name(), name, "the endpoint opened after the last one closed has the old address");
+    }
+
     #[test]
     fn a_spin_driver_polls_in_place_of_the_waking_service_thread_until_dropped() {
         spin_driver_hand_over(IdleProgress::Wake);
