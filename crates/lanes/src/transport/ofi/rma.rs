@@ -32,10 +32,16 @@ pub(crate) const DEFAULT_WINDOW: usize = 4 << 20;
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one post retries `-FI_EAGAIN` before the channel looks at its other work.
 const POST_SLICE: Duration = Duration::from_millis(5);
-/// While completions keep coming, the channel spins on the CQ this long between looks at its
-/// queues; past `SLOW_AFTER` without any, it sleeps in `SLOW_NAP` steps and lets the
-/// endpoint's service thread drive progress.
-const SPIN: Duration = Duration::from_millis(1);
+/// While completions keep coming, the channel drives the endpoint's progress itself for
+/// `LOOK` between looks at its queues: spinning for the first `SPIN` (a small transfer's
+/// round trip), then napping between progress passes (20 us, doubling). A large
+/// transfer's completion is hundreds of microseconds away, and a channel that spun for
+/// all of it took the CPU time the kernel's TCP copies need on a busy machine: beside a
+/// CPU hog, DMA bandwidth fell to about half of iperf3's (docs/BENCH.md). Past
+/// `SLOW_AFTER` without any, it sleeps in `SLOW_NAP` steps and lets the endpoint's service
+/// thread drive progress.
+const LOOK: Duration = Duration::from_millis(1);
+const SPIN: Duration = Duration::from_micros(50);
 const SLOW_AFTER: Duration = Duration::from_millis(10);
 const SLOW_NAP: Duration = Duration::from_millis(2);
 
@@ -184,9 +190,10 @@ pub(crate) unsafe fn post(
 /// The DMA channel's wait while it has operations in flight and nothing else to do.
 ///
 /// While completions keep coming (`idle_for` below `SLOW_AFTER`) it drives `endpoint`'s
-/// progress itself as a spinning waiter ([`ProcessEndpoint::wait_until`]), for at most
-/// `SPIN`, until `ready`. Past that it naps on the channel's doorbell (rung by submitters) for
-/// at most `SLOW_NAP` and leaves progress to the endpoint's service thread.
+/// progress itself as a spinning waiter ([`ProcessEndpoint::wait_until`]: `SPIN`, then
+/// naps), for at most `LOOK`, until `ready`. Past that it naps on the channel's doorbell
+/// (rung by submitters) for at most `SLOW_NAP` and leaves progress to the endpoint's service
+/// thread.
 pub(crate) fn channel_wait(
     endpoint: Option<&ProcessEndpoint>,
     idle_for: Duration,
@@ -195,7 +202,7 @@ pub(crate) fn channel_wait(
 ) {
     match endpoint {
         Some(ep) if idle_for < SLOW_AFTER => {
-            let _ = ep.wait_until(|| ready().then_some(()), SPIN, Instant::now() + SPIN, "DMA completions");
+            let _ = ep.wait_until(|| ready().then_some(()), SPIN, Instant::now() + LOOK, "DMA completions");
         }
         _ => {
             let _ = bell.wait(|| ready().then_some(()), || None::<()>, Duration::ZERO, Some(Instant::now() + SLOW_NAP));
