@@ -171,6 +171,10 @@ fn refl(io: &ChildIo) {
                 }
                 _ => format!("FAIL {} needs a membership", w[0]),
             },
+            ("dmathree", _) => match &role {
+                Role::Member(m) => dma_on_one_channel(&fabric, m, num(1), num(2)),
+                _ => "FAIL dmathree needs a membership".to_string(),
+            },
             ("event", _) => match &role {
                 Role::Member(m) => match m.wait_event(timeout(w[1])) {
                     Ok(lanes::GroupEvent::Lost(r)) => format!("OK lost {r:?}"),
@@ -249,6 +253,40 @@ fn dma(
         let mut v = vec![0u8; len as usize];
         lmap.read_bytes(0, &mut v)?;
         Ok(format!("OK {:016x}", support::fnv64(&v)))
+    };
+    run().unwrap_or_else(err)
+}
+
+/// The `dmathree` command: three queues on one DMA channel at once, two writing `len` bytes
+/// into the group through the membership (pattern 1 at `offset`, pattern 2 at `offset +
+/// len`: each run flushed to the other copies while the channel serves the others) and one
+/// copying between two segments of this node. Answers `OK` once all three are done and the
+/// copy holds what was copied.
+fn dma_on_one_channel(fabric: &Fabric, m: &ReflectiveMember, offset: u64, len: u64) -> String {
+    use lanes::DmaDirection;
+    let run = || -> lanes::Result<String> {
+        let sources = [fabric.create_segment(0x9a, len)?, fabric.create_segment(0x9b, len)?];
+        for (seed, seg) in (1..).zip(&sources) {
+            seg.map(0, len, MapAccess::ReadWrite)?.write_bytes(0, &pattern(len, seed))?;
+        }
+        let target = fabric.create_segment(0x9c, len)?;
+        target.prepare()?;
+        target.set_available()?;
+        let near = fabric.connect_segment(fabric.node_id().get(), 0x9c, Timeout::After(Duration::from_secs(10)))?;
+        let mut queues = [fabric.create_dma_queue(4)?, fabric.create_dma_queue(4)?, fabric.create_dma_queue(4)?];
+        let channel = queues[0].channel();
+        for q in &mut queues[1..] {
+            q.assign_channel(&channel)?;
+        }
+        queues[0].start(&sources[0], m.segment(), 0, len, offset, DmaDirection::Write, None)?;
+        queues[1].start(&sources[1], m.segment(), 0, len, offset + len, DmaDirection::Write, None)?;
+        queues[2].start(&sources[1], &near, 0, len, 0, DmaDirection::Write, None)?;
+        for q in &queues {
+            q.wait(Timeout::After(Duration::from_secs(30)))?;
+        }
+        let mut copied = vec![0u8; len as usize];
+        target.map(0, len, MapAccess::ReadOnly)?.read_bytes(0, &mut copied)?;
+        Ok(if copied == pattern(len, 2) { "OK".into() } else { "FAIL the copy between local segments differs".into() })
     };
     run().unwrap_or_else(err)
 }
@@ -726,6 +764,26 @@ fn dma_into_a_group_across_hosts(t: &Topology) {
     }
 }
 
+/// Three queues on one DMA channel of member b at once: two group writes (each flushed to
+/// the other copies by the channel) and a copy between two of b's own segments. All three
+/// complete, and every member holds both writes' bytes as soon as b's waits returned.
+fn several_queues_on_one_channel_during_a_flush(t: &Topology) {
+    const DMA_GROUP: u64 = 8 << 20;
+    const HALF: u64 = DMA_GROUP / 2;
+    let (mut a, mut b, mut c) = three_members(t, DMA_GROUP);
+    let sum = |seed: u64| format!("OK {:016x}", support::fnv64(&pattern(HALF, seed)));
+    let started = Instant::now();
+    assert_eq!(ask(&mut b, &format!("dmathree 0 {HALF}"), Duration::from_secs(90)), "OK");
+    println!("two group writes of {HALF} bytes and a local copy on one channel: {:?}", started.elapsed());
+    for p in [&mut a, &mut b, &mut c] {
+        assert_eq!(ok(p, &format!("sum 0 {HALF}")), sum(1), "{}: the first queue's write", p.name());
+        assert_eq!(ok(p, &format!("sum {HALF} {HALF}")), sum(2), "{}: the second queue's write", p.name());
+    }
+    for p in [&mut a, &mut b, &mut c] {
+        p.send("exit");
+    }
+}
+
 /// The creator is killed while a member's DMA into the group is under way (four 8 MiB
 /// writes, each flushed to both other copies): the member's wait ends with an error within
 /// the bound of a fan-out's wait, not with success and not never; its later DMA fails; the
@@ -755,6 +813,7 @@ support::topology_cases!(
     ofi: group_across_hosts,
     dma_into_a_group_across_hosts,
     group_dma_when_the_creator_dies,
+    several_queues_on_one_channel_during_a_flush,
     member_events_across_hosts,
     raw_stores_across_hosts,
     group_refusals_across_hosts,
