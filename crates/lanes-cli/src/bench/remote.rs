@@ -340,16 +340,16 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         Ok((usec, iters))
     };
     let need = Baselines::of(&o.paths, &o.sizes);
+    let bandwidth: Vec<&'static PathDef> =
+        o.paths.iter().copied().filter(|d| d.kinds.contains(&Kind::Throughput)).collect();
     for round in 1..=o.rounds {
         m.rounds = round;
         for (si, &size) in o.sizes.iter().enumerate() {
-            let latency: Vec<&'static PathDef> = o.paths.iter().copied().filter(|d| carries_latency(d, size)).collect();
+            let (at, latency): (Vec<usize>, Vec<&'static PathDef>) =
+                o.paths.iter().copied().enumerate().filter(|(_, d)| carries_latency(d, size)).unzip();
             if !latency.is_empty() {
                 session.set_up(&latency, size)?;
-                for (pi, def) in o.paths.iter().enumerate() {
-                    if !carries_latency(def, size) {
-                        continue;
-                    }
+                for (&pi, def) in at.iter().zip(&latency) {
                     eprintln!("lanes bench: round {round}: {} latency at {}", def.name, fmt_size(size));
                     session.latency(def.name, size, o.lat_slice, &mut m.cells[pi][si].lat)?;
                 }
@@ -365,24 +365,15 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
                 fi_dma.add(usec, iters as f64);
             }
         }
-        let secs = Duration::from_secs(o.stream_secs);
-        let bandwidth: Vec<&'static PathDef> =
-            o.paths.iter().copied().filter(|d| d.kinds.contains(&Kind::Throughput)).collect();
-        if !bandwidth.is_empty() {
-            session.set_up(&bandwidth, DMA_SIZE)?;
-            for def in &bandwidth {
-                eprintln!("lanes bench: round {round}: {} bandwidth, {} transfers", def.name, fmt_size(DMA_SIZE));
-                let t = session.throughput(def.name, DMA_SIZE, secs)?;
-                dma_cell.msgs += t.streamed.msgs;
-                dma_cell.ticks += t.streamed.ticks;
-                dma_cell.cpu_client_ns += t.cpu_client_ns;
-                dma_cell.cpu_peer_ns += t.cpu_peer_ns;
-            }
-            session.tear_down()?;
-        }
         if !need.bandwidth {
             continue;
         }
+        session.set_up(&bandwidth, DMA_SIZE)?;
+        for def in &bandwidth {
+            eprintln!("lanes bench: round {round}: {} bandwidth, {} transfers", def.name, fmt_size(DMA_SIZE));
+            dma_cell.add(&session.throughput(def.name, DMA_SIZE, Duration::from_secs(o.stream_secs))?);
+        }
+        session.tear_down()?;
         if !o.sizes.contains(&DMA_SIZE) {
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(DMA_SIZE));
             let (usec, iters) = fi_pingpong(&mut session, DMA_SIZE)?;

@@ -236,7 +236,7 @@ pub(crate) struct Cell {
 }
 
 impl Cell {
-    fn add(&mut self, t: &TputSample) {
+    pub(crate) fn add(&mut self, t: &TputSample) {
         self.msgs += t.streamed.msgs;
         self.ticks += t.streamed.ticks;
         self.cpu_client_ns += t.cpu_client_ns;
