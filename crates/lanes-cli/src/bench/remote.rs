@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Per round, for every size: each Lanes latency path (`ofi-interrupt`, `ofi-dataint`,
-//! `ofi-pio`), then `fi_pingpong` at that size; then the DMA bandwidth (`ofi-dma`, 1 MiB
+//! `ofi-pio`), then `fi_pingpong` at that size for as many round trips as they made
+//! ([`matched_iters`]); then the DMA bandwidth (`ofi-dma`, 1 MiB
 //! transfers), `fi_pingpong` at 1 MiB (unless a size of the run already measured it) and
 //! `iperf3 -l 1M`. The Lanes paths are set up where they are measured and torn down before
 //! the baseline runs: every size gets new endpoints, and so new connections, as every
@@ -54,6 +55,10 @@ pub(crate) const DMA_SIZE: usize = 1 << 20;
 const CONNECT: Duration = Duration::from_secs(10);
 /// How long the server waits for a baseline server to exit after its client finished.
 const DONE_WAIT: Duration = Duration::from_secs(30);
+/// `fi_pingpong -I` where nothing else says (see [`matched_iters`]), and its bounds there.
+const FI_ITERS: u64 = 10_000;
+const MIN_FI_ITERS: u64 = 100;
+const MAX_FI_ITERS: u64 = 1_000_000;
 /// The longest `--stream-secs`.
 pub(crate) const MAX_STREAM_SECS: u64 = 300;
 /// How long the server waits for a client's next command before it drops the client.
@@ -71,7 +76,9 @@ pub(crate) struct RemoteRun {
     pub remote_node: u32,
     /// The server's host address the baselines ran against.
     pub address: String,
-    /// `fi_pingpong -I` at the smallest size (fewer at large sizes, see `fi_iters`).
+    /// `fi_pingpong -I` at the smallest size (fewer at large sizes, see `fi_iters`); 0: at
+    /// each size as many round trips as the Lanes paths made there in their slice
+    /// (`matched_iters`).
     pub fi_pingpong_iters: u64,
     /// `iperf3 -t` and the DMA slice, seconds.
     pub stream_secs: u64,
@@ -89,7 +96,8 @@ pub(crate) struct ClientOptions {
     /// Latency slice per path, size and round (a tenth of it warm-up).
     pub lat_slice: Duration,
     pub stream_secs: u64,
-    pub fi_iters: u64,
+    /// `fi_pingpong -I` as given (`--fi-iters`); `None`: matched to the Lanes slice.
+    pub fi_iters: Option<u64>,
     pub quick: bool,
 }
 
@@ -256,6 +264,20 @@ pub(crate) fn fi_iters(base: u64, size: usize) -> u64 {
     (512u64 << 20).checked_div(size as u64).unwrap_or(base).clamp(100, base.max(100))
 }
 
+/// `fi_pingpong -I` where `--fi-iters` was not given: the mean of the round trips each
+/// Lanes latency path made at this size in this round's slice (`trips`, recorded part), so
+/// that both sides average over about the same stretch of time; a short run sees one
+/// phase of a shared machine's speed, a long one several (10 000 iterations of 8 us took
+/// 0.16 s against the Lanes path's 0.9 s, and their averages differed by 20% from size to
+/// size that way). With no Lanes path at that size (1 MiB for DMA alone), `fi_iters` of
+/// [`FI_ITERS`].
+pub(crate) fn matched_iters(trips: &[u64], size: usize) -> u64 {
+    match trips.len() as u64 {
+        0 => fi_iters(FI_ITERS, size),
+        n => (trips.iter().sum::<u64>() / n).clamp(MIN_FI_ITERS, MAX_FI_ITERS),
+    }
+}
+
 /// Whether `def` measures latency at `size`.
 fn carries_latency(def: &PathDef, size: usize) -> bool {
     def.kinds.contains(&Kind::Latency) && def.max_size.is_none_or(|max| size <= max)
@@ -325,8 +347,7 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
     let mut fi_dma = Pooled::default();
     let mut iperf = Pooled::default();
     let ip = addr.ip().to_string();
-    let fi_pingpong = |session: &mut Session, size: usize| -> Result<(f64, u64), String> {
-        let iters = fi_iters(o.fi_iters, size);
+    let fi_pingpong = |session: &mut Session, size: usize, iters: u64| -> Result<(f64, u64), String> {
         let what = format!("fi_pingpong at {}", fmt_size(size));
         let port =
             session.call(&format!("fi_pingpong {iters} {size}"), CONNECT * 2).map_err(|e| format!("{what}: {e}"))?;
@@ -347,11 +368,15 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         for (si, &size) in o.sizes.iter().enumerate() {
             let (at, latency): (Vec<usize>, Vec<&'static PathDef>) =
                 o.paths.iter().copied().enumerate().filter(|(_, d)| carries_latency(d, size)).unzip();
+            let mut trips = Vec::with_capacity(latency.len());
             if !latency.is_empty() {
                 session.set_up(&latency, size)?;
                 for (&pi, def) in at.iter().zip(&latency) {
                     eprintln!("lanes bench: round {round}: {} latency at {}", def.name, fmt_size(size));
-                    session.latency(def.name, size, o.lat_slice, &mut m.cells[pi][si].lat)?;
+                    let hist = &mut m.cells[pi][si].lat;
+                    let before = hist.count();
+                    session.latency(def.name, size, o.lat_slice, hist)?;
+                    trips.push(hist.count() - before);
                 }
                 session.tear_down()?;
             }
@@ -359,7 +384,8 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
                 continue;
             }
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(size));
-            let (usec, iters) = fi_pingpong(&mut session, size)?;
+            let iters = o.fi_iters.map_or_else(|| matched_iters(&trips, size), |base| fi_iters(base, size));
+            let (usec, iters) = fi_pingpong(&mut session, size, iters)?;
             fi[si].add(usec, iters as f64);
             if size == DMA_SIZE {
                 fi_dma.add(usec, iters as f64);
@@ -376,7 +402,8 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         session.tear_down()?;
         if !o.sizes.contains(&DMA_SIZE) {
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(DMA_SIZE));
-            let (usec, iters) = fi_pingpong(&mut session, DMA_SIZE)?;
+            let (usec, iters) =
+                fi_pingpong(&mut session, DMA_SIZE, fi_iters(o.fi_iters.unwrap_or(FI_ITERS), DMA_SIZE))?;
             fi_dma.add(usec, iters as f64);
         }
         eprintln!("lanes bench: round {round}: iperf3 for {} s", o.stream_secs);
@@ -440,7 +467,7 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         client_node: config.node_id.get(),
         remote_node: o.remote_node,
         address: ip,
-        fi_pingpong_iters: o.fi_iters,
+        fi_pingpong_iters: o.fi_iters.unwrap_or(0),
         stream_secs: o.stream_secs,
         rounds: o.rounds,
     });
@@ -494,6 +521,18 @@ mod tests {
         assert_eq!(fi_iters(10000, 1 << 20), 512);
         assert_eq!(fi_iters(10000, 64 << 20), 100);
         assert_eq!(fi_iters(50, 4), 100);
+    }
+
+    #[test]
+    fn fi_pingpong_matches_the_lanes_slice_unless_told() {
+        // The mean of the Lanes paths' round trips at that size, within bounds.
+        assert_eq!(matched_iters(&[70_000, 50_000], 4), 60_000);
+        assert_eq!(matched_iters(&[700], 1 << 20), 700);
+        assert_eq!(matched_iters(&[3], 1 << 20), MIN_FI_ITERS);
+        assert_eq!(matched_iters(&[u64::MAX / 4], 4), MAX_FI_ITERS);
+        // No Lanes path at that size: the fixed default, fewer for large sizes.
+        assert_eq!(matched_iters(&[], 4), FI_ITERS);
+        assert_eq!(matched_iters(&[], 1 << 20), 512);
     }
 
     #[test]

@@ -97,10 +97,13 @@ pub(crate) fn render(r: &Report) -> String {
         } else {
             String::new()
         };
+        let fi = match remote.fi_pingpong_iters {
+            0 => "fi_pingpong as many round trips as the Lanes paths per slice".to_string(),
+            n => format!("fi_pingpong -I {n} (fewer above 52 KiB)"),
+        };
         let _ = writeln!(
             out,
-            "across hosts: node {} -> node {} ({}) over {}, provider {}, progress {}; {} round(s); fi_pingpong -I {} (fewer \
-             above 52 KiB){streams}",
+            "across hosts: node {} -> node {} ({}) over {}, provider {}, progress {}; {} round(s); {fi}{streams}",
             remote.client_node,
             remote.remote_node,
             remote.address,
@@ -108,7 +111,6 @@ pub(crate) fn render(r: &Report) -> String {
             remote.provider,
             remote.progress,
             remote.rounds,
-            remote.fi_pingpong_iters,
         );
     }
     let mut header = format!(
