@@ -404,6 +404,7 @@ fn removing_a_data_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers(t: &T
     };
     assert_eq!(e.variant, "InterruptRemoved", "{e}");
     within_notice("sleeping data interrupt waiter after removal", removed, field(&e.detail, "t"));
+    owner.err_is("dtry d 4096", "InterruptRemoved");
     until_lost(t, &mut peer, "dsend r 1 1 1 1000", "removed");
     peer.err_is(&format!("dconnect r2 8 {num} imm"), "NoSuchInterrupt");
     let mut late = Node::spawn(t, "late peer", 16);
@@ -484,6 +485,7 @@ fn a_full_queue_fails_the_17th_send_after_its_timeout_and_loses_nothing(t: &Topo
     // longer than one byte).
     assert!(wakeups_support::msg_len(1, 0) > 1);
     rx.err_is("dwait d 1 1000", "BufferTooSmall");
+    rx.err_is("dtry d 1", "BufferTooSmall");
     // The receiver drains: all 16 arrive, in order (each checked against its number).
     let r = rx.ok(&format!("drecv d {QUEUE} 5000"));
     assert_eq!(field(&r, "received"), QUEUE, "{r}");
@@ -498,6 +500,15 @@ fn a_full_queue_fails_the_17th_send_after_its_timeout_and_loses_nothing(t: &Topo
     assert_eq!(field(&r, "sent"), 24);
     let r = rx.bg_result("r", WAIT).unwrap_or_else(|e| panic!("receiver: {e}"));
     assert_eq!(parse_book(&r)[&1], (QUEUE + 40, expected_sum(1, QUEUE + 40)), "{r}");
+    // A receiver spinning on `try_wait` (and a progress driver) gets the next ones, in order;
+    // an empty queue answers `none` at once.
+    assert_eq!(rx.ok("dtry d 4096"), "none");
+    rx.ok(&format!("bg s dspin d {QUEUE} 5000"));
+    let r = tx.ok(&format!("dsend r 1 {} {QUEUE} 5000", QUEUE + 40));
+    assert_eq!(field(&r, "sent"), QUEUE);
+    let r = rx.bg_result("s", WAIT).unwrap_or_else(|e| panic!("spinning receiver: {e}"));
+    assert_eq!(parse_book(&r)[&1], (2 * QUEUE + 40, expected_sum(1, 2 * QUEUE + 40)), "{r}");
+    assert_eq!(rx.ok("dtry d 4096"), "none");
     tx.exit();
     rx.exit();
 }

@@ -79,6 +79,16 @@ impl LocalDataInterrupt {
         self.inner.wait(buf, timeout)
     }
 
+    /// Takes the next message into `buf` if one is there (`Ok(Some(len))`), else `Ok(None)`
+    /// at once: for a caller's own spin loop. Unlike `wait` with [`Timeout::Immediate`] it
+    /// reads no clock, makes no error value and drives no progress; across hosts a message
+    /// is placed by whoever drives the transport (a [`crate::ProgressDriver`] polled in the
+    /// same loop, else the transport's own thread). Errors as `wait`'s: a removed data
+    /// interrupt, a message longer than `buf` (it stays queued), a malformed entry.
+    pub fn try_wait(&self, buf: &mut [u8]) -> Result<Option<usize>> {
+        self.inner.try_wait(buf)
+    }
+
     /// Calls `cb` with each message from a library thread until it returns
     /// [`CallbackAction::Cancel`] or the data interrupt is removed.
     pub fn on_message(&self, mut cb: impl FnMut(&[u8]) -> CallbackAction + Send + 'static) -> Result<()> {
@@ -136,6 +146,15 @@ impl LocalDataInner {
                 what: format!("data interrupt {}", self.seg.id()),
                 waited_ms: timeout_ms(timeout),
             }),
+        }
+    }
+
+    fn try_wait(&self, buf: &mut [u8]) -> Result<Option<usize>> {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        match self.take(&mut next, buf) {
+            Some(taken) => taken.map(Some),
+            None if self.seg.inner.is_removed() => Err(Error::InterruptRemoved { number: self.seg.id() }),
+            None => Ok(None),
         }
     }
 

@@ -1060,6 +1060,50 @@ impl Ctx {
                 let d = self.ldata(a.s(1));
                 self.drain(&d)
             }
+            "dtry" => {
+                // dtry NAME BUFLEN: one `try_wait` with a buffer of BUFLEN bytes: `none`, or
+                // the message (checked as dwait's).
+                let d = self.ldata(a.s(1));
+                let mut buf = vec![0u8; a.n(2) as usize];
+                match d.try_wait(&mut buf)? {
+                    None => Ok("none".into()),
+                    Some(n) => {
+                        self.book.lock().unwrap_or_else(|e| e.into_inner()).accept(&buf[..n]).or_else(test_fail)?;
+                        Ok(format!("len={n}"))
+                    }
+                }
+            }
+            "dspin" => {
+                // dspin NAME N TIMEOUT_MS: receives and checks N messages as a program's own
+                // spin loop does: `try_wait`, and a progress pass of this process's fabric
+                // whenever nothing was there; fails if TIMEOUT_MS pass first.
+                let (d, n) = (self.ldata(a.s(1)), a.n(2));
+                let deadline = Instant::now() + Duration::from_millis(a.n(3));
+                let driver = self.fabric.progress_driver();
+                let mut buf = vec![0u8; MAX_DATA_INTERRUPT_PAYLOAD];
+                let (mut got, mut empty) = (0u64, 0u64);
+                while got < n {
+                    match d.try_wait(&mut buf)? {
+                        Some(len) => {
+                            self.book
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .accept(&buf[..len])
+                                .or_else(test_fail)?;
+                            got += 1;
+                        }
+                        None if Instant::now() >= deadline => {
+                            return test_fail(format!("dspin: {got} of {n} messages within {} ms", a.n(3)));
+                        }
+                        None => {
+                            empty += 1;
+                            driver.poll();
+                        }
+                    }
+                }
+                let b = self.book.lock().unwrap_or_else(|e| e.into_inner());
+                Ok(format!("received={got} empty_tries={empty} {}", b.summary()))
+            }
             "book" => Ok(self.book.lock().unwrap_or_else(|e| e.into_inner()).summary()),
             "don_message" => {
                 // don_message NAME CANCEL_AFTER: checks each message into the book, counts calls

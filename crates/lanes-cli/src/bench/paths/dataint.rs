@@ -10,9 +10,7 @@
 
 use std::time::Duration;
 
-use lanes::{
-    Error, Fabric, LocalDataInterrupt, ProgressDriver, RemoteDataInterrupt, Timeout, MAX_DATA_INTERRUPT_PAYLOAD,
-};
+use lanes::{Fabric, LocalDataInterrupt, ProgressDriver, RemoteDataInterrupt, Timeout, MAX_DATA_INTERRUPT_PAYLOAD};
 
 use crate::bench::paths::{pattern, stamp, stamped, ClientOffer, ClientPath, PeerPath, SetupEnv, Streamed};
 use crate::bench::wait::Waiter;
@@ -63,13 +61,12 @@ impl Ends {
             return self.mine.wait(&mut self.buf, T).map_err(err("wait"));
         };
         let (mine, buf) = (&self.mine, &mut self.buf);
-        wait.until(|| match mine.wait(buf, Timeout::Immediate) {
-            Ok(n) => Ok(Some(n)),
-            Err(Error::Timeout { .. }) => {
+        wait.until(|| match mine.try_wait(buf).map_err(err("wait"))? {
+            Some(n) => Ok(Some(n)),
+            None => {
                 drv.poll();
                 Ok(None)
             }
-            Err(e) => Err(err("wait")(e)),
         })
     }
 }

@@ -689,8 +689,6 @@ impl Notifier {
             return Err(Error::IllegalOperation("a connection slot beyond the object's slots"));
         }
         let ep = &conn.endpoint;
-        let started = Instant::now();
-        let deadline = timeout.deadline();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         lost()?;
         st.reap();
@@ -719,6 +717,10 @@ impl Notifier {
             st.prefetch_head(conn, &staging, ring)?;
         }
         if n.wrapping_sub(head_seen) >= RING_CAP {
+            // The clock only now: a sender with room (every message of a receiver that keeps
+            // up) reads none. The timeout counts from here.
+            let started = Instant::now();
+            let deadline = timeout.deadline();
             let mut pause = Duration::from_micros(20);
             loop {
                 lost()?;

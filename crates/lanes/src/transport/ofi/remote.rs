@@ -166,15 +166,18 @@ impl OfiConn {
     /// most `bound` in slices of [`FAULT_CHECK`]; between slices a connection that became
     /// lost or unreachable ends the wait with its fault.
     pub fn post_until(&self, bound: Duration, mut post: impl FnMut(Instant) -> Result<Arc<Op>>) -> Result<Arc<Op>> {
+        // One clock read for a post the provider takes at once.
         let started = Instant::now();
-        let deadline = fi::deadline_in(bound);
+        let deadline = fi::after(started, bound);
+        let mut now = started;
         loop {
-            match post(deadline.min(fi::deadline_in(FAULT_CHECK))) {
+            match post(deadline.min(fi::after(now, FAULT_CHECK))) {
                 Err(Error::Timeout { what, .. }) => {
                     if let Some(fault) = self.fault() {
                         return Err(fault);
                     }
-                    if Instant::now() >= deadline {
+                    now = Instant::now();
+                    if now >= deadline {
                         let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                         return Err(Error::Timeout { what, waited_ms });
                     }
