@@ -16,17 +16,17 @@
 //!
 //! Per round, for every size: each Lanes latency path (`ofi-interrupt`, `ofi-dataint`,
 //! `ofi-pio`), then `fi_pingpong` at that size for as many round trips as they made
-//! ([`matched_iters`]); then the DMA bandwidth (`ofi-dma`, 1 MiB
-//! transfers), `fi_pingpong` at 1 MiB (unless a size of the run already measured it) and
-//! `iperf3 -l 1M`. The Lanes paths are set up where they are measured and torn down before
+//! ([`matched_iters`]); then the DMA bandwidth (`ofi-dma`, 1 MiB transfers), `fi_pingpong`
+//! at 1 MiB (unless a size of the run already measured it) and `iperf3 -l 1M`. The Lanes paths are set up where they are measured and torn down before
 //! the baseline runs: every size gets new endpoints, and so new connections, as every
 //! `fi_pingpong` run does (a connection that carried smaller messages stays slower for
 //! larger ones), and no Lanes endpoint takes CPU time from a baseline. Only the baselines
 //! something is compared with run: `fi_pingpong` at the sizes a chosen latency path is
 //! measured at (and at 1 MiB for DMA), the DMA's baselines when `ofi-dma` is chosen. All
 //! rounds' figures are pooled: Lanes round trips into one histogram per path and size, the
-//! baselines' averages weighted by their iterations (fi_pingpong) or seconds (iperf3). The report is the ordinary `lanes bench` report (table, JSON) with two
-//! baseline rows, `fi_pingpong` and `iperf3`, and the targets of the design (`table.rs`).
+//! baselines' averages weighted by their iterations (fi_pingpong) or seconds (iperf3). The
+//! report is the ordinary `lanes bench` report (table, JSON) with two baseline rows,
+//! `fi_pingpong` and `iperf3`, and the targets of the design (`table.rs`).
 
 use std::io::BufReader;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -347,7 +347,10 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
     let mut fi_dma = Pooled::default();
     let mut iperf = Pooled::default();
     let ip = addr.ip().to_string();
-    let fi_pingpong = |session: &mut Session, size: usize, iters: u64| -> Result<(f64, u64), String> {
+    // `trips`: the round trips each Lanes latency path made at `size` this round, which set
+    // the iterations unless `--fi-iters` does.
+    let fi_pingpong = |session: &mut Session, size: usize, trips: &[u64]| -> Result<(f64, u64), String> {
+        let iters = o.fi_iters.map_or_else(|| matched_iters(trips, size), |base| fi_iters(base, size));
         let what = format!("fi_pingpong at {}", fmt_size(size));
         let port =
             session.call(&format!("fi_pingpong {iters} {size}"), CONNECT * 2).map_err(|e| format!("{what}: {e}"))?;
@@ -384,8 +387,7 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
                 continue;
             }
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(size));
-            let iters = o.fi_iters.map_or_else(|| matched_iters(&trips, size), |base| fi_iters(base, size));
-            let (usec, iters) = fi_pingpong(&mut session, size, iters)?;
+            let (usec, iters) = fi_pingpong(&mut session, size, &trips)?;
             fi[si].add(usec, iters as f64);
             if size == DMA_SIZE {
                 fi_dma.add(usec, iters as f64);
@@ -402,8 +404,7 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
         session.tear_down()?;
         if !o.sizes.contains(&DMA_SIZE) {
             eprintln!("lanes bench: round {round}: fi_pingpong at {}", fmt_size(DMA_SIZE));
-            let (usec, iters) =
-                fi_pingpong(&mut session, DMA_SIZE, fi_iters(o.fi_iters.unwrap_or(FI_ITERS), DMA_SIZE))?;
+            let (usec, iters) = fi_pingpong(&mut session, DMA_SIZE, &[])?;
             fi_dma.add(usec, iters as f64);
         }
         eprintln!("lanes bench: round {round}: iperf3 for {} s", o.stream_secs);
