@@ -12,11 +12,11 @@
 //! [`REST`] at a time while it waits for room) until the
 //! slice's time is up, waits for the queue (every transfer delivered), stops its clock, then
 //! stores count + 1 into the peer's count word with a release store and flushes it. The peer
-//! watches that word in its own segment, making a progress pass with a progress driver (so
-//! that its own thread places the incoming writes) every [`PEER_NAP`], and answers with the
-//! count. The peer does not copy
-//! the data out (RMA places it; iperf3's receiver, by contrast, copies from the kernel), so
-//! this is the fabric's bandwidth, not a consumer's. *Latency* is not measured (the registry
+//! watches that word in its own segment, making progress passes with a progress driver (so
+//! that its own thread places the incoming writes) back to back, as fi_pingpong's receiver
+//! spins in `fi_cq_read`, and answers with the count. The peer does not copy the data out
+//! (RMA places it; iperf3's receiver, by contrast, copies from the kernel), so this is the
+//! fabric's bandwidth, not a consumer's. *Latency* is not measured (the registry
 //! lists throughput only).
 
 use std::time::{Duration, Instant};
@@ -44,13 +44,6 @@ const LOW: usize = 16;
 const REST: Duration = Duration::from_millis(1);
 /// The longest the queue may take to drain from HIGH to LOW.
 const REFILL: Duration = Duration::from_secs(60);
-/// How long the peer naps between progress passes (plus the kernel's timer slack, 50 us by
-/// default). Each pass reads what arrived meanwhile, a few hundred KB at 4 GB/s, far below
-/// what the socket's receive buffer holds, so the nap never holds the sender up; it frees
-/// the CPU for the kernel's TCP work, which runs beside the peer where cores are few (as
-/// iperf3's receiver sleeps in `recv`). Passes back to back took 10 to 15% off the bandwidth
-/// on two cores (docs/BENCH.md).
-const PEER_NAP: Duration = Duration::from_micros(20);
 
 /// Whether the peer spoke (an error) or hung up on the control channel.
 fn control_ready(wait: &Waiter) -> bool {
@@ -202,7 +195,11 @@ impl PeerPath for Peer {
         let map = &self.map;
         // The peer's own thread places the incoming writes (as the target of the design's
         // stage-0 probe did, in fi_cq_read) instead of the service thread, whose idle
-        // progress ticks (`poll`, every 500 us) are too far apart for a stream.
+        // progress ticks (`poll`, every 500 us) are too far apart for a stream. Passes go
+        // back to back: a nap of 20 us between them (70 with the timer's slack) helped only
+        // while bbr paced the link to about 1 GB/s; on an unpaced link (cubic, the bench's
+        // default) the socket backs up in it and the bandwidth fell by a quarter
+        // (docs/BENCH.md).
         let drv = self.fabric.progress_driver();
         let v = wait.until(|| {
             drv.poll();
@@ -210,7 +207,6 @@ impl PeerPath for Peer {
             if v != 0 {
                 return Ok(Some(v));
             }
-            std::thread::sleep(PEER_NAP);
             Ok(None)
         })?;
         map.store_release_u64(COUNT, 0).map_err(err("resetting the count"))?;
