@@ -78,15 +78,16 @@ for ns in "$a" "$b"; do
     ip -n "$ns" link set lo up
     ip -n "$ns" link set eth0 up
 done
-if [[ $congestion != host ]]; then
-    ip -n "$a" route replace 10.77.1.0/24 dev eth0 src 10.77.1.1 congctl "$congestion"
-    ip -n "$b" route replace 10.77.1.0/24 dev eth0 src 10.77.1.2 congctl "$congestion"
-    echo "link: TCP congestion control $congestion (LANES_BENCH_CONGESTION; host: the host's default)" >&2
-fi
 for _ in $(seq 100); do
     [[ $(ip -n "$a" -o link show eth0) == *"state UP"* && $(ip -n "$b" -o link show eth0) == *"state UP"* ]] && break
     sleep 0.05
 done
+if [[ $congestion != host ]]; then
+    # Replaces the connected route the address made, once the link is up.
+    ip -n "$a" route replace 10.77.1.0/24 dev eth0 src 10.77.1.1 congctl "$congestion"
+    ip -n "$b" route replace 10.77.1.0/24 dev eth0 src 10.77.1.2 congctl "$congestion"
+    echo "link: TCP congestion control $congestion (LANES_BENCH_CONGESTION; host: the host's default)" >&2
+fi
 
 cat >"$scratch/lanes.toml" <<EOF
 [cluster]

@@ -197,9 +197,8 @@ impl PeerPath for Peer {
         // stage-0 probe did, in fi_cq_read) instead of the service thread, whose idle
         // progress ticks (`poll`, every 500 us) are too far apart for a stream. Passes go
         // back to back: a nap of 20 us between them (70 with the timer's slack) helped only
-        // while bbr paced the link to about 1 GB/s; on an unpaced link (cubic, the bench's
-        // default) the socket backs up in it and the bandwidth fell by a quarter
-        // (docs/BENCH.md).
+        // while the link ran bbr (about 1 GB/s on the machine measured); with cubic, the
+        // bench's default, it took a quarter off the bandwidth (docs/BENCH.md).
         let drv = self.fabric.progress_driver();
         let v = wait.until(|| {
             drv.poll();
