@@ -864,6 +864,11 @@ impl Ctx {
         self.objs.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), o);
     }
 
+    /// Checks a received message into the book: it must be the next one its sender sent.
+    fn accept(&self, msg: &[u8]) -> Result<(), Fail> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner()).accept(msg).or_else(test_fail)
+    }
+
     fn counter(&self, name: &str) -> Arc<AtomicU64> {
         self.counters.lock().unwrap_or_else(|e| e.into_inner()).entry(name.to_string()).or_default().clone()
     }
@@ -1032,8 +1037,7 @@ impl Ctx {
                     Ok(n) => n,
                     Err(e) => return lanes_fail(e, format!("t={}", mono_ns())),
                 };
-                let mut b = self.book.lock().unwrap_or_else(|e| e.into_inner());
-                b.accept(&buf[..n]).or_else(test_fail)?;
+                self.accept(&buf[..n])?;
                 Ok(format!("len={n} sender={} t={}", buf.first().copied().unwrap_or(0), mono_ns()))
             }
             "drecv" => {
@@ -1068,7 +1072,7 @@ impl Ctx {
                 match d.try_wait(&mut buf)? {
                     None => Ok("none".into()),
                     Some(n) => {
-                        self.book.lock().unwrap_or_else(|e| e.into_inner()).accept(&buf[..n]).or_else(test_fail)?;
+                        self.accept(&buf[..n])?;
                         Ok(format!("len={n}"))
                     }
                 }
@@ -1085,11 +1089,7 @@ impl Ctx {
                 while got < n {
                     match d.try_wait(&mut buf)? {
                         Some(len) => {
-                            self.book
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .accept(&buf[..len])
-                                .or_else(test_fail)?;
+                            self.accept(&buf[..len])?;
                             got += 1;
                         }
                         None if Instant::now() >= deadline => {
@@ -1219,7 +1219,7 @@ impl Ctx {
                     return lanes_fail(e, format!("received={got} t={} book: {b}", mono_ns()));
                 }
             };
-            self.book.lock().unwrap_or_else(|e| e.into_inner()).accept(&buf[..n]).or_else(test_fail)?;
+            self.accept(&buf[..n])?;
             got += 1;
         }
     }
@@ -1231,7 +1231,7 @@ impl Ctx {
         loop {
             match d.wait(&mut buf, Timeout::Immediate) {
                 Ok(n) => {
-                    self.book.lock().unwrap_or_else(|e| e.into_inner()).accept(&buf[..n]).or_else(test_fail)?;
+                    self.accept(&buf[..n])?;
                     got += 1;
                 }
                 Err(Error::Timeout { .. }) => {
