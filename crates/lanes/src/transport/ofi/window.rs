@@ -21,7 +21,8 @@
 //! ordered by `FI_ORDER_RMA_WAW`. On providers that fill the ranges of one write in the
 //! order named ([`fi::Info::fills_ranges_in_order`]: tcp and net), a release store and the
 //! few logged ranges before it go as one write instead, the word last: one message on the
-//! wire instead of two, which is most of a small ping-pong's cost there.
+//! wire instead of two, which is most of a small ping-pong's cost there. A word stored
+//! right after a run longer than the staging ring goes in that run's write from the window.
 //!
 //! Memory discipline: the window (and the proof read's scratch words after it) is memory the
 //! provider reads (writes from it) and writes (reads into it) at any time an operation is in
@@ -120,8 +121,11 @@ pub(crate) struct Mirror {
     proof_at: usize,
     staging_at: usize,
     staging_len: usize,
-    /// Largest single write or read posted (the provider's message and ordering limits).
+    /// Largest single write or read (the provider's message and ordering limits): a run
+    /// posted from the window, or read into it, goes in as few operations as they allow.
     chunk: usize,
+    /// Largest single write posted from the staging ring (`chunk`, at most the ring).
+    staged_chunk: usize,
     /// Whether writes land in the order posted (`FI_ORDER_RMA_WAW` and `_RAW`). Without it
     /// every write asks for delivery completion and a barrier waits for it.
     ordered: bool,
@@ -179,6 +183,18 @@ impl MirrorWindow {
     /// Opens a mirror window of `len` bytes from `offset` of `conn`'s object and fills it
     /// from the remote memory (bounded by [`MIRROR_TIMEOUT`]; a failed fill makes no map).
     pub(crate) fn open(conn: &Arc<OfiConn>, offset: u64, len: u64, access: MapAccess) -> Result<MirrorWindow> {
+        MirrorWindow::open_capped(conn, offset, len, access, usize::MAX)
+    }
+
+    /// [`MirrorWindow::open`] with single operations of at most `max_op` bytes (below the
+    /// provider's limits: tests take runs apart this way).
+    fn open_capped(
+        conn: &Arc<OfiConn>,
+        offset: u64,
+        len: u64,
+        access: MapAccess,
+        max_op: usize,
+    ) -> Result<MirrorWindow> {
         let a = conn.info.addr;
         if let RemoteState::Lost(r) = conn.state() {
             return Err(Error::SegmentLost { node: a.node, segment: a.id, reason: r.describe() });
@@ -196,7 +212,7 @@ impl MirrorWindow {
         let info = ep.fi().domain().info();
         let order = fi::FI_ORDER_RMA_WAW | fi::FI_ORDER_RMA_RAW;
         let ordered = info.msg_order() & order == order;
-        let mut chunk = info.max_msg_size().max(1);
+        let mut chunk = info.max_msg_size().clamp(1, max_op);
         if ordered {
             chunk = chunk.min(info.max_order_waw_size().max(1)).min(info.max_order_raw_size().max(1));
         }
@@ -206,7 +222,7 @@ impl MirrorWindow {
         let proof_at = (lead + len).next_multiple_of(PROOF) - lead;
         let staging_at = (lead + proof_at + PROOF + RELEASE_SLOTS * 8).next_multiple_of(LINE) - lead;
         let staging_len = STAGING.min(len.next_multiple_of(4096));
-        chunk = chunk.min(staging_len);
+        let staged_chunk = chunk.min(staging_len);
         let mem = Arc::new(fi::Buffer::new(lead + staging_at + staging_len)?);
         // `fi::Local` is made only from a registration, so the window is registered for local
         // use on every provider (on tcp and net a registration is bookkeeping only).
@@ -223,6 +239,7 @@ impl MirrorWindow {
             staging_at,
             staging_len,
             chunk,
+            staged_chunk,
             ordered,
             scatter,
             shadow_mode: AtomicBool::new(false),
@@ -293,6 +310,12 @@ impl MirrorWindow {
         if m.scatter > 1 {
             m.reap(&mut st);
             m.diff(&mut st);
+            if let Some(&(start, end)) = st.log.last() {
+                if end == offset && end - start > m.staging_len {
+                    st.log.pop();
+                    return m.post_run_with_release(&mut st, start..end, bytes, store);
+                }
+            }
             if let Some(staged) = m.stage_log_before(&mut st, bytes.len()) {
                 // Staged before the store, so that a logged range covering the word
                 // carries its old value, as a barrier before the store would post it.
@@ -521,9 +544,10 @@ impl Mirror {
     /// time on a loaded machine).
     fn post_write(&self, st: &mut State, start: usize, end: usize, deliver: bool) -> Result<()> {
         let from_window = end - start > self.staging_len;
+        let chunk = if from_window { self.chunk } else { self.staged_chunk };
         let mut at = start;
         while at < end {
-            let n = self.chunk.min(end - at);
+            let n = chunk.min(end - at);
             let from = if from_window {
                 at
             } else {
@@ -551,7 +575,7 @@ impl Mirror {
     /// are dropped and count as failed).
     fn stage_log_before(&self, st: &mut State, word: usize) -> Option<Result<StagedRelease>> {
         let data: usize = st.log.iter().map(|&(start, end)| end - start).sum();
-        if st.log.len() >= self.scatter || data + word > self.chunk {
+        if st.log.len() >= self.scatter || data + word > self.staged_chunk {
             return None;
         }
         let log = std::mem::take(&mut st.log);
@@ -575,12 +599,14 @@ impl Mirror {
         Some(Ok(StagedRelease { at, len: data + word, ranges, count: log.len() }))
     }
 
-    /// Posts `staged` (the log's ranges, from [`Mirror::stage_log_before`]) and the release
+    /// Posts `staged` (the log's ranges, from [`Mirror::stage_log_before`], or a run of the
+    /// window ending at the word, from [`Mirror::post_run_with_release`]) and the release
     /// word `bytes` for window offset `offset` as one write, the word's range last.
     fn post_with_release(&self, st: &mut State, staged: StagedRelease, offset: usize, bytes: &[u8]) -> Result<()> {
         let word_at = staged.at + staged.len - bytes.len();
         // SAFETY: the word's place is the end of the staged piece, which `stage` reserved
-        // for us (no operation reads it).
+        // for us, or (a window run) the word's own place in the window; no operation reads
+        // either (window runs are waited for before the call that posted them returns).
         unsafe { memory::copy_to_shared(self.ptr().add(word_at), bytes) };
         let mut targets = [(fi::Target { peer: fi::FiAddr(0), addr: 0, key: 0 }, 0usize); fi::SCATTER_MAX];
         let ranges = staged.ranges[..staged.count].iter().copied().chain([(offset, bytes.len())]);
@@ -599,12 +625,48 @@ impl Mirror {
             let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
             // SAFETY: local is a piece of the staging ring of our registered buffer, which
             // `keep` keeps alive until the completion is read; `stage` hands it out to no
-            // one else while this write is in flight. A refused attempt posted nothing.
+            // one else while this write is in flight. Or it is a run of the window, which
+            // `post_run_with_release` waits for before it returns (under the state lock
+            // the map's stores take). A refused attempt posted nothing.
             self.conn.post_until(MIRROR_TIMEOUT, |d| unsafe {
                 self.conn.endpoint.post_write_scatter(local, &targets[..n], 0, Some(keep.clone()), d)
             })
         });
         self.record_post(st, posted, staged.at..staged.at + staged.len, false, RELEASE)
+    }
+
+    /// For a release store of `bytes` right after `run`, the log's last range (taken off
+    /// it), longer than the staging ring (posted from the window in any case, and waited
+    /// for, see [`Mirror::post_write`]), where the provider fills ranges in order: the rest
+    /// of the log is posted as a barrier would, then the run's last piece and the word go as
+    /// one write from the window, the word as its own, last range (one operation on the
+    /// wire instead of two, and no wait for the run before the word is posted). Returns
+    /// once the provider has read the run and the word, as `post_write` does for the run.
+    /// If the run's earlier pieces could not be posted, neither is the word.
+    fn post_run_with_release(
+        &self,
+        st: &mut State,
+        run: std::ops::Range<usize>,
+        bytes: &[u8],
+        store: impl FnOnce(),
+    ) -> Result<()> {
+        // The word's place is the run's end.
+        let std::ops::Range { start, end } = run;
+        self.post_log(st, false);
+        store();
+        if let Some(shadow) = st.shadow.as_mut() {
+            shadow[end..end + bytes.len()].copy_from_slice(bytes);
+        }
+        // Whole pieces before the last one go alone; the last one takes the word along.
+        let last = start + (end - start - 1) / self.chunk * self.chunk;
+        if last > start && self.post_write(st, start, last, false).is_err() {
+            return Err(self.error(st.last_error.clone()));
+        }
+        let mut ranges = [(0usize, 0usize); fi::SCATTER_MAX];
+        ranges[0] = (last, end - last);
+        let piece = StagedRelease { at: last, len: end - last + bytes.len(), ranges, count: 1 };
+        self.post_with_release(st, piece, end, bytes)?;
+        self.wait_for(st, |f| f.start < end + bytes.len() && start < f.end)
     }
 
     /// Reserves `n` (at most `staging_len`) bytes of the staging ring and returns their
@@ -1137,8 +1199,13 @@ mod tests {
     /// word may be seen before the data written ahead of it. Returns once the owner holds
     /// the last round.
     fn release_rounds(p: &Pair, map: &Map, ranges: &[(usize, usize)], rounds: u64) {
+        release_rounds_at(p, map, 0, ranges, rounds);
+    }
+
+    /// [`release_rounds`] with the word at `word`.
+    fn release_rounds_at(p: &Pair, map: &Map, word_at: usize, ranges: &[(usize, usize)], rounds: u64) {
         // The word of an earlier call would otherwise be seen with this call's first data.
-        map.store_release_u64(0, 0).unwrap();
+        map.store_release_u64(word_at, 0).unwrap();
         map.flush_checked().expect("the word reset");
         let done = Arc::new(AtomicBool::new(false));
         let watcher = {
@@ -1150,7 +1217,7 @@ mod tests {
                 let mut seen = 0u64;
                 let mut word = [0u8; 8];
                 while Instant::now() < until && !done.load(Ordering::Acquire) {
-                    buf.read(0, &mut word).unwrap();
+                    buf.read(word_at, &mut word).unwrap();
                     std::sync::atomic::fence(Ordering::Acquire);
                     let w = u64::from_ne_bytes(word);
                     for &(at, len) in &ranges {
@@ -1172,7 +1239,7 @@ mod tests {
             for &(at, len) in ranges {
                 map.write_bytes(at, &vec![k as u8; len]).unwrap();
             }
-            map.store_release_u64(0, k).unwrap();
+            map.store_release_u64(word_at, k).unwrap();
         }
         map.flush();
         map.flush_checked().expect("delivered");
@@ -1231,6 +1298,46 @@ mod tests {
         w.flush_checked().expect("delivered");
         assert_eq!(p.owner_bytes(0, 8), 3u64.to_ne_bytes());
         assert!(p.owner_bytes(data.start, data.len()).iter().all(|&b| b == 3));
+    }
+
+    /// A release store right after a run longer than the staging ring (a large ping-pong
+    /// message and its sequence word) goes in the run's write, as its last range: the word
+    /// still lands after every byte of the run, and nothing reads the window once the store
+    /// has returned. Also with the run in several writes (the provider's limit made small).
+    #[test]
+    fn a_release_store_right_after_a_long_run_lands_after_it() {
+        const BIG: usize = 4 * super::STAGING + 8;
+        let p = Pair::with_len("run-release", BIG);
+        let seg = p.segment();
+        let map = seg.map(0, BIG as u64, MapAccess::ReadWrite).expect("map");
+        release_rounds_at(&p, &map, BIG - 8, &[(0, BIG - 8)], 30);
+        let mr = p.mr.as_ref().expect("registered");
+        let remote = p.remote_with_key(mr.key(), mr.remote_base());
+        for chunk in [usize::MAX, super::STAGING + 4096] {
+            let w = super::MirrorWindow::open_capped(remote.conn(), 0, BIG as u64, MapAccess::ReadWrite, chunk)
+                .expect("window");
+            for k in 1..=3u8 {
+                let bytes = vec![k; BIG - 8];
+                w.tracked(0, bytes.len(), || {
+                    // SAFETY: the range lies inside the window, which no operation reads or
+                    // fills while the state lock (held by `tracked`) is ours.
+                    unsafe { super::memory::copy_to_shared(w.base(), &bytes) }
+                })
+                .expect("the run");
+                let word = u64::from(k).to_ne_bytes();
+                w.release(BIG - 8, &word, || {
+                    // SAFETY: the window's last 8 bytes, under the state lock as above.
+                    unsafe { super::memory::copy_to_shared(w.base().add(BIG - 8), &word) }
+                })
+                .expect("the release store");
+                let st = super::lock(&w.shared.state);
+                let reading = st.inflight.iter().filter(|f| f.start < BIG && f.op.outcome().is_none()).count();
+                assert_eq!(reading, 0, "chunk {chunk}, round {k}: writes still reading the window");
+            }
+            w.flush_checked().expect("delivered");
+            assert_eq!(p.owner_bytes(BIG - 8, 8), 3u64.to_ne_bytes(), "chunk {chunk}");
+            assert!(p.owner_bytes(0, BIG - 8).iter().all(|&b| b == 3), "chunk {chunk}");
+        }
     }
 
     /// Several logged ranges before a release store: where the provider fills ranges in
