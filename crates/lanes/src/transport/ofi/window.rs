@@ -1202,7 +1202,7 @@ mod tests {
         release_rounds_at(p, map, 0, ranges, rounds);
     }
 
-    /// [`release_rounds`] with the word at `word`.
+    /// [`release_rounds`] with the word at `word_at`.
     fn release_rounds_at(p: &Pair, map: &Map, word_at: usize, ranges: &[(usize, usize)], rounds: u64) {
         // The word of an earlier call would otherwise be seen with this call's first data.
         map.store_release_u64(word_at, 0).unwrap();
