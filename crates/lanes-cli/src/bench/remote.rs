@@ -17,8 +17,8 @@
 //! Per round, for every size: each Lanes latency path (`ofi-interrupt`, `ofi-dataint`,
 //! `ofi-pio`), then `fi_pingpong` at that size for as many round trips as they made
 //! ([`matched_iters`]); then the DMA bandwidth (`ofi-dma`, 1 MiB transfers), `fi_pingpong`
-//! at 1 MiB (unless a size of the run already measured it) and `iperf3 -l 1M`. The Lanes paths are set up where they are measured and torn down before
-//! the baseline runs: every size gets new endpoints, and so new connections, as every
+//! at 1 MiB (unless a size of the run already measured it) and `iperf3 -l 1M`. The Lanes
+//! paths are set up where they are measured and torn down before the baseline runs: every size gets new endpoints, and so new connections, as every
 //! `fi_pingpong` run does (a connection that carried smaller messages stays slower for
 //! larger ones), and no Lanes endpoint takes CPU time from a baseline. Only the baselines
 //! something is compared with run: `fi_pingpong` at the sizes a chosen latency path is

@@ -141,7 +141,7 @@ impl LocalDataInner {
         };
         match outcome {
             Ok(r) => r,
-            Err(WaitError::Aborted(())) => Err(Error::InterruptRemoved { number: self.seg.id() }),
+            Err(WaitError::Aborted(())) => Err(self.removed()),
             Err(WaitError::TimedOut) => Err(Error::Timeout {
                 what: format!("data interrupt {}", self.seg.id()),
                 waited_ms: timeout_ms(timeout),
@@ -153,9 +153,14 @@ impl LocalDataInner {
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
         match self.take(&mut next, buf) {
             Some(taken) => taken.map(Some),
-            None if self.seg.inner.is_removed() => Err(Error::InterruptRemoved { number: self.seg.id() }),
+            None if self.seg.inner.is_removed() => Err(self.removed()),
             None => Ok(None),
         }
+    }
+
+    /// What a wait on this data interrupt fails with once it is removed.
+    fn removed(&self) -> Error {
+        Error::InterruptRemoved { number: self.seg.id() }
     }
 
     /// Takes the next message of the first non-empty ring from `next` on, if any.

@@ -11,11 +11,11 @@
 //! travel with a write still in flight, ahead of the release word that was to follow the
 //! earlier data: a seqlock reader could then accept torn data). A run longer than the ring
 //! is posted from the window itself and waited for before the barrier returns, which the
-//! ring would have made it do piece by piece anyway, without the extra copy. A flush also waits until every write is proven
-//! delivered; reads through the map's methods read the remote memory (read-through). Once a
-//! raw pointer was handed out, the window keeps a shadow copy and every barrier posts the
-//! byte runs where the window differs from it. The endpoint's service thread drains windows
-//! with pending writes about every 10 ms.
+//! ring would have made it do piece by piece anyway, without the extra copy. A flush also
+//! waits until every write is proven delivered; reads through the map's methods read the
+//! remote memory (read-through). Once a raw pointer was handed out, the window keeps a
+//! shadow copy and every barrier posts the byte runs where the window differs from it. The
+//! endpoint's service thread drains windows with pending writes about every 10 ms.
 //!
 //! A release store (a sequence word after data) is the word's own write, after the data's,
 //! ordered by `FI_ORDER_RMA_WAW`. On providers that fill the ranges of one write in the
@@ -319,18 +319,12 @@ impl MirrorWindow {
             if let Some(staged) = m.stage_log_before(&mut st, bytes.len()) {
                 // Staged before the store, so that a logged range covering the word
                 // carries its old value, as a barrier before the store would post it.
-                store();
-                if let Some(shadow) = st.shadow.as_mut() {
-                    shadow[offset..offset + bytes.len()].copy_from_slice(bytes);
-                }
+                m.store_word(&mut st, offset, bytes, store);
                 return m.post_with_release(&mut st, staged?, offset, bytes);
             }
         }
         m.barrier(&mut st);
-        store();
-        if let Some(shadow) = st.shadow.as_mut() {
-            shadow[offset..offset + bytes.len()].copy_from_slice(bytes);
-        }
+        m.store_word(&mut st, offset, bytes, store);
         let slot = m.proof_at + PROOF + (st.releases % RELEASE_SLOTS) * 8;
         st.releases += 1;
         // The slot's previous write has long been sent, as a rule; if not, wait for it.
@@ -475,6 +469,15 @@ impl Mirror {
             unsafe { memory::copy_from_shared(&mut shadow[offset..offset + len], self.ptr().add(offset)) };
         }
         self.log(st, offset, offset + len);
+    }
+
+    /// A release store's word: `store` puts `bytes` into the window at `offset`, and the
+    /// shadow (if any) takes them too, so that the next comparison does not post them again.
+    fn store_word(&self, st: &mut State, offset: usize, bytes: &[u8], store: impl FnOnce()) {
+        store();
+        if let Some(shadow) = st.shadow.as_mut() {
+            shadow[offset..offset + bytes.len()].copy_from_slice(bytes);
+        }
     }
 
     /// Appends `[start, end)` to the log, coalescing with the last entry when they touch;
@@ -653,10 +656,7 @@ impl Mirror {
         // The word's place is the run's end.
         let std::ops::Range { start, end } = run;
         self.post_log(st, false);
-        store();
-        if let Some(shadow) = st.shadow.as_mut() {
-            shadow[end..end + bytes.len()].copy_from_slice(bytes);
-        }
+        self.store_word(st, end, bytes, store);
         // Whole pieces before the last one go alone; the last one takes the word along.
         let last = start + (end - start - 1) / self.chunk * self.chunk;
         if last > start && self.post_write(st, start, last, false).is_err() {
