@@ -137,6 +137,9 @@ pub(crate) struct Mirror {
     /// Advances on every failed or dropped write or read of this map.
     epoch: AtomicU64,
     state: Mutex<State>,
+    /// Posts of writes still to refuse ([`Mirror::refused_by_test`]).
+    #[cfg(test)]
+    refuse_posts: std::sync::atomic::AtomicUsize,
 }
 
 /// A mirror window's mutable part, behind one (uncontended) lock.
@@ -245,6 +248,8 @@ impl MirrorWindow {
             shadow_mode: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             state: Mutex::new(State::default()),
+            #[cfg(test)]
+            refuse_posts: Default::default(),
         });
         {
             let mut st = lock(&shared.state);
@@ -303,28 +308,35 @@ impl MirrorWindow {
     /// A release store of `bytes.len()` bytes at `offset`: a barrier, then `store` puts the
     /// word into the window and it is posted as its own write (or, where the provider fills
     /// ranges in order, as the last range of one write with the pending data).
+    /// If a write before the word failed (to post, or found failed meanwhile), the word is
+    /// stored into the window but not posted, and the call fails: a reader of the word
+    /// must find the data written before it.
     pub fn release(&self, offset: usize, bytes: &[u8], store: impl FnOnce()) -> Result<()> {
         let m = &self.shared;
         let mut st = lock(&m.state);
         m.check()?;
+        let before = m.epoch.load(Ordering::Acquire);
         if m.scatter > 1 {
             m.reap(&mut st);
             m.diff(&mut st);
             if let Some(&(start, end)) = st.log.last() {
                 if end == offset && end - start > m.staging_len {
                     st.log.pop();
-                    return m.post_run_with_release(&mut st, start..end, bytes, store);
+                    return m.post_run_with_release(&mut st, before, start..end, bytes, store);
                 }
             }
             if let Some(staged) = m.stage_log_before(&mut st, bytes.len()) {
                 // Staged before the store, so that a logged range covering the word
                 // carries its old value, as a barrier before the store would post it.
                 m.store_word(&mut st, offset, bytes, store);
-                return m.post_with_release(&mut st, staged?, offset, bytes);
+                let staged = staged?;
+                m.no_failure_since(&st, before)?;
+                return m.post_with_release(&mut st, staged, offset, bytes);
             }
         }
         m.barrier(&mut st);
         m.store_word(&mut st, offset, bytes, store);
+        m.no_failure_since(&st, before)?;
         let slot = m.proof_at + PROOF + (st.releases % RELEASE_SLOTS) * 8;
         st.releases += 1;
         // The slot's previous write has long been sent, as a rule; if not, wait for it.
@@ -451,6 +463,30 @@ impl Mirror {
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// In tests, `Err` for as many posts of writes as `refuse_posts` says (then it counts
+    /// down): a provider that refuses a post, without losing the connection.
+    #[cfg(test)]
+    fn refused_by_test(&self) -> Result<()> {
+        match self.refuse_posts.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)) {
+            Ok(_) => Err(Error::Timeout { what: "a post the test refused".into(), waited_ms: 0 }),
+            Err(_) => Ok(()),
+        }
+    }
+
+    #[cfg(not(test))]
+    #[inline(always)]
+    fn refused_by_test(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// `Err` with the last failure if one was recorded since the error epoch was `before`.
+    fn no_failure_since(&self, st: &State, before: u64) -> Result<()> {
+        if self.epoch.load(Ordering::Acquire) == before {
+            return Ok(());
+        }
+        Err(self.error(st.last_error.clone()))
+    }
+
     /// Drops the pending writes of a lost connection (they count as failed).
     fn drop_pending(&self, st: &mut State) {
         if !st.log.is_empty() {
@@ -549,6 +585,7 @@ impl Mirror {
         let from_window = end - start > self.staging_len;
         let chunk = if from_window { self.chunk } else { self.staged_chunk };
         let mut at = start;
+        let mut posted = Ok(());
         while at < end {
             let n = chunk.min(end - at);
             let from = if from_window {
@@ -562,13 +599,18 @@ impl Mirror {
                 unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(at), self.ptr().add(staged), n) };
                 staged
             };
-            self.post_one(st, from, n, at, deliver && at + n == end, WRITE)?;
+            if let Err(e) = self.post_one(st, from, n, at, deliver && at + n == end, WRITE) {
+                posted = Err(e);
+                break;
+            }
             at += n;
         }
         if from_window {
-            self.wait_for(st, |f| f.what == WRITE && f.start < end && start < f.end)?;
+            // Also after a failed post: the pieces posted before it read the window.
+            let waited = self.wait_for(st, |f| f.what == WRITE && f.start < end && start < f.end);
+            posted = posted.and(waited);
         }
-        Ok(())
+        posted
     }
 
     /// For a release store of `word` bytes where the provider fills ranges in order: when
@@ -624,7 +666,7 @@ impl Mirror {
             }
             n += 1;
         }
-        let posted = self.local(staged.at, staged.len).and_then(|local| {
+        let posted = self.refused_by_test().and_then(|()| self.local(staged.at, staged.len)).and_then(|local| {
             let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
             // SAFETY: local is a piece of the staging ring of our registered buffer, which
             // `keep` keeps alive until the completion is read; `stage` hands it out to no
@@ -645,10 +687,12 @@ impl Mirror {
     /// one write from the window, the word as its own, last range (one operation on the
     /// wire instead of two, and no wait for the run before the word is posted). Returns
     /// once the provider has read the run and the word, as `post_write` does for the run.
-    /// If the run's earlier pieces could not be posted, neither is the word.
+    /// If a failure was recorded since the error epoch was `before` (the rest of the log,
+    /// or the run's earlier pieces, could not be posted), the word is not posted.
     fn post_run_with_release(
         &self,
         st: &mut State,
+        before: u64,
         run: std::ops::Range<usize>,
         bytes: &[u8],
         store: impl FnOnce(),
@@ -657,10 +701,12 @@ impl Mirror {
         let std::ops::Range { start, end } = run;
         self.post_log(st, false);
         self.store_word(st, end, bytes, store);
+        self.no_failure_since(st, before)?;
         // Whole pieces before the last one go alone; the last one takes the word along.
         let last = start + (end - start - 1) / self.chunk * self.chunk;
-        if last > start && self.post_write(st, start, last, false).is_err() {
-            return Err(self.error(st.last_error.clone()));
+        if last > start {
+            let _ = self.post_write(st, start, last, false);
+            self.no_failure_since(st, before)?;
         }
         let mut ranges = [(0usize, 0usize); fi::SCATTER_MAX];
         ranges[0] = (last, end - last);
@@ -696,7 +742,7 @@ impl Mirror {
         what: &'static str,
     ) -> Result<()> {
         let flags = if deliver { fi::FI_DELIVERY_COMPLETE } else { 0 };
-        let posted = self.local(local_at, len).and_then(|local| {
+        let posted = self.refused_by_test().and_then(|()| self.local(local_at, len)).and_then(|local| {
             let target = self.conn.range.target(self.offset + window_at as u64, len as u64)?;
             let keep: Arc<dyn Any + Send + Sync> = self.mr.clone();
             // SAFETY: local is part of the map's registered buffer (a staging ring piece, a
@@ -1337,6 +1383,64 @@ mod tests {
             w.flush_checked().expect("delivered");
             assert_eq!(p.owner_bytes(BIG - 8, 8), 3u64.to_ne_bytes(), "chunk {chunk}");
             assert!(p.owner_bytes(0, BIG - 8).iter().all(|&b| b == 3), "chunk {chunk}");
+        }
+    }
+
+    /// A release store after a write that could not be posted is not posted either, and the
+    /// call fails, on each of its paths: the word apart from a long run (the run by a
+    /// barrier, the word from its slot), the word right after a long run with a range
+    /// before it (the range fails), the same run in several writes (its first fails), and
+    /// the word after a short range (one staged write). A release store after that lands.
+    #[test]
+    fn a_release_store_after_a_write_that_failed_to_post_is_not_posted() {
+        const BIG: usize = 2 * super::STAGING + 4096;
+        const RUN: usize = super::STAGING + 4096;
+        let word_at = BIG - 8;
+        // (offset, length) of the data before the word.
+        let long = (word_at - RUN, RUN);
+        let cases: [(usize, Vec<(usize, usize)>); 4] = [
+            (usize::MAX, vec![(0, RUN)]),
+            (usize::MAX, vec![(64, 1024), long]),
+            (64 * 1024, vec![long]),
+            (usize::MAX, vec![(64, 1024)]),
+        ];
+        let p = Pair::with_len("release-refused", BIG);
+        let mr = p.mr.as_ref().expect("registered");
+        let remote = p.remote_with_key(mr.key(), mr.remote_base());
+        let mut landed = 0u64;
+        for (case, (cap, ranges)) in cases.into_iter().enumerate() {
+            let w = super::MirrorWindow::open_capped(remote.conn(), 0, BIG as u64, MapAccess::ReadWrite, cap)
+                .expect("window");
+            let k = case as u8 + 1;
+            let round = |refuse: usize| {
+                for &(at, len) in &ranges {
+                    let bytes = vec![k; len];
+                    w.tracked(at, len, || {
+                        // SAFETY: the range lies inside the window, which no operation reads
+                        // or fills while the state lock (held by `tracked`) is ours.
+                        unsafe { super::memory::copy_to_shared(w.base().add(at), &bytes) }
+                    })
+                    .expect("the data");
+                }
+                w.shared.refuse_posts.store(refuse, Ordering::Release);
+                let word = u64::from(k).to_ne_bytes();
+                let r = w.release(word_at, &word, || {
+                    // SAFETY: the window's last 8 bytes, under the state lock as above.
+                    unsafe { super::memory::copy_to_shared(w.base().add(word_at), &word) }
+                });
+                w.flush();
+                r
+            };
+            assert!(round(1).is_err(), "case {case}: the release store fails");
+            assert_eq!(p.owner_bytes(word_at, 8), landed.to_ne_bytes(), "case {case}: the word was not posted");
+            round(0).expect("a release store after the failure");
+            landed = u64::from(k);
+            assert_eq!(p.owner_bytes(word_at, 8), landed.to_ne_bytes(), "case {case}");
+            for &(at, len) in &ranges {
+                assert!(p.owner_bytes(at, len).iter().all(|&b| b == k), "case {case}: bytes at {at}");
+            }
+            assert!(w.flush_checked().is_err(), "case {case}: the failure is reported once");
+            w.flush_checked().expect("and not again");
         }
     }
 
