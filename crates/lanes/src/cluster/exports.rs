@@ -52,8 +52,10 @@ pub struct ExportRecord {
     pub handle: u32,
     /// Random per export: a new export of the same object gets a new one.
     pub epoch: u64,
-    /// The owner watches for triggers and messages published in place (written words, no
-    /// completion data: `transport::ofi::notify`); absent in older records: it does not.
+    /// The owner's cores see the ranges of one write in the order the provider fills them
+    /// (`transport::ofi::notify::Publish::owner_may_watch`): it watches for triggers and
+    /// messages published in place (written words, no completion data), and a map's release
+    /// store may go as the last range of its data's write. Absent in older records: no.
     #[serde(default)]
     pub in_place: bool,
 }

@@ -572,6 +572,14 @@ impl Notifier {
         }
     }
 
+    /// Whether this connection's owner sees the ranges of one write in the order filled:
+    /// its record said so (or, made without a record, this process would), and the
+    /// provider fills ranges in order.
+    pub fn owner_sees_ranges_in_order(&self, endpoint: &ProcessEndpoint) -> bool {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.publish.unwrap_or_else(|| Publish::for_endpoint(endpoint)) == Publish::InPlace
+    }
+
     /// `Ok` unless an earlier write of this connection failed (reaping finished ones first).
     pub fn check(&self, conn: &OfiConn) -> Result<()> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -187,6 +187,13 @@ impl OfiConn {
         }
     }
 
+    /// Whether the owner's cores see the ranges of one write in the order the provider fills
+    /// them (its export record's `in_place`), so that a word written last in a write is
+    /// seen after the ranges before it.
+    pub fn owner_sees_ranges_in_order(&self) -> bool {
+        self.notify.owner_sees_ranges_in_order(&self.endpoint)
+    }
+
     /// `Ok` while connected, else [`Error::SegmentLost`] with the reason.
     pub fn check_lost(&self) -> Result<()> {
         match self.state() {

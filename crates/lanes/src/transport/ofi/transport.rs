@@ -123,11 +123,13 @@ impl OfiTransport {
         let kind = ObjectKind::from_layout_kind(layout_kind)
             .ok_or(Error::IllegalOperation("exporting an object of an unknown kind"))?;
         let endpoint = self.endpoint()?;
-        if !Publish::owner_may_watch(&endpoint) {
+        // Said for every kind: peers publish triggers and messages in place only to such an
+        // owner, and their maps' release stores ride in their data's write only to it.
+        let in_place = Publish::owner_may_watch(&endpoint);
+        if !in_place {
             // The record says so: no peer publishes in place to it, nothing to watch.
             hooks.on_arrival = None;
         }
-        let in_place = hooks.on_arrival.is_some();
         let export = Export::new(&endpoint, memory, hooks)?;
         let record = ExportRecord {
             kind,

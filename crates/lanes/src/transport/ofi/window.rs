@@ -130,7 +130,8 @@ pub(crate) struct Mirror {
     /// every write asks for delivery completion and a barrier waits for it.
     ordered: bool,
     /// Most ranges one write may fill in order (a release store and the logged ranges
-    /// before it); 1 where the provider does not fill ranges in order.
+    /// before it); 1 where the provider does not fill ranges in order or the owner's cores
+    /// may not see them in that order.
     scatter: usize,
     /// Set once a raw pointer was handed out (the shadow exists from then on).
     shadow_mode: AtomicBool,
@@ -219,8 +220,13 @@ impl MirrorWindow {
         if ordered {
             chunk = chunk.min(info.max_order_waw_size().max(1)).min(info.max_order_raw_size().max(1));
         }
-        let scatter =
-            if ordered && info.fills_ranges_in_order() { info.rma_iov_limit().clamp(1, fi::SCATTER_MAX) } else { 1 };
+        // A word as the last range of its data's write is seen after the data only by an
+        // owner whose cores see one write's ranges in the order filled (x86-64).
+        let scatter = if ordered && info.fills_ranges_in_order() && conn.owner_sees_ranges_in_order() {
+            info.rma_iov_limit().clamp(1, fi::SCATTER_MAX)
+        } else {
+            1
+        };
         let lead = (offset % PAGE) as usize;
         let proof_at = (lead + len).next_multiple_of(PROOF) - lead;
         let staging_at = (lead + proof_at + PROOF + RELEASE_SLOTS * 8).next_multiple_of(LINE) - lead;
@@ -1441,6 +1447,27 @@ mod tests {
             }
             assert!(w.flush_checked().is_err(), "case {case}: the failure is reported once");
             w.flush_checked().expect("and not again");
+        }
+    }
+
+    /// A release store goes as the last range of its data's write only toward an owner
+    /// whose export record says its cores see one write's ranges in order; toward another
+    /// owner the word is its own write, and the order holds either way.
+    #[test]
+    fn a_release_store_rides_with_its_data_only_toward_an_owner_that_sees_ranges_in_order() {
+        use super::super::notify::Publish;
+        let p = Pair::new("owner-order");
+        let mr = p.mr.as_ref().expect("registered");
+        let in_order = fi::provider_from_env().starts_with("tcp") || fi::provider_from_env().starts_with("net");
+        for (how, rides) in [(Publish::ByCompletionData, false), (Publish::InPlace, in_order)] {
+            let remote = p.remote_with_key(mr.key(), mr.remote_base());
+            remote.publish_by(how);
+            let w = super::MirrorWindow::open(remote.conn(), 0, LEN as u64, MapAccess::ReadWrite).expect("window");
+            assert_eq!(w.shared.scatter > 1, rides, "{how:?}");
+            drop(w);
+            let seg = RemoteSegment::from_handle(&p.fabric, RemoteHandle::Ofi(remote));
+            let map = seg.map(0, LEN as u64, MapAccess::ReadWrite).expect("map");
+            release_rounds(&p, &map, &[(64, 1024), (8192, 32 * 1024)], 100);
         }
     }
 
