@@ -313,8 +313,8 @@ impl MirrorWindow {
 
     /// A release store of `bytes.len()` bytes at `offset`: a barrier, then `store` puts the
     /// word into the window and it is posted as its own write (or, where the provider fills
-    /// ranges in order, as the last range of one write with the pending data).
-    /// If a write before the word failed (to post, or found failed meanwhile), the word is
+    /// ranges in order and the owner sees them so, as the last range of one write with the
+    /// pending data). If a write before the word failed (to post, or found failed meanwhile), the word is
     /// stored into the window but not posted, and the call fails: a reader of the word
     /// must find the data written before it.
     pub fn release(&self, offset: usize, bytes: &[u8], store: impl FnOnce()) -> Result<()> {
