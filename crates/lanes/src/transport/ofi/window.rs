@@ -875,10 +875,7 @@ impl Mirror {
     fn settle(&self, st: &mut State, pending: impl Fn(&InFlight) -> bool) -> Result<()> {
         let before = self.epoch.load(Ordering::Acquire);
         self.wait_for(st, pending)?;
-        if self.epoch.load(Ordering::Acquire) != before {
-            return Err(self.error(st.last_error.clone()));
-        }
-        Ok(())
+        self.no_failure_since(st, before)
     }
 
     /// A flush: barrier, the last write with delivery completion (or, when nothing is left
@@ -896,11 +893,8 @@ impl Mirror {
         if st.unproven {
             self.post_proof(&mut st);
         }
-        let settled = self.settle(&mut st, |_| true);
-        if self.epoch.load(Ordering::Acquire) != before {
-            return Err(settled.err().unwrap_or_else(|| self.error(st.last_error.clone())));
-        }
-        settled
+        // The wait's own error first, else any failure since the flush began.
+        self.settle(&mut st, |_| true).and_then(|()| self.no_failure_since(&st, before))
     }
 
     /// Posts a read of (up to) 8 bytes of the window's remote range into the scratch words:
