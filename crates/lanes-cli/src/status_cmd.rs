@@ -6,6 +6,26 @@ use std::time::Duration;
 use lanes::cluster::{Client, HostStatus};
 use lanes::config::FabricConfig;
 
+/// One line of output into `out` (a `String`: formatting into it cannot fail).
+macro_rules! out_line {
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
+/// Writes the command's whole output. A reader that went away (`lanes status | head`) ends
+/// the command quietly, as it ends other tools; any other failure is an error.
+fn write_stdout(text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(format!("writing to standard output: {e}")),
+    }
+}
+
 fn fabric_dir() -> Result<std::path::PathBuf, String> {
     Ok(FabricConfig::from_env().map_err(|e| e.to_string())?.dir)
 }
@@ -51,6 +71,7 @@ fn cluster(dir: &Path) -> Option<(String, Vec<HostStatus>)> {
 pub fn status(json: bool) -> Result<(), String> {
     let dir = fabric_dir()?;
     let st = lanes::status(&dir).map_err(|e| e.to_string())?;
+    let mut out = String::new();
     let sockets = lanes::sockets::registry::list_connections(&dir);
     let cluster = cluster(&dir);
     if json {
@@ -58,30 +79,35 @@ pub fn status(json: bool) -> Result<(), String> {
         if let Some((_, hosts)) = &cluster {
             v = with_key(&v, "cluster", hosts)?;
         }
-        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
-        return Ok(());
+        out_line!(out, "{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+        return write_stdout(&out);
     }
-    println!("fabric {}", st.dir.display());
+    out_line!(out, "fabric {}", st.dir.display());
     if let Some((host, hosts)) = &cluster {
-        print_cluster(host, hosts);
+        print_cluster(&mut out, host, hosts);
     }
-    println!("\nnodes");
+    out_line!(out, "\nnodes");
     if st.nodes.is_empty() {
-        println!("  (none)");
+        out_line!(out, "  (none)");
     }
     for n in &st.nodes {
         let pids: Vec<String> = n.pids.iter().map(|p| p.to_string()).collect();
         let stale = if n.stale_records > 0 { format!("  ({} stale records)", n.stale_records) } else { String::new() };
-        println!("  node {:>5}  pids {}{stale}", n.node, if pids.is_empty() { "-".into() } else { pids.join(",") });
+        out_line!(
+            out,
+            "  node {:>5}  pids {}{stale}",
+            n.node,
+            if pids.is_empty() { "-".into() } else { pids.join(",") }
+        );
     }
-    println!("\nsegments and interrupts");
+    out_line!(out, "\nsegments and interrupts");
     if st.segments.is_empty() {
-        println!("  (none)");
+        out_line!(out, "  (none)");
     } else {
-        print_segments(&st);
+        print_segments(&mut out, &st);
     }
-    print_sockets(&sockets);
-    Ok(())
+    print_sockets(&mut out, &sockets);
+    write_stdout(&out)
 }
 
 /// Seconds with one decimal, or "-".
@@ -89,16 +115,23 @@ fn seconds(ms: Option<u64>) -> String {
     ms.map_or("-".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0))
 }
 
-fn print_cluster(me: &str, hosts: &[HostStatus]) {
-    println!("\ncluster (as the daemon of host {me} sees it)");
-    println!(
+fn print_cluster(out: &mut String, me: &str, hosts: &[HostStatus]) {
+    out_line!(out, "\ncluster (as the daemon of host {me} sees it)");
+    out_line!(
+        out,
         "  {:<16}  {:<24}  {:<12}  {:<12}  {:>9}  {:>10}",
-        "host", "address", "nodes", "state", "for", "last heard"
+        "host",
+        "address",
+        "nodes",
+        "state",
+        "for",
+        "last heard"
     );
     for h in hosts {
         let nodes: Vec<String> = h.nodes.iter().map(|n| n.to_string()).collect();
         let state = if h.local { "this host".to_string() } else { h.state.to_string() };
-        println!(
+        out_line!(
+            out,
             "  {:<16}  {:<24}  {:<12}  {:<12}  {:>9}  {:>10}",
             h.name,
             h.address,
@@ -110,10 +143,17 @@ fn print_cluster(me: &str, hosts: &[HostStatus]) {
     }
 }
 
-fn print_segments(st: &lanes::FabricStatus) {
-    println!(
+fn print_segments(out: &mut String, st: &lanes::FabricStatus) {
+    out_line!(
+        out,
         "  {:<14}  {:>5}  {:>10}  {:>10}  {:>8}  {:>5}  {:<24}  connections",
-        "kind", "node", "id", "size", "owner", "alive", "state"
+        "kind",
+        "node",
+        "id",
+        "size",
+        "owner",
+        "alive",
+        "state"
     );
     for s in &st.segments {
         let conns: Vec<String> = s.connections.iter().map(|(n, p)| format!("{n}:{p}")).collect();
@@ -121,7 +161,8 @@ fn print_segments(st: &lanes::FabricStatus) {
             Some(r) => format!("corrupt: {r}"),
             None => s.state.clone(),
         };
-        println!(
+        out_line!(
+            out,
             "  {:<14}  {:>5}  {:>#10x}  {:>10}  {:>8}  {:>5}  {:<24}  {}",
             s.kind,
             s.node,
@@ -136,19 +177,27 @@ fn print_segments(st: &lanes::FabricStatus) {
 }
 
 /// Accelerated sockets: one line per socket end (each end of a connection has its record).
-fn print_sockets(sockets: &[lanes::sockets::registry::ConnectionInfo]) {
-    println!("\naccelerated sockets (liblanes_sockets.so; one line per end)");
+fn print_sockets(out: &mut String, sockets: &[lanes::sockets::registry::ConnectionInfo]) {
+    out_line!(out, "\naccelerated sockets (liblanes_sockets.so; one line per end)");
     if sockets.is_empty() {
-        println!("  (none)");
+        out_line!(out, "  (none)");
         return;
     }
-    println!(
+    out_line!(
+        out,
         "  {:<22}  {:<22}  {:<14}  {:>10}  {:>10}  {:>10}  {:<6}  stale",
-        "local", "remote", "pids", "via ring", "via kernel", "received", "peer"
+        "local",
+        "remote",
+        "pids",
+        "via ring",
+        "via kernel",
+        "received",
+        "peer"
     );
     for c in sockets {
         let pids: Vec<String> = c.holders.iter().map(|p| p.to_string()).collect();
-        println!(
+        out_line!(
+            out,
             "  {:<22}  {:<22}  {:<14}  {:>10}  {:>10}  {:>10}  {:<6}  {}",
             c.local.to_string(),
             c.remote.to_string(),
@@ -165,27 +214,28 @@ fn print_sockets(sockets: &[lanes::sockets::registry::ConnectionInfo]) {
 pub fn cleanup(json: bool) -> Result<(), String> {
     let dir = fabric_dir()?;
     let r = lanes::cleanup(&dir).map_err(|e| e.to_string())?;
+    let mut out = String::new();
     let sockets = lanes::sockets::registry::cleanup_connections(&dir)
         .map_err(|e| format!("cleaning socket records in {}: {e}", dir.display()))?;
     if json {
         let v = with_key(&r, "sockets", &sockets)?;
-        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
-        return Ok(());
+        out_line!(out, "{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+        return write_stdout(&out);
     }
     for (node, id, why) in &r.segments {
-        println!("removed segment {id:#x} of node {node}: {why}");
+        out_line!(out, "removed segment {id:#x} of node {node}: {why}");
     }
     for (node, pid) in &r.records {
-        println!("removed stale record of pid {pid} (node {node})");
+        out_line!(out, "removed stale record of pid {pid} (node {node})");
     }
     for (file, why) in &r.exports {
-        println!("removed export record {file}: {why}");
+        out_line!(out, "removed export record {file}: {why}");
     }
     if sockets > 0 {
-        println!("removed {sockets} socket record{} of dead processes", if sockets == 1 { "" } else { "s" });
+        out_line!(out, "removed {sockets} socket record{} of dead processes", if sockets == 1 { "" } else { "s" });
     }
     if r.segments.is_empty() && r.records.is_empty() && r.exports.is_empty() && sockets == 0 {
-        println!("nothing to clean in {}", dir.display());
+        out_line!(out, "nothing to clean in {}", dir.display());
     }
-    Ok(())
+    write_stdout(&out)
 }

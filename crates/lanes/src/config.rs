@@ -4,7 +4,8 @@
 //! the system's host name) in the configuration file (`LANES_CONFIG`, default
 //! `/etc/lanes/lanes.toml`), else node 4.
 //! Fabric directory: `LANES_DIR`, else `dir` in the configuration file, else
-//! `/dev/shm/lanes-<uid>` (private to the user).
+//! `/dev/shm/lanes-<uid>` (private to the user), or the user's runtime directory when
+//! another user took that name first ([`default_fabric_dir`]).
 //! The file's `[cluster]` section and node addresses, which describe a fabric across hosts,
 //! are validated here too and interpreted by [`crate::cluster::config`].
 
@@ -174,15 +175,54 @@ pub fn config_path_from_env() -> PathBuf {
     }
 }
 
-/// The fabric directory used when none is configured: private to the user.
+/// The fabric directory used when none is configured: private to the user, and not a name
+/// another user can take first.
+///
+/// `/dev/shm/lanes-<uid>`, made with mode 0700 by the user's first program. Every user may
+/// create names in /dev/shm, so another user can take that one first (a directory or a link
+/// of theirs): then the user's runtime directory serves, `/run/user/<uid>/lanes`
+/// (`/run/lanes` for root), where nobody else can create anything. The choice depends only
+/// on what is on disk, never on the environment, so all programs of the user make the same
+/// one; once the fallback exists it is kept, so programs started before and after the
+/// squatter left still agree. Where neither serves, the squatted name is returned and
+/// opening it fails with an error naming its owner. Without /dev/shm: the temporary directory.
 pub fn default_fabric_dir() -> PathBuf {
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.join(format!("lanes-{uid}"))
+    if !shm.is_dir() {
+        return std::env::temp_dir().join(format!("lanes-{uid}"));
+    }
+    let runtime = if uid == 0 { PathBuf::from("/run") } else { PathBuf::from(format!("/run/user/{uid}")) };
+    choose_default_dir(uid, shm, &runtime)
+}
+
+/// [`default_fabric_dir`]'s choice for user `uid` between `<shm>/lanes-<uid>` and
+/// `<runtime>/lanes`.
+fn choose_default_dir(uid: u32, shm: &Path, runtime: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let primary = shm.join(format!("lanes-{uid}"));
+    let fallback = runtime.join("lanes");
+    let ours_dir = |p: &Path| {
+        std::fs::symlink_metadata(p).is_ok_and(|m| m.uid() == uid && (m.is_dir() || m.file_type().is_symlink()))
+            && std::fs::metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == uid)
+    };
+    if ours_dir(&fallback) {
+        return fallback;
+    }
+    match std::fs::symlink_metadata(&primary) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return primary,
+        _ if ours_dir(&primary) => return primary,
+        _ => {}
+    }
+    // Squatted. The runtime directory serves only if nobody but the user (or root) can
+    // create names in it.
+    let private_parent = std::fs::metadata(runtime)
+        .is_ok_and(|m| m.is_dir() && (m.uid() == uid || m.uid() == 0) && m.mode() & 0o022 == 0);
+    if private_parent {
+        fallback
     } else {
-        std::env::temp_dir().join(format!("lanes-{uid}"))
+        primary
     }
 }
 
@@ -293,8 +333,17 @@ impl ConfigFile {
 
     /// Reads and validates one configuration file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config { path: path.to_path_buf(), message: format!("cannot read: {e}") })?;
+        use std::io::Read;
+        /// Far more than any cluster's description; a larger file is a mistake.
+        const MAX_CONFIG_BYTES: u64 = 1 << 20;
+        let err = |message: String| Error::Config { path: path.to_path_buf(), message };
+        // Opened without blocking: a FIFO at the configured path is refused, not waited on.
+        let file = crate::platform::files::open_config(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let mut text = String::new();
+        file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(|e| err(format!("cannot read: {e}")))?;
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(err(format!("larger than {MAX_CONFIG_BYTES} bytes")));
+        }
         Self::parse(path, &text)
     }
 
@@ -450,5 +499,44 @@ mod tests {
             assert!(matches!(e, Error::Config { .. }), "{bad:?} gave {e}");
             assert!(e.to_string().contains("lanes.toml"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_default_directory_moves_to_the_runtime_directory_only_when_squatted() {
+        use std::os::unix::fs::MetadataExt;
+        let base = std::env::temp_dir().join(format!("lanes-defdir-{}", std::process::id()));
+        let shm = base.join("shm");
+        let runtime = base.join("runtime");
+        std::fs::create_dir_all(&shm).unwrap();
+        std::fs::create_dir_all(&runtime).unwrap();
+        let me = std::fs::metadata(&base).unwrap().uid();
+        // Nothing there yet: the shared name.
+        assert_eq!(choose_default_dir(me, &shm, &runtime), shm.join(format!("lanes-{me}")));
+        // Ours already: kept.
+        std::fs::create_dir(shm.join(format!("lanes-{me}"))).unwrap();
+        assert_eq!(choose_default_dir(me, &shm, &runtime), shm.join(format!("lanes-{me}")));
+        // Another user (here: a uid that is not the owner) finds the name taken by the
+        // owner of these directories. Its runtime directory belongs to somebody else and is
+        // not root's (unless the test runs as root): only a private parent is used.
+        let other = me.wrapping_add(1);
+        std::fs::create_dir(shm.join(format!("lanes-{other}"))).unwrap();
+        let chosen = choose_default_dir(other, &shm, &runtime);
+        if me == 0 {
+            assert_eq!(chosen, runtime.join("lanes"), "a root-owned private runtime directory serves");
+        } else {
+            assert_eq!(chosen, shm.join(format!("lanes-{other}")), "no private fallback: the error names the owner");
+        }
+        // A writable-by-others runtime directory never serves.
+        std::fs::set_permissions(&runtime, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        assert_eq!(choose_default_dir(other, &shm, &runtime), shm.join(format!("lanes-{other}")));
+        // A link squatting the name is no better than a directory.
+        std::fs::remove_dir(shm.join(format!("lanes-{other}"))).unwrap();
+        std::os::unix::fs::symlink(&runtime, shm.join(format!("lanes-{other}"))).unwrap();
+        assert_eq!(choose_default_dir(other, &shm, &runtime), shm.join(format!("lanes-{other}")));
+        // Once the user's fallback exists it is kept, whatever the shared name holds.
+        std::fs::set_permissions(&runtime, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        std::fs::create_dir(runtime.join("lanes")).unwrap();
+        assert_eq!(choose_default_dir(me, &shm, &runtime), runtime.join("lanes"));
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

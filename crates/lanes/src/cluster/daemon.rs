@@ -985,6 +985,7 @@ impl Shared {
         let proxies: HashSet<u32> = self.grants_lock().records.keys().copied().collect();
         let me = std::process::id();
         let n = liveness::list_records(&self.paths.procs())
+            .unwrap_or_default()
             .iter()
             .filter(|r| r.node == node && r.alive && !(r.pid == me && proxies.contains(&r.node)))
             .count();
@@ -1368,7 +1369,7 @@ impl Shared {
         let mut out = Vec::new();
         let Ok(nodes) = std::fs::read_dir(self.paths.nodes()) else { return out };
         for n in nodes.flatten() {
-            let Some(node) = n.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let Some(node) = n.file_name().to_str().and_then(FabricPaths::parse_node_dir_name) else { continue };
             let Ok(files) = std::fs::read_dir(n.path()) else { continue };
             for f in files.flatten() {
                 let parsed = f.file_name().to_str().and_then(FabricPaths::parse_object_file_name);

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use super::proto::ObjectKind;
-use crate::platform::files::ensure_private_dir;
+use crate::platform::files::{ensure_private_dir, open_existing};
 use crate::platform::liveness::pid_alive;
 
 /// The directory of export records in a fabric directory.
@@ -71,7 +71,12 @@ fn kind_name(kind: ObjectKind) -> &'static str {
 
 /// The record file of object (`kind`, `node`, `id`) in `fabric_dir`.
 pub fn record_path(fabric_dir: &Path, kind: ObjectKind, node: u32, id: u32) -> PathBuf {
-    fabric_dir.join(EXPORTS_DIR).join(format!("{}-{node}-{id:08x}.json", kind_name(kind)))
+    fabric_dir.join(EXPORTS_DIR).join(record_name(kind, node, id))
+}
+
+/// The file name of the record of object (`kind`, `node`, `id`).
+fn record_name(kind: ObjectKind, node: u32, id: u32) -> String {
+    format!("{}-{node}-{id:08x}.json", kind_name(kind))
 }
 
 /// Publishes `rec` (replacing an earlier record of the same object): written to a temporary
@@ -92,7 +97,7 @@ pub fn publish(fabric_dir: &Path, rec: &ExportRecord) -> io::Result<()> {
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&tmp)
         .and_then(|mut f| f.write_all(&body))
         .and_then(|()| fs::rename(&tmp, &path));
@@ -137,15 +142,20 @@ pub fn sweep(fabric_dir: &Path, is_alive: impl Fn(u32, u32, u64) -> bool) -> Vec
     removed
 }
 
-/// The object a record file's name stands for (see [`record_path`]).
+/// The object a record file's name stands for (see [`record_path`]). Every kind has
+/// records (reflective groups too), and only the very name `record_path` gives is one: the
+/// numbers also parse from other spellings (`+8`, `08`, upper-case hex), but such a file is
+/// not the record `read` reads, so it is swept as a stranger rather than judged by the
+/// record of the name it resembles.
 fn parse_name(name: &str) -> Option<(ObjectKind, u32, u32)> {
     let stem = name.strip_suffix(".json")?;
     let (rest, id) = stem.rsplit_once('-')?;
     let (kind, node) = rest.rsplit_once('-')?;
-    let kind = [ObjectKind::Segment, ObjectKind::Interrupt, ObjectKind::DataInterrupt]
+    let kind = [ObjectKind::Segment, ObjectKind::Interrupt, ObjectKind::DataInterrupt, ObjectKind::Reflective]
         .into_iter()
         .find(|k| kind_name(*k) == kind)?;
-    Some((kind, node.parse().ok()?, u32::from_str_radix(id, 16).ok()?))
+    let parsed = (kind, node.parse().ok()?, u32::from_str_radix(id, 16).ok()?);
+    (record_name(parsed.0, parsed.1, parsed.2) == name).then_some(parsed)
 }
 
 /// Removes the record of (`kind`, `node`, `id`) if it is still the export of `epoch` (a
@@ -163,15 +173,12 @@ pub fn withdraw(fabric_dir: &Path, kind: ObjectKind, node: u32, id: u32, epoch: 
 /// regular file, or naming another object).
 pub fn read(fabric_dir: &Path, kind: ObjectKind, node: u32, id: u32) -> Result<Option<ExportRecord>, String> {
     let path = record_path(fabric_dir, kind, node, id);
-    let file = match OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW).open(&path) {
+    // Never blocks and never follows a link: a FIFO or a link planted here is refused.
+    let file = match open_existing(&path, false) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("export record {}: {e}", path.display())),
+        Err(e) => return Err(format!("export record: {e}")),
     };
-    let meta = file.metadata().map_err(|e| format!("export record {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("export record {} is not a regular file", path.display()));
-    }
     let mut body = Vec::new();
     // Read one byte past the limit: a file growing under us is refused too.
     file.take(MAX_RECORD + 1).read_to_end(&mut body).map_err(|e| format!("export record {}: {e}", path.display()))?;

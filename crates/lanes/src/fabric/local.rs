@@ -323,14 +323,16 @@ impl LocalInner {
             let s = self.file.snapshot();
             return Err(Error::SegmentBusy { node: s.node_id, segment: s.segment_id, connections: peers.len() });
         }
+        // The lock first: a removal that cannot have it (no descriptor left at the fd limit)
+        // changes nothing and can be retried once the program has freed some.
+        let node = self.file.snapshot().node_id;
+        let _lock = DirLock::acquire(&self.fabric.paths.node_lock(node))
+            .context(|| format!("locking node directory {node}"))?;
         self.removed.store(true, Ordering::Release);
         // Peers' waits and sequences see REMOVED; our own event waiters are woken too.
         self.file.header().update_state(state::REMOVED, state::AVAILABLE | state::SHARED);
         self.withdraw();
         self.file.header().conn_doorbell().ring();
-        let node = self.file.snapshot().node_id;
-        let _lock = DirLock::acquire(&self.fabric.paths.node_lock(node))
-            .context(|| format!("locking node directory {node}"))?;
         if self.file.is_current_at(self.file.path()) {
             std::fs::remove_file(self.file.path()).context(|| format!("removing {}", self.file.path().display()))?;
         }

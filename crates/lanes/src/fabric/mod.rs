@@ -371,7 +371,8 @@ impl Fabric {
                     .and_then(|mut client| client.probe_node(id, PROBE))
                     .is_ok_and(|probe| probe.is_up())
             }
-            _ => liveness::list_records(&self.inner.paths.procs()).iter().any(|r| r.node == node && r.alive),
+            _ => liveness::list_records(&self.inner.paths.procs())
+                .is_ok_and(|r| r.iter().any(|r| r.node == node && r.alive)),
         }
     }
 

@@ -67,7 +67,7 @@ fn live_groups(fabric: &FabricInner) -> Vec<(u32, u32)> {
     let mut out = Vec::new();
     let Ok(nodes) = std::fs::read_dir(fabric.paths.nodes()) else { return out };
     for n in nodes.flatten() {
-        let Some(node) = n.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Some(node) = n.file_name().to_str().and_then(FabricPaths::parse_node_dir_name) else { continue };
         let Ok(files) = std::fs::read_dir(n.path()) else { continue };
         for f in files.flatten() {
             let Some((k, id)) = f.file_name().to_str().and_then(FabricPaths::parse_object_file_name) else { continue };

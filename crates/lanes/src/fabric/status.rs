@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{IoContext, Result};
-use crate::platform::files::DirLock;
+use crate::platform::files::{verify_fabric_dir, DirLock};
 use crate::platform::liveness::{self, ProcessIdentity};
 use crate::transport::shm::layout::{kind, state};
 use crate::transport::shm::segment_file::{OpenError, SegmentFile};
@@ -76,21 +76,54 @@ fn kind_label(k: u32) -> &'static str {
     }
 }
 
-/// Object files of every node directory: (node, kind, id, path).
-fn object_files(paths: &FabricPaths) -> Vec<(u32, u32, u32, PathBuf)> {
+/// Object files of every node directory: (node, kind, id, path). A missing directory holds
+/// none; one that cannot be read is an error naming it.
+fn object_files(paths: &FabricPaths) -> Result<Vec<(u32, u32, u32, PathBuf)>> {
     let mut out = Vec::new();
-    let Ok(nodes) = fs::read_dir(paths.nodes()) else { return out };
-    for n in nodes.flatten() {
-        let Some(node) = n.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(segs) = fs::read_dir(n.path()) else { continue };
-        for s in segs.flatten() {
+    let nodes_dir = paths.nodes();
+    let Some(nodes) = read_dir_if_present(&nodes_dir)? else { return Ok(out) };
+    for n in nodes {
+        let n = n.context(|| format!("reading {}", nodes_dir.display()))?;
+        let Some(node) = n.file_name().to_str().and_then(FabricPaths::parse_node_dir_name) else { continue };
+        let node_dir = n.path();
+        if !n.file_type().is_ok_and(|t| t.is_dir()) {
+            continue; // not a node directory (and never followed if it is a link)
+        }
+        let Some(segs) = read_dir_if_present(&node_dir)? else { continue };
+        for s in segs {
+            let s = s.context(|| format!("reading {}", node_dir.display()))?;
             if let Some((k, id)) = s.file_name().to_str().and_then(FabricPaths::parse_object_file_name) {
                 out.push((node, k, id, s.path()));
             }
         }
     }
     out.sort();
-    out
+    Ok(out)
+}
+
+/// Checks that `dir` is a fabric directory this user may read: ours (or, for root, any
+/// user's), readable. A missing one is an empty fabric.
+fn check_fabric_dir(dir: &Path) -> Result<()> {
+    match verify_fabric_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(crate::error::Error::io("fabric directory", e)),
+        Ok(()) => {}
+    }
+    read_dir_if_present(dir).map(drop)
+}
+
+/// `read_dir(dir)`, `None` if it does not exist.
+fn read_dir_if_present(dir: &Path) -> Result<Option<fs::ReadDir>> {
+    match fs::read_dir(dir) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(crate::error::Error::io(format!("reading {}", dir.display()), e)),
+    }
+}
+
+/// The process records of `procs`, or an error naming the directory.
+fn records(procs: &Path) -> Result<Vec<liveness::RecordInfo>> {
+    liveness::list_records(procs).context(|| "reading the process records".to_string())
 }
 
 fn alive(procs: &Path, node: u32, id: ProcessIdentity) -> bool {
@@ -100,9 +133,11 @@ fn alive(procs: &Path, node: u32, id: ProcessIdentity) -> bool {
 /// Reads the fabric directory `dir`: nodes, their processes, and every segment.
 pub fn status(dir: &Path) -> Result<FabricStatus> {
     let paths = FabricPaths::new(dir);
+    // An unreadable or foreign fabric is an error, not "none".
+    check_fabric_dir(dir)?;
     let procs = paths.procs();
     let mut nodes: Vec<NodeStatus> = Vec::new();
-    for r in liveness::list_records(&procs) {
+    for r in records(&procs)? {
         let i = match nodes.iter().position(|n| n.node == r.node) {
             Some(i) => i,
             None => {
@@ -117,7 +152,7 @@ pub fn status(dir: &Path) -> Result<FabricStatus> {
         }
     }
     let mut segments = Vec::new();
-    for (node, k, id, path) in object_files(&paths) {
+    for (node, k, id, path) in object_files(&paths)? {
         segments.push(match SegmentFile::open_path(&path, k, node, id) {
             Ok(f) => {
                 let snap = *f.snapshot();
@@ -181,7 +216,8 @@ pub fn cleanup(dir: &Path) -> Result<CleanupReport> {
     let paths = FabricPaths::new(dir);
     let procs = paths.procs();
     let mut report = CleanupReport::default();
-    for (node, k, id, path) in object_files(&paths) {
+    check_fabric_dir(dir)?;
+    for (node, k, id, path) in object_files(&paths)? {
         let _lock = DirLock::acquire(&paths.node_lock(node)).context(|| format!("locking node directory {node}"))?;
         let why = match SegmentFile::open_path(&path, k, node, id) {
             Ok(f) => {
@@ -206,7 +242,7 @@ pub fn cleanup(dir: &Path) -> Result<CleanupReport> {
     report.exports = crate::cluster::exports::sweep(dir, |node, pid, bits| {
         ProcessIdentity::from_bits(bits).is_some_and(|id| id.pid() == pid && alive(&procs, node, id))
     });
-    for r in liveness::list_records(&procs) {
+    for r in records(&procs)? {
         if !r.alive {
             // A record is recreated (and relocked) by its owner, so unlinking a dead one is safe.
             if fs::remove_file(&r.path).is_ok() {

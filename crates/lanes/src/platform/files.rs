@@ -10,30 +10,62 @@ use std::path::{Path, PathBuf};
 use super::cvt;
 
 /// Creates `dir` (and parents) with mode 0700 if missing, and refuses a directory that is
-/// not ours or that others may write: the fabric's memory must not be open to other users.
+/// not ours or a link somebody else made: the fabric's memory must not be open to other
+/// users. A directory of ours that others may enter is set to exactly 0700.
 pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
-    let meta = fs::metadata(dir)?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !meta.is_dir() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a directory"));
-    }
-    if meta.uid() != me {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("owned by uid {}, not by this user (uid {me})", meta.uid()),
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        // Tighten what we own rather than fail: group/other write would let others plant files.
-        fs::set_permissions(dir, fs::Permissions::from_mode(meta.mode() & 0o7755 & !0o022))?;
+    let meta = verify_own_dir(dir, effective_uid())?;
+    if meta.mode() & 0o7777 != 0o700 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
+}
+
+/// Checks, without changing anything, that an existing fabric directory may be read as
+/// this user's: it is ours (root may read any user's), reached through no link of another
+/// user. `NotFound` keeps its kind: a fabric nobody opened yet is empty, not an error.
+pub fn verify_fabric_dir(dir: &Path) -> io::Result<()> {
+    let me = effective_uid();
+    match verify_own_dir(dir, me) {
+        Err(e) if me == 0 && e.kind() == io::ErrorKind::PermissionDenied => fs::metadata(dir).map(drop),
+        other => other.map(drop),
+    }
+}
+
+/// The metadata of directory `dir` if it belongs to `me`; a link is followed only if `me`
+/// made it (one made by somebody else in a shared directory such as /dev/shm is a squat).
+fn verify_own_dir(dir: &Path, me: u32) -> io::Result<fs::Metadata> {
+    let squatted = |what: String| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} {what}, not to this user (uid {me}): another user made it first; set LANES_DIR \
+                 to a directory of yours, or have it removed",
+                dir.display()
+            ),
+        )
+    };
+    let mut meta = fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        if meta.uid() != me {
+            return Err(squatted(format!("is a symbolic link that belongs to uid {}", meta.uid())));
+        }
+        meta = fs::metadata(dir)?;
+    }
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is {}, not a directory", dir.display(), type_name(&meta)),
+        ));
+    }
+    if meta.uid() != me {
+        return Err(squatted(format!("belongs to uid {}", meta.uid())));
+    }
+    Ok(meta)
 }
 
 /// An exclusive `flock` on a lock file, released on drop (or by the kernel if we die).
@@ -45,14 +77,7 @@ pub struct DirLock {
 impl DirLock {
     /// Blocks until the lock file `path` is locked exclusively.
     pub fn acquire(path: &Path) -> io::Result<DirLock> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)?;
+        let file = open_or_create(path)?;
         loop {
             // SAFETY: the fd is open for the duration of the call.
             match cvt(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }) {
@@ -104,7 +129,205 @@ impl UnnamedFile {
     }
 }
 
-/// Opens an existing fabric file for reading and writing, refusing symlinks.
+/// How an existing file of the fabric directory is opened: never through a symlink (the
+/// last component), never blocking (a FIFO or a device planted in the directory would block
+/// `open` or the first read), not as a controlling terminal.
+const SAFE_OPEN_FLAGS: libc::c_int = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+
+/// Opens an existing fabric file for reading (and writing if `writable`). Refuses, with an
+/// error naming `path` and what was found there, a symlink, anything that is not a regular
+/// file, and a file of another user: the checks are made on the open descriptor, so the
+/// file cannot be swapped between check and use. `NotFound` keeps its kind for callers that
+/// treat a missing file as "not there".
 pub fn open_existing(path: &Path, writable: bool) -> io::Result<File> {
-    OpenOptions::new().read(true).write(writable).custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW).open(path)
+    let file = OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .custom_flags(SAFE_OPEN_FLAGS)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    check_owned_regular(&file, path)?;
+    Ok(file)
+}
+
+/// Opens `path` for reading and writing, creating it with mode 0600 if missing, with the
+/// refusals of [`open_existing`]: a FIFO, a symlink or another user's file in its place is
+/// an error naming it.
+pub fn open_or_create(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(SAFE_OPEN_FLAGS)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    check_owned_regular(&file, path)?;
+    Ok(file)
+}
+
+/// Opens a configuration file (read-only) without blocking and refuses anything but a
+/// regular file. Unlike fabric files it may belong to another user (root's `/etc/lanes`),
+/// and it may be reached through symlinks, as configuration files often are.
+pub fn open_config(path: &Path) -> io::Result<File> {
+    let file =
+        OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("is {}, not a regular file", type_name(&meta)),
+        ));
+    }
+    Ok(file)
+}
+
+/// Why a file of the fabric directory could not be used: its path and the cause. Carried
+/// inside an `io::Error` (same kind as the cause), so callers that match on the kind or
+/// walk the error's sources still find the system error (`EMFILE` stays "out of resources").
+#[derive(Debug)]
+pub struct FileError {
+    pub path: PathBuf,
+    pub reason: FileProblem,
+}
+
+/// What was wrong with a fabric file.
+#[derive(Debug)]
+pub enum FileProblem {
+    /// A system call failed.
+    Os(io::Error),
+    /// Not a regular file of the right user, or a link: a hostile or foreign file.
+    Refused(String),
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.reason {
+            FileProblem::Os(e) => write!(f, "{}: {e}", self.path.display()),
+            FileProblem::Refused(why) => write!(f, "{} {why}", self.path.display()),
+        }
+    }
+}
+
+impl std::error::Error for FileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.reason {
+            FileProblem::Os(e) => Some(e),
+            FileProblem::Refused(_) => None,
+        }
+    }
+}
+
+impl FileError {
+    /// Why, without the path (for messages that name the path already).
+    pub fn reason(&self) -> String {
+        match &self.reason {
+            FileProblem::Os(e) => e.to_string(),
+            FileProblem::Refused(why) => why.clone(),
+        }
+    }
+
+    /// The `FileError` inside `e`, if it carries one.
+    pub fn of(e: &io::Error) -> Option<&FileError> {
+        e.get_ref().and_then(|inner| inner.downcast_ref::<FileError>())
+    }
+}
+
+fn os_error(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), FileError { path: path.to_path_buf(), reason: FileProblem::Os(e) })
+}
+
+fn refused(path: &Path, why: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        FileError { path: path.to_path_buf(), reason: FileProblem::Refused(why) },
+    )
+}
+
+/// The open error with `path` and, for `ELOOP` under `O_NOFOLLOW`, the plain reason.
+fn open_error(path: &Path, e: io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => e,
+        Some(libc::ELOOP) => refused(path, "is a symbolic link; fabric files are never followed through links".into()),
+        _ => os_error(path, e),
+    }
+}
+
+/// Refuses a descriptor that is not a regular file of this user (or, for root, of the user
+/// whose directory holds it). Both refusals are `InvalidData`: such a file is not a fabric
+/// file, whatever it holds.
+fn check_owned_regular(file: &File, path: &Path) -> io::Result<()> {
+    let meta = file.metadata().map_err(|e| os_error(path, e))?;
+    if !meta.is_file() {
+        return Err(refused(path, format!("is {}, not a regular file", type_name(&meta))));
+    }
+    let me = effective_uid();
+    // Root may read another user's directory (`lanes status`, `lanes cleanup` of it): the
+    // files there must then be that directory's owner's.
+    let owner_of_dir = || path.parent().and_then(|d| fs::symlink_metadata(d).ok()).map(|m| m.uid());
+    if meta.uid() != me && !(me == 0 && owner_of_dir() == Some(meta.uid())) {
+        return Err(refused(path, format!("belongs to uid {}, not to this user (uid {me})", meta.uid())));
+    }
+    Ok(())
+}
+
+/// What kind of file `meta` describes, for error messages ("a FIFO").
+pub fn type_name(meta: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
+    }
+}
+
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Reserves the first `len` bytes of `file` in its file system (`fallocate`), so that a
+/// mapping of them can never fault for want of space: on tmpfs a sparse page is allocated
+/// at the first touch, and a full tmpfs answers that touch with SIGBUS. Here a full file
+/// system is `StorageFull` instead, before anything is mapped. Grows the file to `len`.
+pub fn reserve(file: &File, len: u64) -> io::Result<()> {
+    let Ok(len_arg) = libc::off_t::try_from(len) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{len} bytes do not fit a file offset")));
+    };
+    if len == 0 {
+        return Ok(());
+    }
+    loop {
+        // SAFETY: the fd is open for the duration of the call; fallocate only changes the
+        // file's allocation.
+        match cvt(unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len_arg) }) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!("{len} bytes could not be reserved: the fabric directory's file system is full"),
+                ))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                // A file system without fallocate: sized sparse, as before (no guarantee).
+                return file.set_len(len);
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }

@@ -10,13 +10,14 @@
 //! one `u64` so shared structures can claim and release slots with a single CAS, and a
 //! recycled pid is never mistaken for the process it replaced.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::cvt;
+use super::files::{open_existing, open_or_create};
 
 const PID_BITS: u32 = 22; // pid_max is at most 2^22 on Linux
 const PID_MASK: u64 = (1 << PID_BITS) - 1;
@@ -113,14 +114,7 @@ impl ProcessRecord {
     pub fn register(procs_dir: &Path, node: u32) -> io::Result<Self> {
         let identity = ProcessIdentity::current()?;
         let path = record_path(procs_dir, node, identity.pid());
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&path)?;
+        let file = open_or_create(&path)?;
         let lock = record_lock(libc::F_WRLCK as libc::c_short);
         // SAFETY: the fd is open and `lock` is a valid flock for the duration of the call.
         cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) }).map_err(|e| {
@@ -178,12 +172,8 @@ pub fn is_alive(procs_dir: &Path, node: u32, identity: ProcessIdentity) -> bool 
         // Never open our own record: closing that fd would drop our own lock.
         return ProcessIdentity::current().ok() == Some(identity);
     }
-    let Ok(file) = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(record_path(procs_dir, node, identity.pid()))
-    else {
+    // F_GETLK asks for a write lock's conflicts, which needs the file open for writing.
+    let Ok(file) = open_existing(&record_path(procs_dir, node, identity.pid()), true) else {
         return false;
     };
     match read_record(&file) {
@@ -212,13 +202,18 @@ pub struct RecordInfo {
     pub path: PathBuf,
 }
 
-/// Every process record in `procs_dir`, live or stale.
-pub fn list_records(procs_dir: &Path) -> Vec<RecordInfo> {
+/// Every process record in `procs_dir`, live or stale; a file that is not a valid record
+/// (not a regular file, another user's, unreadable, malformed) is listed as stale. A missing
+/// directory has none; one that cannot be read is an error naming it.
+pub fn list_records(procs_dir: &Path) -> io::Result<Vec<RecordInfo>> {
     let mut out = Vec::new();
-    let Ok(entries) = fs::read_dir(procs_dir) else {
-        return out;
+    let entries = match fs::read_dir(procs_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", procs_dir.display()))),
     };
-    for e in entries.flatten() {
+    for e in entries {
+        let e = e.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", procs_dir.display())))?;
         let name = e.file_name();
         let Some((node, pid)) = name.to_str().and_then(|n| n.split_once('-')) else {
             continue;
@@ -226,18 +221,24 @@ pub fn list_records(procs_dir: &Path) -> Vec<RecordInfo> {
         let (Ok(node), Ok(pid)) = (node.parse::<u32>(), pid.parse::<u32>()) else {
             continue;
         };
+        // Only the name `record_path` writes: `08-1` or `8-+1` would be a second name.
+        if record_path(procs_dir, node, pid).file_name() != Some(name.as_os_str()) {
+            continue;
+        }
         let path = e.path();
         let (identity, alive) = if pid == std::process::id() {
             let me = ProcessIdentity::current().ok();
             (me, true)
         } else {
-            match File::open(&path).ok().as_ref().and_then(read_record) {
-                Some((_, id)) => (Some(id), is_alive(procs_dir, node, id)),
-                None => (None, false),
+            // A record is believed only under its own name: a copy of a live process's
+            // record under another name is not that process (nor alive).
+            match open_existing(&path, false).ok().as_ref().and_then(read_record) {
+                Some((n, id)) if n == node && id.pid() == pid => (Some(id), is_alive(procs_dir, node, id)),
+                _ => (None, false),
             }
         };
         out.push(RecordInfo { node, identity, pid, alive, path });
     }
     out.sort_by_key(|r| (r.node, r.pid));
-    out
+    Ok(out)
 }

@@ -310,7 +310,8 @@ fn memfd(len: u64) -> Result<OwnedFd> {
     // SAFETY: fd is a new descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let f = std::fs::File::from(fd);
-    f.set_len(len).map_err(|e| Error::io("sizing a reflective replica", e))?;
+    // Reserved, so that no store into the replica can fault for want of memory.
+    crate::platform::files::reserve(&f, len).map_err(|e| Error::io("sizing a reflective replica", e))?;
     Ok(OwnedFd::from(f))
 }
 

@@ -55,6 +55,12 @@ impl FabricPaths {
         format!("{}-{id:08x}", layout::kind::prefix(kind))
     }
 
+    /// The node of a node directory's name: only the spelling `node_dir` writes (`08` or
+    /// `+8` would be a second directory for node 8, listed twice).
+    pub fn parse_node_dir_name(name: &str) -> Option<u32> {
+        name.parse::<u32>().ok().filter(|n| n.to_string() == name)
+    }
+
     /// (kind, id) of an object file name.
     pub fn parse_object_file_name(name: &str) -> Option<(u32, u32)> {
         let (prefix, hex) = name.split_once('-')?;
@@ -62,7 +68,11 @@ impl FabricPaths {
         if hex.len() != 8 {
             return None;
         }
-        Some((kind, u32::from_str_radix(hex, 16).ok()?))
+        let id = u32::from_str_radix(hex, 16).ok()?;
+        // Only the spelling `object_file_name` writes: `+` and upper-case digits parse too,
+        // but such a file is a second name for the id (listed as the object, while every
+        // open by id reaches the other file).
+        (Self::object_file_name(kind, id) == name).then_some((kind, id))
     }
 
     /// The path of object `id` of `kind` on `node`.

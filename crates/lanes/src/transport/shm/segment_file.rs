@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 
 use super::layout::{HeaderSnapshot, HeaderView, HEADER_PAGE};
 use super::FabricPaths;
-use crate::platform::files::{open_existing, UnnamedFile};
+use crate::platform::files::{open_existing, reserve, FileError, UnnamedFile};
 use crate::platform::mapping::{Access, Mapping};
 use crate::platform::page_size;
 
@@ -128,8 +128,9 @@ impl SegmentFile {
         snap.data_offset = data_offset;
         let file_len = round_up(data_offset + snap.segment_size, page);
         check_free_space(&dir, file_len)?;
-        // ftruncate makes a sparse file: a 1 GiB segment costs nothing until touched.
-        file.set_len(file_len)?;
+        // Reserved, not sparse: a full tmpfs is an error here rather than SIGBUS at the first
+        // store into a page that cannot be had.
+        reserve(file, file_len)?;
         let header_map = Mapping::map(file.as_fd(), 0, HEADER_PAGE, Access::ReadWrite)?;
         // SAFETY: header_map is HEADER_PAGE bytes, page aligned, and lives in self.
         let header = unsafe { HeaderView::new(header_map.as_ptr()) };
@@ -180,12 +181,14 @@ impl SegmentFile {
         let file = match open_existing(path, true) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(OpenError::Missing),
+            // A link, a FIFO, a device or another user's file where an object should be.
+            // The error names the path already: the reason alone.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                return Err(OpenError::Corrupt(FileError::of(&e).map_or_else(|| e.to_string(), FileError::reason)))
+            }
             Err(e) => return Err(OpenError::Io(e)),
         };
         let meta = file.metadata().map_err(OpenError::Io)?;
-        if !meta.is_file() {
-            return Err(OpenError::Corrupt("not a regular file".into()));
-        }
         if meta.len() < HEADER_PAGE as u64 {
             return Err(OpenError::Corrupt(format!("{} bytes, shorter than the header", meta.len())));
         }
@@ -237,7 +240,7 @@ fn check_free_space(dir: &Path, bytes: u64) -> io::Result<()> {
     if bytes > free {
         return Err(io::Error::new(
             io::ErrorKind::StorageFull,
-            format!("{bytes} bytes asked, {free} free in the fabric directory"),
+            format!("the fabric directory's file system is full: {bytes} bytes asked, {free} free"),
         ));
     }
     Ok(())
