@@ -141,6 +141,8 @@ impl Sdk {
             .env("LANES_NODE_ID", node.to_string())
             .env("LANES_DIR", self.fabric())
             .env_remove("LANES_CONFIG")
+            .env_remove("LANES_SISCI_QUIET")
+            .env_remove("LANES_SISCI_DEBUG")
             .env_remove("LD_LIBRARY_PATH");
         c
     }
@@ -157,6 +159,18 @@ impl Sdk {
 
     fn run(&self, prog: &Path, node: u32, args: &[&str]) -> Output {
         self.start(prog, node, args).wait(LIMIT)
+    }
+
+    /// [`Sdk::run`] with one more environment variable.
+    fn run_with(&self, prog: &Path, node: u32, args: &[&str], (key, value): (&str, &str)) -> Output {
+        let child = self
+            .node(prog, node, args)
+            .env(key, value)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a node process");
+        Reaped(Some(child)).wait(LIMIT)
     }
 
     /// Runs a server on node 8 and a client on node 4; both must succeed.
@@ -485,6 +499,118 @@ fn error_paths_return_the_documented_codes_and_nothing_crashes() {
     assert!(out.status.success() && failed.is_empty(), "{failed:#?}\n{}", show("errors", &out));
     assert!(s.lines().filter(|l| l.starts_with("ok ")).count() > 150, "{s}");
     assert!(s.contains("0 failures"), "{s}");
+}
+
+/// The `ok`/`FAIL` lines of a test program: all passed and it said so.
+fn assert_all_ok(what: &str, out: &Output) {
+    let s = text(&out.stdout);
+    let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(out.status.success() && failed.is_empty() && s.contains("0 failures"), "{failed:#?}\n{}", show(what, out));
+}
+
+/// The line after `prefix` in `out`.
+fn line_after<'a>(out: &'a str, prefix: &str) -> Option<&'a str> {
+    out.lines().find_map(|l| l.strip_prefix(prefix))
+}
+
+/// With RLIMIT_NOFILE lowered, creating segments until one fails gives SCI_ERR_NOSPC (out
+/// of resources), not SCI_ERR_SYSTEM; SCIGetErrorString names the resource and stderr has
+/// the one report; with the limit raised again everything is removed and closed cleanly,
+/// leaving no object file behind (tests/sdk/fdlimit.c).
+#[test]
+fn creating_past_the_descriptor_limit_is_out_of_resources() {
+    let sdk = Sdk::install("fdlimit");
+    let prog = sdk.test_program("fdlimit", &[]);
+    let out = sdk.run(&prog, 4, &[]);
+    assert_all_ok("fdlimit", &out);
+    let stdout = text(&out.stdout);
+    let message = line_after(&stdout, "message: ").unwrap_or_else(|| panic!("{}", show("fdlimit", &out)));
+    assert!(message.starts_with("Out of resources") && message.contains("Too many open files"), "{message}");
+    let stderr = text(&out.stderr);
+    let reports: Vec<&str> = stderr.lines().collect();
+    assert_eq!(reports.len(), 1, "one report: {stderr}");
+    assert!(
+        reports[0].starts_with("libsisci (lanes): SCICreateSegment: ")
+            && reports[0].contains("Too many open files")
+            && reports[0].ends_with("(SCI_ERR_NOSPC)"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(sdk.fabric().join("nodes/4"))
+        .expect("node directory")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("seg-"))
+        .collect();
+    assert!(left.is_empty(), "object files left behind: {left:?}");
+}
+
+/// Makes `path` a FIFO.
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
+    // SAFETY: c is a valid NUL-terminated path for the duration of the call.
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(r, 0, "mkfifo {}: {}", path.display(), std::io::Error::last_os_error());
+}
+
+/// A segment's object file replaced by garbage, then by a FIFO (which must not block the
+/// connection): SCIConnectSegment fails with SCI_ERR_SYSTEM, nothing crashes, the library
+/// writes one line on stderr naming the function, the file and the cause, and
+/// SCIGetErrorString for the code gives the same cause (tests/sdk/corrupt.c).
+#[test]
+fn a_corrupt_or_hostile_object_file_is_reported_with_its_path_and_cause() {
+    let sdk = Sdk::install("corrupt");
+    let prog = sdk.test_program("corrupt", &[]);
+    let file = sdk.fabric().join("nodes/8/seg-00000005");
+    std::fs::create_dir_all(file.parent().expect("parent")).expect("node directory");
+    let path = file.display().to_string();
+    for (setup, cause) in [("garbage", "bad magic 0xabababababababab"), ("fifo", "is a FIFO, not a regular file")] {
+        let _ = std::fs::remove_file(&file);
+        match setup {
+            "garbage" => std::fs::write(&file, vec![0xAB_u8; 8192]).expect("write garbage"),
+            _ => mkfifo(&file),
+        }
+        let out = sdk.start(&prog, 4, &["8", "5"]).wait(Duration::from_secs(30));
+        assert_all_ok(setup, &out);
+        let stdout = text(&out.stdout);
+        let message = line_after(&stdout, "message: ").unwrap_or_else(|| panic!("{}", show(setup, &out)));
+        assert!(
+            message.starts_with("System error: ") && message.contains(&path) && message.contains(cause),
+            "{message}"
+        );
+        let stderr = text(&out.stderr);
+        let reports: Vec<&str> = stderr.lines().collect();
+        assert_eq!(reports.len(), 1, "{setup}: one report: {stderr}");
+        let report = reports[0];
+        assert!(report.starts_with("libsisci (lanes): SCIConnectSegment: "), "{report}");
+        assert!(report.contains(&path) && report.contains(cause) && report.ends_with("(SCI_ERR_SYSTEM)"), "{report}");
+        // The report and the message give the same cause.
+        let detail = message.strip_prefix("System error: ").expect("prefix");
+        assert!(report.contains(detail), "{report}\n{message}");
+    }
+}
+
+/// LANES_SISCI_QUIET=1 silences the report on stderr; SCIGetErrorString still gives the
+/// cause. LANES_SISCI_DEBUG=1 reports every failed call, the bad parameter too.
+#[test]
+fn lanes_sisci_quiet_silences_the_report_and_debug_reports_every_failure() {
+    let sdk = Sdk::install("quiet");
+    let prog = sdk.test_program("corrupt", &[]);
+    let file = sdk.fabric().join("nodes/8/seg-00000005");
+    std::fs::create_dir_all(file.parent().expect("parent")).expect("node directory");
+    std::fs::write(&file, vec![0xAB_u8; 8192]).expect("write garbage");
+    let quiet = sdk.run_with(&prog, 4, &["8", "5"], ("LANES_SISCI_QUIET", "1"));
+    assert_all_ok("quiet", &quiet);
+    assert!(quiet.stderr.is_empty(), "{}", show("quiet", &quiet));
+    let message = line_after(&text(&quiet.stdout), "message: ").map(str::to_string);
+    assert!(message.is_some_and(|m| m.contains("bad magic")), "{}", show("quiet", &quiet));
+
+    let debug = sdk.run_with(&prog, 4, &["8", "5"], ("LANES_SISCI_DEBUG", "1"));
+    assert_all_ok("debug", &debug);
+    let stderr = text(&debug.stderr);
+    let reports: Vec<&str> = stderr.lines().collect();
+    assert_eq!(reports.len(), 2, "{stderr}");
+    assert!(reports[0].contains("bad magic") && reports[0].ends_with("(SCI_ERR_SYSTEM)"), "{stderr}");
+    assert!(reports[1].starts_with("libsisci (lanes): SCIConnectSegment: "), "{stderr}");
+    assert!(reports[1].ends_with("(SCI_ERR_ILLEGAL_PARAMETER)"), "{stderr}");
 }
 
 /// Waits up to `limit` for `file` to contain `what`; false if it never did.

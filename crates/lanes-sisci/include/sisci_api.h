@@ -37,6 +37,27 @@
  *    bytes. SCIWaitForDataInterrupt() with a too-small buffer fails with SCI_ERR_OVERFLOW,
  *    sets *length to the size needed and keeps the message.
  *  - Device lending, physical memory and CSR access answer SCI_ERR_NOT_SUPPORTED.
+ *  - Running out of file descriptors (EMFILE, ENFILE), memory or space (ENOMEM, ENOSPC,
+ *    EDQUOT) is SCI_ERR_NOSPC, the "out of resources" code, whichever call it hits.
+ *
+ * Errors and their causes. A code does not always say why a call failed: SCI_ERR_SYSTEM
+ * from a corrupt or hostile file in the fabric directory, a configuration error or a failed
+ * system call, say. So:
+ *  - Each thread keeps its last failed call. SCIGetErrorString(code), for the code that call
+ *    returned, gives "<the code's string>: <the cause>", e.g. "System error: corrupt segment
+ *    file /dev/shm/lanes-1000/nodes/8/seg-00000005: bad magic 0x...". For any other code,
+ *    on another thread, or once another call of the thread has failed, it gives the code's
+ *    fixed string. Every string it returns stays valid and unchanged for the life of the
+ *    process.
+ *  - A failure whose cause the code hides (a corrupt or hostile object file, a configuration
+ *    error, a failed system call, a peer's malformed data, libfabric's and the cluster
+ *    daemon's failures) is also reported as one line on stderr, naming the function, the
+ *    cause and the file:
+ *      libsisci (lanes): SCIConnectSegment: corrupt segment file ...: bad magic ... (SCI_ERR_SYSTEM)
+ *    A report identical to the previous one is not repeated. Failures whose code says it
+ *    all (SCI_ERR_NO_SUCH_SEGMENT, SCI_ERR_TIMEOUT, a bad parameter, ...) print nothing.
+ *    LANES_SISCI_QUIET=1 silences these reports; LANES_SISCI_DEBUG=1 reports every failed
+ *    call (and wins over LANES_SISCI_QUIET). The library never writes to stdout.
  *
  * Reflective memory (multicast) is the broadcast flag on the segment calls. A store into a
  * group reaches the memory of every member, in order per writer; reads are local.
@@ -271,6 +292,7 @@ void        SCIInitialize(unsigned int flags, sci_error_t *error);
 void        SCITerminate(void);
 void        SCIOpen(sci_desc_t *sd, unsigned int flags, sci_error_t *error);
 void        SCIClose(sci_desc_t sd, unsigned int flags, sci_error_t *error);
+/* The code's string; for the code of this thread's last failed call, with its cause (above). */
 const char *SCIGetErrorString(sci_error_t error);
 void        SCIGetLocalNodeId(unsigned int adapterNo, unsigned int *nodeId, unsigned int flags,
                               sci_error_t *error);

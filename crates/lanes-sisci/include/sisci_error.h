@@ -4,8 +4,10 @@
  *
  * Every code but SCI_ERR_OK is its number OR SCI_ERR_MASK (0x40000000); the numbers of the
  * documented codes are the SISCI ones. The codes marked "Lanes value" have no public number:
- * Lanes picked unused values (0x930-0x938) for them. SCIGetErrorString() gives a stable,
- * human-readable string for every code.
+ * Lanes picked unused values (0x930-0x938) for them. SCIGetErrorString() gives a
+ * human-readable string for every code, valid for the life of the process; for the code of
+ * the calling thread's last failed call it also gives that failure's cause (sisci_api.h,
+ * "Errors and their causes").
  */
 #ifndef LANES_SISCI_ERROR_H
 #define LANES_SISCI_ERROR_H

@@ -60,7 +60,8 @@ pub const SCI_ERR_NO_REMOTE_LINK_ACCESS: SciError = e(0xA04);
 pub const SCI_ERR_NO_LINK_ACCESS: SciError = e(0xA05);
 pub const SCI_ERR_TRANSFER_FAILED: SciError = e(0xA06);
 
-/// Every error code with its name and the string `SCIGetErrorString` gives for it.
+/// Every error code with its name and its fixed string (what `SCIGetErrorString` gives for it,
+/// unless it is the code of the thread's last failed call, which also gives the cause).
 pub const ERRORS: &[(SciError, &str, &std::ffi::CStr)] = &[
     (SCI_ERR_OK, "SCI_ERR_OK", c"OK"),
     (SCI_ERR_BUSY, "SCI_ERR_BUSY", c"The resource is busy (in use, or still holding dependent resources)"),

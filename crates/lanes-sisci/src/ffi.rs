@@ -5,16 +5,27 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::consts::*;
-use crate::error::{fail, SciResult};
+use crate::error::{fail, failed, SciResult};
 
 /// Runs an implementation, stopping panics; writes its code to `*error` if `error` is not
-/// NULL; returns its value, or `default` when it failed.
+/// NULL; returns its value, or `default` when it failed. A failure becomes the thread's last
+/// failure ([`crate::error::failed`]): nothing is recorded when the call succeeds, so the
+/// path of a successful call is what it was.
+///
+/// `f` must be a closure written in the exported function's own implementation: its type
+/// name says which function failed (see `IMPLS` in lib.rs).
 #[inline]
-pub fn call<T>(error: *mut SciError, default: T, f: impl FnOnce() -> SciResult<T>) -> T {
+pub fn call<T, F: FnOnce() -> SciResult<T>>(error: *mut SciError, default: T, f: F) -> T {
     let (value, code) = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => (v, SCI_ERR_OK),
-        Ok(Err(c)) => (default, c.0),
-        Err(_) => (default, SCI_ERR_SYSTEM),
+        Ok(Err(c)) => {
+            failed(std::any::type_name::<F>(), c.0, None);
+            (default, c.0)
+        }
+        Err(payload) => {
+            failed(std::any::type_name::<F>(), SCI_ERR_SYSTEM, Some(&*payload));
+            (default, SCI_ERR_SYSTEM)
+        }
     };
     if !error.is_null() {
         // SAFETY: the API's contract: a non-NULL `error` points to a writable sci_error_t.

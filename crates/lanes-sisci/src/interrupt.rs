@@ -147,35 +147,31 @@ fn check_node(node_id: u32) -> SciResult<()> {
 }
 
 /// Connects to a remote interrupt of either kind with `connect` and hands out its handle: the
-/// checks and registration `SCIConnectInterrupt` and `SCIConnectDataInterrupt` share.
+/// checks and registration `SCIConnectInterrupt` and `SCIConnectDataInterrupt` share. (Each
+/// of them runs it in its own `call`, which names the function in failure reports.)
 fn connect_remote<T: Object>(
     sd: *mut c_void,
     interrupt: *mut *mut c_void,
     node_id: c_uint,
     adapter_no: c_uint,
     fl: c_uint,
-    error: *mut SciError,
     connect: impl FnOnce(&lanes::Fabric) -> SciResult<T>,
-) {
-    call(error, (), || {
-        let d = desc(sd)?;
-        need(interrupt)?;
-        flags(fl, 0)?;
-        adapter(adapter_no)?;
-        check_node(node_id)?;
-        let body = connect(&d.body.fabric)?;
-        let (p, _) = registry::insert(d.key(), 0, body);
-        put(interrupt, p)
-    })
+) -> SciResult<()> {
+    let d = desc(sd)?;
+    need(interrupt)?;
+    flags(fl, 0)?;
+    adapter(adapter_no)?;
+    check_node(node_id)?;
+    let body = connect(&d.body.fabric)?;
+    let (p, _) = registry::insert(d.key(), 0, body);
+    put(interrupt, p)
 }
 
 /// Disconnects a remote interrupt of either kind (`SCIDisconnect[Data]Interrupt`).
-fn disconnect_remote<T: Object>(interrupt: *mut c_void, fl: c_uint, error: *mut SciError) {
-    call(error, (), || {
-        flags(fl, 0)?;
-        drop(registry::write().take::<T>(interrupt)?);
-        Ok(())
-    })
+fn disconnect_remote<T: Object>(interrupt: *mut c_void, fl: c_uint) -> SciResult<()> {
+    flags(fl, 0)?;
+    drop(registry::write().take::<T>(interrupt)?);
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -189,13 +185,15 @@ pub(crate) fn connect_interrupt(
     fl: c_uint,
     error: *mut SciError,
 ) {
-    connect_remote(sd, interrupt, node_id, adapter_no, fl, error, |f| {
-        Ok(RInt { int: f.connect_interrupt(node_id, interrupt_no, Timeout::from_millis(timeout))? })
+    call(error, (), || {
+        connect_remote(sd, interrupt, node_id, adapter_no, fl, |f| {
+            Ok(RInt { int: f.connect_interrupt(node_id, interrupt_no, Timeout::from_millis(timeout))? })
+        })
     })
 }
 
 pub(crate) fn disconnect_interrupt(interrupt: *mut c_void, fl: c_uint, error: *mut SciError) {
-    disconnect_remote::<RInt>(interrupt, fl, error)
+    call(error, (), || disconnect_remote::<RInt>(interrupt, fl))
 }
 
 pub(crate) fn trigger_interrupt(interrupt: *mut c_void, fl: c_uint, error: *mut SciError) {
@@ -308,13 +306,15 @@ pub(crate) fn connect_data_interrupt(
     fl: c_uint,
     error: *mut SciError,
 ) {
-    connect_remote(sd, interrupt, node_id, adapter_no, fl, error, |f| {
-        Ok(RDInt { int: f.connect_data_interrupt(node_id, interrupt_no, Timeout::from_millis(timeout))? })
+    call(error, (), || {
+        connect_remote(sd, interrupt, node_id, adapter_no, fl, |f| {
+            Ok(RDInt { int: f.connect_data_interrupt(node_id, interrupt_no, Timeout::from_millis(timeout))? })
+        })
     })
 }
 
 pub(crate) fn disconnect_data_interrupt(interrupt: *mut c_void, fl: c_uint, error: *mut SciError) {
-    disconnect_remote::<RDInt>(interrupt, fl, error)
+    call(error, (), || disconnect_remote::<RDInt>(interrupt, fl))
 }
 
 pub(crate) fn trigger_data_interrupt(

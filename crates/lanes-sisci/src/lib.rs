@@ -9,6 +9,11 @@
 //! - Every entry point stops panics at the boundary (`ffi::call`), writes `*error` only if
 //!   `error` is not NULL, and refuses NULL out-parameters.
 //! - The fabric's errors become `sci_error_t` codes in one function, [`error::code_of`].
+//!   Each thread keeps its last failure's full message: `SCIGetErrorString`, asked for that
+//!   failure's code, gives it. A failure whose code cannot tell its cause (a corrupt or
+//!   hostile file in the fabric directory, a configuration error, a failed system call) is
+//!   also reported as one line on stderr (`LANES_SISCI_QUIET=1` silences it;
+//!   `LANES_SISCI_DEBUG=1` reports every failed call). Nothing is ever written to stdout.
 //! - Callbacks run on library threads.
 //! - Each function is exported under its plain name and as `_SISCI_PUBLIC_FUNC_ST_<Name>` and
 //!   `_SISCI_PUBLIC_FUNC_MT_<Name>`, the vendor library's names (for `dlsym`).
@@ -98,6 +103,10 @@ macro_rules! exports {
 
         /// The name of every exported function (without the vendor prefixes).
         pub const FUNCTIONS: &[&str] = &[$(stringify!($name)),*];
+
+        /// Each implementation's path (`crate::segment::connect_segment`) with the name it is
+        /// exported as: how a failure names the function that failed (`error.rs`).
+        pub(crate) const IMPLS: &[(&str, &str)] = &[$((stringify!($imp), stringify!($name))),*];
     };
 }
 
