@@ -11,9 +11,17 @@
 //! - `LANES_SOCKETS_RING=bytes`: ring per direction (default 1 MiB).
 //! - `LANES_POLL_US`: how long a waiting call spins before it sleeps in the kernel.
 //! - `LANES_DIR`: the fabric directory; records go to its `sockets/`.
+//! - `LANES_SOCKETS_QUIET=1`: print no notice on standard error.
+//!
+//! The notices, each one line starting `liblanes_sockets:`: a configuration that turned
+//! acceleration off, and, once per process, a socket record that could not be created for
+//! lack of room (a full fabric directory filesystem): that connection, and any other
+//! refused the same way, stays kernel TCP.
 
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -25,6 +33,36 @@ pub struct Config {
     pub poll_time: Duration,
     pub fabric_dir: PathBuf,
     pub netns: u64,
+    /// LANES_SOCKETS_QUIET: no notices.
+    pub quiet: bool,
+}
+
+/// Prints a notice unless the environment asked for quiet (the configuration may not be
+/// loaded yet). A failed write is ignored: the program's stderr is its own business.
+fn notice(quiet: bool, text: std::fmt::Arguments<'_>) {
+    if !quiet {
+        let _ = writeln!(io::stderr(), "liblanes_sockets: {text}");
+    }
+}
+
+fn quiet_from(var: impl Fn(&str) -> Option<String>) -> bool {
+    var("LANES_SOCKETS_QUIET").is_some_and(|v| v != "0")
+}
+
+/// A socket record could not be created: for lack of room (the fabric directory's
+/// filesystem is full), say so once per process; any other failure stays silent, as
+/// before. Either way the caller leaves the socket to the kernel.
+pub fn record_failed(why: &io::Error) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !matches!(why.kind(), io::ErrorKind::StorageFull | io::ErrorKind::OutOfMemory) {
+        return;
+    }
+    if !SAID.swap(true, Ordering::Relaxed) {
+        notice(
+            config().quiet,
+            format_args!("no room for a socket record ({why}); connections without one stay kernel TCP"),
+        );
+    }
 }
 
 fn load() -> Config {
@@ -41,9 +79,10 @@ fn load() -> Config {
         poll_time: lanes::platform::doorbell::default_poll_time(),
         fabric_dir,
         netns: crate::sock_diag::netns_inode(),
+        quiet: quiet_from(var),
     };
     if let Err(why) = apply(&mut config, var) {
-        eprintln!("liblanes_sockets: {why}; every connection stays kernel TCP");
+        notice(config.quiet, format_args!("{why}; every connection stays kernel TCP"));
         config.enabled = false;
     }
     config
@@ -122,6 +161,7 @@ mod tests {
             poll_time: Duration::ZERO,
             fabric_dir: PathBuf::new(),
             netns: 0,
+            quiet: false,
         }
     }
 
@@ -138,5 +178,7 @@ mod tests {
         assert_eq!(c.ring_bytes, 65536);
         let bad = |n: &str| (n == "LANES_SOCKETS_EXCLUDE").then(|| "80,x".to_string());
         assert_eq!(apply(&mut fresh(), bad).unwrap_err(), "LANES_SOCKETS_EXCLUDE: \"x\" is not a port (0-65535)");
+        let quiet = |v: &'static str| move |n: &str| (n == "LANES_SOCKETS_QUIET").then(|| v.to_string());
+        assert!(quiet_from(quiet("1")) && !quiet_from(quiet("0")) && !quiet_from(|_: &str| None));
     }
 }

@@ -6,10 +6,10 @@ use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use lanes::sockets::endpoint::{FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_TX_CLOSED};
+use lanes::sockets::endpoint::{this_process, FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_TX_CLOSED};
 use lanes::sockets::{ConnectionKey, Endpoint};
 
-use crate::config::{config, wanted};
+use crate::config::{config, record_failed, wanted};
 use crate::real::real;
 use crate::sock_diag;
 
@@ -200,7 +200,12 @@ pub fn forget(fd: i32) -> bool {
         Err(_) => None,
     };
     let Some(conn) = removed else { return false };
-    if conn.own.remove_holder(std::process::id()) > 0 {
+    // Without our identity we were never added (see adopt_after_fork): count the others.
+    let others = match this_process() {
+        Ok(me) => conn.own.remove_holder(me),
+        Err(_) => conn.own.holders().len(),
+    };
+    if others > 0 {
         return false;
     }
     release(&conn)
@@ -220,13 +225,14 @@ fn release(conn: &Conn) -> bool {
     unread
 }
 
-/// After fork, in the child: this process now holds every socket the parent held.
+/// After fork, in the child: this process (its own pid and start time) now holds every
+/// socket the parent held.
 pub fn adopt_after_fork() {
-    let pid = std::process::id();
+    let Ok(me) = this_process() else { return };
     // try_read: a thread of the parent may have held the lock at fork; it does not exist here.
     let Ok(t) = table().try_read() else { return };
     for c in t.values() {
-        c.own.add_holder(pid);
+        c.own.add_holder(me);
     }
 }
 
@@ -293,7 +299,14 @@ pub fn on_connected(fd: i32) {
     let Some(cookie) = sock_diag::own_cookie(fd) else { return };
     let cfg = config();
     let key = ConnectionKey::new(cfg.netns, local, remote);
-    let Ok(own) = Endpoint::create(&cfg.fabric_dir, &key, cookie, cfg.ring_bytes) else { return };
+    let own = match Endpoint::create(&cfg.fabric_dir, &key, cookie, cfg.ring_bytes) {
+        Ok(own) => own,
+        Err(why) => {
+            // No record, so the peer never finds one: both ends stay on the kernel socket.
+            record_failed(&why);
+            return;
+        }
+    };
     // SAFETY: F_GETFL on an fd we were handed; no memory is passed.
     let fl = unsafe { (real().fcntl)(fd, libc::F_GETFL, 0) };
     own.nonblocking().store(u32::from(fl >= 0 && fl & libc::O_NONBLOCK != 0), Ordering::Relaxed);
@@ -318,7 +331,10 @@ pub fn adopt_inherited(fd: i32) {
     if sock_diag::own_cookie(fd) != Some(own.cookie()) {
         return;
     }
-    own.add_holder(std::process::id());
+    // Exec keeps the pid and start time: the slot of the image before is normally ours already.
+    if let Ok(me) = this_process() {
+        own.add_holder(me);
+    }
     let conn = Conn::new(own, key);
     let _ = conn.attach_peer();
     insert(fd, conn);

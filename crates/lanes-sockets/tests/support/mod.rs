@@ -22,6 +22,7 @@ pub const SCRUBBED: &[&str] = &[
     "LANES_SOCKETS_INCLUDE",
     "LANES_SOCKETS_EXCLUDE",
     "LANES_SOCKETS_LIB",
+    "LANES_SOCKETS_QUIET",
 ];
 
 pub fn repo() -> PathBuf {

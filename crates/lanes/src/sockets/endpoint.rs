@@ -7,7 +7,7 @@
 //! | offset | written by | contents |
 //! |---|---|---|
 //! | 0 | creator, once | magic, version, ring size, socket cookie, key |
-//! | 128 | holders | process ids of the holders (8 slots) |
+//! | 128 | holders | identities of the holders (8 slots of 8 bytes: pid and start time) |
 //! | 192 | both ends | flags |
 //! | 256 | sender, receiver (mode) | the sending direction's state word |
 //! | 320 | sender | send lock, byte counts |
@@ -17,6 +17,15 @@
 //!
 //! The header is untrusted when a record is opened: it is validated, and the ring size is
 //! copied out once.
+//!
+//! A record's storage is reserved when it is created (`fallocate`), never left sparse: a
+//! mapped hole that a full filesystem (tmpfs in `/dev/shm`) cannot back when first touched
+//! kills the process with SIGBUS, while a failed reservation is an error (`StorageFull`)
+//! before anything is mapped, and the socket stays kernel TCP.
+//!
+//! A holder is a [`ProcessIdentity`] (pid and start time), alive only while the process
+//! with that pid still has that start time: a holder that died and whose pid was reused by
+//! an unrelated process does not keep the record alive.
 
 use std::fs::File;
 use std::io;
@@ -26,19 +35,20 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::direction::{DirectionWord, MAX_RING_BYTES};
-use crate::platform::files::{ensure_private_dir, open_existing, UnnamedFile};
-use crate::platform::liveness::pid_alive;
+use crate::platform::files::{ensure_private_dir, open_existing, reserve, UnnamedFile};
+use crate::platform::liveness::{pid_alive, ProcessIdentity};
 use crate::platform::mapping::{Access, Mapping};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"LNSOCK01");
-const VERSION: u32 = 1;
+/// 2: holder slots hold process identities (8 bytes), no longer bare pids.
+const VERSION: u32 = 2;
 /// Where the ring starts.
 pub const RING_OFFSET: usize = 4096;
 /// The smallest ring (`LANES_SOCKETS_RING` is clamped to this range).
 pub const MIN_RING_BYTES: usize = 4096;
 /// The default ring per direction.
 pub const DEFAULT_RING_BYTES: usize = 1 << 20;
-/// Holder slots: processes sharing the socket (fork).
+/// Holder slots: processes sharing the socket (fork), 8 bytes each, one line.
 pub const HOLDER_SLOTS: usize = 8;
 
 const OFF_MAGIC: usize = 0;
@@ -128,7 +138,10 @@ impl ConnectionKey {
         let netns = u64::from_str_radix(parts.next()?, 16).ok()?;
         let local = parts.next()?.parse().ok()?;
         let remote = parts.next()?.parse().ok()?;
-        Some(ConnectionKey { netns, local, remote })
+        let key = ConnectionKey { netns, local, remote };
+        // Only the spelling `file_name` writes: `+7`, `07` or a port `:05` parse too, but
+        // such a file is a second name for the connection (listed twice).
+        (key.file_name() == name).then_some(key)
     }
 }
 
@@ -183,6 +196,33 @@ fn invalid(why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why.to_string())
 }
 
+/// Whether the process `who` names still runs: the process with its pid has its start
+/// time. Without /proc's answer (other than "no such process") a live pid counts, so a
+/// holder is never declared dead for want of information.
+fn holder_alive(who: ProcessIdentity) -> bool {
+    match ProcessIdentity::of_pid(who.pid()) {
+        Ok(now) => now == who,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(_) => pid_alive(who.pid()),
+    }
+}
+
+/// The calling process's identity, cached while the pid stays the same (a forked child
+/// has a new pid, so it computes its own): closing a socket checks it, and reading /proc
+/// each time would cost a file open.
+pub fn this_process() -> io::Result<ProcessIdentity> {
+    static CACHED: AtomicU64 = AtomicU64::new(0);
+    let pid = std::process::id();
+    if let Some(me) = ProcessIdentity::from_bits(CACHED.load(Ordering::Relaxed)) {
+        if me.pid() == pid {
+            return Ok(me);
+        }
+    }
+    let me = ProcessIdentity::current()?;
+    CACHED.store(me.bits(), Ordering::Relaxed);
+    Ok(me)
+}
+
 impl Endpoint {
     /// Creates and publishes the record of a socket (kernel cookie `cookie`), replacing a
     /// stale record of an earlier connection with the same addresses (that socket no longer
@@ -194,9 +234,13 @@ impl Endpoint {
         ensure_private_dir(&dir)?;
         let len = RING_OFFSET + ring_bytes;
         let name = key.file_name();
+        let me = this_process()?;
         for _attempt in 0..4 {
             let unnamed = UnnamedFile::create(&dir)?;
-            unnamed.file().set_len(len as u64)?;
+            // Reserved before it is mapped: a full filesystem is an error here, not a SIGBUS
+            // when a ring page is first touched.
+            reserve(unnamed.file(), len as u64)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
             let map = Mapping::map(unnamed.file().as_fd(), 0, len, Access::ReadWrite)?;
             let mut header = [0u8; 128];
             header[OFF_MAGIC..OFF_MAGIC + 8].copy_from_slice(&MAGIC.to_le_bytes());
@@ -210,7 +254,7 @@ impl Endpoint {
             // the unnamed file yet.
             unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), map.as_ptr(), header.len()) };
             let ep = Endpoint { map, path: dir.join(&name), ring_bytes, cookie, key: *key };
-            ep.add_holder(std::process::id());
+            ep.add_holder(me);
             match unnamed.publish(&name) {
                 Ok(_) => return Ok(ep),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -349,43 +393,48 @@ impl Endpoint {
         unsafe { self.map.as_ptr().add(RING_OFFSET) }
     }
 
-    /// Records `pid` as a holder (idempotent). False if every slot is taken by a live holder.
-    pub fn add_holder(&self, pid: u32) -> bool {
-        let slots = || (0..HOLDER_SLOTS).map(|i| self.u32_at(OFF_HOLDERS + 4 * i));
-        if slots().any(|s| s.load(Ordering::Acquire) == pid) {
+    fn holder_slot(&self, i: usize) -> &AtomicU64 {
+        self.u64_at(OFF_HOLDERS + 8 * i)
+    }
+
+    /// Records `who` as a holder (idempotent), in a free slot or one of a dead holder.
+    /// False if every slot is taken by a live holder.
+    pub fn add_holder(&self, who: ProcessIdentity) -> bool {
+        let me = who.bits();
+        if (0..HOLDER_SLOTS).any(|i| self.holder_slot(i).load(Ordering::Acquire) == me) {
             return true;
         }
-        for s in slots() {
+        for i in 0..HOLDER_SLOTS {
+            let s = self.holder_slot(i);
             let cur = s.load(Ordering::Acquire);
-            if (cur == 0 || !pid_alive(cur))
-                && s.compare_exchange(cur, pid, Ordering::AcqRel, Ordering::Acquire).is_ok()
-            {
+            let free = ProcessIdentity::from_bits(cur).is_none_or(|h| !holder_alive(h));
+            if free && s.compare_exchange(cur, me, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 return true;
             }
         }
         false
     }
 
-    /// Removes `pid`; returns how many live holders remain.
-    pub fn remove_holder(&self, pid: u32) -> usize {
+    /// Removes `who`; returns how many live holders remain.
+    pub fn remove_holder(&self, who: ProcessIdentity) -> usize {
         let mut live = 0;
         for i in 0..HOLDER_SLOTS {
-            let s = self.u32_at(OFF_HOLDERS + 4 * i);
+            let s = self.holder_slot(i);
             let cur = s.load(Ordering::Acquire);
-            if cur == pid {
+            if cur == who.bits() {
                 let _ = s.compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Acquire);
-            } else if cur != 0 && pid_alive(cur) {
+            } else if ProcessIdentity::from_bits(cur).is_some_and(holder_alive) {
                 live += 1;
             }
         }
         live
     }
 
-    /// The live holders' pids.
-    pub fn holders(&self) -> Vec<u32> {
+    /// The live holders.
+    pub fn holders(&self) -> Vec<ProcessIdentity> {
         (0..HOLDER_SLOTS)
-            .map(|i| self.u32_at(OFF_HOLDERS + 4 * i).load(Ordering::Acquire))
-            .filter(|&p| p != 0 && pid_alive(p))
+            .filter_map(|i| ProcessIdentity::from_bits(self.holder_slot(i).load(Ordering::Acquire)))
+            .filter(|&h| holder_alive(h))
             .collect()
     }
 }
@@ -488,7 +537,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("lanes-endpoint-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let a = Endpoint::create(&dir, &key(), 42, 8192).unwrap();
-        assert_eq!(a.holders(), vec![std::process::id()]);
+        assert_eq!(a.holders(), vec![this_process().unwrap()]);
         let b = Endpoint::open(&dir, &key()).unwrap();
         assert_eq!((b.cookie(), b.ring_bytes()), (42, 8192));
         assert!(Endpoint::open(&dir, &key().reversed()).is_err());
@@ -499,5 +548,82 @@ mod tests {
         let e = Endpoint::open(&dir, &key()).unwrap_err();
         assert!(e.to_string().contains("magic"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn holders_are_identities_and_the_slots_of_dead_ones_are_reused() {
+        let dir = std::env::temp_dir().join(format!("lanes-endpoint-holders-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ep = Endpoint::create(&dir, &key(), 42, 4096).unwrap();
+        let me = this_process().unwrap();
+        assert!(ep.add_holder(me), "idempotent");
+        assert_eq!(ep.remove_holder(me), 0);
+        // Every slot taken by a holder whose pid is ours but whose start time is not: all
+        // dead (the pid was reused), so a live process still finds a slot.
+        for i in 0..HOLDER_SLOTS as u64 {
+            ep.holder_slot(i as usize).store(me.bits() ^ ((i + 1) << 40), Ordering::Release);
+        }
+        assert!(ep.holders().is_empty());
+        assert!(ep.add_holder(me));
+        assert_eq!(ep.holders(), vec![me]);
+        assert_eq!(ep.remove_holder(me), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A tmpfs of `size` mounted on a fresh directory, unmounted and removed when dropped.
+    struct SmallTmpfs(PathBuf);
+
+    impl SmallTmpfs {
+        /// None (the reason printed) unless this runs as root and may mount.
+        fn mount(name: &str, size: &str) -> Option<SmallTmpfs> {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                eprintln!("skipped: mounting a small tmpfs needs root");
+                return None;
+            }
+            let dir = std::env::temp_dir().join(format!("lanes-{name}-{}", std::process::id()));
+            let _ = std::fs::create_dir_all(&dir);
+            let target = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+            let opts = std::ffi::CString::new(format!("size={size},mode=0700")).unwrap();
+            // SAFETY: every argument is a NUL-terminated string that outlives the call.
+            let r =
+                unsafe { libc::mount(c"tmpfs".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), 0, opts.as_ptr().cast()) };
+            if r != 0 {
+                eprintln!("skipped: cannot mount a tmpfs on {}: {}", dir.display(), io::Error::last_os_error());
+                let _ = std::fs::remove_dir(&dir);
+                return None;
+            }
+            Some(SmallTmpfs(dir))
+        }
+    }
+
+    impl Drop for SmallTmpfs {
+        fn drop(&mut self) {
+            let target = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a NUL-terminated path; MNT_DETACH so a file still open cannot keep it.
+            unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_full_filesystem_is_an_error_at_create_not_a_sigbus_later() {
+        let Some(fs) = SmallTmpfs::mount("endpoint-full", "64k") else { return };
+        // 4 KiB of header and 64 KiB of ring cannot fit in 64 KiB: refused before mapping.
+        let e = Endpoint::create(&fs.0, &key(), 42, 65536).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
+        assert_eq!(std::fs::read_dir(sockets_dir(&fs.0)).unwrap().count(), 0, "nothing left behind");
+        // A record that fits is reserved in full: its whole ring is writable.
+        let small = Endpoint::create(&fs.0, &key(), 43, 4096).unwrap();
+        // SAFETY: the ring is ring_bytes() long and ours (no peer maps it).
+        unsafe { std::ptr::write_bytes(small.ring_ptr(), 0xa5, small.ring_bytes()) };
+        // Fill what is left: the next record is refused, the mapped one still works.
+        let filler = fs.0.join("filler");
+        let _ = std::fs::write(&filler, vec![1u8; 64 << 10]);
+        let e = Endpoint::create(&fs.0, &key().reversed(), 44, 4096).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(small.ring_ptr(), 0x5a, small.ring_bytes()) };
+        drop(small);
     }
 }

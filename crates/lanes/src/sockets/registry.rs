@@ -14,7 +14,8 @@ use super::endpoint::{sockets_dir, ConnectionKey, Endpoint, FLAG_ATTACHED};
 pub struct ConnectionInfo {
     pub local: SocketAddr,
     pub remote: SocketAddr,
-    /// Live processes holding the socket.
+    /// The pids of the live processes holding the socket (a holder whose pid now names
+    /// another process is dead).
     pub holders: Vec<u32>,
     pub ring_bytes_sent: u64,
     pub kernel_bytes_sent: u64,
@@ -33,7 +34,7 @@ pub fn list_connections(fabric_dir: &Path) -> Vec<ConnectionInfo> {
         .filter_map(|e| {
             let key = ConnectionKey::parse(e.file_name().to_str()?)?;
             let ep = Endpoint::open(fabric_dir, &key).ok()?;
-            let holders = ep.holders();
+            let holders: Vec<u32> = ep.holders().iter().map(|h| h.pid()).collect();
             let (ring, kernel) = ep.tx_counts();
             Some(ConnectionInfo {
                 local: key.local,
@@ -73,4 +74,37 @@ pub fn cleanup_connections(fabric_dir: &Path) -> io::Result<usize> {
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::liveness::ProcessIdentity;
+    use crate::sockets::endpoint::this_process;
+
+    #[test]
+    fn a_record_whose_holder_pid_was_reused_is_stale_and_cleaned() {
+        let dir = std::env::temp_dir().join(format!("lanes-registry-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let key = ConnectionKey::new(9, "127.0.0.1:7000".parse().unwrap(), "127.0.0.1:41000".parse().unwrap());
+        let ep = Endpoint::create(&dir, &key, 1, 4096).unwrap();
+        assert_eq!(cleanup_connections(&dir).unwrap(), 0, "a live holder keeps its record");
+        assert!(!list_connections(&dir)[0].stale);
+
+        // The holder "died" and its pid now names another process: here, this very process
+        // with another start time (the bits above the pid).
+        let me = this_process().unwrap();
+        let ghost = ProcessIdentity::from_bits(me.bits() ^ (1 << 40)).unwrap();
+        assert_eq!(ghost.pid(), me.pid());
+        assert_eq!(ep.remove_holder(me), 0);
+        assert!(ep.add_holder(ghost));
+        assert!(ep.holders().is_empty(), "a pid alone does not make a holder alive");
+        let listed = list_connections(&dir);
+        assert_eq!((listed.len(), listed[0].stale, listed[0].holders.len()), (1, true, 0));
+
+        assert_eq!(cleanup_connections(&dir).unwrap(), 1);
+        assert!(!ep.path().exists());
+        assert!(list_connections(&dir).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
