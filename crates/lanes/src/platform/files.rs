@@ -324,8 +324,17 @@ pub fn reserve(file: &File, len: u64) -> io::Result<()> {
                 ))
             }
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                // A file system without fallocate: sized sparse, as before (no guarantee).
-                return file.set_len(len);
+                // A file system without fallocate: the C library's posix_fallocate writes
+                // the blocks instead (slower, the same guarantee).
+                // SAFETY: as above; posix_fallocate returns the error instead of setting errno.
+                return match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_arg) } {
+                    0 => Ok(()),
+                    libc::ENOSPC => Err(io::Error::new(
+                        io::ErrorKind::StorageFull,
+                        format!("{len} bytes could not be reserved: the fabric directory's file system is full"),
+                    )),
+                    errno => Err(io::Error::from_raw_os_error(errno)),
+                };
             }
             Err(e) => return Err(e),
         }
