@@ -74,7 +74,8 @@ impl RawRegion {
             let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path);
             match f {
                 Ok(f) => {
-                    let region = f.set_len(len as u64).and_then(|_| Self::map(Some(&f), len));
+                    // Reserved, so that a full tmpfs is an error here rather than SIGBUS.
+                    let region = lanes::platform::files::reserve(&f, len as u64).and_then(|_| Self::map(Some(&f), len));
                     return match region {
                         Ok(r) => Ok((r, path)),
                         Err(e) => {
