@@ -39,8 +39,8 @@ pub use config::{FabricConfig, NodeId};
 pub use error::{Error, Result};
 pub use fabric::{
     cleanup, status, CallbackAction, CleanupReport, CopyPath, DmaCallback, DmaChannel, DmaDirection, DmaQueue,
-    DmaQueueState, DmaVec, Fabric, FabricStatus, GroupEvent, LocalDataInterrupt, LocalEvent, LocalInterrupt,
-    LocalSegment, LossReason, Map, MapAccess, ProgressDriver, ReflectiveGroup, ReflectiveMember, RemoteDataInterrupt,
-    RemoteEvent, RemoteInterrupt, RemoteSegment, RemoteState, Sequence, SequenceStatus, Timeout,
+    DmaQueueState, DmaVec, Fabric, FabricStatus, GroupEvent, GroupReceiver, LocalDataInterrupt, LocalEvent,
+    LocalInterrupt, LocalSegment, LossReason, Map, MapAccess, ProgressDriver, ReflectiveGroup, ReflectiveMember,
+    RemoteDataInterrupt, RemoteEvent, RemoteInterrupt, RemoteSegment, RemoteState, Sequence, SequenceStatus, Timeout,
     MAX_DATA_INTERRUPT_PAYLOAD, MAX_DMA_CHANNELS, MAX_GROUPS,
 };

@@ -294,7 +294,54 @@ fn dma_writes_reach_every_member_and_a_killed_creator_is_a_loss(t: &Topology) {
     reader.send("exit");
 }
 
+/// Every receiver "creates" the group, as SISCI programs written for reflective hardware do
+/// (a broadcast segment with the group's id on each receiver): the first creates it, the
+/// others join; a writer that only joins reaches them all; a joiner larger than the group
+/// is refused; receivers racing to create make one group; the first receiver's own copy is
+/// writable and (on one host) shared.
+fn several_receivers_create_one_group_and_a_writer_reaches_them_all(t: &Topology) {
+    use lanes::GroupReceiver;
+    let (f4, f8, f12, f16) = (me(t, 4), me(t, 8), me(t, 12), me(t, 16));
+    let r1 = f4.receive_reflective_group(11, 8192).unwrap();
+    assert!(matches!(r1, GroupReceiver::Created(_)), "the first receiver creates: {r1:?}");
+    let r2 = f8.receive_reflective_group(11, 4096).unwrap();
+    assert!(matches!(r2, GroupReceiver::Joined(_)), "the next joins: {r2:?}");
+    assert_eq!((r2.id(), r2.size()), (11, 8192));
+    assert!(matches!(f12.receive_reflective_group(11, 16384), Err(Error::InvalidSize { .. })));
+    let w = f16.join_reflective_group(11, T).unwrap();
+    w.write_map().write_bytes(100, b"to every receiver").unwrap();
+    w.write_map().flush();
+    for (name, r) in [("creator", &r1), ("joiner", &r2)] {
+        let m = r.local_map(0, 8192, MapAccess::ReadOnly).unwrap();
+        let mut got = [0u8; 17];
+        m.read_bytes(100, &mut got).unwrap();
+        assert_eq!(&got, b"to every receiver", "{name}");
+    }
+    // A receiver's own copy is writable; on one host the receivers share it.
+    let own = r2.local_map(4096, 64, MapAccess::ReadWrite).unwrap();
+    own.write::<u64>(0, 0x1234).unwrap();
+    assert_eq!(r1.local_map(4096, 8, MapAccess::ReadOnly).unwrap().read::<u64>(0).unwrap(), 0x1234);
+    assert!(matches!(r2.local_map(8190, 4, MapAccess::ReadOnly), Err(Error::OutOfRange { .. })));
+    // The joiner leaving does not end the group; the creator's removal does.
+    drop(r2);
+    w.write_map().write::<u64>(8, 7).unwrap();
+    w.write_map().flush();
+    assert_eq!(r1.local_map(0, 16, MapAccess::ReadOnly).unwrap().read::<u64>(8).unwrap(), 7);
+    drop(r1);
+    assert!(matches!(w.wait_event(T), Ok(GroupEvent::Lost(_)) | Ok(GroupEvent::Left { .. })));
+    drop(w);
+    // Receivers racing for one id make one group.
+    let fabrics: Vec<Fabric> = [20, 24, 28, 32].iter().map(|&n| me(t, n)).collect();
+    let got: Vec<GroupReceiver> = std::thread::scope(|s| {
+        let hs: Vec<_> = fabrics.iter().map(|f| s.spawn(move || f.receive_reflective_group(12, 4096))).collect();
+        hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+    });
+    let created = got.iter().filter(|r| matches!(r, GroupReceiver::Created(_))).count();
+    assert_eq!(created, 1, "{got:?}");
+}
+
 support::topology_cases!(
+    several_receivers_create_one_group_and_a_writer_reaches_them_all,
     every_member_of_groups_of_2_to_8_sees_every_writers_records_whole_and_in_order,
     members_hear_joins_leaves_deaths_and_the_groups_loss,
     four_groups_at_once_a_fifth_refused_and_receiver_lists,

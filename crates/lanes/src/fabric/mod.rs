@@ -27,7 +27,7 @@ pub use events::{CallbackAction, LocalEvent, RemoteEvent};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use local::LocalSegment;
 pub use map::{Map, MapAccess};
-pub use reflective::{GroupEvent, ReflectiveGroup, ReflectiveMember, MAX_GROUPS};
+pub use reflective::{GroupEvent, GroupReceiver, ReflectiveGroup, ReflectiveMember, MAX_GROUPS};
 pub use remote::{LossReason, RemoteSegment, RemoteState};
 pub use sequence::{Sequence, SequenceStatus};
 pub use status::{cleanup, status, CleanupReport, FabricStatus, NodeStatus, SegmentStatus};
@@ -329,6 +329,13 @@ impl Fabric {
     /// names the nodes that may join (empty: any). At most [`MAX_GROUPS`] per fabric.
     pub fn create_reflective_group(&self, group: u32, size: u64, receivers: &[u32]) -> Result<ReflectiveGroup> {
         ReflectiveGroup::create(&self.inner, group, size, receivers)
+    }
+
+    /// Creates reflective group `group` as [`Self::create_reflective_group`] (any node may
+    /// join), or joins it when another process created it first: the set-up of reflective
+    /// memory in which every receiver "creates" the group (SISCI's broadcast segments).
+    pub fn receive_reflective_group(&self, group: u32, size: u64) -> Result<GroupReceiver> {
+        GroupReceiver::receive(&self.inner, group, size)
     }
 
     /// Joins reflective group `group`, waiting up to `timeout` for it to exist.

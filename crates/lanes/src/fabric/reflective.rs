@@ -151,17 +151,28 @@ fn fanout_map(fan: &Arc<Fanout>, offset: u64, size: u64, origin: MapOrigin) -> R
     Ok(Map::new(window, offset, MapAccess::ReadWrite, origin))
 }
 
-/// A read map of group bytes `[offset, offset + size)` of a member's replica (its file).
+/// A map of group bytes `[offset, offset + size)` of a member's replica (its file): read-only
+/// (the read map), or writable (the member's own copy, whose stores stay in it).
 #[cfg(feature = "ofi")]
-fn replica_map(replica: &std::os::fd::OwnedFd, offset: u64, size: u64, origin: MapOrigin) -> Result<Map> {
+fn replica_map(
+    replica: &std::os::fd::OwnedFd,
+    offset: u64,
+    size: u64,
+    access: MapAccess,
+    origin: MapOrigin,
+) -> Result<Map> {
     use std::os::fd::AsFd;
 
     use crate::platform::mapping::Access;
     use crate::transport::shm::segment_file::DataMapping;
     use crate::transport::Window;
-    let view = DataMapping::of_file(replica.as_fd(), offset, size, Access::ReadOnly)
+    let a = match access {
+        MapAccess::ReadOnly => Access::ReadOnly,
+        MapAccess::ReadWrite => Access::ReadWrite,
+    };
+    let view = DataMapping::of_file(replica.as_fd(), offset, size, a)
         .map_err(|e| Error::io(format!("mapping {size} bytes at offset {offset} of a replica"), e))?;
-    Ok(Map::new(Window::Direct(view), offset, MapAccess::ReadOnly, origin))
+    Ok(Map::new(Window::Direct(view), offset, access, origin))
 }
 
 /// Creates the `refl-` object of `group` with `bytes` of data; an id in use is the group's.
@@ -306,6 +317,16 @@ impl ReflectiveGroup {
         self.seg.map(offset, size, access)
     }
 
+    /// Maps `size` bytes from `offset` of this participant's own copy of the group, as a
+    /// receiver's local segment is on reflective hardware: loads see every member's stores,
+    /// and stores through a writable map stay in this copy (they are not multicast). On one
+    /// host every participant shares one copy, so there such stores are seen by all; across
+    /// hosts the creator's copy is its object and each member's its replica.
+    pub fn local_map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
+        check_group_range(offset, size, self.size)?;
+        self.seg.map(offset, size, access)
+    }
+
     /// The group's memory as a local segment (the source or target of DMA on this node).
     /// For a group spanning hosts it is the creator's object (the group's bytes, then the
     /// roster) and writes to it reach only the creator's copy.
@@ -345,6 +366,81 @@ impl Drop for ReflectiveGroup {
             if !self.seg.inner.is_removed() {
                 fan.announce_removal();
             }
+        }
+    }
+}
+
+/// This process's part in a group it asked to receive ([`super::Fabric::receive_reflective_group`]):
+/// it created the group, or the group existed and it joined as one more member.
+#[derive(Debug)]
+pub enum GroupReceiver {
+    /// The group did not exist: this process created it (and removes it when this drops).
+    Created(ReflectiveGroup),
+    /// Another process created the group first: this one joined it (and leaves when this
+    /// drops).
+    Joined(Box<ReflectiveMember>),
+}
+
+impl GroupReceiver {
+    /// Creates group `group` of `size` bytes, or joins it if another process created it:
+    /// several receivers "creating" one group id is how reflective memory is set up on the
+    /// hardware (every receiver creates a broadcast segment with the group's id, SISCI
+    /// `SCI_FLAG_BROADCAST`). A joiner's `size` must fit in the group. A creator that went
+    /// away between the two tries is taken over by the next create.
+    pub(crate) fn receive(fabric: &Arc<FabricInner>, group: u32, size: u64) -> Result<GroupReceiver> {
+        let mut last = None;
+        for attempt in 0..64u32 {
+            match ReflectiveGroup::create(fabric, group, size, &[]) {
+                Ok(g) => return Ok(GroupReceiver::Created(g)),
+                Err(e @ Error::GroupInUse { .. }) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+            match ReflectiveMember::join(fabric, group, Timeout::Immediate) {
+                Ok(m) if size > m.size() => {
+                    return Err(Error::InvalidSize {
+                        size,
+                        reason: "larger than the reflective group another receiver created",
+                    })
+                }
+                Ok(m) => return Ok(GroupReceiver::Joined(Box::new(m))),
+                // The creator went away, or has not made the group available yet.
+                Err(Error::NoSuchGroup { .. } | Error::NoSuchSegment { .. } | Error::NotAvailable { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            std::thread::sleep(Duration::from_micros(200 << attempt.min(5)));
+        }
+        Err(last.unwrap_or(Error::GroupInUse { group, node: fabric.node.get() }))
+    }
+
+    /// The group id.
+    pub fn id(&self) -> u32 {
+        match self {
+            GroupReceiver::Created(g) => g.id(),
+            GroupReceiver::Joined(m) => m.id(),
+        }
+    }
+
+    /// Bytes of reflective memory.
+    pub fn size(&self) -> u64 {
+        match self {
+            GroupReceiver::Created(g) => g.size(),
+            GroupReceiver::Joined(m) => m.size(),
+        }
+    }
+
+    /// This receiver's own copy ([`ReflectiveGroup::local_map`], [`ReflectiveMember::local_map`]).
+    pub fn local_map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
+        match self {
+            GroupReceiver::Created(g) => g.local_map(offset, size, access),
+            GroupReceiver::Joined(m) => m.local_map(offset, size, access),
+        }
+    }
+
+    /// A multicast map (read-write) or a read map of part of the group ([`ReflectiveGroup::map`]).
+    pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
+        match self {
+            GroupReceiver::Created(g) => g.map(offset, size, access),
+            GroupReceiver::Joined(m) => m.map(offset, size, access),
         }
     }
 }
@@ -515,7 +611,7 @@ impl ReflectiveMember {
         // The member's fan-out lives with its connection (DMA through it goes through it).
         let _ = seg.inner.group.set(fan.clone());
         let size = fan.size() as u64;
-        let read = replica_map(&fd, 0, size, MapOrigin::Remote(seg.inner.clone()))?;
+        let read = replica_map(&fd, 0, size, MapAccess::ReadOnly, MapOrigin::Remote(seg.inner.clone()))?;
         let write = fanout_map(&fan, 0, size, MapOrigin::Remote(seg.inner.clone()))?;
         Ok(ReflectiveMember {
             seg,
@@ -567,8 +663,21 @@ impl ReflectiveMember {
             let origin = MapOrigin::Remote(self.seg.inner.clone());
             return match access {
                 MapAccess::ReadWrite => fanout_map(fan, offset, size, origin),
-                MapAccess::ReadOnly => replica_map(replica, offset, size, origin),
+                MapAccess::ReadOnly => replica_map(replica, offset, size, MapAccess::ReadOnly, origin),
             };
+        }
+        self.seg.map(offset, size, access)
+    }
+
+    /// Maps `size` bytes from `offset` of this member's own copy of the group (see
+    /// [`ReflectiveGroup::local_map`]): across hosts its replica, on one host the group's
+    /// one copy.
+    pub fn local_map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
+        check_group_range(offset, size, self.size)?;
+        #[cfg(feature = "ofi")]
+        if let Some(replica) = &self.replica {
+            self.seg.check()?;
+            return replica_map(replica, offset, size, access, MapOrigin::Remote(self.seg.inner.clone()));
         }
         self.seg.map(offset, size, access)
     }
