@@ -6,8 +6,9 @@
  * twice with SCIMapLocalSegment: read-only for local reads, and with SCI_FLAG_BROADCAST for
  * stores that reach every member. A receiver joins with SCIConnectSegment to node
  * DIS_BROADCAST_NODEID_GROUP_ALL with the group id and SCI_FLAG_BROADCAST, and maps it with
- * SCIMapRemoteSegment: without the flag for reads (its local copy), with it for multicast
- * stores.
+ * SCIMapRemoteSegment: with SCI_FLAG_READONLY_MAP for reads (its local copy), with
+ * SCI_FLAG_BROADCAST (or no flag: a connection to the group maps its multicast address) for
+ * multicast stores.
  *
  * The writer hears receivers join through its segment's events (SCI_CB_CONNECT), lists
  * them in the group's memory and waits for each to answer. Then, each round, it stores the
@@ -485,7 +486,7 @@ static int run_client(unsigned int group, unsigned int timeout)
     CHECK("SCIConnectSegment(DIS_BROADCAST_NODEID_GROUP_ALL, SCI_FLAG_BROADCAST)");
     size_t bytes = SCIGetRemoteSegmentSize(rseg);
     if (bytes < MIN_BYTES) die_lost("group %u has %u bytes: not a group of a reflective writer", group, (unsigned)bytes);
-    const volatile char *rd = SCIMapRemoteSegment(rseg, &rmap, 0, bytes, NULL, NO_FLAGS, &err);
+    const volatile char *rd = SCIMapRemoteSegment(rseg, &rmap, 0, bytes, NULL, SCI_FLAG_READONLY_MAP, &err);
     CHECK("SCIMapRemoteSegment (read)");
     volatile char *wr = SCIMapRemoteSegment(rseg, &wmap, 0, bytes, NULL, SCI_FLAG_BROADCAST, &err);
     CHECK("SCIMapRemoteSegment(SCI_FLAG_BROADCAST)");

@@ -25,6 +25,7 @@ const HEADERS: &[(&str, &str)] = &[
     ("sisci_api.h", include_str!("../../lanes-sisci/include/sisci_api.h")),
     ("sisci_types.h", include_str!("../../lanes-sisci/include/sisci_types.h")),
     ("sisci_error.h", include_str!("../../lanes-sisci/include/sisci_error.h")),
+    ("sisci_api_macros.h", include_str!("../../lanes-sisci/include/sisci_api_macros.h")),
     ("dis_types.h", include_str!("../../lanes-sisci/include/dis_types.h")),
     ("dis/dis_types.h", include_str!("../../lanes-sisci/include/dis/dis_types.h")),
 ];
@@ -247,7 +248,8 @@ fn install(prefix: &Path, lib: Option<&Path>, register: bool) -> Result<(), Stri
     }
 
     println!("installed the SISCI SDK (Lanes) in {}", prefix.display());
-    println!("  headers  {}/{{sisci_api.h, sisci_types.h, sisci_error.h, dis/dis_types.h}}", include.display());
+    let names: Vec<&str> = HEADERS.iter().map(|(n, _)| *n).collect();
+    println!("  headers  {}/{{{}}}", include.display(), names.join(", "));
     println!("  library  {} (from {})", so.display(), library.display());
     println!("  pkg-config {}/pkgconfig/sisci.pc", lib64.display());
     if register {

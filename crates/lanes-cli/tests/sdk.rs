@@ -877,3 +877,479 @@ fn stores_through_a_groups_map_pointer_reach_the_other_host() {
         assert!(member.lines().any(|l| l == step), "missing {step:?}:\n{member}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Issue 28: the vendor's behaviour (reflective memory, teardown, flags, DMA vectors, data
+// interrupts), each with the call sequence of programs written for the vendor's library
+// ---------------------------------------------------------------------------------------
+
+/// Waits for a child and asserts its `ok`/`FAIL` lines all passed (with the others' output
+/// for context on failure).
+fn all_ok(what: &str, child: Reaped, context: &str) -> String {
+    let out = child.wait(LIMIT);
+    let s = text(&out.stdout);
+    let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        out.status.success() && failed.is_empty() && s.contains("0 failures"),
+        "{failed:#?}\n{}\n{context}",
+        show(what, &out)
+    );
+    s
+}
+
+/// Starts a node process whose stdout goes to `log` (for [`await_text`] while it runs).
+fn start_logged(sdk: &Sdk, prog: &Path, node: u32, args: &[&str], log: &Path) -> Reaped {
+    let file = std::fs::File::create(log).expect("log file");
+    let child = sdk.node(prog, node, args).stdout(file).stderr(Stdio::piped()).spawn().expect("start");
+    Reaped(Some(child))
+}
+
+/// Item 1: three receivers each create the broadcast segment with the same id (nodes 4, 8,
+/// 12; one of them with SCI_FLAG_DMA_GLOBAL too), a writer on node 16 connects to node
+/// DIS_BROADCAST_NODEID_GROUP_ALL and maps the connection without a flag, stores a word and
+/// a 4 KiB block; every receiver sees every byte through its unflagged local map, then
+/// removes its segment while the writer is still connected (tests/sdk/vendor_reflective.c).
+#[test]
+fn reflective_memory_as_the_vendor_sets_it_up_every_receiver_creates_the_group() {
+    let sdk = Sdk::install("vendor-reflective");
+    let prog = sdk.test_program("vendor_reflective", &[]);
+    let dir = sdk.dir.0.join("flags");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let d = dir.to_str().expect("utf-8");
+    let logs: Vec<PathBuf> = (1..=3).map(|n| sdk.dir.0.join(format!("receiver{n}.out"))).collect();
+    let receivers: Vec<Reaped> = [(1, 4), (2, 8), (3, 12)]
+        .iter()
+        .map(|&(n, node)| {
+            let ns = n.to_string();
+            let mut args = vec!["receiver", ns.as_str(), d];
+            if n == 3 {
+                args.push("dmaglobal");
+            }
+            start_logged(&sdk, &prog, node, &args, &logs[n as usize - 1])
+        })
+        .collect();
+    for (n, log) in logs.iter().enumerate() {
+        let ready = await_text(log, &format!("receiver {} ready", n + 1), Duration::from_secs(60));
+        assert!(ready, "receiver {} never got ready:\n{}", n + 1, std::fs::read_to_string(log).unwrap_or_default());
+    }
+    let writer = sdk.start(&prog, 16, &["writer", "3", d]);
+    let w = all_ok("writer", writer, "");
+    for (n, r) in receivers.into_iter().enumerate() {
+        let out = r.wait(LIMIT);
+        let s = std::fs::read_to_string(&logs[n]).unwrap_or_default();
+        let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
+        assert!(
+            out.status.success() && failed.is_empty() && s.contains("0 failures"),
+            "receiver {}: {failed:#?}\n{s}\n{}\nwriter:\n{w}",
+            n + 1,
+            show("receiver", &out)
+        );
+        for step in ["ok every byte of the block", "ok SCIRemoveSegment while the writer is connected"] {
+            assert!(s.lines().any(|l| l == step), "receiver {}: missing {step:?}:\n{s}", n + 1);
+        }
+    }
+    for step in [
+        "ok SCIMapRemoteSegment without a flag",
+        "ok stores through the unflagged map of the group",
+        "ok every receiver removed its segment",
+        "ok a store after the receivers left",
+    ] {
+        assert!(w.lines().any(|l| l == step), "writer: missing {step:?}:\n{w}");
+    }
+}
+
+/// Item 2: the owner's SCIRemoveSegment is SCI_ERR_BUSY while a peer is connected (the
+/// vendor's "The segment is currently in use"), SCIClose is busy while it exists; after
+/// SCISetSegmentUnavailable(SCI_FLAG_NOTIFY | SCI_FLAG_FORCE_DISCONNECT) the removal
+/// succeeds; the peer hears SCI_CB_NOT_OPERATIONAL then SCI_CB_DISCONNECT, its sequence
+/// fails, reconnecting finds no segment, and its own teardown is busy step by step until done
+/// in order (tests/sdk/teardown.c).
+#[test]
+fn removal_with_a_peer_connected_is_busy_until_the_peer_is_forced_off() {
+    let sdk = Sdk::install("teardown");
+    let prog = sdk.test_program("teardown", &[]);
+    let dir = sdk.dir.0.join("flags");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let d = dir.to_str().expect("utf-8");
+    let owner = sdk.start(&prog, 8, &["owner", d]);
+    let peer = sdk.start(&prog, 4, &["peer", "8", d]);
+    let p = all_ok("peer", peer, "");
+    let o = all_ok("owner", owner, &p);
+    for step in [
+        "ok SCIRemoveSegment while a peer is connected",
+        "ok SCISetSegmentUnavailable(SCI_FLAG_NOTIFY | SCI_FLAG_FORCE_DISCONNECT)",
+        "ok SCIRemoveSegment after SCI_FLAG_FORCE_DISCONNECT",
+    ] {
+        assert!(o.lines().any(|l| l == step), "owner: missing {step:?}:\n{o}");
+    }
+    for step in [
+        "ok the forced disconnection is SCI_CB_DISCONNECT for the peer",
+        "ok the peer's sequence fails",
+        "ok connecting again finds no segment",
+        "ok SCIDisconnectSegment of the removed segment",
+    ] {
+        assert!(p.lines().any(|l| l == step), "peer: missing {step:?}:\n{p}");
+    }
+}
+
+/// Items 3 to 5: the vendor's flags accepted (SCI_FLAG_DMA_GLOBAL at creation, with and
+/// without SCI_FLAG_BROADCAST; SCI_FLAG_LOCK_USER_MEM; SCI_FLAG_NOTIFY), a DMA vector is one
+/// queue entry however long, and a full data interrupt queue is SCI_ERR_NOSPC at once while
+/// a callback passed without SCI_FLAG_USE_CALLBACK is never called (tests/sdk/vendor_calls.c).
+#[test]
+fn vendor_flags_dma_vectors_and_full_data_interrupt_queues() {
+    let sdk = Sdk::install("vendor-calls");
+    let prog = sdk.test_program("vendor_calls", &[]);
+    let out = sdk.run(&prog, 4, &[]);
+    assert_all_ok("vendor_calls", &out);
+    let s = text(&out.stdout);
+    for step in [
+        "ok SCICreateSegment(SCI_FLAG_DMA_GLOBAL | SCI_FLAG_BROADCAST)",
+        "ok SCIRegisterSegmentMemory(SCI_FLAG_LOCK_USER_MEM)",
+        "ok an 8-element vector on a queue of 1 entries",
+        "ok an 8-element vector on a queue of 4 entries",
+        "ok a vector longer than DIS_DMA_MAX_VECLEN",
+        "ok SCITriggerDataInterrupt into a full queue",
+        "ok fails at once, without waiting for room",
+        "ok the callback passed without SCI_FLAG_USE_CALLBACK was not called",
+    ] {
+        assert!(s.lines().any(|l| l == step), "missing {step:?}:\n{s}");
+    }
+}
+
+/// Item 1 across hosts: a receiver on each of two hosts creates the broadcast segment with
+/// the same id (one creates the group, the other joins it over the ofi transport), and a
+/// writer on host a maps its connection to node DIS_BROADCAST_NODEID_GROUP_ALL without a
+/// flag and stores; both receivers see every byte in their own copies
+/// (tests/sdk/vendor_reflective.c, as on one host).
+#[test]
+fn reflective_memory_as_the_vendor_sets_it_up_across_two_hosts() {
+    if skipped_without_ofi() {
+        return;
+    }
+    let sdk = Sdk::install("vendor-reflective-hosts");
+    let hosts = TwoHosts::start(&sdk);
+    let prog = sdk.test_program("vendor_reflective", &[]);
+    let dir = sdk.dir.0.join("flags");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let d = dir.to_str().expect("utf-8");
+    let spawn = |h: &str, node: u32, args: &[&str], log: &Path| {
+        let mut c = Command::new(&prog);
+        hosts.on(c.args(args).env("LANES_NODE_ID", node.to_string()), h);
+        let file = std::fs::File::create(log).expect("log file");
+        Reaped(Some(c.stdout(file).stderr(Stdio::piped()).spawn().expect("start a node process")))
+    };
+    let logs: Vec<PathBuf> = (1..=3).map(|n| sdk.dir.0.join(format!("hosts{n}.out"))).collect();
+    let r1 = spawn("a", 8, &["receiver", "1", d], &logs[0]);
+    assert!(await_text(&logs[0], "receiver 1 ready", Duration::from_secs(60)), "receiver 1 never got ready");
+    let r2 = spawn("b", 4, &["receiver", "2", d], &logs[1]);
+    assert!(await_text(&logs[1], "receiver 2 ready", Duration::from_secs(60)), "receiver 2 never got ready");
+    let w = spawn("a", 8, &["writer", "2", d], &logs[2]).wait(LIMIT);
+    let outs: Vec<Output> = [r1, r2].into_iter().map(|r| r.wait(LIMIT)).collect();
+    let texts: Vec<String> = logs.iter().map(|l| std::fs::read_to_string(l).unwrap_or_default()).collect();
+    let all = format!("receiver 1:\n{}\nreceiver 2:\n{}\nwriter:\n{}", texts[0], texts[1], texts[2]);
+    for (i, out) in outs.iter().chain([&w]).enumerate() {
+        let failed: Vec<&str> = texts[i].lines().filter(|l| l.starts_with("FAIL")).collect();
+        assert!(
+            out.status.success() && failed.is_empty() && texts[i].contains("0 failures"),
+            "{failed:#?}\n{}\n{all}",
+            show("process", out)
+        );
+    }
+    for t in &texts[..2] {
+        assert!(t.lines().any(|l| l == "ok every byte of the block"), "{all}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The vendor's whole API surface (issue 28, items 6 and 7, and the header layout)
+// ---------------------------------------------------------------------------------------
+
+/// `FUNCTIONS` (once each) and `UNDECLARED_EXPORTS`: every function libsisci.so exports.
+fn all_exported_functions() -> std::collections::BTreeSet<&'static str> {
+    sisci::FUNCTIONS.iter().chain(sisci::UNDECLARED_EXPORTS).copied().collect()
+}
+
+/// The lines of `out` that start with `prefix`, without it.
+fn lines_after<'a>(out: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a str> {
+    out.lines().filter_map(move |l| l.strip_prefix(prefix))
+}
+
+/// `(name, value)` of constants of `sisci::consts`, for comparison with what C sees.
+macro_rules! rust_consts {
+    ($($name:ident),* $(,)?) => {
+        [$((stringify!($name), u64::from($name as u32))),*]
+    };
+}
+
+/// A program that includes the headers the vendor's way (`-I<prefix>/include
+/// -I<prefix>/include/dis`) and takes the address of every declared function, and of the
+/// four the vendor exports undeclared, builds with -Wall -Wextra -Wconversion -Wpedantic
+/// -Werror and links; its table names exactly the library's exports; the sizes of the
+/// vendor's structs and the values of the constants are the library's; and the new calls
+/// behave (tests/sdk/api_surface.c). Also: the undeclared four are exported under their
+/// plain names only, and declared in no installed header.
+#[test]
+fn the_vendor_api_surface_builds_with_wconversion_links_and_runs() {
+    use sisci::consts::*;
+    let sdk = Sdk::install("api-surface");
+    let prog = sdk.test_program("api_surface", &["-Wconversion", "-Wpedantic"]);
+    let out = sdk.run(&prog, 4, &[]);
+    assert_all_ok("api_surface", &out);
+    let s = text(&out.stdout);
+
+    let in_c: std::collections::BTreeSet<&str> = lines_after(&s, "function ").collect();
+    let exported = all_exported_functions();
+    let missing: Vec<_> = exported.difference(&in_c).collect();
+    let extra: Vec<_> = in_c.difference(&exported).collect();
+    assert!(missing.is_empty() && extra.is_empty(), "not in the C table: {missing:?}; not exported: {extra:?}");
+
+    for (ty, size) in sisci::C_LAYOUTS {
+        let line = format!("{ty} {size}");
+        assert!(lines_after(&s, "sizeof ").any(|l| l == line), "sizeof {ty} in C is not {size}:\n{s}");
+    }
+
+    let consts = rust_consts!(
+        SCI_ERR_MASK,
+        SCI_ERR_OK,
+        SCI_ERR_NO_SUCH_FDID,
+        SCI_ERR_SEMAPHORE_COUNT_EXCEEDED,
+        SCI_ERR_IRQL_ILLEGAL,
+        SCI_ERR_COND_INT_RACE_PROBLEM,
+        SCI_ERR_NOT_SUPPORTED,
+        SCI_INFINITE_TIMEOUT,
+        SCI_FLAG_USE_CALLBACK,
+        SCI_FLAG_EMPTY,
+        SCI_FLAG_PRIVATE,
+        SCI_FLAG_DMA_SOURCE_ONLY,
+        SCI_FLAG_PHYSICAL,
+        SCI_FLAG_CUDA_BUFFER,
+        SCI_FLAG_SCIF_BUFFER,
+        SCI_FLAG_AUTO_ID,
+        SCI_FLAG_FIXED_INTNO,
+        SCI_FLAG_SHARED_INT,
+        SCI_FLAG_CONDITIONAL_INTERRUPT,
+        SCI_FLAG_COUNTING_INT,
+        SCI_FLAG_DMA_WAIT,
+        SCI_FLAG_DMA_READ,
+        SCI_FLAG_DMA_PHDMA,
+        SCI_FLAG_DMA_GLOBAL,
+        SCI_FLAG_ALLOW_UNICAST,
+        SCI_FLAG_DMA_SYSDMA,
+        SCI_FLAG_DMA_USER_MEM,
+        SCI_FLAG_DMA_ADAPTER,
+        SCI_FLAG_DMA_CHANNEL_SHARED,
+        SCI_FLAG_FIXED_MAP_ADDR,
+        SCI_FLAG_READONLY_MAP,
+        SCI_FLAG_LOCK_OPERATION,
+        SCI_FLAG_IO_MAP_IOSPACE,
+        SCI_FLAG_NO_MEMORY_LOOPBACK,
+        SCI_FLAG_SHARED_MAP,
+        SCI_FLAG_BROADCAST,
+        SCI_FLAG_WRITE_BACK_CACHE_MAP,
+        SCI_FLAG_CONDITIONAL_INTERRUPT_MAP,
+        SCI_FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP,
+        SCI_FLAG_CACHE_FLUSH,
+        SCI_FLAG_CACHE_INVALIDATE,
+        SCI_FLAG_FORCE_REMOVE,
+        SCI_FLAG_EXCLUSIVE,
+        SCI_FLAG_LOCK_USER_MEM,
+        SCI_FLAG_SHARE_EXTERNAL,
+        SCI_FLAG_PCIE_REQUESTER_GLOBAL,
+        SCI_FLAG_DEVICE_SIDE_ONLY,
+        SCI_FLAG_LOCAL_ONLY,
+        SCI_FLAG_DEVICE_PREFER_BANDWIDTH,
+        SCI_FLAG_HOST_PREFER_BANDWIDTH,
+        SCI_FLAG_SPECIFY_PATH,
+        SCI_FLAG_SPECIFY_SLOT,
+        SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY,
+        SCI_FLAG_BLOCK_READ,
+        SCI_FLAG_ERROR_CHECK,
+        SCI_FLAG_NO_FLUSH,
+        SCI_FLAG_NO_STORE_BARRIER,
+        SCI_MEMTYPE_BAR,
+        SCI_MEMTYPE_PRIVATE,
+        SCI_MEMTYPE_SHARED,
+        SCI_MEMACCESS_DEVICE_READ,
+        SCI_MEMACCESS_DEVICE_WRITE,
+        SCI_MEMACCESS_HOST_READ,
+        SCI_MEMACCESS_HOST_WRITE,
+        SCI_MEMACCESS_MULTIHOST_READ,
+        SCI_MEMACCESS_MULTIHOST_WRITE,
+        SCI_MEMACCESS_P2P_READ,
+        SCI_MEMACCESS_P2P_WRITE,
+        SCI_Q_VENDORID,
+        SCI_Q_API,
+        SCI_Q_ADAPTER,
+        SCI_Q_SYSTEM,
+        SCI_Q_LOCAL_SEGMENT,
+        SCI_Q_REMOTE_SEGMENT,
+        SCI_Q_MAP,
+        SCI_Q_DMA,
+        SCI_Q_SISCI_DRIVER_VERSION,
+        SCI_Q_DEVICE,
+        SCI_Q_DEVICE_INFO,
+        SCI_Q_SYSTEM_CPU_CACHE_LINE_SIZE,
+        SCI_Q_DMA_AVAILABLE,
+        SCI_Q_DMA_CAPABILITIES,
+        DIS_BROADCAST_NODEID_GROUP_ALL,
+        DIS_MAX_NSCIS,
+        DIS_DMA_MAX_VECLEN,
+        SCI_DMA_CHANNEL_ID_DONTCARE,
+    );
+    let in_c: std::collections::HashMap<&str, u64> = lines_after(&s, "const ")
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(n, v)| Some((n, v.parse().ok()?)))
+        .collect();
+    for (name, value) in consts {
+        assert_eq!(in_c.get(name).copied(), Some(value), "{name}: C and the library differ");
+    }
+    assert_eq!(in_c.get("SISCI_ERR_MASK").copied(), Some(u64::from(SCI_ERR_MASK)));
+    assert!(s.contains("adapter type: Lanes software adapter"), "{s}");
+
+    let nm = Command::new("nm").args(["-D", "--defined-only"]).arg(sdk.prefix().join("lib64/libsisci.so")).output();
+    let nm = nm.expect("nm (binutils, installed with gcc)");
+    let symbols = text(&nm.stdout);
+    let defined: std::collections::HashSet<&str> =
+        symbols.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
+    let mut headers = String::new();
+    for (name, _) in sisci::HEADERS {
+        headers += &std::fs::read_to_string(sdk.prefix().join("include").join(name)).expect("installed header");
+    }
+    for f in sisci::UNDECLARED_EXPORTS {
+        assert!(defined.contains(f), "{f} is not exported");
+        assert!(!defined.contains(format!("_SISCI_PUBLIC_FUNC_ST_{f}").as_str()), "{f}: the vendor has no alias");
+        let prototype = ["void ", "unsigned int "].iter().any(|t| headers.contains(&format!("\n{t}{f}(")));
+        assert!(!prototype, "{f} is declared in an installed header; the vendor's declares it nowhere");
+    }
+}
+
+/// `lanes sdk install` at its default layout under a prefix named like the vendor's
+/// (`opt/DIS`): include/ holds every header of the library, byte for byte, include/dis/
+/// dis_types.h, lib64/libsisci.so; a build the way vendor Makefiles do it
+/// (`-I/opt/DIS/include -I/opt/DIS/include/dis -L/opt/DIS/lib64 -lsisci`, headers included
+/// as "sisci_api.h", no pkg-config) compiles with -Wconversion and runs; uninstall removes
+/// every file install wrote, the new header too.
+#[test]
+fn the_installed_tree_is_the_vendors_layout_and_uninstall_removes_all_of_it() {
+    let dir = TempDir::new("vendor-layout");
+    let prefix = dir.0.join("opt/DIS");
+    let out = Command::new(LANES)
+        .args(["sdk", "install", "--no-ldconfig", "--prefix"])
+        .arg(&prefix)
+        .output()
+        .expect("lanes sdk install");
+    assert!(out.status.success(), "{}", show("install", &out));
+    for (name, contents) in sisci::HEADERS {
+        let installed = std::fs::read_to_string(prefix.join("include").join(name)).expect(name);
+        assert_eq!(&installed, contents, "include/{name} differs from the library's header");
+    }
+    for f in ["include/dis/dis_types.h", "include/sisci_api_macros.h", "lib64/libsisci.so"] {
+        assert!(prefix.join(f).is_file(), "{f} missing");
+    }
+    let bin = dir.0.join("api_surface");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/api_surface.c");
+    let cc = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Wconversion", "-Werror", "-D_REENTRANT", "-pthread"])
+        .arg(format!("-I{}", prefix.join("include").display()))
+        .arg(format!("-I{}", prefix.join("include/dis").display()))
+        .arg(&src)
+        .arg(format!("-L{}", prefix.join("lib64").display()))
+        .arg(format!("-Wl,-rpath,{}", prefix.join("lib64").display()))
+        .arg("-lsisci")
+        .arg("-o")
+        .arg(&bin)
+        .output()
+        .expect("cc");
+    assert!(cc.status.success(), "{}", show("cc (vendor layout)", &cc));
+    let out = Command::new(&bin)
+        .env("LANES_NODE_ID", "4")
+        .env("LANES_DIR", dir.0.join("fabric"))
+        .env_remove("LANES_CONFIG")
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("run");
+    assert_all_ok("api_surface (vendor layout)", &out);
+
+    let out = Command::new(LANES)
+        .args(["sdk", "uninstall", "--no-ldconfig", "--prefix"])
+        .arg(&prefix)
+        .output()
+        .expect("uninstall");
+    assert!(out.status.success(), "{}", show("uninstall", &out));
+    assert!(!prefix.exists(), "uninstall left {:?}", std::fs::read_dir(&prefix).map(|d| d.count()));
+}
+
+/// SmartIO without a device: an empty list, SCI_ERR_NO_SUCH_FDID, refused handles; with
+/// LANES_SISCI_FAKE_DEVICES a device driver's whole control flow (borrow, query, BAR 0 and
+/// device segments connected and mapped, DMA into the BAR, segments mapped for the device,
+/// return); a malformed description is SCI_ERR_SYSTEM with a report naming the variable
+/// (tests/sdk/smartio.c).
+#[test]
+fn smartio_without_a_device_and_with_a_fake_one() {
+    let sdk = Sdk::install("smartio");
+    let prog = sdk.test_program("smartio", &["-Wconversion"]);
+    let none = sdk.run(&prog, 4, &["none"]);
+    assert_all_ok("smartio none", &none);
+    for step in ["ok no device is found", "ok SCIBorrowDevice: no such device", "ok SCIRegisterPCIeRequester"] {
+        assert!(text(&none.stdout).lines().any(|l| l == step), "missing {step:?}:\n{}", text(&none.stdout));
+    }
+
+    let devices = (smartio_env(), "0x100:64K:0x010802:0x144d:0xa808,0x200");
+    let fake = sdk.run_with(&prog, 4, &["fake"], devices);
+    assert_all_ok("smartio fake", &fake);
+    let s = text(&fake.stdout);
+    for step in [
+        "ok both see the same device memory",
+        "ok the bytes are in the device's memory",
+        "ok SCIReturnDevice while its segments are connected",
+        "ok the device segments went with the last return",
+        "ok BAR 0 is new memory",
+    ] {
+        assert!(s.lines().any(|l| l == step), "missing {step:?}:\n{s}");
+    }
+
+    let bad = sdk.run_with(&prog, 4, &["bad"], (smartio_env(), "0x100:64K,zzz"));
+    assert_all_ok("smartio bad", &bad);
+    let message = line_after(&text(&bad.stdout), "message: ").map(str::to_string);
+    assert!(
+        message.is_some_and(|m| m.contains("LANES_SISCI_FAKE_DEVICES") && m.contains("zzz")),
+        "{}",
+        show("bad", &bad)
+    );
+    let stderr = text(&bad.stderr);
+    assert!(stderr.contains("SCIGetDeviceList") && stderr.contains("LANES_SISCI_FAKE_DEVICES"), "{stderr}");
+}
+
+fn smartio_env() -> &'static str {
+    sisci::smartio::FAKE_DEVICES_ENV
+}
+
+/// Conditional interrupts and a named interrupt between node 8 (the flags' owner) and node
+/// 4 (which triggers them): the first trigger is delivered and disables the flag, later ones
+/// are only counted, enabling after missed triggers is SCI_ERR_COND_INT_RACE_PROBLEM and
+/// resets the count, a disabled flag counts without delivering, an unconditional flag with a
+/// callback gets every trigger (tests/sdk/cond_intr.c).
+#[test]
+fn conditional_and_named_interrupts_between_two_nodes() {
+    let sdk = Sdk::install("cond-intr");
+    let prog = sdk.test_program("cond_intr", &["-Wconversion"]);
+    let (server, client) = sdk.pair(&prog, &["-server"], &["-client"]);
+    for (who, out) in [("server", &server), ("client", &client)] {
+        let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+        assert!(failed.is_empty() && out.contains("0 failures"), "{who}: {failed:#?}\n{out}");
+    }
+    for step in [
+        "ok the named interrupt arrives",
+        "ok the first trigger of the flag is delivered",
+        "ok all three are counted",
+        "ok the other two are not delivered",
+        "ok enabling after missed triggers",
+        "ok a trigger after enabling is delivered",
+        "ok the trigger while disabled is counted",
+        "ok and not delivered",
+        "ok the unconditional flag's callback ran for both triggers",
+    ] {
+        assert!(server.lines().any(|l| l == step), "server: missing {step:?}:\n{server}");
+    }
+}

@@ -22,8 +22,11 @@
  *    (segments, connections, maps, sequences, interrupts, DMA queues) are still open; with
  *    SCI_FLAG_FORCE_REMOVE it releases them all (segments are removed forcibly).
  *  - SCIRemoveSegment() and SCIDisconnectSegment() refuse with SCI_ERR_BUSY while maps of the
- *    segment exist; SCIRemoveSegment() also while peers are connected, unless
- *    SCI_FLAG_FORCE_REMOVE. SCIUnmapSegment() refuses while sequences of the map exist.
+ *    segment exist ("the segment is currently mapped or in use", as the vendor's header
+ *    says); SCIRemoveSegment() also while peers are connected, unless SCI_FLAG_FORCE_REMOVE
+ *    or an earlier SCISetSegmentUnavailable(..., SCI_FLAG_FORCE_DISCONNECT) (peers then hear
+ *    SCI_CB_DISCONNECT, their sequences fail, and a new connect finds no such segment).
+ *    SCIUnmapSegment() refuses while sequences of the map exist.
  *  - Callbacks are used when SCI_FLAG_USE_CALLBACK is given and the callback is not NULL;
  *    they run on a library thread. While one is registered, the matching SCIWaitFor...()
  *    call fails with SCI_ERR_ILLEGAL_OPERATION; returning SCI_CALLBACK_CANCEL removes it.
@@ -32,11 +35,17 @@
  *    SCI_CB_OPERATIONAL (owner made it unavailable / available), SCI_CB_DISCONNECT (owner
  *    removed it) and SCI_CB_LOST (owner died).
  *  - Timeouts are in milliseconds; 0 does not wait; SCI_INFINITE_TIMEOUT waits for ever.
- *  - SCITriggerDataInterrupt() waits up to 10 s for room in the receiver's queue (16
- *    messages per sender), then fails with SCI_ERR_REMOTE_BUSY. Payloads are at most 4096
+ *  - SCITriggerDataInterrupt() on a full queue of the receiver (16 messages per sender)
+ *    fails at once with SCI_ERR_NOSPC, as programs written for the vendor's library expect
+ *    (they count it as a dropped message and go on). Payloads are at most 4096
  *    bytes. SCIWaitForDataInterrupt() with a too-small buffer fails with SCI_ERR_OVERFLOW,
  *    sets *length to the size needed and keeps the message.
- *  - Device lending, physical memory and CSR access answer SCI_ERR_NOT_SUPPORTED.
+ *  - CSR access and SCIConnectSCISpace answer SCI_ERR_NOT_SUPPORTED (a PCIe or software
+ *    fabric has no SCI control and status registers or global SCI address space);
+ *    SCIAttachPhysicalMemory attaches memory of the process (an address, not a bus address)
+ *    to a segment created with SCI_FLAG_EMPTY, as SCIRegisterSegmentMemory does.
+ *  - The full list, function by function and flag by flag (same, emulated, or the vendor's
+ *    error and why): docs/sisci-compat.md in the Lanes sources.
  *  - Running out of file descriptors (EMFILE, ENFILE), memory or space (ENOMEM, ENOSPC,
  *    EDQUOT) is SCI_ERR_NOSPC, the "out of resources" code, whichever call it hits.
  *
@@ -61,19 +70,22 @@
  *
  * Reflective memory (multicast) is the broadcast flag on the segment calls. A store into a
  * group reaches the memory of every member, in order per writer; reads are local.
- *  - SCICreateSegment(..., segmentId, size, ..., SCI_FLAG_BROADCAST) creates a group whose
- *    group id is segmentId (with SCI_FLAG_AUTO_ID: a free id, see SCIGetLocalSegmentId).
- *    It is prepared and available at once: SCIPrepareSegment and SCISetSegmentAvailable
- *    (which accept SCI_FLAG_BROADCAST) change nothing; SCISetSegmentUnavailable stops new
- *    members from joining. Any node may join. A fabric holds at most 4 groups
- *    (SCI_Q_ADAPTER_MCAST_MAX_GROUPS): a fifth fails with SCI_ERR_NOSPC (out of resources,
- *    as too many connections); an id in use with SCI_ERR_SEGMENTID_USED. SCI_FLAG_EMPTY and
+ *  - As with the vendor, every receiver calls SCICreateSegment(..., segmentId, size, ...,
+ *    SCI_FLAG_BROADCAST) with the same id (the group id; with SCI_FLAG_AUTO_ID a free id,
+ *    see SCIGetLocalSegmentId): the first creates the group, the others join it as
+ *    receivers (one larger than the group: SCI_ERR_ILLEGAL_PARAMETER). It is prepared and
+ *    available at once: SCIPrepareSegment and SCISetSegmentAvailable (which accept
+ *    SCI_FLAG_BROADCAST) change nothing; SCISetSegmentUnavailable stops new members from
+ *    joining. A fabric holds at most 4 groups (SCI_Q_ADAPTER_MCAST_MAX_GROUPS): a fifth fails
+ *    with SCI_ERR_NOSPC (out of resources, as too many connections). SCI_FLAG_EMPTY and
  *    SCI_FLAG_PRIVATE do not go with SCI_FLAG_BROADCAST (SCI_ERR_ILLEGAL_FLAG).
- *  - SCIMapLocalSegment on a group: with SCI_FLAG_READONLY_MAP the read map (local
- *    reads), otherwise (with SCI_FLAG_BROADCAST or not) the multicast write map. The
- *    creator's segment events are members joining (SCI_CB_CONNECT), leaving
- *    (SCI_CB_DISCONNECT) and dying (SCI_CB_LOST). SCIRemoveSegment removes the group (while
- *    members are connected only with SCI_FLAG_FORCE_REMOVE).
+ *  - SCIMapLocalSegment on a group: with SCI_FLAG_BROADCAST the multicast write map;
+ *    otherwise the receiver's copy (SCI_FLAG_READONLY_MAP: read-only). On one host the
+ *    receivers share one copy, so a store into it is seen by the others. The creator's
+ *    segment events are members joining (SCI_CB_CONNECT), leaving (SCI_CB_DISCONNECT) and
+ *    dying (SCI_CB_LOST). SCIRemoveSegment of a receiver's segment leaves the group to the
+ *    others; with SCI_FLAG_FORCE_REMOVE it ends the group for everyone. The group lives as
+ *    long as the process that created it.
  *  - SCIConnectSegment(sd, &seg, DIS_BROADCAST_NODEID_GROUP_ALL, groupId, ...,
  *    SCI_FLAG_BROADCAST) joins the group, waiting up to the timeout for it to exist
  *    (SCI_ERR_NO_SUCH_SEGMENT without a timeout, SCI_ERR_TIMEOUT after one; a node the
@@ -83,11 +95,11 @@
  *    the node id addresses a group, and 252 is the only group address and no node.
  *    SCIGetRemoteSegmentNodeId of a group connection is 252 (the address connected to, not
  *    the creator's node); SCIGetRemoteSegmentId is the group id.
- *  - SCIMapRemoteSegment on a group connection: with SCI_FLAG_BROADCAST the multicast
- *    (write) address; without it the read address, mapped read-only (writes through it
- *    fault; SCIMemCpy into it fails with SCI_ERR_ACCESS), because a plain map of a group is
- *    where a member reads what everyone wrote. SCI_Q_MAP_MAPPED_TO_LOCAL_TARGET is 1 for
- *    the read map, 0 for the multicast one.
+ *  - SCIMapRemoteSegment on a group connection is the multicast (write) address, with
+ *    SCI_FLAG_BROADCAST or without (the vendor's writers map it without a flag and store);
+ *    with SCI_FLAG_READONLY_MAP it is the read address, mapped read-only (writes through it
+ *    fault; SCIMemCpy into it fails with SCI_ERR_ACCESS). SCI_Q_MAP_MAPPED_TO_LOCAL_TARGET
+ *    is 1 for the read map, 0 for the multicast one.
  *  - The group's loss (its creator removed it or died) is SCI_CB_LOST on a group connection
  *    (status SCI_ERR_NOT_CONNECTED); sequences of its maps then fail.
  *  - SCIStartDmaTransfer/Vec/Mem to a group connection write to the group, with
@@ -102,6 +114,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sisci_api_macros.h"
 #include "sisci_types.h"
 #include "sisci_error.h"
 #include "dis/dis_types.h"
@@ -159,7 +172,29 @@ extern "C" {
 
 /* Other */
 #define SCI_FLAG_FORCE_REMOVE            0x20U
-#define SCI_FLAG_EXCLUSIVE               0x1000000U
+#define SCI_FLAG_EXCLUSIVE               0x1000000U   /* SCIBorrowDevice: nobody else may borrow */
+
+/* Segments and memory */
+#define SCI_FLAG_SCIF_BUFFER             0x4000U      /* SCIAttachPhysicalMemory: not supported */
+#define SCI_FLAG_LOCK_USER_MEM           0x400U       /* SCIRegisterSegmentMemory */
+#define SCI_FLAG_SHARE_EXTERNAL          0x40U        /* SCIShareSegment */
+#define SCI_FLAG_WRITE_BACK_CACHE_MAP    0x8000000U   /* maps: cached mapping */
+
+/* DMA channels */
+#define SCI_FLAG_DMA_CHANNEL_SHARED      0x1U         /* SCIRequestDMAChannel */
+
+/* Conditional interrupts (SCIRegisterInterruptFlag) and interrupt maps */
+#define SCI_FLAG_CONDITIONAL_INTERRUPT_MAP        0x8U
+#define SCI_FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP 0x10U
+
+/* SmartIO */
+#define SCI_FLAG_PCIE_REQUESTER_GLOBAL   0x1U         /* SCIRegisterPCIeRequester */
+#define SCI_FLAG_DEVICE_SIDE_ONLY        0x2001000U   /* SCICreateDeviceSegment */
+#define SCI_FLAG_LOCAL_ONLY              0x2002000U   /* SCICreateDeviceSegment */
+#define SCI_FLAG_DEVICE_PREFER_BANDWIDTH 0x4000001U   /* SCICreateDeviceSegment */
+#define SCI_FLAG_HOST_PREFER_BANDWIDTH   0x4000002U   /* SCICreateDeviceSegment */
+#define SCI_FLAG_SPECIFY_PATH            0x10000000U  /* SCIConnectDeviceSegmentPath */
+#define SCI_FLAG_SPECIFY_SLOT            0x20000000U  /* SCIConnectDeviceSegmentPath */
 
 /* Older names still used by programs (Lanes values). */
 #define SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY  0x10000U  /* SCIFlush */
@@ -167,6 +202,10 @@ extern "C" {
 #define SCI_FLAG_ERROR_CHECK             0x8000U   /* SCIMemCpy, SCIMemWrite */
 #define SCI_FLAG_NO_FLUSH                0x400U    /* SCIMemCpy, SCIMemWrite */
 #define SCI_FLAG_NO_STORE_BARRIER        0x40000000U /* SCIMemCpy, SCIMemWrite */
+
+/* Flags of the vendor's that were missing (values per function, so they may overlap). */
+#define SCI_FLAG_NOTIFY                  0x10U     /* SCISetSegmentUnavailable (Lanes value) */
+#define SCI_FLAG_FORCE_DISCONNECT        0x20U     /* SCISetSegmentUnavailable (Lanes value) */
 
 /* ---- Queries (SCIQuery) ----------------------------------------------------------------- */
 
@@ -179,6 +218,8 @@ extern "C" {
 #define SCI_Q_REMOTE_SEGMENT             6U  /* data: sci_query_remote_segment_t */
 #define SCI_Q_MAP                        7U  /* data: sci_query_map_t */
 #define SCI_Q_DMA                        8U  /* data: sci_query_dma_t */
+#define SCI_Q_SISCI_DRIVER_VERSION       9U  /* data: sci_query_string_t */
+#define SCI_Q_DEVICE                     10U /* data: sci_smartio_query_device_t */
 
 /* SCI_Q_ADAPTER subcommands; data points to an unsigned int unless noted. */
 #define SCI_Q_ADAPTER_DMA_SIZE_ALIGNMENT        0x101U
@@ -219,6 +260,7 @@ extern "C" {
 #define SCI_Q_SYSTEM_HOSTBRIDGE                 0x201U
 #define SCI_Q_SYSTEM_WRITE_POSTING_ENABLED      0x202U
 #define SCI_Q_SYSTEM_WRITE_COMBINING_ENABLED    0x203U
+#define SCI_Q_SYSTEM_CPU_CACHE_LINE_SIZE        0x204U  /* bytes */
 #define HOSTBRIDGE_NOT_AVAILABLE                0U
 #define HOSTBRIDGE_UNKNOWN                      1U
 
@@ -232,6 +274,9 @@ extern "C" {
  * (SCI_FLAG_DMA_ADAPTER, SCI_FLAG_DMA_SYSDMA or SCI_FLAG_DMA_GLOBAL; 0 means the adapter's). */
 #define SCI_Q_DMA_AVAILABLE                     0x401U  /* data: unsigned int, 1 or 0 */
 #define SCI_Q_DMA_CAPABILITIES                  0x402U  /* data: sci_dma_capabilities_t */
+
+/* SCI_Q_DEVICE subcommands */
+#define SCI_Q_DEVICE_INFO                       0x501U  /* data: sci_smartio_device_info_t */
 
 typedef struct {
     char         *str;    /* a buffer of `length` bytes; receives a NUL-terminated string */
@@ -267,9 +312,9 @@ typedef struct {
 } sci_query_remote_segment_t;
 
 typedef struct {
-    sci_map_t     map;
-    unsigned int  subcommand;
-    unsigned int  data;
+    sci_map_t          map;
+    unsigned int       subcommand;
+    unsigned long long data;
 } sci_query_map_t;
 
 typedef struct {
@@ -282,9 +327,19 @@ typedef struct {
     unsigned int  num_channels;
     unsigned int  max_transfer_size;
     unsigned int  max_vector_length;
+    unsigned int  support_mem2io;        /* 0 on Lanes: no device memory */
+    unsigned int  support_io2mem;        /* 0 on Lanes */
+    unsigned int  support_io2io;         /* 0 on Lanes */
     unsigned int  min_align_bytes;
     unsigned int  suggested_align_bytes;
 } sci_dma_capabilities_t;
+
+/* SCIQuery(SCI_Q_DEVICE, ...): what to ask of which SmartIO device. */
+typedef struct {
+    unsigned long long fdid;
+    unsigned int       subcommand;  /* SCI_Q_DEVICE_INFO */
+    void              *data;        /* sci_smartio_device_info_t for SCI_Q_DEVICE_INFO */
+} sci_smartio_query_device_t;
 
 /* ---- Library and node ------------------------------------------------------------------- */
 
@@ -302,6 +357,28 @@ void        SCIQuery(unsigned int command, void *data, unsigned int flags, sci_e
 void        SCIGetNodeIdByAdapterName(char *adapterName, dis_nodeId_list_t *nodeIdList,
                                       dis_virt_adapter_t *adapterType, unsigned int flags,
                                       sci_error_t *error);
+/* As SCIGetNodeIdByAdapterName, with the local adapter number of each node id found
+ * (localAdapterNo points to DIS_MAX_NSCIS entries; Lanes has adapter 0 only). */
+void        SCIGetNodeInfoByAdapterName(char *adapterName, unsigned int *localAdapterNo,
+                                        dis_nodeId_list_t *nodeIdList,
+                                        dis_adapter_type_t *adapterType, unsigned int flags,
+                                        sci_error_t *error);
+/* A name for an adapter type (SCI_Q_ADAPTER_CARD_TYPE) and for its family; the strings stay
+ * valid for the life of the process. */
+const char *SCIGetAdapterTypeString(unsigned int adapterType);
+const char *SCIGetAdapterFamilyString(unsigned int adapterType);
+
+/* Control and status registers of SCI adapters: SCI_ERR_NOT_SUPPORTED (no such registers). */
+unsigned int SCIGetCSRRegister(sci_desc_t sd, unsigned int localAdapterNo,
+                               unsigned int SCINodeId, unsigned int CSROffset,
+                               unsigned int flags, sci_error_t *error);
+void        SCISetCSRRegister(sci_desc_t sd, unsigned int localAdapterNo, unsigned int SCINodeId,
+                              unsigned int CSROffset, unsigned int CSRValue, unsigned int flags,
+                              sci_error_t *error);
+unsigned int SCIGetLocalCSR(sci_desc_t sd, unsigned int localAdapterNo, unsigned int CSROffset,
+                            unsigned int flags, sci_error_t *error);
+void        SCISetLocalCSR(sci_desc_t sd, unsigned int localAdapterNo, unsigned int CSROffset,
+                           unsigned int CSRValue, unsigned int flags, sci_error_t *error);
 
 /* ---- Local segments --------------------------------------------------------------------- */
 
@@ -345,6 +422,10 @@ unsigned int SCIGetRemoteSegmentNodeId(sci_remote_segment_t segment);
 sci_segment_cb_reason_t SCIWaitForRemoteSegmentEvent(sci_remote_segment_t segment,
                                                      sci_error_t *status, unsigned int timeout,
                                                      unsigned int flags, sci_error_t *error);
+/* A window of the global SCI address space as a remote segment: SCI_ERR_NOT_SUPPORTED. */
+void   SCIConnectSCISpace(sci_desc_t sd, unsigned int localAdapterNo, sci_remote_segment_t *segment,
+                          sci_address_t address, unsigned int size, unsigned int flags,
+                          sci_error_t *error);
 
 /* ---- Maps and programmed I/O ------------------------------------------------------------ */
 
@@ -354,6 +435,8 @@ void          *SCIMapLocalSegment(sci_local_segment_t segment, sci_map_t *map, s
                                   size_t size, void *addr, unsigned int flags, sci_error_t *error);
 void           SCIUnmapSegment(sci_map_t map, unsigned int flags, sci_error_t *error);
 volatile void *SCIGetMapPointer(sci_map_t map);
+/* The map's physical address: 0 (memory of a software fabric has none to give). */
+sci_ioaddr_t   SCIGetMapPhysAddr(sci_map_t map);
 
 void   SCICreateMapSequence(sci_map_t map, sci_sequence_t *sequence, unsigned int flags,
                             sci_error_t *error);
@@ -368,6 +451,12 @@ void   SCIMemCpy(sci_sequence_t sequence, void *memAddr, sci_map_t remoteMap, si
                  size_t size, unsigned int flags, sci_error_t *error);
 void   SCIMemWrite(void *memAddr, volatile void *remoteAddr, size_t size, unsigned int flags,
                    sci_error_t *error);
+/* SCIMemCpy to two maps (a mirrored pair of segments, say): the same bytes at the same offset
+ * of both, first remoteMap then remoteMap2; with SCI_FLAG_BLOCK_READ it reads from
+ * remoteMap. Fails as SCIMemCpy does, at the first copy that fails. */
+void   SCIMemCpy_dual(sci_sequence_t sequence, void *memAddr, sci_map_t remoteMap,
+                      sci_map_t remoteMap2, size_t remoteOffset, size_t size, unsigned int flags,
+                      sci_error_t *error);
 void   SCICacheSync(sci_map_t map, void *addr, size_t length, unsigned int flags,
                     sci_error_t *error);
 
@@ -397,7 +486,16 @@ void   SCIRequestDMAChannel(sci_desc_t sd, sci_dma_channel_t *channel, unsigned 
                             sci_error_t *error);
 void   SCIAssignDMAChannel(sci_dma_channel_t channel, sci_dma_queue_t dq, unsigned int flags,
                            sci_error_t *error);
-void   SCIReturnDMAChannel(sci_dma_channel_t channel, unsigned int flags, sci_error_t *error);
+void   SCIReturnDMAChannel(sci_dma_channel_t channel, sci_error_t *error);
+/* Segments need no preparation for a channel on shared memory: these check their handles. */
+void   SCIPrepareLocalSegmentForDMA(sci_dma_channel_t channel, sci_local_segment_t localSegment,
+                                    unsigned int flags, sci_error_t *error);
+void   SCIUnprepareLocalSegmentForDMA(sci_dma_channel_t channel, sci_local_segment_t localSegment,
+                                      unsigned int flags, sci_error_t *error);
+void   SCIPrepareRemoteSegmentForDMA(sci_dma_channel_t channel, sci_remote_segment_t remoteSegment,
+                                     unsigned int flags, sci_error_t *error);
+void   SCIUnprepareRemoteSegmentForDMA(sci_dma_channel_t channel, sci_remote_segment_t remoteSegment,
+                                       unsigned int flags, sci_error_t *error);
 
 /* ---- Interrupts ------------------------------------------------------------------------- */
 
@@ -413,6 +511,42 @@ void   SCIConnectInterrupt(sci_desc_t sd, sci_remote_interrupt_t *interrupt, uns
 void   SCIDisconnectInterrupt(sci_remote_interrupt_t interrupt, unsigned int flags,
                               sci_error_t *error);
 void   SCITriggerInterrupt(sci_remote_interrupt_t interrupt, unsigned int flags, sci_error_t *error);
+/* SCICreateInterrupt with the number the program names: *interruptNo is the number (as with
+ * SCI_FLAG_FIXED_INTNO); a number in use is SCI_ERR_BUSY. */
+void   SCICreateNamedInterrupt(sci_desc_t sd, sci_local_interrupt_t *interrupt,
+                               unsigned int localAdapterNo, unsigned int *interruptNo,
+                               sci_cb_interrupt_t callback, void *callbackArg, unsigned int flags,
+                               sci_error_t *error);
+
+/* ---- Interrupt flags and conditional interrupts ----------------------------------------
+ * SCIRegisterInterruptFlag makes a local interrupt (sci_local_interrupt_t: wait for it,
+ * give it a callback, remove it as any other) whose trigger is the flag at `offset` (4-byte
+ * aligned) of a local segment. On the vendor's hardware a remote node triggers it by a store
+ * through a SCI_FLAG_CONDITIONAL_INTERRUPT_MAP map; a software fabric cannot see a store, so
+ * on Lanes the flag word holds, once registered, an interrupt number: a remote node reads it
+ * through its map of the segment and triggers with SCIConnectInterrupt (that number) and
+ * SCITriggerInterrupt.
+ *
+ * Every trigger is counted (SCIGetConditionalInterruptTrigCounter: the triggers since the
+ * last SCIEnable/SCIDisableConditionalInterrupt, which reset the count; SCI_ERR_OVERFLOW once
+ * it passed UINT_MAX). With SCI_FLAG_CONDITIONAL_INTERRUPT a trigger is delivered only while
+ * the flag is enabled, and delivering one disables it: the program handles the interrupt,
+ * then enables the flag again. A flag is enabled when registered. SCIEnable fails with
+ * SCI_ERR_COND_INT_RACE_PROBLEM, leaving the flag disabled, when triggers came while it was
+ * disabled (they were not delivered): the program checks its state and enables again.
+ * SCIDisable stops delivery. Without SCI_FLAG_CONDITIONAL_INTERRUPT every trigger is
+ * delivered and enabling only resets the count. */
+void   SCIRegisterInterruptFlag(unsigned int localAdapterNo, sci_local_interrupt_t *interrupt,
+                                sci_local_segment_t segment, unsigned int offset,
+                                sci_cb_interrupt_t callback, void *callbackArg, unsigned int flags,
+                                sci_error_t *error);
+void   SCIEnableConditionalInterrupt(sci_local_interrupt_t interrupt, unsigned int flags,
+                                     sci_error_t *error);
+void   SCIDisableConditionalInterrupt(sci_local_interrupt_t interrupt, unsigned int flags,
+                                      sci_error_t *error);
+void   SCIGetConditionalInterruptTrigCounter(sci_local_interrupt_t interrupt,
+                                             unsigned int *interruptTrigCounter,
+                                             unsigned int flags, sci_error_t *error);
 
 /* ---- Data interrupts -------------------------------------------------------------------- */
 
@@ -434,15 +568,71 @@ void   SCIDisconnectDataInterrupt(sci_remote_data_interrupt_t interrupt, unsigne
 void   SCITriggerDataInterrupt(sci_remote_data_interrupt_t interrupt, void *data,
                                unsigned int length, unsigned int flags, sci_error_t *error);
 
-/* ---- Device lending (SmartIO): not available on a software fabric ----------------------- */
-
+/* ---- SmartIO (device lending) -----------------------------------------------------------
+ * No physical PCIe device exists on a software fabric: SCIGetDeviceList finds no device
+ * (0, SCI_ERR_OK) and SCIBorrowDevice fails with SCI_ERR_NO_SUCH_FDID.
+ *
+ * For testing a program's control flow, LANES_SISCI_FAKE_DEVICES describes devices backed by
+ * ordinary memory, each `FDID[:BAR0_SIZE[:CLASS[:VENDOR[:DEVICE]]]]`, separated by commas
+ * (numbers decimal or 0x-hex, sizes with an optional K, M or G; defaults: a 4 KiB BAR 0,
+ * class, vendor and device 0). Such a device belongs to the process: it can be borrowed
+ * (SCI_FLAG_EXCLUSIVE: by nobody else; SCI_ERR_NOT_AVAILABLE while another handle holds it),
+ * its BAR 0 connected (SCIConnectDeviceSegment with SCI_MEMTYPE_BAR, segment id 0) and
+ * mapped like any remote segment, device segments created (SCI_MEMTYPE_PRIVATE or _SHARED;
+ * an id in use is SCI_ERR_SEGMENTID_USED) and connected, segments mapped for the device
+ * (the I/O addresses are made-up bus addresses: nothing reads them), and the device
+ * returned. SCIReturnDevice is SCI_ERR_BUSY while device segments it connected are still
+ * connected; the last return removes the device segments. */
+size_t SCIGetDeviceList(sci_desc_t sd, unsigned int *fdids, size_t length,
+                        const sci_smartio_device_info_t *filter, unsigned int flags,
+                        sci_error_t *error);
 void   SCIBorrowDevice(sci_desc_t sd, sci_smartio_device_t *device, unsigned long long fdid,
                        unsigned int flags, sci_error_t *error);
 void   SCIReturnDevice(sci_smartio_device_t device, unsigned int flags, sci_error_t *error);
+void   SCIReleaseExclusiveBorrow(sci_smartio_device_t device, unsigned int flags,
+                                 sci_error_t *error);
+unsigned int SCIGetFabricDeviceId(sci_smartio_device_t device);
 void   SCIConnectDeviceSegment(sci_smartio_device_t device, sci_remote_segment_t *segment,
                                unsigned int segmentId, unsigned int memoryType,
                                sci_cb_remote_segment_t callback, void *callbackArg,
                                unsigned int flags, sci_error_t *error);
+/* SCIConnectDeviceSegment through a given local adapter. */
+void   SCIConnectDeviceSegmentPath(sci_smartio_device_t device, sci_remote_segment_t *segment,
+                                   unsigned int segmentId, unsigned int memoryType,
+                                   unsigned int localAdapterNo, sci_cb_remote_segment_t callback,
+                                   void *callbackArg, unsigned int flags, sci_error_t *error);
+void   SCICreateDeviceSegment(sci_smartio_device_t device, unsigned int segmentId, size_t size,
+                              unsigned int memoryType, unsigned int accessHints,
+                              unsigned int flags, sci_error_t *error);
+void   SCIMapLocalSegmentForDevice(sci_local_segment_t segment, unsigned int localAdapterNo,
+                                   sci_smartio_device_t device, sci_ioaddr_t *ioaddr,
+                                   size_t offset, size_t size, unsigned int flags,
+                                   sci_error_t *error);
+void   SCIUnmapLocalSegmentForDevice(sci_local_segment_t segment, unsigned int localAdapterNo,
+                                     sci_smartio_device_t device, unsigned int flags,
+                                     sci_error_t *error);
+void   SCIMapRemoteSegmentForDevice(sci_remote_segment_t segment, sci_smartio_device_t device,
+                                    sci_ioaddr_t *ioaddr, size_t offset, size_t size,
+                                    unsigned int flags, sci_error_t *error);
+void   SCIUnmapRemoteSegmentForDevice(sci_remote_segment_t segment, sci_smartio_device_t device,
+                                      unsigned int flags, sci_error_t *error);
+/* A local PCIe device (bus, device/function) as a requester of remote segments: recorded per
+ * descriptor (the memory of a software fabric needs no requester set-up). Registering one
+ * twice is SCI_ERR_BUSY, unregistering one not registered SCI_ERR_ILLEGAL_OPERATION. */
+void   SCIRegisterPCIeRequester(sci_desc_t sd, unsigned int localAdapterNo, unsigned int bus,
+                                unsigned int devfn, unsigned int flags, sci_error_t *error);
+void   SCIUnregisterPCIeRequester(sci_desc_t sd, unsigned int localAdapterNo, unsigned int bus,
+                                  unsigned int devfn, unsigned int flags, sci_error_t *error);
+
+/* ---- Exported without a prototype -------------------------------------------------------
+ * The vendor library also exports these, which its header does not declare; libsisci.so
+ * (Lanes) exports them too (plain names only), and declares them nowhere either:
+ *   void         SetSciMemCopyFunction(unsigned int function);  the PIO copy routine of
+ *                                 SCIMemCpy (remembered; Lanes has one copy routine)
+ *   unsigned int GetSciMemCopyFunction(void);                   the number last set (0)
+ *   DISStartDmaTransfer, DISStartDmaTransferVec: SCIStartDmaTransfer and
+ *                                 SCIStartDmaTransferVec under other names (same arguments)
+ */
 
 #ifdef __cplusplus
 }

@@ -2,9 +2,10 @@
  * sisci_error.h - error codes of the SISCI API, as implemented by Lanes (libsisci.so over a
  * software shared-memory fabric).
  *
- * Every code but SCI_ERR_OK is its number OR SCI_ERR_MASK (0x40000000); the numbers of the
- * documented codes are the SISCI ones. The codes marked "Lanes value" have no public number:
- * Lanes picked unused values (0x930-0x938) for them. SCIGetErrorString() gives a
+ * Every code but SCI_ERR_OK is its number OR SCI_ERR_MASK (0x40000000; the vendor's header
+ * also calls it SISCI_ERR_MASK); the numbers of the documented codes are the SISCI ones. The
+ * codes marked "Lanes value" have no public number: Lanes picked unused values (0x930-0x93B)
+ * for them. SCIGetErrorString() gives a
  * human-readable string for every code, valid for the life of the process; for the code of
  * the calling thread's last failed call it also gives that failure's cause (sisci_api.h,
  * "Errors and their causes").
@@ -17,6 +18,9 @@ extern "C" {
 #endif
 
 #define SCI_ERR_MASK 0x40000000
+#ifndef SISCI_ERR_MASK
+#define SISCI_ERR_MASK SCI_ERR_MASK
+#endif
 
 typedef enum {
     SCI_ERR_OK                      = 0x000,
@@ -64,6 +68,10 @@ typedef enum {
     SCI_ERR_LOCAL_BUSY              = (0x936 | SCI_ERR_MASK), /* Lanes value */
     SCI_ERR_ALL_BUSY                = (0x937 | SCI_ERR_MASK), /* Lanes value */
     SCI_ERR_NO_SUCH_INTNO           = (0x938 | SCI_ERR_MASK), /* Lanes value */
+    SCI_ERR_SEMAPHORE_COUNT_EXCEEDED = (0x939 | SCI_ERR_MASK), /* Lanes value */
+    SCI_ERR_IRQL_ILLEGAL            = (0x93A | SCI_ERR_MASK), /* Lanes value */
+    /* SmartIO: no device with this fabric device id (SCIBorrowDevice, SCI_Q_DEVICE). */
+    SCI_ERR_NO_SUCH_FDID            = (0x93B | SCI_ERR_MASK), /* Lanes value */
 
     SCI_ERR_NO_SUCH_NODEID          = (0xA00 | SCI_ERR_MASK),
     SCI_ERR_NODE_NOT_RESPONDING     = (0xA02 | SCI_ERR_MASK),

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sisci_api_macros.h"
 #include "sisci_error.h"
 #include "dis/dis_types.h"
 
@@ -29,11 +30,67 @@ typedef struct sci_local_interrupt       *sci_local_interrupt_t;
 typedef struct sci_remote_interrupt      *sci_remote_interrupt_t;
 typedef struct sci_local_data_interrupt  *sci_local_data_interrupt_t;
 typedef struct sci_remote_data_interrupt *sci_remote_data_interrupt_t;
-typedef struct sci_smartio_device        *sci_smartio_device_t;
-typedef sci_smartio_device_t              sci_device_t;
+typedef struct sci_smartio_device        *sci_smartio_device_t; /* a borrowed SmartIO device */
+typedef sci_smartio_device_t              sci_device_t;         /* older name */
 
 /* An address on the I/O bus (API 2.x: 64 bits). */
 typedef uint64_t sci_ioaddr_t;
+
+/* An address in the global SCI address space (SCIConnectSCISpace). */
+typedef struct {
+    unsigned short nodeId;  /* the node */
+    unsigned short offsHi;  /* high bits of the offset */
+    unsigned int   offsLo;  /* low bits of the offset */
+} sci_address_t;
+
+/* One element of a DMA vector (SCIStartDmaTransferVec): `size` bytes from `local_offset` of
+ * the local segment to (or, with SCI_FLAG_DMA_READ, from) `remote_offset` of the remote
+ * one. The members are unsigned int, as in the vendor's header. */
+typedef struct {
+    unsigned int size;
+    unsigned int local_offset;
+    unsigned int remote_offset;
+    unsigned int flags;
+} dis_dma_vec_t;
+
+/* ---- SmartIO (device lending) ------------------------------------------------------------
+ * On Lanes no physical device exists: SCIGetDeviceList finds none and SCIBorrowDevice fails
+ * with SCI_ERR_NO_SUCH_FDID, unless LANES_SISCI_FAKE_DEVICES describes devices backed by
+ * ordinary memory (sisci_api.h, "SmartIO"). */
+
+/* What SCI_Q_DEVICE / SCI_Q_DEVICE_INFO reports of a device; also the filter of
+ * SCIGetDeviceList (members left 0 match every device). */
+typedef struct {
+    unsigned long long fdid;                    /* fabric device id */
+    unsigned short     pci_device_id;
+    unsigned short     pci_vendor_id;
+    unsigned int       pci_class;               /* class code, e.g. 0x010802 (NVMe) */
+    unsigned short     pci_subsystem_device_id;
+    unsigned short     pci_subsystem_vendor_id;
+    unsigned long long pci_serial_number;
+    unsigned short     remote_bdf;              /* bus/device/function where the device is */
+    unsigned short     local_bdf;               /* ... and as this node sees it */
+    unsigned int       adapter;                 /* the local adapter that reaches it */
+    unsigned int       nodeid;                  /* the node the device is in */
+    int                physical_slot;           /* -1: unknown */
+    char               user_name[64];
+    char               uuid[37];
+} sci_smartio_device_info_t;
+
+/* Kinds of device memory (SCIConnectDeviceSegment, SCICreateDeviceSegment). */
+#define SCI_MEMTYPE_BAR                 0x00000001U  /* a BAR of the device; segment id = BAR number */
+#define SCI_MEMTYPE_PRIVATE             0x00000002U  /* memory for this borrower and the device */
+#define SCI_MEMTYPE_SHARED              0x00000004U  /* memory every borrower can connect to */
+
+/* Access hints of device segments (SCICreateDeviceSegment). */
+#define SCI_MEMACCESS_DEVICE_READ       0x00000001U
+#define SCI_MEMACCESS_DEVICE_WRITE      0x00000002U
+#define SCI_MEMACCESS_HOST_READ         0x00000004U
+#define SCI_MEMACCESS_HOST_WRITE        0x00000008U
+#define SCI_MEMACCESS_MULTIHOST_READ    (0x00000010U | SCI_MEMACCESS_HOST_READ)
+#define SCI_MEMACCESS_MULTIHOST_WRITE   (0x00000010U | SCI_MEMACCESS_HOST_WRITE)
+#define SCI_MEMACCESS_P2P_READ          (0x00000020U | SCI_MEMACCESS_DEVICE_READ)
+#define SCI_MEMACCESS_P2P_WRITE         (0x00000020U | SCI_MEMACCESS_DEVICE_WRITE)
 
 /* What a callback asks for next. */
 typedef enum {

@@ -59,6 +59,9 @@ pub const SCI_ERR_NODE_NOT_RESPONDING: SciError = e(0xA02);
 pub const SCI_ERR_NO_REMOTE_LINK_ACCESS: SciError = e(0xA04);
 pub const SCI_ERR_NO_LINK_ACCESS: SciError = e(0xA05);
 pub const SCI_ERR_TRANSFER_FAILED: SciError = e(0xA06);
+pub const SCI_ERR_SEMAPHORE_COUNT_EXCEEDED: SciError = e(0x939);
+pub const SCI_ERR_IRQL_ILLEGAL: SciError = e(0x93A);
+pub const SCI_ERR_NO_SUCH_FDID: SciError = e(0x93B);
 
 /// Every error code with its name and its fixed string (what `SCIGetErrorString` gives for it,
 /// unless it is the code of the thread's last failed call, which also gives the cause).
@@ -119,6 +122,9 @@ pub const ERRORS: &[(SciError, &str, &std::ffi::CStr)] = &[
     ),
     (SCI_ERR_NO_LINK_ACCESS, "SCI_ERR_NO_LINK_ACCESS", c"No link access"),
     (SCI_ERR_TRANSFER_FAILED, "SCI_ERR_TRANSFER_FAILED", c"The transfer failed"),
+    (SCI_ERR_SEMAPHORE_COUNT_EXCEEDED, "SCI_ERR_SEMAPHORE_COUNT_EXCEEDED", c"Semaphore count exceeded"),
+    (SCI_ERR_IRQL_ILLEGAL, "SCI_ERR_IRQL_ILLEGAL", c"Illegal interrupt request level"),
+    (SCI_ERR_NO_SUCH_FDID, "SCI_ERR_NO_SUCH_FDID", c"No such fabric device id (no SmartIO device)"),
 ];
 
 pub const SCI_INFINITE_TIMEOUT: u32 = 0xFFFF_FFFF;
@@ -154,6 +160,10 @@ pub const SCI_FLAG_CACHE_FLUSH: u32 = 0x10_0000;
 pub const SCI_FLAG_CACHE_INVALIDATE: u32 = 0x20_0000;
 pub const SCI_FLAG_FORCE_REMOVE: u32 = 0x20;
 pub const SCI_FLAG_EXCLUSIVE: u32 = 0x100_0000;
+/// `SCISetSegmentUnavailable`: tell the connected peers (Lanes value).
+pub const SCI_FLAG_NOTIFY: u32 = 0x10;
+/// `SCISetSegmentUnavailable`: cut the connected peers (Lanes value).
+pub const SCI_FLAG_FORCE_DISCONNECT: u32 = 0x20;
 pub const SCI_FLAG_FLUSH_CPU_BUFFERS_ONLY: u32 = 0x1_0000;
 pub const SCI_FLAG_BLOCK_READ: u32 = 0x4000;
 pub const SCI_FLAG_ERROR_CHECK: u32 = 0x8000;
@@ -241,3 +251,34 @@ pub const SCI_Q_MAP_MAPPED_TO_LOCAL_TARGET: u32 = 0x303;
 pub const SCI_Q_MAP_QUERY_REMOTE_MAPPED_TO_LOCAL_TARGET: u32 = 0x304;
 pub const SCI_Q_DMA_AVAILABLE: u32 = 0x401;
 pub const SCI_Q_DMA_CAPABILITIES: u32 = 0x402;
+
+// Flags of the calls added for the vendor's full API (sisci_api.h, sisci_types.h).
+pub const SCI_FLAG_SCIF_BUFFER: u32 = 0x4000;
+pub const SCI_FLAG_LOCK_USER_MEM: u32 = 0x400;
+pub const SCI_FLAG_SHARE_EXTERNAL: u32 = 0x40;
+pub const SCI_FLAG_WRITE_BACK_CACHE_MAP: u32 = 0x800_0000;
+pub const SCI_FLAG_DMA_CHANNEL_SHARED: u32 = 0x1;
+pub const SCI_FLAG_CONDITIONAL_INTERRUPT_MAP: u32 = 0x8;
+pub const SCI_FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP: u32 = 0x10;
+pub const SCI_FLAG_PCIE_REQUESTER_GLOBAL: u32 = 0x1;
+pub const SCI_FLAG_DEVICE_SIDE_ONLY: u32 = 0x200_1000;
+pub const SCI_FLAG_LOCAL_ONLY: u32 = 0x200_2000;
+pub const SCI_FLAG_DEVICE_PREFER_BANDWIDTH: u32 = 0x400_0001;
+pub const SCI_FLAG_HOST_PREFER_BANDWIDTH: u32 = 0x400_0002;
+pub const SCI_FLAG_SPECIFY_PATH: u32 = 0x1000_0000;
+pub const SCI_FLAG_SPECIFY_SLOT: u32 = 0x2000_0000;
+pub const SCI_MEMTYPE_BAR: u32 = 0x1;
+pub const SCI_MEMTYPE_PRIVATE: u32 = 0x2;
+pub const SCI_MEMTYPE_SHARED: u32 = 0x4;
+pub const SCI_MEMACCESS_DEVICE_READ: u32 = 0x1;
+pub const SCI_MEMACCESS_DEVICE_WRITE: u32 = 0x2;
+pub const SCI_MEMACCESS_HOST_READ: u32 = 0x4;
+pub const SCI_MEMACCESS_HOST_WRITE: u32 = 0x8;
+pub const SCI_MEMACCESS_MULTIHOST_READ: u32 = 0x10 | SCI_MEMACCESS_HOST_READ;
+pub const SCI_MEMACCESS_MULTIHOST_WRITE: u32 = 0x10 | SCI_MEMACCESS_HOST_WRITE;
+pub const SCI_MEMACCESS_P2P_READ: u32 = 0x20 | SCI_MEMACCESS_DEVICE_READ;
+pub const SCI_MEMACCESS_P2P_WRITE: u32 = 0x20 | SCI_MEMACCESS_DEVICE_WRITE;
+pub const SCI_Q_SISCI_DRIVER_VERSION: u32 = 9;
+pub const SCI_Q_DEVICE: u32 = 10;
+pub const SCI_Q_SYSTEM_CPU_CACHE_LINE_SIZE: u32 = 0x204;
+pub const SCI_Q_DEVICE_INFO: u32 = 0x501;

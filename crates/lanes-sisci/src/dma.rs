@@ -2,8 +2,9 @@
 //! transfers run on library threads (the engine's channels) while the caller goes on.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::ffi::{c_uint, c_void};
-use std::sync::{OnceLock, RwLock};
+use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use lanes::fabric::{DmaCallback, DmaChannel, DmaDirection, DmaQueue, DmaQueueState, DmaVec};
@@ -26,6 +27,44 @@ pub const DMA_MTU: u32 = 0xFFFF_F000;
 /// `sci_dma_queue_t`. Starting takes the write lock; state and waits the read lock.
 pub struct DmaQ {
     queue: RwLock<DmaQueue>,
+    /// The queue's entries in use: one per start call, whatever its vector's length.
+    entries: Mutex<Entries>,
+}
+
+/// A queue's `maxEntries` counts start calls, as the vendor's does: a vector of up to
+/// `DIS_DMA_MAX_VECLEN` transfers is one entry (programs written for the hardware create a
+/// queue of one entry and start vectors of many on it, as public SISCI benchmarks do:
+/// `SCICreateDMAQueue(sd, &q, adapter, 1, 0, &err)` then `SCIStartDmaTransferVec(q, ...,
+/// repeat, vec, ...)`). The fabric's queue counts descriptors, so it is made with room for
+/// the vectors ([`descriptor_capacity`]) and the entries are counted here.
+struct Entries {
+    max: usize,
+    /// Descriptors handed to the fabric's queue so far.
+    submitted: u64,
+    /// For each start call not yet known complete, `submitted` after it.
+    ends: VecDeque<u64>,
+}
+
+impl Entries {
+    /// Start calls whose transfers are not all complete, given the fabric queue's
+    /// outstanding descriptors.
+    fn in_use(&mut self, outstanding: usize) -> usize {
+        let completed = self.submitted.saturating_sub(outstanding as u64);
+        while self.ends.front().is_some_and(|&e| e <= completed) {
+            self.ends.pop_front();
+        }
+        self.ends.len()
+    }
+}
+
+/// Descriptors the fabric's queue must hold for `max_entries` start calls of up to
+/// `DIS_DMA_MAX_VECLEN` transfers each, bounded so that a huge queue does not reserve
+/// memory for vectors nobody sends: at most 64 Ki descriptors (or `max_entries`, if more).
+fn descriptor_capacity(max_entries: usize) -> usize {
+    if max_entries == 0 || max_entries > 1 << 20 {
+        return max_entries; // refused by the fabric as it is
+    }
+    max_entries.saturating_mul(DIS_DMA_MAX_VECLEN as usize).min((1 << 16).max(max_entries))
 }
 
 impl Object for DmaQ {
@@ -85,13 +124,25 @@ fn completion(cb: DmaCb, arg: *mut c_void, queue: usize) -> Option<DmaCallback> 
     }))
 }
 
-/// Runs `f` on the queue under its write lock, then the callbacks it completed meanwhile.
-fn starting<T>(q: &DmaQ, f: impl FnOnce(&mut DmaQueue) -> SciResult<T>) -> SciResult<T> {
+/// Runs `f` on the queue under its write lock as one more of its `maxEntries` entries
+/// (`SCI_ERR_MAX_ENTRIES` when they are all in use), then the callbacks it completed
+/// meanwhile.
+fn starting<T>(q: &DmaQ, descriptors: u64, f: impl FnOnce(&mut DmaQueue) -> SciResult<T>) -> SciResult<T> {
     let r = {
         let mut queue = q.queue.write().unwrap_or_else(|e| e.into_inner());
+        let mut entries = q.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.in_use(queue.outstanding()) >= entries.max {
+            return fail(SCI_ERR_MAX_ENTRIES);
+        }
         STARTING.with(|s| s.set(true));
         let r = f(&mut queue);
         STARTING.with(|s| s.set(false));
+        if r.is_ok() {
+            // The fabric queued the call's descriptors whole (or refused them all).
+            entries.submitted += descriptors;
+            let end = entries.submitted;
+            entries.ends.push_back(end);
+        }
         r
     };
     for run in DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut())) {
@@ -108,6 +159,9 @@ const START_FLAGS: u32 = SCI_FLAG_USE_CALLBACK
     | SCI_FLAG_DMA_ADAPTER
     | SCI_FLAG_DMA_PHDMA
     | SCI_FLAG_DMA_SOURCE_ONLY
+    // With SCI_FLAG_BROADCAST, lets the engine fall back to unicast writes: the group's
+    // writes reach every member either way.
+    | SCI_FLAG_ALLOW_UNICAST
     | SCI_FLAG_BROADCAST;
 
 /// Direction and callback of a start call to `remote`. `SCI_FLAG_BROADCAST` (usually with
@@ -170,8 +224,13 @@ pub(crate) fn create_dma_queue(
         need(dq)?;
         flags(fl, 0)?;
         adapter(adapter_no)?;
-        let queue = d.body.fabric.create_dma_queue(max_entries as usize)?;
-        let (p, _) = registry::insert(d.key(), 0, DmaQ { queue: RwLock::new(queue) });
+        // 0 is a queue of one entry: public benchmarks measured on the vendor's hardware
+        // create their queue with maxEntries 0 and start one vector at a time on it
+        // (kritjo/sisci-perf dma_vec.c passes NO_ARG there).
+        let max = (max_entries as usize).max(1);
+        let queue = d.body.fabric.create_dma_queue(descriptor_capacity(max))?;
+        let entries = Mutex::new(Entries { max, submitted: 0, ends: VecDeque::new() });
+        let (p, _) = registry::insert(d.key(), 0, DmaQ { queue: RwLock::new(queue), entries });
         put(dq, p)
     })
 }
@@ -245,20 +304,22 @@ pub(crate) fn start_dma_transfer(
         let (dir, use_cb) = start_flags(fl, 0, callback, &r.body)?;
         let cb = if use_cb { completion(callback, callback_arg, q.key()) } else { None };
         let lseg = l.body.live()?;
-        starting(&q.body, |queue| {
+        starting(&q.body, 1, |queue| {
             Ok(queue.start(lseg, r.body.seg(), local_offset as u64, size as u64, remote_offset as u64, dir, cb)?)
         })?;
         wait_if_asked(&q.body, fl)
     })
 }
 
-/// `dis_dma_vec_t`.
+/// `dis_dma_vec_t`: its members are `unsigned int`, as in the vendor's API reference
+/// (docs.dolphinics.com/sisci/reference/api.html, "struct dis_dma_vec_t ... unsigned int
+/// size; unsigned int local_offset; unsigned int remote_offset; unsigned int flags").
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DisDmaVec {
-    pub size: usize,
-    pub local_offset: usize,
-    pub remote_offset: usize,
+    pub size: c_uint,
+    pub local_offset: c_uint,
+    pub remote_offset: c_uint,
     pub flags: c_uint,
 }
 
@@ -290,15 +351,15 @@ pub(crate) fn start_dma_transfer_vec(
                 // SAFETY: SCIStartDmaTransferVec's contract: `vec` holds `vec_length` entries;
                 // i < vec_length.
                 get_in(unsafe { vec.add(i) }.cast_const()).map(|v| DmaVec {
-                    size: v.size as u64,
-                    local_offset: v.local_offset as u64,
-                    remote_offset: v.remote_offset as u64,
+                    size: u64::from(v.size),
+                    local_offset: u64::from(v.local_offset),
+                    remote_offset: u64::from(v.remote_offset),
                 })
             })
             .collect::<SciResult<_>>()?;
         let cb = if use_cb { completion(callback, callback_arg, q.key()) } else { None };
         let lseg = l.body.live()?;
-        starting(&q.body, |queue| Ok(queue.start_vec(lseg, r.body.seg(), &entries, dir, cb)?))?;
+        starting(&q.body, entries.len() as u64, |queue| Ok(queue.start_vec(lseg, r.body.seg(), &entries, dir, cb)?))?;
         wait_if_asked(&q.body, fl)
     })
 }
@@ -323,7 +384,7 @@ pub(crate) fn start_dma_transfer_mem(
             return fail(SCI_ERR_ILLEGAL_ADDRESS);
         }
         let cb = if use_cb { completion(callback, callback_arg, q.key()) } else { None };
-        starting(&q.body, |queue| {
+        starting(&q.body, 1, |queue| {
             // SAFETY: SCIStartDmaTransferMem's contract: the program's memory at
             // `local_address` holds `size` bytes and stays valid and untouched until the
             // transfer completes (SCIWaitForDMAQueue or the callback).
@@ -349,7 +410,9 @@ pub(crate) fn request_dma_channel(
     call(error, (), || {
         let d = desc(sd)?;
         need(channel)?;
-        flags(fl, 0)?;
+        // SCI_FLAG_DMA_CHANNEL_SHARED: a channel may serve other queues too, which every
+        // channel of the fabric's engine does.
+        flags(fl, SCI_FLAG_DMA_CHANNEL_SHARED)?;
         adapter(adapter_no)?;
         if !(SCI_DMA_TYPE_DONTCARE..=SCI_DMA_TYPE_TRANSPARENT).contains(&kind) {
             return fail(SCI_ERR_ILLEGAL_PARAMETER);
@@ -380,13 +443,38 @@ pub(crate) fn assign_dma_channel(channel: *mut c_void, dq: *mut c_void, fl: c_ui
     })
 }
 
-pub(crate) fn return_dma_channel(channel: *mut c_void, fl: c_uint, error: *mut SciError) {
+/// `SCIReturnDMAChannel(channel, &error)`: no flags argument, as programs written for the
+/// vendor's header call it (kritjo/sisci-perf, in every version of its DMA-channel code).
+pub(crate) fn return_dma_channel(channel: *mut c_void, error: *mut SciError) {
     call(error, (), || {
-        flags(fl, 0)?;
         let taken = registry::write().take::<DmaCh>(channel)?;
         drop(taken);
         Ok(())
     })
+}
+
+/// The `SCI[Un]Prepare{Local,Remote}SegmentForDMA` calls: the engine reaches any segment's
+/// memory directly, so there is nothing to prepare; the handles and flags are checked.
+fn check_for_dma<S: Object>(channel: *mut c_void, segment: *mut c_void, fl: c_uint) -> SciResult<()> {
+    registry::get::<DmaCh>(channel)?;
+    registry::get::<S>(segment)?;
+    flags(fl, 0)
+}
+
+pub(crate) fn prepare_local_segment_for_dma(ch: *mut c_void, seg: *mut c_void, fl: c_uint, error: *mut SciError) {
+    call(error, (), || check_for_dma::<LSeg>(ch, seg, fl))
+}
+
+pub(crate) fn unprepare_local_segment_for_dma(ch: *mut c_void, seg: *mut c_void, fl: c_uint, error: *mut SciError) {
+    call(error, (), || check_for_dma::<LSeg>(ch, seg, fl))
+}
+
+pub(crate) fn prepare_remote_segment_for_dma(ch: *mut c_void, seg: *mut c_void, fl: c_uint, error: *mut SciError) {
+    call(error, (), || check_for_dma::<RSeg>(ch, seg, fl))
+}
+
+pub(crate) fn unprepare_remote_segment_for_dma(ch: *mut c_void, seg: *mut c_void, fl: c_uint, error: *mut SciError) {
+    call(error, (), || check_for_dma::<RSeg>(ch, seg, fl))
 }
 
 /// The size from which the engine's automatic copies use DMA rather than PIO: the
@@ -406,15 +494,18 @@ pub(crate) fn adapter_property(sub: u32) -> SciResult<c_uint> {
     })
 }
 
-/// `sci_dma_capabilities_t`.
+/// `sci_dma_capabilities_t`, as the vendor's API reference declares it.
 #[repr(C)]
-#[derive(Clone, Copy)]
-struct Capabilities {
-    num_channels: c_uint,
-    max_transfer_size: c_uint,
-    max_vector_length: c_uint,
-    min_align_bytes: c_uint,
-    suggested_align_bytes: c_uint,
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DmaCapabilities {
+    pub num_channels: c_uint,
+    pub max_transfer_size: c_uint,
+    pub max_vector_length: c_uint,
+    pub support_mem2io: c_uint,
+    pub support_io2mem: c_uint,
+    pub support_io2io: c_uint,
+    pub min_align_bytes: c_uint,
+    pub suggested_align_bytes: c_uint,
 }
 
 /// `SCIQuery(SCI_Q_DMA, ...)`. Every engine kind the flags name is the same engine here.
@@ -425,11 +516,15 @@ pub(crate) fn query(q: *mut QueryDma, fl: c_uint) -> SciResult<()> {
     match v.subcommand {
         SCI_Q_DMA_AVAILABLE => put(v.data.cast::<c_uint>(), 1),
         SCI_Q_DMA_CAPABILITIES => put(
-            v.data.cast::<Capabilities>(),
-            Capabilities {
+            v.data.cast::<DmaCapabilities>(),
+            DmaCapabilities {
                 num_channels: DMA_CHANNELS,
                 max_transfer_size: DMA_MTU,
                 max_vector_length: DIS_DMA_MAX_VECLEN,
+                // Memory to memory only: no I/O (device) side on a software fabric.
+                support_mem2io: 0,
+                support_io2mem: 0,
+                support_io2io: 0,
                 min_align_bytes: 1,
                 suggested_align_bytes: 64,
             },

@@ -81,7 +81,10 @@ pub fn code_of(e: &lanes::Error) -> SciError {
         E::InterruptNumberInUse { .. } => SCI_ERR_BUSY,
         E::InterruptLost { .. } => SCI_ERR_NOT_CONNECTED,
         E::InterruptRemoved { .. } => SCI_ERR_CANCELLED,
-        E::QueueFull { .. } => SCI_ERR_REMOTE_BUSY,
+        // A data interrupt's full queue: the vendor's "no space" (programs written for it
+        // tolerate SCI_ERR_NOSPC from SCITriggerDataInterrupt and go on: kritjo/sisci-perf,
+        // lib/common_read_write_functions.h).
+        E::QueueFull { .. } => SCI_ERR_NOSPC,
         E::BufferTooSmall { .. } => SCI_ERR_OVERFLOW,
         E::PayloadTooLarge { .. } => SCI_ERR_ILLEGAL_PARAMETER,
         E::TooManyEntries { .. } => SCI_ERR_MAX_ENTRIES,

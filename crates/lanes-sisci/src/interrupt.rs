@@ -3,7 +3,6 @@
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use lanes::fabric::{
     CallbackAction, LocalDataInterrupt, LocalInterrupt, RemoteDataInterrupt, RemoteInterrupt,
@@ -21,9 +20,6 @@ use crate::registry::{self, Object};
 pub type InterruptCb = Option<unsafe extern "C" fn(*mut c_void, *mut c_void, SciError) -> u32>;
 /// `sci_cb_data_interrupt_t`.
 pub type DataInterruptCb = Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, c_uint, SciError) -> u32>;
-
-/// How long `SCITriggerDataInterrupt` waits for room in the receiver's queue.
-pub const DATA_TRIGGER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `sci_local_interrupt_t`.
 pub struct LInt {
@@ -223,6 +219,12 @@ pub(crate) fn create_data_interrupt(
         let int = d.body.fabric.create_data_interrupt(number)?;
         let no = int.number();
         let (p, h) = registry::insert(d.key(), 0, LDInt { int, callback_active: Arc::default() });
+        // A callback is used only with SCI_FLAG_USE_CALLBACK (the vendor's sisci_api.h:
+        // "SCI_FLAG_USE_CALLBACK - The callback function will be invoked for events"); one
+        // passed without it is not called and SCIWaitForDataInterrupt works, as programs
+        // written for the hardware rely on (kritjo/sisci-perf, peer/peer_main.c, creates its
+        // benchmark data interrupts with its order callback and no flags, and the callback
+        // would kill the peer on their 1-byte messages).
         if let (true, Some(cb)) = (fl & SCI_FLAG_USE_CALLBACK != 0, callback) {
             let arg = CbArg(callback_arg);
             let key = h.key();
@@ -340,6 +342,11 @@ pub(crate) fn trigger_data_interrupt(
             // SAFETY: SCITriggerDataInterrupt's contract: `data` holds `length` readable bytes.
             unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
         };
-        Ok(h.body.int.trigger(msg, Timeout::After(DATA_TRIGGER_TIMEOUT))?)
+        // A full queue fails at once with SCI_ERR_NOSPC, as the vendor's does: programs
+        // written for it trigger in a loop and count SCI_ERR_NOSPC as a dropped message
+        // (kritjo/sisci-perf, lib/common_read_write_functions.h, trigger_data_interrupt: a
+        // timed loop of triggers to a receiver that never waits, "failed with error code
+        // SCI_ERR_NOSPC one or more times"); a trigger that blocked would stall them.
+        Ok(h.body.int.trigger(msg, Timeout::Immediate)?)
     })
 }

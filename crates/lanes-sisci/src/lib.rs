@@ -16,11 +16,16 @@
 //!   `LANES_SISCI_DEBUG=1` reports every failed call). Nothing is ever written to stdout.
 //! - Callbacks run on library threads.
 //! - Each function is exported under its plain name and as `_SISCI_PUBLIC_FUNC_ST_<Name>` and
-//!   `_SISCI_PUBLIC_FUNC_MT_<Name>`, the vendor library's names (for `dlsym`).
+//!   `_SISCI_PUBLIC_FUNC_MT_<Name>`, the vendor library's names (for `dlsym`); the few the
+//!   vendor exports without declaring them ([`UNDECLARED_EXPORTS`]) under their plain names.
+//! - The whole vendor API is declared and exported; what Lanes does for each function and
+//!   flag (the same, an emulation, or the vendor's error) is in docs/sisci-compat.md.
 //!
 //! The data path adds nothing: a map's pointer is the fabric's own mapping, so PIO through it
 //! is plain CPU loads and stores.
 
+mod compat;
+pub mod conditional;
 pub mod consts;
 mod dma;
 pub mod error;
@@ -30,7 +35,10 @@ mod map;
 mod node;
 mod registry;
 mod segment;
+pub mod smartio;
 mod unsupported;
+
+pub use compat::C_LAYOUTS;
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
@@ -43,6 +51,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("sisci_api.h", include_str!("../include/sisci_api.h")),
     ("sisci_types.h", include_str!("../include/sisci_types.h")),
     ("sisci_error.h", include_str!("../include/sisci_error.h")),
+    ("sisci_api_macros.h", include_str!("../include/sisci_api_macros.h")),
     ("dis_types.h", include_str!("../include/dis_types.h")),
     ("dis/dis_types.h", include_str!("../include/dis/dis_types.h")),
 ];
@@ -121,7 +130,8 @@ exports! {
         = crate::node::get_local_node_id;
     fn SCIProbeNode(sd: *mut c_void, adapter_no: c_uint, node_id: c_uint, flags: c_uint, error: *mut SciError) -> c_int
         = crate::node::probe_node;
-    fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_uint, error: *mut SciError) = crate::node::query;
+    fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_uint, error: *mut SciError)
+        = crate::node::query;
     fn SCIGetNodeIdByAdapterName(
         name: *mut c_char,
         list: *mut [c_uint; consts::DIS_MAX_NSCIS],
@@ -129,6 +139,31 @@ exports! {
         flags: c_uint,
         error: *mut SciError,
     ) = crate::node::get_node_id_by_adapter_name;
+    fn SCIGetNodeInfoByAdapterName(
+        name: *mut c_char,
+        adapters: *mut c_uint,
+        list: *mut [c_uint; consts::DIS_MAX_NSCIS],
+        kind: *mut c_uint,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::compat::get_node_info_by_adapter_name;
+    fn SCIGetAdapterTypeString(adapter_type: c_uint) -> *const c_char = crate::compat::adapter_type_string;
+    fn SCIGetAdapterFamilyString(adapter_type: c_uint) -> *const c_char = crate::compat::adapter_family_string;
+    fn SCIGetCSRRegister(sd: *mut c_void, adapter_no: c_uint, node_id: c_uint, offset: c_uint, flags: c_uint, error: *mut SciError) -> c_uint
+        = crate::unsupported::get_csr_register;
+    fn SCISetCSRRegister(
+        sd: *mut c_void,
+        adapter_no: c_uint,
+        node_id: c_uint,
+        offset: c_uint,
+        value: c_uint,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::unsupported::set_csr_register;
+    fn SCIGetLocalCSR(sd: *mut c_void, adapter_no: c_uint, offset: c_uint, flags: c_uint, error: *mut SciError) -> c_uint
+        = crate::unsupported::get_local_csr;
+    fn SCISetLocalCSR(sd: *mut c_void, adapter_no: c_uint, offset: c_uint, value: c_uint, flags: c_uint, error: *mut SciError)
+        = crate::unsupported::set_local_csr;
 
     // Local segments.
     fn SCICreateSegment(
@@ -206,6 +241,15 @@ exports! {
         flags: c_uint,
         error: *mut SciError,
     ) -> u32 = crate::segment::wait_for_remote_segment_event;
+    fn SCIConnectSCISpace(
+        sd: *mut c_void,
+        adapter_no: c_uint,
+        segment: *mut *mut c_void,
+        address: compat::SciAddress,
+        size: c_uint,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::unsupported::connect_sci_space;
 
     // Maps and programmed I/O.
     fn SCIMapRemoteSegment(
@@ -228,6 +272,7 @@ exports! {
     ) -> *mut c_void = crate::map::map_local_segment;
     fn SCIUnmapSegment(map: *mut c_void, flags: c_uint, error: *mut SciError) = crate::map::unmap_segment;
     fn SCIGetMapPointer(map: *mut c_void) -> *mut c_void = crate::map::get_map_pointer;
+    fn SCIGetMapPhysAddr(map: *mut c_void) -> u64 = crate::compat::get_map_phys_addr;
     fn SCICreateMapSequence(map: *mut c_void, sequence: *mut *mut c_void, flags: c_uint, error: *mut SciError)
         = crate::map::create_map_sequence;
     fn SCIRemoveSequence(sequence: *mut c_void, flags: c_uint, error: *mut SciError) = crate::map::remove_sequence;
@@ -250,6 +295,16 @@ exports! {
         = crate::map::mem_write;
     fn SCICacheSync(map: *mut c_void, addr: *mut c_void, length: usize, flags: c_uint, error: *mut SciError)
         = crate::map::cache_sync;
+    fn SCIMemCpy_dual(
+        sequence: *mut c_void,
+        mem_addr: *mut c_void,
+        remote_map: *mut c_void,
+        remote_map2: *mut c_void,
+        remote_offset: usize,
+        size: usize,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::compat::mem_cpy_dual;
 
     // DMA.
     fn SCICreateDMAQueue(
@@ -282,7 +337,7 @@ exports! {
         local_segment: *mut c_void,
         remote_segment: *mut c_void,
         vec_length: c_uint,
-        vec: *mut dma::DisDmaVec,
+        vec: *mut crate::dma::DisDmaVec,
         callback: DmaCb,
         callback_arg: *mut c_void,
         flags: c_uint,
@@ -310,7 +365,15 @@ exports! {
     ) = crate::dma::request_dma_channel;
     fn SCIAssignDMAChannel(channel: *mut c_void, dq: *mut c_void, flags: c_uint, error: *mut SciError)
         = crate::dma::assign_dma_channel;
-    fn SCIReturnDMAChannel(channel: *mut c_void, flags: c_uint, error: *mut SciError) = crate::dma::return_dma_channel;
+    fn SCIReturnDMAChannel(channel: *mut c_void, error: *mut SciError) = crate::dma::return_dma_channel;
+    fn SCIPrepareLocalSegmentForDMA(channel: *mut c_void, segment: *mut c_void, flags: c_uint, error: *mut SciError)
+        = crate::dma::prepare_local_segment_for_dma;
+    fn SCIUnprepareLocalSegmentForDMA(channel: *mut c_void, segment: *mut c_void, flags: c_uint, error: *mut SciError)
+        = crate::dma::unprepare_local_segment_for_dma;
+    fn SCIPrepareRemoteSegmentForDMA(channel: *mut c_void, segment: *mut c_void, flags: c_uint, error: *mut SciError)
+        = crate::dma::prepare_remote_segment_for_dma;
+    fn SCIUnprepareRemoteSegmentForDMA(channel: *mut c_void, segment: *mut c_void, flags: c_uint, error: *mut SciError)
+        = crate::dma::unprepare_remote_segment_for_dma;
 
     // Interrupts.
     fn SCICreateInterrupt(
@@ -341,6 +404,34 @@ exports! {
         = crate::interrupt::disconnect_interrupt;
     fn SCITriggerInterrupt(interrupt: *mut c_void, flags: c_uint, error: *mut SciError)
         = crate::interrupt::trigger_interrupt;
+    fn SCICreateNamedInterrupt(
+        sd: *mut c_void,
+        interrupt: *mut *mut c_void,
+        adapter_no: c_uint,
+        interrupt_no: *mut c_uint,
+        callback: InterruptCb,
+        callback_arg: *mut c_void,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::compat::create_named_interrupt;
+
+    // Interrupt flags and conditional interrupts.
+    fn SCIRegisterInterruptFlag(
+        adapter_no: c_uint,
+        interrupt: *mut *mut c_void,
+        segment: *mut c_void,
+        offset: c_uint,
+        callback: InterruptCb,
+        callback_arg: *mut c_void,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::conditional::register_interrupt_flag;
+    fn SCIEnableConditionalInterrupt(interrupt: *mut c_void, flags: c_uint, error: *mut SciError)
+        = crate::conditional::enable_conditional_interrupt;
+    fn SCIDisableConditionalInterrupt(interrupt: *mut c_void, flags: c_uint, error: *mut SciError)
+        = crate::conditional::disable_conditional_interrupt;
+    fn SCIGetConditionalInterruptTrigCounter(interrupt: *mut c_void, counter: *mut c_uint, flags: c_uint, error: *mut SciError)
+        = crate::conditional::get_conditional_interrupt_trig_counter;
 
     // Data interrupts.
     fn SCICreateDataInterrupt(
@@ -378,10 +469,21 @@ exports! {
     fn SCITriggerDataInterrupt(interrupt: *mut c_void, data: *mut c_void, length: c_uint, flags: c_uint, error: *mut SciError)
         = crate::interrupt::trigger_data_interrupt;
 
-    // Device lending and physical memory: not on a software fabric.
+    // Device lending (SmartIO).
+    fn SCIGetDeviceList(
+        sd: *mut c_void,
+        fdids: *mut c_uint,
+        length: usize,
+        filter: *const smartio::DeviceInfo,
+        flags: c_uint,
+        error: *mut SciError,
+    ) -> usize = crate::smartio::get_device_list;
     fn SCIBorrowDevice(sd: *mut c_void, device: *mut *mut c_void, fdid: c_ulonglong, flags: c_uint, error: *mut SciError)
-        = crate::unsupported::borrow_device;
-    fn SCIReturnDevice(device: *mut c_void, flags: c_uint, error: *mut SciError) = crate::unsupported::return_device;
+        = crate::smartio::borrow_device;
+    fn SCIReturnDevice(device: *mut c_void, flags: c_uint, error: *mut SciError) = crate::smartio::return_device;
+    fn SCIReleaseExclusiveBorrow(device: *mut c_void, flags: c_uint, error: *mut SciError)
+        = crate::smartio::release_exclusive_borrow;
+    fn SCIGetFabricDeviceId(device: *mut c_void) -> u64 = crate::smartio::get_fabric_device_id;
     fn SCIConnectDeviceSegment(
         device: *mut c_void,
         segment: *mut *mut c_void,
@@ -391,5 +493,138 @@ exports! {
         callback_arg: *mut c_void,
         flags: c_uint,
         error: *mut SciError,
-    ) = crate::unsupported::connect_device_segment;
+    ) = crate::smartio::connect_device_segment;
+    fn SCIConnectDeviceSegmentPath(
+        device: *mut c_void,
+        segment: *mut *mut c_void,
+        segment_id: c_uint,
+        memory_type: c_uint,
+        adapter_no: c_uint,
+        callback: RemoteSegmentCb,
+        callback_arg: *mut c_void,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::smartio::connect_device_segment_path;
+    fn SCICreateDeviceSegment(
+        device: *mut c_void,
+        segment_id: c_uint,
+        size: usize,
+        memory_type: c_uint,
+        hints: c_uint,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::smartio::create_device_segment;
+    fn SCIMapLocalSegmentForDevice(
+        segment: *mut c_void,
+        adapter_no: c_uint,
+        device: *mut c_void,
+        ioaddr: *mut u64,
+        offset: usize,
+        size: usize,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::smartio::map_local_segment_for_device;
+    fn SCIUnmapLocalSegmentForDevice(
+        segment: *mut c_void,
+        adapter_no: c_uint,
+        device: *mut c_void,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::smartio::unmap_local_segment_for_device;
+    fn SCIMapRemoteSegmentForDevice(
+        segment: *mut c_void,
+        device: *mut c_void,
+        ioaddr: *mut u64,
+        offset: usize,
+        size: usize,
+        flags: c_uint,
+        error: *mut SciError,
+    ) = crate::smartio::map_remote_segment_for_device;
+    fn SCIUnmapRemoteSegmentForDevice(segment: *mut c_void, device: *mut c_void, flags: c_uint, error: *mut SciError)
+        = crate::smartio::unmap_remote_segment_for_device;
+    fn SCIRegisterPCIeRequester(sd: *mut c_void, adapter_no: c_uint, bus: c_uint, devfn: c_uint, flags: c_uint, error: *mut SciError)
+        = crate::smartio::register_pcie_requester;
+    fn SCIUnregisterPCIeRequester(sd: *mut c_void, adapter_no: c_uint, bus: c_uint, devfn: c_uint, flags: c_uint, error: *mut SciError)
+        = crate::smartio::unregister_pcie_requester;
+}
+
+/// The functions the vendor library exports without declaring them in its header; libsisci.so
+/// exports them under their plain names only (programs call them without a prototype, or
+/// with one of their own).
+pub const UNDECLARED_EXPORTS: &[&str] =
+    &["SetSciMemCopyFunction", "GetSciMemCopyFunction", "DISStartDmaTransfer", "DISStartDmaTransferVec"];
+
+/// `SetSciMemCopyFunction`: which PIO copy routine `SCIMemCpy` uses. Remembered (see
+/// [`GetSciMemCopyFunction`]); Lanes has one copy routine, the fabric's.
+#[no_mangle]
+pub extern "C" fn SetSciMemCopyFunction(function: c_uint) {
+    ffi::call_quiet((), || compat::set_sci_mem_copy_function(function))
+}
+
+/// `GetSciMemCopyFunction`: the number `SetSciMemCopyFunction` last set (0 before).
+#[no_mangle]
+pub extern "C" fn GetSciMemCopyFunction() -> c_uint {
+    ffi::call_quiet(0, compat::get_sci_mem_copy_function)
+}
+
+/// `DISStartDmaTransfer`: `SCIStartDmaTransfer` under another name.
+///
+/// # Safety
+/// As `SCIStartDmaTransfer`.
+#[no_mangle]
+#[allow(non_snake_case, clippy::too_many_arguments)]
+pub unsafe extern "C" fn DISStartDmaTransfer(
+    dq: *mut c_void,
+    local_segment: *mut c_void,
+    remote_segment: *mut c_void,
+    local_offset: usize,
+    size: usize,
+    remote_offset: usize,
+    callback: DmaCb,
+    callback_arg: *mut c_void,
+    flags: c_uint,
+    error: *mut SciError,
+) {
+    crate::dma::start_dma_transfer(
+        dq,
+        local_segment,
+        remote_segment,
+        local_offset,
+        size,
+        remote_offset,
+        callback,
+        callback_arg,
+        flags,
+        error,
+    )
+}
+
+/// `DISStartDmaTransferVec`: `SCIStartDmaTransferVec` under another name.
+///
+/// # Safety
+/// As `SCIStartDmaTransferVec`.
+#[no_mangle]
+#[allow(non_snake_case, clippy::too_many_arguments)]
+pub unsafe extern "C" fn DISStartDmaTransferVec(
+    dq: *mut c_void,
+    local_segment: *mut c_void,
+    remote_segment: *mut c_void,
+    vec_length: c_uint,
+    vec: *mut crate::dma::DisDmaVec,
+    callback: DmaCb,
+    callback_arg: *mut c_void,
+    flags: c_uint,
+    error: *mut SciError,
+) {
+    crate::dma::start_dma_transfer_vec(
+        dq,
+        local_segment,
+        remote_segment,
+        vec_length,
+        vec,
+        callback,
+        callback_arg,
+        flags,
+        error,
+    )
 }

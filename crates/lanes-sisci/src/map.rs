@@ -69,6 +69,9 @@ const MAP_FLAGS: u32 = SCI_FLAG_FIXED_MAP_ADDR
     | SCI_FLAG_IO_MAP_IOSPACE
     | SCI_FLAG_NO_MEMORY_LOOPBACK
     | SCI_FLAG_SHARED_MAP
+    // A cached (write-back) mapping: shared memory is always mapped so, and stores are
+    // seen by other processes without a cache flush, so the result is the same.
+    | SCI_FLAG_WRITE_BACK_CACHE_MAP
     | SCI_FLAG_BROADCAST;
 
 /// The access a map asks for. `SCI_FLAG_BROADCAST` is for reflective groups only.
@@ -114,13 +117,14 @@ pub(crate) fn map_remote_segment(
         let h: Arc<Handle<RSeg>> = registry::get(segment)?;
         need(map)?;
         let group = h.body.is_group();
-        let mut access = map_flags(fl, group)?;
+        let access = map_flags(fl, group)?;
         let own = if group {
-            // A group's multicast (write) address, with SCI_FLAG_BROADCAST, or else its read
-            // address: read-only, the local copy every member's stores reach.
-            if fl & SCI_FLAG_BROADCAST == 0 {
-                access = MapAccess::ReadOnly;
-            }
+            // A connection to the group (node DIS_BROADCAST_NODEID_GROUP_ALL) maps the group's
+            // multicast address, writable, with SCI_FLAG_BROADCAST or without it, as on the
+            // vendor's hardware: programs written for it connect with the flag and map
+            // without it, then store (kritjo/DoubleClique, client/request_region_connection.c).
+            // SCI_FLAG_READONLY_MAP maps the read address instead: the local copy every
+            // member's stores reach.
             access == MapAccess::ReadOnly
         } else {
             h.body.seg().node_id() == crate::node::desc(h.desc as *mut c_void)?.body.fabric.node_id().get()
@@ -147,11 +151,15 @@ pub(crate) fn map_local_segment(
     call(error, std::ptr::null_mut(), || {
         let h: Arc<Handle<LSeg>> = registry::get(segment)?;
         need(map)?;
-        // For a group: SCI_FLAG_READONLY_MAP is the read map (local reads), otherwise (with
-        // SCI_FLAG_BROADCAST or not) the writable multicast map.
+        // For a group's receiver: with SCI_FLAG_BROADCAST the multicast map (writable, or the
+        // read map with SCI_FLAG_READONLY_MAP); without it the receiver's own copy, as a
+        // receiver's local segment is on the vendor's hardware (its reflective-memory example
+        // maps it without flags to read what the writers store). Stores through the own copy
+        // stay in it, except that on one host every receiver shares one copy.
         let access = map_flags(fl, h.body.is_group())?;
         let m = match h.body.group() {
-            Some(g) => g.map(offset as u64, size as u64, access)?,
+            Some(g) if fl & SCI_FLAG_BROADCAST != 0 => g.map(offset as u64, size as u64, access)?,
+            Some(g) => g.local_map(offset as u64, size as u64, access)?,
             None => h.body.live()?.map(offset as u64, size as u64, access)?,
         };
         register_map(h.desc, h.key(), m, true, true, map)

@@ -58,6 +58,7 @@ pub(crate) fn terminate() {
                 0 => return,
                 1 => {
                     INITIALIZED.store(0, Ordering::Release);
+                    crate::segment::drop_lingering();
                     registry::write().clear()
                 }
                 _ => {
@@ -96,6 +97,7 @@ pub(crate) fn close(sd: *mut c_void, fl: c_uint, error: *mut SciError) {
             dropped
         };
         drop(dropped);
+        crate::segment::reap_lingering();
         Ok(())
     })
 }
@@ -180,11 +182,12 @@ fn node_for_name(name: &str) -> SciResult<Option<u32>> {
     Ok(name.parse::<u32>().ok().and_then(|n| NodeId::new(n).ok()).map(NodeId::get))
 }
 
+/// `sci_query_string_t`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct QueryString {
-    str: *mut c_char,
-    length: c_uint,
+pub(crate) struct QueryString {
+    pub str: *mut c_char,
+    pub length: c_uint,
 }
 
 #[repr(C)]
@@ -196,11 +199,12 @@ struct QueryAdapter {
     data: *mut c_void,
 }
 
+/// `sci_query_system_t`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct QuerySystem {
-    subcommand: c_uint,
-    data: *mut c_void,
+pub(crate) struct QuerySystem {
+    pub subcommand: c_uint,
+    pub data: *mut c_void,
 }
 
 #[repr(C)]
@@ -211,14 +215,17 @@ struct QuerySegment {
     ioaddr: u64,
 }
 
+/// `sci_query_map_t`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct QueryMap {
-    map: *mut c_void,
-    subcommand: c_uint,
-    data: c_uint,
+pub(crate) struct QueryMap {
+    pub map: *mut c_void,
+    pub subcommand: c_uint,
+    /// `unsigned long long`, as in the vendor's API reference (sci_query_map_t).
+    pub data: u64,
 }
 
+/// `sci_query_dma_t`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct QueryDma {
@@ -231,6 +238,8 @@ pub(crate) struct QueryDma {
 pub const VENDOR: &CStr = c"Lanes software fabric (SISCI-compatible)";
 /// The string of `SCI_Q_API`.
 pub const API: &CStr = c"SISCI API 2.0 (Lanes libsisci 0.1.0)";
+/// The string of `SCI_Q_SISCI_DRIVER_VERSION`: there is no driver; the library is all.
+pub const DRIVER_VERSION: &CStr = c"Lanes libsisci 0.1.0 (no kernel driver: the software fabric)";
 
 fn put_string(q: *mut QueryString, s: &CStr) -> SciResult<()> {
     let q = get_in(q)?;
@@ -264,6 +273,11 @@ pub(crate) fn query(command: c_uint, data: *mut c_void, fl: c_uint, error: *mut 
                 flags(fl, 0)?;
                 put_string(data.cast(), API)
             }
+            SCI_Q_SISCI_DRIVER_VERSION => {
+                flags(fl, 0)?;
+                put_string(data.cast(), DRIVER_VERSION)
+            }
+            SCI_Q_DEVICE => crate::smartio::query(data.cast(), fl),
             SCI_Q_ADAPTER => {
                 flags(fl, 0)?;
                 query_adapter(get_in(data.cast::<QueryAdapter>())?)
@@ -275,6 +289,7 @@ pub(crate) fn query(command: c_uint, data: *mut c_void, fl: c_uint, error: *mut 
                     SCI_Q_SYSTEM_HOSTBRIDGE => HOSTBRIDGE_UNKNOWN,
                     SCI_Q_SYSTEM_WRITE_POSTING_ENABLED => 1,
                     SCI_Q_SYSTEM_WRITE_COMBINING_ENABLED => 1,
+                    SCI_Q_SYSTEM_CPU_CACHE_LINE_SIZE => cache_line_size(),
                     _ => return fail(SCI_ERR_ILLEGAL_QUERY),
                 };
                 put(q.data.cast::<c_uint>(), v)
@@ -301,7 +316,7 @@ pub(crate) fn query(command: c_uint, data: *mut c_void, fl: c_uint, error: *mut 
                 match v.subcommand {
                     SCI_Q_MAP_MAPPED_TO_LOCAL_TARGET | SCI_Q_MAP_QUERY_REMOTE_MAPPED_TO_LOCAL_TARGET => {
                         let m = registry::get::<crate::map::MapH>(v.map)?;
-                        let local = c_uint::from(m.body.target_is_local());
+                        let local = u64::from(m.body.target_is_local());
                         // SAFETY: q was read above, so it points to a whole sci_query_map_t.
                         put(unsafe { std::ptr::addr_of_mut!((*q).data) }, local)
                     }
@@ -362,5 +377,15 @@ fn page_size() -> c_uint {
         p as c_uint
     } else {
         4096
+    }
+}
+
+fn cache_line_size() -> c_uint {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_LEVEL1_DCACHE_LINESIZE) };
+    if n > 0 {
+        n as c_uint
+    } else {
+        64
     }
 }

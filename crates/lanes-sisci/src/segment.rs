@@ -1,17 +1,28 @@
 //! Local segments (created, prepared, made available, removed; events and callbacks) and
 //! remote segments (connected, disconnected; events and callbacks).
 //!
-//! Reflective memory is the same calls with `SCI_FLAG_BROADCAST`: a local segment created
-//! with it is a reflective group ([`lanes::ReflectiveGroup`], group id = segment id), and a
-//! connection to node `DIS_BROADCAST_NODEID_GROUP_ALL` with it joins one
-//! ([`lanes::ReflectiveMember`]). Both then behave as segments: maps, DMA, events.
+//! Reflective memory is the same calls with `SCI_FLAG_BROADCAST`, set up as on the vendor's
+//! hardware: every receiver creates a segment with the flag and the group's id (the first
+//! creates the group, [`lanes::ReflectiveGroup`]; the others join it as receivers,
+//! [`lanes::GroupReceiver`]), and a writer connects to node `DIS_BROADCAST_NODEID_GROUP_ALL`
+//! with the group id ([`lanes::ReflectiveMember`]) and maps the connection, writable, with or
+//! without the flag. All then behave as segments: maps, DMA, events.
+//!
+//! Removal and teardown are the vendor's (its sisci_api.h, "Specific error codes"):
+//! `SCIRemoveSegment` is `SCI_ERR_BUSY` "The segment is currently in use" (mapped, or peers
+//! connected, which `SCISetSegmentUnavailable(SCI_FLAG_FORCE_DISCONNECT)` or
+//! `SCI_FLAG_FORCE_REMOVE` cut); `SCIDisconnectSegment` is busy while "the segment is
+//! currently mapped or in use". A receiver's broadcast segment is removed while writers are
+//! still connected to the group, as the vendor's reflective-memory example does at its end.
 
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use lanes::fabric::{LocalEvent, RemoteEvent};
-use lanes::{Fabric, LocalSegment, LossReason, NodeId, ReflectiveGroup, ReflectiveMember, RemoteSegment, Timeout};
+use lanes::{
+    Fabric, GroupEvent, GroupReceiver, LocalSegment, LossReason, NodeId, ReflectiveMember, RemoteSegment, Timeout,
+};
 
 use crate::consts::*;
 use crate::error::{fail, Code, SciResult};
@@ -30,8 +41,10 @@ pub struct LSeg {
     /// The segment; unset while a `SCI_FLAG_EMPTY` segment waits for its memory, and for a
     /// reflective group (whose segment is the group's own).
     seg: OnceLock<LocalSegment>,
-    /// The reflective group, for a segment created with `SCI_FLAG_BROADCAST`.
-    group: Option<ReflectiveGroup>,
+    /// For a segment created with `SCI_FLAG_BROADCAST`: this receiver's part in the group,
+    /// which it created or joined (shared with [`LINGERING`] after a removal that leaves
+    /// other participants).
+    group: Option<Arc<GroupReceiver>>,
     /// The id asked for at creation (`None`: automatic).
     id: Option<u32>,
     /// The size given at creation.
@@ -39,6 +52,9 @@ pub struct LSeg {
     private: bool,
     callback: Option<(LocalSegmentCb, CbArg)>,
     callback_active: Arc<AtomicBool>,
+    /// `SCISetSegmentUnavailable(SCI_FLAG_FORCE_DISCONNECT)` was called: the removal that
+    /// follows cuts the peers still connected, as forced.
+    force_disconnect: AtomicBool,
 }
 
 impl Object for LSeg {
@@ -46,27 +62,65 @@ impl Object for LSeg {
 }
 
 impl LSeg {
-    /// The segment, if it has memory: a group's own segment, or the created one.
+    /// The segment, if it has memory: a group's own segment (for the receiver that created
+    /// the group), or the created one.
     fn current(&self) -> Option<&LocalSegment> {
-        match &self.group {
-            Some(g) => Some(g.local_segment()),
+        match self.group.as_deref() {
+            Some(GroupReceiver::Created(g)) => Some(g.local_segment()),
+            Some(GroupReceiver::Joined(_)) => None,
             None => self.seg.get(),
         }
     }
 
-    /// The segment, once it has memory.
+    /// The segment, once it has memory. A receiver that joined a group another process
+    /// created has none of its own here (its copy is the group's: maps only).
     pub fn live(&self) -> SciResult<&LocalSegment> {
-        self.current().ok_or(Code(SCI_ERR_SEGMENT_NOT_PREPARED))
+        match self.group.as_deref() {
+            Some(GroupReceiver::Joined(_)) => fail(SCI_ERR_ILLEGAL_OPERATION),
+            _ => self.current().ok_or(Code(SCI_ERR_SEGMENT_NOT_PREPARED)),
+        }
     }
 
-    /// Whether it is a reflective group (created with `SCI_FLAG_BROADCAST`).
+    /// Whether it is a reflective group's receiver (created with `SCI_FLAG_BROADCAST`).
     pub fn is_group(&self) -> bool {
         self.group.is_some()
     }
 
-    /// The reflective group, for a segment created with `SCI_FLAG_BROADCAST`.
-    pub fn group(&self) -> Option<&ReflectiveGroup> {
-        self.group.as_ref()
+    /// This receiver's part in the group, for a segment created with `SCI_FLAG_BROADCAST`.
+    pub fn group(&self) -> Option<&GroupReceiver> {
+        self.group.as_deref()
+    }
+}
+
+/// Groups whose creating receiver removed its segment while other participants (receivers
+/// that joined, writers connected to node `DIS_BROADCAST_NODEID_GROUP_ALL`) were still in
+/// them: on the hardware one receiver's removal does not end the others' reflective memory,
+/// so the group stays until they are gone ([`reap_lingering`]) or this process ends.
+static LINGERING: Mutex<Vec<Arc<GroupReceiver>>> = Mutex::new(Vec::new());
+
+/// Drops the lingering groups nobody else is in any more (removing them).
+pub(crate) fn reap_lingering() {
+    let done: Vec<Arc<GroupReceiver>> = {
+        let mut l = LINGERING.lock().unwrap_or_else(|e| e.into_inner());
+        let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut *l).into_iter().partition(alone);
+        *l = keep;
+        gone
+    };
+    drop(done);
+}
+
+/// Drops every lingering group (`SCITerminate`).
+pub(crate) fn drop_lingering() {
+    let all = std::mem::take(&mut *LINGERING.lock().unwrap_or_else(|e| e.into_inner()));
+    drop(all);
+}
+
+/// Whether nobody but its creator is in a group (handles of it elsewhere in this process,
+/// other than the lingering list, keep it too).
+fn alone(g: &Arc<GroupReceiver>) -> bool {
+    match &**g {
+        GroupReceiver::Created(group) => Arc::strong_count(g) == 1 && group.members().is_empty(),
+        GroupReceiver::Joined(_) => Arc::strong_count(g) == 1,
     }
 }
 
@@ -167,16 +221,20 @@ fn auto_group_ids() -> impl Iterator<Item = u32> {
     (0..(4 * lanes::fabric::MAX_GROUPS as u32 + 4)).map(move |i| 0x8000_0000 | (start.wrapping_add(i) & 0x7FFF_FFFF))
 }
 
-/// Creates a reflective group for `SCICreateSegment(..., SCI_FLAG_BROADCAST)`. Any node may
-/// join (the SISCI call has no receiver list).
-fn create_group(fabric: &Fabric, id: Option<u32>, size: u64) -> SciResult<ReflectiveGroup> {
+/// This receiver's part in the group of `SCICreateSegment(..., SCI_FLAG_BROADCAST)`. With a
+/// group id, as on the vendor's hardware, where every receiver creates the broadcast segment
+/// with the group's id ("All nodes within the broadcast group must have the same segmentId
+/// to communicate", the vendor's reflective-memory example): the first creates the group,
+/// the others join it. With `SCI_FLAG_AUTO_ID`, a new group. Any node may join (the SISCI
+/// call has no receiver list).
+fn create_group(fabric: &Fabric, id: Option<u32>, size: u64) -> SciResult<GroupReceiver> {
     match id {
-        Some(id) => Ok(fabric.create_reflective_group(id, size, &[])?),
+        Some(id) => Ok(fabric.receive_reflective_group(id, size)?),
         None => {
             for id in auto_group_ids() {
                 match fabric.create_reflective_group(id, size, &[]) {
                     Err(lanes::Error::GroupInUse { .. }) => continue,
-                    other => return Ok(other?),
+                    other => return Ok(GroupReceiver::Created(other?)),
                 }
             }
             fail(SCI_ERR_NOSPC)
@@ -184,13 +242,21 @@ fn create_group(fabric: &Fabric, id: Option<u32>, size: u64) -> SciResult<Reflec
     }
 }
 
-/// Starts the program's callback for the segment's events on a library thread.
+/// Starts the program's callback for the segment's events on a library thread (the vendor's
+/// sisci_api.h: "SCI_FLAG_USE_CALLBACK - The callback function will be invoked for events on
+/// this segment"; without the flag a callback passed is not used). A receiver that joined
+/// another's group has no segment events here.
 fn start_local_callback(h: &Arc<Handle<LSeg>>) -> SciResult<()> {
     let (Some((Some(cb), arg)), Some(seg)) = (h.body.callback, h.body.current()) else { return Ok(()) };
     let key = h.key();
     let active = h.body.callback_active.clone();
     active.store(true, Ordering::Release);
     seg.on_event(move |ev| {
+        if !active.load(Ordering::Acquire) {
+            // The segment was removed while its group stays for others (LINGERING): the
+            // program hears nothing more of it.
+            return lanes::fabric::CallbackAction::Cancel;
+        }
         let (reason, node) = local_reason(ev);
         // SAFETY: the program registered this callback with SCI_FLAG_USE_CALLBACK and its
         // argument; SISCI calls it from a library thread with these arguments.
@@ -227,8 +293,13 @@ pub(crate) fn create_segment(
                 | SCI_FLAG_DMA_SOURCE_ONLY
                 | SCI_FLAG_PHYSICAL
                 | SCI_FLAG_CUDA_BUFFER
+                | SCI_FLAG_DMA_GLOBAL
                 | SCI_FLAG_BROADCAST,
         )?;
+        // SCI_FLAG_DMA_GLOBAL asks for a segment that global DMA (an engine that addresses any
+        // remote segment without a map) reaches: every segment is one here (the fabric's DMA
+        // engine needs no map of the program's), so it changes nothing, alone or with
+        // SCI_FLAG_BROADCAST (public programs written for the hardware pass both).
         if fl & (SCI_FLAG_PHYSICAL | SCI_FLAG_CUDA_BUFFER) != 0 {
             return fail(SCI_ERR_NOT_SUPPORTED);
         }
@@ -243,7 +314,7 @@ pub(crate) fn create_segment(
         let fabric = d.body.fabric.clone();
         let id = (fl & SCI_FLAG_AUTO_ID == 0).then_some(segment_id);
         let seg = OnceLock::new();
-        let group = if broadcast { Some(create_group(&fabric, id, size as u64)?) } else { None };
+        let group = if broadcast { Some(Arc::new(create_group(&fabric, id, size as u64)?)) } else { None };
         if !broadcast && fl & SCI_FLAG_EMPTY == 0 {
             let s = match id {
                 Some(id) => fabric.create_segment(id, size as u64)?,
@@ -261,6 +332,7 @@ pub(crate) fn create_segment(
             private: fl & SCI_FLAG_PRIVATE != 0,
             callback: cb,
             callback_active: Arc::default(),
+            force_disconnect: AtomicBool::new(false),
         };
         let (p, h) = registry::insert(d.key(), 0, body);
         if let Err(e) = start_local_callback(&h) {
@@ -280,7 +352,10 @@ pub(crate) fn register_segment_memory(
 ) {
     call(error, (), || {
         let h = registry::get::<LSeg>(segment)?;
-        flags(fl, 0)?;
+        // SCI_FLAG_LOCK_USER_MEM asks the driver to pin the pages for the adapter's DMA:
+        // shared memory needs no pinning (the fabric maps the program's pages as they are),
+        // so the result is the same.
+        flags(fl, SCI_FLAG_LOCK_USER_MEM)?;
         if addr.is_null() {
             return fail(SCI_ERR_ILLEGAL_ADDRESS);
         }
@@ -334,6 +409,10 @@ pub(crate) fn prepare_segment(segment: *mut c_void, adapter_no: c_uint, fl: c_ui
         flags(fl, SCI_FLAG_DMA_SOURCE_ONLY | SCI_FLAG_BROADCAST)?;
         broadcast_only_for_groups(fl, h.body.is_group())?;
         adapter(adapter_no)?;
+        if matches!(h.body.group(), Some(GroupReceiver::Joined(_))) {
+            // A receiver of a group another created: prepared with the group.
+            return Ok(());
+        }
         Ok(h.body.live()?.prepare()?)
     })
 }
@@ -347,26 +426,48 @@ pub(crate) fn set_segment_available(segment: *mut c_void, adapter_no: c_uint, fl
         if h.body.private {
             return fail(SCI_ERR_ILLEGAL_OPERATION);
         }
-        Ok(h.body.live()?.set_available()?)
+        if matches!(h.body.group(), Some(GroupReceiver::Joined(_))) {
+            return Ok(());
+        }
+        h.body.live()?.set_available()?;
+        // Available again: peers connecting now are not cut by a later removal.
+        h.body.force_disconnect.store(false, Ordering::Release);
+        Ok(())
     })
 }
 
 /// `SCISetSegmentUnavailable`. On a group it stops new members from joining (their
 /// connects wait or time out) and reports `SCI_CB_NOT_OPERATIONAL` to members.
+///
+/// The vendor's flags for it (its sisci_api.h: "SCI_FLAG_FORCE_DISCONNECT",
+/// "SCI_FLAG_NOTIFY"; public programs pass both before `SCIRemoveSegment`):
+/// `SCI_FLAG_NOTIFY` is what always happens here (connected peers hear
+/// `SCI_CB_NOT_OPERATIONAL`); with `SCI_FLAG_FORCE_DISCONNECT` the peers still connected are
+/// cut by the removal that follows (they hear `SCI_CB_DISCONNECT`, their sequences fail),
+/// which is then not `SCI_ERR_BUSY`.
 pub(crate) fn set_segment_unavailable(segment: *mut c_void, adapter_no: c_uint, fl: c_uint, error: *mut SciError) {
     call(error, (), || {
         let h = registry::get::<LSeg>(segment)?;
-        flags(fl, SCI_FLAG_BROADCAST)?;
+        flags(fl, SCI_FLAG_BROADCAST | SCI_FLAG_NOTIFY | SCI_FLAG_FORCE_DISCONNECT)?;
         broadcast_only_for_groups(fl, h.body.is_group())?;
         adapter(adapter_no)?;
-        Ok(h.body.live()?.set_unavailable()?)
+        if matches!(h.body.group(), Some(GroupReceiver::Joined(_))) {
+            return Ok(());
+        }
+        h.body.live()?.set_unavailable()?;
+        if fl & SCI_FLAG_FORCE_DISCONNECT != 0 {
+            h.body.force_disconnect.store(true, Ordering::Release);
+        }
+        Ok(())
     })
 }
 
 pub(crate) fn share_segment(segment: *mut c_void, fl: c_uint, error: *mut SciError) {
     call(error, (), || {
         let h = registry::get::<LSeg>(segment)?;
-        flags(fl, 0)?;
+        // SCI_FLAG_SHARE_EXTERNAL (the vendor's, for sharing beyond the node's SISCI
+        // processes): sharing is the same here, a segment any process of the node attaches.
+        flags(fl, SCI_FLAG_SHARE_EXTERNAL)?;
         if h.body.is_group() {
             // Other processes join a group (node DIS_BROADCAST_NODEID_GROUP_ALL); they do
             // not attach to it.
@@ -376,6 +477,17 @@ pub(crate) fn share_segment(segment: *mut c_void, fl: c_uint, error: *mut SciErr
     })
 }
 
+/// `SCIRemoveSegment`: `SCI_ERR_BUSY` while the segment is mapped or peers are connected
+/// (the vendor's sisci_api.h: "SCI_ERR_BUSY - Unable to remove the segment. The segment is
+/// currently in use"; programs written for it retry while busy), unless
+/// `SCI_FLAG_FORCE_REMOVE` or an earlier `SCISetSegmentUnavailable(SCI_FLAG_FORCE_DISCONNECT)`
+/// cuts the peers (they hear `SCI_CB_DISCONNECT`).
+///
+/// A broadcast segment is one receiver's part in a group: removing it never waits for the
+/// group's other receivers or writers (the vendor's reflective-memory example removes its
+/// segment while its own and the others' connections to the group still exist). The group
+/// stays for them ([`LINGERING`]); `SCI_FLAG_FORCE_REMOVE` on the receiver that created it
+/// ends it for everyone (`SCI_CB_LOST`).
 pub(crate) fn remove_segment(segment: *mut c_void, fl: c_uint, error: *mut SciError) {
     call(error, (), || {
         flags(fl, SCI_FLAG_FORCE_REMOVE)?;
@@ -385,12 +497,29 @@ pub(crate) fn remove_segment(segment: *mut c_void, fl: c_uint, error: *mut SciEr
             if reg.children(h.key()) > 0 {
                 return fail(SCI_ERR_BUSY);
             }
-            if let Some(s) = h.body.current() {
-                s.remove(fl & SCI_FLAG_FORCE_REMOVE != 0)?;
+            let force = fl & SCI_FLAG_FORCE_REMOVE != 0 || h.body.force_disconnect.load(Ordering::Acquire);
+            match h.body.group.as_ref() {
+                Some(g) if matches!(**g, GroupReceiver::Created(_)) && !force => {
+                    // Kept while others are in the group (reaped below at once if nobody
+                    // is); its events no longer reach the program.
+                    h.body.callback_active.store(false, Ordering::Release);
+                    LINGERING.lock().unwrap_or_else(|e| e.into_inner()).push(g.clone());
+                }
+                Some(g) => {
+                    if let GroupReceiver::Created(group) = &**g {
+                        group.remove()?;
+                    }
+                }
+                None => {
+                    if let Some(s) = h.body.current() {
+                        s.remove(force)?;
+                    }
+                }
             }
             reg.take::<LSeg>(segment)?
         };
         drop(taken);
+        reap_lingering();
         Ok(())
     })
 }
@@ -423,8 +552,17 @@ pub(crate) fn wait_for_local_segment_event(
         if h.body.callback_active.load(Ordering::Acquire) {
             return fail(SCI_ERR_ILLEGAL_OPERATION);
         }
-        let ev = h.body.live()?.wait_event(Timeout::from_millis(timeout))?;
-        let (reason, node) = local_reason(ev);
+        let timeout = Timeout::from_millis(timeout);
+        let (reason, node) = match h.body.group() {
+            // A receiver that joined another's group hears the others join and leave.
+            Some(GroupReceiver::Joined(m)) => match m.wait_event(timeout)? {
+                GroupEvent::Joined { node, .. } => (SCI_CB_CONNECT, node),
+                GroupEvent::Left { node, died: false, .. } => (SCI_CB_DISCONNECT, node),
+                GroupEvent::Left { node, died: true, .. } => (SCI_CB_LOST, node),
+                GroupEvent::Lost(_) => return fail(SCI_ERR_CANCELLED),
+            },
+            _ => local_reason(h.body.live()?.wait_event(timeout)?),
+        };
         if !source_node_id.is_null() {
             put(source_node_id, node)?;
         }
@@ -464,6 +602,7 @@ pub(crate) fn attach_local_segment(
             private: false,
             callback: cb,
             callback_active: Arc::default(),
+            force_disconnect: AtomicBool::new(false),
         };
         let (p, h) = registry::insert(d.key(), 0, body);
         if let Err(e) = start_local_callback(&h) {
@@ -555,6 +694,8 @@ pub(crate) fn disconnect_segment(segment: *mut c_void, fl: c_uint, error: *mut S
             reg.take::<RSeg>(segment)?
         };
         drop(taken);
+        // The last other participant of a group whose creator removed its segment.
+        reap_lingering();
         Ok(())
     })
 }

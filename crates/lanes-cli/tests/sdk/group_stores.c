@@ -164,7 +164,7 @@ static int join(sci_desc_t sd)
     SCIConnectSegment(sd, &rseg, DIS_BROADCAST_NODEID_GROUP_ALL, GROUP, 0, NULL, NULL, TIMEOUT_S * 1000,
                       SCI_FLAG_BROADCAST, &err);
     CHECK("SCIConnectSegment(DIS_BROADCAST_NODEID_GROUP_ALL)");
-    const volatile char *rd = SCIMapRemoteSegment(rseg, &rmap, 0, BYTES, NULL, NO_FLAGS, &err);
+    const volatile char *rd = SCIMapRemoteSegment(rseg, &rmap, 0, BYTES, NULL, SCI_FLAG_READONLY_MAP, &err);
     CHECK("SCIMapRemoteSegment (read)");
     SCIMapRemoteSegment(rseg, &wmap, 0, BYTES, NULL, SCI_FLAG_BROADCAST, &err);
     CHECK("SCIMapRemoteSegment(SCI_FLAG_BROADCAST)");

@@ -20,13 +20,15 @@ extern "C" {
 /* Adapters per node that SCIGetNodeIdByAdapterName() can report. */
 #define DIS_MAX_NSCIS 4
 
-/* The longest vector SCIStartDmaTransferVec() accepts. */
+/* The longest vector SCIStartDmaTransferVec() accepts (dis_dma_vec_t is in sisci_types.h,
+ * where the vendor declares it). */
 #define DIS_DMA_MAX_VECLEN 256
 
 /* Node ids found for an adapter name; unused entries are 0. */
 typedef unsigned int dis_nodeId_list_t[DIS_MAX_NSCIS];
 
-/* The kind of (virtual) adapter a node id was found on. */
+/* The kind of (virtual) adapter a node id was found on (SCIGetNodeIdByAdapterName,
+ * SCIGetNodeInfoByAdapterName). */
 typedef enum {
     DIS_VIRT_ADAPTER_UNKNOWN = 0,
     DIS_VIRT_ADAPTER_PCIE    = 1,
@@ -35,15 +37,6 @@ typedef enum {
 
 /* Older name of the same thing. */
 typedef dis_virt_adapter_t dis_adapter_type_t;
-
-/* One element of a DMA vector: `size` bytes from `local_offset` of the local segment to (or
- * from) `remote_offset` of the remote one. */
-typedef struct {
-    size_t       size;
-    size_t       local_offset;
-    size_t       remote_offset;
-    unsigned int flags;
-} dis_dma_vec_t;
 
 #ifdef __cplusplus
 }
