@@ -958,6 +958,25 @@ fn reflective_memory_as_the_vendor_sets_it_up_every_receiver_creates_the_group()
     }
 }
 
+/// Item 2, the ping-pong client's teardown (kritjo/sisci-perf): the owner writes a stop word
+/// into its own segment and removes the segment at once, with no flags, while the peer is
+/// still connected; the peer disconnects 50 ms after it sees the word. The removal waits for
+/// it (within its grace) and succeeds, where it answered SCI_ERR_BUSY and the program exited
+/// in about one run of three (tests/sdk/teardown.c, stopper and stopped).
+#[test]
+fn removal_right_after_telling_the_peer_to_stop_succeeds() {
+    let sdk = Sdk::install("teardown-stop");
+    let prog = sdk.test_program("teardown", &[]);
+    let dir = sdk.dir.0.join("stop");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let d = dir.to_str().expect("utf-8");
+    let owner = sdk.start(&prog, 8, &["stopper", d]);
+    let peer = sdk.start(&prog, 4, &["stopped", "8", d]);
+    let o = all_ok("owner", owner, "");
+    all_ok("peer", peer, &o);
+    assert!(o.lines().any(|l| l == "ok SCIRemoveSegment right after telling the peer to stop"), "{o}");
+}
+
 /// Item 2: the owner's SCIRemoveSegment is SCI_ERR_BUSY while a peer is connected (the
 /// vendor's "The segment is currently in use"), SCIClose is busy while it exists; after
 /// SCISetSegmentUnavailable(SCI_FLAG_NOTIFY | SCI_FLAG_FORCE_DISCONNECT) the removal

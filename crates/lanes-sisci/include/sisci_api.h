@@ -23,7 +23,8 @@
  *    SCI_FLAG_FORCE_REMOVE it releases them all (segments are removed forcibly).
  *  - SCIRemoveSegment() and SCIDisconnectSegment() refuse with SCI_ERR_BUSY while maps of the
  *    segment exist ("the segment is currently mapped or in use", as the vendor's header
- *    says); SCIRemoveSegment() also while peers are connected, unless SCI_FLAG_FORCE_REMOVE
+ *    says); SCIRemoveSegment() also while peers stay connected for 1 s (it waits that long
+ *    for them to leave), unless SCI_FLAG_FORCE_REMOVE
  *    or an earlier SCISetSegmentUnavailable(..., SCI_FLAG_FORCE_DISCONNECT) (peers then hear
  *    SCI_CB_DISCONNECT, their sequences fail, and a new connect finds no such segment).
  *    SCIUnmapSegment() refuses while sequences of the map exist.

@@ -18,6 +18,7 @@
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use lanes::fabric::{LocalEvent, RemoteEvent};
 use lanes::{
@@ -488,9 +489,35 @@ pub(crate) fn share_segment(segment: *mut c_void, fl: c_uint, error: *mut SciErr
 /// segment while its own and the others' connections to the group still exist). The group
 /// stays for them ([`LINGERING`]); `SCI_FLAG_FORCE_REMOVE` on the receiver that created it
 /// ends it for everyone (`SCI_CB_LOST`).
+/// How long `SCIRemoveSegment` gives connected peers to disconnect before it answers
+/// `SCI_ERR_BUSY`. Programs written for the vendor's library tell their peer to stop, tear
+/// down their own side and remove their segment at once, while the peer disconnects
+/// (kritjo/sisci-perf's ping-pong client: a stop word, then disconnect, unavailable,
+/// remove, exiting on any error). On the hardware the peer's disconnect wins that race; here
+/// it lost it in about one run of three. A peer that does not leave within the grace still
+/// makes the removal busy, as the vendor's header documents.
+const REMOVE_GRACE: Duration = Duration::from_secs(1);
+
+/// Waits up to [`REMOVE_GRACE`] for the peers connected to `segment` to leave (outside the
+/// registry lock: the peers' disconnects do not need it, but other calls of this process do).
+fn let_peers_leave(segment: *mut c_void) {
+    let Ok(h) = registry::get::<LSeg>(segment) else { return };
+    if h.body.force_disconnect.load(Ordering::Acquire) {
+        return; // the removal cuts them
+    }
+    let Some(s) = h.body.current() else { return };
+    let deadline = Instant::now() + REMOVE_GRACE;
+    while !s.connected_peers().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 pub(crate) fn remove_segment(segment: *mut c_void, fl: c_uint, error: *mut SciError) {
     call(error, (), || {
         flags(fl, SCI_FLAG_FORCE_REMOVE)?;
+        if fl & SCI_FLAG_FORCE_REMOVE == 0 {
+            let_peers_leave(segment);
+        }
         let taken = {
             let mut reg = registry::write();
             let h = reg.get::<LSeg>(segment)?;

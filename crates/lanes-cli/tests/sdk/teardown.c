@@ -168,11 +168,74 @@ static int peer(unsigned int owner_node, const char *dir)
     return finish();
 }
 
+/* The ping-pong client's teardown (kritjo/sisci-perf): it tells its peer to stop through
+ * the peer's segment, then removes its own segment at once, with no flags, while the peer
+ * is still connected and disconnects as soon as it sees the word. The removal succeeds: the
+ * peer leaves within the removal's grace. */
+static int stopper(const char *dir)
+{
+    sci_error_t err;
+    sci_desc_t sd;
+    sci_local_segment_t seg;
+    sci_map_t map;
+    unsigned int node = 0, adapter = 0;
+    SCIInitialize(NO_FLAGS, &err);
+    SCIOpen(&sd, NO_FLAGS, &err);
+    SCICreateSegment(sd, &seg, SEGMENT + 1, BYTES, NULL, NULL, NO_FLAGS, &err);
+    SCIPrepareSegment(seg, 0, NO_FLAGS, &err);
+    SCISetSegmentAvailable(seg, 0, NO_FLAGS, &err);
+    volatile uint32_t *word = SCIMapLocalSegment(seg, &map, 0, BYTES, NULL, NO_FLAGS, &err);
+    check("SCIMapLocalSegment", err, SCI_ERR_OK);
+    word[0] = 0;
+    sci_segment_cb_reason_t why = SCIWaitForLocalSegmentEvent(seg, &node, &adapter, TIMEOUT_MS, NO_FLAGS, &err);
+    truth("the peer connected", err == SCI_ERR_OK && why == SCI_CB_CONNECT);
+    word[0] = 1; /* "stop": the peer disconnects when it sees it */
+    SCIUnmapSegment(map, NO_FLAGS, &err);
+    check("SCIUnmapSegment", err, SCI_ERR_OK);
+    SCISetSegmentUnavailable(seg, 0, NO_FLAGS, &err);
+    check("SCISetSegmentUnavailable", err, SCI_ERR_OK);
+    SCIRemoveSegment(seg, NO_FLAGS, &err);
+    check("SCIRemoveSegment right after telling the peer to stop", err, SCI_ERR_OK);
+    SCIClose(sd, NO_FLAGS, &err);
+    check("SCIClose", err, SCI_ERR_OK);
+    SCITerminate();
+    touch(dir, "stopper-done");
+    return finish();
+}
+
+static int stopped(unsigned int owner_node, const char *dir)
+{
+    sci_error_t err;
+    sci_desc_t sd;
+    sci_remote_segment_t rseg;
+    sci_map_t map;
+    SCIInitialize(NO_FLAGS, &err);
+    SCIOpen(&sd, NO_FLAGS, &err);
+    SCIConnectSegment(sd, &rseg, owner_node, SEGMENT + 1, 0, NULL, NULL, TIMEOUT_MS, NO_FLAGS, &err);
+    check("SCIConnectSegment", err, SCI_ERR_OK);
+    if (err != SCI_ERR_OK) return finish();
+    volatile uint32_t *word = SCIMapRemoteSegment(rseg, &map, 0, BYTES, NULL, NO_FLAGS, &err);
+    check("SCIMapRemoteSegment", err, SCI_ERR_OK);
+    for (int i = 0; i < TIMEOUT_MS && word[0] != 1; i++) usleep(1000);
+    truth("the stop word arrived", word[0] == 1);
+    usleep(50 * 1000); /* a peer busy with something else for a moment */
+    SCIUnmapSegment(map, NO_FLAGS, &err);
+    check("SCIUnmapSegment", err, SCI_ERR_OK);
+    SCIDisconnectSegment(rseg, NO_FLAGS, &err);
+    check("SCIDisconnectSegment", err, SCI_ERR_OK);
+    truth("the owner removed its segment", await_file(dir, "stopper-done"));
+    SCIClose(sd, NO_FLAGS, &err);
+    SCITerminate();
+    return finish();
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 3 && strcmp(argv[1], "owner") == 0) return owner(argv[2]);
     if (argc == 4 && strcmp(argv[1], "peer") == 0) return peer((unsigned int)atoi(argv[2]), argv[3]);
-    fprintf(stderr, "usage: %s owner DIR | peer OWNER DIR\n", argv[0]);
+    if (argc == 3 && strcmp(argv[1], "stopper") == 0) return stopper(argv[2]);
+    if (argc == 4 && strcmp(argv[1], "stopped") == 0) return stopped((unsigned int)atoi(argv[2]), argv[3]);
+    fprintf(stderr, "usage: %s owner DIR | peer OWNER DIR | stopper DIR | stopped OWNER DIR\n", argv[0]);
     return 1;
 }
