@@ -18,6 +18,9 @@ declare -A apt_for=(
     [nginx]=nginx-light
     [curl]=curl
     [wrk]=wrk
+    # OpenSSH: sshd's seccomp-sandboxed pre-authentication child under the library.
+    [sshd]=openssh-server
+    [ssh]=openssh-client
     # The ofi transport (feature lanes/ofi): fi_info and fi_pingpong.
     [fi_info]=libfabric-bin
     # Network namespaces: the cluster tests (crates/lanes/tests/cluster.rs) and the

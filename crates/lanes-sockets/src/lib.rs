@@ -17,6 +17,7 @@
 mod config;
 mod conn;
 mod real;
+mod sandbox;
 mod sock_diag;
 mod spin;
 mod stream;
@@ -35,6 +36,7 @@ use libc::{
 use conn::{lookup, lookup_or_complete, Conn};
 use lanes::sockets::endpoint::{FLAG_APP_NODELAY, FLAG_NODELAY_FORCED};
 use real::{errno, real, set_errno};
+use stream::Call;
 
 thread_local! {
     /// Set while this thread runs library code: calls our own code makes (std's file I/O,
@@ -62,6 +64,7 @@ fn init() {
     INIT.call_once(|| {
         // SAFETY: registering a handler with no preconditions.
         unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_in_child)) };
+        sandbox::detect_inherited();
         if config::config().enabled {
             conn::adopt_inherited_all();
             // Records of processes that exited without closing their sockets (exit closes
@@ -124,8 +127,8 @@ unsafe fn iov_slice<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
     Some(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
 }
 
-fn recv_on(c: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
-    stream::recv(c, fd, iov, flags, None)
+fn recv_on(c: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> ssize_t {
+    stream::recv(c, fd, call, iov, flags, None)
 }
 
 // ---- connection set-up and tear-down ----------------------------------------------------
@@ -262,7 +265,13 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().read)(fd, buf, n) };
-    intercept(-1, || lookup_or_complete(fd).map(|c| recv_on(&c, fd, &one(buf, n), 0)), call)
+    // A read of 0 bytes is answered by the kernel's socket layer at once (0), whatever the
+    // stream holds: the program's own call gives exactly that.
+    intercept(
+        -1,
+        || lookup_or_complete(fd).filter(|_| n > 0).map(|c| recv_on(&c, fd, Call::Plain, &one(buf, n), 0)),
+        call,
+    )
 }
 
 /// # Safety
@@ -271,7 +280,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().recv)(fd, buf, n, flags) };
-    intercept(-1, || lookup_or_complete(fd).map(|c| recv_on(&c, fd, &one(buf, n), flags)), call)
+    intercept(-1, || lookup_or_complete(fd).map(|c| recv_on(&c, fd, Call::Socket, &one(buf, n), flags)), call)
 }
 
 /// # Safety
@@ -291,7 +300,7 @@ pub unsafe extern "C" fn recvfrom(
         -1,
         || {
             let c = lookup_or_complete(fd)?;
-            let r = recv_on(&c, fd, &one(buf, n), flags);
+            let r = recv_on(&c, fd, Call::Socket, &one(buf, n), flags);
             if r >= 0 && !addr.is_null() && !alen.is_null() {
                 // A connected TCP socket reports no source address.
                 // SAFETY: the caller's length slot.
@@ -323,7 +332,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
             m.msg_namelen = 0;
             let control = m.msg_controllen;
             m.msg_controllen = 0;
-            let r = stream::recv(&c, fd, &iov, flags, Some(m));
+            let r = stream::recv(&c, fd, Call::Msg, &iov, flags, Some(m));
             if r < 0 {
                 m.msg_controllen = control;
             }
@@ -339,10 +348,15 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().readv)(fd, iov, cnt) };
-    // SAFETY: the caller's iovec array.
     intercept(
         -1,
-        || lookup_or_complete(fd).and_then(|c| Some(recv_on(&c, fd, unsafe { iov_slice(iov, cnt) }?, 0))),
+        || {
+            let c = lookup_or_complete(fd)?;
+            // SAFETY: the caller's iovec array.
+            let v = unsafe { iov_slice(iov, cnt) }?;
+            // Nothing to read: the kernel answers at once, as for read (see there).
+            (stream::iov_len(v) > 0).then(|| recv_on(&c, fd, Call::Vector, v, 0))
+        },
         call,
     )
 }
@@ -355,7 +369,11 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().write)(fd, buf, n) };
-    intercept(-1, || lookup_or_complete(fd).map(|c| stream::send(&c, fd, &one(buf as *mut c_void, n), 0)), call)
+    intercept(
+        -1,
+        || lookup_or_complete(fd).map(|c| stream::send(&c, fd, Call::Plain, &one(buf as *mut c_void, n), 0)),
+        call,
+    )
 }
 
 /// # Safety
@@ -364,7 +382,11 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().send)(fd, buf, n, flags) };
-    intercept(-1, || lookup_or_complete(fd).map(|c| stream::send(&c, fd, &one(buf as *mut c_void, n), flags)), call)
+    intercept(
+        -1,
+        || lookup_or_complete(fd).map(|c| stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
+        call,
+    )
 }
 
 /// # Safety
@@ -381,7 +403,11 @@ pub unsafe extern "C" fn sendto(
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().sendto)(fd, buf, n, flags, addr, alen) };
     // A connected TCP socket ignores the address, as the kernel does.
-    intercept(-1, || lookup_or_complete(fd).map(|c| stream::send(&c, fd, &one(buf as *mut c_void, n), flags)), call)
+    intercept(
+        -1,
+        || lookup_or_complete(fd).map(|c| stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
+        call,
+    )
 }
 
 /// # Safety
@@ -404,7 +430,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
             }
             // SAFETY: the caller's iovec array.
             let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?;
-            Some(stream::send(&c, fd, iov, flags))
+            Some(stream::send(&c, fd, Call::Msg, iov, flags))
         },
         call,
     )
@@ -416,10 +442,14 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().writev)(fd, iov, cnt) };
-    // SAFETY: the caller's iovec array.
     intercept(
         -1,
-        || lookup_or_complete(fd).and_then(|c| Some(stream::send(&c, fd, unsafe { iov_slice(iov, cnt) }?, 0))),
+        || {
+            let c = lookup_or_complete(fd)?;
+            // SAFETY: the caller's iovec array.
+            let v = unsafe { iov_slice(iov, cnt) }?;
+            Some(stream::send(&c, fd, Call::Vector, v, 0))
+        },
         call,
     )
 }
@@ -485,7 +515,8 @@ pub unsafe extern "C" fn splice(
                 // handed over first, through the output.
                 if c.ring_readable() {
                     let mut buf = vec![0u8; len.min(1 << 16)];
-                    let n = recv_on(&c, fd_in, &one(buf.as_mut_ptr().cast(), buf.len()), libc::MSG_DONTWAIT);
+                    let n =
+                        recv_on(&c, fd_in, Call::Socket, &one(buf.as_mut_ptr().cast(), buf.len()), libc::MSG_DONTWAIT);
                     if n <= 0 {
                         return Some(n);
                     }
@@ -858,6 +889,20 @@ pub unsafe extern "C" fn epoll_pwait2(
         },
         call,
     )
+}
+
+/// # Safety
+/// As prctl(2); the optional arguments are read as four integer-sized values (as the
+/// kernel reads them). Passed on unchanged; a seccomp filter being installed makes the
+/// library avoid system calls of its own from then on (see `sandbox`).
+#[no_mangle]
+pub unsafe extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> c_int {
+    // SAFETY: the caller's arguments, passed on as the C library's prctl reads them.
+    let r = unsafe { (real().prctl)(option, a2, a3, a4, a5) };
+    if r >= 0 {
+        sandbox::after_prctl(option, a2);
+    }
+    r
 }
 
 // ---- fortified variants (_FORTIFY_SOURCE) ------------------------------------------------

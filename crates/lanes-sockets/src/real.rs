@@ -63,6 +63,7 @@ real_functions! {
     epoll_ctl: fn(c_int, c_int, c_int, *mut epoll_event) -> c_int;
     epoll_wait: fn(c_int, *mut epoll_event, c_int, c_int) -> c_int;
     epoll_pwait: fn(c_int, *mut epoll_event, c_int, c_int, *const sigset_t) -> c_int;
+    prctl: fn(c_int, c_ulong, c_ulong, c_ulong, c_ulong) -> c_int;
 }
 
 static REAL: OnceLock<Real> = OnceLock::new();

@@ -9,8 +9,8 @@ use libc::{c_int, iovec, msghdr, ssize_t};
 
 use lanes::sockets::direction::DirectionWord;
 use lanes::sockets::endpoint::{
-    lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_NODELAY_FORCED, FLAG_RING_WANTED, FLAG_RX_CLOSED,
-    FLAG_TX_CLOSED,
+    lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_NODELAY_FORCED, FLAG_RESET, FLAG_RING_WANTED,
+    FLAG_RX_CLOSED, FLAG_TX_CLOSED,
 };
 
 use crate::config::config;
@@ -89,20 +89,70 @@ unsafe fn copy_ring(
     }
 }
 
-fn kernel_sendmsg(fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
-    // SAFETY: a zeroed msghdr is valid (no name, no control data).
-    let mut msg: msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov.as_ptr() as *mut iovec;
-    msg.msg_iovlen = iov.len();
-    // SAFETY: the iovecs point into the caller's buffers.
-    unsafe { (real().sendmsg)(fd, &msg, flags) }
+/// Which call the program made: every kernel-path system call made for it is that same
+/// system call (a seccomp sandbox that allows `read` and `write` but not `recvmsg` and
+/// `sendmsg`, as OpenSSH's pre-authentication child's does, must see nothing else).
+/// glibc's `recv`/`send` are the `recvfrom`/`sendto` system calls, as our use of them is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// read, write (and their fortified forms): one buffer, no flags.
+    Plain,
+    /// readv, writev: buffers, no flags.
+    Vector,
+    /// recv, recvfrom, send, sendto: one buffer and flags.
+    Socket,
+    /// recvmsg, sendmsg.
+    Msg,
+}
+
+impl Call {
+    /// Whether the call carries MSG_* flags (read/readv/write/writev do not).
+    fn takes_flags(self) -> bool {
+        matches!(self, Call::Socket | Call::Msg)
+    }
+}
+
+/// The first buffer of `iov` (at most one exists for [`Call::Plain`] and [`Call::Socket`]:
+/// the program passed one, and every part of it we make is one).
+fn single(iov: &[iovec]) -> (*mut libc::c_void, usize) {
+    iov.first().map_or((std::ptr::null_mut(), 0), |v| (v.iov_base, v.iov_len))
+}
+
+/// The kernel-path send, as the system call the program made.
+fn kernel_send(call: Call, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
+    match call {
+        Call::Plain => {
+            let (b, n) = single(iov);
+            // SAFETY: the caller's buffer (or a part of it).
+            unsafe { (real().write)(fd, b, n) }
+        }
+        // SAFETY: iovecs into the caller's buffers; fewer than UIO_MAXIOV (a part of the
+        // program's own list).
+        Call::Vector => unsafe { (real().writev)(fd, iov.as_ptr(), iov.len() as c_int) },
+        Call::Socket => {
+            let (b, n) = single(iov);
+            // SAFETY: the caller's buffer (or a part of it).
+            unsafe { (real().send)(fd, b, n, flags) }
+        }
+        Call::Msg => {
+            // SAFETY: a zeroed msghdr is valid (no name, no control data).
+            let mut msg: msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = iov.as_ptr() as *mut iovec;
+            msg.msg_iovlen = iov.len();
+            // SAFETY: the iovecs point into the caller's buffers.
+            unsafe { (real().sendmsg)(fd, &msg, flags) }
+        }
+    }
 }
 
 /// Sends from `iov` (the caller's buffers) with `flags` (MSG_*).
-pub fn send(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
+pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> ssize_t {
     let total = iov_len(iov);
+    if conn.own.has_flag(FLAG_RESET) {
+        return reset_send(flags);
+    }
     if total == 0 || conn.own.has_flag(FLAG_TX_CLOSED) {
-        return kernel_sendmsg(fd, iov, flags);
+        return kernel_send(call, fd, iov, flags);
     }
     force_nodelay(conn, fd);
     let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
@@ -158,7 +208,7 @@ pub fn send(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
         }
         let reservation = word.reserve_kernel(total - sent);
         let chunk = sub_iov(iov, sent, reservation.bytes);
-        let r = kernel_sendmsg(fd, &chunk, flags);
+        let r = kernel_send(call, fd, &chunk, flags);
         let e = errno();
         word.settle_kernel(reservation, r.max(0) as usize);
         if r < 0 {
@@ -255,9 +305,23 @@ pub fn want_ring(own: &Endpoint, wanted: bool) {
     }
 }
 
-fn kernel_recvmsg(fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Option<&mut msghdr>) -> ssize_t {
-    match msg {
-        Some(m) => {
+/// The kernel-path receive, as the system call the program made. `flags` beyond the
+/// program's own are only ever added for calls that take flags ([`Call::takes_flags`]).
+fn kernel_recv(call: Call, fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Option<&mut msghdr>) -> ssize_t {
+    match (call, msg) {
+        (Call::Plain, _) => {
+            let (b, n) = single(iov);
+            // SAFETY: the caller's buffer (or a part of it).
+            unsafe { (real().read)(fd, b, n) }
+        }
+        // SAFETY: iovecs into the caller's buffers, fewer than the program passed.
+        (Call::Vector, _) => unsafe { (real().readv)(fd, iov.as_ptr(), iov.len() as c_int) },
+        (Call::Socket, _) => {
+            let (b, n) = single(iov);
+            // SAFETY: the caller's buffer (or a part of it).
+            unsafe { (real().recv)(fd, b, n, flags) }
+        }
+        (Call::Msg, Some(m)) => {
             let saved = (m.msg_iov, m.msg_iovlen);
             m.msg_iov = iov.as_ptr() as *mut iovec;
             m.msg_iovlen = iov.len();
@@ -266,7 +330,7 @@ fn kernel_recvmsg(fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Option<&mut 
             (m.msg_iov, m.msg_iovlen) = saved;
             r
         }
-        None => {
+        (Call::Msg, None) => {
             // SAFETY: a zeroed msghdr is valid.
             let mut m: msghdr = unsafe { std::mem::zeroed() };
             m.msg_iov = iov.as_ptr() as *mut iovec;
@@ -277,12 +341,30 @@ fn kernel_recvmsg(fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Option<&mut 
     }
 }
 
-/// Whether the kernel holds no unread bytes for `fd`.
-pub fn kernel_empty(fd: c_int) -> bool {
-    let mut n: c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    let r = unsafe { (real().ioctl)(fd, libc::FIONREAD, (&mut n as *mut c_int) as usize) };
-    r == 0 && n == 0
+/// Whether the kernel holds no unread bytes for `fd`, asked with the system call the
+/// program is making (a peek for the calls that take flags). read and readv cannot ask:
+/// FIONREAD answers for them, except in a process under a seccomp filter, which may kill
+/// for an ioctl; there the counts alone decide (every byte the sender reserved for the
+/// kernel has been read; bytes a process without the library wrote behind the sender's
+/// back are unordered against its bytes anyway).
+pub fn kernel_empty(call: Call, fd: c_int) -> bool {
+    match call {
+        Call::Socket | Call::Msg => {
+            let mut byte = 0u8;
+            let iov = [iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 }];
+            let r = kernel_recv(call, fd, &iov, libc::MSG_PEEK | libc::MSG_DONTWAIT, &mut None);
+            r < 0 && errno() == libc::EAGAIN
+        }
+        Call::Plain | Call::Vector => {
+            if crate::sandbox::filtered() {
+                return true;
+            }
+            let mut n: c_int = 0;
+            // SAFETY: FIONREAD writes one int.
+            let r = unsafe { (real().ioctl)(fd, libc::FIONREAD, (&mut n as *mut c_int) as usize) };
+            r == 0 && n == 0
+        }
+    }
 }
 
 /// TCP_NODELAY of the kernel socket (through the system call, never our own export).
@@ -316,8 +398,11 @@ pub fn set_kernel_nodelay(fd: c_int, on: bool) {
 /// (see `FLAG_NODELAY_FORCED`: the peer's answers may come through the ring, so a small
 /// kernel segment would otherwise wait for the peer's delayed ACK, 40 ms). The program's
 /// own setting is kept for getsockopt.
+///
+/// Under a seccomp filter the socket options are left alone: get/setsockopt may be what
+/// the filter kills for.
 pub fn force_nodelay(conn: &Conn, fd: c_int) {
-    if conn.own.has_flag(FLAG_NODELAY_FORCED) || conn.peer().is_none() {
+    if conn.own.has_flag(FLAG_NODELAY_FORCED) || crate::sandbox::filtered() || conn.peer().is_none() {
         return;
     }
     let Some(app) = kernel_nodelay(fd) else { return };
@@ -337,27 +422,27 @@ pub fn ring_allowed(conn: &Conn) -> bool {
 }
 
 /// Switches the peer's sending direction back to the ring if everything is read.
-pub fn maybe_ring_mode(conn: &Conn, fd: c_int) {
+pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
     if !ring_allowed(conn) {
         return;
     }
     let Some(peer) = conn.peer() else { return };
     let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
     let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);
-    let ring = peer.tx_word().try_ring_mode(consumed, kread, || kernel_empty(fd));
+    let ring = peer.tx_word().try_ring_mode(consumed, kread, || kernel_empty(call, fd));
     want_ring(&conn.own, !ring);
 }
 
-/// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured).
-pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option<&mut msghdr>) -> ssize_t {
+/// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured), for
+/// the program's `call`.
+pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut msg: Option<&mut msghdr>) -> ssize_t {
     let total = iov_len(iov);
-    let peer = conn.peer();
-    let Some(peer) = peer.filter(|_| total > 0) else {
-        let r = kernel_recvmsg(fd, iov, flags, &mut msg);
+    let Some(peer) = conn.peer() else {
+        let r = kernel_recv(call, fd, iov, flags, &mut msg);
         if r > 0 && flags & libc::MSG_PEEK == 0 {
             conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
             conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
-            maybe_ring_mode(conn, fd);
+            maybe_ring_mode(conn, fd, call);
         }
         return r;
     };
@@ -376,6 +461,11 @@ pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option
         let state = word.load();
         let unread = state.ring_unread(consumed) as usize;
         if unread > 0 {
+            if got == total {
+                // A receive of 0 bytes (recv, recvmsg: read and readv of 0 never get here)
+                // returns 0 once bytes are there, taking none, as TCP's does.
+                return 0;
+            }
             let _lock = lock_shared(conn.own.rx_lock());
             let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
             let unread = word.load().ring_unread(consumed) as usize;
@@ -403,29 +493,7 @@ pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option
             return got as ssize_t;
         }
         let rest = sub_iov(iov, got, total - got);
-        if state.ring_mode() && !conn.rx_shut.load(Ordering::Relaxed) {
-            if nonblocking {
-                // Ask the kernel without taking anything: end of stream, reset, or nothing.
-                let r = kernel_recvmsg(fd, &rest, libc::MSG_PEEK | libc::MSG_DONTWAIT, &mut None);
-                let e = errno();
-                if word.load().ring_unread(conn.own.rx_consumed().load(Ordering::Acquire)) > 0 {
-                    continue; // ring bytes arrived meanwhile: they come first
-                }
-                if r > 0 {
-                    // Kernel bytes while in ring mode: the sender switched, or a program
-                    // without the library wrote. Leave ring mode and read them in order.
-                    word.to_kernel_mode();
-                    continue;
-                }
-                if got > 0 {
-                    return got as ssize_t;
-                }
-                if r == 0 {
-                    return 0;
-                }
-                set_errno(e);
-                return -1;
-            }
+        if state.ring_mode() && !conn.rx_shut.load(Ordering::Relaxed) && !nonblocking {
             // Blocking: spin on the state word, then sleep in the kernel.
             let started = *spin_started.get_or_insert_with(Instant::now);
             if started.elapsed() < crate::spin::budget() {
@@ -438,43 +506,45 @@ pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option
                 continue;
             }
         }
-        // Kernel path. In kernel mode (the ring was empty when the state was read, and only
-        // a receiver can bring ring mode back) a blocking call first takes what the kernel
-        // already holds. Otherwise, or if there is nothing, it counts itself a sleeper,
-        // which also leaves ring mode, unless ring bytes arrived (they must be read
-        // first), and waits in the kernel.
+        // Kernel path, always with the program's own call and flags (plus MSG_DONTWAIT for
+        // the calls that take flags). In kernel mode (the ring was empty when the state was
+        // read, and only a receiver can bring ring mode back) a blocking recv first takes
+        // what the kernel already holds. Otherwise, or if there is nothing, the call counts
+        // itself a sleeper, which also leaves ring mode, unless ring bytes arrived (they
+        // must be read first), and asks the kernel: it waits there if blocking, or gets
+        // the kernel's answer (bytes written behind the sender's back, end of stream, reset,
+        // EAGAIN) if not. A call that found the direction in ring mode and saw nothing come
+        // through the kernel meanwhile puts ring mode back as it leaves.
         if spin_started.take().is_some() {
             crate::spin::miss();
         }
         let kflags = flags & !libc::MSG_WAITALL;
         let mut r = -1;
         let mut e = libc::EAGAIN;
-        if !nonblocking && !state.ring_mode() {
-            r = kernel_recvmsg(fd, &rest, kflags | libc::MSG_DONTWAIT, &mut msg);
+        if !nonblocking && !state.ring_mode() && call.takes_flags() {
+            r = kernel_recv(call, fd, &rest, kflags | libc::MSG_DONTWAIT, &mut msg);
             e = errno();
         }
-        if nonblocking || (r < 0 && (e == libc::EAGAIN || e == libc::EWOULDBLOCK)) {
-            let mut ticket = None;
-            if !nonblocking {
-                let Some(t) = word.prepare_sleep(conn.own.rx_consumed().load(Ordering::Acquire)) else { continue };
-                ticket = Some(t);
+        if r < 0 && (e == libc::EAGAIN || e == libc::EWOULDBLOCK) {
+            let Some(ticket) = word.prepare_sleep(conn.own.rx_consumed().load(Ordering::Acquire)) else { continue };
+            let will_wait =
+                !nonblocking && word.load().kernel_caught_up(conn.own.rx_kernel_read().load(Ordering::Acquire));
+            if will_wait {
                 want_ring(&conn.own, false);
             }
             let slept = Instant::now();
-            r = kernel_recvmsg(fd, &rest, kflags, &mut msg);
+            r = kernel_recv(call, fd, &rest, kflags, &mut msg);
             e = errno();
-            if let Some(t) = ticket {
-                word.finish_sleep(t, ring_allowed(conn));
-                if r > 0 {
-                    crate::spin::woke_after(slept.elapsed());
-                }
+            word.finish_sleep(ticket, ring_allowed(conn));
+            if r > 0 && will_wait {
+                crate::spin::woke_after(slept.elapsed());
             }
         }
         if r > 0 {
             if !peek {
                 conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
                 conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
-                maybe_ring_mode(conn, fd);
+                maybe_ring_mode(conn, fd, call);
             }
             got += r as usize;
             if waitall && got < total {
@@ -486,9 +556,41 @@ pub fn recv(conn: &Conn, fd: c_int, iov: &[iovec], flags: c_int, mut msg: Option
         if got > 0 {
             return got as ssize_t;
         }
+        if r == 0 && total > 0 && !peek && peer_died_with_unread(conn, peer) {
+            // What the kernel would answer had the dead peer's unread bytes sat in its
+            // receive queue instead of our ring: the peer's close sent RST, not FIN.
+            if conn.own.set_flags(FLAG_RESET) & FLAG_RESET == 0 {
+                set_errno(libc::ECONNRESET);
+                return -1;
+            }
+        }
         set_errno(e);
         return r;
     }
+}
+
+/// At the kernel's end of stream: whether the peer ended without closing through the
+/// library (killed: its record was never marked closed and no process holds it any more)
+/// while bytes we sent through the ring were still unread in it. Closing a TCP socket with
+/// unread data resets the connection; the kernel saw none (they were in our ring) and sent
+/// FIN. Asked only at the end of a stream.
+fn peer_died_with_unread(conn: &Conn, peer: &Endpoint) -> bool {
+    if conn.own.has_flag(FLAG_RESET) {
+        return false;
+    }
+    let unread = conn.own.tx_word().load().ring_unread(peer.rx_consumed().load(Ordering::Acquire)) > 0;
+    unread && !peer.has_flag(FLAG_TX_CLOSED | FLAG_RX_CLOSED) && peer.holders().is_empty()
+}
+
+/// A send after the connection was reset (see `peer_died_with_unread`): EPIPE, and
+/// SIGPIPE unless MSG_NOSIGNAL, as the kernel answers on a reset socket.
+fn reset_send(flags: c_int) -> ssize_t {
+    if flags & libc::MSG_NOSIGNAL == 0 {
+        // SAFETY: raising a signal for this thread, as the kernel's send would.
+        unsafe { libc::raise(libc::SIGPIPE) };
+    }
+    set_errno(libc::EPIPE);
+    -1
 }
 
 /// FIONREAD: ring bytes plus the kernel's.

@@ -283,8 +283,17 @@ fn check_group_in(group: &str, cases: &[&str], matrix: Matrix) {
 
 const CONNECT: &[&str] =
     &["connect-echo", "connect-nonblock", "connect-refused", "ipv6-echo", "many-conns", "accept-nonblock"];
-const DATA_CALLS: &[&str] =
-    &["io-readwrite", "io-sendrecv", "io-sendto", "io-msg", "io-vec", "io-mmsg", "fortified-calls"];
+const DATA_CALLS: &[&str] = &[
+    "io-readwrite",
+    "io-sendrecv",
+    "io-sendto",
+    "io-msg",
+    "io-vec",
+    "io-mmsg",
+    "fortified-calls",
+    "zero-length",
+    "seccomp-rw",
+];
 const FLAGS: &[&str] = &["msg-peek", "msg-dontwait", "msg-waitall", "msg-oob", "msg-trunc", "msg-nosignal", "sigpipe"];
 const CLOSE_AND_SHUTDOWN: &[&str] = &["shutdown-wr", "shutdown-misc", "close-unread", "linger-reset"];
 const DESCRIPTORS: &[&str] = &["dup", "close-range", "nonblock-toggle", "cloexec"];
@@ -307,7 +316,7 @@ const PROCESSES_AND_THREADS: &[&str] = &["fork-share", "exec", "posix-spawn", "t
 const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain"];
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).
 const LONG_STREAMS: &[&str] = &["stream-4g"];
-const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader"];
+const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader", "peer-killed-unread"];
 const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait", "sigio"];
 
 const GROUPS: &[&[&str]] = &[

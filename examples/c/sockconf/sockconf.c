@@ -23,6 +23,8 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -34,11 +36,14 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -2126,6 +2131,179 @@ static void oob_client(void)
     close(fd);
 }
 
+/* Zero-length and degenerate calls. read/readv of 0 bytes return 0 at once (the socket layer
+ * answers before TCP sees them); recv/recvfrom/recvmsg of 0 bytes go to TCP, which waits for
+ * data or the end of the stream like any receive (a blocking one is only made here when
+ * bytes or the end are there), then returns 0 without consuming anything. */
+static void zero_calls(int fd, const char *when, bool recv_may_block)
+{
+    char b[8];
+    struct iovec none[2] = {{b, 0}, {b + 1, 0}};
+    struct msghdr mh;
+    say("%s: read 0 %s", when, res(read(fd, b, 0)));
+    say("%s: read NULL 0 %s", when, res(read(fd, NULL, 0)));
+    say("%s: readv no iovecs %s", when, res(readv(fd, none, 0)));
+    say("%s: readv two empty iovecs %s", when, res(readv(fd, none, 2)));
+    say("%s: recv 0 MSG_DONTWAIT %s", when, res(recv(fd, b, 0, MSG_DONTWAIT)));
+    say("%s: recv 0 MSG_PEEK|MSG_DONTWAIT %s", when, res(recv(fd, b, 0, MSG_PEEK | MSG_DONTWAIT)));
+    memset(&mh, 0, sizeof mh);
+    say("%s: recvmsg no buffers MSG_DONTWAIT %s", when, res(recvmsg(fd, &mh, MSG_DONTWAIT)));
+    if (recv_may_block) {
+        say("%s: recv 0 %s", when, res(recv(fd, b, 0, 0)));
+        say("%s: recv NULL 0 %s", when, res(recv(fd, NULL, 0, 0)));
+        say("%s: recv 0 MSG_WAITALL %s", when, res(recv(fd, b, 0, MSG_WAITALL)));
+        say("%s: recvfrom 0 %s", when, res(recvfrom(fd, b, 0, 0, NULL, NULL)));
+        memset(&mh, 0, sizeof mh);
+        say("%s: recvmsg no buffers %s", when, res(recvmsg(fd, &mh, 0)));
+        mh.msg_iov = none;
+        mh.msg_iovlen = 2;
+        say("%s: recvmsg two empty iovecs MSG_WAITALL %s", when, res(recvmsg(fd, &mh, MSG_WAITALL)));
+    }
+    say("%s: write 0 %s", when, res(write(fd, b, 0)));
+    say("%s: write NULL 0 %s", when, res(write(fd, NULL, 0)));
+    say("%s: send 0 %s", when, res(send(fd, b, 0, 0)));
+    say("%s: writev no iovecs %s", when, res(writev(fd, none, 0)));
+    say("%s: writev two empty iovecs %s", when, res(writev(fd, none, 2)));
+    memset(&mh, 0, sizeof mh);
+    say("%s: sendmsg no buffers %s", when, res(sendmsg(fd, &mh, 0)));
+}
+
+static void zero_server(void)
+{
+    int s = accept_one();
+    char b[8];
+    say("ping %s", res(write(s, "p", 1)));
+    say("pong %s", got(read_full(s, b, 1), b));
+    sync_expect('a');
+    say("write %s", res(write(s, "hello", 5)));
+    sync_expect('b');
+    say("write %s", res(write(s, "x", 1)));
+    sync_expect('c');
+    say("close %s", res(close(s)));
+}
+
+static void zero_client(void)
+{
+    int fd = connect_one();
+    char b[8];
+    say("ping %s", got(read_full(fd, b, 1), b));
+    say("pong %s", res(write(fd, "q", 1)));
+    zero_calls(fd, "nothing pending", false);
+    set_nonblock(fd, true);
+    zero_calls(fd, "nothing pending, O_NONBLOCK", true);
+    set_nonblock(fd, false);
+    sync_send('a');
+    struct pollfd p = {fd, POLLIN, 0};
+    say_poll("poll", &p, 5000);
+    zero_calls(fd, "5 bytes pending", true);
+    say("read_full 5 %s", got(read_full(fd, b, 5), b));
+    sync_send('b');
+    say("read 1 %s", got(read(fd, b, 1), b));
+    zero_calls(fd, "read all", false);
+    sync_send('c');
+    say("read at end %s", res(read(fd, b, sizeof b)));
+    zero_calls(fd, "at end", true);
+    close(fd);
+}
+
+/* A seccomp sandbox like OpenSSH's pre-authentication child's: from here on the process is
+ * killed (SIGSYS) by any socket call other than read and write (recvmsg, sendmsg, recvfrom,
+ * sendto, and ioctl, getsockopt, setsockopt, socket, connect) and by poll (the case waits
+ * with ppoll); everything else stays allowed. */
+static void enter_rw_sandbox(void)
+{
+#define KILL_ON(nr) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), \
+                    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS)
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        KILL_ON(__NR_recvmsg), KILL_ON(__NR_sendmsg), KILL_ON(__NR_recvfrom),
+        KILL_ON(__NR_sendto), KILL_ON(__NR_ioctl), KILL_ON(__NR_getsockopt),
+        KILL_ON(__NR_setsockopt), KILL_ON(__NR_socket), KILL_ON(__NR_connect),
+        KILL_ON(__NR_recvmmsg), KILL_ON(__NR_sendmmsg), KILL_ON(__NR_poll),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+#undef KILL_ON
+    struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
+    say("prctl PR_SET_NO_NEW_PRIVS %s", res(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)));
+    say("prctl PR_SET_SECCOMP %s", res(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)));
+}
+
+/* Both ways at once, non-blocking, waiting in ppoll, with read and write only (the way
+ * OpenSSH's packet layer moves its bytes). */
+static void rw_duplex(int fd, uint64_t total, uint64_t seed_out, uint64_t seed_in)
+{
+    static unsigned char out[32768], in[65536];
+    uint64_t sent = 0, rcvd = 0, sizes = seed_out * 7 + 1;
+    bool bad = false, eof = false;
+    set_nonblock(fd, true);
+    while ((sent < total || rcvd < total) && !eof) {
+        struct pollfd p = {fd, (short)(POLLIN | (sent < total ? POLLOUT : 0)), 0};
+        struct timespec ts = {10, 0};
+        int r = ppoll(&p, 1, &ts, NULL);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            die("ppoll %d", r);
+        if (p.revents & POLLIN) {
+            ssize_t n = read(fd, in, sizeof in);
+            if (n == 0)
+                eof = true;
+            else if (n < 0 && errno != EAGAIN && errno != EINTR)
+                die("read");
+            else if (n > 0) {
+                if (pattern_check(in, rcvd, (size_t)n, seed_in) >= 0)
+                    bad = true;
+                rcvd += (uint64_t)n;
+            }
+        }
+        if (sent < total && (p.revents & POLLOUT)) {
+            size_t n = rnd_size(&sizes, sizeof out);
+            if (n > total - sent)
+                n = (size_t)(total - sent);
+            pattern(out, sent, n, seed_out);
+            ssize_t w = write(fd, out, n);
+            if (w < 0 && errno != EAGAIN && errno != EINTR)
+                die("write");
+            if (w > 0)
+                sent += (uint64_t)w;
+        }
+    }
+    set_nonblock(fd, false);
+    say("duplex: sent %s, received %s, pattern %s", yes(sent == total), yes(rcvd == total),
+        bad ? "MISMATCH" : "ok");
+}
+
+static void seccomp_server(void)
+{
+    int s = accept_one();
+    char b[4];
+    say("ping %s", res(write(s, "p", 1)));
+    say("pong %s", got(read_full(s, b, 1), b));
+    enter_rw_sandbox();
+    struct rstat st = recv_pattern(M_RW, s, 91, 92, 65536, 4 * MIB);
+    say_rstat("read 4 MiB", st);
+    say("write 4 MiB %s", res(send_pattern(M_RW, s, 4 * MIB, 93, 94, 65536, NULL)));
+    rw_duplex(s, 4 * MIB, 95, 96);
+    say("read at end %s", res(read(s, b, sizeof b)));
+    close(s);
+}
+
+static void seccomp_client(void)
+{
+    int fd = connect_one();
+    char b[4];
+    say("ping %s", got(read_full(fd, b, 1), b));
+    say("pong %s", res(write(fd, "q", 1)));
+    enter_rw_sandbox();
+    say("write 4 MiB %s", res(send_pattern(M_RW, fd, 4 * MIB, 91, 97, 65536, NULL)));
+    struct rstat st = recv_pattern(M_RW, fd, 93, 98, 65536, 4 * MIB);
+    say_rstat("read 4 MiB", st);
+    rw_duplex(fd, 4 * MIB, 96, 95);
+    say("shutdown SHUT_WR %s", res(shutdown(fd, SHUT_WR)));
+    say("read at end %s", res(read(fd, b, sizeof b)));
+    close(fd);
+}
+
 /* MSG_TRUNC on TCP: the bytes are discarded, not copied. */
 static void trunc_server(void)
 {
@@ -2156,6 +2334,42 @@ static void trunc_client(void)
         res(recv(fd, big, sizeof big, MSG_TRUNC | MSG_WAITALL)));
     say("read at end %s", res(read(fd, b, sizeof b)));
     close(fd);
+}
+
+/* The peer is SIGKILLed while bytes sent to it are unread: its kernel resets the connection
+ * (RST, not FIN), so the survivor's next read fails with ECONNRESET, later ones return 0,
+ * and writes fail with EPIPE. */
+static void killed_unread_server(void)
+{
+    int s = accept_one();
+    char b[256];
+    say("ping %s", res(write(s, "p", 1)));
+    say("pong %s", got(read_full(s, b, 1), b));
+    sync_expect('r');
+    memset(b, 'u', sizeof b);
+    say("write 100 the peer will not read %s", res(write(s, b, 100)));
+    sleep_ms(100);
+    say("SIGKILL the peer %s", res(kill(C.peer, SIGKILL)));
+    C.peer_killed = true;
+    int st;
+    wait_pid(C.peer, &st);
+    say("peer %s", status_str(st));
+    sleep_ms(100);
+    say("read %s", res(read(s, b, sizeof b)));
+    say("read again %s", res(read(s, b, sizeof b)));
+    say("send MSG_NOSIGNAL %s", res(send(s, "x", 1, MSG_NOSIGNAL)));
+    close(s);
+}
+
+static void killed_unread_client(void)
+{
+    int fd = connect_one();
+    char b[4];
+    say("ping %s", got(read_full(fd, b, 1), b));
+    say("pong %s", res(write(fd, "q", 1)));
+    sync_send('r');
+    for (;;)
+        pause();
 }
 
 static volatile sig_atomic_t alarms;
@@ -3352,6 +3566,10 @@ static const struct casedef cases[] = {
      "MSG_WAITALL across small writes, and cut short by the peer's close"},
     {"msg-oob", AF_INET, true, oob_server, oob_client, NULL,
      "MSG_OOB: POLLPRI, SIOCATMARK, the urgent byte out of the stream, SO_OOBINLINE"},
+    {"zero-length", AF_INET, true, zero_server, zero_client, NULL,
+     "reads and writes of 0 bytes, empty iovecs, recvmsg without buffers: 0 at once"},
+    {"seccomp-rw", AF_INET, true, seccomp_server, seccomp_client, NULL,
+     "under a seccomp filter that kills on recvmsg/sendmsg/recvfrom/sendto/ioctl: read, write, ppoll"},
     {"msg-trunc", AF_INET, true, trunc_server, trunc_client, NULL,
      "MSG_TRUNC discards bytes; with MSG_PEEK; with MSG_WAITALL cut by the peer's close"},
     {"msg-nosignal", AF_INET, true, closer_server, nosignal_client, NULL,
@@ -3433,6 +3651,8 @@ static const struct casedef cases[] = {
      "the writing peer SIGKILLed mid-stream: the reader gets eof-or-reset"},
     {"peer-killed-reader", AF_INET, false, killed_reader_server, killed_reader_client, NULL,
      "the reading peer SIGKILLed with unread data: the writer gets epipe-or-reset"},
+    {"peer-killed-unread", AF_INET, false, killed_unread_server, killed_unread_client, NULL,
+     "the peer SIGKILLed with 100 bytes unread: ECONNRESET, then 0, then EPIPE"},
     {"eintr", AF_INET, true, script_server, eintr_client, set_late,
      "alarm() without SA_RESTART interrupts a blocking recv: EINTR"},
     {"eintr-restart", AF_INET, true, restart_server, restart_client, NULL,

@@ -94,6 +94,10 @@ pub const FLAG_RING_WANTED: u32 = 64;
 /// This end's sender is pausing for the peer to take the ring back (the peer set
 /// [`FLAG_RING_WANTED`]); it reads nothing meanwhile, so the peer does not pause for it.
 pub const FLAG_AWAITING_RING: u32 = 128;
+/// The peer died (killed, no close through the library) with ring bytes from this end
+/// unread: its kernel would have reset the connection, and this end has reported
+/// ECONNRESET once; from now on reads see the end of the stream and writes fail with EPIPE.
+pub const FLAG_RESET: u32 = 256;
 
 /// Which connection a record belongs to: the network namespace and both addresses, as this
 /// end sees them. IPv4-mapped IPv6 addresses are keyed as IPv4, so a dual-stack listener

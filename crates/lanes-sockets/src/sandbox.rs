@@ -1,0 +1,36 @@
+//! Whether this process runs under a seccomp filter (or has prepared for one), so the
+//! library avoids system calls the program itself would not make.
+//!
+//! Known from the program's own `prctl` (`PR_SET_SECCOMP`, and `PR_SET_NO_NEW_PRIVS`, which
+//! an unprivileged process must set before installing a filter: OpenSSH's sandbox and
+//! libseccomp both set it through `prctl`), and from `/proc/self/status` when the library
+//! starts (a filter survives exec, and fork copies this flag).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static FILTERED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a seccomp filter may be in force.
+#[inline]
+pub fn filtered() -> bool {
+    FILTERED.load(Ordering::Relaxed)
+}
+
+/// The program made `prctl(option, arg2, ...)`, which succeeded.
+pub fn after_prctl(option: libc::c_int, arg2: libc::c_ulong) {
+    if option == libc::PR_SET_SECCOMP || (option == libc::PR_SET_NO_NEW_PRIVS && arg2 != 0) {
+        FILTERED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// At start-up: a filter inherited across exec (`Seccomp:` 1 or 2, or `NoNewPrivs:` 1).
+pub fn detect_inherited() {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return };
+    for line in status.lines() {
+        let mut f = line.split_whitespace();
+        match (f.next(), f.next()) {
+            (Some("Seccomp:" | "NoNewPrivs:"), Some(v)) if v != "0" => FILTERED.store(true, Ordering::Relaxed),
+            _ => {}
+        }
+    }
+}
