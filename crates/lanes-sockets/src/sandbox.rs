@@ -4,7 +4,10 @@
 //! Known from the program's own `prctl` (`PR_SET_SECCOMP`, and `PR_SET_NO_NEW_PRIVS`, which
 //! an unprivileged process must set before installing a filter: OpenSSH's sandbox and
 //! libseccomp both set it through `prctl`), and from `/proc/self/status` when the library
-//! starts (a filter survives exec, and fork copies this flag).
+//! starts if the inherited mode is strict (`Seccomp: 1`: nothing but read, write and exit).
+//! An inherited filter (`Seccomp: 2`) is not taken as one: container runtimes and service
+//! managers start every program under a filter that allows the calls a socket program makes,
+//! and the careful mode costs such programs speed (no forced TCP_NODELAY, no late pairing).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -23,14 +26,13 @@ pub fn after_prctl(option: libc::c_int, arg2: libc::c_ulong) {
     }
 }
 
-/// At start-up: a filter inherited across exec (`Seccomp:` 1 or 2, or `NoNewPrivs:` 1).
+/// At start-up: strict seccomp inherited across exec (`Seccomp: 1`).
 pub fn detect_inherited() {
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return };
     for line in status.lines() {
         let mut f = line.split_whitespace();
-        match (f.next(), f.next()) {
-            (Some("Seccomp:" | "NoNewPrivs:"), Some(v)) if v != "0" => FILTERED.store(true, Ordering::Relaxed),
-            _ => {}
+        if let (Some("Seccomp:"), Some("1")) = (f.next(), f.next()) {
+            FILTERED.store(true, Ordering::Relaxed);
         }
     }
 }
