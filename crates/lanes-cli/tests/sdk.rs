@@ -1372,3 +1372,157 @@ fn conditional_and_named_interrupts_between_two_nodes() {
         assert!(server.lines().any(|l| l == step), "server: missing {step:?}:\n{server}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Issue 28's deliverable: programs in the style users write them (examples/c: the benchmark
+// suite, the replicated key-value store, the SmartIO device example), built with
+// -Wconversion against the installed SDK and run as node processes
+// ---------------------------------------------------------------------------------------
+
+/// A program of examples/c built as its Makefile builds the user-style ones: plain cc,
+/// `-Wall -Wextra -Wconversion -Werror -D_REENTRANT -pthread`, the SDK's include dirs.
+fn user_program(sdk: &Sdk, name: &str) -> PathBuf {
+    let bin = sdk.cc(&repo().join("examples/c").join(format!("{name}.c")), name, &["-Wconversion"]);
+    let out = sdk.run(&bin, 4, &["-h"]);
+    assert!(out.status.success() && text(&out.stdout).contains("Usage"), "{}", show(&format!("{name} -h"), &out));
+    let out = sdk.run(&bin, 4, &["-no-such-option"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&format!("{name} -no-such-option"), &out));
+    bin
+}
+
+/// Whether the results table has a row `experiment who... ok` (the `who` words in order).
+fn table_row_ok(out: &str, experiment: &str, who: &[&str]) -> bool {
+    out.lines().any(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        w.len() > who.len() + 1 && w[0] == experiment && w[1..=who.len()] == *who && w.last() == Some(&"ok")
+    })
+}
+
+/// bench_initiator on node 4 drives bench_peer on nodes 8 and 12: discovery by SCIProbeNode
+/// and a HELLO over the peers' control data interrupts (callbacks), then PIO ping-pong with
+/// sequences, interrupt round trips, DMA and DMA vectors on a 1-entry queue, and rounds
+/// written into the reflective group both peers created; every experiment validated, the
+/// table printed, the peers told to exit. An unreachable peer is exit status 3.
+#[test]
+fn bench_suite_initiator_drives_two_peers_and_every_experiment_validates() {
+    let sdk = Sdk::install("bench-suite");
+    let init = user_program(&sdk, "bench_initiator");
+    let peer = user_program(&sdk, "bench_peer");
+    let peers: Vec<Reaped> =
+        [8, 12].iter().map(|&n| sdk.start(&peer, n, &["-size", "256K", "-timeout", "20000"])).collect();
+    let start = Instant::now();
+    let args = ["-peers", "8,12", "-iters", "500", "-irq-iters", "200", "-dma-size", "64K", "-dma-iters", "10"];
+    let args = [&args[..], &["-rounds", "100", "-bcast-size", "2K", "-timeout", "20000"]].concat();
+    let out = sdk.run(&init, 4, &args);
+    let peer_outs: Vec<Output> = peers.into_iter().map(|p| p.wait(LIMIT)).collect();
+    let context: String = peer_outs.iter().map(|o| show("peer", o)).collect::<Vec<_>>().join("\n");
+    assert!(out.status.success(), "{}\n{context}", show("bench_initiator", &out));
+    let s = text(&out.stdout);
+    for experiment in ["pio-pingpong", "irq-roundtrip", "dma", "dma-vec"] {
+        for node in ["8", "12"] {
+            assert!(table_row_ok(&s, experiment, &["node", node]), "no {experiment} row for node {node} ok:\n{s}");
+        }
+    }
+    assert!(table_row_ok(&s, "broadcast", &["2", "peers"]), "no broadcast row ok:\n{s}");
+    assert!(s.contains("bench_initiator: all 9 experiments validated, 2 peers said goodbye"), "{s}");
+    for (node, o) in [8, 12].iter().zip(&peer_outs) {
+        let p = text(&o.stdout);
+        assert!(o.status.success(), "{}", show(&format!("peer {node}"), o));
+        assert!(p.contains(&format!("node {node}: initiator is node 4")) && p.contains("exiting"), "{p}");
+    }
+    eprintln!("bench suite: {:?}", start.elapsed());
+
+    let out = sdk.run(&init, 4, &["-peers", "16", "-timeout", "300"]);
+    assert_eq!(out.status.code(), Some(3), "{}", show("bench_initiator with no peer", &out));
+    assert!(text(&out.stderr).contains("node 16 is not reachable"), "{}", show("no peer", &out));
+}
+
+/// Three kv_replica processes (nodes 4, 8, 12) each create the broadcast segment with the
+/// same group id, connect to DIS_BROADCAST_NODEID_GROUP_ALL for their writes, and run their
+/// scripted workloads at the same time: every replica's own keys read back exactly, no read
+/// is torn, and all three end with the same table checksum. Then one replica takes PUT, GET,
+/// DEL and SUM commands from stdin.
+#[test]
+fn kv_replicas_over_reflective_memory_converge_without_torn_reads() {
+    let sdk = Sdk::install("kv-replica");
+    let kv = user_program(&sdk, "kv_replica");
+    let start = Instant::now();
+    let args = ["-replicas", "4,8,12", "-ops", "4000", "-timeout", "20000"];
+    let replicas: Vec<Reaped> = [4, 8, 12].iter().map(|&n| sdk.start(&kv, n, &args)).collect();
+    let outs: Vec<Output> = replicas.into_iter().map(|r| r.wait(LIMIT)).collect();
+    let all: String = outs.iter().map(|o| show("replica", o)).collect::<Vec<_>>().join("\n");
+    let mut sums = Vec::new();
+    for (node, o) in [4, 8, 12].iter().zip(&outs) {
+        assert!(o.status.success(), "node {node}:\n{all}");
+        let s = text(&o.stdout);
+        assert!(s.contains(&format!("node {node}: own region verified")), "{all}");
+        assert!(s.contains("4000 ops") && s.contains(" 0 torn\n"), "{all}");
+        let line = s.lines().find(|l| l.contains("converged with 3 replicas, 0 torn reads in all"));
+        let sum = line.and_then(|l| l.split_whitespace().find(|w| w.starts_with("0x"))).map(str::to_string);
+        sums.push(sum.unwrap_or_else(|| panic!("node {node}: no convergence line:\n{all}")));
+    }
+    assert!(sums.iter().all(|s| *s == sums[0]), "checksums differ: {sums:?}\n{all}");
+    eprintln!("kv replicas: {:?}", start.elapsed());
+
+    use std::io::Write;
+    let mut child = sdk
+        .node(&kv, 4, &["-replicas", "4", "-stdin", "-group", "0x4B57", "-timeout", "20000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kv_replica -stdin");
+    let script = "PUT alpha 1\nPUT beta two words\nGET alpha\nGET beta\nDEL alpha\nGET alpha\nDEL alpha\nSUM\n";
+    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write commands");
+    let out = Reaped(Some(child)).wait(LIMIT);
+    assert!(out.status.success(), "{}", show("kv_replica -stdin", &out));
+    let s = text(&out.stdout);
+    let answers: Vec<&str> = s.lines().filter(|l| !l.starts_with("kv_replica")).collect();
+    assert_eq!(
+        answers[..7],
+        ["OK", "OK", "VALUE alpha 1", "VALUE beta two words", "OK", "NOTFOUND alpha", "NOTFOUND alpha"],
+        "{s}"
+    );
+    assert!(answers[7].starts_with("SUM 0x") && s.contains("converged with 1 replicas"), "{s}");
+}
+
+/// smartio_dev with two fake devices picks the one of the PCI class asked for, borrows it,
+/// queries it, maps BAR 0, gives it a device segment and a host segment mapped for it,
+/// moves data into the device segment by DMA, programs the registers and rings the
+/// doorbell, checks every register, and returns the device; without a device it says so
+/// and exits 4.
+#[test]
+fn smartio_device_example_with_a_fake_device_and_without_one() {
+    let sdk = Sdk::install("smartio-dev");
+    let prog = user_program(&sdk, "smartio_dev");
+    let devices = (smartio_env(), "0x100:64K:0x010802:0x144d:0xa808,0x200:4K:0x020000:0x8086:0x10d3");
+    for (args, fdid, ids) in [
+        (&["-class", "0x010802", "-exclusive"][..], "0x100", "144d:a808 class 010802"),
+        (&["-class", "0x020000", "-vendor", "0x8086"][..], "0x200", "8086:10d3 class 020000"),
+    ] {
+        let out = sdk.run_with(&prog, 4, args, devices);
+        let s = text(&out.stdout);
+        assert!(out.status.success(), "{}", show(&format!("smartio_dev {args:?}"), &out));
+        assert!(s.contains(&format!("borrowing fabric device {fdid}")) && s.contains(ids), "{s}");
+        for check in ["the DMA reached the device's buffer", "command block", "doorbell", "data buffer register"] {
+            assert!(
+                s.lines().any(|l| l.starts_with("smartio_dev: ") && l.contains(check) && l.ends_with(" ok")),
+                "{check} not ok:\n{s}"
+            );
+        }
+        assert!(!s.contains("WRONG") && s.contains(&format!("device {fdid} returned: done")), "{s}");
+    }
+
+    let out = sdk.run_with(&prog, 4, &["-vendor", "0x1234"], devices);
+    assert_eq!(out.status.code(), Some(4), "{}", show("smartio_dev, no device of that vendor", &out));
+    let child = sdk
+        .node(&prog, 4, &[])
+        .env_remove(smartio_env())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start smartio_dev");
+    let out = Reaped(Some(child)).wait(LIMIT);
+    assert_eq!(out.status.code(), Some(4), "{}", show("smartio_dev without a device", &out));
+    assert!(text(&out.stdout).contains("no SmartIO device found"), "{}", show("no device", &out));
+}
