@@ -89,6 +89,9 @@ if [[ $congestion != host ]]; then
     echo "link: TCP congestion control $congestion (LANES_BENCH_CONGESTION; host: the host's default)" >&2
 fi
 
+# Each host's key (the daemons accept another host only with the key lanes.toml lists).
+key_a=$("$lanes" keygen --out "$scratch/a.key" 2>/dev/null | grep '^public_key')
+key_b=$("$lanes" keygen --out "$scratch/b.key" 2>/dev/null | grep '^public_key')
 cat >"$scratch/lanes.toml" <<EOF
 [cluster]
 provider = "$provider"
@@ -98,11 +101,13 @@ progress = "$progress"
 id = 8
 host = "a"
 address = "10.77.1.1:7471"
+$key_a
 
 [[node]]
 id = 12
 host = "b"
 address = "10.77.1.2:7471"
+$key_b
 EOF
 mkdir -p "$scratch/a" "$scratch/b"
 
@@ -110,7 +115,8 @@ mkdir -p "$scratch/a" "$scratch/b"
 on() {
     local h=$1
     shift
-    ip netns exec "${p}$h" env LANES_CONFIG="$scratch/lanes.toml" LANES_HOST="$h" LANES_DIR="$scratch/$h" "$@"
+    ip netns exec "${p}$h" env LANES_CONFIG="$scratch/lanes.toml" LANES_HOST="$h" LANES_DIR="$scratch/$h" \
+        LANES_KEY_FILE="$scratch/$h.key" "$@"
 }
 
 # Starts a command on host $1 in the background; its pid (ip execs env, env execs the
@@ -118,7 +124,8 @@ on() {
 start_on() {
     local h=$1 log=$2
     shift 2
-    ip netns exec "${p}$h" env LANES_CONFIG="$scratch/lanes.toml" LANES_HOST="$h" LANES_DIR="$scratch/$h" "$@" 2>"$log" &
+    ip netns exec "${p}$h" env LANES_CONFIG="$scratch/lanes.toml" LANES_HOST="$h" LANES_DIR="$scratch/$h" \
+        LANES_KEY_FILE="$scratch/$h.key" "$@" 2>"$log" &
     pids+=($!)
 }
 

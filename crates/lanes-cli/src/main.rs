@@ -3,6 +3,7 @@
 mod bench;
 mod daemon_cmd;
 mod dma_bench;
+mod keygen_cmd;
 mod measure;
 mod pingpong;
 mod preload;
@@ -57,6 +58,9 @@ enum Cmd {
     /// Run this host's cluster daemon in the foreground (needs [cluster] in lanes.toml):
     /// heartbeats with the other hosts, lookups, node events. Stops on SIGTERM/SIGINT.
     Daemon(daemon_cmd::DaemonArgs),
+    /// Make this host's key for the cluster's daemons and print the public key to list in
+    /// lanes.toml (`public_key` of the host's [[node]] entries).
+    Keygen(keygen_cmd::KeygenArgs),
     /// (internal) a receiver of `pingpong --mode reflective`.
     #[command(hide = true)]
     ReflectivePeer {
@@ -174,6 +178,7 @@ fn main() -> ExitCode {
         Cmd::Pingpong(a) => pingpong_cmd(a),
         Cmd::Sdk(a) => sdk_cmd::run(a),
         Cmd::Daemon(a) => daemon_cmd::run(a),
+        Cmd::Keygen(a) => keygen_cmd::run(a),
         Cmd::WakeupPeer { mode, client_node, client_number, number, poll_us, cpu } => open_fabric().and_then(|f| {
             wakeup::run_peer(&f, mode, client_node, client_number, number, Duration::from_micros(poll_us), cpu)
         }),

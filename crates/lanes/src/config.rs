@@ -117,6 +117,16 @@ impl ClusterMembership {
         self.config.host(&self.host)
     }
 
+    /// Whether a `[[node]]` of the cluster lists `node`.
+    pub fn lists(&self, node: u32) -> bool {
+        NodeId::new(node).ok().and_then(|n| self.config.host_of(n)).is_some()
+    }
+
+    /// The cluster's nodes, for messages ("4, 8, 12").
+    pub fn listed_nodes(&self) -> String {
+        self.config.listed_nodes()
+    }
+
     /// Whether `node` is served by another host than this one (unlisted nodes are local).
     pub fn is_remote(&self, node: u32) -> bool {
         NodeId::new(node).ok().and_then(|n| self.config.host_of(n)).is_some_and(|h| h.name != self.host)
@@ -260,6 +270,11 @@ pub struct NodeEntry {
     /// `[cluster]`). Entries naming the same host must agree on it.
     #[serde(default)]
     pub address: Option<String>,
+    /// The host's public key (64 hex digits, as `lanes keygen` prints it), with
+    /// `[cluster]`: its daemon must prove it holds the private half. Entries naming the
+    /// same host must agree on it (later ones may leave it out).
+    #[serde(default)]
+    pub public_key: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

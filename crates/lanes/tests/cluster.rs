@@ -362,6 +362,183 @@ fn grants_released_when_requester_or_its_daemon_dies(c: &mut Cluster) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Host identity: impostors, duplicated names, wrong sources, no keys
+// ---------------------------------------------------------------------------------------
+
+/// Transitions host `from` logged for host `host` ("host a operational -> ...").
+fn transitions(c: &mut Cluster, from: usize, host: &str) -> usize {
+    let log = c.daemon(from).output_snapshot();
+    log.matches(&format!("host {host} operational -> ")).count()
+}
+
+/// A second daemon calling itself a, run on host `on` with `key` (None: a key of its own),
+/// dials b and c for two seconds (40 heartbeats): both refuse it with `says` in their logs,
+/// and neither changes its view of the real a (no Suspect, no Lost: the link stays up).
+fn impostor_of_a_is_refused(c: &mut Cluster, on: usize, key: Option<&std::path::Path>, says: &str) {
+    let before: Vec<usize> = (1..3).map(|k| transitions(c, k, "a")).collect();
+    let (mut impostor, _dir) = c.impostor(on, 0, key);
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        for (k, host) in HOSTS.iter().enumerate().skip(1) {
+            assert_eq!(c.states(k)["a"], HostState::Operational, "{host} lost a\n{}", c.logs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (k, host) in HOSTS.iter().enumerate().skip(1) {
+        let log = c.daemon(k).output_snapshot();
+        assert!(
+            log.contains("refused a connection") && log.contains(says),
+            "{host} did not refuse with {says:?}:\n{log}"
+        );
+        assert_eq!(transitions(c, k, "a"), before[k - 1], "{host} changed its view of a:\n{log}");
+    }
+    let theirs = impostor.output_snapshot();
+    assert!(theirs.contains("refused"), "the impostor heard no refusal:\n{theirs}");
+    assert!(!theirs.contains("-> operational"), "the impostor was let in:\n{theirs}");
+    impostor.kill9();
+    // The real a still talks to b and c.
+    discovery_after_impostor(c);
+}
+
+fn discovery_after_impostor(c: &Cluster) {
+    for k in 1..3 {
+        let probe = c.client(k).probe_node(node(NODES[0]), CALL).expect("a probe of node 8");
+        assert_eq!(probe.host_state, HostState::Operational, "{probe:?}");
+    }
+}
+
+/// Errors that name their cause: a node lanes.toml does not list (at once, not a timeout),
+/// a host whose link is down ("host c unreachable"), no daemon ("no daemon on this host").
+fn errors_name_their_cause(c: &mut Cluster) {
+    let mut client = c.client(0);
+    let started = Instant::now();
+    let e = client.connect_object(node(100), ObjectKind::Segment, 1, node(NODES[0]), CALL).unwrap_err();
+    assert!(e.to_string().contains("node 100 is not in lanes.toml"), "{e}");
+    let e = client.lookup(node(100), ObjectKind::Segment, 1, CALL).unwrap_err();
+    assert!(e.to_string().contains("node 100 is not in lanes.toml"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+
+    c.daemon(2).kill9();
+    c.wait_state(0, 2, HostState::Suspect, Duration::from_millis(SUSPECT_MS) + BOUND);
+    let e = client.connect_object(node(NODES[2]), ObjectKind::Segment, 1, node(NODES[0]), CALL).unwrap_err();
+    assert!(matches!(&e, Error::Refused(Refusal::HostUnreachable { .. })), "{e:?}");
+    assert!(e.to_string().contains("host c unreachable"), "{e}");
+
+    let e = Client::connect(&c.fabric(2), CALL).unwrap_err();
+    assert!(e.to_string().contains("no daemon on this host (start `lanes daemon`)"), "{e}");
+}
+
+#[test]
+fn cluster_loopback_errors_name_their_cause() {
+    let mut c = Cluster::loopback("cl-lo-errors");
+    errors_name_their_cause(&mut c);
+}
+
+#[test]
+fn cluster_netns_errors_name_their_cause() {
+    let Some(mut c) = Cluster::netns("cluster_netns_errors") else { return };
+    errors_name_their_cause(&mut c);
+}
+
+#[test]
+fn cluster_loopback_impostor_with_the_right_name_and_a_wrong_key_is_refused() {
+    let mut c = Cluster::loopback("cl-lo-impostor");
+    impostor_of_a_is_refused(&mut c, 2, None, "not host a's key in lanes.toml");
+}
+
+#[test]
+fn cluster_netns_impostor_with_the_right_name_and_a_wrong_key_is_refused() {
+    let Some(mut c) = Cluster::netns("cluster_netns_impostor_key") else { return };
+    impostor_of_a_is_refused(&mut c, 2, None, "not host a's key in lanes.toml");
+}
+
+/// Two daemons claiming a, both with a's key: the second one (in c's namespace) connects
+/// from c's address, is refused for it, and the real a's links stay up.
+#[test]
+fn cluster_netns_duplicated_host_name_from_another_address_is_refused() {
+    let Some(mut c) = Cluster::netns("cluster_netns_duplicate_name") else { return };
+    let key = c.key_file(0).to_path_buf();
+    impostor_of_a_is_refused(&mut c, 2, Some(&key), "host a connects from 10.77.0.3, not from its address");
+}
+
+/// Without public keys in lanes.toml a daemon serves loopback only: it dials no other
+/// address, and refuses a connection from one with a goodbye saying why (here from a daemon
+/// whose own configuration has keys, in a's namespace); its log says what to do.
+#[test]
+fn cluster_netns_without_keys_a_daemon_serves_loopback_only() {
+    let Some(c) = Cluster::netns("cluster_netns_no_keys") else { return };
+    // A keyless daemon for b, in b's namespace on another port.
+    let dir = support::TestDir::new("nokeys");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let keyless = format!(
+        "[cluster]\nheartbeat_ms = {HEARTBEAT_MS}\nsuspect_after_ms = {SUSPECT_MS}\nlost_after_ms = {LOST_MS}\n\
+         [[node]]\nid = 8\nhost = \"a\"\naddress = \"{}\"\n[[node]]\nid = 12\nhost = \"b\"\naddress = \"10.77.0.2:{port}\"\n",
+        c.address(0)
+    );
+    let config = dir.root().join("lanes.toml");
+    std::fs::write(&config, keyless).unwrap();
+    let key = dir.root().join("b.key");
+    let env = [
+        ("LANES_CONFIG", config.to_str().unwrap().to_string()),
+        ("LANES_HOST", "b".to_string()),
+        ("LANES_DIR", dir.fabric().to_str().unwrap().to_string()),
+        ("LANES_KEY_FILE", key.to_str().unwrap().to_string()),
+    ];
+    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut d = support::spawn_daemon(&c.prefix(1), "keyless b", &envs);
+    // Its peer: a keyed daemon calling itself a, in a's namespace, whose lanes.toml says b
+    // is at the keyless daemon's port.
+    let (mut a2, _a2dir) = {
+        let a_key = c.key_file(0).to_path_buf();
+        let b_pub = lanes::cluster::identity::HostKey::load(c.key_file(1)).unwrap();
+        let a_pub = lanes::cluster::identity::HostKey::load(&a_key).unwrap();
+        let dir2 = support::TestDir::new("nokeys-a");
+        let port_a = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let text = format!(
+            "[cluster]\nheartbeat_ms = {HEARTBEAT_MS}\nsuspect_after_ms = {SUSPECT_MS}\nlost_after_ms = {LOST_MS}\n\
+             [[node]]\nid = 8\nhost = \"a\"\naddress = \"10.77.0.1:{port_a}\"\npublic_key = \"{}\"\n\
+             [[node]]\nid = 12\nhost = \"b\"\naddress = \"10.77.0.2:{port}\"\npublic_key = \"{}\"\n",
+            a_pub.public(),
+            b_pub.public()
+        );
+        let config2 = dir2.root().join("lanes.toml");
+        std::fs::write(&config2, text).unwrap();
+        let env = [
+            ("LANES_CONFIG", config2.to_str().unwrap().to_string()),
+            ("LANES_HOST", "a".to_string()),
+            ("LANES_DIR", dir2.fabric().to_str().unwrap().to_string()),
+            ("LANES_KEY_FILE", a_key.to_str().unwrap().to_string()),
+        ];
+        let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        (support::spawn_daemon(&c.prefix(0), "keyed a", &envs), dir2)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (theirs, ours) = (d.output_snapshot(), a2.output_snapshot());
+        let refused = ours.contains("host b refused: this daemon has no host keys");
+        if theirs.contains("serving loopback only") && theirs.contains("host a") && refused {
+            assert!(theirs.contains("not dialled") || !theirs.contains("-> operational"), "{theirs}");
+            assert!(theirs.contains("public_key = \""), "no key to paste:\n{theirs}");
+            assert!(key.exists(), "the first start made no host key");
+            break;
+        }
+        assert!(Instant::now() < deadline, "keyless b:\n{theirs}\nkeyed a:\n{ours}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut local = Client::connect(&dir.fabric(), CALL).expect("loopback clients are served");
+    let hosts = local.cluster(CALL).unwrap();
+    assert!(hosts.iter().all(|h| h.local || h.state == HostState::Unknown), "{hosts:?}");
+    d.kill9();
+    a2.kill9();
+}
+
+// ---------------------------------------------------------------------------------------
 // Loopback: no privilege needed
 // ---------------------------------------------------------------------------------------
 

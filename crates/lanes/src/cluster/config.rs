@@ -10,16 +10,22 @@
 //! heartbeat_ms = 100
 //! suspect_after_ms = 500      # no heartbeat for this long: the host is Suspect
 //! lost_after_ms = 10000       # still silent: Lost
-//! secret_file = "/etc/lanes/cluster.secret"   # optional: daemons prove they share it
+//! key_file = "/etc/lanes/host.key"           # this host's private key (the default for root)
+//! secret_file = "/etc/lanes/cluster.secret"   # optional: also a pre-shared key of the links
 //! [[node]]
 //! id = 8
 //! host = "alpha"
 //! address = "10.77.0.1"
+//! public_key = "<64 hex digits from `lanes keygen` on alpha>"
 //! [[node]]
 //! id = 12
 //! host = "beta"
 //! address = "10.77.0.2:7471"
+//! public_key = "<64 hex digits from `lanes keygen` on beta>"
 //! ```
+//!
+//! Either every host has a `public_key` (daemons then talk only over authenticated,
+//! encrypted links, see `super::link`) or none has (daemons then serve loopback only).
 //!
 //! The file is parsed and validated once, by [`crate::config::ConfigFile`]; this module
 //! turns a valid file into a [`ClusterConfig`]: one [`HostEntry`] per host with its
@@ -32,6 +38,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::identity::PublicKey;
 use crate::config::{NodeEntry, NodeId};
 
 /// The daemons' control port when neither `[cluster] port` nor the address names one.
@@ -132,6 +139,7 @@ pub struct ClusterSection {
     pub suspect_after_ms: Option<u64>,
     pub lost_after_ms: Option<u64>,
     pub secret_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
 }
 
 /// One host of the cluster: where its daemon listens and which nodes it serves.
@@ -143,6 +151,8 @@ pub struct HostEntry {
     pub address: SocketAddr,
     /// The nodes acting on it, in the order the file lists them.
     pub nodes: Vec<NodeId>,
+    /// Its daemon's public key (`public_key`); None only when no host has one.
+    pub public_key: Option<PublicKey>,
 }
 
 /// The validated cluster: timing, provider and hosts.
@@ -164,6 +174,9 @@ pub struct ClusterConfig {
     /// A file every host's daemon reads the cluster secret from (absolute): daemons then
     /// prove to each other that they know it before they talk (`super::secret`).
     pub secret_file: Option<PathBuf>,
+    /// This host's key file (`[cluster] key_file`, absolute); see
+    /// [`super::identity::key_path`] for the default.
+    pub key_file: Option<PathBuf>,
     /// The hosts, in the order the file first names them.
     pub hosts: Vec<HostEntry>,
 }
@@ -215,8 +228,19 @@ impl ClusterConfig {
                 return Err(format!("[cluster] secret_file {f:?} must be an absolute path"));
             }
         }
+        if let Some(f) = &section.key_file {
+            if !f.is_absolute() {
+                return Err(format!("[cluster] key_file {f:?} must be an absolute path"));
+            }
+        }
         let mut hosts: Vec<HostEntry> = Vec::new();
         for n in nodes {
+            let key = match &n.public_key {
+                Some(k) => {
+                    Some(PublicKey::parse(k).map_err(|why| format!("node {} (host {:?}): {why}", n.id, n.host))?)
+                }
+                None => None,
+            };
             let id = NodeId::new(n.id).map_err(|e| e.to_string())?;
             let text = n.address.as_deref().ok_or_else(|| {
                 format!("node {} (host {:?}) has no address; with [cluster] every host needs one", n.id, n.host)
@@ -226,7 +250,16 @@ impl ClusterConfig {
                 Some(h) if h.address != address => {
                     return Err(format!("host {:?} has two addresses: {} and {address}", n.host, h.address))
                 }
-                Some(h) => h.nodes.push(id),
+                Some(h) => {
+                    match (h.public_key, key) {
+                        (Some(a), Some(b)) if a != b => {
+                            return Err(format!("host {:?} has two public keys: {a} and {b}", n.host))
+                        }
+                        (None, Some(b)) => h.public_key = Some(b),
+                        _ => {}
+                    }
+                    h.nodes.push(id)
+                }
                 None => {
                     if let Some(other) = hosts.iter().find(|h| h.address == address) {
                         return Err(format!(
@@ -234,8 +267,26 @@ impl ClusterConfig {
                             other.name, n.host
                         ));
                     }
-                    hosts.push(HostEntry { name: n.host.clone(), address, nodes: vec![id] });
+                    hosts.push(HostEntry { name: n.host.clone(), address, nodes: vec![id], public_key: key });
                 }
+            }
+        }
+        let keyed: Vec<&str> = hosts.iter().filter(|h| h.public_key.is_some()).map(|h| h.name.as_str()).collect();
+        if !keyed.is_empty() {
+            if let Some(h) = hosts.iter().find(|h| h.public_key.is_none()) {
+                return Err(format!(
+                    "host {:?} has no public_key but {:?} has one: list every host's key (run `lanes keygen` \
+                     on {:?}), or none (daemons then serve loopback only)",
+                    h.name, keyed[0], h.name
+                ));
+            }
+        }
+        for (k, h) in hosts.iter().enumerate() {
+            if let Some(other) = hosts[..k].iter().find(|o| o.public_key == h.public_key && o.public_key.is_some()) {
+                return Err(format!(
+                    "hosts {:?} and {:?} have the same public_key: each host needs its own key",
+                    other.name, h.name
+                ));
             }
         }
         Ok(ClusterConfig {
@@ -246,6 +297,7 @@ impl ClusterConfig {
             suspect_after,
             lost_after,
             secret_file: section.secret_file.clone(),
+            key_file: section.key_file.clone(),
             hosts,
         })
     }
@@ -253,6 +305,24 @@ impl ClusterConfig {
     /// The host called `name`.
     pub fn host(&self, name: &str) -> Option<&HostEntry> {
         self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// Every host has a public key: daemons authenticate each other and encrypt their links.
+    /// Without keys they serve loopback only.
+    pub fn keyed(&self) -> bool {
+        !self.hosts.is_empty() && self.hosts.iter().all(|h| h.public_key.is_some())
+    }
+
+    /// The host whose public key is `key`.
+    pub fn host_with_key(&self, key: &PublicKey) -> Option<&HostEntry> {
+        self.hosts.iter().find(|h| h.public_key.as_ref() == Some(key))
+    }
+
+    /// Every node the hosts list, in order, for messages ("4, 8, 12").
+    pub fn listed_nodes(&self) -> String {
+        let mut all: Vec<u32> = self.hosts.iter().flat_map(|h| h.nodes.iter().map(|n| n.get())).collect();
+        all.sort_unstable();
+        all.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
     }
 
     /// The host that `node` acts on.
@@ -376,6 +446,24 @@ address = "10.77.0.1:7470"
         }
     }
 
+    const K1: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+    const K2: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+
+    #[test]
+    fn public_keys_are_listed_per_host() {
+        let text = format!(
+            "[cluster]\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"10.0.0.1\"\npublic_key = \"{K1}\"\n\
+             [[node]]\nid = 16\nhost = \"a\"\naddress = \"10.0.0.1\"\n\
+             [[node]]\nid = 12\nhost = \"b\"\naddress = \"10.0.0.2\"\npublic_key = \"{K2}\"\n"
+        );
+        let file = parse(&text).unwrap();
+        let c = file.cluster().unwrap();
+        assert!(c.keyed());
+        assert_eq!(c.host("a").unwrap().public_key.unwrap().to_string(), K1);
+        assert_eq!(c.host_with_key(&PublicKey::parse(K2).unwrap()).unwrap().name, "b");
+        assert!(!parse(DESIGN_EXAMPLE).unwrap().cluster().unwrap().keyed(), "no keys: loopback only");
+    }
+
     #[test]
     fn nonsense_is_refused_with_a_reason() {
         let node =
@@ -397,6 +485,28 @@ address = "10.77.0.1:7470"
             (format!("[cluster]\nprogress = \"poll\"\npoll_us = 0\n{}", node(8, "a", "10.0.0.1")), "outside"),
             (format!("[cluster]\nprogress = \"wake\"\npoll_us = 50\n{}", node(8, "a", "10.0.0.1")), "only to"),
             (format!("[cluster]\npoll_us = 50\n{}", node(8, "a", "10.0.0.1")), "needs progress"),
+            (format!("[cluster]\nkey_file = \"k\"\n{}", node(8, "a", "10.0.0.1")), "absolute"),
+            (format!("[cluster]\n{}public_key = \"abcd\"\n", node(8, "a", "10.0.0.1")), "hex digits"),
+            (
+                format!("[cluster]\n{}public_key = \"{K1}\"\n{}", node(8, "a", "10.0.0.1"), node(12, "b", "10.0.0.2")),
+                "has no public_key",
+            ),
+            (
+                format!(
+                    "[cluster]\n{}public_key = \"{K1}\"\n{}public_key = \"{K1}\"\n",
+                    node(8, "a", "10.0.0.1"),
+                    node(12, "b", "10.0.0.2")
+                ),
+                "the same public_key",
+            ),
+            (
+                format!(
+                    "[cluster]\n{}public_key = \"{K1}\"\n{}public_key = \"{K2}\"\n",
+                    node(8, "a", "10.0.0.1"),
+                    node(12, "a", "10.0.0.1")
+                ),
+                "two public keys",
+            ),
         ] {
             let e = parse(&text).unwrap_err();
             assert!(matches!(e, Error::Config { .. }), "{text:?} gave {e}");

@@ -32,7 +32,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs;
 use std::io::{self, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -44,7 +44,9 @@ use std::time::{Duration, Instant};
 
 use super::config::{ClusterConfig, HostEntry};
 use super::exports;
-use super::proto::GroupInfo;
+use super::identity::{self, HostKey, PublicKey};
+use super::link::{self, Opener, Sealed};
+use super::proto::{self, GroupInfo};
 use super::proto::{
     encode, write_message, Answer, Fill, FrameReader, Grant, GrantStatus, HostState, HostStatus, NodeEvent, NodeProbe,
     ObjectInfo, ObjectKind, PeerMessage, Query, Refusal, Reply, Request, PROTOCOL_VERSION,
@@ -77,6 +79,8 @@ const KEEPALIVE: Duration = Duration::from_secs(1);
 const MAX_REQUEST_WAIT: Duration = Duration::from_secs(60);
 /// How long a process may take to send a whole request once it started one.
 const CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+/// A refused peer connection is logged again (same reason) after this long.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// What the daemon serves: the cluster, which host it is, and the fabric directory.
 #[derive(Clone, Debug)]
@@ -86,6 +90,9 @@ pub struct DaemonOptions {
     pub host: String,
     /// The fabric directory of this host (the socket lives in it).
     pub dir: PathBuf,
+    /// This host's key file; None: [`identity::key_path`] of the configuration. Read only
+    /// when the cluster lists public keys.
+    pub key_file: Option<PathBuf>,
 }
 
 impl DaemonOptions {
@@ -107,13 +114,32 @@ impl DaemonOptions {
             let known: Vec<&str> = cluster.hosts.iter().map(|h| h.name.as_str()).collect();
             return Err(Error::UnknownHost { host, path, known: known.join(", ") });
         }
-        Ok(DaemonOptions { cluster, host, dir: config::fabric_dir(Some(&file)) })
+        let key_file = Some(identity::key_path(cluster.key_file.as_deref()));
+        Ok(DaemonOptions { cluster, host, dir: config::fabric_dir(Some(&file)), key_file })
     }
 }
 
 /// Runs the daemon until SIGTERM or SIGINT, then stops it cleanly (connections closed with
 /// a goodbye, socket removed). This is `lanes daemon`.
 pub fn run(options: DaemonOptions) -> Result<()> {
+    if !options.cluster.keyed() {
+        // First start without keys: make this host's key, so that the way out of
+        // loopback-only is one line in lanes.toml.
+        let path = options.key_file.clone().unwrap_or_else(|| identity::key_path(options.cluster.key_file.as_deref()));
+        let me = &options.host;
+        match HostKey::load_or_create(&path) {
+            Ok((key, created)) => eprintln!(
+                "lanes daemon {me}: {} host key {} (public key {}); to serve other hosts, add\n    \
+                 public_key = \"{}\"\nto host {me}'s [[node]] entries in lanes.toml on every host, and \
+                 each other host's key likewise (`lanes keygen` prints a host's key)",
+                if created { "created the" } else { "this host has a" },
+                path.display(),
+                key.public(),
+                key.public()
+            ),
+            Err(e) => eprintln!("lanes daemon {me}: no host key: {e}"),
+        }
+    }
     let signals = TerminationSignals::install().map_err(|e| Error::io("catching SIGTERM and SIGINT", e))?;
     let daemon = Daemon::start(options)?;
     loop {
@@ -167,8 +193,14 @@ struct Shared {
     grants: Mutex<Grants>,
     /// Grants local processes hold (the requester's side): grant id -> who holds it.
     requested: Mutex<HashMap<u64, Requested>>,
-    /// What peers must prove they know (`[cluster] secret_file`).
+    /// What peers must prove they know (`[cluster] secret_file`), on links without keys.
     secret: Option<ClusterSecret>,
+    /// This host's key, when the cluster lists keys (None: loopback only).
+    key: Option<HostKey>,
+    /// The cluster secret's hash, the links' pre-shared key when there are keys and a secret.
+    psk: Option<[u8; 32]>,
+    /// Refusals of peer connections, logged once per reason every [`REFUSAL_LOG_EVERY`].
+    refusals: Mutex<HashMap<String, Instant>>,
 }
 
 /// The slots this daemon claimed for peers, and the proxy records they are claimed under.
@@ -275,6 +307,31 @@ impl Daemon {
             ),
             None => None,
         };
+        let key = if options.cluster.keyed() {
+            let path =
+                options.key_file.clone().unwrap_or_else(|| identity::key_path(options.cluster.key_file.as_deref()));
+            let config_error = |message: String| Error::Config(crate::Error::Config { path: path.clone(), message });
+            let (key, _) = HostKey::load_or_create(&path).map_err(config_error)?;
+            if Some(*key.public()) != me.public_key {
+                return Err(config_error(format!(
+                    "this is host {}'s key file, but its public key {} is not the public_key lanes.toml lists for \
+                     host {} ({}); set public_key = \"{}\" there, or point LANES_KEY_FILE or [cluster] key_file \
+                     at the right key",
+                    me.name,
+                    key.public(),
+                    me.name,
+                    me.public_key.map(|k| k.to_string()).unwrap_or_default(),
+                    key.public()
+                )));
+            }
+            Some(key)
+        } else {
+            None
+        };
+        let psk = match (&key, &secret) {
+            (Some(_), Some(s)) => Some(s.psk()),
+            _ => None,
+        };
         ensure_private_dir(&options.dir)
             .map_err(|e| Error::io(format!("fabric directory {}", options.dir.display()), e))?;
         let paths = FabricPaths::new(&options.dir);
@@ -330,6 +387,9 @@ impl Daemon {
             grants: Mutex::new(Grants::default()),
             requested: Mutex::new(HashMap::new()),
             secret,
+            key,
+            psk,
+            refusals: Mutex::new(HashMap::new()),
         });
         shared.log(format_args!(
             "host {} listening on {} and {}; heartbeat {} ms, suspect after {} ms, lost after {} ms",
@@ -340,6 +400,17 @@ impl Daemon {
             shared.cluster.suspect_after.as_millis(),
             shared.cluster.lost_after.as_millis()
         ));
+        match &shared.key {
+            Some(key) => shared.log(format_args!(
+                "host key {}: links to other hosts are authenticated (Noise XX{}) and encrypted",
+                key.public(),
+                if shared.psk.is_some() { " with the cluster secret" } else { "" }
+            )),
+            None => shared.log(format_args!(
+                "no host keys in lanes.toml: serving loopback only (peers on 127.0.0.1 or ::1); run `lanes keygen` \
+                 on each host and add public_key = \"<its key>\" to each host's [[node]] entries to serve others"
+            )),
+        }
         let mut threads = Vec::new();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(name).spawn(f).map_err(|e| Error::io("starting a daemon thread", e))
@@ -599,6 +670,12 @@ impl Shared {
             let st = self.lock();
             (st.peers[i].entry.name.clone(), st.peers[i].entry.address)
         };
+        if self.key.is_none() && !addr.ip().is_loopback() {
+            self.log(format_args!(
+                "host {host} ({addr}): not dialled: without host keys in lanes.toml this daemon serves loopback only"
+            ));
+            return;
+        }
         let mut last_error = String::new();
         while !self.stopping() {
             let connected = self.lock().peers[i].conn.is_some();
@@ -639,14 +716,20 @@ impl Shared {
             };
             let s = self.clone();
             let spawned = std::thread::Builder::new().name("lanes-d-peer".into()).spawn(move || {
-                let from = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+                let from = match stream.peer_addr() {
+                    Ok(a) => a,
+                    Err(e) => return s.log(format_args!("a peer connection without an address: {e}")),
+                };
+                if let Err(e) = s.admit_source(&stream, from.ip()) {
+                    return s.log_refusal(from, &e);
+                }
                 match s.handshake(stream, None) {
                     Ok((stream, reader, boot)) => {
                         if let Some(i) = s.peer_index(&reader.host) {
                             s.serve_peer(i, stream, reader, boot);
                         }
                     }
-                    Err(e) => s.log(format_args!("refused a connection from {from}: {e}")),
+                    Err(e) => s.log_refusal(from, &e),
                 }
             });
             if let Err(e) = spawned {
@@ -655,11 +738,218 @@ impl Shared {
         }
     }
 
-    /// Exchanges hellos (bounded by `suspect_after`). `expect` names the host dialled; an
-    /// accepted connection may come from any other host of the cluster. With a cluster
-    /// secret, each side proves it knows the secret (`super::secret`) before the connection
-    /// is used.
+    /// Logs a refused peer connection (each reason at most once per [`REFUSAL_LOG_EVERY`]:
+    /// an impostor redialling every heartbeat must not flood the log).
+    fn log_refusal(&self, from: SocketAddr, reason: &str) {
+        let now = Instant::now();
+        let key = format!("{} {reason}", from.ip());
+        let mut seen = self.refusals.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() > 1024 {
+            seen.retain(|_, t| now.duration_since(*t) < REFUSAL_LOG_EVERY);
+        }
+        match seen.get(&key) {
+            Some(t) if now.duration_since(*t) < REFUSAL_LOG_EVERY => {}
+            _ => {
+                seen.insert(key, now);
+                drop(seen);
+                self.log(format_args!("refused a connection from {from}: {reason}"));
+            }
+        }
+    }
+
+    /// Whether a connection from `ip` may say hello at all: with keys, from one of the
+    /// cluster's addresses; without, from loopback only (then with a goodbye saying why).
+    fn admit_source(&self, stream: &TcpStream, ip: IpAddr) -> std::result::Result<(), String> {
+        if self.key.is_none() {
+            if ip.is_loopback() {
+                return Ok(());
+            }
+            let why = "this daemon has no host keys in lanes.toml and serves loopback only (run `lanes keygen` \
+                       on each host and list each host's public_key)"
+                .to_string();
+            let _ = stream.set_write_timeout(Some(self.cluster.heartbeat));
+            return Err(self.bye(stream, why));
+        }
+        if self.cluster.hosts.iter().any(|h| h.address.ip() == ip) {
+            Ok(())
+        } else {
+            Err(format!("{ip} is not the address of any host in lanes.toml"))
+        }
+    }
+
+    /// Exchanges hellos, bounded by `suspect_after`: over a Noise handshake with the host
+    /// keys when the cluster lists them ([`Shared::secure_handshake`]), else in plaintext.
+    /// Nothing about any peer changes here: the caller makes the connection a peer's only
+    /// once this returned.
     fn handshake(
+        &self,
+        stream: TcpStream,
+        expect: Option<&str>,
+    ) -> std::result::Result<(TcpStream, HandshakeReader, u64), String> {
+        match &self.key {
+            Some(key) => self.secure_handshake(stream, expect, key),
+            None => self.plain_handshake(stream, expect),
+        }
+    }
+
+    /// The handshake of `super::link`: Noise XX with this host's key; the other side's
+    /// static key must be the one lanes.toml lists for the host it names, and (for an
+    /// accepted connection) the connection must come from that host's address. A refused
+    /// dialler hears a sealed goodbye saying why.
+    fn secure_handshake(
+        &self,
+        stream: TcpStream,
+        expect: Option<&str>,
+        key: &HostKey,
+    ) -> std::result::Result<(TcpStream, HandshakeReader, u64), String> {
+        let deadline = Instant::now() + self.cluster.suspect_after;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        stream.set_write_timeout(Some(self.cluster.suspect_after)).map_err(|e| e.to_string())?;
+        let mut hs = link::handshake_state(key, self.psk.as_ref(), expect.is_some())?;
+        let hello = encode(&self.hello(None, None)).map_err(|e| e.to_string())?;
+        let mut frames = FrameReader::new();
+        if let Some(want) = expect {
+            let entry = self.cluster.host(want).ok_or_else(|| format!("host {want} is not in lanes.toml"))?;
+            let mut first = link::preamble(PROTOCOL_VERSION).to_vec();
+            let mut msg = vec![0u8; link::MAX_RECORD];
+            let n = hs.write_message(&[], &mut msg).map_err(|e| format!("handshake: {e}"))?;
+            first.extend_from_slice(&(n as u16).to_be_bytes());
+            first.extend_from_slice(&msg[..n]);
+            (&stream).write_all(&first).map_err(|e| e.to_string())?;
+            // A daemon without keys answers in plaintext: show its goodbye.
+            let mut head = [0u8; 2];
+            link::read_exact_by(&stream, &mut head, deadline, "handshake")?;
+            if head == [b'L', b'N'] {
+                let mut plain = FrameReader::new();
+                let mut buf = head.to_vec();
+                let mut rest = [0u8; 512];
+                let _ = stream.set_read_timeout(Some(self.cluster.heartbeat));
+                if let Ok(n) = io::Read::read(&mut &stream, &mut rest) {
+                    buf.extend_from_slice(&rest[..n]);
+                }
+                let _ = plain.fill(&mut &buf[..]);
+                return Err(match plain.next_message::<PeerMessage>() {
+                    Ok(Some(PeerMessage::Bye { reason })) => format!("host {want} refused: {reason}"),
+                    _ => format!("host {want} answered without a handshake (a daemon without host keys?)"),
+                });
+            }
+            let mut msg2 = vec![0u8; usize::from(u16::from_be_bytes(head))];
+            link::read_exact_by(&stream, &mut msg2, deadline, "handshake")?;
+            let mut payload = vec![0u8; link::MAX_RECORD];
+            hs.read_message(&msg2, &mut payload).map_err(|e| format!("host {want}'s handshake failed ({e})"))?;
+            let theirs = hs.get_remote_static().and_then(PublicKey::from_bytes);
+            if theirs.is_none() || theirs != entry.public_key {
+                return Err(format!(
+                    "the daemon at {} proved key {}, not host {want}'s key in lanes.toml ({})",
+                    entry.address,
+                    theirs.map(|k| k.to_string()).unwrap_or_default(),
+                    entry.public_key.map(|k| k.to_string()).unwrap_or_default()
+                ));
+            }
+            link::write_handshake(&mut hs, &stream, &hello)?;
+            let sealed = Sealed::new(hs)?;
+            let mut opener = sealed.opener();
+            let answer = loop {
+                match frames.next_message::<PeerMessage>() {
+                    Ok(Some(m)) => break m,
+                    Ok(None) => {}
+                    Err(e) => return Err(format!("host {want}: {e}")),
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(format!("host {want}: no hello in time"));
+                }
+                stream.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+                match frames.fill(&mut opener.on(&mut &stream)) {
+                    Ok(Fill::Closed) => return Err(format!("host {want} closed the connection before its hello")),
+                    Ok(_) => {}
+                    Err(e) => return Err(format!("host {want}: {e}")),
+                }
+            };
+            let (version, boot) = match answer {
+                PeerMessage::Hello { version, host, boot, .. } if host == want => (version, boot),
+                PeerMessage::Hello { host, .. } => return Err(format!("dialled host {want} but {host} answered")),
+                PeerMessage::Bye { reason } => return Err(format!("host {want} refused: {reason}")),
+                _ => return Err(format!("host {want}: the first message was not a hello")),
+            };
+            if version != PROTOCOL_VERSION {
+                return Err(format!("host {want} speaks protocol version {version}, this daemon {PROTOCOL_VERSION}"));
+            }
+            let reader = HandshakeReader { frames, host: want.to_string(), link: Some(sealed), opener: Some(opener) };
+            return Ok((stream, reader, boot));
+        }
+        // Acceptor.
+        let from = stream.peer_addr().map_err(|e| e.to_string())?;
+        let mut pre = [0u8; 6];
+        link::read_exact_by(&stream, &mut pre, deadline, "preamble")?;
+        if pre[..4] == proto::MAGIC {
+            return Err(self.bye(
+                &stream,
+                "this cluster's daemons prove their host keys (public_key in lanes.toml); this peer sent a \
+                 plaintext hello (does its lanes.toml list no keys?)"
+                    .into(),
+            ));
+        }
+        if pre[..4] != link::LINK_MAGIC {
+            return Err(format!("bad preamble {:02x?} (not a Lanes daemon)", &pre[..4]));
+        }
+        let version = u16::from_be_bytes([pre[4], pre[5]]);
+        if version != PROTOCOL_VERSION {
+            return Err(format!("protocol version {version}, this daemon speaks {PROTOCOL_VERSION}"));
+        }
+        link::read_handshake(&mut hs, &stream, deadline, "first handshake message")?;
+        link::write_handshake(&mut hs, &stream, &[])?;
+        let payload = link::read_handshake(&mut hs, &stream, deadline, "third handshake message")?;
+        let theirs = hs.get_remote_static().and_then(PublicKey::from_bytes);
+        let sealed = Sealed::new(hs)?;
+        let refuse = |reason: String| {
+            if let Ok(bytes) = encode(&PeerMessage::Bye { reason: reason.clone() })
+                .and_then(|f| sealed.seal(&f).map_err(|e| proto::FrameError::Malformed(e.to_string())))
+            {
+                let _ = (&stream).write_all(&bytes);
+            }
+            reason
+        };
+        let mut hello_frames = FrameReader::new();
+        let _ = hello_frames.fill(&mut &payload[..]);
+        let (host, boot) = match hello_frames.next_message::<PeerMessage>() {
+            Ok(Some(PeerMessage::Hello { version, host, boot, .. })) => {
+                if version != PROTOCOL_VERSION {
+                    return Err(refuse(format!("protocol version {version}, this daemon speaks {PROTOCOL_VERSION}")));
+                }
+                (host, boot)
+            }
+            _ => return Err(refuse("the handshake did not carry a hello".into())),
+        };
+        let Some(entry) = self.cluster.host(&host).filter(|h| h.name != self.me.name) else {
+            return Err(refuse(format!("host {host:?} is not a peer in this cluster")));
+        };
+        if theirs.is_none() || theirs != entry.public_key {
+            let holder = theirs.and_then(|k| self.cluster.host_with_key(&k)).map(|h| h.name.clone());
+            return Err(refuse(format!(
+                "a daemon calling itself host {host} proved key {}{}, not host {host}'s key in lanes.toml",
+                theirs.map(|k| k.to_string()).unwrap_or_default(),
+                holder.map(|h| format!(" (host {h}'s)")).unwrap_or_default()
+            )));
+        }
+        if from.ip() != entry.address.ip() {
+            return Err(refuse(format!(
+                "host {host} connects from {}, not from its address in lanes.toml ({})",
+                from.ip(),
+                entry.address.ip()
+            )));
+        }
+        let ours = sealed.seal(&hello).map_err(|e| e.to_string())?;
+        (&stream).write_all(&ours).map_err(|e| e.to_string())?;
+        let reader = HandshakeReader { frames, host, link: Some(sealed.clone()), opener: Some(sealed.opener()) };
+        Ok((stream, reader, boot))
+    }
+
+    /// Exchanges plaintext hellos (no host keys: loopback only), bounded by `suspect_after`.
+    /// `expect` names the host dialled; an accepted connection may come from any other host
+    /// of the cluster. With a cluster secret, each side proves it knows the secret
+    /// (`super::secret`) before the connection is used.
+    fn plain_handshake(
         &self,
         stream: TcpStream,
         expect: Option<&str>,
@@ -713,7 +1003,7 @@ impl Shared {
         } else if expect.is_none() {
             write_message(&mut &stream, &self.hello(None, None)).map_err(|e| e.to_string())?;
         }
-        Ok((stream, HandshakeReader { frames: reader, host }, boot))
+        Ok((stream, HandshakeReader { frames: reader, host, link: None, opener: None }, boot))
     }
 
     /// The next message of a handshake, by `deadline`.
@@ -782,9 +1072,17 @@ impl Shared {
             st.peers[i].entry.name.clone()
         };
         let writer_stream = stream.clone();
+        let sealer = reader.link.clone();
         let writer = std::thread::Builder::new().name("lanes-d-write".into()).spawn(move || {
             for frame in rx.iter() {
-                if (&*writer_stream).write_all(&frame).is_err() {
+                let bytes = match &sealer {
+                    Some(s) => match s.seal(&frame) {
+                        Ok(b) => b,
+                        Err(_) => break,
+                    },
+                    None => frame,
+                };
+                if (&*writer_stream).write_all(&bytes).is_err() {
                     break;
                 }
             }
@@ -794,13 +1092,13 @@ impl Shared {
             self.log(format_args!("host {host}: cannot start a writer: {e}"));
             conn.close();
         }
-        let reason = self.read_peer(i, &conn, reader.frames);
+        let reason = self.read_peer(i, &conn, reader.frames, reader.opener);
         drop(conn);
         self.connection_ended(i, generation, &reason);
     }
 
     /// Reads frames from a peer until the connection ends; returns why it ended.
-    fn read_peer(&self, i: usize, conn: &Conn, mut reader: FrameReader) -> String {
+    fn read_peer(&self, i: usize, conn: &Conn, mut reader: FrameReader, mut opener: Option<Opener>) -> String {
         if let Err(e) = conn.stream.set_read_timeout(Some(TICK)) {
             return e.to_string();
         }
@@ -823,7 +1121,11 @@ impl Shared {
             if self.stopping() {
                 return "daemon stopping".into();
             }
-            match reader.fill(&mut &*conn.stream) {
+            let filled = match &mut opener {
+                Some(o) => reader.fill(&mut o.on(&mut &*conn.stream)),
+                None => reader.fill(&mut &*conn.stream),
+            };
+            match filled {
                 Ok(Fill::Closed) => return "connection closed by peer".into(),
                 Ok(_) => {}
                 Err(e) => return format!("connection failed: {e}"),
@@ -1216,6 +1518,7 @@ impl Shared {
             });
         }
         let Some(host) = self.remote_host_of(node) else {
+            self.unlisted(node)?;
             let me = self.me.name.clone();
             return self.connect_local(node, kind, id, peer_node, &me).map(|g| (g, None));
         };
@@ -1264,6 +1567,23 @@ impl Shared {
         for (grant, r) in mine {
             self.release_requested(grant, r.host, true);
         }
+    }
+
+    /// A node that lanes.toml does not list and that no process acts as on this host: an
+    /// answer at once that says so (a listed cluster's unlisted node can only be local).
+    fn unlisted(&self, node: u32) -> std::result::Result<(), Refusal> {
+        let listed = NodeId::new(node).ok().and_then(|n| self.cluster.host_of(n)).is_some();
+        if listed || self.processes_of(node) > 0 {
+            return Ok(());
+        }
+        Err(Refusal::Failed {
+            reason: format!(
+                "node {node} is not in lanes.toml (no [[node]] lists it; the cluster's nodes are {}), and no process \
+                 acts as it on host {}",
+                self.cluster.listed_nodes(),
+                self.me.name
+            ),
+        })
     }
 
     /// The peer serving `node`, or None when this host does (or the node is not listed:
@@ -1325,7 +1645,7 @@ impl Shared {
             return Err(Refusal::Failed { reason: e.to_string() });
         }
         match self.remote_host_of(node) {
-            None => self.lookup_local(node, kind, id),
+            None => self.unlisted(node).and_then(|()| self.lookup_local(node, kind, id)),
             Some(host) => match self.forward(&host, node, Query::Lookup { node, kind, id }, timeout)? {
                 Answer::Object { info } => Ok(info),
                 Answer::Refused { refusal } => Err(refusal),
@@ -1585,11 +1905,14 @@ impl Grants {
     }
 }
 
-/// The frames read during a handshake (a peer may send more right after its hello) and
-/// the host that said hello.
+/// The frames read during a handshake (a peer may send more right after its hello), the
+/// host that said hello and, on a keyed link, its session.
 struct HandshakeReader {
     frames: FrameReader,
     host: String,
+    /// The link's session (keyed clusters): frames out are sealed, frames in opened.
+    link: Option<Sealed>,
+    opener: Option<Opener>,
 }
 
 #[cfg(test)]
@@ -1628,6 +1951,7 @@ mod tests {
                 id: 8 + 4 * k as u32,
                 host: h.to_string(),
                 address: Some(format!("127.0.0.1:{port}")),
+                public_key: None,
             })
             .collect();
         ClusterConfig::build(&section, &nodes).unwrap()
@@ -1637,12 +1961,15 @@ mod tests {
     fn two_daemons_in_one_process_see_each_other_and_notice_a_stop() {
         let c = cluster(&["a", "b"]);
         let (da, db) = (scratch("a"), scratch("b"));
-        let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() }).unwrap();
-        let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone() }).unwrap();
+        let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone(), key_file: None })
+            .unwrap();
+        let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone(), key_file: None })
+            .unwrap();
         let mode = fs::metadata(a.socket()).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o600);
         // A second daemon on the same directory is refused.
-        let again = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() });
+        let again =
+            Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone(), key_file: None });
         assert!(matches!(again, Err(Error::AlreadyRunning { .. })), "{again:?}");
         let mut client = Client::connect(&da, Duration::from_secs(2)).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -1677,7 +2004,7 @@ mod tests {
     fn a_daemon_stops_after_its_directory_is_removed() {
         let c = cluster(&["a"]);
         let d = scratch("removed");
-        let a = Daemon::start(DaemonOptions { cluster: c, host: "a".into(), dir: d.clone() }).unwrap();
+        let a = Daemon::start(DaemonOptions { cluster: c, host: "a".into(), dir: d.clone(), key_file: None }).unwrap();
         fs::remove_dir_all(&d).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -1707,7 +2034,7 @@ mod tests {
         let with = |secret: Option<&PathBuf>| ClusterConfig { secret_file: secret.cloned(), ..base.clone() };
         let start = |host: &str, secret: Option<&PathBuf>| {
             let d = dir.join(host);
-            Daemon::start(DaemonOptions { cluster: with(secret), host: host.into(), dir: d }).unwrap()
+            Daemon::start(DaemonOptions { cluster: with(secret), host: host.into(), dir: d, key_file: None }).unwrap()
         };
         let a = start("a", Some(&good));
         let b = start("b", Some(&good));
@@ -1756,9 +2083,160 @@ mod tests {
 
         // A readable secret is a configuration error naming the file.
         fs::set_permissions(&good, fs::Permissions::from_mode(0o640)).unwrap();
-        let e = Daemon::start(DaemonOptions { cluster: with(Some(&good)), host: "c".into(), dir: dir.join("c") })
-            .unwrap_err();
+        let e = Daemon::start(DaemonOptions {
+            cluster: with(Some(&good)),
+            host: "c".into(),
+            dir: dir.join("c"),
+            key_file: None,
+        })
+        .unwrap_err();
         assert!(e.to_string().contains("mode 640"), "{e}");
+        drop((a, b));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A cluster of `hosts` on 127.0.0.1 with a host key each (files in `dir`).
+    fn keyed_cluster(hosts: &[&str], dir: &Path) -> (ClusterConfig, Vec<PathBuf>) {
+        let mut c = cluster(hosts);
+        let files: Vec<PathBuf> = hosts.iter().map(|h| dir.join(format!("{h}.key"))).collect();
+        for (h, f) in c.hosts.iter_mut().zip(&files) {
+            h.public_key = Some(*HostKey::create(f).unwrap().public());
+        }
+        assert!(c.keyed());
+        (c, files)
+    }
+
+    /// Dials `addr` as host `name` with `key`, as a daemon would; returns every byte sent
+    /// (for a replay) and the acceptor's first sealed message, or the error.
+    fn dial_as(addr: SocketAddr, key: &HostKey, name: &str) -> (Vec<u8>, std::result::Result<PeerMessage, String>) {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let stream = TcpStream::connect(addr).unwrap();
+        let mut sent = link::preamble(PROTOCOL_VERSION).to_vec();
+        let mut hs = link::handshake_state(key, None, true).unwrap();
+        let mut msg = vec![0u8; link::MAX_RECORD];
+        let n = hs.write_message(&[], &mut msg).unwrap();
+        sent.extend_from_slice(&(n as u16).to_be_bytes());
+        sent.extend_from_slice(&msg[..n]);
+        (&stream).write_all(&sent).unwrap();
+        if let Err(e) = link::read_handshake(&mut hs, &stream, deadline, "second message") {
+            return (sent, Err(e));
+        }
+        let hello = PeerMessage::Hello {
+            version: PROTOCOL_VERSION,
+            host: name.into(),
+            boot: 7,
+            nodes: vec![],
+            nonce: None,
+            proof: None,
+        };
+        let n = hs.write_message(&encode(&hello).unwrap(), &mut msg).unwrap();
+        sent.extend_from_slice(&(n as u16).to_be_bytes());
+        sent.extend_from_slice(&msg[..n]);
+        link::write_record(&mut &stream, &msg[..n]).unwrap();
+        let sealed = Sealed::new(hs).unwrap();
+        let mut opener = sealed.opener();
+        let mut frames = FrameReader::new();
+        loop {
+            if let Some(m) = frames.next_message::<PeerMessage>().unwrap() {
+                return (sent, Ok(m));
+            }
+            stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            match frames.fill(&mut opener.on(&mut &stream)) {
+                Ok(Fill::Closed) => return (sent, Err("closed".into())),
+                Ok(_) => {}
+                Err(e) => return (sent, Err(e.to_string())),
+            }
+        }
+    }
+
+    fn status_of_host(client: &mut Client, host: &str) -> HostStatus {
+        client.cluster(Duration::from_secs(1)).unwrap().into_iter().find(|h| h.name == host).unwrap()
+    }
+
+    /// With host keys: daemons talk over sealed links; a stranger's key, an impostor with
+    /// the right name and a wrong key, and a replayed handshake are refused, and none of them
+    /// changes what the daemon knows of the real host.
+    #[test]
+    fn host_keys_authenticate_links_and_refuse_impostors_and_replays() {
+        let dir = scratch("keys");
+        fs::create_dir_all(&dir).unwrap();
+        let (c, keys) = keyed_cluster(&["a", "b", "c"], &dir);
+        let start = |host: &str, k: usize| {
+            let o = DaemonOptions {
+                cluster: c.clone(),
+                host: host.into(),
+                dir: dir.join(host),
+                key_file: Some(keys[k].clone()),
+            };
+            Daemon::start(o).unwrap()
+        };
+        let a = start("a", 0);
+        let b = start("b", 1);
+        let mut client = Client::connect(&dir.join("a"), Duration::from_secs(2)).unwrap();
+        wait_operational(&mut client, "b");
+        let before = status_of_host(&mut client, "b");
+
+        // An impostor calling itself b (which is up) with its own key.
+        let stranger = HostKey::generate().unwrap();
+        let (_, answer) = dial_as(a.address(), &stranger, "b");
+        let answer = answer.unwrap();
+        assert!(matches!(&answer, PeerMessage::Bye { reason } if reason.contains("not host b's key")), "{answer:?}");
+        // One with c's name and a's key (a key lanes.toml lists for another host).
+        let a_key = HostKey::load(&keys[0]).unwrap();
+        let (_, answer) = dial_as(b.address(), &a_key, "c");
+        assert!(matches!(&answer, Ok(PeerMessage::Bye { reason }) if reason.contains("host a's")), "{answer:?}");
+        // A host that lanes.toml does not list.
+        let (_, answer) = dial_as(a.address(), &stranger, "zz");
+        assert!(matches!(&answer, Ok(PeerMessage::Bye { reason }) if reason.contains("not a peer")), "{answer:?}");
+        // A plaintext hello.
+        let mut t = TcpStream::connect(a.address()).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let hello = PeerMessage::Hello {
+            version: PROTOCOL_VERSION,
+            host: "b".into(),
+            boot: 9,
+            nodes: vec![],
+            nonce: None,
+            proof: None,
+        };
+        write_message(&mut t, &hello).unwrap();
+        let mut r = FrameReader::new();
+        let bye = loop {
+            if let Some(m) = r.next_message::<PeerMessage>().unwrap() {
+                break m;
+            }
+            assert_ne!(r.fill(&mut t).unwrap(), Fill::Closed, "closed without a goodbye");
+        };
+        assert!(matches!(&bye, PeerMessage::Bye { reason } if reason.contains("plaintext hello")), "{bye:?}");
+        let after = status_of_host(&mut client, "b");
+        assert_eq!(after.state, HostState::Operational);
+        assert!(after.state_for_ms >= before.state_for_ms, "b's state never changed: {before:?} then {after:?}");
+
+        // c's real key, while c's daemon is down: the test is c, then replays its handshake.
+        let c_key = HostKey::load(&keys[2]).unwrap();
+        let (sent, answer) = dial_as(a.address(), &c_key, "c");
+        assert!(matches!(&answer, Ok(PeerMessage::Hello { host, .. }) if host == "a"), "{answer:?}");
+        // It was operational for a moment (the test sends no heartbeats): wait until a has
+        // given up on it, then replay what the test sent on a new connection.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while status_of_host(&mut client, "c").state != HostState::Lost {
+            assert!(Instant::now() < deadline, "the test's c never went lost");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut t = TcpStream::connect(a.address()).unwrap();
+        t.write_all(&sent).unwrap(); // preamble, message 1 and the recorded message 3
+        t.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut buf = Vec::new();
+        let _ = io::Read::read_to_end(&mut t, &mut buf); // a closes it
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(status_of_host(&mut client, "c").state, HostState::Lost, "the replay was let in");
+        assert_eq!(status_of_host(&mut client, "b").state, HostState::Operational);
+
+        // A daemon whose key file is not the key lanes.toml lists for its host.
+        let o =
+            DaemonOptions { cluster: c.clone(), host: "c".into(), dir: dir.join("c"), key_file: Some(keys[1].clone()) };
+        let e = Daemon::start(o).unwrap_err().to_string();
+        assert!(e.contains("not the public_key lanes.toml lists for host c"), "{e}");
         drop((a, b));
         let _ = fs::remove_dir_all(&dir);
     }
@@ -1820,8 +2298,10 @@ mod tests {
         use crate::{Fabric, FabricConfig, Timeout};
         let c = cluster(&["a", "b"]);
         let (da, db) = (scratch("grant-a"), scratch("grant-b"));
-        let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() }).unwrap();
-        let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone() }).unwrap();
+        let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone(), key_file: None })
+            .unwrap();
+        let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone(), key_file: None })
+            .unwrap();
         let t = Duration::from_secs(2);
         let mut cb = Client::connect(&db, t).unwrap();
         wait_operational(&mut cb, "a");
@@ -1914,7 +2394,8 @@ mod tests {
         assert_eq!(ev, LocalEvent::Disconnected { node: 12, pid: me, died: false });
 
         // The owner's host unreachable.
-        let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone() }).unwrap();
+        let b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone(), key_file: None })
+            .unwrap();
         let mut cb = Client::connect(&db, t).unwrap();
         wait_operational(&mut cb, "a");
         let _g5 = cb.connect_object(n8, seg, 0x10, n12, t).unwrap();
@@ -1940,7 +2421,8 @@ mod tests {
     fn strangers_and_garbage_are_refused_without_harm() {
         let c = cluster(&["a", "b"]);
         let da = scratch("garbage");
-        let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone() }).unwrap();
+        let a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone(), key_file: None })
+            .unwrap();
         // Garbage on the TCP port and on the socket: each connection is closed, the daemon lives.
         for junk in [&b"GET / HTTP/1.0\r\n\r\n"[..], &[0xffu8; 64][..]] {
             let mut t = TcpStream::connect(a.address()).unwrap();

@@ -7,7 +7,9 @@
 //! - [`proto`]: frames and messages, daemon to daemon (TCP) and process to daemon (Unix socket).
 //! - [`daemon`]: the daemon, [`daemon::run`] is what `lanes daemon` runs.
 //! - [`client`]: what a process uses to ask its daemon; every call has a deadline.
-//! - [`secret`]: the optional cluster secret daemons prove to each other.
+//! - [`identity`]: host keys (`lanes keygen`, `public_key` in lanes.toml).
+//! - [`link`]: the daemons' authenticated, encrypted links (a Noise handshake).
+//! - [`secret`]: the optional cluster secret (a pre-shared key of keyed links).
 //! - [`exports`]: the records an owner process publishes for objects it exported over
 //!   libfabric, which the daemon hands to connecting peers with their [`Grant`].
 
@@ -15,6 +17,8 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod exports;
+pub mod identity;
+pub mod link;
 pub mod proto;
 pub mod secret;
 
@@ -54,7 +58,7 @@ pub enum Error {
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
     /// No daemon answers on the socket.
-    #[error("no daemon at {socket}: {source}")]
+    #[error("no daemon on this host (start `lanes daemon`): nothing answers at {socket} ({source})")]
     NoDaemon { socket: PathBuf, source: io::Error },
     /// The daemon answered something this client does not understand, or hung up.
     #[error("daemon at {socket}: {reason}")]

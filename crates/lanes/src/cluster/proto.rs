@@ -340,7 +340,7 @@ pub enum Refusal {
     #[error("no {kind} {id:#x} on node {node} (host {host})")]
     NotFound { node: u32, kind: ObjectKind, id: u32, host: String },
     /// The host is not Operational: nothing can be asked of it now.
-    #[error("host {host} of node {node} is {state}")]
+    #[error("host {host} unreachable (node {node}; its daemon's link is {state})")]
     HostUnreachable { node: u32, host: String, state: HostState },
     /// The host's daemon did not answer within the caller's timeout.
     #[error("host {host} did not answer within {waited_ms} ms")]
@@ -764,6 +764,6 @@ mod tests {
         let r = Refusal::NotFound { node: 8, kind: ObjectKind::Segment, id: 0x10, host: "a".into() };
         assert_eq!(r.to_string(), "no segment 0x10 on node 8 (host a)");
         let r = Refusal::HostUnreachable { node: 12, host: "b".into(), state: HostState::Suspect };
-        assert_eq!(r.to_string(), "host b of node 12 is suspect");
+        assert_eq!(r.to_string(), "host b unreachable (node 12; its daemon's link is suspect)");
     }
 }

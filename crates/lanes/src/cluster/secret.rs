@@ -1,6 +1,8 @@
 //! The cluster secret: with `[cluster] secret_file`, two daemons talk only after each has
-//! proved that it knows the secret, so a stranger on the cluster network cannot pose as a
-//! host and be granted other hosts' memory keys.
+//! proved that it knows the secret. With host keys in lanes.toml (`super::identity`), the
+//! secret is the pre-shared key of the Noise handshake (`super::link`, `XXpsk3`), a second
+//! factor beside each host's own key; what follows is the proof used on links without
+//! keys (loopback only).
 //!
 //! The proof is a challenge and response in the hello exchange: each side sends a fresh
 //! random nonce and answers the other's with HMAC-SHA256(secret, role, the other's nonce,
@@ -80,6 +82,12 @@ impl ClusterSecret {
             ));
         }
         Ok(ClusterSecret(trimmed.to_vec()))
+    }
+
+    /// The pre-shared key the secret gives keyed links (`super::link`): its SHA-256.
+    pub fn psk(&self) -> [u8; 32] {
+        use sha2::Digest;
+        Sha256::digest(&self.0).into()
     }
 
     /// A fresh challenge for one hello exchange: 128 random bits, in hex.

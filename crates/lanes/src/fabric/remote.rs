@@ -69,6 +69,21 @@ impl RemoteSegment {
     /// (a cluster's members connect through `ReflectiveMember::join`).
     fn reach(fabric: &Arc<FabricInner>, addr: ObjectAddr, timeout: Timeout) -> Result<RemoteHandle> {
         let remote = addr.kind != kind::REFLECTIVE && fabric.cluster.as_ref().is_some_and(|c| c.is_remote(addr.node));
+        if let Some(c) = fabric.cluster.as_ref().filter(|c| !remote && !c.lists(addr.node)) {
+            // In a cluster a node that lanes.toml does not list can only be a local one: with
+            // no process acting as it here, waiting for it would be a timeout that explains
+            // nothing.
+            let acting = crate::platform::liveness::list_records(&fabric.paths.procs())
+                .is_ok_and(|r| r.iter().any(|r| r.node == addr.node && r.alive));
+            if !acting {
+                return Err(Error::Cluster(format!(
+                    "node {} is not in lanes.toml (no [[node]] lists it; the cluster's nodes are {}), and no \
+                     process acts as it on this host",
+                    addr.node,
+                    c.listed_nodes()
+                )));
+            }
+        }
         if !remote {
             return Ok(RemoteHandle::Shm(fabric.shm.connect(addr, timeout)?));
         }

@@ -5,6 +5,10 @@
 //! by the test support modules with `#[path]`, which provide `DaemonProc` (their child
 //! process type) and `spawn_daemon` (a child in role `daemon`).
 //!
+//! Every host has a host key (generated into the scratch directory, `LANES_KEY_FILE` in
+//! its environment) and `lanes.toml` lists each host's public key, so the daemons' links are
+//! authenticated and encrypted as in a real cluster (`lanes::cluster::link`).
+//!
 //! Daemons are children of the test: the test binary re-executed (through `ip netns exec`
 //! in namespaces) in role `daemon`, whose body is [`run_daemon_role`]: it calls
 //! `lanes::cluster::daemon::run`, as `lanes daemon` does. Timing is shortened (heartbeat
@@ -18,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lanes::cluster::daemon::{self, DaemonOptions};
+use lanes::cluster::identity::{HostKey, PublicKey, KEY_FILE_VAR};
 use lanes::cluster::{Client, HostState};
 
 use super::netns::{self, Netns, HOSTS};
@@ -82,8 +87,28 @@ pub struct Cluster {
     daemons: Vec<Option<DaemonProc>>,
     dirs: Vec<TestDir>,
     config: PathBuf,
+    /// The hosts' addresses and key files, as the generated `lanes.toml` has them.
+    addrs: Vec<String>,
+    keys: Vec<PathBuf>,
     _scratch: TestDir,
     netns: Option<Netns>,
+}
+
+/// The text of a `lanes.toml` for the three hosts at `addrs` with public keys `keys`.
+fn config_text(addrs: &[String], keys: &[PublicKey]) -> String {
+    let provider = std::env::var(PROVIDER_VAR).ok().filter(|p| !p.is_empty());
+    let provider = provider.as_deref().unwrap_or(DEFAULT_PROVIDER);
+    let mut text = format!(
+        "[cluster]\nprovider = \"{provider}\"\nheartbeat_ms = {HEARTBEAT_MS}\nsuspect_after_ms = {SUSPECT_MS}\nlost_after_ms = {LOST_MS}\n"
+    );
+    for node in (4..=LAST_NODE).step_by(4) {
+        let k = Cluster::host_of(node).expect("every listed node has a host");
+        text += &format!(
+            "[[node]]\nid = {node}\nhost = \"{}\"\naddress = \"{}\"\npublic_key = \"{}\"\n",
+            HOSTS[k], addrs[k], keys[k]
+        );
+    }
+    text
 }
 
 impl Cluster {
@@ -110,19 +135,20 @@ impl Cluster {
         let name: String = name.chars().take(24).collect();
         let name = name.as_str();
         let scratch = TestDir::new(name);
-        let provider = std::env::var(PROVIDER_VAR).ok().filter(|p| !p.is_empty());
-        let provider = provider.as_deref().unwrap_or(DEFAULT_PROVIDER);
-        let mut text = format!(
-            "[cluster]\nprovider = \"{provider}\"\nheartbeat_ms = {HEARTBEAT_MS}\nsuspect_after_ms = {SUSPECT_MS}\nlost_after_ms = {LOST_MS}\n"
-        );
-        for node in (4..=LAST_NODE).step_by(4) {
-            let k = Cluster::host_of(node).expect("every listed node has a host");
-            text += &format!("[[node]]\nid = {node}\nhost = \"{}\"\naddress = \"{}\"\n", HOSTS[k], addrs[k]);
-        }
+        let keys: Vec<PathBuf> = HOSTS.iter().map(|h| scratch.root().join(format!("{h}.key"))).collect();
+        let public: Vec<PublicKey> = keys.iter().map(|f| *HostKey::create(f).expect("a host key").public()).collect();
         let config = scratch.root().join("lanes.toml");
-        std::fs::write(&config, text).expect("writing lanes.toml");
+        std::fs::write(&config, config_text(&addrs, &public)).expect("writing lanes.toml");
         let dirs = HOSTS.iter().map(|h| TestDir::new(&format!("{name}-{h}"))).collect();
-        let mut c = Cluster { daemons: HOSTS.iter().map(|_| None).collect(), dirs, config, _scratch: scratch, netns };
+        let mut c = Cluster {
+            daemons: HOSTS.iter().map(|_| None).collect(),
+            dirs,
+            config,
+            addrs,
+            keys,
+            _scratch: scratch,
+            netns,
+        };
         for k in 0..HOSTS.len() {
             c.start_daemon(k);
         }
@@ -169,14 +195,71 @@ impl Cluster {
         self.netns.as_ref().map(|n| n.exec_prefix(k)).unwrap_or_default()
     }
 
-    /// What a process of host `k` is told: `LANES_CONFIG`, `LANES_HOST` and `LANES_DIR`.
+    /// What a process of host `k` is told: `LANES_CONFIG`, `LANES_HOST`, `LANES_DIR` and
+    /// `LANES_KEY_FILE` (read by the daemon only).
     pub fn env(&self, k: usize) -> Vec<(String, String)> {
         let utf8 = |p: &Path| p.to_str().expect("utf-8 path").to_string();
         vec![
             ("LANES_CONFIG".into(), utf8(&self.config)),
             ("LANES_HOST".into(), HOSTS[k].into()),
             ("LANES_DIR".into(), utf8(&self.fabric(k))),
+            (KEY_FILE_VAR.into(), utf8(&self.keys[k])),
         ]
+    }
+
+    /// Host `k`'s key file.
+    pub fn key_file(&self, k: usize) -> &Path {
+        &self.keys[k]
+    }
+
+    /// Host `k`'s address as `lanes.toml` has it (`ip:port`).
+    pub fn address(&self, k: usize) -> &str {
+        &self.addrs[k]
+    }
+
+    /// A second daemon calling itself host `claim`, run on host `on` (its namespace, or
+    /// 127.0.0.1) with its own fabric directory and a `lanes.toml` of its own in which
+    /// `claim` has a free port on `on`'s address and the public key of `key` (a key file
+    /// made here when None: the wrong key). Every other host is as in the real
+    /// configuration, so it dials them as `claim` would. Returns the daemon and what must
+    /// outlive it.
+    pub fn impostor(&self, on: usize, claim: usize, key: Option<&Path>) -> (DaemonProc, TestDir) {
+        let scratch = TestDir::new(&format!("impostor-{}", HOSTS[claim]));
+        let key_file = match key {
+            Some(k) => k.to_path_buf(),
+            None => {
+                let f = scratch.root().join("impostor.key");
+                HostKey::create(&f).expect("a host key");
+                f
+            }
+        };
+        let mut public: Vec<PublicKey> =
+            self.keys.iter().map(|f| *HostKey::load(f).expect("a harness key").public()).collect();
+        public[claim] = *HostKey::load(&key_file).expect("the impostor's key").public();
+        let mut addrs = self.addrs.clone();
+        let ip = self.addrs[on].rsplit_once(':').map_or(self.addrs[on].as_str(), |(ip, _)| ip);
+        // A free port on that address: bound in the namespace by the daemon itself, so
+        // pick one outside the harness's (the kernel's ephemeral range is not used there).
+        addrs[claim] = format!("{ip}:{}", free_ports(1)[0]);
+        let config = scratch.root().join("lanes.toml");
+        std::fs::write(&config, config_text(&addrs, &public)).expect("writing the impostor's lanes.toml");
+        let utf8 = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+        let env = [
+            ("LANES_CONFIG".to_string(), utf8(&config)),
+            ("LANES_HOST".to_string(), HOSTS[claim].to_string()),
+            ("LANES_DIR".to_string(), utf8(&scratch.fabric())),
+            (KEY_FILE_VAR.to_string(), utf8(&key_file)),
+        ];
+        let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let d = spawn_daemon(&self.prefix(on), &format!("impostor {} on {}", HOSTS[claim], HOSTS[on]), &envs);
+        let deadline = Instant::now() + START;
+        while Client::connect(&scratch.fabric(), CALL).is_err() {
+            if Instant::now() > deadline {
+                panic!("the impostor daemon never answered\n{}", d.output_snapshot());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (d, scratch)
     }
 
     /// Starts (or restarts) host `k`'s daemon and waits until it answers on its socket.
