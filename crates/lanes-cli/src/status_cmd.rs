@@ -73,9 +73,11 @@ pub fn status(json: bool) -> Result<(), String> {
     let st = lanes::status(&dir).map_err(|e| e.to_string())?;
     let mut out = String::new();
     let sockets = lanes::sockets::registry::list_connections(&dir);
+    let kernel = lanes::sockets::reasons::list_reasons(&dir);
     let cluster = cluster(&dir);
     if json {
         let mut v = with_key(&st, "sockets", &sockets)?;
+        v = with_key(&v, "sockets_kernel", &kernel)?;
         if let Some((_, hosts)) = &cluster {
             v = with_key(&v, "cluster", hosts)?;
         }
@@ -107,7 +109,47 @@ pub fn status(json: bool) -> Result<(), String> {
         print_segments(&mut out, &st);
     }
     print_sockets(&mut out, &sockets);
+    print_kernel_sockets(&mut out, &kernel);
     write_stdout(&out)
+}
+
+/// Why local connections of library processes stayed kernel TCP (one line per process and
+/// reason; nothing when every local connection was accelerated).
+fn print_kernel_sockets(out: &mut String, procs: &[lanes::sockets::reasons::ProcessReasons]) {
+    if procs.iter().all(|p| p.reasons.is_empty()) {
+        return;
+    }
+    out_line!(
+        out,
+        "
+sockets left to kernel TCP (liblanes_sockets.so; per process and reason)"
+    );
+    out_line!(
+        out,
+        "  {:<8}  {:<15}  {:>6}  {:<5}  {:>7}  {:<30}  last",
+        "pid",
+        "command",
+        "uid",
+        "alive",
+        "sockets",
+        "reason"
+    );
+    for p in procs {
+        for r in &p.reasons {
+            let last = r.last.map(|(l, rem)| format!("{l} -> {rem}")).unwrap_or_else(|| "-".into());
+            out_line!(
+                out,
+                "  {:<8}  {:<15}  {:>6}  {:<5}  {:>7}  {:<30}  {}",
+                p.pid,
+                p.command,
+                p.uid,
+                if p.alive { "yes" } else { "no" },
+                r.sockets,
+                r.label,
+                last
+            );
+        }
+    }
 }
 
 /// Seconds with one decimal, or "-".
@@ -217,6 +259,8 @@ pub fn cleanup(json: bool) -> Result<(), String> {
     let mut out = String::new();
     let sockets = lanes::sockets::registry::cleanup_connections(&dir)
         .map_err(|e| format!("cleaning socket records in {}: {e}", dir.display()))?;
+    // The reasons files of processes that ended (see `lanes::sockets::reasons`).
+    lanes::sockets::reasons::cleanup_reasons(&dir);
     if json {
         let v = with_key(&r, "sockets", &sockets)?;
         out_line!(out, "{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);

@@ -14,14 +14,13 @@
 //! - `LANES_SOCKETS_QUIET=1`: print no notice on standard error.
 //!
 //! The notices, each one line starting `liblanes_sockets:`: a configuration that turned
-//! acceleration off, and, once per process, a socket record that could not be created for
-//! lack of room (a full fabric directory filesystem): that connection, and any other
-//! refused the same way, stays kernel TCP.
+//! acceleration off, and, once per process and reason, why a local connection stays kernel
+//! TCP (see `reasons`: a peer without the library, a uid change, an excluded port, no room
+//! for a record, a seccomp sandbox, too many processes sharing a socket).
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -38,9 +37,19 @@ pub struct Config {
 }
 
 /// Prints a notice unless the environment asked for quiet (the configuration may not be
-/// loaded yet). A failed write is ignored: the program's stderr is its own business.
-fn notice(quiet: bool, text: std::fmt::Arguments<'_>) {
-    if !quiet {
+/// loaded yet). A failed write is ignored: the program's stderr is its own business; and a
+/// standard error that is a socket (inetd-style servers, a connection handed to a child)
+/// gets nothing: a line there would be bytes in somebody's stream.
+pub fn notice(quiet: bool, text: std::fmt::Arguments<'_>) {
+    if quiet {
+        return;
+    }
+    // SAFETY: fstat into a zeroed stat buffer we own.
+    let is_socket = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(2, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+    };
+    if !is_socket {
         let _ = writeln!(io::stderr(), "liblanes_sockets: {text}");
     }
 }
@@ -49,20 +58,16 @@ fn quiet_from(var: impl Fn(&str) -> Option<String>) -> bool {
     var("LANES_SOCKETS_QUIET").is_some_and(|v| v != "0")
 }
 
-/// A socket record could not be created: for lack of room (the fabric directory's
-/// filesystem is full), say so once per process; any other failure stays silent, as
-/// before. Either way the caller leaves the socket to the kernel.
-pub fn record_failed(why: &io::Error) {
-    static SAID: AtomicBool = AtomicBool::new(false);
-    if !matches!(why.kind(), io::ErrorKind::StorageFull | io::ErrorKind::OutOfMemory) {
-        return;
-    }
-    if !SAID.swap(true, Ordering::Relaxed) {
-        notice(
-            config().quiet,
-            format_args!("no room for a socket record ({why}); connections without one stay kernel TCP"),
-        );
-    }
+/// A socket record could not be created: the socket stays kernel TCP, for lack of room
+/// (the fabric directory's filesystem is full) or another reason, counted and said once
+/// per process (see `reasons`).
+pub fn record_failed(why: &io::Error, key: &lanes::sockets::ConnectionKey) {
+    use crate::reasons::{note_with, Reason};
+    let reason = match why.kind() {
+        io::ErrorKind::StorageFull | io::ErrorKind::OutOfMemory => Reason::NoRoom,
+        _ => Reason::RecordFailed,
+    };
+    note_with(reason, Some(key), &why.to_string());
 }
 
 fn load() -> Config {
@@ -127,24 +132,37 @@ fn in_ranges(ranges: &[(u16, u16)], port: u16) -> bool {
     ranges.iter().any(|&(a, b)| (a..=b).contains(&port))
 }
 
+/// Whether a connection between these addresses may be accelerated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wanted {
+    Yes,
+    /// Acceleration is off, or the peer is on another host: nothing to say.
+    No,
+    /// Both ends on this host, but the port lists leave it out.
+    PortExcluded,
+}
+
 /// Whether a connection between these addresses may be accelerated: both ends on this
 /// host (loopback, or the same address on both ends) and allowed by the port lists.
-pub fn wanted(local: SocketAddr, remote: SocketAddr) -> bool {
+pub fn wanted(local: SocketAddr, remote: SocketAddr) -> Wanted {
     let c = config();
     if !c.enabled {
-        return false;
+        return Wanted::No;
     }
     let local_host = remote.ip().is_loopback() || remote.ip() == local.ip();
     if !local_host {
-        return false;
+        return Wanted::No;
     }
     let ports = [local.port(), remote.port()];
-    if ports.iter().any(|&p| in_ranges(&c.exclude, p)) {
-        return false;
-    }
-    match &c.include {
-        Some(inc) => ports.iter().any(|&p| in_ranges(inc, p)),
-        None => true,
+    let allowed = !ports.iter().any(|&p| in_ranges(&c.exclude, p))
+        && match &c.include {
+            Some(inc) => ports.iter().any(|&p| in_ranges(inc, p)),
+            None => true,
+        };
+    if allowed {
+        Wanted::Yes
+    } else {
+        Wanted::PortExcluded
     }
 }
 

@@ -9,8 +9,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 use lanes::sockets::endpoint::{this_process, FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_TX_CLOSED};
 use lanes::sockets::{ConnectionKey, Endpoint};
 
-use crate::config::{config, record_failed, wanted};
+use crate::config::{config, record_failed, wanted, Wanted};
 use crate::real::real;
+use crate::reasons::{self, Reason};
 use crate::sock_diag;
 
 /// One accelerated socket (one open file description) as this process sees it.
@@ -220,6 +221,10 @@ pub fn forget(fd: i32) -> bool {
 /// The last holder is gone: no more ring traffic either way; returns whether ring bytes
 /// from the peer were left unread.
 fn release(conn: &Conn) -> bool {
+    // Never paired: the peer published no record we could attach, nor found ours.
+    if !conn.own.has_flag(FLAG_ATTACHED | FLAG_PEER_FOUND) && !crate::sandbox::filtered() {
+        reasons::note(Reason::PeerWithoutLibrary, Some(&conn.key));
+    }
     conn.own.set_flags(FLAG_TX_CLOSED | FLAG_RX_CLOSED);
     conn.own.tx_word().to_kernel_mode();
     let mut unread = false;
@@ -229,6 +234,26 @@ fn release(conn: &Conn) -> bool {
     }
     conn.own.unlink();
     unread
+}
+
+/// In the parent, as soon as `fork` returned child `pid`: the child holds every socket we
+/// hold. Done before the parent can close its copy (a fork-per-connection server closes the
+/// accepted socket at once, racing the child), so the record never looks unheld while the
+/// child still has the socket. The child's start time is fixed at fork and /proc shows it
+/// at once. The child adds itself too (below; idempotent), which also covers forks made
+/// inside the C library (`daemon`), whose parent never returns through our `fork`.
+pub fn adopt_for_child(pid: libc::pid_t) {
+    let mut conns = all();
+    if conns.is_empty() || pid <= 0 {
+        return;
+    }
+    conns.dedup_by(|a, b| Arc::ptr_eq(&a.1, &b.1));
+    let Ok(child) = lanes::platform::liveness::ProcessIdentity::of_pid(pid as u32) else { return };
+    for (_, c) in conns {
+        if !c.own.add_holder(child) {
+            crate::reasons::note(crate::reasons::Reason::TooManyHolders, Some(&c.key));
+        }
+    }
 }
 
 /// After fork, in the child: this process (its own pid and start time) now holds every
@@ -299,17 +324,23 @@ pub fn on_connected(fd: i32) {
         return;
     }
     let (Some(local), Some(remote)) = (name_of(fd, false), name_of(fd, true)) else { return };
-    if !wanted(local, remote) {
+    let cfg = config();
+    let key = ConnectionKey::new(cfg.netns, local, remote);
+    match wanted(local, remote) {
+        Wanted::Yes => {}
+        Wanted::No => return,
+        Wanted::PortExcluded => return reasons::note(Reason::ExcludedPort, Some(&key)),
+    }
+    // After a uid change the fabric directory is not ours any more (see `reasons`).
+    if reasons::check_uid(&key).is_none() {
         return;
     }
     let Some(cookie) = sock_diag::own_cookie(fd) else { return };
-    let cfg = config();
-    let key = ConnectionKey::new(cfg.netns, local, remote);
     let own = match Endpoint::create(&cfg.fabric_dir, &key, cookie, cfg.ring_bytes) {
         Ok(own) => own,
         Err(why) => {
             // No record, so the peer never finds one: both ends stay on the kernel socket.
-            record_failed(&why);
+            record_failed(&why, &key);
             return;
         }
     };

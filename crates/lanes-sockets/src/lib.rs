@@ -17,6 +17,7 @@
 mod config;
 mod conn;
 mod real;
+mod reasons;
 mod sandbox;
 mod sock_diag;
 mod spin;
@@ -46,18 +47,22 @@ thread_local! {
 
 static INIT: Once = Once::new();
 
+/// Runs `f` with the guard set, then puts the guard back as it was (the fork handlers run
+/// inside our own `fork`, guard set, as well as inside the C library's forks).
+fn guarded(f: impl FnOnce()) {
+    let was = INSIDE.with(|i| i.replace(true));
+    let _ = catch_unwind(AssertUnwindSafe(f));
+    INSIDE.with(|i| i.set(was));
+}
+
 extern "C" fn before_fork() {
-    INSIDE.with(|i| i.set(true));
     // Epoll registrations this process still owes the kernel go in before the child
     // shares the kernel sets.
-    wait::flush_pending();
-    INSIDE.with(|i| i.set(false));
+    guarded(wait::flush_pending);
 }
 
 extern "C" fn after_fork_in_child() {
-    INSIDE.with(|i| i.set(true));
-    conn::adopt_after_fork();
-    INSIDE.with(|i| i.set(false));
+    guarded(conn::adopt_after_fork);
 }
 
 fn init() {
@@ -65,11 +70,13 @@ fn init() {
         // SAFETY: registering a handler with no preconditions.
         unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_in_child)) };
         sandbox::detect_inherited();
+        reasons::remember_start_uid();
         if config::config().enabled {
             conn::adopt_inherited_all();
             // Records of processes that exited without closing their sockets (exit closes
             // fds in the kernel, not through us) or were killed: nobody holds them.
             let _ = lanes::sockets::registry::cleanup_connections(&config::config().fabric_dir);
+            lanes::sockets::reasons::cleanup_reasons(&config::config().fabric_dir);
         }
     });
 }
@@ -891,6 +898,75 @@ pub unsafe extern "C" fn epoll_pwait2(
     )
 }
 
+// ---- processes ---------------------------------------------------------------------------
+
+/// # Safety
+/// As fork(2). The parent adds the child as a holder of every accelerated socket before
+/// `fork` returns to the program, so closing its own copy right away (fork-per-connection
+/// servers) cannot retire a record the child still uses.
+#[no_mangle]
+pub unsafe extern "C" fn fork() -> libc::pid_t {
+    // SAFETY: no arguments.
+    let call = || unsafe { (real().fork)() };
+    intercept(
+        -1,
+        || {
+            let pid = call();
+            let e = errno();
+            if pid > 0 {
+                conn::adopt_for_child(pid);
+            }
+            set_errno(e);
+            Some(pid)
+        },
+        call,
+    )
+}
+
+/// A change of the effective uid to `euid` (-1: unchanged) ahead: the uid the library
+/// started with and this process's reasons file are settled first, while the fabric
+/// directory is still ours. The call itself is the C library's.
+fn before_uid_change(euid: libc::uid_t) -> Option<c_int> {
+    reasons::before_uid_change((euid != libc::uid_t::MAX).then_some(euid));
+    None
+}
+
+/// # Safety
+/// As setuid(2).
+#[no_mangle]
+pub unsafe extern "C" fn setuid(uid: libc::uid_t) -> c_int {
+    // SAFETY: the caller's argument.
+    let call = || unsafe { (real().setuid)(uid) };
+    intercept(-1, || before_uid_change(uid), call)
+}
+
+/// # Safety
+/// As seteuid(2).
+#[no_mangle]
+pub unsafe extern "C" fn seteuid(uid: libc::uid_t) -> c_int {
+    // SAFETY: the caller's argument.
+    let call = || unsafe { (real().seteuid)(uid) };
+    intercept(-1, || before_uid_change(uid), call)
+}
+
+/// # Safety
+/// As setreuid(2).
+#[no_mangle]
+pub unsafe extern "C" fn setreuid(r: libc::uid_t, e: libc::uid_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().setreuid)(r, e) };
+    intercept(-1, || before_uid_change(e), call)
+}
+
+/// # Safety
+/// As setresuid(2).
+#[no_mangle]
+pub unsafe extern "C" fn setresuid(r: libc::uid_t, e: libc::uid_t, s: libc::uid_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().setresuid)(r, e, s) };
+    intercept(-1, || before_uid_change(e), call)
+}
+
 /// # Safety
 /// As prctl(2); the optional arguments are read as four integer-sized values (as the
 /// kernel reads them). Passed on unchanged; a seccomp filter being installed makes the
@@ -900,6 +976,11 @@ pub unsafe extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ul
     // SAFETY: the caller's arguments, passed on as the C library's prctl reads them.
     let r = unsafe { (real().prctl)(option, a2, a3, a4, a5) };
     if r >= 0 {
+        if !sandbox::filtered() && sandbox::filters(option, a2) && !INSIDE.with(|i| i.get()) {
+            // Said (and counted) before the library takes the process as filtered; with
+            // only no_new_privs set, no filter forbids the calls this makes yet.
+            guarded(|| reasons::entered_sandbox(option == libc::PR_SET_NO_NEW_PRIVS));
+        }
         sandbox::after_prctl(option, a2);
     }
     r

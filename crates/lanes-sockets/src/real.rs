@@ -64,6 +64,11 @@ real_functions! {
     epoll_wait: fn(c_int, *mut epoll_event, c_int, c_int) -> c_int;
     epoll_pwait: fn(c_int, *mut epoll_event, c_int, c_int, *const sigset_t) -> c_int;
     prctl: fn(c_int, c_ulong, c_ulong, c_ulong, c_ulong) -> c_int;
+    fork: fn() -> libc::pid_t;
+    setuid: fn(libc::uid_t) -> c_int;
+    seteuid: fn(libc::uid_t) -> c_int;
+    setreuid: fn(libc::uid_t, libc::uid_t) -> c_int;
+    setresuid: fn(libc::uid_t, libc::uid_t, libc::uid_t) -> c_int;
 }
 
 static REAL: OnceLock<Real> = OnceLock::new();

@@ -19,9 +19,14 @@ pub fn filtered() -> bool {
     FILTERED.load(Ordering::Relaxed)
 }
 
+/// Whether `prctl(option, arg2, ...)` installs a filter or prepares for one.
+pub fn filters(option: libc::c_int, arg2: libc::c_ulong) -> bool {
+    option == libc::PR_SET_SECCOMP || (option == libc::PR_SET_NO_NEW_PRIVS && arg2 != 0)
+}
+
 /// The program made `prctl(option, arg2, ...)`, which succeeded.
 pub fn after_prctl(option: libc::c_int, arg2: libc::c_ulong) {
-    if option == libc::PR_SET_SECCOMP || (option == libc::PR_SET_NO_NEW_PRIVS && arg2 != 0) {
+    if filters(option, arg2) {
         FILTERED.store(true, Ordering::Relaxed);
     }
 }

@@ -358,3 +358,24 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     let ls: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
     ls.iter().map(|l| l.local_addr().expect("local_addr").port()).collect()
 }
+
+/// Whether some TCP socket of this network namespace listens on `port`.
+pub fn listening(port: u16) -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 3
+                    && c[3] == "0A"
+                    && c[1].rsplit_once(':').is_some_and(|(_, p)| u16::from_str_radix(p, 16) == Ok(port))
+            })
+        })
+    })
+}
+
+/// The `lanes` command built next to the library (`cargo build -p lanes-cli`).
+pub fn lanes_command() -> PathBuf {
+    let lanes = library().parent().expect("profile dir").join("lanes");
+    assert!(lanes.is_file(), "{} is missing: run `cargo build -p lanes-cli` first", lanes.display());
+    lanes
+}

@@ -149,7 +149,7 @@ impl ConnectionKey {
     }
 }
 
-fn encode_addr(buf: &mut [u8], a: SocketAddr) {
+pub(crate) fn encode_addr(buf: &mut [u8], a: SocketAddr) {
     let (ip, fam): ([u8; 16], u16) = match a.ip() {
         IpAddr::V4(v4) => {
             let mut b = [0u8; 16];
@@ -163,7 +163,7 @@ fn encode_addr(buf: &mut [u8], a: SocketAddr) {
     buf[18..20].copy_from_slice(&fam.to_le_bytes());
 }
 
-fn decode_addr(buf: &[u8]) -> Option<SocketAddr> {
+pub(crate) fn decode_addr(buf: &[u8]) -> Option<SocketAddr> {
     let port = u16::from_le_bytes([buf[16], buf[17]]);
     let ip = match u16::from_le_bytes([buf[18], buf[19]]) {
         4 => IpAddr::V4(Ipv4Addr::new(buf[0], buf[1], buf[2], buf[3])),
@@ -402,18 +402,40 @@ impl Endpoint {
     }
 
     /// Records `who` as a holder (idempotent), in a free slot or one of a dead holder.
-    /// False if every slot is taken by a live holder.
+    /// False if every slot is taken by a live holder. An empty slot is taken first: asking
+    /// /proc whether a holder lives costs a file read, and a fork adds a holder to every
+    /// socket the parent has.
+    ///
+    /// Two processes may add the same identity at once (a forking parent adds its child,
+    /// and the child adds itself): after filling a slot, each looks at every other slot
+    /// and, for each copy of the identity, empties the later of the two slots. The stores
+    /// and loads are sequentially consistent, so of two adders at least one sees the
+    /// other's copy; the first slot holding the identity is never emptied.
     pub fn add_holder(&self, who: ProcessIdentity) -> bool {
         let me = who.bits();
         if (0..HOLDER_SLOTS).any(|i| self.holder_slot(i).load(Ordering::Acquire) == me) {
             return true;
         }
+        let dedupe = |k: usize| {
+            for m in (0..HOLDER_SLOTS).filter(|&m| m != k) {
+                if self.holder_slot(m).load(Ordering::SeqCst) == me {
+                    let later = self.holder_slot(m.max(k));
+                    let _ = later.compare_exchange(me, 0, Ordering::SeqCst, Ordering::Relaxed);
+                }
+            }
+            true
+        };
+        for i in 0..HOLDER_SLOTS {
+            if self.holder_slot(i).compare_exchange(0, me, Ordering::SeqCst, Ordering::Acquire).is_ok() {
+                return dedupe(i);
+            }
+        }
         for i in 0..HOLDER_SLOTS {
             let s = self.holder_slot(i);
             let cur = s.load(Ordering::Acquire);
             let free = ProcessIdentity::from_bits(cur).is_none_or(|h| !holder_alive(h));
-            if free && s.compare_exchange(cur, me, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                return true;
+            if free && s.compare_exchange(cur, me, Ordering::SeqCst, Ordering::Acquire).is_ok() {
+                return dedupe(i);
             }
         }
         false

@@ -11,6 +11,7 @@
 
 pub mod direction;
 pub mod endpoint;
+pub mod reasons;
 pub mod registry;
 
 pub use direction::{DirectionState, KernelReservation};

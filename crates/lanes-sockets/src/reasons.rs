@@ -1,0 +1,170 @@
+//! Why a local connection of this process stays kernel TCP: counted in the process's
+//! reasons file (`lanes::sockets::reasons`, shown by `lanes status`) and said once per
+//! reason on standard error (`LANES_SOCKETS_QUIET=1`: not said). Everything here runs when a
+//! connection is set up or retired, or when the process changes its uid: never per send or
+//! receive.
+//!
+//! A forked child counts in the file it inherited (its parent's mapping) and does not say
+//! again what its parent said: a fork-per-connection server says a thing once, not once per
+//! connection. A program started by exec has its own.
+//!
+//! **Privilege drop.** The fabric directory (0700) belongs to the user the library started
+//! as; a process that changes its effective uid (nginx workers become `nobody`) can neither
+//! create records there nor open its peers'. Sockets whose records exist (connected before
+//! the change) stay accelerated: their mappings outlive the change. Connections set up
+//! after it stay kernel TCP, said once: "uid changed to N: new connections stay kernel TCP
+//! (the fabric directory is user M's)". The uid is compared when a connection is set up
+//! (one `geteuid`); the library's `setuid` family creates the reasons file first, while the
+//! directory is still the process's, so the count can still be kept afterwards.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use lanes::sockets::endpoint::this_process;
+pub use lanes::sockets::reasons::Reason;
+use lanes::sockets::reasons::ReasonsFile;
+use lanes::sockets::ConnectionKey;
+
+use crate::config::{config, notice};
+
+const UNSET: u32 = u32::MAX;
+/// The effective uid when the library started (its first call).
+static START_EUID: AtomicU32 = AtomicU32::new(UNSET);
+
+/// At the library's first call: the uid whose fabric directory this process uses.
+pub fn remember_start_uid() {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let _ = START_EUID.compare_exchange(UNSET, uid, Ordering::Relaxed, Ordering::Relaxed);
+}
+
+/// (now, at start) if the effective uid is no longer the one the library started with.
+pub fn uid_changed() -> Option<(u32, u32)> {
+    let start = START_EUID.load(Ordering::Relaxed);
+    if start == UNSET {
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let now = unsafe { libc::geteuid() };
+    (now != start).then_some((now, start))
+}
+
+static FILE: OnceLock<ReasonsFile> = OnceLock::new();
+static GAVE_UP: AtomicBool = AtomicBool::new(false);
+
+/// This process's reasons file, created on first need (never under a seccomp filter, never
+/// after a uid change: the directory is no longer ours); None if it cannot be had.
+fn file() -> Option<&'static ReasonsFile> {
+    if let Some(f) = FILE.get() {
+        return Some(f);
+    }
+    if GAVE_UP.load(Ordering::Relaxed) || crate::sandbox::filtered() || uid_changed().is_some() {
+        return None;
+    }
+    static CREATING: Mutex<()> = Mutex::new(());
+    // try_lock: another thread is creating it (or held the lock when this child forked).
+    let Ok(_g) = CREATING.try_lock() else { return None };
+    if let Some(f) = FILE.get() {
+        return Some(f);
+    }
+    match this_process().and_then(|me| ReasonsFile::create(&config().fabric_dir, me)) {
+        Ok(f) => {
+            let _ = FILE.set(f);
+            FILE.get()
+        }
+        Err(_) => {
+            GAVE_UP.store(true, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// Reasons already said on stderr by this process (or the parent it was forked from).
+static SAID: AtomicU32 = AtomicU32::new(0);
+
+/// One line for `why`, about the socket `key` if there is one.
+fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
+    let sock = key.map(|k| format!("{} -> {}: ", k.local, k.remote)).unwrap_or_default();
+    match why {
+        Reason::PeerWithoutLibrary => format!(
+            "{sock}the peer never attached (it runs without the library, as another user or in another \
+             network namespace): the connection stayed kernel TCP"
+        ),
+        Reason::PrivilegeDrop => detail.to_string(),
+        Reason::ExcludedPort => {
+            format!("{sock}port not accelerated (LANES_SOCKETS_INCLUDE/_EXCLUDE or [sockets]): kernel TCP")
+        }
+        Reason::NoRoom => {
+            format!("no room for a socket record ({detail}); connections without one stay kernel TCP")
+        }
+        Reason::RecordFailed => format!("{sock}no socket record ({detail}): kernel TCP"),
+        Reason::Sandbox => "seccomp sandbox (prctl): connections set up from now on stay kernel TCP".to_string(),
+        Reason::TooManyHolders => format!(
+            "{sock}shared by more than {} processes: it goes back to kernel TCP when the first of them close it",
+            lanes::sockets::endpoint::HOLDER_SLOTS
+        ),
+    }
+}
+
+/// Counts one socket (`key`, if known) left to the kernel for `why` and says so on stderr
+/// once per process and reason. `detail`: the error or uid text some reasons carry.
+pub fn note_with(why: Reason, key: Option<&ConnectionKey>, detail: &str) {
+    // Noting runs inside the program's calls (a send that found the peer gone, a close):
+    // the program must see its own call's errno, not one of the file operations below.
+    let saved = crate::real::errno();
+    count_and_say(why, key, detail);
+    crate::real::set_errno(saved);
+}
+
+fn count_and_say(why: Reason, key: Option<&ConnectionKey>, detail: &str) {
+    // A full filesystem gets no new file from us (it would take what room is left).
+    let file = if why == Reason::NoRoom { FILE.get() } else { file() };
+    if let Some(f) = file {
+        f.note(why, key.map(|k| (k.local, k.remote)));
+    }
+    let bit = 1u32 << (Reason::ALL.iter().position(|r| *r == why).unwrap_or(31) as u32);
+    if SAID.fetch_or(bit, Ordering::Relaxed) & bit == 0 && !crate::sandbox::filtered() {
+        notice(config().quiet, format_args!("{}", line(why, key, detail)));
+    }
+}
+
+/// As [`note_with`], without details.
+pub fn note(why: Reason, key: Option<&ConnectionKey>) {
+    note_with(why, key, "");
+}
+
+/// A connection is being set up: None if it may be accelerated as far as the uid goes;
+/// otherwise the reason was noted and the socket stays kernel TCP.
+pub fn check_uid(key: &ConnectionKey) -> Option<()> {
+    let Some((now, start)) = uid_changed() else { return Some(()) };
+    let text =
+        format!("uid changed to {now}: new connections stay kernel TCP (the fabric directory is user {start}'s)");
+    note_with(Reason::PrivilegeDrop, Some(key), &text);
+    None
+}
+
+/// The program is about to change its effective uid to `new_euid` (None: unchanged): make
+/// the reasons file while the fabric directory is still ours.
+pub fn before_uid_change(new_euid: Option<libc::uid_t>) {
+    remember_start_uid();
+    // SAFETY: geteuid has no preconditions.
+    let now = unsafe { libc::geteuid() };
+    if config().enabled && new_euid.is_some_and(|u| u != now) {
+        let _ = file();
+    }
+}
+
+/// The program is entering a seccomp sandbox (called before the library takes it as
+/// filtered). `filter_pending`: only no_new_privs is being set, so system calls are still
+/// allowed: the file may be made and the line written; otherwise the filter is in force and
+/// only an existing file counts it.
+pub fn entered_sandbox(filter_pending: bool) {
+    if !config().enabled {
+        return;
+    }
+    if filter_pending {
+        note(Reason::Sandbox, None);
+    } else if let Some(f) = FILE.get() {
+        f.note(Reason::Sandbox, None);
+    }
+}

@@ -1,0 +1,287 @@
+//! Why sockets stayed kernel TCP: one small file per process, `<fabric dir>/sockets/
+//! why-<pid>-<identity>`, created the first time that process leaves a local connection to
+//! the kernel (or before it changes its uid, while the directory is still its own), holding
+//! a count per [`Reason`] and the addresses of the last socket counted. `lanes status`
+//! lists them; `lanes cleanup` (and the library at start-up) removes those of dead
+//! processes. Counting is an atomic add in the mapped file: nothing on the data path.
+//!
+//! Layout (4096 bytes): magic and version (0), the writer's [`ProcessIdentity`] (16), its
+//! uid (24), its command name (32, 16 bytes); from 128 one 64-byte line per reason: count
+//! (8 bytes), then the last socket's local and remote address (24 bytes each, as the
+//! socket records encode them).
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use super::endpoint::{decode_addr, encode_addr, sockets_dir};
+use crate::platform::files::{ensure_private_dir, open_existing, reserve, UnnamedFile};
+use crate::platform::liveness::{pid_alive, ProcessIdentity};
+use crate::platform::mapping::{Access, Mapping};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"LNWHY001");
+const LEN: usize = 4096;
+const OFF_IDENTITY: usize = 16;
+const OFF_UID: usize = 24;
+const OFF_COMM: usize = 32;
+const OFF_LINES: usize = 128;
+const LINE: usize = 64;
+const PREFIX: &str = "why-";
+
+/// Why a socket of a library process stays kernel TCP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    /// The other end never published a record the kernel vouched for: it runs without
+    /// the library, as another user, in another network namespace, or closed first.
+    PeerWithoutLibrary,
+    /// This process changed its uid: the fabric directory is the original user's.
+    PrivilegeDrop,
+    /// A port excluded by `LANES_SOCKETS_EXCLUDE` / `[sockets] exclude` (or not included).
+    ExcludedPort,
+    /// No room for the socket's record (the fabric directory's filesystem is full).
+    NoRoom,
+    /// The record could not be created for another reason (permissions, ...).
+    RecordFailed,
+    /// A seccomp sandbox (prctl): no new pairing, the library makes no calls of its own.
+    Sandbox,
+    /// Shared by more processes (fork) than a record has holder slots: the socket returns
+    /// to the kernel when the first holders close it.
+    TooManyHolders,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 7] = [
+        Reason::PeerWithoutLibrary,
+        Reason::PrivilegeDrop,
+        Reason::ExcludedPort,
+        Reason::NoRoom,
+        Reason::RecordFailed,
+        Reason::Sandbox,
+        Reason::TooManyHolders,
+    ];
+
+    fn index(self) -> usize {
+        Reason::ALL.iter().position(|r| *r == self).expect("listed")
+    }
+
+    /// A few words for `lanes status`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::PeerWithoutLibrary => "peer without the library",
+            Reason::PrivilegeDrop => "uid changed (privilege drop)",
+            Reason::ExcludedPort => "excluded port",
+            Reason::NoRoom => "no room in the fabric directory",
+            Reason::RecordFailed => "socket record not created",
+            Reason::Sandbox => "seccomp sandbox",
+            Reason::TooManyHolders => "too many processes share it",
+        }
+    }
+}
+
+/// The mapped file of the calling process.
+pub struct ReasonsFile {
+    map: Mapping,
+}
+
+impl std::fmt::Debug for ReasonsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReasonsFile").finish_non_exhaustive()
+    }
+}
+
+fn file_name(who: ProcessIdentity) -> String {
+    format!("{PREFIX}{}-{:x}", who.pid(), who.bits())
+}
+
+fn u64_at(map: &Mapping, off: usize) -> &AtomicU64 {
+    debug_assert!(off % 8 == 0 && off + 8 <= LEN && map.len() >= LEN);
+    // SAFETY: an 8-aligned offset inside a mapping of LEN bytes that lives as long as `map`;
+    // every process touches these words atomically only.
+    unsafe { &*(map.as_ptr().add(off) as *const AtomicU64) }
+}
+
+fn store_addr(map: &Mapping, off: usize, a: SocketAddr) {
+    let mut b = [0u8; 24];
+    encode_addr(&mut b[..20], a);
+    for (i, w) in b.chunks_exact(8).enumerate() {
+        u64_at(map, off + 8 * i).store(u64::from_le_bytes(w.try_into().expect("8 bytes")), Ordering::Relaxed);
+    }
+}
+
+fn load_addr(map: &Mapping, off: usize) -> Option<SocketAddr> {
+    let mut b = [0u8; 24];
+    for i in 0..3 {
+        b[8 * i..8 * i + 8].copy_from_slice(&u64_at(map, off + 8 * i).load(Ordering::Relaxed).to_le_bytes());
+    }
+    decode_addr(&b[..20])
+}
+
+impl ReasonsFile {
+    /// Creates and publishes the file of process `who` (replacing one its pid and start
+    /// time left, which cannot be another live process's).
+    pub fn create(fabric_dir: &Path, who: ProcessIdentity) -> io::Result<ReasonsFile> {
+        let dir = sockets_dir(fabric_dir);
+        ensure_private_dir(fabric_dir)?;
+        ensure_private_dir(&dir)?;
+        let unnamed = UnnamedFile::create(&dir)?;
+        reserve(unnamed.file(), LEN as u64)?;
+        let map = Mapping::map(unnamed.file().as_fd(), 0, LEN, Access::ReadWrite)?;
+        let mut comm = [0u8; 16];
+        if let Ok(c) = std::fs::read(format!("/proc/{}/comm", who.pid())) {
+            let c = c.strip_suffix(b"\n").unwrap_or(&c);
+            let n = c.len().min(comm.len());
+            comm[..n].copy_from_slice(&c[..n]);
+        }
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        u64_at(&map, OFF_IDENTITY).store(who.bits(), Ordering::Relaxed);
+        u64_at(&map, OFF_UID).store(u64::from(uid), Ordering::Relaxed);
+        u64_at(&map, OFF_COMM).store(u64::from_le_bytes(comm[..8].try_into().expect("8")), Ordering::Relaxed);
+        u64_at(&map, OFF_COMM + 8).store(u64::from_le_bytes(comm[8..].try_into().expect("8")), Ordering::Relaxed);
+        u64_at(&map, 0).store(MAGIC, Ordering::Release);
+        // A file of this name is this very process's (same pid and start time), from the
+        // image before an exec: replaced.
+        let name = file_name(who);
+        let _ = std::fs::remove_file(dir.join(&name));
+        unnamed.publish(&name)?;
+        Ok(ReasonsFile { map })
+    }
+
+    /// Counts one socket left to the kernel for `why`; returns the new count.
+    pub fn note(&self, why: Reason, addrs: Option<(SocketAddr, SocketAddr)>) -> u64 {
+        let off = OFF_LINES + LINE * why.index();
+        if let Some((local, remote)) = addrs {
+            store_addr(&self.map, off + 8, local);
+            store_addr(&self.map, off + 32, remote);
+        }
+        u64_at(&self.map, off).fetch_add(1, Ordering::AcqRel) + 1
+    }
+}
+
+/// One reason of one process, as `lanes status` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReasonCount {
+    pub reason: Reason,
+    pub label: &'static str,
+    pub sockets: u64,
+    /// The last socket counted: local and remote address.
+    pub last: Option<(SocketAddr, SocketAddr)>,
+}
+
+/// The reasons of one process.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessReasons {
+    pub pid: u32,
+    pub command: String,
+    pub uid: u32,
+    /// Whether the process still runs (the file of one that ended stays until cleaned).
+    pub alive: bool,
+    pub reasons: Vec<ReasonCount>,
+}
+
+fn read_file(path: &Path) -> Option<ProcessReasons> {
+    let file = open_existing(path, false).ok()?;
+    if file.metadata().ok()?.len() < LEN as u64 {
+        return None;
+    }
+    let map = Mapping::map(file.as_fd(), 0, LEN, Access::ReadOnly).ok()?;
+    if u64_at(&map, 0).load(Ordering::Acquire) != MAGIC {
+        return None;
+    }
+    let who = ProcessIdentity::from_bits(u64_at(&map, OFF_IDENTITY).load(Ordering::Relaxed))?;
+    let mut comm = Vec::with_capacity(16);
+    comm.extend_from_slice(&u64_at(&map, OFF_COMM).load(Ordering::Relaxed).to_le_bytes());
+    comm.extend_from_slice(&u64_at(&map, OFF_COMM + 8).load(Ordering::Relaxed).to_le_bytes());
+    let command = String::from_utf8_lossy(comm.split(|b| *b == 0).next().unwrap_or_default()).into_owned();
+    let reasons = Reason::ALL
+        .iter()
+        .filter_map(|&reason| {
+            let off = OFF_LINES + LINE * reason.index();
+            let sockets = u64_at(&map, off).load(Ordering::Acquire);
+            let last = load_addr(&map, off + 8).zip(load_addr(&map, off + 32));
+            (sockets > 0).then_some(ReasonCount { reason, label: reason.label(), sockets, last })
+        })
+        .collect();
+    Some(ProcessReasons {
+        pid: who.pid(),
+        command,
+        uid: u64_at(&map, OFF_UID).load(Ordering::Relaxed) as u32,
+        alive: alive(who),
+        reasons,
+    })
+}
+
+fn alive(who: ProcessIdentity) -> bool {
+    match ProcessIdentity::of_pid(who.pid()) {
+        Ok(now) => now == who,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(_) => pid_alive(who.pid()),
+    }
+}
+
+/// Every process's reasons in the fabric directory, by pid (unreadable files are skipped).
+pub fn list_reasons(fabric_dir: &Path) -> Vec<ProcessReasons> {
+    let Ok(entries) = std::fs::read_dir(sockets_dir(fabric_dir)) else { return Vec::new() };
+    let mut out: Vec<ProcessReasons> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(PREFIX)))
+        .filter_map(|e| read_file(&e.path()))
+        .collect();
+    out.sort_by_key(|p| p.pid);
+    out
+}
+
+/// Removes the files of processes that ended; returns how many.
+pub fn cleanup_reasons(fabric_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(sockets_dir(fabric_dir)) else { return 0 };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        if !e.file_name().to_str().is_some_and(|n| n.starts_with(PREFIX)) {
+            continue;
+        }
+        let dead = read_file(&e.path()).is_none_or(|p| !p.alive);
+        if dead && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sockets::endpoint::this_process;
+
+    #[test]
+    fn reasons_are_counted_listed_and_cleaned() {
+        let dir = std::env::temp_dir().join(format!("lanes-reasons-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let me = this_process().unwrap();
+        let f = ReasonsFile::create(&dir, me).unwrap();
+        let a: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let b: SocketAddr = "[::1]:22".parse().unwrap();
+        assert_eq!(f.note(Reason::ExcludedPort, Some((a, b))), 1);
+        assert_eq!(f.note(Reason::ExcludedPort, None), 2);
+        assert_eq!(f.note(Reason::PeerWithoutLibrary, Some((b, a))), 1);
+        let listed = list_reasons(&dir);
+        assert_eq!(listed.len(), 1);
+        let p = &listed[0];
+        assert_eq!((p.pid, p.alive), (me.pid(), true));
+        assert!(!p.command.is_empty());
+        let got: Vec<_> = p.reasons.iter().map(|r| (r.reason, r.sockets, r.last)).collect();
+        assert_eq!(got, vec![(Reason::PeerWithoutLibrary, 1, Some((b, a))), (Reason::ExcludedPort, 2, Some((a, b)))]);
+        assert_eq!(cleanup_reasons(&dir), 0, "a live process keeps its file");
+        // A file of a process that ended (its pid now has another start time) is removed.
+        let ghost = ProcessIdentity::from_bits(me.bits() ^ (1 << 40)).unwrap();
+        drop(ReasonsFile::create(&dir, ghost).unwrap());
+        assert_eq!(list_reasons(&dir).iter().filter(|p| !p.alive).count(), 1);
+        assert_eq!(cleanup_reasons(&dir), 1);
+        assert_eq!(list_reasons(&dir).len(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
