@@ -170,7 +170,17 @@ fn wait_none_left(owner: u32) {
 }
 
 const PROGRAMS: [&str; 4] = ["sockperf", "iperf3", "redis-server", "redis-benchmark"];
-const ROWS: [&str; 4] = ["sockperf-latency", "sockperf-throughput", "iperf3", "redis-get"];
+const ROWS: [&str; 9] = [
+    "sockperf-latency",
+    "sockperf-throughput",
+    "iperf3",
+    "redis-get",
+    "pingpong",
+    "pingpong-hog",
+    "pgbench-tpcb",
+    "pgbench-select",
+    "nginx",
+];
 
 #[test]
 fn bench_sockets_quick_writes_every_row() {
@@ -195,8 +205,14 @@ fn bench_sockets_quick_writes_every_row() {
     for r in rows {
         let key = r["key"].as_str().unwrap();
         assert!(table.contains(r["title"].as_str().unwrap()), "{key} missing from the table:\n{table}");
-        assert!(r["target"].as_f64().is_some_and(|t| t >= 2.0), "{r}");
-        if !have_programs {
+        assert!(r["target"].as_f64().is_some_and(|t| t >= 1.0), "{r}");
+        if r["status"] == "skipped" {
+            // A skipped row says which program is missing (PostgreSQL, nginx and wrk are
+            // not always installed); the rows whose programs exist ran.
+            assert!(r["note"].as_str().is_some_and(|n| n.contains("apt-get install")), "{r}");
+            continue;
+        }
+        if !have_programs && !key.starts_with("pingpong") {
             // Skipped rows say which program is missing; rows whose programs exist still ran.
             if r["status"] == "skipped" {
                 assert!(r["note"].as_str().is_some_and(|n| n.contains("apt-get install")), "{r}");

@@ -1,4 +1,5 @@
-//! How long a waiting call spins before it sleeps in the kernel, learned per thread.
+//! How long a waiting call spins before it sleeps in the kernel, learned per thread, and
+//! whether it may spin at all.
 //!
 //! Spinning pays only while the peer answers within the spin: then the bytes travel
 //! through the ring and nobody sleeps. When the peer is slower (a busy server, more
@@ -10,11 +11,39 @@
 //! than the budget could have lasted raises the budget to cover it (with half again to
 //! spare): a spin that long would have caught the data without the sleep's wake-up and
 //! without sending the peer's bytes through the kernel; halving alone never finds that out.
+//!
+//! A spin that pays for itself can still cost the peer its CPU: when the peer waits for
+//! the very CPU the spinner holds (both on one CPU, or a CPU hog beside each), the data
+//! arrives only once the spinner is preempted, so the spin "hits" after the kernel's time
+//! slice and the budget even grows. Two checks keep spinning to the cases where a CPU is
+//! free for it ([`allowed`]):
+//!
+//! - the machine's load: no spin while more threads are runnable than there are CPUs
+//!   online (the running count of `/proc/loadavg`, sampled at most every
+//!   [`LOAD_SAMPLE`] per process, not counting this process's other spinners);
+//! - preemption: a spin whose clock jumps by more than [`PREEMPTED_GAP`] between two looks
+//!   was descheduled while it spun, so its CPU is wanted; it stops at once and the thread
+//!   does not spin for a cool-down (2 ms, doubling while it happens again, to 128 ms),
+//!   halved by every spin that runs undisturbed.
+//!
+//! Neither applies under a seccomp filter (reading `/proc` is a system call the filter may
+//! kill for): there only preemption counts.
 
 use std::cell::Cell;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use crate::config::config;
+
+/// How often a process looks at the machine's load.
+pub const LOAD_SAMPLE: Duration = Duration::from_millis(5);
+/// A jump of the clock between two looks of a spin longer than this: the spinner was
+/// descheduled (a spin's loop looks every few microseconds).
+pub const PREEMPTED_GAP: Duration = Duration::from_micros(50);
+/// The first cool-down after a preempted spin, and the longest.
+const COOL_MIN: Duration = Duration::from_millis(2);
+const COOL_MAX: Duration = Duration::from_millis(128);
 
 /// The smallest budget: a few ring round trips.
 const FLOOR: Duration = Duration::from_micros(4);
@@ -22,6 +51,186 @@ const FLOOR: Duration = Duration::from_micros(4);
 thread_local! {
     /// This thread's budget in nanoseconds; `u32::MAX` until its first wait.
     static BUDGET_NS: Cell<u32> = const { Cell::new(u32::MAX) };
+    /// No spin before this (after a preempted spin).
+    static COOL_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The current cool-down length, in microseconds (0: none).
+    static COOL_US: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Threads of this process spinning now (they are runnable only because they spin).
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+/// When the load was last sampled, in nanoseconds since [`epoch`] (0: never).
+static LOAD_AT: AtomicU64 = AtomicU64::new(0);
+/// The last sample found more runnable threads than CPUs.
+static OVERLOADED: AtomicBool = AtomicBool::new(false);
+
+fn epoch() -> Instant {
+    static E: OnceLock<Instant> = OnceLock::new();
+    *E.get_or_init(Instant::now)
+}
+
+fn online_cpus() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *N.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1).max(1))
+}
+
+/// The running count of `/proc/loadavg` (`0.12 0.30 0.25 3/345 6789`: 3), read with raw
+/// system calls (our own `read` and `close` exports must not see it).
+fn runnable_threads() -> Option<usize> {
+    let mut buf = [0u8; 128];
+    // SAFETY: a NUL-terminated path; the fd is ours until closed below; buf is ours.
+    let n = unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/proc/loadavg".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
+        n
+    };
+    parse_running(&buf[..usize::try_from(n).ok()?])
+}
+
+fn parse_running(text: &[u8]) -> Option<usize> {
+    let field = std::str::from_utf8(text).ok()?.split_whitespace().nth(3)?;
+    field.split('/').next()?.parse().ok()
+}
+
+/// Whether this thread may spin now: not cooling down after a preempted spin, and the
+/// machine has a CPU for every runnable thread (see the module's notes).
+pub fn allowed() -> bool {
+    if !gated() {
+        return true;
+    }
+    if let Some(until) = COOL_UNTIL.with(|c| c.get()) {
+        if Instant::now() < until {
+            return false;
+        }
+        COOL_UNTIL.with(|c| c.set(None));
+    }
+    if crate::sandbox::filtered() || !load_gated() {
+        return true;
+    }
+    let now = epoch().elapsed().as_nanos() as u64 | 1;
+    let at = LOAD_AT.load(Ordering::Relaxed);
+    if (at == 0 || now.saturating_sub(at) >= LOAD_SAMPLE.as_nanos() as u64)
+        && LOAD_AT.compare_exchange(at, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        if let Some(running) = runnable_threads() {
+            // This thread is running; other threads of ours that spin would be asleep
+            // but for the spin.
+            let spinners = SPINNING.load(Ordering::Relaxed);
+            OVERLOADED.store(running.saturating_sub(spinners) > online_cpus(), Ordering::Relaxed);
+        }
+    }
+    !OVERLOADED.load(Ordering::Relaxed)
+}
+
+/// Whether the load and preemption checks apply: `LANES_SPIN_GATE=0` turns them off (a
+/// diagnostic: spinning as before them, whatever it costs others).
+fn gated() -> bool {
+    static G: OnceLock<bool> = OnceLock::new();
+    *G.get_or_init(|| std::env::var_os("LANES_SPIN_GATE").is_none_or(|v| v != "0"))
+}
+
+/// Whether the load check applies: `LANES_SPIN_GATE=preempt` keeps only the preemption
+/// check (a diagnostic for comparing the two).
+fn load_gated() -> bool {
+    static G: OnceLock<bool> = OnceLock::new();
+    *G.get_or_init(|| std::env::var_os("LANES_SPIN_GATE").is_none_or(|v| v != "preempt"))
+}
+
+/// The spin was descheduled: no spin for a while.
+fn preempted(now: Instant) {
+    let us = COOL_US.with(|c| {
+        let next = (c.get().saturating_mul(2)).clamp(COOL_MIN.as_micros() as u32, COOL_MAX.as_micros() as u32);
+        c.set(next);
+        next
+    });
+    COOL_UNTIL.with(|c| c.set(Some(now + Duration::from_micros(us as u64))));
+}
+
+/// A spin ran undisturbed: the next cool-down is shorter.
+fn undisturbed() {
+    COOL_US.with(|c| c.set(c.get() / 2));
+}
+
+/// One spin of a waiting call. Counts itself among this process's spinners while it lives.
+pub struct Spin {
+    until: Instant,
+    last: Instant,
+    preempted: bool,
+    /// It really spun (a wait that found its data at the first look did not).
+    spun: bool,
+}
+
+impl Spin {
+    /// Starts a spin of this thread's budget (at most `limit`); None if spinning is not
+    /// [`allowed`] now or the budget is zero.
+    pub fn begin(limit: Option<Duration>) -> Option<Spin> {
+        Self::begin_for(budget().min(limit.unwrap_or(Duration::MAX)))
+    }
+
+    /// Starts a spin of the full `LANES_POLL_US`, whatever this thread's budget: for a wait
+    /// whose data is known to be on its way (a sender waiting to hand the stream back to
+    /// the ring). None if spinning is not [`allowed`].
+    pub fn begin_full() -> Option<Spin> {
+        Self::begin_for(Duration::from_nanos(ceiling_ns() as u64))
+    }
+
+    fn begin_for(b: Duration) -> Option<Spin> {
+        if b.is_zero() || !allowed() {
+            return None;
+        }
+        SPINNING.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        Some(Spin { until: now + b, last: now, preempted: false, spun: false })
+    }
+
+    /// Whether to go on spinning: the budget is not used up and the spin was not
+    /// descheduled since the last look. Reads the clock.
+    pub fn go_on(&mut self) -> bool {
+        if self.preempted {
+            return false;
+        }
+        let now = Instant::now();
+        self.spun = true;
+        if now.saturating_duration_since(self.last) > PREEMPTED_GAP && gated() {
+            self.preempted = true;
+            preempted(now);
+            return false;
+        }
+        self.last = now;
+        now < self.until
+    }
+
+    /// The wait ended during the spin (a descheduled spin teaches nothing about budgets).
+    pub fn hit(self) {
+        if self.spun && !self.preempted {
+            undisturbed();
+            hit();
+        }
+    }
+
+    /// The spin ran out and the wait goes to sleep.
+    pub fn miss(self) {
+        if self.spun && !self.preempted {
+            undisturbed();
+            miss();
+        }
+    }
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        SPINNING.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn ceiling_ns() -> u32 {
@@ -39,7 +248,7 @@ pub fn budget() -> Duration {
 }
 
 /// The wait ended during its spin (or without one being needed).
-pub fn hit() {
+fn hit() {
     BUDGET_NS.with(|b| {
         let ns = b.get();
         if ns != u32::MAX {
@@ -49,7 +258,7 @@ pub fn hit() {
 }
 
 /// The spin ran out and the wait went to sleep.
-pub fn miss() {
+fn miss() {
     BUDGET_NS.with(|b| {
         let ns = if b.get() == u32::MAX { ceiling_ns() } else { b.get() };
         b.set((ns / 2).max(floor_ns()));
@@ -74,6 +283,36 @@ pub fn woke_after(slept: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_running_count() {
+        assert_eq!(parse_running(b"0.47 2.23 2.44 3/345 12345\n"), Some(3));
+        assert_eq!(parse_running(b"garbage"), None);
+        assert!(runnable_threads().is_some_and(|n| n >= 1), "this thread runs");
+    }
+
+    #[test]
+    fn a_descheduled_spin_stops_and_cools_down() {
+        let mut s = Spin {
+            until: Instant::now() + Duration::from_secs(10),
+            last: Instant::now(),
+            preempted: false,
+            spun: false,
+        };
+        SPINNING.fetch_add(1, Ordering::Relaxed);
+        assert!(s.go_on());
+        s.last -= PREEMPTED_GAP * 2;
+        assert!(!s.go_on());
+        assert!(!s.go_on(), "stays stopped");
+        let before = budget();
+        s.hit();
+        assert_eq!(budget(), before, "a preempted spin does not grow the budget");
+        assert!(!allowed(), "cooling down");
+        assert!(Spin::begin(None).is_none());
+        COOL_UNTIL.with(|c| c.set(Some(Instant::now())));
+        undisturbed();
+        assert_eq!(COOL_US.with(|c| c.get()), COOL_MIN.as_micros() as u32 / 2);
+    }
 
     #[test]
     fn halves_to_the_floor_and_doubles_to_the_ceiling() {

@@ -159,7 +159,7 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     let word = conn.own.tx_word();
     let (ring_count, kernel_count) = conn.own.tx_counts();
     let mut sent = 0usize;
-    let mut full_since: Option<Instant> = None;
+    let mut full: Option<RingFull> = None;
     while sent < total {
         let state = word.load();
         if !state.ring_mode() && conn.peer().is_some_and(|p| p.has_flag(FLAG_RING_WANTED)) {
@@ -183,23 +183,22 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
                     space = cap.saturating_sub(state.ring_unread(consumed) as usize);
                 }
                 if space > 0 {
-                    let n = space.min(total - sent);
+                    let n = space.min(total - sent).min(PUBLISH_CHUNK);
                     // SAFETY: the ring is ours to write between `published` and the
                     // receiver's consumed count; the caller's buffers are valid.
                     unsafe { copy_ring(conn.own.ring_ptr(), cap, state.published() as usize, iov, sent, n, true) };
                     if word.publish(n) {
                         sent += n;
                         ring_count.fetch_add(n as u64, Ordering::Relaxed);
-                        full_since = None;
+                        full = None;
                     }
                     continue;
                 }
-                // The ring is full: wait a little for the receiver, then use the kernel.
-                let since = *full_since.get_or_insert_with(Instant::now);
-                let grace = if nonblocking { std::time::Duration::from_micros(5) } else { config().poll_time };
-                if since.elapsed() < grace {
+                // The ring is full: wait for the receiver to make room, then use the kernel.
+                let consumed = peer.rx_consumed().load(Ordering::Acquire);
+                let f = full.get_or_insert_with(|| RingFull::new(consumed));
+                if f.wait(consumed, nonblocking) {
                     drop(_lock);
-                    std::hint::spin_loop();
                     continue;
                 }
             } else {
@@ -227,6 +226,64 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     sent as ssize_t
 }
 
+/// The most a sender copies into the ring before it publishes. A receiver sees nothing of
+/// a copy until it is published: publishing a large write (a bulk stream's 128 KiB to
+/// 1 MiB) in one piece kept a waiting receiver spinning for the whole copy, longer than its
+/// spin lasts, so it went to sleep and took the stream to the kernel; in pieces, it starts
+/// copying out while the rest is copied in.
+const PUBLISH_CHUNK: usize = 64 << 10;
+
+/// How long a non-blocking sender that finds the ring full waits for room before it uses
+/// the kernel (its program may have other work; the kernel's buffer takes the bytes).
+const RING_FULL_GRACE_NONBLOCKING: Duration = Duration::from_micros(5);
+/// How long a blocking sender that finds the ring full waits for the receiver to take
+/// something, before it gives up on the ring and uses the kernel. A receiver that keeps
+/// reading is slower than the sender, not gone: a bulk stream then waits for room as it
+/// would in the kernel, and its bytes stay in the ring (switching to the kernel at the
+/// first full ring sent nearly all of a one-way stream through the kernel, and a receiver
+/// that reads as fast as it can seldom catches up with the kernel to switch back).
+const RING_FULL_STALL: Duration = Duration::from_millis(1);
+
+/// A sender waiting for room in a full ring.
+struct RingFull {
+    started: Instant,
+    /// The receiver's consumed count last seen, and when it last moved.
+    consumed: u64,
+    progress: Instant,
+}
+
+impl RingFull {
+    fn new(consumed: u64) -> Self {
+        let now = Instant::now();
+        RingFull { started: now, consumed, progress: now }
+    }
+
+    /// Waits a moment for room (a spin, or a nap if spinning would take a CPU somebody
+    /// needs); false when the sender should use the kernel instead.
+    fn wait(&mut self, consumed: u64, nonblocking: bool) -> bool {
+        let now = Instant::now();
+        if consumed != self.consumed {
+            (self.consumed, self.progress) = (consumed, now);
+        }
+        let waited = now - self.started;
+        if nonblocking {
+            if waited >= RING_FULL_GRACE_NONBLOCKING {
+                return false;
+            }
+        } else if config().poll_time.is_zero() || now - self.progress >= RING_FULL_STALL {
+            // LANES_POLL_US=0: no waiting on the ring at all (the tests use it to switch
+            // between the ring and the kernel at every occasion).
+            return false;
+        }
+        if waited < RING_HANDBACK_SPIN || crate::spin::allowed() {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(RING_HANDBACK_NAP);
+        }
+        true
+    }
+}
+
 /// How long a sender waits for a receiver that asked for the ring back and reads no more
 /// kernel bytes. Long enough to cover what a program does between two reads (checking or
 /// hashing what it read takes a few hundred microseconds for 256 KiB): a receiver busy
@@ -238,8 +295,10 @@ const RING_HANDBACK_STALL: Duration = Duration::from_millis(1);
 const RING_HANDBACK_MAX: Duration = Duration::from_millis(20);
 /// The same for a non-blocking sender, whose program may have other sockets to serve.
 const RING_HANDBACK_MAX_NONBLOCKING: Duration = Duration::from_millis(2);
-/// How long the wait spins before it naps between looks (a drain usually takes longer than
-/// this; napping leaves the CPU to the receiver when both share one).
+/// How long the wait spins before it naps between looks, unless a CPU is free for a spin
+/// (`spin::allowed`): napping leaves the CPU to the receiver when both share one, but a
+/// napping sender notices the switch back late, by when a receiver with a short spin has
+/// gone to sleep and the direction is back in kernel mode.
 const RING_HANDBACK_SPIN: Duration = Duration::from_micros(20);
 /// One nap.
 const RING_HANDBACK_NAP: Duration = Duration::from_micros(20);
@@ -281,7 +340,7 @@ fn wait_for_ring(conn: &Conn, word: &DirectionWord<'_>, nonblocking: bool) {
         if now - last_progress > RING_HANDBACK_STALL || now - started > max {
             break false;
         }
-        if now - started < RING_HANDBACK_SPIN {
+        if now - started < RING_HANDBACK_SPIN || crate::spin::allowed() {
             std::hint::spin_loop();
         } else {
             std::thread::sleep(RING_HANDBACK_NAP);
@@ -421,16 +480,64 @@ pub fn ring_allowed(conn: &Conn) -> bool {
         && conn.peer().is_some_and(|p| !p.has_flag(FLAG_TX_CLOSED))
 }
 
+/// The most kernel reads a thread lets pass between two tries to switch a direction back
+/// to the ring while spinning is not allowed (see [`flip_pays`]).
+const FLIP_BACKOFF_MAX: u32 = 64;
+
+thread_local! {
+    /// Kernel reads to let pass before the next try, the current back-off, and whether
+    /// ring bytes were read since the last switch.
+    static FLIP: std::cell::Cell<(u32, u32, bool)> = const { std::cell::Cell::new((0, 0, true)) };
+}
+
+/// While spinning is not allowed (`spin::allowed`), whether this thread should try to
+/// switch a direction back to the ring now. Each try costs a system call (the kernel must
+/// be empty), and without a spin a ping-pong's next wait takes the direction straight back
+/// to the kernel: trying at every kernel read made each read two system calls, slower than
+/// plain TCP. So tries back off (1, 2, 4 ... 64 reads) while the switches do not pay (no
+/// ring bytes read between two), and a switch that pays (a receiver busy when its data
+/// came, as in a stream) resets it.
+fn flip_pays() -> bool {
+    FLIP.with(|f| {
+        let (skip, backoff, paid) = f.get();
+        if skip > 0 {
+            f.set((skip - 1, backoff, paid));
+            return false;
+        }
+        let backoff = if paid { 0 } else { (backoff * 2).clamp(1, FLIP_BACKOFF_MAX) };
+        f.set((backoff, backoff, false));
+        true
+    })
+}
+
+/// Ring bytes were read: switching to the ring paid.
+fn ring_read() {
+    FLIP.with(|f| {
+        let (_, backoff, paid) = f.get();
+        if !paid {
+            f.set((0, backoff, true));
+        }
+    });
+}
+
 /// Switches the peer's sending direction back to the ring if everything is read.
 pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
     if !ring_allowed(conn) {
         return;
     }
     let Some(peer) = conn.peer() else { return };
+    let spinning = crate::spin::allowed();
+    if !spinning && !flip_pays() {
+        want_ring(&conn.own, false);
+        return;
+    }
     let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
     let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);
     let ring = peer.tx_word().try_ring_mode(consumed, kread, || kernel_empty(call, fd));
-    want_ring(&conn.own, !ring);
+    // Asking for the ring back makes the sender pause while we drain the kernel: worth it
+    // only if we will spin for its next bytes (without a spin, a stream of small messages
+    // stalled its sender at every read and ran at a third of kernel TCP's rate).
+    want_ring(&conn.own, !ring && spinning);
 }
 
 /// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured), for
@@ -452,7 +559,9 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
     let word = peer.tx_word();
     let cap = peer.ring_bytes();
     let mut got = 0usize;
-    let mut spin_started: Option<Instant> = None;
+    // The spin of this wait: not begun, spinning, or over (refused, or run out).
+    let mut spin: Option<crate::spin::Spin> = None;
+    let mut spin_over = false;
     if let Some(m) = msg.as_deref_mut() {
         m.msg_flags = 0;
     }
@@ -473,8 +582,8 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             if n == 0 {
                 continue;
             }
-            if spin_started.take().is_some() {
-                crate::spin::hit();
+            if let Some(s) = spin.take() {
+                s.hit();
             }
             // SAFETY: the published bytes from `consumed` are the sender's to leave alone
             // until we advance `consumed`; the caller's buffers are valid.
@@ -482,6 +591,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             if !peek {
                 conn.own.rx_consumed().store(consumed + n as u64, Ordering::Release);
                 conn.own.rx_bytes().fetch_add(n as u64, Ordering::Relaxed);
+                ring_read();
             }
             got += n;
             if !waitall || got == total {
@@ -494,9 +604,20 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
         }
         let rest = sub_iov(iov, got, total - got);
         if state.ring_mode() && !conn.rx_shut.load(Ordering::Relaxed) && !nonblocking {
-            // Blocking: spin on the state word, then sleep in the kernel.
-            let started = *spin_started.get_or_insert_with(Instant::now);
-            if started.elapsed() < crate::spin::budget() {
+            // Blocking: spin on the state word (if a CPU is free for it, see `spin`), then
+            // sleep in the kernel.
+            if spin.is_none() && !spin_over {
+                // A sender waiting for the ring to come back publishes as soon as it sees
+                // ring mode: a short budget would sleep (and take the stream back to the
+                // kernel) just before its bytes arrive.
+                spin = if peer.has_flag(FLAG_AWAITING_RING) {
+                    crate::spin::Spin::begin_full()
+                } else {
+                    crate::spin::Spin::begin(None)
+                };
+                spin_over = spin.is_none();
+            }
+            if spin.as_mut().is_some_and(|s| s.go_on()) {
                 for _ in 0..64 {
                     std::hint::spin_loop();
                     if word.load().ring_unread(conn.own.rx_consumed().load(Ordering::Acquire)) > 0 {
@@ -515,13 +636,20 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
         // the kernel's answer (bytes written behind the sender's back, end of stream, reset,
         // EAGAIN) if not. A call that found the direction in ring mode and saw nothing come
         // through the kernel meanwhile puts ring mode back as it leaves.
-        if spin_started.take().is_some() {
-            crate::spin::miss();
+        if let Some(s) = spin.take() {
+            s.miss();
         }
+        spin_over = true;
         let kflags = flags & !libc::MSG_WAITALL;
         let mut r = -1;
         let mut e = libc::EAGAIN;
-        if !nonblocking && !state.ring_mode() && call.takes_flags() {
+        // Only when the counts say the kernel holds bytes of ours: otherwise the answer is
+        // almost always EAGAIN, and the sleeping call below returns at once if it is not.
+        if !nonblocking
+            && !state.ring_mode()
+            && call.takes_flags()
+            && !state.kernel_caught_up(conn.own.rx_kernel_read().load(Ordering::Acquire))
+        {
             r = kernel_recv(call, fd, &rest, kflags | libc::MSG_DONTWAIT, &mut msg);
             e = errno();
         }
@@ -548,7 +676,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             }
             got += r as usize;
             if waitall && got < total {
-                spin_started = None;
+                spin_over = false;
                 continue;
             }
             return got as ssize_t;

@@ -85,13 +85,22 @@ pub fn poll_core(
     if accel.is_empty() {
         return sleep(fds, timeout);
     }
+    // revents are the call's output: what the program left there from an earlier call
+    // must not count (the kernel, when asked, overwrites them; the ring check only adds).
+    for p in fds.iter_mut() {
+        p.revents = 0;
+    }
     let deadline = timeout.map(|t| Instant::now() + t);
-    let spin_until = Instant::now() + spin::budget().min(timeout.unwrap_or(Duration::MAX));
+    // Refused when a CPU is not free for it (see `spin`); without a spin, the sleeping call
+    // is the only one that asks the kernel, as the program's own call would be.
+    let mut spin: Option<spin::Spin> = if timeout == Some(Duration::ZERO) { None } else { spin::Spin::begin(timeout) };
+    let spinning = spin.is_some();
+    let mut ask_now = timeout == Some(Duration::ZERO);
     let mut last_kernel_check: Option<Instant> = None;
-    let mut spun = false;
     loop {
         let now = Instant::now();
-        let ask_kernel = last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
+        let ask_kernel =
+            std::mem::take(&mut ask_now) || spinning && last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
         let mut ready = 0;
         if ask_kernel {
             last_kernel_check = Some(now);
@@ -112,23 +121,25 @@ pub fn poll_core(
             }
         }
         if ready > 0 {
-            if spun {
-                spin::hit();
+            if let Some(s) = spin.take() {
+                s.hit();
             }
             return ready;
         }
         if timeout == Some(Duration::ZERO) {
             return 0;
         }
-        if Instant::now() < spin_until {
-            spun = true;
+        if spin.as_mut().is_some_and(|s| s.go_on()) {
             std::hint::spin_loop();
             continue;
         }
         let conns: Vec<Arc<Conn>> = accel.iter().map(|(_, _, c)| c.clone()).collect();
-        let Some(_sleepers) = Sleepers::prepare(&conns) else { continue };
-        if spun {
-            spin::miss();
+        let Some(_sleepers) = Sleepers::prepare(&conns) else {
+            ask_now = true; // ring bytes arrived: report the kernel's ready fds with them
+            continue;
+        };
+        if let Some(s) = spin.take() {
+            s.miss();
         }
         let slept = Instant::now();
         let r = sleep(fds, remaining(deadline));
@@ -602,17 +613,22 @@ fn wait_loop(
     let deadline = timeout.map(|t| Instant::now() + t);
     flush_pending();
     let watched = lock(shadow).watch_list();
-    let spinning = !watched.is_empty();
-    let spin_until = Instant::now() + spin::budget().min(timeout.unwrap_or(Duration::MAX));
+    let rings = !watched.is_empty();
+    // Refused when a CPU is not free for it (see `spin`); without a spin, the sleeping call
+    // is the only one that asks the kernel, as the program's own call would be.
+    let mut spin: Option<spin::Spin> =
+        if rings && timeout != Some(Duration::ZERO) { spin::Spin::begin(timeout) } else { None };
+    let spinning = spin.is_some();
+    let mut ask_now = timeout == Some(Duration::ZERO);
     let mut last_kernel_check: Option<Instant> = None;
-    let mut spun = false;
     loop {
         let now = Instant::now();
         let mut out: Vec<Ready> = Vec::new();
-        if spinning {
+        if rings {
             rings_ready(shadow, &watched, max, &mut out);
         }
-        let ask_kernel = !spinning || last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
+        let ask_kernel =
+            std::mem::take(&mut ask_now) || spinning && last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
         let mut kernel_events = 0;
         if ask_kernel && out.len() < max {
             last_kernel_check = Some(now);
@@ -625,22 +641,24 @@ fn wait_loop(
         }
         let n = merge(shadow, &buf[..kernel_events], &mut out);
         if n > 0 {
-            if spun {
-                spin::hit();
+            if let Some(s) = spin.take() {
+                s.hit();
             }
             return deliver(epfd, shadow, &out, events);
         }
         if timeout == Some(Duration::ZERO) {
             return 0;
         }
-        if spinning && Instant::now() < spin_until {
-            spun = true;
+        if spin.as_mut().is_some_and(|s| s.go_on()) {
             std::hint::spin_loop();
             continue;
         }
-        let Some(sleepers) = Sleepers::prepare(&sleep_set(&watched)) else { continue };
-        if std::mem::take(&mut spun) {
-            spin::miss();
+        let Some(sleepers) = Sleepers::prepare(&sleep_set(&watched)) else {
+            ask_now = true; // ring bytes arrived: report the kernel's events with them
+            continue;
+        };
+        if let Some(s) = spin.take() {
+            s.miss();
         }
         // From now on registrations are made at once (see KERNEL_SLEEPERS); those owed are
         // made before the kernel is asked.

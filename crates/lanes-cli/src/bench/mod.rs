@@ -151,7 +151,8 @@ enum BenchWhat {
     /// small-packet scenario (naive against optimised engine), the PIO/DMA crossover.
     Dma(crate::dma_bench::DmaArgs),
     /// Unchanged programs over kernel TCP against liblanes_sockets.so on both ends,
-    /// interleaved A/B: sockperf latency and 64 B msg/s, iperf3, redis-benchmark GET p50.
+    /// interleaved A/B: sockperf latency and 64 B msg/s, iperf3, redis-benchmark GET p50, a
+    /// blocking ping-pong (also with a CPU hog per core), pgbench TPC-B and select-only, nginx.
     Sockets(sockets::SocketsArgs),
 }
 

@@ -1,19 +1,24 @@
 //! `lanes bench sockets`: unchanged programs over kernel TCP and over the socket accelerator
 //! (`liblanes_sockets.so` preloaded into both ends), interleaved A/B in one invocation.
 //!
-//! Four measurements, each a server and a client on loopback, on a fresh port, pinned to two
-//! different CPUs: sockperf ping-pong (average latency), sockperf 64-byte throughput
-//! (messages/s), iperf3 with 128 KiB writes (Gbit/s received) and redis-benchmark GET (p50).
-//! Every round runs each measurement once without and once with the library, alternating
-//! which goes first; the figure of a mode is the median of its rounds.
+//! Each measurement is a server and a client on loopback, on a fresh port: sockperf
+//! ping-pong (average latency), sockperf 64-byte throughput (messages/s), iperf3 with 128 KiB
+//! writes (Gbit/s received), redis-benchmark GET (p50), both pinned to two different CPUs;
+//! a blocking 100-byte ping-pong (round trips/s) pinned the same way, quiet and with a
+//! busy-loop process on every CPU; and, floating over all CPUs, pgbench TPC-B and
+//! select-only against a temporary PostgreSQL cluster (tps) and nginx with two workers under
+//! wrk (requests/s). Every round runs each measurement once without and once with the
+//! library, alternating which goes first; the figure of a mode is the median of its rounds.
 //!
 //! ```text
-//! mod.rs     arguments, the rounds, the table and the JSON
-//! tools.rs   the four measurements: command lines and output parsers
-//! procs.rs   starting, pinning, time-limiting and always stopping the programs
+//! mod.rs      arguments, the rounds, the table and the JSON
+//! tools.rs    the measurements' table; sockperf, iperf3, redis: command lines and parsers
+//! servers.rs  the blocking ping-pong (this executable), PostgreSQL and nginx
+//! procs.rs    starting, pinning, time-limiting and always stopping the programs; CPU hogs
 //! ```
 
 pub(crate) mod procs;
+pub(crate) mod servers;
 pub(crate) mod tools;
 
 use std::collections::BTreeMap;
@@ -41,11 +46,11 @@ pub struct SocketsArgs {
     /// first (default 3; 2 with --quick).
     #[arg(long, value_name = "N")]
     rounds: Option<usize>,
-    /// A short run: 1 s per measurement, 2 rounds (about half a minute).
+    /// A short run: 1 s per measurement, 2 rounds (about a minute).
     #[arg(long)]
     quick: bool,
     /// Rows to run, comma-separated (default all): sockperf-latency, sockperf-throughput,
-    /// iperf3, redis-get.
+    /// iperf3, redis-get, pingpong, pingpong-hog, pgbench-tpcb, pgbench-select, nginx.
     #[arg(long, value_name = "LIST")]
     only: Option<String>,
     /// Concurrent redis-benchmark clients (its -c).
@@ -61,6 +66,12 @@ pub struct SocketsArgs {
     /// Exit with a failure if a target is missed or a row could not be measured.
     #[arg(long)]
     strict: bool,
+    /// (internal) the blocking ping-pong's server on this loopback port.
+    #[arg(long, hide = true, value_name = "PORT")]
+    pingpong_server: Option<u16>,
+    /// (internal) the blocking ping-pong's client to this loopback port, for --seconds.
+    #[arg(long, hide = true, value_name = "PORT")]
+    pingpong_client: Option<u16>,
 }
 
 /// Identifies the JSON written by `--json`.
@@ -133,6 +144,11 @@ fn units() -> BTreeMap<&'static str, &'static str> {
         ("sockperf-throughput", "64-byte messages per second the client sent (sockperf tp)"),
         ("iperf3", "Gbit/s received by the server (iperf3 end.sum_received), 128 KiB writes, one stream"),
         ("redis-get", "GET latency p50 in microseconds as redis-benchmark reports it (64-byte values)"),
+        ("pingpong", "blocking 100-byte round trips per second (write, then read the echo), one connection"),
+        ("pingpong-hog", "the same with a busy-loop process pinned to every CPU during the measurement"),
+        ("pgbench-tpcb", "pgbench TPC-B transactions per second, -c 8 -j 2, scale 1, fsync off"),
+        ("pgbench-select", "pgbench select-only (-S) transactions per second, -c 8 -j 2, scale 1"),
+        ("nginx", "HTTP requests per second wrk completed (-t 2 -c 16, a 612-byte page), nginx 2 workers"),
         ("ratio", "times better with the library: kernel / lanes for latency, lanes / kernel for rates"),
         ("floor_ns", "one-way latency of a raw shared-memory spin between the same two CPUs, ns"),
     ])
@@ -158,6 +174,12 @@ fn median(v: &[SampleOut]) -> Option<f64> {
 
 /// Runs `lanes bench sockets`.
 pub fn run(a: SocketsArgs) -> Result<(), String> {
+    if let Some(port) = a.pingpong_server {
+        return servers::pingpong_serve(port);
+    }
+    if let Some(port) = a.pingpong_client {
+        return servers::pingpong_client(port, a.seconds.unwrap_or(3));
+    }
     let seconds = a.seconds.unwrap_or(if a.quick { 1 } else { 3 });
     let rounds = a.rounds.unwrap_or(if a.quick { 2 } else { 3 });
     if seconds == 0 || seconds > 3600 {
@@ -214,7 +236,7 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
             let missing: Vec<String> = tool
                 .needs
                 .iter()
-                .filter(|(prog, _)| procs::which(prog).is_none())
+                .filter(|(prog, _)| procs::find_program(prog).is_none())
                 .map(|(prog, pkg)| format!("{prog} (apt-get install {pkg})"))
                 .collect();
             let skipped = (!missing.is_empty()).then(|| format!("not installed: {}", missing.join(", ")));
@@ -249,6 +271,8 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
         client_cpu: cpus.map(|c| c.1),
         redis_clients: a.redis_clients,
         redis_requests: 0,
+        exe: std::env::current_exe().ok(),
+        pg: None,
     };
     let modes = if lib.is_some() { 2 } else { 1 };
     let active = rows.iter().filter(|r| r.skipped.is_none()).count();
@@ -275,6 +299,20 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
         }
     }
 
+    // pgbench needs a cluster with its tables: one for the whole run.
+    if rows.iter().any(|r| r.tool.key.starts_with("pgbench") && r.skipped.is_none()) {
+        progress.show(0.0, "PostgreSQL cluster (initdb, pgbench -i)");
+        match servers::pg_setup((params.server_cpu, params.client_cpu)) {
+            Ok(c) => params.pg = Some(std::sync::Arc::new(c)),
+            Err(e) => {
+                for r in rows.iter_mut().filter(|r| r.tool.key.starts_with("pgbench")) {
+                    r.error = Some(format!("setting up PostgreSQL: {e}"));
+                }
+            }
+        }
+    }
+    let hog_cpus = affinity::allowed_cpus();
+
     let mut interrupted = procs::stopped();
     let total = (active * modes * rounds).max(1);
     let mut done = 0usize;
@@ -295,13 +333,18 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
                 }
                 let label = format!("round {}/{rounds} {} {}", round + 1, r.tool.key, mode.name());
                 progress.show((done - 1) as f64 / total as f64, &label);
+                let hogs = if r.tool.hog { Some(procs::Hogs::start(&hog_cpus)) } else { None };
                 let result = procs::free_port().and_then(|port| {
+                    if let Some(Err(e)) = &hogs {
+                        return Err(e.clone());
+                    }
                     (r.tool.run)(
                         &params,
                         &launch(mode, port, params.server_cpu),
                         &launch(mode, port, params.client_cpu),
                     )
                 });
+                drop(hogs);
                 match result {
                     Ok(Sample { value, details }) => {
                         let s = SampleOut { round: round + 1, value, details };
@@ -320,6 +363,7 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
         }
     }
     interrupted |= procs::stopped();
+    params.pg = None; // removes the cluster's directory
     progress.clear();
     drop(progress);
     // Servers stopped by a signal leave their socket records behind; remove the ones no live
@@ -435,6 +479,9 @@ fn fmt_value(unit: &str, v: f64) -> String {
         "msg/s" if v >= 1e6 => format!("{:.2} M/s", v / 1e6),
         "msg/s" => format!("{:.1} k/s", v / 1e3),
         "Gbit/s" => format!("{v:.2} Gbit/s"),
+        "rt/s" | "tps" | "req/s" if v >= 1e6 => format!("{:.2} M{unit}", v / 1e6),
+        "rt/s" | "tps" | "req/s" if v >= 1e4 => format!("{:.1} k{unit}", v / 1e3),
+        "rt/s" | "tps" | "req/s" => format!("{v:.0} {unit}"),
         _ => format!("{v:.3} {unit}"),
     }
 }
@@ -539,11 +586,14 @@ mod tests {
         assert_eq!((r.pass, r.status.as_str()), (None, "kernel only"));
         let tput = &TOOLS[1];
         let r = finish_row(
-            RowState { tool: tput, kernel: vec![s(100.0)], lanes: vec![s(1500.0)], skipped: None, error: None },
+            RowState { tool: tput, kernel: vec![s(100.0)], lanes: vec![s(2500.0)], skipped: None, error: None },
             true,
             false,
         );
-        assert_eq!(r.ratio, Some(15.0));
+        assert_eq!(r.ratio, Some(25.0));
+        assert_eq!(fmt_value("rt/s", 2_700_000.0), "2.70 Mrt/s");
+        assert_eq!(fmt_value("tps", 28_150.0), "28.1 ktps");
+        assert_eq!(fmt_value("req/s", 950.0), "950 req/s");
         let text = render(&Report {
             format: FORMAT,
             machine: Machine::default(),
@@ -564,6 +614,6 @@ mod tests {
             rows: vec![r],
             units: units(),
         });
-        assert!(text.contains("15.0x") && text.contains("PASS") && text.contains("1 of 1"), "{text}");
+        assert!(text.contains("25.0x") && text.contains("PASS") && text.contains("1 of 1"), "{text}");
     }
 }

@@ -299,6 +299,69 @@ fn collect<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<String
     })
 }
 
+/// Where a program is: in `PATH`, else (for PostgreSQL's server programs, which Debian keeps
+/// out of `PATH`) in the newest `/usr/lib/postgresql/N/bin`.
+pub(crate) fn find_program(program: &str) -> Option<PathBuf> {
+    if let Some(p) = which(program) {
+        return Some(p);
+    }
+    if !matches!(program, "postgres" | "initdb" | "pg_ctl") {
+        return None;
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path())))
+        .collect();
+    versions.sort();
+    versions.into_iter().rev().map(|(_, d)| d.join("bin").join(program)).find(|p| is_executable(p))
+}
+
+/// Busy-loop processes, one pinned to each CPU (`sh -c 'while :; do :; done'`), for as long
+/// as this lives: other work competing with the measured programs for every core.
+pub(crate) struct Hogs(Vec<Child>);
+
+impl Hogs {
+    pub(crate) fn start(cpus: &[usize]) -> Result<Hogs, String> {
+        check_stop()?;
+        let mut hogs = Hogs(Vec::new());
+        for &cpu in cpus {
+            let launch = Launch { mode: Mode::Kernel, lib: None, port: 0, cpu: Some(cpu) };
+            let mut cmd = launch.command("sh")?;
+            cmd.args(["-c", "while :; do :; done"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            hogs.0.push(cmd.spawn().map_err(|e| format!("starting a CPU hog: {e}"))?);
+        }
+        // Let them reach the CPUs before the measurement starts.
+        std::thread::sleep(Duration::from_millis(50));
+        Ok(hogs)
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+        }
+        for c in &mut self.0 {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The uid and gid of user `name`.
+pub(crate) fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: getpwnam reads a NUL-terminated name; the result, if any, points into static
+    // storage that we copy from at once (the bench is single-threaded when it asks).
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, as getpwnam returned it.
+    let pw = unsafe { &*pw };
+    Some((pw.pw_uid, pw.pw_gid))
+}
+
 /// Where a program is in `PATH`, if it is.
 pub(crate) fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));

@@ -1,4 +1,4 @@
-//! The four measurements of `lanes bench sockets`: how each tool is started and how its
+//! The measurements of `lanes bench sockets`: how each tool is started and how its
 //! output is read.
 
 use std::collections::BTreeMap;
@@ -7,6 +7,7 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::time::Duration;
 
 use crate::bench::sockets::procs::{run_client, Launch, Server};
+use crate::bench::sockets::servers;
 
 /// A measurement's figure, and what else the tool said worth keeping.
 #[derive(Clone, Debug, Default)]
@@ -24,11 +25,15 @@ pub(crate) struct Params {
     pub redis_clients: usize,
     /// Requests per redis-benchmark run (from the calibration).
     pub redis_requests: u64,
+    /// This executable (the blocking ping-pong's two ends).
+    pub exe: Option<std::path::PathBuf>,
+    /// The temporary PostgreSQL cluster of the pgbench rows.
+    pub pg: Option<std::sync::Arc<crate::bench::sockets::servers::PgCluster>>,
 }
 
 impl Params {
     /// How long a client may take before it is killed.
-    fn limit(&self) -> Duration {
+    pub(crate) fn limit(&self) -> Duration {
         Duration::from_secs(self.seconds * 5 + 30)
     }
 }
@@ -43,6 +48,8 @@ pub(crate) struct Tool {
     pub lower_is_better: bool,
     /// The ratio the accelerated figure should reach (times lower or times higher).
     pub target: f64,
+    /// Measured with a busy-loop process on every CPU (started for the measurement only).
+    pub hog: bool,
     pub run: fn(&Params, &Launch, &Launch) -> Result<Sample, String>,
 }
 
@@ -54,6 +61,7 @@ pub(crate) static TOOLS: &[Tool] = &[
         unit: "us",
         lower_is_better: true,
         target: 30.0,
+        hog: false,
         run: sockperf_pingpong,
     },
     Tool {
@@ -62,7 +70,8 @@ pub(crate) static TOOLS: &[Tool] = &[
         needs: &[("sockperf", "sockperf")],
         unit: "msg/s",
         lower_is_better: false,
-        target: 10.0,
+        target: 20.0,
+        hog: false,
         run: sockperf_throughput,
     },
     Tool {
@@ -72,6 +81,7 @@ pub(crate) static TOOLS: &[Tool] = &[
         unit: "Gbit/s",
         lower_is_better: false,
         target: 2.0,
+        hog: false,
         run: iperf3,
     },
     Tool {
@@ -81,7 +91,58 @@ pub(crate) static TOOLS: &[Tool] = &[
         unit: "us",
         lower_is_better: true,
         target: 2.5,
+        hog: false,
         run: redis_get,
+    },
+    Tool {
+        key: "pingpong",
+        title: "blocking ping-pong 100 B, round trips/s",
+        needs: &[],
+        unit: "rt/s",
+        lower_is_better: false,
+        target: 2.0,
+        hog: false,
+        run: servers::pingpong,
+    },
+    Tool {
+        key: "pingpong-hog",
+        title: "the same unpinned, a CPU hog per core",
+        needs: &[("sh", "dash")],
+        unit: "rt/s",
+        lower_is_better: false,
+        target: 1.0,
+        hog: true,
+        run: servers::pingpong_floating,
+    },
+    Tool {
+        key: "pgbench-tpcb",
+        title: "pgbench TPC-B -c 8 -j 2, tps",
+        needs: &[("postgres", "postgresql"), ("initdb", "postgresql"), ("pgbench", "postgresql-contrib")],
+        unit: "tps",
+        lower_is_better: false,
+        target: 1.0,
+        hog: false,
+        run: servers::pgbench_tpcb,
+    },
+    Tool {
+        key: "pgbench-select",
+        title: "pgbench select-only -c 8 -j 2, tps",
+        needs: &[("postgres", "postgresql"), ("initdb", "postgresql"), ("pgbench", "postgresql-contrib")],
+        unit: "tps",
+        lower_is_better: false,
+        target: 2.0,
+        hog: false,
+        run: servers::pgbench_select,
+    },
+    Tool {
+        key: "nginx",
+        title: "nginx 2 workers, wrk -c 16, req/s",
+        needs: &[("nginx", "nginx-light"), ("wrk", "wrk")],
+        unit: "req/s",
+        lower_is_better: false,
+        target: 2.0,
+        hog: false,
+        run: servers::nginx_wrk,
     },
 ];
 
