@@ -26,6 +26,8 @@
 #include "sisci_types.h"
 #include "dis_types.h"
 
+#include "checks.h"
+
 #define NO_FLAGS 0U
 
 /* The exports the vendor's header does not declare, declared as their callers do. */
@@ -91,29 +93,6 @@ static const struct {
 
 #define SIZE(t) printf("sizeof %s %zu\n", #t, sizeof(t))
 #define CONST(c) printf("const %s %llu\n", #c, (unsigned long long)(c))
-
-static int failures;
-
-static void check(const char *name, sci_error_t got, sci_error_t want)
-{
-    if (got == want) {
-        printf("ok %s\n", name);
-    } else {
-        printf("FAIL %s: got %s (0x%x), want %s (0x%x)\n", name, SCIGetErrorString(got), (unsigned)got,
-               SCIGetErrorString(want), (unsigned)want);
-        failures++;
-    }
-}
-
-static void truth(const char *name, int cond)
-{
-    if (cond) {
-        printf("ok %s\n", name);
-    } else {
-        printf("FAIL %s\n", name);
-        failures++;
-    }
-}
 
 static void print_surface(void)
 {

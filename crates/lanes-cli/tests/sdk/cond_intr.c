@@ -19,34 +19,11 @@
 #include <sisci_error.h>
 #include <sisci_types.h>
 
+#include "checks.h"
+
 #define NO_FLAGS 0U
 #define SEGMENT 0xC0U
 #define NAMED 0x4242U
-
-static int failures;
-
-static void check(const char *name, sci_error_t got, sci_error_t want)
-{
-    if (got == want) {
-        printf("ok %s\n", name);
-    } else {
-        printf("FAIL %s: got %s (0x%x), want %s (0x%x)\n", name, SCIGetErrorString(got), (unsigned)got,
-               SCIGetErrorString(want), (unsigned)want);
-        failures++;
-    }
-    fflush(stdout);
-}
-
-static void truth(const char *name, int cond)
-{
-    if (cond) {
-        printf("ok %s\n", name);
-    } else {
-        printf("FAIL %s\n", name);
-        failures++;
-    }
-    fflush(stdout);
-}
 
 static double now_ms(void)
 {

@@ -28,37 +28,12 @@
 #include <sisci_error.h>
 #include <sisci_types.h>
 
+#include "checks.h"
+
 #define NO_FLAGS 0
 #define SEGMENT 0x7700
 #define BYTES 8192
 #define TIMEOUT_MS 30000
-
-static int failures;
-
-static void check(const char *name, sci_error_t got, sci_error_t want)
-{
-    if (got == want) {
-        printf("ok %s\n", name);
-    } else {
-        printf("FAIL %s: got %s (0x%x), want %s (0x%x)\n", name, SCIGetErrorString(got), (unsigned)got,
-               SCIGetErrorString(want), (unsigned)want);
-        failures++;
-    }
-    fflush(stdout);
-}
-
-static void truth(const char *name, int cond)
-{
-    printf(cond ? "ok %s\n" : "FAIL %s\n", name);
-    if (!cond) failures++;
-    fflush(stdout);
-}
-
-static int finish(void)
-{
-    printf("%d failures\n", failures);
-    return failures > 100 ? 100 : failures;
-}
 
 static void touch(const char *dir, const char *name)
 {

@@ -29,6 +29,8 @@
 #include <sisci_types.h>
 #include <dis_types.h>
 
+#include "checks.h"
+
 #define NO_FLAGS 0
 #define GROUP 3
 #define BYTES 65536
@@ -37,27 +39,6 @@
 #define BLOCK 4096
 #define WHOLE_AT 64
 #define TIMEOUT_MS 30000
-
-static int failures;
-
-static void check(const char *name, sci_error_t got, sci_error_t want)
-{
-    if (got == want) {
-        printf("ok %s\n", name);
-    } else {
-        printf("FAIL %s: got %s (0x%x), want %s (0x%x)\n", name, SCIGetErrorString(got), (unsigned)got,
-               SCIGetErrorString(want), (unsigned)want);
-        failures++;
-    }
-    fflush(stdout);
-}
-
-static void truth(const char *name, int cond)
-{
-    printf(cond ? "ok %s\n" : "FAIL %s\n", name);
-    if (!cond) failures++;
-    fflush(stdout);
-}
 
 static double now_ms(void)
 {
@@ -80,12 +61,6 @@ static int await_word(const volatile uint32_t *p, uint32_t v)
 static uint8_t pattern(int i)
 {
     return (uint8_t)(i * 7 + 3);
-}
-
-static int finish(void)
-{
-    printf("%d failures\n", failures);
-    return failures > 100 ? 100 : failures;
 }
 
 static int receiver(int n, const char *dir, int dmaglobal)
