@@ -50,7 +50,10 @@ pub fn notice(quiet: bool, text: std::fmt::Arguments<'_>) {
         libc::fstat(2, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
     };
     if !is_socket {
-        let _ = writeln!(io::stderr(), "liblanes_sockets: {text}");
+        // One write for the whole line: several processes of a program (a server and its
+        // workers) may say theirs at once, and pieces of their lines would interleave.
+        let line = format!("liblanes_sockets: {text}\n");
+        let _ = io::stderr().write_all(line.as_bytes());
     }
 }
 

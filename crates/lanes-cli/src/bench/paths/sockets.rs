@@ -71,6 +71,9 @@ fn try_reexec() -> Result<std::convert::Infallible, String> {
         .env("LANES_SOCKETS", "1")
         .env("LANES_SOCKETS_INCLUDE", port.to_string())
         .env_remove("LANES_SOCKETS_EXCLUDE")
+        // The other paths' sockets stay kernel TCP on purpose (the line `describe` prints
+        // says so): the library's notice about their excluded ports would be noise.
+        .env("LANES_SOCKETS_QUIET", "1")
         .env(PORT_ENV, port.to_string());
     let e = cmd.exec();
     Err(format!("re-running {} under {}: {e}", exe.display(), lib.display()))
