@@ -213,10 +213,7 @@ fn choose_default_dir(uid: u32, shm: &Path, runtime: &Path) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let primary = shm.join(format!("lanes-{uid}"));
     let fallback = runtime.join("lanes");
-    let ours_dir = |p: &Path| {
-        std::fs::symlink_metadata(p).is_ok_and(|m| m.uid() == uid && (m.is_dir() || m.file_type().is_symlink()))
-            && std::fs::metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == uid)
-    };
+    let ours_dir = |p: &Path| crate::platform::files::verify_own_dir(p, uid).is_ok();
     if ours_dir(&fallback) {
         return fallback;
     }

@@ -1923,6 +1923,29 @@ mod tests {
     use crate::config::NodeEntry;
     use crate::transport::shm::layout::kind;
 
+    /// Sends a plaintext hello naming `host` to the daemon at `addr` and returns its answer
+    /// (a goodbye is expected: keyed daemons and unknown hosts get one).
+    fn plaintext_hello(addr: std::net::SocketAddr, host: &str, boot: u64) -> PeerMessage {
+        let mut t = TcpStream::connect(addr).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let hello = PeerMessage::Hello {
+            version: PROTOCOL_VERSION,
+            host: host.into(),
+            boot,
+            nodes: vec![],
+            nonce: None,
+            proof: None,
+        };
+        write_message(&mut t, &hello).unwrap();
+        let mut r = FrameReader::new();
+        loop {
+            if let Some(m) = r.next_message::<PeerMessage>().unwrap() {
+                return m;
+            }
+            assert_ne!(r.fill(&mut t).unwrap(), Fill::Closed, "closed without a goodbye");
+        }
+    }
+
     /// `n` distinct free ports (the listeners are held until all are picked).
     fn free_ports(n: usize) -> Vec<u16> {
         let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
@@ -2189,24 +2212,7 @@ mod tests {
         let (_, answer) = dial_as(a.address(), &stranger, "zz");
         assert!(matches!(&answer, Ok(PeerMessage::Bye { reason }) if reason.contains("not a peer")), "{answer:?}");
         // A plaintext hello.
-        let mut t = TcpStream::connect(a.address()).unwrap();
-        t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let hello = PeerMessage::Hello {
-            version: PROTOCOL_VERSION,
-            host: "b".into(),
-            boot: 9,
-            nodes: vec![],
-            nonce: None,
-            proof: None,
-        };
-        write_message(&mut t, &hello).unwrap();
-        let mut r = FrameReader::new();
-        let bye = loop {
-            if let Some(m) = r.next_message::<PeerMessage>().unwrap() {
-                break m;
-            }
-            assert_ne!(r.fill(&mut t).unwrap(), Fill::Closed, "closed without a goodbye");
-        };
+        let bye = plaintext_hello(a.address(), "b", 9);
         assert!(matches!(&bye, PeerMessage::Bye { reason } if reason.contains("plaintext hello")), "{bye:?}");
         let after = status_of_host(&mut client, "b");
         assert_eq!(after.state, HostState::Operational);
@@ -2437,24 +2443,7 @@ mod tests {
             let _ = io::Read::read_to_end(&mut u, &mut buf);
         }
         // A hello from a host the cluster does not know.
-        let mut t = TcpStream::connect(a.address()).unwrap();
-        t.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let hello = PeerMessage::Hello {
-            version: PROTOCOL_VERSION,
-            host: "zz".into(),
-            boot: 1,
-            nodes: vec![],
-            nonce: None,
-            proof: None,
-        };
-        write_message(&mut t, &hello).unwrap();
-        let mut r = FrameReader::new();
-        let bye = loop {
-            if let Some(m) = r.next_message::<PeerMessage>().unwrap() {
-                break m;
-            }
-            assert_ne!(r.fill(&mut t).unwrap(), Fill::Closed, "closed without a goodbye");
-        };
+        let bye = plaintext_hello(a.address(), "zz", 1);
         assert!(matches!(&bye, PeerMessage::Bye { reason } if reason.contains("not a peer")), "{bye:?}");
         let mut client = Client::connect(&da, Duration::from_secs(2)).unwrap();
         assert_eq!(client.cluster(Duration::from_secs(1)).unwrap().len(), 2);

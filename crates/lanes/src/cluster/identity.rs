@@ -13,12 +13,13 @@
 use std::fmt;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use snow::params::DHChoice;
 use snow::resolvers::{CryptoResolver, DefaultResolver};
 
+use crate::platform::files::read_private_file;
 use crate::platform::{hex, unhex};
 
 /// Bytes of an X25519 key, private or public.
@@ -124,20 +125,8 @@ impl HostKey {
     /// write (mode 0600 or stricter). The error is a sentence naming the file.
     pub fn load(path: &Path) -> Result<HostKey, String> {
         let shown = path.display();
-        let meta = fs::metadata(path).map_err(|e| format!("host key {shown}: {e}"))?;
-        if !meta.is_file() {
-            return Err(format!("host key {shown} is not a regular file"));
-        }
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(format!("host key {shown} has mode {mode:03o}: others may read it (chmod 600 {shown})"));
-        }
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me {
-            return Err(format!("host key {shown} belongs to uid {}, not to this user ({me})", meta.uid()));
-        }
-        let text = fs::read_to_string(path).map_err(|e| format!("host key {shown}: {e}"))?;
+        let bytes = read_private_file(path, "host key")?;
+        let text = String::from_utf8(bytes).map_err(|_| format!("host key {shown} is not text"))?;
         let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
         let (Some(line), None) = (lines.next(), lines.next()) else {
             return Err(format!("host key {shown}: expected one line of {} hex digits", 2 * KEY_LEN));
@@ -202,6 +191,8 @@ pub fn key_path(configured: Option<&Path>) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {

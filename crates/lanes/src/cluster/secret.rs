@@ -12,13 +12,12 @@
 //! or encrypted: the control connection is as trustworthy as the network under it, which
 //! is the guarantee the secret is meant to add, not confidentiality.
 
-use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::platform::files::read_private_file;
 use crate::platform::{hex, random_u64, unhex};
 
 /// The fewest bytes a secret may have.
@@ -59,20 +58,7 @@ impl ClusterSecret {
     /// sentence naming the file.
     pub fn load(path: &Path) -> Result<ClusterSecret, String> {
         let shown = path.display();
-        let meta = fs::metadata(path).map_err(|e| format!("cluster secret {shown}: {e}"))?;
-        if !meta.is_file() {
-            return Err(format!("cluster secret {shown} is not a regular file"));
-        }
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(format!("cluster secret {shown} has mode {mode:03o}: others may read it (chmod 600 {shown})"));
-        }
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me {
-            return Err(format!("cluster secret {shown} belongs to uid {}, not to this user ({me})", meta.uid()));
-        }
-        let bytes = fs::read(path).map_err(|e| format!("cluster secret {shown}: {e}"))?;
+        let bytes = read_private_file(path, "cluster secret")?;
         let trimmed = bytes.trim_ascii();
         if trimmed.len() < MIN_SECRET_BYTES {
             return Err(format!(
@@ -119,6 +105,9 @@ impl ClusterSecret {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     fn secret_file(name: &str, text: &[u8], mode: u32) -> std::path::PathBuf {

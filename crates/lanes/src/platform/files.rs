@@ -38,7 +38,7 @@ pub fn verify_fabric_dir(dir: &Path) -> io::Result<()> {
 
 /// The metadata of directory `dir` if it belongs to `me`; a link is followed only if `me`
 /// made it (one made by somebody else in a shared directory such as /dev/shm is a squat).
-fn verify_own_dir(dir: &Path, me: u32) -> io::Result<fs::Metadata> {
+pub(crate) fn verify_own_dir(dir: &Path, me: u32) -> io::Result<fs::Metadata> {
     let squatted = |what: String| {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -245,6 +245,31 @@ fn refused(path: &Path, why: String) -> io::Error {
     )
 }
 
+/// Reads a secret file (a cluster secret, a host key): a regular file of this user that
+/// nobody else may read or write (mode 0600 or stricter), opened without blocking and
+/// checked on the descriptor, at most 64 KiB. The error is a sentence naming the file as
+/// `what` ("host key").
+pub fn read_private_file(path: &Path, what: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let shown = path.display();
+    let file = open_config(path).map_err(|e| match e.kind() {
+        io::ErrorKind::InvalidInput => format!("{what} {shown} is not a regular file"),
+        _ => format!("{what} {shown}: {e}"),
+    })?;
+    let meta = file.metadata().map_err(|e| format!("{what} {shown}: {e}"))?;
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!("{what} {shown} has mode {mode:03o}: others may read it (chmod 600 {shown})"));
+    }
+    let me = effective_uid();
+    if meta.uid() != me {
+        return Err(format!("{what} {shown} belongs to uid {}, not to this user ({me})", meta.uid()));
+    }
+    let mut bytes = Vec::new();
+    file.take(64 << 10).read_to_end(&mut bytes).map_err(|e| format!("{what} {shown}: {e}"))?;
+    Ok(bytes)
+}
+
 /// The open error with `path` and, for `ELOOP` under `O_NOFOLLOW`, the plain reason.
 fn open_error(path: &Path, e: io::Error) -> io::Error {
     match e.raw_os_error() {
@@ -312,31 +337,20 @@ pub fn reserve(file: &File, len: u64) -> io::Result<()> {
         return Ok(());
     }
     loop {
-        // SAFETY: the fd is open for the duration of the call; fallocate only changes the
-        // file's allocation.
-        match cvt(unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len_arg) }) {
-            Ok(_) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+        // posix_fallocate is fallocate where the file system has it, and writes the blocks
+        // where it does not (slower, the same guarantee).
+        // SAFETY: the fd is open for the duration of the call; it only changes the file's
+        // allocation, and returns its error instead of setting errno.
+        match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_arg) } {
+            0 => return Ok(()),
+            libc::EINTR => continue,
+            libc::ENOSPC => {
                 return Err(io::Error::new(
                     io::ErrorKind::StorageFull,
                     format!("{len} bytes could not be reserved: the fabric directory's file system is full"),
                 ))
             }
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                // A file system without fallocate: the C library's posix_fallocate writes
-                // the blocks instead (slower, the same guarantee).
-                // SAFETY: as above; posix_fallocate returns the error instead of setting errno.
-                return match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_arg) } {
-                    0 => Ok(()),
-                    libc::ENOSPC => Err(io::Error::new(
-                        io::ErrorKind::StorageFull,
-                        format!("{len} bytes could not be reserved: the fabric directory's file system is full"),
-                    )),
-                    errno => Err(io::Error::from_raw_os_error(errno)),
-                };
-            }
-            Err(e) => return Err(e),
+            errno => return Err(io::Error::from_raw_os_error(errno)),
         }
     }
 }
