@@ -172,3 +172,18 @@ fn ofi_bench_between_two_loopback_hosts() {
         assert!(line.contains(if t["met"].as_bool() == Some(true) { "met" } else { "MISSED" }), "{line}");
     }
 }
+
+/// `lanes pingpong --client --remote-node N` for a node of another host refuses at once,
+/// naming the host and what to run instead, rather than spinning on a floor word that
+/// only one host's memory can carry (no daemon needed to say so).
+#[test]
+fn pingpong_to_another_host_refuses_clearly() {
+    let base = std::env::temp_dir();
+    let dir = TestDir::new(&base, "lanes-pingpong-remote", "lo");
+    write_config(&dir.0);
+    let out = run(on(&dir.0, "b", &["pingpong", "--client", "--remote-node", "8"]), Duration::from_secs(30));
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "it ran:\n{}{err}", text(&out.stdout));
+    assert!(err.contains("node 8 is on host a"), "{err}");
+    assert!(err.contains("lanes bench --transport ofi --remote-node 8"), "{err}");
+}

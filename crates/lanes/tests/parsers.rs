@@ -24,7 +24,7 @@ use proptest::test_runner::FileFailurePersistence;
 use serde::de::DeserializeOwned;
 
 use lanes::cluster::config::{parse_address, IdleProgress};
-use lanes::cluster::exports::{self, ExportRecord, MAX_RECORD};
+use lanes::cluster::exports::{self, ExportRecord, SlotKey, MAX_RECORD};
 use lanes::cluster::proto::{
     encode, Answer, Fill, FrameError, FrameReader, GrantStatus, HostState, HostStatus, NodeEvent, ObjectKind,
     PeerMessage, Query, Refusal, Reply, Request, HEADER_LEN, MAGIC, MAX_FRAME, PROTOCOL_VERSION,
@@ -381,7 +381,8 @@ proptest! {
     /// Slots of any contents: listing, claiming and releasing stay inside the slot array,
     /// finish, and claim only a slot that was free.
     #[test]
-    fn connection_slots_of_any_bytes(h in valid_header(), slots in slot_bytes(2), me in owner_bits(), node in any::<u32>()) {
+    // Nodes below 2^31: the slot's top node bit marks a daemon's proxy (node ids are at most 65532).
+    fn connection_slots_of_any_bytes(h in valid_header(), slots in slot_bytes(2), me in owner_bits(), node in 0..=0x7fff_ffffu32) {
         let dir = Scratch::new("slots");
         let path = dir.path().join("obj");
         let mut bytes = h.page();
@@ -391,7 +392,7 @@ proptest! {
         fs::write(&path, &bytes).unwrap();
         let f = open_object(&path, (h.kind, h.node_id, h.segment_id)).expect("a valid header opens");
         let header = f.header();
-        for (_, holder) in header.connections() {
+        for (_, holder, _) in header.connections() {
             prop_assert_ne!(holder.pid(), 0);
         }
         let me = ProcessIdentity::from_bits(me).unwrap();
@@ -552,13 +553,13 @@ fn export_record() -> impl Strategy<Value = ExportRecord> {
     (
         (object_kind(), any::<u32>(), any::<u32>(), any::<u32>(), any::<u64>()),
         ("\\PC{0,24}", vec(any::<u8>(), 1..40), any::<u64>(), any::<u64>(), any::<u64>()),
-        (any::<u32>(), any::<u64>(), any::<bool>()),
+        (any::<u32>(), any::<u64>(), any::<bool>(), vec((any::<u32>(), any::<u32>(), any::<u64>()), 0..4)),
     )
         .prop_map(
             |(
                 (kind, node, id, owner_pid, owner_identity),
                 (provider, ep, key, base, len),
-                (handle, epoch, in_place),
+                (handle, epoch, in_place, slot_keys),
             )| {
                 ExportRecord {
                     kind,
@@ -574,6 +575,10 @@ fn export_record() -> impl Strategy<Value = ExportRecord> {
                     handle,
                     epoch,
                     in_place,
+                    slot_keys: slot_keys
+                        .into_iter()
+                        .map(|(slot, generation, key)| SlotKey { slot, generation, key })
+                        .collect(),
                 }
             },
         )
@@ -972,7 +977,8 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
                 boot,
                 nodes,
                 nonce,
-                proof
+                proof,
+                host_epoch: String::new()
             }
         ),
         text().prop_map(|proof| PeerMessage::Auth { proof }),

@@ -79,6 +79,15 @@ pub struct Report {
 
 /// Runs the client side; starts the server too unless `opts.remote_node` is set.
 pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
+    if let Some((n, host)) = opts.remote_node.and_then(|n| Some((n, fabric.remote_host_of(n)?))) {
+        // Its floor spins on a cache line both processes map, which only one host's memory
+        // gives: across hosts it would wait forever.
+        return Err(format!(
+            "node {n} is on host {host}: `lanes pingpong` measures shared memory between two processes of one \
+             host; across hosts run `lanes bench --transport ofi --remote-node {n}` (with `lanes bench --serve` on \
+             host {host})"
+        ));
+    }
     if opts.sizes.is_empty() {
         return Err("no message sizes".into());
     }

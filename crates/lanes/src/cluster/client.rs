@@ -19,8 +19,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::proto::{
-    write_message, Fill, FrameReader, Grant, GrantStatus, GroupInfo, HostStatus, NodeEvent, NodeProbe, ObjectInfo,
-    ObjectKind, Reply, Request, PROTOCOL_VERSION,
+    write_message, Fill, FrameReader, Grant, GrantStatus, GroupInfo, HeldGrant, HostStatus, NodeEvent, NodeProbe,
+    ObjectInfo, ObjectKind, Reply, Request, PROTOCOL_VERSION,
 };
 use super::{Error, Result, SOCKET_NAME};
 use crate::config::NodeId;
@@ -127,6 +127,19 @@ impl Client {
         };
         match self.conn.call(&req, &format!("a connection to {kind} {id:#x} on node {node}"), timeout)? {
             Reply::Connect { result } => result.map_err(Error::Refused),
+            other => Err(self.conn.unexpected(other)),
+        }
+    }
+
+    /// Registers `grant`, obtained through an earlier daemon of this host (which
+    /// restarted), with this daemon: it lives on with this client from now on, as if
+    /// connected on it, and its status changes go to the subscription `notify`. A local
+    /// object's grant the daemon cannot take over is refused; another host's is checked by
+    /// that host, which answers [`GrantStatus::Forgotten`] if it cannot.
+    pub fn adopt_object(&mut self, grant: HeldGrant, notify: Option<u64>, timeout: Duration) -> Result<()> {
+        let what = format!("registering grant {:016x} again", grant.grant);
+        match self.conn.call(&Request::Adopt { grant, notify }, &what, timeout)? {
+            Reply::Adopted { result } => result.map_err(Error::Refused),
             other => Err(self.conn.unexpected(other)),
         }
     }

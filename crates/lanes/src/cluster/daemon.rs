@@ -48,8 +48,8 @@ use super::identity::{self, HostKey, PublicKey};
 use super::link::{self, Opener, Sealed};
 use super::proto::{self, GroupInfo};
 use super::proto::{
-    encode, write_message, Answer, Fill, FrameReader, Grant, GrantStatus, HostState, HostStatus, NodeEvent, NodeProbe,
-    ObjectInfo, ObjectKind, PeerMessage, Query, Refusal, Reply, Request, PROTOCOL_VERSION,
+    encode, write_message, Answer, Fill, FrameReader, Grant, GrantStatus, HeldGrant, HostState, HostStatus, NodeEvent,
+    NodeProbe, ObjectInfo, ObjectKind, PeerMessage, Query, Refusal, Reply, Request, PROTOCOL_VERSION,
 };
 use super::secret::{ClusterSecret, Role};
 use super::{Error, Result, SOCKET_NAME};
@@ -60,7 +60,7 @@ use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
 use crate::platform::signals::{signal_name, TerminationSignals};
 use crate::platform::{self, random_u64};
 use crate::transport::shm::data_interrupt;
-use crate::transport::shm::layout::{kind, state};
+use crate::transport::shm::layout::{kind, state, MAX_CONNECTIONS};
 use crate::transport::shm::remote::direct_mapping;
 use crate::transport::shm::segment_file::{OpenError, SegmentFile};
 use crate::transport::shm::FabricPaths;
@@ -181,7 +181,14 @@ struct Shared {
     paths: FabricPaths,
     socket: PathBuf,
     boot: u64,
+    /// This host's epoch ([`host_epoch`]): unchanged by a daemon restart.
+    host_epoch: String,
     started: Instant,
+    /// Until then, processes of an earlier daemon may still be registering their grants
+    /// again ([`Request::Adopt`]): no `Holding` is sent and no orphan swept before.
+    adopting_until: Instant,
+    /// The slots of local requesters that nobody registered again were swept.
+    local_swept: AtomicBool,
     stopping: AtomicBool,
     state: Mutex<State>,
     pending: Mutex<HashMap<u64, Pending>>,
@@ -216,6 +223,12 @@ struct Grants {
 /// object the slot was claimed in even if the name was reused since) and the slot.
 struct Held {
     file: SegmentFile,
+    /// The identity the slot is held under: this daemon's, or (taken over after a restart)
+    /// an earlier daemon's of this host.
+    holder: ProcessIdentity,
+    /// The generation of the connection to the requester's host it was granted on (0:
+    /// a local requester, or taken over).
+    generation: u64,
     kind: ObjectKind,
     node: u32,
     id: u32,
@@ -232,6 +245,8 @@ struct Held {
 struct Requested {
     client: u64,
     host: Option<String>,
+    /// The grant as the owner's daemon takes it over after a restart.
+    held: HeldGrant,
     /// The subscription that hears the object's status changes.
     notify: Option<u64>,
 }
@@ -253,6 +268,16 @@ struct Peer {
     /// Releases of the peer's grants that could not be sent (no connection): sent when it
     /// is connected again, dropped when it is Lost (it released them itself).
     owed: Vec<(u64, bool)>,
+    /// Its host's epoch, from its last hello.
+    host_epoch: Option<String>,
+    /// Its daemon went away (its connection was closed or reset, so the host's kernel
+    /// still answers) while it was Operational: kept Operational while the host keeps
+    /// answering connects (refused or accepted), as a restarting daemon's host does.
+    away: bool,
+    /// Since when its daemon is away: past `lost_after` the host is Suspect all the same.
+    away_since: Instant,
+    /// The connection generation our `Holding` was sent on.
+    holding_sent: Option<u64>,
 }
 
 /// One live control connection: the writer's queue and the socket (to shut it down).
@@ -361,9 +386,15 @@ impl Daemon {
                 conn: None,
                 dials: me.name < h.name,
                 owed: Vec::new(),
+                host_epoch: None,
+                away: false,
+                away_since: now,
+                holding_sent: None,
             })
             .collect::<Vec<_>>();
-        let dial: Vec<usize> = peers.iter().enumerate().filter(|(_, p)| p.dials).map(|(i, _)| i).collect();
+        // Every peer gets a thread: the dialler's dials, the other's probes the host while
+        // its daemon is away.
+        let dial: Vec<usize> = (0..peers.len()).collect();
         let identity = match ProcessIdentity::current() {
             Ok(id) => id,
             Err(e) => {
@@ -371,13 +402,17 @@ impl Daemon {
                 return Err(Error::io("this process's identity", e));
             }
         };
+        let window = adoption_window(&options.cluster);
         let shared = Arc::new(Shared {
             me,
             cluster: options.cluster,
             paths,
             socket,
             boot: random_u64(),
+            host_epoch: host_epoch(&options.dir),
             started: now,
+            adopting_until: now + window,
+            local_swept: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             state: Mutex::new(State { peers, subscribers: Vec::new() }),
             pending: Mutex::new(HashMap::new()),
@@ -515,6 +550,65 @@ fn bind_socket(path: &Path) -> Result<UnixListener> {
     Ok(listener)
 }
 
+/// Whether `s` is connected to itself: on one machine, a connect to a port nobody listens
+/// on in the ephemeral range may be given that very port as its source (TCP simultaneous
+/// open). Nobody answered then.
+fn is_self_connection(s: &TcpStream) -> bool {
+    matches!((s.local_addr(), s.peer_addr()), (Ok(l), Ok(p)) if l == p)
+}
+
+/// Closes a probe's connection with a reset, so that it leaves nothing in TIME_WAIT on
+/// its port (a probe's own port may be the port a restarting daemon is about to bind).
+fn close_at_once(s: TcpStream) {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: the fd is open for the duration of the call; `linger` is a valid value of the
+    // size passed.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&s),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    drop(s);
+}
+
+/// The two from hello to hello of one host's daemons: `(boot, host epoch)`.
+type PeerBoot = (u64, String);
+
+/// This host's epoch: the kernel's boot id and a random instance of the fabric directory
+/// (`<dir>/host-epoch`, made by the first daemon; on tmpfs it goes with a reboot too). A
+/// daemon restarted on a running host keeps it; a rebooted host, or a fresh fabric
+/// directory, has a new one.
+fn host_epoch(dir: &Path) -> String {
+    let kernel = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let path = dir.join("host-epoch");
+    let instance = match fs::read_to_string(&path) {
+        Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
+        _ => {
+            let fresh = format!("{:016x}", random_u64());
+            let tmp = dir.join(format!(".host-epoch.{}", std::process::id()));
+            let written = fs::write(&tmp, &fresh)
+                .and_then(|()| fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600)))
+                .and_then(|()| fs::rename(&tmp, &path));
+            if written.is_err() {
+                let _ = fs::remove_file(&tmp);
+            }
+            fresh
+        }
+    };
+    format!("{}/{instance}", kernel.trim())
+}
+
+/// How long a restarted daemon waits for its processes to register their grants again
+/// before it tells the other hosts what they hold (and sweeps what nobody claims): the
+/// processes' node watches retry every 100 ms.
+fn adoption_window(cluster: &ClusterConfig) -> Duration {
+    cluster.suspect_after.max(Duration::from_secs(1))
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -562,6 +656,7 @@ impl Shared {
         peer.since = Instant::now();
         self.log(format_args!("host {} {previous} -> {new}: {reason}", peer.entry.name));
         if new != HostState::Operational {
+            peer.away = false;
             if let Some(c) = peer.conn.take() {
                 c.close();
             }
@@ -570,6 +665,9 @@ impl Shared {
                 // Whatever it held here is gone with it, and it released what we held there.
                 peer.owed.clear();
                 self.release_host(&host);
+                // And our processes' grants there are void: not ours to report as held.
+                self.requested_lock().retain(|_, r| r.host.as_deref() != Some(host.as_str()));
+                self.sweep_orphans(|h| h == host);
             }
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             pending.retain(|_, p| {
@@ -628,7 +726,13 @@ impl Shared {
                     let p = &st.peers[i];
                     let Some(heard) = p.last_heard else { continue };
                     let silent = now.saturating_duration_since(heard);
-                    if p.state == HostState::Operational && silent >= self.cluster.suspect_after {
+                    let away = now.saturating_duration_since(p.away_since);
+                    if p.state == HostState::Operational && p.away && away >= self.cluster.lost_after {
+                        // Not back within lost_after: what it held is given up, as for a
+                        // silent host.
+                        let why = format!("its daemon did not come back within {} ms", millis(away));
+                        self.set_state(&mut st, i, HostState::Lost, &why);
+                    } else if p.state == HostState::Operational && silent >= self.cluster.suspect_after {
                         let why = format!("no heartbeat for {} ms", millis(silent));
                         self.set_state(&mut st, i, HostState::Suspect, &why);
                     } else if p.state == HostState::Suspect && silent >= self.cluster.lost_after {
@@ -638,6 +742,13 @@ impl Shared {
                 }
             }
             self.watch_grants();
+            if now >= self.adopting_until {
+                self.send_holdings();
+                if !self.local_swept.swap(true, Ordering::SeqCst) {
+                    let me = self.me.name.clone();
+                    self.sweep_orphans(|h| h == me);
+                }
+            }
             next += period;
             let now = Instant::now();
             if next < now {
@@ -661,15 +772,21 @@ impl Shared {
             nodes: self.me.nodes.iter().map(|n| n.get()).collect(),
             nonce: nonce.map(str::to_string),
             proof,
+            host_epoch: self.host_epoch.clone(),
         }
     }
 
-    /// Dials peer `i` while it has no connection.
+    /// Dials peer `i` while it has no connection (when this daemon is the dialler), and
+    /// while its daemon is away takes a refused or accepted connect as the host's sign of
+    /// life (the acceptor only probes).
     fn dial_loop(&self, i: usize) {
-        let (host, addr) = {
+        let (host, addr, dials) = {
             let st = self.lock();
-            (st.peers[i].entry.name.clone(), st.peers[i].entry.address)
+            (st.peers[i].entry.name.clone(), st.peers[i].entry.address, st.peers[i].dials)
         };
+        if !dials {
+            return self.probe_loop(i, addr);
+        }
         if self.key.is_none() && !addr.ip().is_loopback() {
             self.log(format_args!(
                 "host {host} ({addr}): not dialled: without host keys in lanes.toml this daemon serves loopback only"
@@ -681,6 +798,22 @@ impl Shared {
             let connected = self.lock().peers[i].conn.is_some();
             if !connected {
                 let attempt = TcpStream::connect_timeout(&addr, self.cluster.suspect_after)
+                    .and_then(|s| {
+                        if is_self_connection(&s) {
+                            close_at_once(s);
+                            return Err(io::Error::new(
+                                io::ErrorKind::AddrInUse,
+                                "connected to itself (nobody listens)",
+                            ));
+                        }
+                        self.host_answered(i);
+                        Ok(s)
+                    })
+                    .inspect_err(|e| {
+                        if e.kind() == io::ErrorKind::ConnectionRefused {
+                            self.host_answered(i);
+                        }
+                    })
                     .map_err(|e| format!("connecting to {addr}: {e}"))
                     .and_then(|s| self.handshake(s, Some(&host)).map_err(|e| format!("hello with {addr}: {e}")));
                 match attempt {
@@ -697,6 +830,35 @@ impl Shared {
                 }
             }
             std::thread::sleep(self.cluster.heartbeat);
+        }
+    }
+
+    /// While peer `i`'s daemon is away, connects to its address every heartbeat: refused
+    /// (nobody listens yet) or accepted (its new daemon, which dials us itself), the host
+    /// answered. A connect that times out or finds no route is silence.
+    fn probe_loop(&self, i: usize, addr: SocketAddr) {
+        while !self.stopping() {
+            if self.lock().peers[i].away {
+                match TcpStream::connect_timeout(&addr, self.cluster.heartbeat) {
+                    Ok(s) => {
+                        if !is_self_connection(&s) {
+                            self.host_answered(i);
+                        }
+                        close_at_once(s);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => self.host_answered(i),
+                    Err(_) => {}
+                }
+            }
+            std::thread::sleep(self.cluster.heartbeat);
+        }
+    }
+
+    /// Peer `i`'s host answered a connect while its daemon is away: a sign of life.
+    fn host_answered(&self, i: usize) {
+        let mut st = self.lock();
+        if st.peers[i].away && st.peers[i].state == HostState::Operational {
+            st.peers[i].last_heard = Some(Instant::now());
         }
     }
 
@@ -785,7 +947,7 @@ impl Shared {
         &self,
         stream: TcpStream,
         expect: Option<&str>,
-    ) -> std::result::Result<(TcpStream, HandshakeReader, u64), String> {
+    ) -> std::result::Result<(TcpStream, HandshakeReader, PeerBoot), String> {
         match &self.key {
             Some(key) => self.secure_handshake(stream, expect, key),
             None => self.plain_handshake(stream, expect),
@@ -801,7 +963,7 @@ impl Shared {
         stream: TcpStream,
         expect: Option<&str>,
         key: &HostKey,
-    ) -> std::result::Result<(TcpStream, HandshakeReader, u64), String> {
+    ) -> std::result::Result<(TcpStream, HandshakeReader, PeerBoot), String> {
         let deadline = Instant::now() + self.cluster.suspect_after;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         stream.set_write_timeout(Some(self.cluster.suspect_after)).map_err(|e| e.to_string())?;
@@ -867,7 +1029,9 @@ impl Shared {
                 }
             };
             let (version, boot) = match answer {
-                PeerMessage::Hello { version, host, boot, .. } if host == want => (version, boot),
+                PeerMessage::Hello { version, host, boot, host_epoch, .. } if host == want => {
+                    (version, (boot, host_epoch))
+                }
                 PeerMessage::Hello { host, .. } => return Err(format!("dialled host {want} but {host} answered")),
                 PeerMessage::Bye { reason } => return Err(format!("host {want} refused: {reason}")),
                 _ => return Err(format!("host {want}: the first message was not a hello")),
@@ -913,7 +1077,8 @@ impl Shared {
         let mut hello_frames = FrameReader::new();
         let _ = hello_frames.fill(&mut &payload[..]);
         let (host, boot) = match hello_frames.next_message::<PeerMessage>() {
-            Ok(Some(PeerMessage::Hello { version, host, boot, .. })) => {
+            Ok(Some(PeerMessage::Hello { version, host, boot, host_epoch, .. })) => {
+                let boot = (boot, host_epoch);
                 if version != PROTOCOL_VERSION {
                     return Err(refuse(format!("protocol version {version}, this daemon speaks {PROTOCOL_VERSION}")));
                 }
@@ -953,7 +1118,7 @@ impl Shared {
         &self,
         stream: TcpStream,
         expect: Option<&str>,
-    ) -> std::result::Result<(TcpStream, HandshakeReader, u64), String> {
+    ) -> std::result::Result<(TcpStream, HandshakeReader, PeerBoot), String> {
         let deadline = Instant::now() + self.cluster.suspect_after;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         stream.set_write_timeout(Some(self.cluster.suspect_after)).map_err(|e| e.to_string())?;
@@ -963,7 +1128,7 @@ impl Shared {
         }
         let mut reader = FrameReader::new();
         let msg = self.handshake_message(&stream, &mut reader, deadline, "hello")?;
-        let PeerMessage::Hello { version, host, boot, nonce, proof, .. } = msg else {
+        let PeerMessage::Hello { version, host, boot, nonce, proof, host_epoch, .. } = msg else {
             return Err(self.bye(&stream, "the first message was not a hello".into()));
         };
         if version != PROTOCOL_VERSION {
@@ -1003,7 +1168,7 @@ impl Shared {
         } else if expect.is_none() {
             write_message(&mut &stream, &self.hello(None, None)).map_err(|e| e.to_string())?;
         }
-        Ok((stream, HandshakeReader { frames: reader, host, link: None, opener: None }, boot))
+        Ok((stream, HandshakeReader { frames: reader, host, link: None, opener: None }, (boot, host_epoch)))
     }
 
     /// The next message of a handshake, by `deadline`.
@@ -1040,7 +1205,7 @@ impl Shared {
     }
 
     /// Makes a handshaken connection peer `i`'s, then reads it until it ends.
-    fn serve_peer(&self, i: usize, stream: TcpStream, reader: HandshakeReader, boot: u64) {
+    fn serve_peer(&self, i: usize, stream: TcpStream, reader: HandshakeReader, boot: PeerBoot) {
         let stream = Arc::new(stream);
         let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(PEER_QUEUE);
         let generation = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -1051,16 +1216,27 @@ impl Shared {
                 return;
             }
             let now = Instant::now();
+            let (boot, epoch) = boot;
             let old_boot = st.peers[i].boot.replace(boot);
+            let old_epoch = st.peers[i].host_epoch.replace(epoch.clone());
             if let Some(old) = st.peers[i].conn.replace(conn.clone()) {
                 old.close(); // a newer connection replaces it (the peer restarted or redialled)
             }
             st.peers[i].last_heard = Some(now);
+            st.peers[i].away = false;
             if old_boot.is_some_and(|b| b != boot) {
-                // Its daemon restarted: nothing it vouched for before still holds.
-                st.peers[i].conn = None;
-                self.set_state(&mut st, i, HostState::Lost, "its daemon restarted (new boot epoch)");
-                st.peers[i].conn = Some(conn.clone());
+                if !epoch.is_empty() && old_epoch.as_deref() == Some(epoch.as_str()) {
+                    // Only its daemon restarted: the host's processes, their exports and
+                    // their connections live on. The grants are reconciled by `Holding`.
+                    let name = st.peers[i].entry.name.clone();
+                    self.log(format_args!("host {name}: its daemon restarted (same host epoch): reconciling grants"));
+                } else {
+                    // The host restarted (or says nothing of it): nothing it vouched for
+                    // before still holds.
+                    st.peers[i].conn = None;
+                    self.set_state(&mut st, i, HostState::Lost, "its host restarted (new boot epoch)");
+                    st.peers[i].conn = Some(conn.clone());
+                }
             }
             self.set_state(&mut st, i, HostState::Operational, "hello received");
             let owed = std::mem::take(&mut st.peers[i].owed);
@@ -1147,7 +1323,7 @@ impl Shared {
         match msg {
             PeerMessage::Heartbeat => None,
             PeerMessage::Query { id, query } => {
-                let answer = self.answer_locally(&host, &query);
+                let answer = self.answer_locally(&host, &query, conn.generation);
                 let granted = match &answer {
                     Answer::Granted { grant } => Some(grant.grant),
                     _ => None,
@@ -1185,6 +1361,10 @@ impl Shared {
                 self.tell_requester(grant, Some(&host), status);
                 None
             }
+            PeerMessage::Holding { grants } => {
+                self.reconcile(&host, conn, &grants);
+                None
+            }
             PeerMessage::Bye { reason } => Some(format!("peer said goodbye: {reason}")),
             PeerMessage::Hello { .. } => Some("a second hello on one connection".into()),
             PeerMessage::Auth { .. } => Some("a proof outside the hello exchange".into()),
@@ -1203,7 +1383,18 @@ impl Shared {
         if self.stopping() {
             return;
         }
-        if st.peers[i].state == HostState::Operational {
+        let host_answers = reason == "connection closed by peer" || reason.contains("reset by peer");
+        if st.peers[i].state == HostState::Operational && host_answers {
+            // Its daemon died (or restarts) on a host whose kernel still closed the
+            // connection: the host's processes and the data between them live on. The host
+            // stays Operational while it keeps answering connects (`probe_loop`, or the
+            // dialler's refused dials), Suspect after `suspect_after` of silence as ever.
+            st.peers[i].away = true;
+            st.peers[i].away_since = Instant::now();
+            st.peers[i].last_heard = Some(Instant::now());
+            let name = st.peers[i].entry.name.clone();
+            self.log(format_args!("host {name}: host daemon restarting? ({reason}); its host still answers"));
+        } else if st.peers[i].state == HostState::Operational {
             self.set_state(&mut st, i, HostState::Suspect, reason);
         } else {
             let name = st.peers[i].entry.name.clone();
@@ -1216,7 +1407,7 @@ impl Shared {
     // -----------------------------------------------------------------------------------
 
     /// Answers a question about this host's fabric directory from the daemon of `from`.
-    fn answer_locally(&self, from: &str, query: &Query) -> Answer {
+    fn answer_locally(&self, from: &str, query: &Query, generation: u64) -> Answer {
         match query {
             &Query::Lookup { node, kind, id } => match self.lookup_local(node, kind, id) {
                 Ok(info) => Answer::Object { info },
@@ -1228,7 +1419,7 @@ impl Shared {
                 let result = if peer_host != from {
                     Err(Refusal::Failed { reason: format!("host {from} asked for a connection for host {peer_host}") })
                 } else {
-                    self.connect_local(*node, *kind, *id, *peer_node, from)
+                    self.connect_local(*node, *kind, *id, *peer_node, from, generation)
                 };
                 match result {
                     Ok(grant) => Answer::Granted { grant },
@@ -1308,6 +1499,7 @@ impl Shared {
         id: u32,
         peer_node: u32,
         peer_host: &str,
+        generation: u64,
     ) -> std::result::Result<Grant, Refusal> {
         for n in [node, peer_node] {
             if let Err(e) = NodeId::new(n) {
@@ -1342,12 +1534,36 @@ impl Shared {
                 .map_err(|e| Refusal::Failed { reason: format!("a proxy record for node {peer_node}: {e}") })?;
             slot.insert(record);
         }
-        let claimed =
-            file.header().claim_slot(self.identity, peer_node, |n, holder| !liveness::is_alive(&procs, n, holder));
+        // Only a slot whose owner made a key for this very claim (revocation: the owner
+        // closes that key once the claim is over); the generation it is claimed from says
+        // which key.
+        let claimed_at: Vec<std::sync::atomic::AtomicU32> =
+            (0..MAX_CONNECTIONS).map(|_| std::sync::atomic::AtomicU32::new(0)).collect();
+        let claimed = file.header().claim_slot_where(
+            self.identity,
+            peer_node,
+            true,
+            |n, holder| !liveness::is_alive(&procs, n, holder),
+            |i, generation| {
+                claimed_at[i].store(generation, std::sync::atomic::Ordering::Relaxed);
+                export.key_for_claim(i, generation).is_some()
+            },
+        );
         let Some(slot) = claimed else {
             grants.forget_record_if_unused(peer_node);
+            if !export.slot_keys.is_empty() && file.header().connections().len() < MAX_CONNECTIONS {
+                // Free slots whose keys the owner has not renewed yet (it does within a
+                // tick of its service thread): worth waiting out.
+                return Err(not_available());
+            }
             return Err(Refusal::TooManyConnections { node, kind, id, host });
         };
+        let mut export = export;
+        if let Some(key) = export.key_for_claim(slot, claimed_at[slot].load(std::sync::atomic::Ordering::Relaxed)) {
+            export.key = key;
+        }
+        // The holder needs its own key only.
+        export.slot_keys = Vec::new();
         if file.header().state() & state::REMOVED != 0 {
             file.header().release_slot(slot, self.identity);
             grants.forget_record_if_unused(peer_node);
@@ -1373,6 +1589,8 @@ impl Shared {
         };
         let held = Held {
             file,
+            holder: self.identity,
+            generation,
             kind,
             node,
             id,
@@ -1409,6 +1627,10 @@ impl Shared {
         let ids: Vec<u64> = grants.held.iter().filter(|(_, h)| h.peer_host == host).map(|(g, _)| *g).collect();
         for g in ids {
             if let Some(held) = grants.held.remove(&g) {
+                // Marked as the whole host's loss, so that the owner also cuts its
+                // connections from that host (revocation); `release_held` then finds the
+                // slot released and only forgets and logs.
+                held.file.header().release_slot_host_lost(held.slot, held.holder);
                 self.release_held(&mut grants, g, held, "released: its host is lost", true);
             }
         }
@@ -1481,15 +1703,194 @@ impl Shared {
     /// `Disconnected { died: true }`, as when a local peer dies.
     fn release_held(&self, grants: &mut Grants, grant: u64, held: Held, why: &str, as_dead: bool) {
         if as_dead {
-            held.file.header().release_slot_lost(held.slot, self.identity);
+            held.file.header().release_slot_lost(held.slot, held.holder);
         } else {
-            held.file.header().release_slot(held.slot, self.identity);
+            held.file.header().release_slot(held.slot, held.holder);
         }
         grants.forget_record_if_unused(held.peer_node);
         self.log(format_args!(
             "grant {grant:016x}: {} {:#x} of node {}, slot {}, node {} on host {} {why}",
             held.kind, held.id, held.node, held.slot, held.peer_node, held.peer_host
         ));
+    }
+
+    /// Takes over grant `g`, held by a process of `peer_host` (this host's name for a local
+    /// one), whose slot an earlier daemon of this host claimed: the slot must still be a
+    /// proxy's for `g.peer_node`, and no other grant may hold it. For a grant this daemon
+    /// holds already, returns the status last told if that is not `Available`, to be told
+    /// again (the notice may have gone with the holder's old daemon). `generation`: the
+    /// connection it is taken over on (0: local).
+    fn adopt(
+        &self,
+        g: &HeldGrant,
+        peer_host: &str,
+        generation: u64,
+    ) -> std::result::Result<Option<GrantStatus>, String> {
+        let mut grants = self.grants_lock();
+        if let Some(h) = grants.held.get(&g.grant) {
+            if h.peer_host != peer_host {
+                return Err(format!("grant {:016x} was granted to host {}", g.grant, h.peer_host));
+            }
+            return Ok(Some(h.reported).filter(|&r| r != GrantStatus::Available));
+        }
+        let file = SegmentFile::open(&self.paths, g.kind.layout_kind(), g.node, g.id)
+            .map_err(|_| format!("{} {:#x} of node {} is gone", g.kind, g.id, g.node))?;
+        let slot = g.slot as usize;
+        let taken = grants.held.values().any(|h| (h.kind, h.node, h.id, h.slot) == (g.kind, g.node, g.id, slot));
+        let holder = match file.header().slot(slot) {
+            Some(snap) if snap.proxy && snap.node == g.peer_node && !taken => snap.holder,
+            _ => None,
+        };
+        let Some(holder) = holder else {
+            return Err(format!(
+                "slot {slot} of {} {:#x} of node {} is not held for node {}",
+                g.kind, g.id, g.node, g.peer_node
+            ));
+        };
+        if let std::collections::hash_map::Entry::Vacant(slot) = grants.records.entry(g.peer_node) {
+            let procs = self.paths.procs();
+            let record = ensure_private_dir(&procs)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    let n = NodeId::new(g.peer_node).map_err(|e| e.to_string())?;
+                    crate::fabric::register(&self.paths, n).map_err(|e| e.to_string())
+                })
+                .map_err(|e| format!("a proxy record for node {}: {e}", g.peer_node))?;
+            slot.insert(record);
+        }
+        let held = Held {
+            file,
+            holder,
+            generation,
+            kind: g.kind,
+            node: g.node,
+            id: g.id,
+            slot,
+            peer_node: g.peer_node,
+            peer_host: peer_host.to_string(),
+            reported: GrantStatus::Available,
+        };
+        grants.held.insert(g.grant, held);
+        drop(grants);
+        self.log(format_args!(
+            "grant {:016x}: {} {:#x} of node {}, slot {}, node {} on host {peer_host}: taken over from an earlier daemon",
+            g.grant, g.kind, g.id, g.node, slot, g.peer_node
+        ));
+        Ok(None)
+    }
+
+    /// `host` says which of this host's grants its processes hold (`PeerMessage::Holding`,
+    /// once per connection): take over those an earlier daemon of this host made (a grant
+    /// nobody can take over is `Forgotten`), release as their holders' deaths those granted
+    /// to it on an earlier connection that it no longer holds, and sweep the slots of its
+    /// nodes that nobody holds.
+    fn reconcile(&self, host: &str, conn: &Conn, listed: &[HeldGrant]) {
+        for g in listed {
+            match self.adopt(g, host, conn.generation) {
+                Ok(None) => {}
+                Ok(Some(status)) => {
+                    conn.send(&PeerMessage::GrantStatus { grant: g.grant, status });
+                }
+                Err(why) => {
+                    self.log(format_args!("grant {:016x} of host {host}: cannot take it over: {why}", g.grant));
+                    conn.send(&PeerMessage::GrantStatus { grant: g.grant, status: GrantStatus::Forgotten });
+                }
+            }
+        }
+        let ids: HashSet<u64> = listed.iter().map(|g| g.grant).collect();
+        let mut grants = self.grants_lock();
+        let gone: Vec<u64> = grants
+            .held
+            .iter()
+            .filter(|(g, h)| h.peer_host == host && h.generation != conn.generation && !ids.contains(g))
+            .map(|(g, _)| *g)
+            .collect();
+        for g in gone {
+            if let Some(held) = grants.held.remove(&g) {
+                self.release_held(&mut grants, g, held, "released: its host no longer holds it", true);
+            }
+        }
+        drop(grants);
+        self.sweep_orphans(|h| h == host);
+        if !listed.is_empty() {
+            self.log(format_args!("host {host} holds {} grants of this host: reconciled", listed.len()));
+        }
+    }
+
+    /// Releases, as their holders' deaths, the proxy slots an earlier daemon of this host
+    /// claimed for nodes of the hosts `of_host` accepts that no grant of this daemon holds:
+    /// the processes they were for did not come back (their daemon restarted without them,
+    /// or their host was lost).
+    fn sweep_orphans(&self, of_host: impl Fn(&str) -> bool) {
+        let host_of = |node: u32| {
+            NodeId::new(node)
+                .ok()
+                .and_then(|n| self.cluster.host_of(n))
+                .map_or_else(|| self.me.name.clone(), |h| h.name.clone())
+        };
+        let grants = self.grants_lock();
+        for (layout_kind, node, id) in self.objects() {
+            let Ok(file) = SegmentFile::open(&self.paths, layout_kind, node, id) else { continue };
+            for (slot, peer_node, holder) in file.header().proxy_slots() {
+                if holder == self.identity || !of_host(&host_of(peer_node)) {
+                    continue;
+                }
+                let held = grants
+                    .held
+                    .values()
+                    .any(|h| h.kind.layout_kind() == layout_kind && (h.node, h.id, h.slot) == (node, id, slot));
+                if !held {
+                    file.header().release_slot_lost(slot, holder);
+                    self.log(format_args!(
+                        "{} {id:#x} of node {node}, slot {slot}: node {peer_node} was held by an earlier daemon and \
+                         nobody holds it now: released",
+                        kind::name(layout_kind)
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Every object of this host's fabric directory: (layout kind, node, id).
+    fn objects(&self) -> Vec<(u32, u32, u32)> {
+        let mut out = Vec::new();
+        let Ok(nodes) = std::fs::read_dir(self.paths.nodes()) else { return out };
+        for n in nodes.flatten() {
+            let Some(node) = n.file_name().to_str().and_then(FabricPaths::parse_node_dir_name) else { continue };
+            let Ok(files) = std::fs::read_dir(n.path()) else { continue };
+            for f in files.flatten() {
+                if let Some((k, id)) = f.file_name().to_str().and_then(FabricPaths::parse_object_file_name) {
+                    out.push((k, node, id));
+                }
+            }
+        }
+        out
+    }
+
+    /// Tells every connected host which of its grants this host's processes hold, once per
+    /// connection, once processes of an earlier daemon had time to register again.
+    fn send_holdings(&self) {
+        let due: Vec<(usize, String, Conn)> = {
+            let st = self.lock();
+            st.peers
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.state == HostState::Operational)
+                .filter_map(|(i, p)| Some((i, p.entry.name.clone(), p.conn.clone()?)))
+                .filter(|(i, _, c)| st.peers[*i].holding_sent != Some(c.generation))
+                .collect()
+        };
+        for (i, host, conn) in due {
+            let grants: Vec<HeldGrant> = self
+                .requested_lock()
+                .values()
+                .filter(|r| r.host.as_deref() == Some(host.as_str()))
+                .map(|r| r.held.clone())
+                .collect();
+            if conn.send(&PeerMessage::Holding { grants }) {
+                self.lock().peers[i].holding_sent = Some(conn.generation);
+            }
+        }
     }
 
     // -----------------------------------------------------------------------------------
@@ -1520,7 +1921,7 @@ impl Shared {
         let Some(host) = self.remote_host_of(node) else {
             self.unlisted(node)?;
             let me = self.me.name.clone();
-            return self.connect_local(node, kind, id, peer_node, &me).map(|g| (g, None));
+            return self.connect_local(node, kind, id, peer_node, &me, 0).map(|g| (g, None));
         };
         let query = Query::Connect { node, kind, id, peer_node, peer_host: self.me.name.clone() };
         match self.forward(&host, node, query, timeout)? {
@@ -1605,6 +2006,9 @@ impl Shared {
                 .ok_or_else(|| Refusal::Failed { reason: format!("host {host} is not a peer") })?;
             match (&p.conn, p.state) {
                 (Some(c), HostState::Operational) => c.clone(),
+                (None, HostState::Operational) if p.away => {
+                    return Err(Refusal::DaemonRestarting { node, host: host.to_string() })
+                }
                 (_, state) => return Err(Refusal::HostUnreachable { node, host: host.to_string(), state }),
             }
         };
@@ -1828,10 +2232,34 @@ impl Shared {
                 Request::Connect { node, kind, id, peer_node, timeout_ms, notify } => {
                     let result = self.connect(node, kind, id, peer_node, wait(timeout_ms));
                     if let Ok((grant, host)) = &result {
-                        let held = Requested { client: client.id, host: host.clone(), notify };
+                        let held = HeldGrant { grant: grant.grant, node, kind, id, slot: grant.slot, peer_node };
+                        let held = Requested { client: client.id, host: host.clone(), held, notify };
                         self.requested_lock().insert(grant.grant, held);
                     }
                     Reply::Connect { result: result.map(|(grant, _)| grant) }
+                }
+                Request::Adopt { grant, notify } => {
+                    // A process of an earlier daemon registers a grant again: ours to take
+                    // over for a local object, else the object's host's (told in `Holding`;
+                    // one it cannot take over comes back as `Forgotten`).
+                    let host = self.remote_host_of(grant.node);
+                    let result = match &host {
+                        None => self
+                            .adopt(&grant, &self.me.name, 0)
+                            .map(|_| ())
+                            .map_err(|reason| Refusal::Failed { reason }),
+                        Some(_) => Ok(()),
+                    };
+                    if result.is_ok() {
+                        let g = grant.grant;
+                        self.log(format_args!(
+                            "grant {g:016x}: {} {:#x} of node {}: registered again by its holder (node {})",
+                            grant.kind, grant.id, grant.node, grant.peer_node
+                        ));
+                        let held = Requested { client: client.id, host, held: grant, notify };
+                        self.requested_lock().insert(g, held);
+                    }
+                    Reply::Adopted { result }
                 }
                 Request::Disconnect { grant } => {
                     let mut req = self.requested_lock();
@@ -1935,6 +2363,7 @@ mod tests {
             nodes: vec![],
             nonce: None,
             proof: None,
+            host_epoch: String::new(),
         };
         write_message(&mut t, &hello).unwrap();
         let mut r = FrameReader::new();
@@ -2010,7 +2439,9 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             let hosts = client.cluster(Duration::from_secs(1)).unwrap();
-            if hosts.iter().find(|h| h.name == "b").unwrap().state == HostState::Suspect {
+            // Suspect at its goodbye; Lost if its connection had closed just before (then
+            // the goodbye never came, and a stopped daemon stays away).
+            if hosts.iter().find(|h| h.name == "b").unwrap().state != HostState::Operational {
                 break;
             }
             assert!(Instant::now() < deadline, "b's stop not noticed: {hosts:?}");
@@ -2082,6 +2513,7 @@ mod tests {
             nodes: vec![16],
             nonce,
             proof: None,
+            host_epoch: String::new(),
         };
         let goodbye = |t: &mut TcpStream| {
             let mut r = FrameReader::new();
@@ -2151,6 +2583,7 @@ mod tests {
             nodes: vec![],
             nonce: None,
             proof: None,
+            host_epoch: String::new(),
         };
         let n = hs.write_message(&encode(&hello).unwrap(), &mut msg).unwrap();
         sent.extend_from_slice(&(n as u16).to_be_bytes());
@@ -2289,6 +2722,7 @@ mod tests {
             len: 8192,
             handle: 1,
             epoch,
+            slot_keys: Vec::new(),
         };
         exports::publish(dir, &rec).unwrap();
         rec
@@ -2298,6 +2732,54 @@ mod tests {
     /// this process: a connect from host b to a segment of node 8 on host a claims a slot the
     /// owner sees as node 12 connecting; disconnecting, dropping the client and stopping the
     /// requester's daemon release it; refusals name the reason.
+    /// With slot keys in the record (revocation), a grant carries the key the owner made for
+    /// the claim of its slot from that slot's generation, and a slot whose key is older
+    /// than its last claim is not granted: the next one is, or none (not available) while
+    /// the owner has not renewed it.
+    #[test]
+    fn grants_carry_the_key_of_their_slots_claim() {
+        use crate::cluster::exports::SlotKey;
+        let c = cluster(&["a", "b"]);
+        let (da, db) = (scratch("slotkey-a"), scratch("slotkey-b"));
+        let _a = Daemon::start(DaemonOptions { cluster: c.clone(), host: "a".into(), dir: da.clone(), key_file: None })
+            .unwrap();
+        let _b = Daemon::start(DaemonOptions { cluster: c.clone(), host: "b".into(), dir: db.clone(), key_file: None })
+            .unwrap();
+        let t = Duration::from_secs(2);
+        let mut cb = Client::connect(&db, t).unwrap();
+        wait_operational(&mut cb, "a");
+        let owner = crate::Fabric::open_with(crate::FabricConfig::new(&da, NodeId::new(8).unwrap())).unwrap();
+        let (n8, n12) = (NodeId::new(8).unwrap(), NodeId::new(12).unwrap());
+        let s = owner.create_segment(0x12, 4096).unwrap();
+        s.prepare().unwrap();
+        s.set_available().unwrap();
+        let mut rec = export_of(&owner, &da, 0x12, 3);
+        rec.slot_keys =
+            vec![SlotKey { slot: 0, generation: 0, key: 100 }, SlotKey { slot: 1, generation: 0, key: 101 }];
+        exports::publish(&da, &rec).unwrap();
+
+        let g = cb.connect_object(n8, ObjectKind::Segment, 0x12, n12, t).unwrap();
+        assert_eq!((g.slot, g.export.key), (0, 100));
+        assert!(g.export.slot_keys.is_empty(), "a holder learns its own key only");
+        cb.disconnect_object(g.grant, t).unwrap();
+        // Slot 0 is free again, but its key was for the claim that is over: slot 1's.
+        let deadline = Instant::now() + t;
+        let g = loop {
+            let g = cb.connect_object(n8, ObjectKind::Segment, 0x12, n12, t).unwrap();
+            if g.slot != 0 {
+                break g;
+            }
+            // The release had not reached the owner's daemon yet: the same claim.
+            assert!(Instant::now() < deadline, "slot 0 granted again with its old key");
+            cb.disconnect_object(g.grant, t).unwrap();
+        };
+        assert_eq!((g.slot, g.export.key), (1, 101));
+        // No slot with a current key: wait (not available), not "too many connections".
+        let e = cb.connect_object(n8, ObjectKind::Segment, 0x12, n12, t).unwrap_err();
+        assert!(e.is_not_available(), "{e:?}");
+        cb.disconnect_object(g.grant, t).unwrap();
+    }
+
     #[test]
     fn grants_claim_and_release_slots_for_remote_peers() {
         use crate::fabric::LocalEvent;

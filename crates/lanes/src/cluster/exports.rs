@@ -58,6 +58,34 @@ pub struct ExportRecord {
     /// store may go as the last range of its data's write. Absent in older records: no.
     #[serde(default)]
     pub in_place: bool,
+    /// A key per connection slot (docs/design/multi-host.md, "Revocation"): the grant of a
+    /// slot claimed at `generation` carries that slot's key, and the owner closes the
+    /// registration once the claim is over, so nothing its holder sent can land after the
+    /// owner heard it leave. Absent in older records: every grant carries `key`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slot_keys: Vec<SlotKey>,
+}
+
+/// The key of one connection slot's next (or current) claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotKey {
+    pub slot: u32,
+    /// The slot's generation before the claim the key is for (even).
+    pub generation: u32,
+    pub key: u64,
+}
+
+impl ExportRecord {
+    /// The key a peer granted `slot`, claimed at `generation` (the slot's generation before
+    /// the claim), uses: that slot's key if the owner made it for that claim, `key` in
+    /// records without slot keys, None when the owner has not renewed the slot's key since
+    /// its last claim (the grant must wait).
+    pub fn key_for_claim(&self, slot: usize, generation: u32) -> Option<u64> {
+        if self.slot_keys.is_empty() {
+            return Some(self.key);
+        }
+        self.slot_keys.iter().find(|k| k.slot as usize == slot && k.generation == generation).map(|k| k.key)
+    }
 }
 
 fn kind_name(kind: ObjectKind) -> &'static str {
@@ -231,6 +259,7 @@ mod tests {
             handle: 3,
             epoch,
             in_place: true,
+            slot_keys: Vec::new(),
         }
     }
 
@@ -241,6 +270,19 @@ mod tests {
         v.as_object_mut().unwrap().remove("in_place");
         let old: ExportRecord = serde_json::from_value(v).unwrap();
         assert_eq!(old, ExportRecord { in_place: false, ..record(5) });
+    }
+
+    #[test]
+    fn a_claim_gets_its_slots_key_for_its_generation_only() {
+        let mut r = record(1);
+        assert_eq!(r.key_for_claim(5, 40), Some(7), "without slot keys, the object's key");
+        r.slot_keys = vec![SlotKey { slot: 5, generation: 40, key: 9 }, SlotKey { slot: 6, generation: 2, key: 11 }];
+        assert_eq!(r.key_for_claim(5, 40), Some(9));
+        assert_eq!(r.key_for_claim(5, 42), None, "made for an earlier claim");
+        assert_eq!(r.key_for_claim(7, 0), None, "no key for that slot");
+        let d = scratch("slotkeys");
+        publish(&d, &r).unwrap();
+        assert_eq!(read(&d, ObjectKind::Segment, 8, 0x10).unwrap().unwrap(), r);
     }
 
     #[test]

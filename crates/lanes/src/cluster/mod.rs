@@ -29,7 +29,8 @@ pub use client::{Client, Notice, Subscription};
 pub use config::{ClusterConfig, HostEntry, IdleProgress};
 pub use exports::ExportRecord;
 pub use proto::{
-    Grant, GrantStatus, GroupInfo, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Refusal,
+    Grant, GrantStatus, GroupInfo, HeldGrant, HostState, HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind,
+    Refusal,
 };
 
 /// The daemon's socket in a fabric directory.

@@ -323,12 +323,14 @@ pub enum GrantStatus {
     Removed,
     /// The owner process died: final.
     OwnerDied,
+    /// The granting host's daemon (restarted) found no such grant to take over: final.
+    Forgotten,
 }
 
 impl GrantStatus {
     /// No later status follows this one.
     pub fn is_final(self) -> bool {
-        matches!(self, GrantStatus::Removed | GrantStatus::OwnerDied)
+        matches!(self, GrantStatus::Removed | GrantStatus::OwnerDied | GrantStatus::Forgotten)
     }
 }
 
@@ -342,6 +344,10 @@ pub enum Refusal {
     /// The host is not Operational: nothing can be asked of it now.
     #[error("host {host} unreachable (node {node}; its daemon's link is {state})")]
     HostUnreachable { node: u32, host: String, state: HostState },
+    /// The host answers but its daemon is away (restarting): nothing can be asked of it
+    /// until it is back; connections to it live on.
+    #[error("host {host} daemon restarting (node {node}): ask again when it is back")]
+    DaemonRestarting { node: u32, host: String },
     /// The host's daemon did not answer within the caller's timeout.
     #[error("host {host} did not answer within {waited_ms} ms")]
     Timeout { host: String, waited_ms: u64 },
@@ -393,6 +399,17 @@ pub enum Answer {
 // Daemon to daemon (TCP)
 // ---------------------------------------------------------------------------------------
 
+/// A grant as its holder knows it, for a restarted daemon to take over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldGrant {
+    pub grant: u64,
+    pub node: u32,
+    pub kind: ObjectKind,
+    pub id: u32,
+    pub slot: u32,
+    pub peer_node: u32,
+}
+
 /// What daemons say to each other on their control connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
@@ -410,6 +427,11 @@ pub enum PeerMessage {
         nonce: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         proof: Option<String>,
+        /// The host's own epoch: its kernel's boot id and the fabric directory's instance,
+        /// unchanged by a daemon restart. A new `boot` with the same `host_epoch` is a
+        /// restarted daemon on a host whose processes may live on (reconciled, not Lost).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        host_epoch: String,
     },
     /// The dialler's answer to the acceptor's challenge, right after the hellos.
     Auth {
@@ -439,6 +461,14 @@ pub enum PeerMessage {
     GrantStatus {
         grant: u64,
         status: GrantStatus,
+    },
+    /// Every grant of the receiver's host that the sender's processes hold, sent once per
+    /// connection (by a restarted daemon once its processes had time to register again).
+    /// The receiver takes over the slots it does not know yet (its daemon restarted) and
+    /// releases, as their holders' deaths, those granted to the sender on an earlier
+    /// connection that the list leaves out.
+    Holding {
+        grants: Vec<HeldGrant>,
     },
     /// The sender is closing the connection, and why.
     Bye {
@@ -486,6 +516,14 @@ pub enum Request {
     Disconnect {
         grant: u64,
     },
+    /// This process holds `grant` (of object `kind` `id` of `node`, slot `slot`, as
+    /// `peer_node`) from an earlier daemon of this host, which restarted: the grant lives on
+    /// with this connection, as if it had been connected on it.
+    Adopt {
+        grant: HeldGrant,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        notify: Option<u64>,
+    },
     /// Every live reflective group of the cluster: this host's and every other host's
     /// (refused when a host cannot answer, since it might hold groups).
     Groups {
@@ -516,6 +554,10 @@ pub enum Reply {
         result: Result<Grant, Refusal>,
     },
     Disconnected,
+    /// The answer to [`Request::Adopt`].
+    Adopted {
+        result: Result<(), Refusal>,
+    },
     Groups {
         result: Result<Vec<GroupInfo>, Refusal>,
     },
@@ -580,6 +622,7 @@ mod tests {
                 nodes: vec![8, 12],
                 nonce: None,
                 proof: None,
+                host_epoch: String::new(),
             },
             PeerMessage::Hello {
                 version: PROTOCOL_VERSION,
@@ -588,6 +631,7 @@ mod tests {
                 nodes: vec![],
                 nonce: Some("00ff".into()),
                 proof: Some("ab".into()),
+                host_epoch: "boot/0123".into(),
             },
             PeerMessage::Auth { proof: "cd".into() },
             PeerMessage::Heartbeat,
@@ -654,6 +698,7 @@ mod tests {
             len: 8192,
             handle: 2,
             epoch: 0x8000_0000_0000_0001,
+            slot_keys: vec![crate::cluster::exports::SlotKey { slot: 3, generation: 4, key: 5 }],
         };
         let grant = Grant { info, export, slot: 3, grant: u64::MAX };
         let peer = vec![

@@ -70,7 +70,7 @@ impl LocalInner {
     /// Exports the object to the other hosts of the cluster, when this process is part of
     /// one (segments, interrupts, data interrupts and reflective groups).
     #[cfg(feature = "ofi")]
-    fn export_if_clustered(&self) -> Result<()> {
+    fn export_if_clustered(self: &Arc<Self>) -> Result<()> {
         use crate::transport::ofi::transport::owner_hooks;
         let Some(ofi) = &self.fabric.ofi else { return Ok(()) };
         let snap = *self.file.snapshot();
@@ -82,9 +82,26 @@ impl LocalInner {
             .map_data(0, snap.segment_size, crate::platform::mapping::Access::ReadWrite)
             .map_err(|e| Error::io("mapping the object for its export", e))?;
         let hooks = owner_hooks(snap.kind, &self.file)?;
-        let exported = ofi.export(snap.kind, snap.segment_id, mapping, hooks)?;
+        let exported = ofi.export(snap.kind, snap.segment_id, mapping, hooks, self.file.header())?;
+        // Keys of slots whose claim is over are revoked within a service tick, whether or
+        // not the program looks at its events (revocation, `Exported`).
+        let weak: Weak<LocalInner> = Arc::downgrade(self);
+        exported.renew_periodically(Arc::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                inner.renew_keys();
+            }
+        }));
         *self.export.lock().unwrap_or_else(|e| e.into_inner()) = Some(exported);
         Ok(())
+    }
+
+    /// Revokes the keys of the connection slots whose claim is over (peers of other hosts
+    /// that left, died or were lost): nothing they sent can land once this returned.
+    fn renew_keys(&self) {
+        #[cfg(feature = "ofi")]
+        if let Some(e) = &*self.export.lock().unwrap_or_else(|e| e.into_inner()) {
+            e.renew_keys(self.file.header());
+        }
     }
 
     /// Withdraws the export (peers of other hosts lose access).
@@ -348,7 +365,15 @@ impl LocalInner {
             }
         });
         let r = bell.wait(
-            || self.events.next(&self.fabric, self.file.header(), &ring),
+            || {
+                let ev = self.events.next(&self.fabric, self.file.header(), &ring);
+                if ev.is_some() {
+                    // Before the program hears of a peer's leaving, that peer's key is
+                    // closed: every slot change the tracker saw is in the header now.
+                    self.renew_keys();
+                }
+                ev
+            },
             || self.is_removed().then_some(()),
             self.poll_time(),
             events::deadline(timeout),
@@ -376,8 +401,8 @@ pub(crate) fn live_connections(fabric: &FabricInner, file: &SegmentFile) -> Vec<
     file.header()
         .connections()
         .into_iter()
-        .filter(|&(node, id): &(u32, ProcessIdentity)| node == 0 || fabric.is_alive(node, id))
-        .map(|(node, id)| (node, id.pid()))
+        .filter(|&(node, id, proxy): &(u32, ProcessIdentity, bool)| proxy || node == 0 || fabric.is_alive(node, id))
+        .map(|(node, id, _)| (node, id.pid()))
         .collect()
 }
 

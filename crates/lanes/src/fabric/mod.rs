@@ -365,6 +365,14 @@ impl Fabric {
         }
     }
 
+    /// The host serving `node` when that is another host of this fabric's cluster (its
+    /// objects are reached over the network); None for a node of this host, or one no
+    /// `[[node]]` lists (local, as on one host).
+    pub fn remote_host_of(&self, node: u32) -> Option<String> {
+        let c = self.inner.cluster.as_ref().filter(|c| c.is_remote(node))?;
+        NodeId::new(node).ok().and_then(|n| c.config.host_of(n)).map(|h| h.name.clone())
+    }
+
     /// Whether any live process acts as `node` on this fabric. For a node of another host
     /// of the cluster, this host's daemon asks that host's (`SCIProbeNode`): the node is
     /// there when its host is Operational and a live process acts as it there. A daemon

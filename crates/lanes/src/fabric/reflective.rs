@@ -717,8 +717,8 @@ impl ReflectiveMember {
             file.header()
                 .connections()
                 .into_iter()
-                .filter(|&(n, id)| id != me && inner.fabric.is_alive(n, id))
-                .map(|(n, id)| (n, id.pid())),
+                .filter(|&(n, id, proxy)| id != me && (proxy || inner.fabric.is_alive(n, id)))
+                .map(|(n, id, _)| (n, id.pid())),
         );
         out
     }

@@ -23,6 +23,9 @@ struct SeenPeer {
     id: ProcessIdentity,
     node: u32,
     reported_gone: bool,
+    /// A daemon's proxy for a process of another host: gone only when a daemon releases
+    /// the slot (its daemon's death is not the peer's: a restarted daemon takes it over).
+    proxy: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -96,7 +99,7 @@ impl SlotTracker {
                     // process has exited since; one displaced (or unknown) is judged alive.
                     let released = now.last == Some(p.id) && now.last_released;
                     let lost = now.last == Some(p.id) && now.last_lost;
-                    let died = lost || (!released && gone(p.node, p.id));
+                    let died = lost || (!released && !p.proxy && gone(p.node, p.id));
                     st.queue.push_back(LocalEvent::Disconnected { node: p.node, pid: p.id.pid(), died });
                 }
                 st.watches.remove(&i);
@@ -111,16 +114,18 @@ impl SlotTracker {
             }
             st.seen[i] = SeenSlot { generation: now.generation, peer: None };
             if let Some(c) = now.holder.filter(|&c| reportable(c)) {
-                let alive = fabric.is_alive(now.node, c);
+                let alive = now.proxy || fabric.is_alive(now.node, c);
                 st.queue.push_back(LocalEvent::Connected { node: now.node, pid: c.pid() });
-                if alive {
+                if now.proxy {
+                    // Watched by the daemons, which release the slot when the peer goes.
+                } else if alive {
                     if let Ok(w) = self.watch(fabric, now.node, c, ring) {
                         st.watches.insert(i, w);
                     }
                 } else {
                     st.queue.push_back(LocalEvent::Disconnected { node: now.node, pid: c.pid(), died: true });
                 }
-                st.seen[i].peer = Some(SeenPeer { id: c, node: now.node, reported_gone: !alive });
+                st.seen[i].peer = Some(SeenPeer { id: c, node: now.node, reported_gone: !alive, proxy: now.proxy });
             }
         }
     }

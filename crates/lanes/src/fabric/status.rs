@@ -161,8 +161,8 @@ pub fn status(dir: &Path) -> Result<FabricStatus> {
                     .header()
                     .connections()
                     .into_iter()
-                    .filter(|&(n, p)| n == 0 || alive(&procs, n, p))
-                    .map(|(n, p)| (n, p.pid()))
+                    .filter(|&(n, p, proxy)| proxy || n == 0 || alive(&procs, n, p))
+                    .map(|(n, p, _)| (n, p.pid()))
                     .collect();
                 SegmentStatus {
                     kind: kind_label(k),

@@ -889,6 +889,25 @@ impl NodeState {
                 self.map(a.s(1)).read_bytes(off, &mut v)?;
                 verify_pattern(&v, seed, pos)
             }
+            "pioloop" => {
+                // pioloop MAP LEN MS: writes round after round over the first LEN bytes
+                // (round k: pattern 1000 + k), each posted by a barrier without waiting,
+                // until a write is refused or MS ms pass; replies with the rounds written
+                // and the refusal's variant.
+                let (m, len, ms) = (self.map(a.s(1)), a.us(2), a.n(3));
+                let started = Instant::now();
+                let mut rounds = 0u64;
+                loop {
+                    if let Err(e) = m.write_bytes(0, &pattern(1000 + rounds + 1, 0, len)) {
+                        return Ok(format!("{rounds} {}", variant_name(&e)));
+                    }
+                    m.store_barrier();
+                    rounds += 1;
+                    if started.elapsed() > Duration::from_millis(ms) {
+                        return test_fail(format!("{rounds} rounds written in {ms} ms, none refused"));
+                    }
+                }
+            }
             "sum" => {
                 let mut v = vec![0u8; a.us(3)];
                 self.map(a.s(1)).read_bytes(a.us(2), &mut v)?;

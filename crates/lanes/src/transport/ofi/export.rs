@@ -51,6 +51,7 @@ pub(crate) struct OwnerHooks {
 /// One object exported over ofi. See the module documentation.
 pub(crate) struct Export {
     endpoint: Arc<ProcessEndpoint>,
+    memory: Arc<ExportedMemory>,
     mr: fi::MemoryRegion,
     /// The handler's handle in the endpoint's table; 0 (never assigned) for none.
     handle: u16,
@@ -68,14 +69,26 @@ impl Export {
     /// Registers `memory` (the object's whole data, mapped read-write) on `endpoint` for
     /// peers' reads and writes, and `hooks` for what they write.
     pub fn new(endpoint: &Arc<ProcessEndpoint>, memory: DataMapping, hooks: OwnerHooks) -> Result<Export> {
-        let mr = endpoint.register(Arc::new(ExportedMemory(memory)), fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE)?;
+        let memory = Arc::new(ExportedMemory(memory));
+        let mr = endpoint.register(memory.clone(), fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE)?;
         // The registration closes (drops) if adding the handler fails.
         let handle = match hooks.on_data {
             Some(h) => endpoint.add_handler(h)?,
             None => 0,
         };
         let watch = hooks.on_arrival.map(|w| endpoint.add_arrival_watch(w));
-        Ok(Export { endpoint: Arc::clone(endpoint), mr, handle, watch })
+        Ok(Export { endpoint: Arc::clone(endpoint), memory, mr, handle, watch })
+    }
+
+    /// Registers the object's data again (remote read and write, the same base and length)
+    /// under a new key, which no registration of this process ever had: the key of one
+    /// claim of a connection slot. Dropping it closes the registration, and with it the
+    /// key: the provider drops every later write naming it (revocation; a write whose
+    /// header the provider accepted before is still placed, docs/design/multi-host.md,
+    /// "Revocation").
+    pub fn register_key(&self) -> Result<fi::MemoryRegion> {
+        let memory: Arc<dyn fi::RegistrableMemory> = self.memory.clone();
+        self.endpoint.register(memory, fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE)
     }
 
     /// The registration's key.
@@ -113,6 +126,11 @@ impl Export {
     /// The endpoint the object is exported on.
     #[cfg(test)]
     pub fn endpoint(&self) -> &Arc<ProcessEndpoint> {
+        &self.endpoint
+    }
+
+    /// The endpoint the object is exported on (for periodic tasks).
+    pub fn endpoint_arc(&self) -> &Arc<ProcessEndpoint> {
         &self.endpoint
     }
 

@@ -4,6 +4,7 @@
 //! - [`endpoint`]: the one endpoint each process opens, its progress and service thread;
 //! - [`transport`]: connecting through the daemons' grants, exporting local objects;
 //! - [`export`]: what an owner keeps for an object it exports;
+//! - [`fence`]: cutting a lost host's connections to this process (revocation);
 //! - [`remote`]: a connection; [`window`]: its maps (mirror windows);
 //! - [`node_watch`]: what connections learn from the daemon (host states, grant notices);
 //! - [`notify`]: interrupts and data interrupts as CQ-data doorbells;
@@ -14,6 +15,7 @@
 
 pub(crate) mod endpoint;
 pub(crate) mod export;
+pub(crate) mod fence;
 pub mod fi;
 pub(crate) mod node_watch;
 pub(crate) mod notify;

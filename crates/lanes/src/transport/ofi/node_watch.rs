@@ -8,10 +8,13 @@
 //!   ([`LossReason::NodeLost`]).
 //! - **Grant notices** (the owner's daemon watches each granted object): unavailable and
 //!   available again, removed, owner died.
-//! - **This host's daemon**: while the subscription is down every connection is
-//!   NotOperational (nothing tells us what happens elsewhere); the thread subscribes again
-//!   every [`RETRY`]. A daemon that restarted meanwhile (a new boot value) held our grants
-//!   and is gone with them: every connection is lost.
+//! - **This host's daemon**: while the subscription is down the connections keep their
+//!   state (the data goes from process to process; the daemon only watches), for at most
+//!   `lost_after`, after which they are NotOperational until it is back; the thread
+//!   subscribes again every [`RETRY`]. A daemon that restarted meanwhile (a new boot value)
+//!   does not know our grants: each connection registers its grant with it again
+//!   (`Request::Adopt`, on a new daemon connection that the grant lives on from then on);
+//!   one it refuses, or that the object's host cannot take over, is lost.
 //!
 //! A notice can overtake the grant it is about (grants travel on the connecting call's
 //! own daemon connection): it is kept until the connection registers.
@@ -19,10 +22,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::remote::OfiConn;
-use crate::cluster::{Client, GrantStatus, HostState, HostStatus, Notice, Subscription};
+use crate::cluster::{Client, GrantStatus, HeldGrant, HostState, HostStatus, Notice, ObjectKind, Subscription};
 use crate::error::{Error, Result};
 use crate::transport::LossReason;
 
@@ -38,6 +41,9 @@ const RETRY: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub(crate) struct NodeWatch {
     state: Mutex<Watched>,
+    dir: PathBuf,
+    /// How long connections keep their state while the daemon is away.
+    patience: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -49,13 +55,15 @@ struct Watched {
     early: HashMap<u64, GrantStatus>,
     /// The current subscription's id, for grants to name; `None` while it is down.
     subscriber: Option<u64>,
+    /// Since when the subscription is down, until connections were made NotOperational.
+    down_since: Option<Instant>,
 }
 
 impl NodeWatch {
     /// Subscribes to the daemon of fabric directory `dir` and starts the thread.
-    pub fn start(dir: PathBuf) -> Result<Arc<NodeWatch>> {
+    pub fn start(dir: PathBuf, patience: Duration) -> Result<Arc<NodeWatch>> {
         let sub = subscribe(&dir)?;
-        let watch = Arc::new(NodeWatch { state: Mutex::new(Watched::default()) });
+        let watch = Arc::new(NodeWatch { state: Mutex::new(Watched::default()), dir: dir.clone(), patience });
         watch.subscribed(&sub, false);
         let weak = Arc::downgrade(&watch);
         std::thread::Builder::new()
@@ -97,13 +105,23 @@ impl NodeWatch {
     /// A subscription (re)started: take its picture of the hosts. `restarted`: the daemon
     /// is not the one our grants came from.
     fn subscribed(&self, sub: &Subscription, restarted: bool) {
+        if restarted {
+            let conns: Vec<Arc<OfiConn>> = Self::live(&self.lock()).collect();
+            for c in conns {
+                if let Err(e) = self.adopt(&c, sub.id()) {
+                    eprintln!(
+                        "lanes: connection to node {} lost with the restart of this host's daemon: {e}",
+                        c.info.addr.node
+                    );
+                    c.mark_lost(LossReason::NodeLost);
+                }
+            }
+        }
         let mut w = self.lock();
         w.subscriber = Some(sub.id());
+        w.down_since = None;
         w.nodes = remote_nodes(sub.initial());
         for c in Self::live(&w) {
-            if restarted {
-                c.mark_lost(LossReason::NodeLost);
-            }
             c.set_reachable(true);
             if let Some(&state) = w.nodes.get(&c.info.addr.node) {
                 apply_host_state(&c, state);
@@ -111,10 +129,42 @@ impl NodeWatch {
         }
     }
 
-    /// The subscription broke: nothing is known about other hosts until it is back.
+    /// Registers `conn`'s grant with this host's restarted daemon on a new daemon
+    /// connection, which the grant lives on from now on.
+    fn adopt(&self, conn: &OfiConn, subscriber: u64) -> std::result::Result<(), String> {
+        if matches!(conn.state(), crate::transport::RemoteState::Lost(_)) {
+            return Ok(()); // disconnected or lost already: nothing to keep
+        }
+        let Some(link) = conn.daemon_link.get() else { return Err("no daemon connection".into()) };
+        let kind = ObjectKind::from_layout_kind(conn.info.addr.kind).ok_or("an object of an unknown kind")?;
+        let grant = HeldGrant {
+            grant: conn.grant,
+            node: conn.info.addr.node,
+            kind,
+            id: conn.info.addr.id,
+            slot: conn.slot,
+            peer_node: link.peer_node,
+        };
+        let mut client = Client::connect(&self.dir, CALL).map_err(|e| e.to_string())?;
+        client.adopt_object(grant, Some(subscriber), CALL).map_err(|e| e.to_string())?;
+        *link.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client);
+        Ok(())
+    }
+
+    /// The subscription broke: connections keep their state for `patience`.
     fn daemon_unreachable(&self) {
         let mut w = self.lock();
         if w.subscriber.take().is_some() {
+            w.down_since = Some(Instant::now());
+        }
+    }
+
+    /// The daemon stayed away past `patience`: nothing is known about other hosts until it
+    /// is back.
+    fn check_patience(&self) {
+        let mut w = self.lock();
+        if w.down_since.is_some_and(|t| t.elapsed() >= self.patience) {
+            w.down_since = None;
             for c in Self::live(&w) {
                 c.set_reachable(false);
             }
@@ -167,6 +217,7 @@ fn apply_grant_status(conn: &OfiConn, status: GrantStatus) {
         GrantStatus::Unavailable => conn.set_available(false),
         GrantStatus::Removed => conn.mark_lost(LossReason::Removed),
         GrantStatus::OwnerDied => conn.mark_lost(LossReason::OwnerDied),
+        GrantStatus::Forgotten => conn.mark_lost(LossReason::NodeLost),
     }
 }
 
@@ -199,6 +250,7 @@ fn run(watch: Weak<NodeWatch>, dir: PathBuf, first: Subscription) {
                     sub = Some(s);
                 }
                 Err(_) => {
+                    w.check_patience();
                     drop(w);
                     std::thread::sleep(RETRY);
                 }

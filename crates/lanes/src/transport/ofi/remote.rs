@@ -31,6 +31,14 @@ const FAULT_CHECK: Duration = Duration::from_millis(10);
 /// What runs when the connection ends: giving its slot at the owner back.
 pub(crate) type OnDisconnect = Box<dyn FnOnce() + Send>;
 
+/// The daemon connection a grant lives on, and the node this process acts as: replaced
+/// when this host's daemon restarted and the grant was registered with the new one.
+#[derive(Clone)]
+pub(crate) struct DaemonLink {
+    pub client: Arc<Mutex<Option<crate::cluster::Client>>>,
+    pub peer_node: u32,
+}
+
 /// A connection to an object of another host (or, forced, of this one) over ofi.
 #[derive(Debug, Clone)]
 pub(crate) struct OfiRemote(pub(crate) Arc<OfiConn>);
@@ -54,6 +62,8 @@ pub(crate) struct OfiConn {
     /// The state doorbell's two words (seq, sleepers), boxed so their address is stable.
     bell_words: Box<[AtomicU32; 2]>,
     on_disconnect: Mutex<Option<OnDisconnect>>,
+    /// Where the grant lives (None: no daemon, as in tests).
+    pub daemon_link: std::sync::OnceLock<DaemonLink>,
     /// Triggers or messages: what this connection sent and has in flight.
     notify: Notifier,
 }
@@ -90,6 +100,7 @@ impl OfiRemote {
             unreachable: AtomicBool::new(false),
             bell_words: Box::new([AtomicU32::new(0), AtomicU32::new(0)]),
             on_disconnect: Mutex::new(on_disconnect),
+            daemon_link: std::sync::OnceLock::new(),
             notify: Notifier::default(),
         }))
     }

@@ -90,7 +90,8 @@ pub struct ConnectionSlot {
     pub peer: u64,
     /// The process that held the slot before the current state (0: none yet).
     pub last_peer: u64,
-    /// The node of the current holder.
+    /// The node of the current holder; [`PROXY_NODE`] set: the holder is a cluster daemon
+    /// holding the slot for a process of another host (node ids are at most 65532).
     pub node: u32,
     /// Seqlock and change counter: odd while a claim or release is in progress.
     pub generation: u32,
@@ -101,10 +102,19 @@ pub struct ConnectionSlot {
     pub last_released: u32,
 }
 
+/// In `ConnectionSlot::node`: the holder is a daemon's proxy for a process of another host,
+/// alive until a daemon releases the slot (not while the daemon process lives: a restarted
+/// daemon takes the slot over).
+const PROXY_NODE: u32 = 1 << 31;
+
 /// `ConnectionSlot::last_released` of a slot its holder released itself.
 const RELEASED: u32 = 1;
 /// `ConnectionSlot::last_released` of a slot released for a holder whose host was lost.
 const RELEASED_LOST: u32 = 2;
+/// `ConnectionSlot::last_released` of a slot a daemon released because the holder's whole
+/// host was lost (a [`RELEASED_LOST`] whose owner may also cut that host's connections:
+/// revocation, `transport::ofi::transport::Exported`).
+const RELEASED_HOST_LOST: u32 = 3;
 
 /// The header as it lies in shared memory.
 #[repr(C)]
@@ -160,8 +170,13 @@ pub struct SlotSnapshot {
     /// Whether the last holder's slot was released for it because its host was lost: as
     /// good as dead, though the holder (a daemon's proxy record) lives on.
     pub last_lost: bool,
+    /// `last_lost`, because the last holder's whole host was lost (not only its process).
+    pub last_host_lost: bool,
     /// Even; +2 for every claim and every release.
     pub generation: u32,
+    /// The holder is a daemon's proxy for a process of another host: its liveness is the
+    /// daemons' to judge (they release the slot), not its pid's.
+    pub proxy: bool,
 }
 
 /// The validated, immutable facts of a segment, copied out of its header once.
@@ -366,13 +381,19 @@ impl HeaderView {
         for attempt in 0..1000 {
             let g1 = generation.load(Ordering::SeqCst);
             if g1 % 2 == 0 {
+                let raw_node = node.load(Ordering::SeqCst);
                 let snap = SlotSnapshot {
                     holder: ProcessIdentity::from_bits(peer.load(Ordering::SeqCst)),
                     last: ProcessIdentity::from_bits(last.load(Ordering::SeqCst)),
-                    node: node.load(Ordering::SeqCst),
-                    last_node: self.last_node_word(i).load(Ordering::SeqCst),
+                    node: raw_node & !PROXY_NODE,
+                    proxy: raw_node & PROXY_NODE != 0,
+                    last_node: self.last_node_word(i).load(Ordering::SeqCst) & !PROXY_NODE,
                     last_released: self.last_released_word(i).load(Ordering::SeqCst) == RELEASED,
-                    last_lost: self.last_released_word(i).load(Ordering::SeqCst) == RELEASED_LOST,
+                    last_lost: matches!(
+                        self.last_released_word(i).load(Ordering::SeqCst),
+                        RELEASED_LOST | RELEASED_HOST_LOST
+                    ),
+                    last_host_lost: self.last_released_word(i).load(Ordering::SeqCst) == RELEASED_HOST_LOST,
                     generation: g1,
                 };
                 if generation.load(Ordering::SeqCst) == g1 {
@@ -402,19 +423,57 @@ impl HeaderView {
     }
 
     /// Claims a free connection slot (or one whose holder `is_dead`) for `peer` on `node`.
+    /// A daemon's proxy slot is never taken this way (only a daemon releases it).
     pub fn claim_slot(
         &self,
         peer: ProcessIdentity,
         node: u32,
         is_dead: impl Fn(u32, ProcessIdentity) -> bool,
     ) -> Option<usize> {
+        self.claim_slot_as(peer, node, is_dead, |_, _| true)
+    }
+
+    /// As [`Self::claim_slot`], for a daemon (`peer`) holding the slot for a process acting
+    /// as `node` on another host: the slot is marked as a proxy's (see [`PROXY_NODE`]).
+    pub fn claim_proxy_slot(
+        &self,
+        peer: ProcessIdentity,
+        node: u32,
+        is_dead: impl Fn(u32, ProcessIdentity) -> bool,
+    ) -> Option<usize> {
+        self.claim_slot_as(peer, node | PROXY_NODE, is_dead, |_, _| true)
+    }
+
+    /// As [`Self::claim_slot`] (as [`Self::claim_proxy_slot`] when `proxy`), taking only a
+    /// slot `usable(slot, generation)` accepts at the generation it is claimed from: a
+    /// daemon takes only slots whose owner made a key for that claim (revocation,
+    /// `cluster::exports::SlotKey`).
+    pub fn claim_slot_where(
+        &self,
+        peer: ProcessIdentity,
+        node: u32,
+        proxy: bool,
+        is_dead: impl Fn(u32, ProcessIdentity) -> bool,
+        usable: impl Fn(usize, u32) -> bool,
+    ) -> Option<usize> {
+        let node = if proxy { node | PROXY_NODE } else { node };
+        self.claim_slot_as(peer, node, is_dead, usable)
+    }
+
+    fn claim_slot_as(
+        &self,
+        peer: ProcessIdentity,
+        node: u32,
+        is_dead: impl Fn(u32, ProcessIdentity) -> bool,
+        usable: impl Fn(usize, u32) -> bool,
+    ) -> Option<usize> {
         for i in 0..MAX_CONNECTIONS {
             let Some(snap) = self.slot(i) else { continue };
             let claimable = match snap.holder {
                 None => true,
-                Some(h) => is_dead(snap.node, h),
+                Some(h) => !snap.proxy && is_dead(snap.node, h),
             };
-            if !claimable || !self.lock_slot(i, snap.generation) {
+            if !claimable || !usable(i, snap.generation) || !self.lock_slot(i, snap.generation) {
                 continue;
             }
             let (peer_w, last_w, node_w, _) = self.slot_words(i);
@@ -448,6 +507,11 @@ impl HeaderView {
         self.release_slot_as(i, peer, RELEASED_LOST)
     }
 
+    /// As [`Self::release_slot_lost`], for a peer whose whole host was lost.
+    pub fn release_slot_host_lost(&self, i: usize, peer: ProcessIdentity) {
+        self.release_slot_as(i, peer, RELEASED_HOST_LOST)
+    }
+
     fn release_slot_as(&self, i: usize, peer: ProcessIdentity, how: u32) {
         if i >= MAX_CONNECTIONS {
             return;
@@ -473,8 +537,17 @@ impl HeaderView {
         }
     }
 
-    /// The current holders of connection slots as (node, identity).
-    pub fn connections(&self) -> Vec<(u32, ProcessIdentity)> {
-        (0..MAX_CONNECTIONS).filter_map(|i| self.slot(i)).filter_map(|s| Some((s.node, s.holder?))).collect()
+    /// The current holders of connection slots as (node, identity, a daemon's proxy).
+    pub fn connections(&self) -> Vec<(u32, ProcessIdentity, bool)> {
+        (0..MAX_CONNECTIONS).filter_map(|i| self.slot(i)).filter_map(|s| Some((s.node, s.holder?, s.proxy))).collect()
+    }
+
+    /// The slots daemons hold as proxies: (slot, node, holder).
+    pub fn proxy_slots(&self) -> Vec<(usize, u32, ProcessIdentity)> {
+        (0..MAX_CONNECTIONS)
+            .filter_map(|i| Some((i, self.slot(i)?)))
+            .filter(|(_, s)| s.proxy)
+            .filter_map(|(i, s)| Some((i, s.node, s.holder?)))
+            .collect()
     }
 }
