@@ -15,6 +15,7 @@
 //! remote.rs       `--transport ofi --remote-node N` and `--serve`: two hosts, with
 //!                 fi_pingpong and iperf3 as baselines
 //! sockets/        `lanes bench sockets`: sockperf, iperf3, redis with and without it
+//! udp_stream.rs   `lanes bench udp-stream`: the UDP streaming API against per-datagram calls
 //! control.rs      the control channel and the peer's command loop
 //! wait.rs         spinning waits with bounded, non-blocking liveness checks
 //! runner.rs       the peer session, slices, rounds, the results
@@ -40,6 +41,7 @@ mod report;
 mod runner;
 mod sockets;
 mod table;
+mod udp_stream;
 mod wait;
 
 use std::path::PathBuf;
@@ -154,6 +156,9 @@ enum BenchWhat {
     /// interleaved A/B: sockperf latency and 64 B msg/s, iperf3, redis-benchmark GET p50, a
     /// blocking ping-pong (also with a CPU hog per core), pgbench TPC-B and select-only, nginx.
     Sockets(sockets::SocketsArgs),
+    /// The UDP streaming API (UDP GSO/GRO, sendmmsg/recvmmsg) against per-datagram
+    /// send/recv: MB/s, CPU% of both sides, system calls per GB and loss per datagram size.
+    UdpStream(udp_stream::UdpStreamArgs),
 }
 
 /// `4 B`, `64 KiB`, `1 MiB`, `1536 B`.
@@ -252,6 +257,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     match a.what {
         Some(BenchWhat::Dma(d)) => return crate::dma_bench::run_cmd(d),
         Some(BenchWhat::Sockets(s)) => return sockets::run(s),
+        Some(BenchWhat::UdpStream(u)) => return udp_stream::run(u),
         None => {}
     }
     if a.peer {

@@ -1,0 +1,45 @@
+//! `lanes bench udp-stream` as a user runs it, in its shortest form: the JSON names every
+//! row for the size asked, each measured something, and the library's rows name their
+//! paths. No figure is asserted (performance is what the command prints, not a test).
+
+use std::process::Command;
+
+#[test]
+fn udp_stream_bench_runs_and_reports_every_row() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lanes"))
+        .args(["bench", "udp-stream", "--seconds", "0.05", "--rounds", "1", "--sizes", "1K", "--block", "256K"])
+        .args(["--json", "-"])
+        .env_remove("LANES_UDPSTREAM_PATH")
+        .output()
+        .expect("run lanes");
+    assert!(out.status.success(), "lanes bench udp-stream: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on standard output");
+    assert_eq!(v["format"], "lanes-bench-udp-stream/1");
+    let cells = v["cells"].as_array().expect("cells");
+    let rows: Vec<&str> = cells.iter().map(|c| c["row"].as_str().expect("row")).collect();
+    assert_eq!(rows, ["fast", "mmsg", "per-datagram", "fast80"], "{v}");
+    for c in cells {
+        let m = &c["median"];
+        assert_eq!(c["datagram_size"], 1024);
+        assert!(m["sent_datagrams"].as_u64().unwrap() > 0, "{c}");
+        assert!(m["received_bytes"].as_u64().unwrap() > 0, "{c}");
+        assert!(m["tx_calls"].as_u64().unwrap() > 0 && m["rx_calls"].as_u64().unwrap() > 0, "{c}");
+    }
+    assert_eq!(cells[1]["median"]["send_path"], "mmsg");
+    assert_eq!(cells[1]["median"]["recv_path"], "mmsg");
+    assert_eq!(cells[2]["median"]["send_path"], "send");
+}
+
+#[test]
+fn udp_stream_bench_refuses_bad_sizes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lanes"))
+        .args(["bench", "udp-stream", "--sizes", "70000", "--seconds", "0.05", "--rounds", "1"])
+        .output()
+        .expect("run lanes");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("datagram size 70000"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
