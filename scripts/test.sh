@@ -31,12 +31,23 @@ declare -A apt_for=(
 declare -A apt_for_pkg_config=(
     ['libfabric >= 1.17']=libfabric-dev
 )
+# Debian packages that install no command, by a file that proves each: other projects' own
+# socket test suites, run on kernel TCP and under the library
+# (crates/lanes-sockets/tests/third_party_suites.rs).
+declare -A apt_for_file=(
+    [/usr/lib/python3.11/test/test_socket.py]=libpython3.11-testsuite
+    [/usr/lib/python3/dist-packages/twisted/internet/test/test_tcp.py]=python3-twisted
+    [/usr/lib/python3/dist-packages/tornado/test/runtests.py]=python3-tornado
+)
 missing=()
 for cmd in "${!apt_for[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || missing+=("${apt_for[$cmd]}")
 done
 for module in "${!apt_for_pkg_config[@]}"; do
     pkg-config --exists "$module" 2>/dev/null || missing+=("${apt_for_pkg_config[$module]}")
+done
+for file in "${!apt_for_file[@]}"; do
+    [ -e "$file" ] || missing+=("${apt_for_file[$file]}")
 done
 if ((${#missing[@]})); then
     log "installing Debian packages: ${missing[*]}"

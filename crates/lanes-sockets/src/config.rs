@@ -74,7 +74,9 @@ pub fn record_failed(why: &io::Error, key: &lanes::sockets::ConnectionKey) {
 }
 
 fn load() -> Config {
-    let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
+    // The library's variables an exec carried for it (see `exec`) are no longer in the
+    // program's environment.
+    let var = |n: &str| crate::exec::carried(n).or_else(|| std::env::var(n).ok()).filter(|v| !v.is_empty());
     let fabric_dir = match var("LANES_DIR") {
         Some(d) => PathBuf::from(d),
         None => lanes::FabricConfig::from_env().map(|c| c.dir).unwrap_or_else(|_| lanes::config::default_fabric_dir()),

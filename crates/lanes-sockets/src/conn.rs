@@ -6,7 +6,9 @@ use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use lanes::sockets::endpoint::{this_process, FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_TX_CLOSED};
+use lanes::sockets::endpoint::{
+    this_process, FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED,
+};
 use lanes::sockets::{ConnectionKey, Endpoint};
 
 use crate::config::{config, record_failed, wanted, Wanted};
@@ -76,6 +78,32 @@ impl Conn {
             Some(p) => p.tx_word().load().ring_unread(self.own.rx_consumed().load(Ordering::Acquire)) > 0,
             None => false,
         }
+    }
+
+    /// Ring bytes from the peer not yet read.
+    pub fn ring_unread(&self) -> u64 {
+        match self.peer.get() {
+            Some(p) => p.tx_word().load().ring_unread(self.own.rx_consumed().load(Ordering::Acquire)),
+            None => 0,
+        }
+    }
+
+    /// The receive low-water mark the ring's bytes are counted against: the program's
+    /// SO_RCVLOWAT while it is above 1 (`FLAG_RX_LOWAT`), else 1.
+    pub fn rx_lowat(&self) -> u64 {
+        if self.own.has_flag(FLAG_RX_LOWAT) {
+            u64::from(self.own.rx_lowat().load(Ordering::Relaxed).max(1))
+        } else {
+            1
+        }
+    }
+
+    /// Whether the ring's bytes alone make the socket readable (a wait reports them): any,
+    /// or as many as the low-water mark asks for. Fewer than that are left to the kernel,
+    /// whose own mark counts them (see `stream::sync_kernel_lowat`).
+    pub fn ring_input_ready(&self) -> bool {
+        let unread = self.ring_unread();
+        unread > 0 && (unread >= self.rx_lowat())
     }
 
     /// The peer's consumed count as last seen (never ahead of the real one), if any.
@@ -348,6 +376,11 @@ pub fn on_connected(fd: i32) {
     let fl = unsafe { (real().fcntl)(fd, libc::F_GETFL, 0) };
     own.nonblocking().store(u32::from(fl >= 0 && fl & libc::O_NONBLOCK != 0), Ordering::Relaxed);
     let conn = Conn::new(own, key);
+    // An accepted socket inherits the listener's low-water mark.
+    let inherited = if crate::sandbox::filtered() { None } else { crate::stream::kernel_lowat(fd) };
+    if let Some(lowat) = inherited.filter(|&l| l > 1) {
+        crate::stream::set_lowat(&conn, fd, lowat);
+    }
     // The peer may have published first: then we attach it now and tell it about us.
     if let Some(p) = conn.attach_peer() {
         p.set_flags(FLAG_PEER_FOUND);
@@ -406,4 +439,35 @@ pub fn shut_rx(conn: &Conn) {
 pub fn shut_tx(conn: &Conn) {
     conn.own.set_flags(FLAG_TX_CLOSED);
     conn.own.tx_word().to_kernel_mode();
+}
+
+/// Calls `f` with every accelerated fd of this process and its socket, under the table's
+/// read lock, allocating nothing (the exec interposers may run in a vfork child).
+pub fn for_each(mut f: impl FnMut(i32, &Arc<Conn>)) {
+    if let Ok(t) = table().read() {
+        for (fd, c) in t.iter() {
+            f(*fd, c);
+        }
+    }
+}
+
+/// Before an exec into an image that cannot read rings, in the socket's only holder `me`:
+/// no more ring traffic either way, as when the last holder closes it, but the socket stays
+/// open. Returns whether the peer's ring held bytes for us: stranded, since nobody can read
+/// them now (the caller resets the connection).
+pub fn hand_to_kernel(conn: &Conn, me: lanes::platform::liveness::ProcessIdentity) -> bool {
+    conn.own.remove_holder(me);
+    conn.own.set_flags(FLAG_TX_CLOSED | FLAG_RX_CLOSED);
+    conn.own.tx_word().to_kernel_mode();
+    // Whatever the peer published before its direction left ring mode is in the ring; it
+    // publishes nothing after (only a receiver brings ring mode back, and ours is gone).
+    let stranded = match conn.peer() {
+        Some(p) => {
+            p.tx_word().to_kernel_mode();
+            conn.ring_readable()
+        }
+        None => false,
+    };
+    conn.own.unlink();
+    stranded
 }

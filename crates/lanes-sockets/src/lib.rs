@@ -16,6 +16,7 @@
 
 mod config;
 mod conn;
+mod exec;
 mod real;
 mod reasons;
 mod sandbox;
@@ -35,7 +36,7 @@ use libc::{
 };
 
 use conn::{lookup, lookup_or_complete, Conn};
-use lanes::sockets::endpoint::{FLAG_APP_NODELAY, FLAG_NODELAY_FORCED};
+use lanes::sockets::endpoint::{FLAG_APP_NODELAY, FLAG_NODELAY_FORCED, FLAG_RX_LOWAT};
 use real::{errno, real, set_errno};
 use stream::Call;
 
@@ -432,11 +433,13 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
             }
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &*msg };
-            if m.msg_controllen != 0 {
-                return None; // ancillary data: the kernel's business (the bytes count as kernel bytes below)
-            }
             // SAFETY: the caller's iovec array.
             let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?;
+            if m.msg_controllen != 0 {
+                // Ancillary data is the kernel's business; its bytes are counted as kernel
+                // bytes, so they stay in order with the ring's.
+                return Some(stream::send_with_control(&c, fd, m, iov, flags));
+            }
             Some(stream::send(&c, fd, Call::Msg, iov, flags))
         },
         call,
@@ -650,6 +653,15 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
                     // SAFETY: FIONREAD's argument points to an int.
                     unsafe { *(arg as *mut c_int) = n };
                     Some(0)
+                }
+                stream::SIOCATMARK => {
+                    // Ring bytes still unread come before any mark the kernel holds.
+                    let r = call();
+                    if r == 0 && arg != 0 && c.ring_readable() {
+                        // SAFETY: the kernel accepted the pointer and wrote an int there.
+                        unsafe { *(arg as *mut c_int) = 0 };
+                    }
+                    Some(r)
                 }
                 libc::FIONBIO if arg != 0 => {
                     let r = call();
@@ -1070,6 +1082,18 @@ pub unsafe extern "C" fn getsockopt(
                     let _ = lookup_or_complete(fd);
                 }
             }
+            if r == 0 && level == libc::SOL_SOCKET && name == libc::SO_RCVLOWAT && !val.is_null() && !len.is_null() {
+                // The kernel's mark may be lowered while ring bytes count against it.
+                if let Some(c) = lookup(fd).filter(|c| c.own.has_flag(FLAG_RX_LOWAT)) {
+                    let app = (c.own.rx_lowat().load(std::sync::atomic::Ordering::Relaxed) as c_int).to_ne_bytes();
+                    // SAFETY: the kernel accepted val and len and wrote *len (at most an
+                    // int's) bytes to val; we replace the same bytes.
+                    unsafe {
+                        let n = (*len as usize).min(app.len());
+                        std::ptr::copy_nonoverlapping(app.as_ptr(), val.cast::<u8>(), n);
+                    }
+                }
+            }
             if r == 0 && level == libc::IPPROTO_TCP && name == libc::TCP_NODELAY {
                 if let Some(c) = lookup(fd).filter(|c| c.own.has_flag(FLAG_NODELAY_FORCED)) {
                     let app = c_int::from(c.own.has_flag(FLAG_APP_NODELAY)).to_ne_bytes();
@@ -1091,10 +1115,40 @@ pub unsafe extern "C" fn getsockopt(
 /// # Safety
 /// As setsockopt(2). TCP_NODELAY on an accelerated socket whose kernel setting is forced on
 /// is recorded as the program's setting; the kernel validates the arguments as always.
+/// SO_RCVLOWAT above 1 makes the peer send through the kernel (`stream::set_lowat`).
 #[no_mangle]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
     // SAFETY: the caller's arguments, via the raw system call (no recursion into ourselves).
     let call = || unsafe { libc::syscall(libc::SYS_setsockopt, fd, level, name, val, len) as c_int };
+    if level == libc::SOL_SOCKET && name == libc::SO_RCVLOWAT {
+        return intercept(
+            -1,
+            || {
+                let c = lookup_or_complete(fd)?;
+                let r = call();
+                if r == 0 {
+                    let e = errno();
+                    // The kernel took (and checked) the value: its own answer counts. Under
+                    // a seccomp filter (no system call of ours) the program's, as the
+                    // kernel reads it (negative: no limit; 0: 1).
+                    let lowat = if sandbox::filtered() {
+                        (len as usize >= std::mem::size_of::<c_int>() && !val.is_null())
+                            // SAFETY: the kernel accepted val as at least an int.
+                            .then(|| unsafe { std::ptr::read_unaligned(val as *const c_int) })
+                            .map(|v| if v < 0 { c_int::MAX } else { v.max(1) })
+                    } else {
+                        stream::kernel_lowat(fd)
+                    };
+                    if let Some(lowat) = lowat {
+                        stream::set_lowat(&c, fd, lowat);
+                    }
+                    set_errno(e);
+                }
+                Some(r)
+            },
+            call,
+        );
+    }
     if level != libc::IPPROTO_TCP || name != libc::TCP_NODELAY {
         return call();
     }

@@ -2,8 +2,8 @@
 //! on first use (never in a constructor).
 
 use libc::{
-    c_int, c_uint, c_ulong, c_void, epoll_event, iovec, msghdr, nfds_t, off_t, pollfd, sigset_t, size_t, sockaddr,
-    socklen_t, ssize_t, timespec,
+    c_char, c_int, c_uint, c_ulong, c_void, epoll_event, iovec, msghdr, nfds_t, off_t, pollfd, sigset_t, size_t,
+    sockaddr, socklen_t, ssize_t, timespec,
 };
 use std::sync::OnceLock;
 
@@ -69,6 +69,9 @@ real_functions! {
     seteuid: fn(libc::uid_t) -> c_int;
     setreuid: fn(libc::uid_t, libc::uid_t) -> c_int;
     setresuid: fn(libc::uid_t, libc::uid_t, libc::uid_t) -> c_int;
+    execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
 }
 
 static REAL: OnceLock<Real> = OnceLock::new();

@@ -103,6 +103,7 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
             "{sock}shared by more than {} processes: it goes back to kernel TCP when the first of them close it",
             lanes::sockets::endpoint::HOLDER_SLOTS
         ),
+        Reason::ExecWithoutLibrary => format!("{sock}exec of an image that cannot load the library: {detail}"),
     }
 }
 

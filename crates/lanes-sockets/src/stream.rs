@@ -10,7 +10,7 @@ use libc::{c_int, iovec, msghdr, ssize_t};
 use lanes::sockets::direction::DirectionWord;
 use lanes::sockets::endpoint::{
     lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_NODELAY_FORCED, FLAG_RESET, FLAG_RING_WANTED,
-    FLAG_RX_CLOSED, FLAG_TX_CLOSED,
+    FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED, FLAG_TX_URGENT,
 };
 
 use crate::config::config;
@@ -155,6 +155,16 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
         return kernel_send(call, fd, iov, flags);
     }
     force_nodelay(conn, fd);
+    if call.takes_flags() && flags & libc::MSG_OOB != 0 {
+        // Urgent data: this direction goes through the kernel from now on (see
+        // FLAG_TX_URGENT); the reservation below takes it out of ring mode, after the
+        // ring bytes already published, so the order holds.
+        conn.own.set_flags(FLAG_TX_URGENT);
+    }
+    // The ring is not used while the peer counts its bytes against a low-water mark, nor
+    // after urgent data (flags read once per call: a direction switched to the kernel
+    // stays there until the receiver, which honours them too, switches it back).
+    let kernel_only = conn.own.has_flag(FLAG_TX_URGENT) || conn.peer().is_some_and(|p| p.has_flag(FLAG_RX_LOWAT));
     let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
     let word = conn.own.tx_word();
     let (ring_count, kernel_count) = conn.own.tx_counts();
@@ -162,11 +172,12 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     let mut full: Option<RingFull> = None;
     while sent < total {
         let state = word.load();
-        if !state.ring_mode() && conn.peer().is_some_and(|p| p.has_flag(FLAG_RING_WANTED)) {
+        if !kernel_only && !state.ring_mode() && conn.peer().is_some_and(|p| p.has_flag(FLAG_RING_WANTED)) {
             wait_for_ring(conn, &word, nonblocking);
         }
         let state = word.load();
-        let peer = if state.ring_mode() { conn.peer().filter(|p| !p.has_flag(FLAG_RX_CLOSED)) } else { None };
+        let peer =
+            if state.ring_mode() && !kernel_only { conn.peer().filter(|p| !p.has_flag(FLAG_RX_CLOSED)) } else { None };
         if let Some(peer) = peer {
             let _lock = lock_shared(conn.own.tx_lock());
             let state = word.load();
@@ -207,7 +218,9 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
         }
         let reservation = word.reserve_kernel(total - sent);
         let chunk = sub_iov(iov, sent, reservation.bytes);
-        let r = kernel_send(call, fd, &chunk, flags);
+        // MSG_OOB marks the last byte of the call urgent: only the last chunk carries it.
+        let chunk_flags = if sent + reservation.bytes < total { flags & !libc::MSG_OOB } else { flags };
+        let r = kernel_send(call, fd, &chunk, chunk_flags);
         let e = errno();
         word.settle_kernel(reservation, r.max(0) as usize);
         if r < 0 {
@@ -224,6 +237,33 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
         }
     }
     sent as ssize_t
+}
+
+/// `sendmsg` with ancillary data: control messages do not travel in rings, so the bytes go
+/// through the kernel with the program's own message, counted as kernel bytes. The count
+/// takes the direction out of ring mode after the ring bytes already published, so the
+/// receiver reads the two in the order they were sent (sent without it, they could be read
+/// after ring bytes sent later). At most one kernel chunk goes per call: a larger message
+/// is a short send.
+pub fn send_with_control(conn: &Conn, fd: c_int, msg: &msghdr, iov: &[iovec], flags: c_int) -> ssize_t {
+    if conn.own.has_flag(FLAG_RESET) {
+        return reset_send(flags);
+    }
+    let word = conn.own.tx_word();
+    let reservation = word.reserve_kernel(iov_len(iov));
+    let chunk = sub_iov(iov, 0, reservation.bytes);
+    let mut m = *msg;
+    m.msg_iov = chunk.as_ptr() as *mut iovec;
+    m.msg_iovlen = chunk.len();
+    // SAFETY: the caller's message with a part of its own buffers; its control data as given.
+    let r = unsafe { (real().sendmsg)(fd, &m, flags) };
+    let e = errno();
+    word.settle_kernel(reservation, r.max(0) as usize);
+    if r > 0 {
+        conn.own.tx_counts().1.fetch_add(r as u64, Ordering::Relaxed);
+    }
+    set_errno(e);
+    r
 }
 
 /// The most a sender copies into the ring before it publishes. A receiver sees nothing of
@@ -437,6 +477,17 @@ pub fn kernel_nodelay(fd: c_int) -> Option<bool> {
     (r == 0).then_some(v != 0)
 }
 
+/// SO_RCVLOWAT of the kernel socket (through the system call, never our own export).
+pub fn kernel_lowat(fd: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+    // SAFETY: v and len are valid for the kernel to write.
+    let r = unsafe {
+        libc::syscall(libc::SYS_getsockopt, fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, &mut v as *mut c_int, &mut len)
+    };
+    (r == 0).then_some(v)
+}
+
 /// Sets TCP_NODELAY of the kernel socket.
 pub fn set_kernel_nodelay(fd: c_int, on: bool) {
     let v = c_int::from(on);
@@ -476,8 +527,82 @@ pub fn force_nodelay(conn: &Conn, fd: c_int) {
 /// Whether the peer's sending direction may be in ring mode: nothing shut or closed.
 pub fn ring_allowed(conn: &Conn) -> bool {
     !conn.rx_shut.load(Ordering::Relaxed)
-        && !conn.own.has_flag(FLAG_RX_CLOSED)
-        && conn.peer().is_some_and(|p| !p.has_flag(FLAG_TX_CLOSED))
+        && !conn.own.has_flag(FLAG_RX_CLOSED | FLAG_RX_LOWAT)
+        && conn.peer().is_some_and(|p| !p.has_flag(FLAG_TX_CLOSED | FLAG_TX_URGENT))
+}
+
+/// `SIOCATMARK` of the kernel socket: whether its next byte is the urgent mark (the
+/// kernel's test for stopping a read there). False when it cannot be asked.
+pub fn kernel_at_mark(fd: c_int) -> bool {
+    if crate::sandbox::filtered() {
+        return false;
+    }
+    let mut at: c_int = 0;
+    // SAFETY: SIOCATMARK writes one int.
+    let r = unsafe { (real().ioctl)(fd, SIOCATMARK, (&mut at as *mut c_int) as usize) };
+    r == 0 && at != 0
+}
+
+/// `SIOCATMARK` (linux/sockios.h; the libc crate does not define it for Linux).
+pub const SIOCATMARK: libc::c_ulong = 0x8905;
+
+/// The receiving side's low-water mark changed (setsockopt SO_RCVLOWAT, or found inherited
+/// from the listener): above 1, the peer's direction goes through the kernel for as long as
+/// it stays so (see FLAG_RX_LOWAT); back at 1, the receiver may switch it back to the ring
+/// by the usual rule. Ring bytes already published before stay first in the stream.
+pub fn set_lowat(conn: &Conn, fd: c_int, lowat: c_int) {
+    conn.own.rx_lowat().store(lowat.max(1) as u32, Ordering::Relaxed);
+    if lowat > 1 {
+        conn.own.set_flags(FLAG_RX_LOWAT);
+        want_ring(&conn.own, false);
+        if let Some(p) = conn.peer() {
+            p.tx_word().to_kernel_mode();
+        }
+        sync_kernel_lowat(conn, fd);
+    } else if conn.own.has_flag(FLAG_RX_LOWAT) {
+        conn.own.clear_flags(FLAG_RX_LOWAT);
+    }
+}
+
+/// Under a low-water mark L with n ring bytes unread (published before the mark was set),
+/// the kernel socket's own mark is L - n (at least 1): the kernel then wakes waits and ends
+/// blocking receives when its bytes and the ring's together reach L, as one queue of them
+/// would. Back to L once the ring is empty. errno is left as it was.
+pub fn sync_kernel_lowat(conn: &Conn, fd: c_int) {
+    if crate::sandbox::filtered() || !conn.own.has_flag(FLAG_RX_LOWAT) {
+        return;
+    }
+    let lowat = u64::from(conn.own.rx_lowat().load(Ordering::Relaxed).max(1));
+    let unread = conn.ring_unread();
+    let want = if unread == 0 { lowat } else { lowat.saturating_sub(unread).max(1) };
+    let v = want.min(c_int::MAX as u64) as c_int;
+    let saved = errno();
+    // SAFETY: v is a valid int option value.
+    unsafe {
+        libc::syscall(
+            libc::SYS_setsockopt,
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            &v as *const c_int,
+            std::mem::size_of::<c_int>() as libc::socklen_t,
+        )
+    };
+    set_errno(saved);
+}
+
+/// Puts the kernel's low-water mark right when a receive that began with ring bytes under a
+/// mark ends (see [`sync_kernel_lowat`]), after its own kernel receive, which needed the
+/// lowered mark.
+struct LowatSync<'a> {
+    conn: &'a Conn,
+    fd: c_int,
+}
+
+impl Drop for LowatSync<'_> {
+    fn drop(&mut self) {
+        sync_kernel_lowat(self.conn, self.fd);
+    }
 }
 
 /// The most kernel reads a thread lets pass between two tries to switch a direction back
@@ -543,6 +668,11 @@ pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
 /// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured), for
 /// the program's `call`.
 pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut msg: Option<&mut msghdr>) -> ssize_t {
+    if flags & libc::MSG_OOB != 0 {
+        // The urgent byte never travels through the ring (see FLAG_TX_URGENT): the kernel
+        // has it, or answers EINVAL/EAGAIN as it would. It is not a byte of the stream.
+        return kernel_recv(call, fd, iov, flags, &mut msg);
+    }
     let total = iov_len(iov);
     let Some(peer) = conn.peer() else {
         let r = kernel_recv(call, fd, iov, flags, &mut msg);
@@ -556,6 +686,12 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
     let peek = flags & libc::MSG_PEEK != 0;
     let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
     let waitall = flags & libc::MSG_WAITALL != 0 && !peek && !nonblocking;
+    // Ring bytes under a low-water mark (published before it was set): a blocking receive
+    // goes on into the kernel until it has min(mark, len) bytes, the kernel's target; the
+    // kernel's own mark, lowered by the ring's bytes, makes its receive stop there.
+    let leftovers = conn.own.has_flag(FLAG_RX_LOWAT) && conn.ring_unread() > 0;
+    let _lowat_sync = leftovers.then_some(LowatSync { conn, fd });
+    let target = if leftovers && !peek && !nonblocking { (conn.rx_lowat() as usize).min(total) } else { 0 };
     let word = peer.tx_word();
     let cap = peer.ring_bytes();
     let mut got = 0usize;
@@ -594,12 +730,21 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
                 ring_read();
             }
             got += n;
-            if !waitall || got == total {
+            if got == total {
+                return got as ssize_t;
+            }
+            if !waitall && got >= target {
+                got += kernel_rest(conn, fd, call, iov, got, flags, &mut msg);
                 return got as ssize_t;
             }
             continue;
         }
-        if got > 0 && !waitall {
+        if got > 0 && !waitall && got >= target {
+            return got as ssize_t;
+        }
+        if got > 0 && peer.has_flag(FLAG_TX_URGENT) && kernel_at_mark(fd) {
+            // MSG_WAITALL stops at the urgent mark, as the kernel's receive does once it
+            // has copied something (the ring's bytes, or an earlier kernel read here).
             return got as ssize_t;
         }
         let rest = sub_iov(iov, got, total - got);
@@ -645,9 +790,12 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
         let mut e = libc::EAGAIN;
         // Only when the counts say the kernel holds bytes of ours: otherwise the answer is
         // almost always EAGAIN, and the sleeping call below returns at once if it is not.
+        // Not under a low-water mark: a blocking receive must wait for that many bytes, and
+        // this look would return fewer.
         if !nonblocking
             && !state.ring_mode()
             && call.takes_flags()
+            && !conn.own.has_flag(FLAG_RX_LOWAT)
             && !state.kernel_caught_up(conn.own.rx_kernel_read().load(Ordering::Acquire))
         {
             r = kernel_recv(call, fd, &rest, kflags | libc::MSG_DONTWAIT, &mut msg);
@@ -695,6 +843,70 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
         set_errno(e);
         return r;
     }
+}
+
+/// After ring bytes, the bytes the kernel already holds behind them (the sender left ring
+/// mode after publishing them: for urgent data, a low-water mark, a full ring), as one
+/// kernel receive returns (or, with MSG_PEEK, shows) everything queued: without waiting, never past the urgent mark
+/// (FIONREAD counts up to it, and a mark next is asked for) and never taking a pending error or the end of the stream
+/// (only queued bytes are asked for; the next call gets those). Returns the bytes added.
+/// Costs a FIONREAD only when the counts say the kernel holds bytes of ours.
+fn kernel_rest(
+    conn: &Conn,
+    fd: c_int,
+    call: Call,
+    iov: &[iovec],
+    got: usize,
+    flags: c_int,
+    msg: &mut Option<&mut msghdr>,
+) -> usize {
+    let Some(peer) = conn.peer() else { return 0 };
+    let state = peer.tx_word().load();
+    let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);
+    // A peek left the ring's bytes (the `got` first ones) in place; anything more there
+    // comes before the kernel's.
+    let peeked = if flags & libc::MSG_PEEK != 0 { got as u64 } else { 0 };
+    if crate::sandbox::filtered()
+        || state.ring_mode()
+        || state.kernel_caught_up(kread)
+        || state.ring_unread(conn.own.rx_consumed().load(Ordering::Acquire)) > peeked
+    {
+        return 0;
+    }
+    // At the mark a fresh kernel receive would go past it (SO_OOBINLINE: FIONREAD counts
+    // beyond it), where one receive of both stops.
+    if peer.has_flag(FLAG_TX_URGENT) && kernel_at_mark(fd) {
+        return 0;
+    }
+    let saved = errno();
+    let mut queued: c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let r = unsafe { (real().ioctl)(fd, libc::FIONREAD, (&mut queued as *mut c_int) as usize) };
+    let total = iov_len(iov);
+    if r != 0 || queued <= 0 || got >= total {
+        set_errno(saved);
+        return 0;
+    }
+    let rest = sub_iov(iov, got, (total - got).min(queued as usize));
+    // Never a wait, even if another thread took the queued bytes meanwhile: read and readv
+    // ask as recv and recvmsg with MSG_DONTWAIT (not under a seccomp filter, see above).
+    let kflags = (flags & !libc::MSG_WAITALL) | libc::MSG_DONTWAIT;
+    let r = match call {
+        Call::Plain => kernel_recv(Call::Socket, fd, &rest, kflags, &mut None),
+        Call::Vector => kernel_recv(Call::Msg, fd, &rest, kflags, &mut None),
+        Call::Socket | Call::Msg => kernel_recv(call, fd, &rest, kflags, msg),
+    };
+    set_errno(saved);
+    if r <= 0 {
+        return 0;
+    }
+    if flags & libc::MSG_PEEK != 0 {
+        return r as usize;
+    }
+    conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
+    conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
+    maybe_ring_mode(conn, fd, call);
+    r as usize
 }
 
 /// At the kernel's end of stream: whether the peer ended without closing through the

@@ -18,6 +18,7 @@ use crate::conn::{lookup, Conn};
 use crate::real::{errno, real, set_errno};
 use crate::spin;
 use lanes::sockets::direction::SleepTicket;
+use lanes::sockets::endpoint::{FLAG_RX_LOWAT, FLAG_TX_URGENT};
 
 /// How often a spinning wait asks the kernel about the other descriptors.
 const KERNEL_CHECK_EVERY: Duration = Duration::from_micros(10);
@@ -34,6 +35,12 @@ impl Sleepers {
         let mut s = Sleepers { prepared: Vec::with_capacity(conns.len()) };
         for c in conns {
             let Some(peer) = c.peer() else { continue };
+            if c.own.has_flag(FLAG_RX_LOWAT) && c.ring_unread() > 0 {
+                // Fewer ring bytes than the low-water mark (more would have been reported):
+                // the kernel's own mark, lowered by their number, wakes the wait, and the
+                // peer sends through the kernel anyway (FLAG_RX_LOWAT).
+                continue;
+            }
             // None: drop undoes the others.
             let ticket = peer.tx_word().prepare_sleep(c.own.rx_consumed().load(Ordering::Acquire))?;
             crate::stream::want_ring(&c.own, false);
@@ -99,8 +106,12 @@ pub fn poll_core(
     let mut last_kernel_check: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        let ask_kernel =
-            std::mem::take(&mut ask_now) || spinning && last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
+        // A socket whose peer sent urgent data and whose ring still holds bytes from before
+        // the mark: the kernel's POLLPRI (and anything else it has) goes with the ring's
+        // POLLIN, as one kernel poll would report them together.
+        let ask_kernel = std::mem::take(&mut ask_now)
+            || spinning && last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY)
+            || accel.iter().any(|(_, _, c)| urgent_behind_ring(c));
         let mut ready = 0;
         if ask_kernel {
             last_kernel_check = Some(now);
@@ -113,7 +124,7 @@ pub fn poll_core(
             ready = r;
         }
         for (i, _, c) in &accel {
-            if c.ring_readable() {
+            if c.ring_input_ready() {
                 if fds[*i].revents == 0 {
                     ready += 1;
                 }
@@ -148,6 +159,12 @@ pub fn poll_core(
         }
         return r;
     }
+}
+
+/// Whether the peer sent urgent data (the mark and the byte are in the kernel) while ring
+/// bytes from before it are still unread: readiness must then ask the kernel too.
+fn urgent_behind_ring(c: &Conn) -> bool {
+    c.peer().is_some_and(|p| p.has_flag(FLAG_TX_URGENT)) && c.ring_readable()
 }
 
 /// select in terms of poll_core, when accelerated sockets are involved.
@@ -624,11 +641,15 @@ fn wait_loop(
     loop {
         let now = Instant::now();
         let mut out: Vec<Ready> = Vec::new();
+        let mut urgent = false;
         if rings {
-            rings_ready(shadow, &watched, max, &mut out);
+            urgent = rings_ready(shadow, &watched, max, &mut out);
         }
-        let ask_kernel =
-            std::mem::take(&mut ask_now) || spinning && last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY);
+        // As in poll_core: urgent data behind ring bytes makes the kernel's EPOLLPRI part of
+        // the answer.
+        let ask_kernel = std::mem::take(&mut ask_now)
+            || spinning && last_kernel_check.is_none_or(|t| now - t >= KERNEL_CHECK_EVERY)
+            || urgent;
         let mut kernel_events = 0;
         if ask_kernel && out.len() < max {
             last_kernel_check = Some(now);
@@ -685,16 +706,18 @@ fn wait_loop(
     }
 }
 
-/// Adds the watched rings with bytes to report (and nested sets with such rings) to `out`.
-fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mut Vec<Ready>) {
+/// Adds the watched rings with bytes to report (and nested sets with such rings) to `out`;
+/// true if one of those sockets has urgent data behind its ring bytes ([`urgent_behind_ring`]).
+fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mut Vec<Ready>) -> bool {
     let mut sh = lock(shadow);
+    let mut urgent = false;
     for w in watched {
         if out.len() >= max {
             break;
         }
         let (fd, signature) = match w {
             Watched::Ring(fd, c) => {
-                if !c.ring_readable() || c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED) {
+                if !c.ring_input_ready() || c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED) {
                     continue;
                 }
                 (*fd, c.peer().map(|p| p.tx_word().load().published()).unwrap_or(0))
@@ -713,7 +736,9 @@ fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mu
         }
         it.last_published = signature;
         out.push(Ready::Fd(fd, libc::EPOLLIN as u32));
+        urgent |= matches!(w, Watched::Ring(_, c) if urgent_behind_ring(c));
     }
+    urgent
 }
 
 /// The accelerated sockets a sleeping wait must switch to kernel mode: its own rings and
@@ -746,7 +771,7 @@ fn shadow_ring_ready(shadow: &Mutex<Shadow>) -> bool {
             !it.disarmed
                 && it.wants_input()
                 && it.conn.as_ref().is_some_and(|c| {
-                    c.ring_readable()
+                    c.ring_input_ready()
                         && (!it.edge_triggered()
                             || c.peer().map(|p| p.tx_word().load().published()) != Some(it.last_published))
                 })

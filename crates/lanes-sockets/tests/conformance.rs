@@ -295,6 +295,9 @@ const DATA_CALLS: &[&str] = &[
     "seccomp-rw",
 ];
 const FLAGS: &[&str] = &["msg-peek", "msg-dontwait", "msg-waitall", "msg-oob", "msg-trunc", "msg-nosignal", "sigpipe"];
+/// Urgent data and the receive low-water mark on connections that carried data both ways
+/// first (in ring mode under the library), read with every readiness call.
+const URGENT_AND_LOWAT: &[&str] = &["oob-ring", "rcvlowat", "rcvlowat-unread"];
 const CLOSE_AND_SHUTDOWN: &[&str] = &["shutdown-wr", "shutdown-misc", "close-unread", "linger-reset"];
 const DESCRIPTORS: &[&str] = &["dup", "close-range", "nonblock-toggle", "cloexec"];
 const POLL_AND_SELECT: &[&str] = &["poll", "ppoll", "select", "pselect"];
@@ -312,7 +315,8 @@ const EPOLL: &[&str] = &[
 ];
 const IOCTL_NAMES_OPTIONS: &[&str] = &["fionread", "names", "sockopt", "nodelay", "timeouts"];
 const FILES_AND_PIPES: &[&str] = &["sendfile", "splice", "stdio"];
-const PROCESSES_AND_THREADS: &[&str] = &["fork-share", "exec", "posix-spawn", "threads"];
+const PROCESSES_AND_THREADS: &[&str] =
+    &["fork-share", "exec", "exec-handoff", "execle-handoff", "posix-spawn", "threads"];
 const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain"];
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).
 const LONG_STREAMS: &[&str] = &["stream-4g"];
@@ -323,6 +327,7 @@ const GROUPS: &[&[&str]] = &[
     CONNECT,
     DATA_CALLS,
     FLAGS,
+    URGENT_AND_LOWAT,
     CLOSE_AND_SHUTDOWN,
     DESCRIPTORS,
     POLL_AND_SELECT,
@@ -349,6 +354,11 @@ fn data_calls() {
 #[test]
 fn message_flags_and_sigpipe() {
     check_group("flags", FLAGS);
+}
+
+#[test]
+fn urgent_data_and_low_water_mark() {
+    check_group("urgent", URGENT_AND_LOWAT);
 }
 
 #[test]
@@ -722,4 +732,41 @@ fn a_worker_that_drops_privileges_says_why_and_stays_kernel_tcp() {
         r.status_open
     );
     assert!(r.status_after.contains("peer without the library"), "{}", r.status_after);
+}
+
+/// An inetd-style hand-off to an image that cannot load the library (a static build): the
+/// program handed the socket reads the whole stream, or both ends get a reset; never a
+/// stream with a hole in it, never a hang.
+#[test]
+fn a_handoff_to_a_static_image_gets_the_stream_or_a_reset() {
+    let lib = library();
+    let dir = TestDir::new("sockconf", "static-handoff");
+    let plain = dir.path("sockconf");
+    let fixed = dir.path("sockconf-static");
+    cc(&[], &plain);
+    cc(&["-static"], &fixed);
+    let run = |preload: bool, seq: usize| {
+        let run_dir = dir.sub(&format!("run-{seq}"));
+        let mut cmd = sockconf_command(&plain, &run_dir, preload.then_some(lib.as_path()), false);
+        cmd.env("SOCKCONF_HANDOFF_IMAGE", &fixed).arg("exec-handoff");
+        let f = run_bounded(cmd, "sockconf exec-handoff", RUN_LIMIT);
+        assert!(f.ok(), "{}", f.describe("sockconf exec-handoff, static image"));
+        f.stdout
+    };
+    let reference = run(false, 0);
+    assert!(reference.contains("client/handoff: read_full 65536, pattern ok"), "reference run:\n{reference}");
+    let mut resets = 0;
+    for seq in 1..=3 {
+        let t = run(true, seq);
+        if t == reference {
+            continue;
+        }
+        assert!(
+            t.contains("client/handoff: read_full -1 ECONNRESET") && t.contains("server: reply -1 ECONNRESET"),
+            "run {seq}: neither the stream nor a reset at both ends (- without the library, + this run):\n{}",
+            diff(&reference, &t, 40)
+        );
+        resets += 1;
+    }
+    eprintln!("static hand-off: {resets} of 3 runs reset (the peer's bytes were in the ring), the rest byte-exact");
 }

@@ -12,7 +12,7 @@
 //! | 256 | sender, receiver (mode) | the sending direction's state word |
 //! | 320 | sender | send lock, byte counts |
 //! | 384 | this end as receiver | ring bytes consumed (`H`), kernel bytes read (`KR`) |
-//! | 448 | this end as receiver | receive lock, bytes received, O_NONBLOCK of the socket |
+//! | 448 | this end as receiver | receive lock, bytes received, O_NONBLOCK and SO_RCVLOWAT of the socket |
 //! | 4096 | sender | the ring |
 //!
 //! The header is untrusted when a record is opened: it is validated, and the ring size is
@@ -69,6 +69,7 @@ const OFF_RX_KERNEL_READ: usize = 392;
 const OFF_RX_LOCK: usize = 448;
 const OFF_RX_BYTES: usize = 456;
 const OFF_NONBLOCK: usize = 464;
+const OFF_RX_LOWAT: usize = 468;
 
 /// This end will send nothing more (shutdown or last close): the peer must not switch its
 /// receiving direction back to the ring.
@@ -98,6 +99,15 @@ pub const FLAG_AWAITING_RING: u32 = 128;
 /// unread: its kernel would have reset the connection, and this end has reported
 /// ECONNRESET once; from now on reads see the end of the stream and writes fail with EPIPE.
 pub const FLAG_RESET: u32 = 256;
+/// This end sent urgent data (`MSG_OOB`): its sending direction stays in kernel mode for
+/// good. The urgent byte, the mark and everything after it are the kernel's (a receiver
+/// reads what the ring held before the mark first, then the kernel's stream, which stops
+/// at the mark, skips the urgent byte and answers `recv(MSG_OOB)` and `SIOCATMARK`).
+pub const FLAG_TX_URGENT: u32 = 512;
+/// This end has a receive low-water mark above 1 (`SO_RCVLOWAT`, set or inherited from the
+/// listener): the peer sends through the kernel while it lasts, so the kernel's readiness
+/// and blocking receives count every byte against the mark.
+pub const FLAG_RX_LOWAT: u32 = 1024;
 
 /// Which connection a record belongs to: the network namespace and both addresses, as this
 /// end sees them. IPv4-mapped IPv6 addresses are keyed as IPv4, so a dual-stack listener
@@ -368,6 +378,12 @@ impl Endpoint {
     /// The socket's O_NONBLOCK, shared by every process holding it (as the kernel's flag is).
     pub fn nonblocking(&self) -> &AtomicU32 {
         self.u32_at(OFF_NONBLOCK)
+    }
+    /// The socket's SO_RCVLOWAT as the program set it (or the accepted socket inherited it),
+    /// meaningful with [`FLAG_RX_LOWAT`]; the kernel socket's own may be lower while bytes
+    /// from before it was set are still unread in the ring.
+    pub fn rx_lowat(&self) -> &AtomicU32 {
+        self.u32_at(OFF_RX_LOWAT)
     }
     /// `FLAG_*` bits.
     pub fn flags(&self) -> &AtomicU32 {

@@ -52,10 +52,14 @@ pub enum Reason {
     /// Shared by more processes (fork) than a record has holder slots: the socket returns
     /// to the kernel when the first holders close it.
     TooManyHolders,
+    /// The process executed an image that cannot load the library (static, set-user-ID,
+    /// file capabilities): its sockets went back to the kernel, reset where ring bytes
+    /// could not reach the new image.
+    ExecWithoutLibrary,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::PeerWithoutLibrary,
         Reason::PrivilegeDrop,
         Reason::ExcludedPort,
@@ -63,6 +67,7 @@ impl Reason {
         Reason::RecordFailed,
         Reason::Sandbox,
         Reason::TooManyHolders,
+        Reason::ExecWithoutLibrary,
     ];
 
     fn index(self) -> usize {
@@ -79,6 +84,7 @@ impl Reason {
             Reason::RecordFailed => "socket record not created",
             Reason::Sandbox => "seccomp sandbox",
             Reason::TooManyHolders => "too many processes share it",
+            Reason::ExecWithoutLibrary => "exec of an image without the library",
         }
     }
 }
