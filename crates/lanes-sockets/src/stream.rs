@@ -651,7 +651,9 @@ pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
         return;
     }
     let Some(peer) = conn.peer() else { return };
-    let spinning = crate::spin::allowed();
+    // Only a receiver that will spin for the next bytes gains from the ring: with no spin
+    // time (LANES_POLL_US=0) its next wait takes the direction back to the kernel at once.
+    let spinning = !config().poll_time.is_zero() && crate::spin::allowed();
     if !spinning && !flip_pays() {
         want_ring(&conn.own, false);
         return;
