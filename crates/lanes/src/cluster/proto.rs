@@ -21,7 +21,8 @@ use crate::transport::shm::layout::kind;
 /// The frame magic.
 pub const MAGIC: [u8; 4] = *b"LNSC";
 /// The protocol version this build speaks; a peer speaking another is refused at its hello.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version 2 added the daemon-restart messages (`Holding`, `Adopt`) and per-claim keys.
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Bytes of the frame header.
 pub const HEADER_LEN: usize = 12;
 /// The largest payload accepted.
@@ -780,12 +781,13 @@ mod tests {
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (b"GET / HTTP/1.1\r\n\r\n".to_vec(), "magic"),
             (b"L".iter().chain(b"X").copied().collect(), "magic"),
-            (header(&MAGIC, 2, 0, 2), "version"),
-            (header(&MAGIC, 1, 1, 2), "flags"),
-            (header(&MAGIC, 1, 0, u32::MAX), "exceeds"),
-            (header(&MAGIC, 1, 0, (MAX_FRAME + 1) as u32), "exceeds"),
-            ([header(&MAGIC, 1, 0, 4), b"{{{{".to_vec()].concat(), "malformed"),
-            ([header(&MAGIC, 1, 0, 15), br#"{"type":"nope"}"#.to_vec()].concat(), "malformed"),
+            (header(&MAGIC, PROTOCOL_VERSION + 1, 0, 2), "version"),
+            (header(&MAGIC, PROTOCOL_VERSION - 1, 0, 2), "version"),
+            (header(&MAGIC, PROTOCOL_VERSION, 1, 2), "flags"),
+            (header(&MAGIC, PROTOCOL_VERSION, 0, u32::MAX), "exceeds"),
+            (header(&MAGIC, PROTOCOL_VERSION, 0, (MAX_FRAME + 1) as u32), "exceeds"),
+            ([header(&MAGIC, PROTOCOL_VERSION, 0, 4), b"{{{{".to_vec()].concat(), "malformed"),
+            ([header(&MAGIC, PROTOCOL_VERSION, 0, 15), br#"{"type":"nope"}"#.to_vec()].concat(), "malformed"),
         ];
         for (bytes, says) in cases {
             let (msgs, err) = read_all::<Request>(&[good.clone(), bytes.clone()].concat());
