@@ -439,16 +439,32 @@ fn sockperf_multiplexers() {
         for side in SIDES {
             let what = format!("sockperf -F {mux}, two connections ({})", side.label());
             let fabric = w.fabric(&format!("{mux}-{}", side.tag()));
-            let ports = free_ports(2);
             let feed = w.dir.path(&format!("feed-{mux}-{}", side.tag()));
-            std::fs::write(&feed, format!("T:127.0.0.1:{}\nT:127.0.0.1:{}\n", ports[0], ports[1])).expect("feed");
             let sampler = Sampler::start(&fabric);
-            let mut cmd = w.cmd("sockperf", side.server(), &fabric);
-            cmd.arg("sr").arg("-f").arg(&feed).args(["-F", mux]);
-            let Some(server) = start_server(&mut w, cmd, ports[1], &format!("{what}: sr")) else { continue };
-            if !listening(ports[0]) {
-                w.fail(format!("{what}: the server listens on {} but not on {}", ports[1], ports[0]));
-            }
+            // Ports that were free a moment ago: if another program takes one before the
+            // server binds it, the server runs again on others (at most three times).
+            let mut attempt = 0;
+            let server = loop {
+                attempt += 1;
+                let ports = free_ports(2);
+                std::fs::write(&feed, format!("T:127.0.0.1:{}\nT:127.0.0.1:{}\n", ports[0], ports[1])).expect("feed");
+                let mut cmd = w.cmd("sockperf", side.server(), &fabric);
+                cmd.arg("sr").arg("-f").arg(&feed).args(["-F", mux]);
+                let mut p = Proc::spawn(cmd, &format!("{what}: sr"));
+                let start = Instant::now();
+                while start.elapsed() < START_LIMIT && !p.exited() && !ports.iter().all(|&q| listening(q)) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if ports.iter().all(|&q| listening(q)) {
+                    break Some(p);
+                }
+                let f = p.stop(libc::SIGINT, STOP_LIMIT);
+                if attempt == 3 {
+                    w.fail(f.describe(&format!("{what}: sr did not listen on both ports {ports:?}, 3 tries")));
+                    break None;
+                }
+            };
+            let Some(server) = server else { continue };
             let mut cmd = w.cmd("sockperf", side.client(), &fabric);
             cmd.arg("pp").arg("-f").arg(&feed).args(["-F", mux, "-t", "1", "--mps", "3000000"]);
             let pp = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
