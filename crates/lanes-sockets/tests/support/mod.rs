@@ -347,16 +347,34 @@ pub fn diff(expected: &str, got: &str, max: usize) -> String {
     out
 }
 
-/// A TCP port that was free a moment ago (bound to port 0, then released).
+/// A TCP port that was free a moment ago (bound, then released).
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    free_ports(1)[0]
 }
 
-/// Free TCP ports, distinct from each other.
+/// Free TCP ports, distinct from each other, chosen below the kernel's ephemeral range: a
+/// port bound to 0 by another test (or the programs and suites they run) is never one of
+/// them, so none is taken between its choice and the server's bind but by an explicit bind.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
-    ls.iter().map(|l| l.local_addr().expect("local_addr").port()).collect()
+    use std::hash::{BuildHasher, Hasher};
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10000u16, ephemeral_low.max(10001));
+    let mut held = Vec::new();
+    for _ in 0..1000 {
+        if held.len() == n {
+            break;
+        }
+        let r = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let port = low + (r % u64::from(high - low)) as u16;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+        }
+    }
+    assert_eq!(held.len(), n, "no {n} free ports between {low} and {high}");
+    held.iter().map(|l| l.local_addr().expect("local_addr").port()).collect()
 }
 
 /// Whether some TCP socket of this network namespace listens on `port`.
