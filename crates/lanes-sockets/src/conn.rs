@@ -253,10 +253,18 @@ fn release(conn: &Conn) -> bool {
     if !conn.own.has_flag(FLAG_ATTACHED | FLAG_PEER_FOUND) && !crate::sandbox::filtered() {
         reasons::note(Reason::PeerWithoutLibrary, Some(&conn.key));
     }
+    end_ring_traffic(conn, conn.peer.get())
+}
+
+/// No more ring traffic either way and the record gone, the socket left to the kernel;
+/// returns whether the peer's ring held bytes for us. Whatever the peer published before
+/// its direction left ring mode is in the ring; it publishes nothing after (only a receiver
+/// brings ring mode back, and ours is gone).
+fn end_ring_traffic(conn: &Conn, peer: Option<&Endpoint>) -> bool {
     conn.own.set_flags(FLAG_TX_CLOSED | FLAG_RX_CLOSED);
     conn.own.tx_word().to_kernel_mode();
     let mut unread = false;
-    if let Some(p) = conn.peer.get() {
+    if let Some(p) = peer {
         p.tx_word().to_kernel_mode();
         unread = conn.ring_readable();
     }
@@ -457,17 +465,6 @@ pub fn for_each(mut f: impl FnMut(i32, &Arc<Conn>)) {
 /// them now (the caller resets the connection).
 pub fn hand_to_kernel(conn: &Conn, me: lanes::platform::liveness::ProcessIdentity) -> bool {
     conn.own.remove_holder(me);
-    conn.own.set_flags(FLAG_TX_CLOSED | FLAG_RX_CLOSED);
-    conn.own.tx_word().to_kernel_mode();
-    // Whatever the peer published before its direction left ring mode is in the ring; it
-    // publishes nothing after (only a receiver brings ring mode back, and ours is gone).
-    let stranded = match conn.peer() {
-        Some(p) => {
-            p.tx_word().to_kernel_mode();
-            conn.ring_readable()
-        }
-        None => false,
-    };
-    conn.own.unlink();
-    stranded
+    // Attaching the peer if it found us meanwhile: it must stop publishing too.
+    end_ring_traffic(conn, conn.peer())
 }

@@ -253,14 +253,19 @@ pub unsafe fn before_exec(target: Target, envp: *const *const c_char, new_env: &
 /// close-on-exec, not already given back to the kernel for good).
 fn holds_inherited_socket() -> bool {
     let mut found = false;
-    conn::for_each(|fd, c| {
-        if !found && !c.own.has_flag(FLAG_TX_CLOSED | FLAG_RX_CLOSED) {
-            // SAFETY: F_GETFD on a descriptor of ours; no memory is passed.
-            let flags = unsafe { (real().fcntl)(fd, libc::F_GETFD, 0) };
-            found = flags >= 0 && flags & libc::FD_CLOEXEC == 0;
-        }
-    });
+    conn::for_each(|fd, c| found = found || passed_on(fd, c));
     found
+}
+
+/// Whether an exec passes accelerated socket `fd` on to the new image still in use: not
+/// close-on-exec, not already given back to the kernel for good.
+fn passed_on(fd: c_int, c: &Conn) -> bool {
+    if c.own.has_flag(FLAG_TX_CLOSED | FLAG_RX_CLOSED) {
+        return false;
+    }
+    // SAFETY: F_GETFD on a descriptor of ours; no memory is passed.
+    let flags = unsafe { (real().fcntl)(fd, libc::F_GETFD, 0) };
+    flags >= 0 && flags & libc::FD_CLOEXEC == 0
 }
 
 /// Opens what is about to be executed, for reading its first bytes; `fexecve`'s descriptor
@@ -485,15 +490,7 @@ fn hand_sockets_to_kernel() {
     let mut conns: Vec<(c_int, std::sync::Arc<Conn>)> = Vec::new();
     conn::for_each(|fd, c| conns.push((fd, c.clone())));
     for (fd, c) in conns {
-        // SAFETY: F_GETFD on a descriptor of ours.
-        let flags = unsafe { (real().fcntl)(fd, libc::F_GETFD, 0) };
-        if flags < 0 || flags & libc::FD_CLOEXEC != 0 || c.own.has_flag(FLAG_TX_CLOSED | FLAG_RX_CLOSED) {
-            continue;
-        }
-        if !alone_with(&c, me) {
-            continue;
-        }
-        if conn::hand_to_kernel(&c, me) {
+        if passed_on(fd, &c) && alone_with(&c, me) && conn::hand_to_kernel(&c, me) {
             reset(fd);
         }
     }

@@ -19,12 +19,9 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use support::{clean_command, free_ports, library, tail, Finished, Proc, TestDir};
+use support::{clean_command, free_ports, library, listening, tail, Finished, Proc, Sampler, TestDir};
 
 /// A server must listen within this.
 const START_LIMIT: Duration = Duration::from_secs(15);
@@ -139,20 +136,6 @@ impl World {
     }
 }
 
-/// Whether some TCP socket of this network namespace listens on `port`.
-fn listening(port: u16) -> bool {
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let c: Vec<&str> = l.split_whitespace().collect();
-                c.len() > 3
-                    && c[3] == "0A"
-                    && c[1].rsplit_once(':').is_some_and(|(_, p)| u16::from_str_radix(p, 16) == Ok(port))
-            })
-        })
-    })
-}
-
 /// Starts a server and waits until it listens on `port` (without connecting to it: a probe
 /// would count as a client for iperf3 -1). Records a failure and returns None otherwise.
 fn start_server(w: &mut World, cmd: Command, port: u16, what: &str) -> Option<Proc> {
@@ -172,12 +155,6 @@ fn start_server(w: &mut World, cmd: Command, port: u16, what: &str) -> Option<Pr
     None
 }
 
-/// The socket records of a fabric directory, sampled every few milliseconds while a setup runs.
-struct Sampler {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Seen>>,
-}
-
 #[derive(Clone, Copy, Debug, Default)]
 struct Seen {
     /// Most records seen at once.
@@ -188,41 +165,13 @@ struct Seen {
     ring_bytes: u64,
 }
 
-impl Sampler {
-    fn start(fabric: &Path) -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let fabric = fabric.to_path_buf();
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut seen = Seen::default();
-            loop {
-                let done = flag.load(Ordering::Relaxed);
-                let conns = lanes::sockets::registry::list_connections(&fabric);
-                seen.records = seen.records.max(conns.len());
-                seen.attached = seen.attached.max(conns.iter().filter(|c| c.peer_attached).count());
-                seen.ring_bytes = seen.ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
-                if done {
-                    break seen;
-                }
-                std::thread::sleep(Duration::from_millis(3));
-            }
-        });
-        Sampler { stop, thread: Some(thread) }
-    }
-
-    fn finish(mut self) -> Seen {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().expect("sampler").join().expect("sampler thread")
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// The socket records of a fabric directory, sampled every few milliseconds while a setup runs.
+fn sample(fabric: &Path) -> Sampler<Seen> {
+    Sampler::start(fabric, Duration::from_millis(3), |seen: &mut Seen, conns| {
+        seen.records = seen.records.max(conns.len());
+        seen.attached = seen.attached.max(conns.iter().filter(|c| c.peer_attached).count());
+        seen.ring_bytes = seen.ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
+    })
 }
 
 /// With the library on both sides, some connection had both ends attached; with it on one
@@ -270,7 +219,7 @@ fn iperf3(test: &str, client_args: &[&str]) {
         let what = format!("iperf3 {} ({})", client_args.join(" "), side.label());
         let fabric = w.fabric(side.tag());
         let port = free_ports(1)[0];
-        let sampler = Sampler::start(&fabric);
+        let sampler = sample(&fabric);
         let mut cmd = w.cmd("iperf3", side.server(), &fabric);
         cmd.args(["-s", "-1", "-p", &port.to_string()]);
         let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: iperf3 -s")) else { continue };
@@ -401,7 +350,7 @@ fn sockperf() {
         let what = format!("sockperf --tcp ({})", side.label());
         let fabric = w.fabric(side.tag());
         let port = free_ports(1)[0].to_string();
-        let sampler = Sampler::start(&fabric);
+        let sampler = sample(&fabric);
         let mut cmd = w.cmd("sockperf", side.server(), &fabric);
         cmd.args(["sr", "--tcp", "-i", "127.0.0.1", "-p", &port]);
         let Some(server) = start_server(&mut w, cmd, port.parse().expect("port"), &format!("{what}: sr")) else {
@@ -440,7 +389,7 @@ fn sockperf_multiplexers() {
             let what = format!("sockperf -F {mux}, two connections ({})", side.label());
             let fabric = w.fabric(&format!("{mux}-{}", side.tag()));
             let feed = w.dir.path(&format!("feed-{mux}-{}", side.tag()));
-            let sampler = Sampler::start(&fabric);
+            let sampler = sample(&fabric);
             // Ports that were free a moment ago: if another program takes one before the
             // server binds it, the server runs again on others (at most three times).
             let mut attempt = 0;
@@ -502,7 +451,7 @@ fn sockperf_dlsym_finds_the_preloaded_functions() {
     let mut w = World::new("sockperf-dlsym");
     let fabric = w.fabric("both");
     let port = free_ports(1)[0].to_string();
-    let sampler = Sampler::start(&fabric);
+    let sampler = sample(&fabric);
     let mut cmd = w.cmd("sockperf", true, &fabric);
     cmd.args(["sr", "--tcp", "-i", "127.0.0.1", "-p", &port]);
     let server = start_server(&mut w, cmd, port.parse().expect("port"), "sockperf sr");
@@ -539,7 +488,7 @@ fn redis_benchmark_and_a_large_value() {
         let fabric = w.fabric(side.tag());
         let data = w.dir.sub(&format!("redis-{}", side.tag()));
         let port = free_ports(1)[0].to_string();
-        let sampler = Sampler::start(&fabric);
+        let sampler = sample(&fabric);
         let mut cmd = w.cmd("redis-server", side.server(), &fabric);
         cmd.args([
             "--port",
@@ -656,7 +605,7 @@ fn nginx_with_curl_and_wrk() {
         let port = free_ports(1)[0];
         let conf = prefix.join("nginx.conf");
         std::fs::write(&conf, nginx_conf(&prefix, port)).expect("nginx.conf");
-        let sampler = Sampler::start(&fabric);
+        let sampler = sample(&fabric);
         let mut cmd = w.cmd("nginx", side.server(), &fabric);
         cmd.arg("-p").arg(&prefix).arg("-c").arg(&conf).arg("-e").arg(prefix.join("error.log"));
         let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: nginx")) else { continue };
@@ -757,7 +706,7 @@ fn sshd_logins_with_its_seccomp_sandbox() {
     let side = Side::Both;
     let what = format!("sshd ({})", side.label());
     let fabric = w.fabric(side.tag());
-    let sampler = Sampler::start(&fabric);
+    let sampler = sample(&fabric);
     let mut cmd = clean_command(&sshd);
     cmd.env("LANES_DIR", &fabric)
         .env("LD_PRELOAD", &w.lib)

@@ -36,11 +36,9 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{clean_command, library, tail, Finished, Proc, TestDir};
+use support::{clean_command, library, tail, Finished, Proc, Sampler, TestDir};
 
 const PYTHON: &str = "/usr/bin/python3";
 
@@ -67,47 +65,13 @@ struct Seen {
 }
 
 /// Samples the socket records of a fabric directory until finished.
-struct Sampler {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Seen>>,
-}
-
-impl Sampler {
-    fn start(fabric: &Path) -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let fabric = fabric.to_path_buf();
-        let thread = std::thread::spawn(move || {
-            let mut seen = Seen::default();
-            loop {
-                let done = flag.load(Ordering::Relaxed);
-                let conns = lanes::sockets::registry::list_connections(&fabric);
-                for c in conns.iter().filter(|c| c.peer_attached) {
-                    seen.attached.insert(format!("{} -> {}", c.local, c.remote));
-                }
-                seen.ring_bytes = seen.ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
-                if done {
-                    break seen;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        });
-        Sampler { stop, thread: Some(thread) }
-    }
-
-    fn finish(mut self) -> Seen {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().expect("sampler").join().expect("sampler thread")
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+fn sample(fabric: &Path) -> Sampler<Seen> {
+    Sampler::start(fabric, Duration::from_millis(5), |seen: &mut Seen, conns| {
+        for c in conns.iter().filter(|c| c.peer_attached) {
+            seen.attached.insert(format!("{} -> {}", c.local, c.remote));
         }
-    }
+        seen.ring_bytes = seen.ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
+    })
 }
 
 /// One suite: how to run it and how to read its per-test results.
@@ -141,7 +105,7 @@ fn run(t: &TestDir, suite: &Suite, with_lib: bool) -> (Finished, Results, Option
     if with_lib {
         cmd.env("LD_PRELOAD", library());
     }
-    let sampler = with_lib.then(|| Sampler::start(&fabric));
+    let sampler = with_lib.then(|| sample(&fabric));
     let start = Instant::now();
     let f = Proc::spawn(cmd, &format!("{} ({tag})", suite.name)).wait(RUN_LIMIT);
     let took = start.elapsed();

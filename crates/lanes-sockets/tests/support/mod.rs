@@ -397,3 +397,50 @@ pub fn lanes_command() -> PathBuf {
     assert!(lanes.is_file(), "{} is missing: run `cargo build -p lanes-cli` first", lanes.display());
     lanes
 }
+
+/// The socket records of a fabric directory, sampled every `every` while a run goes on, each
+/// sample folded into a `T` by the caller's function; `finish` stops it and gives the `T`.
+pub struct Sampler<T: Send + 'static> {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<JoinHandle<T>>,
+}
+
+impl<T: Default + Send + 'static> Sampler<T> {
+    pub fn start(
+        fabric: &Path,
+        every: Duration,
+        mut fold: impl FnMut(&mut T, &[lanes::sockets::registry::ConnectionInfo]) + Send + 'static,
+    ) -> Sampler<T> {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fabric = fabric.to_path_buf();
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen = T::default();
+            loop {
+                // Read before the sample: the last sample is taken after the stop.
+                let done = flag.load(Ordering::Relaxed);
+                fold(&mut seen, &lanes::sockets::registry::list_connections(&fabric));
+                if done {
+                    break seen;
+                }
+                std::thread::sleep(every);
+            }
+        });
+        Sampler { stop, thread: Some(thread) }
+    }
+
+    pub fn finish(mut self) -> T {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().expect("sampler").join().expect("sampler thread")
+    }
+}
+
+impl<T: Send + 'static> Drop for Sampler<T> {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
