@@ -73,11 +73,28 @@ pub fn run_daemon_role(wait_for_hang_up: impl FnOnce()) -> ! {
     panic!("the daemon did not stop within 30 s of SIGTERM");
 }
 
-/// `n` distinct free ports: the listeners are held until all are picked, so the kernel
-/// cannot hand the same ephemeral port out twice.
+/// `n` distinct free ports on 127.0.0.1, chosen below the kernel's ephemeral range (each
+/// held until all are picked): a socket that binds port 0 or connects, as other tests'
+/// programs do by the hundred, is never given one between its choice and the daemon's bind.
 fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<std::net::TcpListener> =
-        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("an ephemeral port")).collect();
+    use std::hash::{BuildHasher, Hasher};
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10000u16, ephemeral_low.max(10001));
+    let mut held = Vec::new();
+    for _ in 0..1000 {
+        if held.len() == n {
+            break;
+        }
+        let r = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let port = low + (r % u64::from(high - low)) as u16;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+        }
+    }
+    assert_eq!(held.len(), n, "no {n} free ports between {low} and {high}");
     held.iter().map(|l| l.local_addr().expect("its address").port()).collect()
 }
 
