@@ -387,6 +387,91 @@ fn netns_link_cut() {
     link_cut(&t);
 }
 
+/// A writer keeps writing right through the restart of its own host's daemon, also before
+/// the restarted daemon has heard from the owner's host (its hello held back here by
+/// stopping the owner's daemon): the restarted daemon reports that host Unknown, which
+/// must not make the writer's connection NotOperational (a third-party SISCI ping-pong's
+/// `SCIMemCpy` failed there with "the daemons call it suspect"). Once the hello goes
+/// through, writes go on and neither side heard anything.
+fn writes_through_own_daemon_restart_before_hello(t: &mut Topology) {
+    let bound = t.bounds().notice;
+    // The owner on host b (node 12), the writer on host a (node 8), whose daemon dials b.
+    let mut owner = Proc::node(t, 12);
+    owner.ok("create s 0x61 4096");
+    owner.ok("prepare s");
+    owner.ok("map m s 0 4096 rw");
+    owner.ok("available s");
+    let mut writer = Proc::node(t, 8);
+    writer.ok("connect r 12 0x61 10000");
+    assert!(owner.ok("lwait s 5000").starts_with("Connected { node: 8"));
+    writer.ok("map m r 0 4096 rw");
+    let mut value = 500;
+    stream(&mut owner, &mut writer, &mut value, 5);
+    let c = t.cluster_mut().expect("an ofi topology");
+
+    c.daemon(A).kill9();
+    c.daemon(B).signal(libc::SIGSTOP);
+    c.start_daemon(A);
+    // The writer's node watch subscribes to the new daemon within its retry (100 ms) and
+    // registers its grant again; a's hello to b waits for b's daemon.
+    std::thread::sleep(Duration::from_millis(300));
+    stream_for(&mut owner, &mut writer, &mut value, Duration::from_millis(400));
+    assert_eq!(writer.ok("state r"), "Operational");
+    c.daemon(B).signal(libc::SIGCONT);
+    c.wait_state(A, B, HostState::Operational, bound);
+    stream(&mut owner, &mut writer, &mut value, 20);
+    writer.err_is("rwait r 300", "Timeout");
+    owner.err_is("lwait s 300", "Timeout");
+    assert_eq!(writer.ok("state r"), "Operational");
+}
+
+#[test]
+fn lo_writes_through_own_daemon_restart_before_hello() {
+    writes_through_own_daemon_restart_before_hello(&mut Topology::ofi_loopback("lo-kdh"));
+}
+
+#[test]
+fn netns_writes_through_own_daemon_restart_before_hello() {
+    let Some(mut t) = Topology::ofi_netns("netns-kdh") else { return };
+    writes_through_own_daemon_restart_before_hello(&mut t);
+}
+
+/// A connect whose question reached the owner's daemon, which died before answering it
+/// (stopped, then killed, then restarted), still connects within its timeout: the
+/// unanswered question is asked again of the restarted daemon (a third-party program's
+/// `SCIConnectSegment` with `SCI_INFINITE_TIMEOUT` failed with `SCI_ERR_SYSTEM`, "host b did
+/// not answer within 4950 ms", when the owner's daemon was killed during its connect).
+fn connect_while_the_owners_daemon_dies(t: &mut Topology) {
+    let mut owner = Proc::node(t, 8);
+    owner.ok("create s 0x62 4096");
+    owner.ok("prepare s");
+    owner.ok("available s");
+    let mut peer = Proc::node(t, 12);
+    let c = t.cluster_mut().expect("an ofi topology");
+    c.daemon(A).signal(libc::SIGSTOP);
+    let cmd = "connect r 8 0x62 20000";
+    peer.start(cmd);
+    // b's daemon has sent the question to a's, which holds it unread.
+    std::thread::sleep(Duration::from_millis(300));
+    c.daemon(A).kill9();
+    c.start_daemon(A);
+    let got = peer.finish_within(cmd, Duration::from_secs(25));
+    assert!(got.is_ok(), "{got:?}\n{}", c.logs());
+    assert!(owner.ok("lwait s 5000").starts_with("Connected { node: 12"));
+    peer.ok("map v r 0 4096 ro");
+}
+
+#[test]
+fn lo_connect_while_the_owners_daemon_dies() {
+    connect_while_the_owners_daemon_dies(&mut Topology::ofi_loopback("lo-cod"));
+}
+
+#[test]
+fn netns_connect_while_the_owners_daemon_dies() {
+    let Some(mut t) = Topology::ofi_netns("netns-cod") else { return };
+    connect_while_the_owners_daemon_dies(&mut t);
+}
+
 #[test]
 fn lo_killed_daemon() {
     killed_daemon(&mut Topology::ofi_loopback("lo-kd"));

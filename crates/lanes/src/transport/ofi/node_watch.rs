@@ -14,7 +14,11 @@
 //!   subscribes again every [`RETRY`]. A daemon that restarted meanwhile (a new boot value)
 //!   does not know our grants: each connection registers its grant with it again
 //!   (`Request::Adopt`, on a new daemon connection that the grant lives on from then on);
-//!   one it refuses, or that the object's host cannot take over, is lost.
+//!   one it refuses, or that the object's host cannot take over, is lost. A restarted
+//!   daemon has heard from no other host yet (their state is Unknown until their hellos):
+//!   the connections to such a host keep the state they had, within the same `patience`
+//!   counted from when the old daemon went away, rather than failing their work until the
+//!   hello arrives.
 //!
 //! A notice can overtake the grant it is about (grants travel on the connecting call's
 //! own daemon connection): it is kept until the connection registers.
@@ -57,6 +61,9 @@ struct Watched {
     subscriber: Option<u64>,
     /// Since when the subscription is down, until connections were made NotOperational.
     down_since: Option<Instant>,
+    /// Nodes whose host the current daemon has not heard from yet (Unknown in its
+    /// picture) while this process knew its state: until when that state is kept.
+    unheard: HashMap<u32, Instant>,
 }
 
 impl NodeWatch {
@@ -118,9 +125,12 @@ impl NodeWatch {
             }
         }
         let mut w = self.lock();
+        let keep_until = w.down_since.map(|t| t + self.patience);
+        let (nodes, unheard) = merge_picture(&w.nodes, remote_nodes(sub.initial()), keep_until);
         w.subscriber = Some(sub.id());
         w.down_since = None;
-        w.nodes = remote_nodes(sub.initial());
+        w.nodes = nodes;
+        w.unheard = unheard;
         for c in Self::live(&w) {
             c.set_reachable(true);
             if let Some(&state) = w.nodes.get(&c.info.addr.node) {
@@ -171,10 +181,29 @@ impl NodeWatch {
         }
     }
 
+    /// Nodes the daemon still has not heard from when the state kept for them expires:
+    /// nothing is known about them until it does.
+    fn check_unheard(&self) {
+        let mut w = self.lock();
+        if w.unheard.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let expired: Vec<u32> = w.unheard.iter().filter(|(_, &until)| until <= now).map(|(&n, _)| n).collect();
+        for node in expired {
+            w.unheard.remove(&node);
+            w.nodes.insert(node, HostState::Unknown);
+            for c in Self::live(&w).filter(|c| c.info.addr.node == node) {
+                apply_host_state(&c, HostState::Unknown);
+            }
+        }
+    }
+
     fn apply(&self, notice: Notice) {
         let mut w = self.lock();
         match notice {
             Notice::Node(ev) => {
+                w.unheard.remove(&ev.node);
                 w.nodes.insert(ev.node, ev.state);
                 for c in Self::live(&w).filter(|c| c.info.addr.node == ev.node) {
                     apply_host_state(&c, ev.state);
@@ -196,6 +225,30 @@ impl NodeWatch {
             }
         }
     }
+}
+
+/// A new subscription's picture of the other hosts' nodes (`fresh`), merged with what the
+/// process knew (`before`): a node the daemon has not heard from yet (Unknown: a daemon
+/// that just started, before its hellos) keeps the state it had, until `keep_until` (when
+/// the old daemon went away plus the patience; `None`: nothing is kept). Returns the nodes'
+/// states and, for those kept, until when.
+fn merge_picture(
+    before: &HashMap<u32, HostState>,
+    fresh: HashMap<u32, HostState>,
+    keep_until: Option<Instant>,
+) -> (HashMap<u32, HostState>, HashMap<u32, Instant>) {
+    let mut unheard = HashMap::new();
+    let nodes = fresh
+        .into_iter()
+        .map(|(node, state)| match (state, before.get(&node), keep_until) {
+            (HostState::Unknown, Some(&known), Some(until)) if known != HostState::Unknown => {
+                unheard.insert(node, until);
+                (node, known)
+            }
+            _ => (node, state),
+        })
+        .collect();
+    (nodes, unheard)
 }
 
 /// The nodes of the other hosts and their hosts' states.
@@ -236,8 +289,11 @@ fn run(watch: Weak<NodeWatch>, dir: PathBuf, first: Subscription) {
         let Some(w) = watch.upgrade() else { return };
         match sub.as_mut() {
             Some(s) => match s.next_notice(IDLE) {
-                Ok(Some(notice)) => w.apply(notice),
-                Ok(None) => {}
+                Ok(Some(notice)) => {
+                    w.apply(notice);
+                    w.check_unheard();
+                }
+                Ok(None) => w.check_unheard(),
                 Err(_) => {
                     sub = None;
                     w.daemon_unreachable();
@@ -256,5 +312,45 @@ fn run(watch: Weak<NodeWatch>, dir: PathBuf, first: Subscription) {
                 }
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OP: HostState = HostState::Operational;
+
+    /// A restarted daemon's picture says Unknown for a host it has not heard from yet: the
+    /// process keeps what it knew (Operational) until the deadline, instead of failing the
+    /// connections' work until the daemon's hello (found by a third-party SISCI ping-pong
+    /// whose SCIMemCpy failed with "the daemons call it suspect" right after the restart
+    /// of its own host's daemon).
+    #[test]
+    fn a_restarted_daemons_unknown_keeps_the_known_state_until_the_deadline() {
+        let until = Instant::now() + Duration::from_secs(3);
+        let before = HashMap::from([(4, OP), (12, HostState::Suspect), (16, OP)]);
+        let fresh = HashMap::from([
+            (4, HostState::Unknown),
+            (12, HostState::Unknown),
+            (16, HostState::Lost),
+            (20, HostState::Unknown),
+        ]);
+        let (nodes, unheard) = merge_picture(&before, fresh, Some(until));
+        assert_eq!(nodes[&4], OP, "not heard yet: kept");
+        assert_eq!(nodes[&12], HostState::Suspect, "not heard yet: kept as it was");
+        assert_eq!(nodes[&16], HostState::Lost, "what the daemon knows wins");
+        assert_eq!(nodes[&20], HostState::Unknown, "nothing known before: Unknown");
+        assert_eq!(unheard, HashMap::from([(4, until), (12, until)]));
+    }
+
+    /// Nothing is kept when the process has no deadline (first subscription, or its daemon
+    /// stayed away past the patience).
+    #[test]
+    fn without_a_deadline_unknown_is_unknown() {
+        let before = HashMap::from([(4, OP)]);
+        let (nodes, unheard) = merge_picture(&before, HashMap::from([(4, HostState::Unknown)]), None);
+        assert_eq!(nodes[&4], HostState::Unknown);
+        assert!(unheard.is_empty());
     }
 }

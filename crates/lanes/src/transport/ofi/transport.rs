@@ -334,9 +334,13 @@ fn refusal(addr: ObjectAddr, e: cluster::Error) -> Result<Result<OfiRemote>> {
         cluster::Error::Refused(Refusal::NotFound { .. }) => Ok(Err(Error::NoSuchSegment { node, segment })),
         cluster::Error::Refused(Refusal::NotAvailable { .. }) => Ok(Err(Error::NotAvailable { node, segment })),
         cluster::Error::Refused(Refusal::TooManyConnections { .. }) => Err(Error::TooManyConnections { node, segment }),
-        cluster::Error::Refused(r @ (Refusal::HostUnreachable { .. } | Refusal::DaemonRestarting { .. })) => {
-            Ok(Err(Error::NodeUnreachable { node, reason: r.to_string() }))
-        }
+        // Worth waiting out, also an owner's daemon that did not answer in time: a daemon
+        // killed with our question unanswered is not answered for by anyone, and the next
+        // attempt reaches its successor (a third-party program's SCIConnectSegment with
+        // SCI_INFINITE_TIMEOUT failed with SCI_ERR_SYSTEM after 5 s there).
+        cluster::Error::Refused(
+            r @ (Refusal::HostUnreachable { .. } | Refusal::DaemonRestarting { .. } | Refusal::Timeout { .. }),
+        ) => Ok(Err(Error::NodeUnreachable { node, reason: r.to_string() })),
         cluster::Error::Refused(Refusal::Corrupt { reason, .. }) => {
             Err(Error::CorruptSegment { path: format!("node {node}: {segment:#x}").into(), reason })
         }
@@ -471,5 +475,30 @@ impl Drop for Exported {
         // Every slot's key closes, then the object's own registration.
         st.slots.clear();
         self.export.take();
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    /// The refusals a connect waits out (within its timeout) rather than fails on: a host
+    /// not answering, its daemon restarting, and an owner's daemon that never answered the
+    /// question (killed with it unanswered: the next attempt reaches its successor).
+    #[test]
+    fn an_unanswered_question_is_waited_out_like_an_unreachable_host() {
+        let addr = ObjectAddr { kind: 0, node: 8, id: 0x62 };
+        let host = "a".to_string();
+        for r in [
+            Refusal::Timeout { host: host.clone(), waited_ms: 4950 },
+            Refusal::DaemonRestarting { node: 8, host: host.clone() },
+            Refusal::HostUnreachable { node: 8, host: host.clone(), state: crate::cluster::HostState::Suspect },
+        ] {
+            let what = r.to_string();
+            match refusal(addr, cluster::Error::Refused(r)) {
+                Ok(Err(Error::NodeUnreachable { node: 8, reason })) => assert_eq!(reason, what),
+                other => panic!("{what}: {other:?}"),
+            }
+        }
     }
 }
