@@ -173,13 +173,12 @@ impl Shared {
         Ok(out)
     }
 
-    /// Refuses every question waiting for `host`'s answer: it is `state` now.
-    pub(super) fn fail_questions(&self, host: &str, state: HostState) {
+    /// Answers every question waiting for `host` with the refusal `why` makes for its node.
+    pub(super) fn fail_questions(&self, host: &str, why: impl Fn(u32) -> Refusal) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         pending.retain(|_, p| {
             if p.host == host {
-                let refusal = Refusal::HostUnreachable { node: p.node, host: host.to_string(), state };
-                let _ = p.answer.send(Answer::Refused { refusal });
+                let _ = p.answer.send(Answer::Refused { refusal: why(p.node) });
                 false
             } else {
                 true

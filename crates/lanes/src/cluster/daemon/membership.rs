@@ -39,6 +39,9 @@ pub(super) enum Action {
     HostLost { peer: usize },
     /// Refuse the questions waiting for the host's answer: it is `state` now.
     FailQuestions { peer: usize, state: HostState },
+    /// Refuse the questions waiting for the host's answer as asked of a daemon that went
+    /// away (its host lives): its successor will not answer them, and the askers ask again.
+    FailQuestionsRestarting { peer: usize },
     /// Tell the subscribers of the change, one event per node of the host.
     Notify { peer: usize, previous: HostState, state: HostState, reason: String },
     /// Only worth a line in the log.
@@ -188,6 +191,7 @@ impl Membership {
             h.last_heard = Some(now);
             let message = format!("host {}: host daemon restarting? ({reason}); its host still answers", h.name);
             out.push(Action::Log { message });
+            out.push(Action::FailQuestionsRestarting { peer });
         } else if h.state == HostState::Operational {
             self.change(peer, HostState::Suspect, reason, now, &mut out);
         } else {
@@ -516,7 +520,9 @@ mod tests {
         let gone = t0 + ms(1_000);
         let actions = m.on_link_ended(B, true, "connection closed by peer", gone);
         let message = "host b: host daemon restarting? (connection closed by peer); its host still answers";
-        assert_eq!(actions, vec![Action::Log { message: message.into() }]);
+        // The questions asked of the dead daemon are answered "restarting" at once (its
+        // successor will not answer them; the askers ask again), not left to time out.
+        assert_eq!(actions, vec![Action::Log { message: message.into() }, Action::FailQuestionsRestarting { peer: B }]);
         assert!(m.away(B));
         assert_eq!((m.state(B), m.since(B)), (HostState::Operational, t0));
         // The host answers connects every heartbeat: no Suspect, however long the silence.

@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 
 use super::config::{ClusterConfig, HostEntry};
 use super::identity::{self, HostKey};
-use super::proto::{encode, HostState, NodeEvent, PeerMessage, Reply};
+use super::proto::{encode, HostState, NodeEvent, PeerMessage, Refusal, Reply};
 use super::secret::ClusterSecret;
 use super::{Error, Result, SOCKET_NAME};
 use crate::config::{self, ConfigFile};
@@ -553,7 +553,14 @@ impl Shared {
                     self.requested_lock().retain(|_, r| r.host.as_deref() != Some(host.as_str()));
                     self.sweep_orphans(|h| h == host);
                 }
-                Action::FailQuestions { peer, state } => self.fail_questions(&st.links[peer].entry.name, state),
+                Action::FailQuestions { peer, state } => {
+                    let host = st.links[peer].entry.name.clone();
+                    self.fail_questions(&host, |node| Refusal::HostUnreachable { node, host: host.clone(), state })
+                }
+                Action::FailQuestionsRestarting { peer } => {
+                    let host = st.links[peer].entry.name.clone();
+                    self.fail_questions(&host, |node| Refusal::DaemonRestarting { node, host: host.clone() })
+                }
                 Action::Notify { peer, previous, state, reason } => self.notify(st, peer, previous, state, &reason),
                 Action::Log { message } => self.log(format_args!("{message}")),
                 Action::SendHoldings => self.send_holdings(st),

@@ -164,7 +164,7 @@ impl OfiConn {
         }
         self.unreachable.load(Ordering::Acquire).then(|| Error::NodeUnreachable {
             node: a.node,
-            reason: "its host does not respond (the daemons call it suspect)".into(),
+            reason: "its host does not respond (Suspect, not yet heard from, or no daemon here)".into(),
         })
     }
 
