@@ -88,6 +88,6 @@ cargo build --workspace --all-targets "${features[@]}"
 log "doc tests"
 cargo test --workspace --doc "${features[@]}"
 log "lock-free structures under loom (every interleaving)"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lanes --lib --release loom_tests
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lanes-platform --lib --release loom_tests
 log "tests"
 cargo nextest run --workspace --no-fail-fast "${features[@]}" "$@"

@@ -3,6 +3,8 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::platform::SliceError;
+
 /// Result of every fallible fabric call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -155,6 +157,21 @@ pub enum Error {
 impl Error {
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
         Error::Io { context: context.into(), source }
+    }
+
+    /// The error of a refused access to shared memory (`what`: the map, buffer or object):
+    /// a range that does not fit, a misaligned scalar, a store into read-only memory.
+    pub(crate) fn shared(e: SliceError, what: &'static str) -> Self {
+        match e {
+            SliceError::OutOfBounds { offset, len, size } => {
+                Error::OutOfRange { offset: offset as u64, len: len as u64, size: size as u64, what }
+            }
+            SliceError::Misaligned { offset, align } => {
+                Error::Misaligned { offset: offset as u64, align: align as u64 }
+            }
+            SliceError::ReadOnly => Error::ReadOnly,
+            SliceError::Overlap => Error::IllegalOperation("a copy between overlapping ranges"),
+        }
     }
 }
 

@@ -27,9 +27,12 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod fabric;
-pub mod platform;
 pub mod sockets;
 pub mod transport;
+
+/// Layer 1, the crate `lanes-platform`: re-exported so that `lanes::platform::...` and
+/// `crate::platform::...` name it as they did when it was a module here.
+pub use lanes_platform as platform;
 
 /// Whether this build has the ofi transport (cargo feature `ofi`), so that nodes of other
 /// hosts of a cluster can be reached; without it, connecting to one is refused.

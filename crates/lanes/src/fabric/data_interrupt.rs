@@ -26,7 +26,6 @@ use super::{DrivenSpin, FabricInner, Timeout};
 use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
 use crate::platform::doorbell::WaitError;
-use crate::platform::memory;
 pub use crate::transport::shm::data_interrupt::MAX_DATA_INTERRUPT_PAYLOAD;
 use crate::transport::shm::data_interrupt::{Rings, ENTRY_HEADER, ENTRY_LEN, ENTRY_SEQ, OBJECT_BYTES, RING_HEAD};
 use crate::transport::shm::layout::{kind, MAX_CONNECTIONS};
@@ -185,9 +184,9 @@ impl LocalDataInner {
             if len > buf.len() {
                 return Some(Err(Error::BufferTooSmall { needed: len, given: buf.len() }));
             }
-            // SAFETY: entry + ENTRY_HEADER + len lies inside ring i, inside the map (len is
-            // bounded above); buf is private memory of at least len bytes.
-            unsafe { memory::copy_from_shared(&mut buf[..len], r.as_ptr().add(entry + ENTRY_HEADER)) };
+            // entry + ENTRY_HEADER + len lies inside ring i, inside the map (len is bounded
+            // above).
+            r.slice().copy_to(entry + ENTRY_HEADER, &mut buf[..len]).expect("a ring entry lies inside its map");
             r.word64(base + RING_HEAD).store(head + 1, Ordering::SeqCst);
             r.space_bell(i).ring();
             return Some(Ok(len));

@@ -11,6 +11,11 @@ use super::remote::RemoteInner;
 use super::sequence::Sequence;
 use crate::error::{Error, Result};
 use crate::platform::memory::{self, Scalar};
+use crate::platform::SharedSlice;
+
+/// Why an access to a range [`Map::at`] returned cannot fail: it checked bounds, alignment
+/// and (for stores) writability of exactly that access.
+const CHECKED: &str = "an access to a range the map checked";
 use crate::transport::Window;
 
 /// Whether a map may be written. Read-only maps are enforced by the page tables.
@@ -86,27 +91,21 @@ impl Map {
         self.window.as_ptr()
     }
 
-    /// Checks `offset..offset+len` against the window and returns its address.
+    /// Checks `offset..offset+len` against the window, and its address against `align`,
+    /// and returns those bytes: every access below is then to offset 0 of that slice and
+    /// cannot fail.
     #[inline]
-    fn at(&self, offset: usize, len: usize, align: usize) -> Result<*mut u8> {
-        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
-            return Err(Error::OutOfRange {
-                offset: offset as u64,
-                len: len as u64,
-                size: self.len() as u64,
-                what: "map",
-            });
-        }
-        // SAFETY: offset <= len of the mapping, checked above.
-        let p = unsafe { self.window.base().add(offset) };
-        if (p as usize) % align != 0 {
+    fn at(&self, offset: usize, len: usize, align: usize) -> Result<SharedSlice<'_>> {
+        let window = self.window.slice();
+        let range = window.subslice(offset, len).map_err(|e| Error::shared(e, "map"))?;
+        if !window.is_aligned(offset, align).map_err(|e| Error::shared(e, "map"))? {
             return Err(Error::Misaligned { offset: offset as u64, align: align as u64 });
         }
-        Ok(p)
+        Ok(range)
     }
 
     #[inline]
-    fn writable_at(&self, offset: usize, len: usize, align: usize) -> Result<*mut u8> {
+    fn writable_at(&self, offset: usize, len: usize, align: usize) -> Result<SharedSlice<'_>> {
         if !self.writable {
             return Err(Error::ReadOnly);
         }
@@ -118,8 +117,7 @@ impl Map {
     #[inline]
     pub fn read<T: Scalar>(&self, offset: usize) -> Result<T> {
         let p = self.at(offset, size_of::<T>(), align_of::<T>())?;
-        // SAFETY: in bounds and aligned (checked); the mapping lives as long as self.
-        let load = || unsafe { memory::read(p.cast::<T>()) };
+        let load = || p.read::<T>(0).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => Ok(load()),
             #[cfg(feature = "ofi")]
@@ -133,8 +131,7 @@ impl Map {
     #[inline]
     pub fn write<T: Scalar>(&self, offset: usize, value: T) -> Result<()> {
         let p = self.writable_at(offset, size_of::<T>(), align_of::<T>())?;
-        // SAFETY: in bounds, aligned and writable (checked); the mapping lives as long as self.
-        let store = || unsafe { memory::write(p.cast::<T>(), value) };
+        let store = || p.write::<T>(0, value).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => {
                 store();
@@ -152,8 +149,7 @@ impl Map {
     #[inline]
     pub fn load_acquire_u64(&self, offset: usize) -> Result<u64> {
         let p = self.at(offset, 8, 8)?;
-        // SAFETY: in bounds and 8-aligned (checked).
-        let load = || unsafe { memory::load_acquire_u64(p.cast()) };
+        let load = || p.load_acquire_u64(0).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => Ok(load()),
             #[cfg(feature = "ofi")]
@@ -168,8 +164,7 @@ impl Map {
     #[inline]
     pub fn store_release_u64(&self, offset: usize, value: u64) -> Result<()> {
         let p = self.writable_at(offset, 8, 8)?;
-        // SAFETY: in bounds, 8-aligned and writable (checked).
-        let store = || unsafe { memory::store_release_u64(p.cast(), value) };
+        let store = || p.store_release_u64(0, value).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => {
                 store();
@@ -186,8 +181,7 @@ impl Map {
     #[inline]
     pub fn load_acquire_u32(&self, offset: usize) -> Result<u32> {
         let p = self.at(offset, 4, 4)?;
-        // SAFETY: in bounds and 4-aligned (checked).
-        let load = || unsafe { memory::load_acquire_u32(p.cast()) };
+        let load = || p.load_acquire_u32(0).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => Ok(load()),
             #[cfg(feature = "ofi")]
@@ -201,8 +195,7 @@ impl Map {
     #[inline]
     pub fn store_release_u32(&self, offset: usize, value: u32) -> Result<()> {
         let p = self.writable_at(offset, 4, 4)?;
-        // SAFETY: in bounds, 4-aligned and writable (checked).
-        let store = || unsafe { memory::store_release_u32(p.cast(), value) };
+        let store = || p.store_release_u32(0, value).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => {
                 store();
@@ -219,9 +212,7 @@ impl Map {
     #[inline]
     pub fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<()> {
         let p = self.writable_at(offset, src.len(), 1)?;
-        // SAFETY: the range is in bounds and writable (checked); src is private memory, so
-        // the two cannot overlap.
-        let store = || unsafe { memory::copy_to_shared(p, src) };
+        let store = || p.copy_from(0, src).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => {
                 store();
@@ -241,8 +232,7 @@ impl Map {
         let p = self.at(offset, dst.len(), 1)?;
         #[cfg(feature = "ofi")]
         let len = dst.len();
-        // SAFETY: the range is in bounds (checked); dst is private memory.
-        let mut load = || unsafe { memory::copy_from_shared(dst, p) };
+        let mut load = || p.copy_to(0, dst).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => {
                 load();
@@ -258,8 +248,7 @@ impl Map {
     /// Fills `len` bytes at `offset` with `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
         let p = self.writable_at(offset, len, 1)?;
-        // SAFETY: the range is in bounds and writable (checked).
-        let store = || unsafe { std::ptr::write_bytes(p, byte, len) };
+        let store = || p.fill(0, len, byte).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => {
                 store();

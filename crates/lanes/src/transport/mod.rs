@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::fabric::{MapAccess, Timeout};
 use crate::platform::doorbell::Doorbell;
 use crate::platform::liveness::ProcessIdentity;
+use crate::platform::SharedSlice;
 use crate::transport::shm::segment_file::DataMapping;
 
 /// Why a connection is lost for good.
@@ -127,15 +128,15 @@ pub(crate) enum Window {
 }
 
 impl Window {
-    /// The window's first byte, for the map's own accesses (no side effects).
+    /// The window's bytes, for the map's own accesses (no side effects).
     #[inline(always)]
-    pub fn base(&self) -> *mut u8 {
+    pub fn slice(&self) -> SharedSlice<'_> {
         match self {
-            Window::Direct(m) => m.as_ptr(),
+            Window::Direct(m) => m.slice(),
             #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.base(),
+            Window::Mirror(m) => m.slice(),
             #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.base(),
+            Window::Fanout(m) => m.slice(),
         }
     }
 

@@ -11,7 +11,7 @@ use super::{LossReason, ObjectAddr, RemoteObject, RemoteState, Transport, Window
 use crate::config::{FabricConfig, NodeId};
 use crate::error::Error;
 use crate::fabric::{Fabric, MapAccess, Timeout, MAX_DATA_INTERRUPT_PAYLOAD};
-use crate::platform::memory;
+use crate::platform::SharedSlice;
 use crate::transport::shm::layout::kind;
 
 const T: Timeout = Timeout::After(Duration::from_secs(10));
@@ -34,16 +34,20 @@ fn addr(kind: u32, id: u32) -> ObjectAddr {
 /// Copies `dst.len()` bytes out of `w` at `offset`, after checking the range.
 fn read_window(w: &Window, offset: usize, dst: &mut [u8]) {
     assert!(offset + dst.len() <= w.len(), "a test read outside its window");
-    // SAFETY: the range lies inside the window (asserted); dst is private memory.
-    unsafe { memory::copy_from_shared(dst, w.as_ptr().add(offset)) };
+    raw_window(w).copy_to(offset, dst).expect("inside the window");
 }
 
 /// Copies `src` into `w` at `offset`, after checking the range.
 fn write_window(w: &Window, offset: usize, src: &[u8]) {
     assert!(offset + src.len() <= w.len(), "a test write outside its window");
-    // SAFETY: the range lies inside the window (asserted), which the case opened writable;
-    // src is private memory.
-    unsafe { memory::copy_to_shared(w.as_ptr().add(offset), src) };
+    raw_window(w).copy_from(offset, src).expect("inside the window");
+}
+
+/// The window as a program's own loads and stores reach it: through its raw pointer.
+fn raw_window(w: &Window) -> SharedSlice<'_> {
+    // SAFETY: the pointer names the window's `len()` bytes, valid while `w` lives (the cases
+    // open their windows writable); touched here only through the slice.
+    unsafe { SharedSlice::from_raw_parts(w.as_ptr(), w.len()) }
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {

@@ -36,7 +36,7 @@ use lanes_ofi_sys as sys;
 
 use crate::error::{Error, Result};
 use crate::platform::mapping::Mapping;
-use crate::platform::memory;
+use crate::platform::SharedSlice;
 
 pub use sys::{
     FI_AV_TABLE, FI_CONTEXT, FI_DELIVERY_COMPLETE, FI_EP_RDM, FI_MORE, FI_MR_ALLOCATED, FI_MR_LOCAL, FI_MR_PROV_KEY,
@@ -753,6 +753,13 @@ pub unsafe trait RegistrableMemory: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The memory as a checked slice.
+    fn shared_slice(&self) -> SharedSlice<'_> {
+        // SAFETY: the trait's contract: mapped, readable and writable while self lives, and
+        // touched only through raw pointers and copies.
+        unsafe { SharedSlice::from_raw_parts(self.as_ptr(), self.len()) }
+    }
 }
 
 /// Page-aligned, zero-filled, populated private memory of this process for RMA: the source
@@ -770,32 +777,20 @@ impl Buffer {
             .map_err(|e| Error::io(format!("allocating {len} bytes for RMA"), e))
     }
 
-    fn check(&self, offset: usize, len: usize) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.map.len() => Ok(()),
-            _ => Err(Error::OutOfRange {
-                offset: offset as u64,
-                len: len as u64,
-                size: self.map.len() as u64,
-                what: "RMA buffer",
-            }),
-        }
+    /// The buffer as a checked slice (read-write).
+    #[inline]
+    pub fn slice(&self) -> SharedSlice<'_> {
+        self.map.slice()
     }
 
     /// Copies `dst.len()` bytes from `offset` out of the buffer.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.check(offset, dst.len())?;
-        // SAFETY: the range is inside the mapping (checked) and dst is our own memory.
-        unsafe { memory::copy_from_shared(dst, self.map.as_ptr().add(offset)) };
-        Ok(())
+        self.slice().copy_to(offset, dst).map_err(|e| Error::shared(e, "RMA buffer"))
     }
 
     /// Copies `src` into the buffer at `offset`.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.check(offset, src.len())?;
-        // SAFETY: the range is inside the mapping (checked) and src is not in it.
-        unsafe { memory::copy_to_shared(self.map.as_ptr().add(offset), src) };
-        Ok(())
+        self.slice().copy_from(offset, src).map_err(|e| Error::shared(e, "RMA buffer"))
     }
 }
 
@@ -916,20 +911,8 @@ impl MemoryRegion {
 
     /// `len` bytes at `offset` of this region, to post from or into.
     pub fn local(&self, offset: usize, len: usize) -> Result<Local> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.memory.len() => {}
-            _ => {
-                return Err(Error::OutOfRange {
-                    offset: offset as u64,
-                    len: len as u64,
-                    size: self.memory.len() as u64,
-                    what: "memory region",
-                })
-            }
-        }
-        // SAFETY: offset is inside the registered range (checked above).
-        let ptr = unsafe { self.memory.as_ptr().add(offset) };
-        Ok(Local { ptr, len, desc: self.desc })
+        let range = self.memory.shared_slice().subslice(offset, len).map_err(|e| Error::shared(e, "memory region"))?;
+        Ok(Local { ptr: range.as_ptr(), len, desc: self.desc })
     }
 }
 

@@ -1413,12 +1413,9 @@ mod tests {
         // What three remote writes would have placed: the length word and a 1-byte payload.
         for n in 0..3u64 {
             let e = Rings::entry(slot, n);
-            // SAFETY: both ranges lie in entry n of ring `slot`, inside the mapping; nobody
-            // reads the entry before it is published.
-            unsafe {
-                map.as_ptr().add(e + ENTRY_LEN).cast::<u32>().write_volatile(1);
-                map.as_ptr().add(e + ENTRY_HEADER).write_volatile(b'a' + n as u8);
-            }
+            // Nobody reads the entry before it is published.
+            map.slice().write::<u32>(e + ENTRY_LEN, 1).expect("in the entry");
+            map.slice().write::<u8>(e + ENTRY_HEADER, b'a' + n as u8).expect("in the entry");
         }
         let handler = target.handler();
         let mut buf = [0u8; 8];

@@ -51,8 +51,8 @@ use super::remote::OfiConn;
 use super::window::{changed_runs, try_lock_now, MirrorSequence, SequenceSource};
 use crate::error::{Error, Result};
 use crate::platform::mapping::{Access, Mapping};
-use crate::platform::memory;
 use crate::platform::random_u64;
+use crate::platform::SharedSlice;
 use crate::transport::shm::segment_file::DataMapping;
 
 /// Bytes of the roster: one header page and 128 entries of 128 bytes.
@@ -107,29 +107,33 @@ pub(crate) fn object_size(size: u64) -> u64 {
     roster_at(size) + ROSTER_BYTES
 }
 
-fn word(p: *mut u8, at: usize) -> u64 {
-    // SAFETY: callers pass an 8-aligned offset inside a live mapping of the object.
-    unsafe { memory::load_acquire_u64(p.add(at).cast()) }
+/// Why a checked access to a copy or a buffer of this module cannot fail: roster words are
+/// at fixed 8-aligned offsets inside the object (the roster follows the group), group
+/// ranges were checked against the group's size, and buffers are made to fit what is
+/// copied into them.
+const INSIDE: &str = "a reflective group's ranges lie inside its memory";
+
+fn word(object: SharedSlice<'_>, at: usize) -> u64 {
+    object.load_acquire_u64(at).expect(INSIDE)
 }
 
-fn set_word(p: *mut u8, at: usize, v: u64) {
-    // SAFETY: as in `word`.
-    unsafe { memory::store_release_u64(p.add(at).cast(), v) }
+fn set_word(object: SharedSlice<'_>, at: usize, v: u64) {
+    object.store_release_u64(at, v).expect(INSIDE)
 }
 
 /// Writes the roster header into the creator's copy (`object`: the whole data, read-write)
 /// before the group is made available: size and receivers, then the magic.
 pub(crate) fn init_roster(object: &DataMapping, size: u64, receivers: &[u32]) {
     let base = roster_at(size) as usize;
-    let p = object.as_ptr();
+    let p = object.slice();
     set_word(p, base + H_SIZE, size);
     let mut list = [0u8; 4 + 4 * MAX_RECEIVERS];
     list[..4].copy_from_slice(&(receivers.len().min(MAX_RECEIVERS) as u32).to_ne_bytes());
     for (i, r) in receivers.iter().take(MAX_RECEIVERS).enumerate() {
         list[4 + 4 * i..8 + 4 * i].copy_from_slice(&r.to_ne_bytes());
     }
-    // SAFETY: the header lies inside the object's mapping (the roster follows the data).
-    unsafe { memory::copy_to_shared(p.add(base + H_RECEIVERS_LEN), &list) };
+    // The header lies inside the object's mapping (the roster follows the data).
+    p.copy_from(base + H_RECEIVERS_LEN, &list).expect(INSIDE);
     set_word(p, base + H_MAGIC, MAGIC);
 }
 
@@ -331,7 +335,7 @@ impl Fanout {
         let scratch = Arc::new(endpoint.register(scratch_buf.clone(), fi::FI_READ | fi::FI_WRITE)?);
         let info = endpoint.fi().domain().info();
         let chunk = info.max_msg_size().max(1).min(info.max_order_waw_size().max(1)).min(STAGING / 2);
-        let seen = word(mine.as_ptr(), roster_at(size) as usize + H_CONTROL);
+        let seen = word(mine.slice(), roster_at(size) as usize + H_CONTROL);
         Ok(Fanout {
             endpoint,
             mine,
@@ -467,7 +471,7 @@ impl Fanout {
 
     /// Whether the creator said it removed the group (members).
     pub(crate) fn removed(&self) -> bool {
-        self.creator.is_some() && word(self.mine.as_ptr(), self.roster + H_REMOVED) != 0
+        self.creator.is_some() && word(self.mine.slice(), self.roster + H_REMOVED) != 0
     }
 
     /// The creator's side of removing the group: tells every member (best effort, each
@@ -566,7 +570,7 @@ impl Fanout {
         }
         if self.creator.is_none() {
             // The creator notifies itself too (its own barriers re-read the roster).
-            set_word(self.mine.as_ptr(), self.roster + H_CONTROL, random_u64() | 1);
+            set_word(self.mine.slice(), self.roster + H_CONTROL, random_u64() | 1);
         }
         Ok(())
     }
@@ -609,8 +613,7 @@ impl Fanout {
         let mut out = vec![0u8; MAX_MEMBERS * ENTRY];
         match &self.creator {
             None => {
-                // SAFETY: the entries lie inside our object's mapping.
-                unsafe { memory::copy_from_shared(&mut out, self.mine.as_ptr().add(self.roster + ENTRIES)) };
+                self.mine.slice().copy_to(self.roster + ENTRIES, &mut out).expect(INSIDE);
             }
             Some(conn) => {
                 let n = out.len();
@@ -623,7 +626,7 @@ impl Fanout {
 
     /// This participant's control word: it changes whenever a member joined or left.
     pub(crate) fn control(&self) -> u64 {
-        word(self.mine.as_ptr(), self.roster + H_CONTROL)
+        word(self.mine.slice(), self.roster + H_CONTROL)
     }
 
     /// The roster's entries but this member's, as read now (waiting at most `bound`, and
@@ -770,11 +773,9 @@ impl Fanout {
                 Ok(s) => s,
                 Err(_) => return,
             };
-            // SAFETY: `at..at + n` is inside the group (the map checked it), the staging
-            // range is ours (no operation uses it, waited above).
-            unsafe {
-                memory::copy_shared_to_shared(self.staging_ptr().add(staged), self.mine.as_ptr().add(at), n, usize::MAX)
-            };
+            // `at..at + n` is inside the group (the map checked it), the staging range is
+            // ours (no operation uses it, waited above).
+            self.mine.slice().copy_to_shared(at, &self.staging_buf.slice(), staged, n, usize::MAX).expect(INSIDE);
             let mut skipped = false;
             for t in st.targets.clone() {
                 if t.creator && st.creator_down.is_some() {
@@ -835,14 +836,10 @@ impl Fanout {
         }
     }
 
-    fn staging_ptr(&self) -> *mut u8 {
-        RegistrableMemory::as_ptr(&*self.staging_buf)
-    }
-
     /// A barrier: re-reads the roster if it changed, then posts the log in order.
     fn barrier(&self, st: &mut State) {
         self.reap(st);
-        let control = word(self.mine.as_ptr(), self.roster + H_CONTROL);
+        let control = word(self.mine.slice(), self.roster + H_CONTROL);
         let probe = st.creator_down.is_some_and(|t| t.elapsed() >= Duration::from_secs(1));
         let waiting = st.creator_down.is_some() && !probe;
         if (control != st.seen || st.stale || !st.loaded || probe) && !waiting {
@@ -937,10 +934,10 @@ impl Fanout {
                 w.diff(r, &mut st, *from, *to);
             }
         }
-        // SAFETY: the range lies inside the group, inside our copy (the caller checked it),
-        // and `src` is valid for `len` bytes; a move, since the two may overlap. Others
-        // write our copy only by RMA, never through a reference.
-        unsafe { std::ptr::copy(src, self.mine.as_ptr().add(offset), len) };
+        // SAFETY: `src` is valid for `len` bytes (the caller's contract); a move, since it
+        // may lie in our copy. The copy checks the range (inside the group, the caller's
+        // contract too).
+        unsafe { self.mine.slice().copy_from_raw(offset, src, len) }.expect(INSIDE);
         self.log(&mut st, offset, end);
         for ((w, from, to), raw) in windows.iter().zip(raws.iter_mut()) {
             w.take_from_copy(raw, *from, to - from);
@@ -959,7 +956,7 @@ impl Fanout {
         debug_assert!(offset + len <= self.size);
         self.check_member()?;
         // SAFETY: as for `dma_write`, the other way.
-        unsafe { std::ptr::copy(self.mine.as_ptr().add(offset), dst, len) };
+        unsafe { self.mine.slice().copy_to_raw(offset, dst, len) }.expect(INSIDE);
         Ok(())
     }
 
@@ -981,13 +978,12 @@ impl Fanout {
         let mut marked = false;
         for slot in 0..MAX_MEMBERS {
             let at = self.roster + ENTRIES + slot * ENTRY + E_STATE;
-            let state = word(self.mine.as_ptr(), at);
+            let state = word(self.mine.slice(), at);
             if state & 1 == 1 && !holds(slot) {
                 // From that member's state only: a joiner granted the slot meanwhile may have
                 // written its own, which must not be marked.
-                // SAFETY: the word is 8-aligned inside our object's mapping, which lives as
-                // long as self; others write it only by RMA, never through a Rust reference.
-                let w = unsafe { AtomicU64::from_ptr(self.mine.as_ptr().add(at).cast()) };
+                // Others write the word only by RMA, never through a Rust reference.
+                let w = self.mine.slice().atomic_u64(at).expect(INSIDE);
                 marked |= w.compare_exchange(state, STATE_DIED, Ordering::AcqRel, Ordering::Relaxed).is_ok();
             }
         }
@@ -1065,10 +1061,10 @@ fn lock_raw(m: &Mutex<Option<RawStores>>) -> MutexGuard<'_, Option<RawStores>> {
 }
 
 impl WindowInner {
-    /// Our copy's byte at window offset 0.
-    fn base(&self) -> *mut u8 {
-        // SAFETY: start + len <= the group's size (checked by `FanoutWindow::new`), inside `mine`.
-        unsafe { self.fan.mine.as_ptr().add(self.start) }
+    /// The window's bytes of our copy.
+    fn copy(&self) -> SharedSlice<'_> {
+        // start + len <= the group's size (checked by `FanoutWindow::new`), inside `mine`.
+        self.fan.mine.slice().subslice(self.start, self.len).expect(INSIDE)
     }
 
     /// Logs the runs of window bytes `[from, to)` where the raw buffer differs from the shadow
@@ -1079,14 +1075,13 @@ impl WindowInner {
         let mut at = from - from % LINE;
         while at < to {
             let n = LINE.min(self.len - at);
-            // SAFETY: at..at + n is inside the buffer (len bytes); the program may be storing
-            // to it meanwhile, hence the volatile copy into our own line.
-            unsafe { memory::copy_from_shared(&mut line[..n], raw.buffer.as_ptr().add(at)) };
+            // The program may be storing to the buffer meanwhile, hence the copy into our
+            // own line.
+            raw.buffer.slice().copy_to(at, &mut line[..n]).expect(INSIDE);
             let old = &mut raw.shadow[at..at + n];
             if line[..n] != *old {
                 changed_runs(&line[..n], old, |a, b| {
-                    // SAFETY: the run lies inside the window, inside our copy.
-                    unsafe { memory::copy_to_shared(self.base().add(at + a), &line[a..b]) };
+                    self.copy().copy_from(at + a, &line[a..b]).expect(INSIDE);
                     self.fan.log(st, self.start + at + a, self.start + at + b);
                 });
                 old.copy_from_slice(&line[..n]);
@@ -1100,13 +1095,10 @@ impl WindowInner {
     /// through the raw pointer see the method's write), or at a refresh.
     fn take_from_copy(&self, raw: &mut Option<RawStores>, offset: usize, len: usize) {
         if let Some(r) = raw.as_mut() {
-            // SAFETY: the range is inside the window (the map checked it), in our copy and in
-            // the buffer; Lanes reaches both only through raw, volatile copies (the program
-            // stores to the buffer through its pointer, never through a Rust reference).
-            unsafe {
-                memory::copy_from_shared(&mut r.shadow[offset..offset + len], self.base().add(offset));
-                memory::copy_to_shared(r.buffer.as_ptr().add(offset), &r.shadow[offset..offset + len]);
-            }
+            // The range is inside the window (the map checked it); the program stores to the
+            // buffer through its pointer, never through a Rust reference.
+            self.copy().copy_to(offset, &mut r.shadow[offset..offset + len]).expect(INSIDE);
+            r.buffer.slice().copy_from(offset, &r.shadow[offset..offset + len]).expect(INSIDE);
         }
     }
 
@@ -1203,10 +1195,10 @@ impl FanoutWindow {
         Ok(FanoutWindow { inner, _drain: drain, reported: AtomicU64::new(0) })
     }
 
-    /// Our copy at the window's first byte, for the map's own accesses.
+    /// The window's bytes of our copy, for the map's own accesses.
     #[inline]
-    pub fn base(&self) -> *mut u8 {
-        self.inner.base()
+    pub fn slice(&self) -> SharedSlice<'_> {
+        self.inner.copy()
     }
 
     /// The first byte of this process's raw-store buffer: private memory, filled from our
@@ -1222,11 +1214,9 @@ impl FanoutWindow {
             let Ok(buffer) = Mapping::anonymous(w.len) else { return std::ptr::null_mut() };
             let mut shadow = vec![0u8; w.len];
             let _st = lock(&w.fan.state);
-            // SAFETY: the window is inside our copy; the buffer is ours, len bytes, unused yet.
-            unsafe {
-                memory::copy_from_shared(&mut shadow, w.base());
-                memory::copy_to_shared(buffer.as_ptr(), &shadow);
-            }
+            // The buffer is ours, len bytes, unused yet.
+            w.copy().copy_to(0, &mut shadow).expect(INSIDE);
+            buffer.slice().copy_from(0, &shadow).expect(INSIDE);
             *raw = Some(RawStores { buffer, shadow });
             w.raw_mode.store(true, Ordering::Release);
         }

@@ -39,11 +39,11 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use super::endpoint::Op;
-use super::fi::{self, RegistrableMemory};
+use super::fi;
 use super::remote::OfiConn;
 use crate::error::{Error, Result};
 use crate::fabric::{MapAccess, SequenceStatus};
-use crate::platform::memory;
+use crate::platform::SharedSlice;
 use crate::transport::{LossReason, RemoteState};
 
 /// The bound on every wait of a mirror window: a post the provider keeps refusing
@@ -271,10 +271,10 @@ impl MirrorWindow {
         Ok(MirrorWindow { shared, _drain: drain, reported: AtomicU64::new(0) })
     }
 
-    /// The window's first byte, without side effects (for bounds checks).
+    /// The window (`len` bytes), without side effects, for the map's own accesses.
     #[inline]
-    pub fn base(&self) -> *mut u8 {
-        self.shared.ptr()
+    pub fn slice(&self) -> SharedSlice<'_> {
+        self.shared.window()
     }
 
     pub fn len(&self) -> usize {
@@ -289,9 +289,9 @@ impl MirrorWindow {
             let mut st = lock(&m.state);
             if st.shadow.is_none() {
                 let mut shadow = vec![0u8; m.len];
-                // SAFETY: the window is len bytes of our own buffer; no read into it is in
-                // flight while the lock is held (reads are waited for under it).
-                unsafe { memory::copy_from_shared(&mut shadow, m.ptr()) };
+                // No read into the window is in flight while the lock is held (reads are
+                // waited for under it).
+                m.window().copy_to(0, &mut shadow).expect(INSIDE);
                 st.shadow = Some(shadow);
             }
             m.shadow_mode.store(true, Ordering::Release);
@@ -347,9 +347,8 @@ impl MirrorWindow {
         st.releases += 1;
         // The slot's previous write has long been sent, as a rule; if not, wait for it.
         m.wait_for(&mut st, |f| f.start == slot && f.what == RELEASE)?;
-        // SAFETY: the slot is 8 bytes of our registered buffer after the window, and no
-        // operation is in flight on it (waited for above).
-        unsafe { memory::copy_to_shared(m.ptr().add(slot), bytes) };
+        // No operation is in flight on the slot (waited for above).
+        m.buf().copy_from(slot, bytes).map_err(|e| Error::shared(e, "mirror window"))?;
         m.post_one(&mut st, slot, bytes.len(), offset, !m.ordered, RELEASE)
     }
 
@@ -422,11 +421,24 @@ impl Drop for MirrorWindow {
 }
 
 impl Mirror {
-    /// The window's first byte; window offsets (and `proof_at` and the release slots after
-    /// the window) are relative to it.
+    /// The buffer from the window's first byte: the window, then the proof read's words,
+    /// the release slots and the staging ring. Window offsets (and `proof_at`,
+    /// `staging_at`) are relative to it.
+    #[inline]
+    fn buf(&self) -> SharedSlice<'_> {
+        // `lead` is less than a page, and the buffer holds `lead` bytes and more.
+        self.mem.slice().offset(self.lead).expect(INSIDE)
+    }
+
+    /// The window: `len` bytes from its first byte.
+    #[inline]
+    fn window(&self) -> SharedSlice<'_> {
+        self.buf().subslice(0, self.len).expect(INSIDE)
+    }
+
+    /// The window's first byte.
     fn ptr(&self) -> *mut u8 {
-        // SAFETY: `lead` is less than a page, and the buffer holds `lead` bytes and more.
-        unsafe { self.mem.as_ptr().add(self.lead) }
+        self.buf().as_ptr()
     }
 
     /// `len` bytes at window offset `at` (or after the window: the proof and release
@@ -506,9 +518,9 @@ impl Mirror {
     /// and logs the range.
     fn stored(&self, st: &mut State, offset: usize, len: usize) {
         if let Some(shadow) = st.shadow.as_mut() {
-            // SAFETY: the range is inside the window (the caller checked it); no read into
-            // the window is in flight while the lock is held.
-            unsafe { memory::copy_from_shared(&mut shadow[offset..offset + len], self.ptr().add(offset)) };
+            // The caller checked the range; no read into the window is in flight while the
+            // lock is held.
+            self.window().copy_to(offset, &mut shadow[offset..offset + len]).expect(INSIDE);
         }
         self.log(st, offset, offset + len);
     }
@@ -545,9 +557,8 @@ impl Mirror {
         let mut start = 0;
         while start < self.len {
             let n = LINE.min(self.len - start);
-            // SAFETY: start..start+n is inside the window; no read into it is in flight
-            // while the lock is held.
-            unsafe { memory::copy_from_shared(&mut line[..n], self.ptr().add(start)) };
+            // No read into the window is in flight while the lock is held.
+            self.window().copy_to(start, &mut line[..n]).expect(INSIDE);
             let old = &mut shadow[start..start + n];
             if line[..n] != *old {
                 changed_runs(&line[..n], old, |a, b| self.log(st, start + a, start + b));
@@ -598,11 +609,10 @@ impl Mirror {
                 at
             } else {
                 let staged = self.stage(st, n)?;
-                // SAFETY: `at..at + n` is inside the window and `staged..staged + n` inside
-                // the staging ring, both of our registered buffer; no operation reads the
-                // staging bytes any more (waited for by `stage`), and the window is only
-                // copied from.
-                unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(at), self.ptr().add(staged), n) };
+                // No operation reads the staging bytes any more (waited for by `stage`), and
+                // the window is only copied from.
+                let buf = self.buf();
+                buf.copy_to_shared(at, &buf, staged, n, usize::MAX).map_err(|e| Error::shared(e, "mirror window"))?;
                 staged
             };
             if let Err(e) = self.post_one(st, from, n, at, deliver && at + n == end, WRITE) {
@@ -639,11 +649,11 @@ impl Mirror {
         };
         let mut ranges = [(0usize, 0usize); fi::SCATTER_MAX];
         let mut to = at;
+        let buf = self.buf();
         for (range, &(start, end)) in ranges.iter_mut().zip(&log) {
-            // SAFETY: `start..end` is inside the window and `to..to + (end - start)` inside the
-            // staged piece of the ring (both of our registered buffer); `stage` waited for
-            // every operation reading that piece, and the window is only copied from.
-            unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(start), self.ptr().add(to), end - start) };
+            // `stage` waited for every operation reading the staged piece, and the window is
+            // only copied from.
+            buf.copy_to_shared(start, &buf, to, end - start, usize::MAX).expect(INSIDE);
             *range = (start, end - start);
             to += end - start;
         }
@@ -655,10 +665,10 @@ impl Mirror {
     /// word `bytes` for window offset `offset` as one write, the word's range last.
     fn post_with_release(&self, st: &mut State, staged: StagedRelease, offset: usize, bytes: &[u8]) -> Result<()> {
         let word_at = staged.at + staged.len - bytes.len();
-        // SAFETY: the word's place is the end of the staged piece, which `stage` reserved
-        // for us, or (a window run) the word's own place in the window; no operation reads
-        // either (window runs are waited for before the call that posted them returns).
-        unsafe { memory::copy_to_shared(self.ptr().add(word_at), bytes) };
+        // The word's place is the end of the staged piece, which `stage` reserved for us, or
+        // (a window run) the word's own place in the window; no operation reads either
+        // (window runs are waited for before the call that posted them returns).
+        self.buf().copy_from(word_at, bytes).map_err(|e| Error::shared(e, "mirror window"))?;
         let mut targets = [(fi::Target { peer: fi::FiAddr(0), addr: 0, key: 0 }, 0usize); fi::SCATTER_MAX];
         let ranges = staged.ranges[..staged.count].iter().copied().chain([(offset, bytes.len())]);
         let mut n = 0;
@@ -821,8 +831,8 @@ impl Mirror {
             e => e,
         })?;
         if let Some(shadow) = st.shadow.as_mut() {
-            // SAFETY: the range is inside the window and its read has completed.
-            unsafe { memory::copy_from_shared(&mut shadow[start..end], self.ptr().add(start)) };
+            // The read into the range has completed.
+            self.window().copy_to(start, &mut shadow[start..end]).map_err(|e| Error::shared(e, "mirror window"))?;
         }
         Ok(())
     }
@@ -934,6 +944,10 @@ impl Mirror {
         }
     }
 }
+
+/// Why a checked access inside the buffer cannot fail: every range is inside the window
+/// (the map checked it) or inside the scratch and staging space laid out after it.
+const INSIDE: &str = "a mirror window's ranges lie inside its buffer";
 
 const WRITE: &str = "a write";
 const READ: &str = "a read";
@@ -1058,6 +1072,7 @@ mod tests {
     use crate::error::Error;
     use crate::fabric::{Fabric, Map, MapAccess, RemoteSegment, RemoteState, SequenceStatus};
     use crate::platform::liveness::ProcessIdentity;
+    use crate::platform::SharedSlice;
     use crate::transport::shm::layout::kind;
     use crate::transport::{ObjectAddr, ObjectInfo, RemoteHandle};
 
@@ -1153,16 +1168,21 @@ mod tests {
         }
     }
 
+    /// What a program's own loads and stores reach: the map's raw pointer, as a slice.
+    fn raw(map: &Map) -> SharedSlice<'_> {
+        // SAFETY: the pointer names the window's `len()` bytes, valid while the map lives;
+        // these tests touch them only through the slice.
+        unsafe { SharedSlice::from_raw_parts(map.as_ptr(), map.len()) }
+    }
+
     fn raw_store(map: &Map, offset: usize, byte: u8) {
         assert!(offset < map.len());
-        // SAFETY: in bounds of the map's window, which lives as long as the map.
-        unsafe { map.as_ptr().add(offset).write_volatile(byte) };
+        raw(map).write(offset, byte).expect("in the window");
     }
 
     fn raw_load(map: &Map, offset: usize) -> u8 {
         assert!(offset < map.len());
-        // SAFETY: as in raw_store.
-        unsafe { map.as_ptr().add(offset).read_volatile() }
+        raw(map).read(offset).expect("in the window")
     }
 
     #[test]
@@ -1325,18 +1345,11 @@ mod tests {
         let data = 64..BIG;
         for k in 1..=3u8 {
             let bytes = vec![k; data.len()];
-            w.tracked(data.start, data.len(), || {
-                // SAFETY: `data` lies inside the window, which no operation reads or fills
-                // while the state lock (held by `tracked`) is ours.
-                unsafe { super::memory::copy_to_shared(w.base().add(data.start), &bytes) }
-            })
-            .expect("the data");
+            w.tracked(data.start, data.len(), || w.slice().copy_from(data.start, &bytes).expect("inside the window"))
+                .expect("the data");
             let word = u64::from(k).to_ne_bytes();
-            w.release(0, &word, || {
-                // SAFETY: bytes 0..8 of the window, under the state lock as above.
-                unsafe { super::memory::copy_to_shared(w.base(), &word) }
-            })
-            .expect("the release store");
+            w.release(0, &word, || w.slice().copy_from(0, &word).expect("inside the window"))
+                .expect("the release store");
             let st = super::lock(&w.shared.state);
             let reading = st.inflight.iter().filter(|f| f.start < BIG && f.op.outcome().is_none()).count();
             assert_eq!(reading, 0, "round {k}: writes still reading the window after the release store");
@@ -1364,18 +1377,11 @@ mod tests {
                 .expect("window");
             for k in 1..=3u8 {
                 let bytes = vec![k; BIG - 8];
-                w.tracked(0, bytes.len(), || {
-                    // SAFETY: the range lies inside the window, which no operation reads or
-                    // fills while the state lock (held by `tracked`) is ours.
-                    unsafe { super::memory::copy_to_shared(w.base(), &bytes) }
-                })
-                .expect("the run");
+                w.tracked(0, bytes.len(), || w.slice().copy_from(0, &bytes).expect("inside the window"))
+                    .expect("the run");
                 let word = u64::from(k).to_ne_bytes();
-                w.release(BIG - 8, &word, || {
-                    // SAFETY: the window's last 8 bytes, under the state lock as above.
-                    unsafe { super::memory::copy_to_shared(w.base().add(BIG - 8), &word) }
-                })
-                .expect("the release store");
+                w.release(BIG - 8, &word, || w.slice().copy_from(BIG - 8, &word).expect("inside the window"))
+                    .expect("the release store");
                 let st = super::lock(&w.shared.state);
                 let reading = st.inflight.iter().filter(|f| f.start < BIG && f.op.outcome().is_none()).count();
                 assert_eq!(reading, 0, "chunk {chunk}, round {k}: writes still reading the window");
@@ -1415,19 +1421,12 @@ mod tests {
             let round = |refuse: usize| {
                 for &(at, len) in &ranges {
                     let bytes = vec![k; len];
-                    w.tracked(at, len, || {
-                        // SAFETY: the range lies inside the window, which no operation reads
-                        // or fills while the state lock (held by `tracked`) is ours.
-                        unsafe { super::memory::copy_to_shared(w.base().add(at), &bytes) }
-                    })
-                    .expect("the data");
+                    w.tracked(at, len, || w.slice().copy_from(at, &bytes).expect("inside the window"))
+                        .expect("the data");
                 }
                 w.shared.refuse_posts.store(refuse, Ordering::Release);
                 let word = u64::from(k).to_ne_bytes();
-                let r = w.release(word_at, &word, || {
-                    // SAFETY: the window's last 8 bytes, under the state lock as above.
-                    unsafe { super::memory::copy_to_shared(w.base().add(word_at), &word) }
-                });
+                let r = w.release(word_at, &word, || w.slice().copy_from(word_at, &word).expect("inside the window"));
                 w.flush();
                 r
             };

@@ -33,7 +33,7 @@ use super::segment_file::DataMapping;
 use crate::error::{Error, Result};
 use crate::fabric::Timeout;
 use crate::platform::doorbell::{Doorbell, WaitError};
-use crate::platform::memory;
+use crate::platform::SharedSlice;
 
 /// The largest payload of one data interrupt.
 pub const MAX_DATA_INTERRUPT_PAYLOAD: usize = 4096;
@@ -56,6 +56,9 @@ pub const ENTRY_BYTES: usize = ENTRY_HEADER + MAX_DATA_INTERRUPT_PAYLOAD;
 pub const RING_CAP: u64 = 16;
 pub const RING_BYTES: usize = (RING_ENTRIES + RING_CAP as usize * ENTRY_BYTES).div_ceil(PAGE) * PAGE;
 pub const OBJECT_BYTES: u64 = (PAGE + MAX_CONNECTIONS * RING_BYTES) as u64;
+/// Why a checked access to the object's words and rings cannot fail: their offsets come from the
+/// fixed layout here, aligned and inside the object's mapping.
+const LAYOUT: &str = "the object's layout lies inside its mapping";
 // The active-ring bitmap holds every slot in two words.
 const _: () = assert!(MAX_CONNECTIONS <= 128);
 
@@ -72,22 +75,22 @@ impl Rings {
         Rings { map }
     }
 
-    /// The object's first byte.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.map.as_ptr()
+    /// The object's bytes.
+    pub fn slice(&self) -> SharedSlice<'_> {
+        self.map.slice()
     }
 
     pub fn word64(&self, off: usize) -> &AtomicU64 {
         debug_assert!(off % 8 == 0 && off + 8 <= self.map.len());
-        // SAFETY: every caller passes an 8-aligned offset inside the map (the layout above);
-        // these words are only accessed atomically by every process.
-        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(off).cast()) }
+        // Every caller passes an 8-aligned offset inside the map (the layout above); these
+        // words are only accessed atomically by every process.
+        self.map.slice().atomic_u64(off).expect(LAYOUT)
     }
 
     pub fn word32(&self, off: usize) -> &AtomicU32 {
         debug_assert!(off % 4 == 0 && off + 4 <= self.map.len());
-        // SAFETY: as for word64, 4-aligned.
-        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(off).cast()) }
+        // As for word64, 4-aligned.
+        self.map.slice().atomic_u32(off).expect(LAYOUT)
     }
 
     pub fn bell(&self) -> Doorbell {
@@ -280,9 +283,9 @@ impl Sender {
         }
         let entry = Rings::entry(slot, tail);
         r.word32(entry + ENTRY_LEN).store(data.len() as u32, Ordering::Relaxed);
-        // SAFETY: the entry's payload area (4096 bytes) lies inside ring `slot` in the map,
-        // and data is at most 4096 bytes of private memory (checked above).
-        unsafe { memory::copy_to_shared(r.as_ptr().add(entry + ENTRY_HEADER), data) };
+        // The entry's payload area (4096 bytes) lies inside ring `slot` in the map, and data
+        // is at most 4096 bytes (checked above).
+        r.slice().copy_from(entry + ENTRY_HEADER, data).expect(LAYOUT);
         r.word64(entry + ENTRY_SEQ).store(tail.wrapping_add(1), Ordering::SeqCst);
         r.word64(base + RING_TAIL).store(tail.wrapping_add(1), Ordering::Relaxed);
         st.tail = tail.wrapping_add(1);

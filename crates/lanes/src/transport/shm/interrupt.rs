@@ -29,6 +29,9 @@ pub const BELL_PAGE: u64 = 4096;
 const SEQ: usize = 0;
 const SLEEPERS: usize = 4;
 const PENDING: usize = 8;
+/// Why a checked access to the object's words cannot fail: their offsets come from the
+/// fixed layout here, aligned and inside the object's mapping.
+const LAYOUT: &str = "the object's layout lies inside its mapping";
 /// Where the trigger count word of connection slot 0's ofi sender lies; slot `i`'s is
 /// `8 * i` further (see the module documentation).
 #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
@@ -54,11 +57,11 @@ impl BellPage {
     /// Views `map`, which must cover the object's whole data ([`BELL_PAGE`] bytes).
     pub fn new(map: DataMapping) -> Self {
         assert!(map.len() >= BELL_PAGE as usize, "an interrupt page of {} bytes", map.len());
-        let p = map.as_ptr();
+        let s = map.slice();
+        let (seq, sleepers) = (s.atomic_u32(SEQ).expect(LAYOUT), s.atomic_u32(SLEEPERS).expect(LAYOUT));
         // SAFETY: the words lie in the first line of the page-sized map (checked above), 4-
-        // and 8-aligned (mappings are page aligned); the map lives in the same struct as the
-        // doorbell and outlives it.
-        let bell = unsafe { Doorbell::new(p.add(SEQ).cast(), p.add(SLEEPERS).cast()) };
+        // aligned (checked); the map lives in the same struct as the doorbell and outlives it.
+        let bell = unsafe { Doorbell::new(seq.as_ptr(), sleepers.as_ptr()) };
         BellPage { map, bell }
     }
 
@@ -69,8 +72,8 @@ impl BellPage {
 
     /// Triggers received and not yet consumed.
     pub fn pending(&self) -> &AtomicU64 {
-        // SAFETY: 8-aligned word inside the map, only accessed atomically by every process.
-        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(PENDING).cast()) }
+        // Only accessed atomically by every process.
+        self.map.slice().atomic_u64(PENDING).expect(LAYOUT)
     }
 
     /// Consumes one trigger, if any is pending.
@@ -96,10 +99,8 @@ impl BellPage {
     #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub fn word(&self, offset: u64) -> &AtomicU64 {
         assert!(offset % 8 == 0 && offset + 8 <= BELL_PAGE, "interrupt page word at {offset}");
-        // SAFETY: an 8-aligned word inside the page-sized map (checked), which lives as
-        // long as self. Processes access it only atomically; the provider's placement of a
-        // remote write is a plain copy, which may tear the value read but never makes the
-        // access unsound.
-        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(offset as usize).cast()) }
+        // Processes access it only atomically; the provider's placement of a remote write
+        // is a plain copy, which may tear the value read but never makes the access unsound.
+        self.map.slice().atomic_u64(offset as usize).expect(LAYOUT)
     }
 }

@@ -13,6 +13,7 @@ use super::FabricPaths;
 use crate::platform::files::{open_existing, reserve, FileError, UnnamedFile};
 use crate::platform::mapping::{Access, Mapping};
 use crate::platform::page_size;
+use crate::platform::SharedSlice;
 
 /// Why an existing segment file could not be opened.
 #[derive(Debug)]
@@ -42,28 +43,21 @@ pub struct SegmentFile {
     inode: u64,
 }
 
-/// A window of segment data, mapped; `ptr` is the window's first byte.
+/// A window of segment data, mapped: bytes `start..start + len` of `mapping`.
 #[derive(Debug)]
 pub struct DataMapping {
-    _mapping: Mapping,
-    ptr: NonNull<u8>,
+    mapping: Mapping,
+    start: usize,
     len: usize,
 }
-
-// SAFETY: a DataMapping owns its mapping; all access through `ptr` is raw and synchronised
-// by its users as shared memory must be.
-unsafe impl Send for DataMapping {}
-// SAFETY: as above.
-unsafe impl Sync for DataMapping {}
 
 impl DataMapping {
     /// The first `len` bytes of `mapping` (memory that is not an object file's data, such as
     /// a cross-host reflective member's replica). `len` is clamped to the mapping.
     #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
     pub(crate) fn whole(mapping: Mapping, len: usize) -> DataMapping {
-        let ptr = NonNull::new(mapping.as_ptr()).expect("a mapping is never at address 0");
         let len = len.min(mapping.len());
-        DataMapping { _mapping: mapping, ptr, len }
+        DataMapping { mapping, start: 0, len }
     }
 
     /// Maps `len` (> 0) bytes of `fd` from `file_off`, which need not be page aligned. The
@@ -75,15 +69,21 @@ impl DataMapping {
         let page = page_size() as u64;
         let aligned = file_off - file_off % page;
         let delta = (file_off - aligned) as usize;
-        let map_len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))? + delta;
+        let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let map_len = len.checked_add(delta).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         let mapping = Mapping::map(fd, aligned, map_len, access)?;
-        // SAFETY: delta < map_len, so the pointer stays inside the mapping.
-        let ptr = unsafe { NonNull::new_unchecked(mapping.as_ptr().add(delta)) };
-        Ok(DataMapping { _mapping: mapping, ptr, len: len as usize })
+        Ok(DataMapping { mapping, start: delta, len })
+    }
+
+    /// The window as a checked slice (read-only if it was mapped so).
+    #[inline]
+    pub fn slice(&self) -> SharedSlice<'_> {
+        // Made to fit the mapping by both constructors.
+        self.mapping.slice().subslice(self.start, self.len).expect("a data mapping lies inside its mapping")
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+        self.slice().as_ptr()
     }
 
     pub fn len(&self) -> usize {

@@ -4,6 +4,8 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
+use crate::shared_slice::SharedSlice;
+
 /// Whether a mapping may be written. Read-only is enforced by the page tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
@@ -16,6 +18,7 @@ pub enum Access {
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    access: Access,
 }
 
 // SAFETY: a Mapping is a plain address range; all access goes through raw pointers whose
@@ -46,7 +49,7 @@ impl Mapping {
             return Err(io::Error::last_os_error());
         }
         let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { ptr, len })
+        Ok(Mapping { ptr, len, access: Access::ReadWrite })
     }
 
     /// Maps over the existing pages at `addr` (`MAP_FIXED`).
@@ -91,7 +94,24 @@ impl Mapping {
             return Err(io::Error::last_os_error());
         }
         let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { ptr, len })
+        Ok(Mapping { ptr, len, access })
+    }
+
+    /// The mapping as a checked slice, read-only if the mapping is.
+    pub fn slice(&self) -> SharedSlice<'_> {
+        // SAFETY: the range is this mapping's, mapped for as long as the borrow of self, and
+        // readable (writable only when mapped so); the API hands out no references into it.
+        unsafe {
+            match self.access {
+                Access::ReadWrite => SharedSlice::from_raw_parts(self.ptr.as_ptr(), self.len),
+                Access::ReadOnly => SharedSlice::from_raw_parts_read_only(self.ptr.as_ptr(), self.len),
+            }
+        }
+    }
+
+    /// Whether the mapping may be written.
+    pub fn access(&self) -> Access {
+        self.access
     }
 
     /// First byte of the mapping.

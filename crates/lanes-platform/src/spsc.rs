@@ -127,7 +127,7 @@ impl<T: Copy> SpscRing<T> {
 
 /// Every interleaving of one producer and one consumer on a two-slot ring (loom): values
 /// arrive once each, in order, through wrap-around and a full ring.
-/// `RUSTFLAGS="--cfg loom" cargo test -p lanes --lib --release platform::spsc::loom_tests`
+/// `RUSTFLAGS="--cfg loom" cargo test -p lanes-platform --lib --release spsc::loom_tests`
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;

@@ -1,15 +1,22 @@
-//! Layer 1: the platform building blocks every transport and API object stands on.
+//! Layer 1 of Lanes: the platform building blocks every transport and API object stands on.
+//!
+//! A crate of its own so that it cannot name the layers above it (`lanes`: transports,
+//! fabric API, control plane); `lanes` re-exports it as `lanes::platform`. It speaks
+//! `std::io::Error`; the layers above turn that into their own errors.
 //!
 //! - [`files`]: the private fabric directory, directory locks, atomic publication of files.
 //! - [`mapping`]: `mmap` of shared files, owned and unmapped on drop.
 //! - [`memory`]: volatile and atomic access to memory a peer can write; fastest copies.
+//! - [`shared_slice`]: [`SharedSlice`], a bounds-carrying slice of such memory: every access
+//!   is checked, so the layers above do no pointer arithmetic into it.
 //! - [`liveness`]: process identities and the lock that says a process is alive.
 //! - [`death_watch`]: one thread that learns of process deaths without polling (pidfd).
 //! - [`futex`], [`doorbell`]: cross-process waits that spin, then sleep, and never lose a wake-up.
 //! - [`signals`]: SIGTERM/SIGINT as something a thread waits for (the daemon's shutdown).
 //! - [`spsc`]: a lock-free single-producer single-consumer ring (DMA descriptors).
 //!
-//! `unsafe` lives here and in the FFI layers only.
+//! The raw access to mapped memory lives here, behind types that carry their bounds; each
+//! `unsafe` block says why it is sound.
 
 pub mod death_watch;
 pub mod doorbell;
@@ -18,8 +25,11 @@ pub mod futex;
 pub mod liveness;
 pub mod mapping;
 pub mod memory;
+pub mod shared_slice;
 pub mod signals;
 pub mod spsc;
+
+pub use shared_slice::{SharedSlice, SliceError};
 
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -27,7 +37,7 @@ use std::io;
 /// 64 bits no other process or start of this one is likely to pick (boot epochs, grant
 /// ids, key bases): the standard library's per-process random hash keys, the clock and the
 /// pid. Not for secrets.
-pub(crate) fn random_u64() -> u64 {
+pub fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
     h.write_u32(std::process::id());
@@ -35,13 +45,13 @@ pub(crate) fn random_u64() -> u64 {
 }
 
 /// Lower-case hex of `bytes` (binary values that travel as text: endpoint names, proofs).
-pub(crate) fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The bytes of lower-case or upper-case hex `text`; `None` for empty or odd-length text
 /// or a non-hex digit.
-pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
     if text.len() % 2 != 0 || text.is_empty() {
         return None;
     }
@@ -49,7 +59,7 @@ pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
 }
 
 /// `Err(last_os_error)` when a libc call returned -1.
-pub(crate) fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+pub fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
     if rc == -1 {
         Err(io::Error::last_os_error())
     } else {
@@ -60,7 +70,7 @@ pub(crate) fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
 /// Shuts a listening socket down (`shutdown(2)`, both ways), which makes a thread blocked in
 /// its `accept` return an error at once: how a daemon stops its accept loops without
 /// connecting to itself, which fails once its socket file or network is gone.
-pub(crate) fn shut_down_listener(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
+pub fn shut_down_listener(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: shutdown takes a descriptor the borrow keeps open, and touches no memory.
     cvt(unsafe { libc::shutdown(socket.as_fd().as_raw_fd(), libc::SHUT_RDWR) }).map(|_| ())

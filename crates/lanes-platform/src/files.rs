@@ -38,7 +38,7 @@ pub fn verify_fabric_dir(dir: &Path) -> io::Result<()> {
 
 /// The metadata of directory `dir` if it belongs to `me`; a link is followed only if `me`
 /// made it (one made by somebody else in a shared directory such as /dev/shm is a squat).
-pub(crate) fn verify_own_dir(dir: &Path, me: u32) -> io::Result<fs::Metadata> {
+pub fn verify_own_dir(dir: &Path, me: u32) -> io::Result<fs::Metadata> {
     let squatted = |what: String| {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
