@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use crate::preload;
+use lanes_bench::preload;
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -52,7 +52,7 @@ fn environment(a: &RunArgs, lib: &Path) -> Result<Vec<(&'static str, OsString)>,
         env.push(("LANES_POLL_US", us.to_string().into()));
     }
     if let Some(r) = &a.ring {
-        let bytes = crate::sizes::parse_size(r).map_err(|e| format!("--ring: {e}"))?;
+        let bytes = lanes_bench::sizes::parse_size(r).map_err(|e| format!("--ring: {e}"))?;
         if bytes == 0 {
             return Err("--ring: the ring needs at least one byte".into());
         }
