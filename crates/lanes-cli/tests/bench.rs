@@ -16,10 +16,16 @@ use common::TestDir;
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const SPIN_FLOOR: &str = env!("CARGO_BIN_EXE_lanes-spin-floor");
 
-impl TestDir {
+/// This file's scratch directories: where they live, and the command run in them.
+trait Dir {
+    fn here(name: &str) -> Self;
+    fn lanes(&self, args: &[&str]) -> Command;
+}
+
+impl Dir for TestDir {
     fn here(name: &str) -> Self {
         let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        TestDir::new(&base, "lanes-bench-test", name)
+        TestDir::under(&base, "lanes-bench-test", name)
     }
 
     fn lanes(&self, args: &[&str]) -> Command {

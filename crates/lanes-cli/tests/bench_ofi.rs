@@ -65,7 +65,7 @@ fn wait_operational(dir: &Path, h: &str, other: &str) {
 #[test]
 fn ofi_bench_between_two_loopback_hosts() {
     let base = std::env::temp_dir();
-    let dir = TestDir::new(&base, "lanes-bench-ofi", "lo");
+    let dir = TestDir::under(&base, "lanes-bench-ofi", "lo");
     write_config(&dir.0);
     if !lanes::OFI_TRANSPORT {
         let out = run(on(&dir.0, "b", &["bench", "--transport", "ofi", "--remote-node", "8"]), Duration::from_secs(30));
@@ -179,7 +179,7 @@ fn ofi_bench_between_two_loopback_hosts() {
 #[test]
 fn pingpong_to_another_host_refuses_clearly() {
     let base = std::env::temp_dir();
-    let dir = TestDir::new(&base, "lanes-pingpong-remote", "lo");
+    let dir = TestDir::under(&base, "lanes-pingpong-remote", "lo");
     write_config(&dir.0);
     let out = run(on(&dir.0, "b", &["pingpong", "--client", "--remote-node", "8"]), Duration::from_secs(30));
     let err = text(&out.stderr);

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 mod common;
-use common::{run, text};
+use common::{run, text, TestDir};
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const LIMIT: Duration = Duration::from_secs(30);
@@ -25,25 +25,6 @@ fn lanes() -> Command {
     c
 }
 
-/// A directory removed at the end, whatever its mode.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("lanes-cli-hostile-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir(&p).expect("mkdir");
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(0o700));
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A uid no account uses, different per test process (tests of several runs may overlap).
 fn spare_uid(offset: u32) -> u32 {
     61000 + (std::process::id() % 2000) * 2 + offset
@@ -51,7 +32,7 @@ fn spare_uid(offset: u32) -> u32 {
 
 #[test]
 fn status_of_an_unreadable_fabric_directory_is_an_error_naming_it() {
-    let scratch = Scratch::new("unreadable");
+    let scratch = TestDir::named("cli-hostile", "unreadable");
     let fabric = scratch.0.join("fabric");
     std::fs::create_dir(&fabric).expect("mkdir");
     let mut status = lanes();
@@ -72,7 +53,7 @@ fn status_of_an_unreadable_fabric_directory_is_an_error_naming_it() {
 
 #[test]
 fn status_into_a_closed_pipe_ends_quietly() {
-    let scratch = Scratch::new("pipe");
+    let scratch = TestDir::named("cli-hostile", "pipe");
     // The reader (`true`) is gone before `lanes status` starts writing.
     let script = format!("set -o pipefail; (sleep 0.3; exec {LANES} status) | true; echo \"rc=${{PIPESTATUS[0]}}\"");
     let mut bash = Command::new("bash");

@@ -5,6 +5,7 @@
 //! Every wait is bounded and every child is killed when a test ends.
 
 mod common;
+use common::TestDir;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -15,24 +16,6 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A private directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("lanes-sdk-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn text(b: &[u8]) -> String {
@@ -81,12 +64,12 @@ impl Drop for Reaped {
 
 /// An SDK installed into a private prefix, programs built against it, and a private fabric.
 struct Sdk {
-    dir: TempDir,
+    dir: TestDir,
 }
 
 impl Sdk {
     fn install(name: &str) -> Sdk {
-        let dir = TempDir::new(name);
+        let dir = TestDir::named("sdk-test", name);
         let out = Command::new(LANES)
             .args(["sdk", "install", "--no-ldconfig", "--prefix"])
             .arg(dir.0.join("sdk"))
@@ -198,7 +181,7 @@ fn row<'a>(out: &'a str, first: &str) -> Option<&'a str> {
 
 #[test]
 fn install_writes_the_layout_and_uninstall_removes_exactly_it() {
-    let dir = TempDir::new("layout");
+    let dir = TestDir::named("sdk-test", "layout");
     let prefix = dir.0.join("opt/DIS");
     let out = Command::new(LANES)
         .args(["sdk", "install", "--no-ldconfig", "--prefix"])
@@ -1251,7 +1234,7 @@ fn the_vendor_api_surface_builds_with_wconversion_links_and_runs() {
 /// every file install wrote, the new header too.
 #[test]
 fn the_installed_tree_is_the_vendors_layout_and_uninstall_removes_all_of_it() {
-    let dir = TempDir::new("vendor-layout");
+    let dir = TestDir::named("sdk-test", "vendor-layout");
     let prefix = dir.0.join("opt/DIS");
     let out = Command::new(LANES)
         .args(["sdk", "install", "--no-ldconfig", "--prefix"])

@@ -20,9 +20,15 @@ use common::{run, text, wait_bounded, Reaped, TestDir};
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const LIBRARY: &str = "liblanes_sockets.so";
 
-impl TestDir {
+/// This file's scratch directories: where they live, and the command run in them.
+trait Dir {
+    fn here(name: &str) -> Self;
+    fn lanes(&self, args: &[&str]) -> Command;
+}
+
+impl Dir for TestDir {
     fn here(name: &str) -> Self {
-        TestDir::new(&std::env::temp_dir(), "lanes-sockets-cli", name)
+        TestDir::under(&std::env::temp_dir(), "lanes-sockets-cli", name)
     }
 
     fn lanes(&self, args: &[&str]) -> Command {

@@ -1,5 +1,5 @@
-//! Socket conformance, the way a user meets the library: examples/c/sockconf (one C program
-//! of named cases, each printing a canonical transcript) built with plain `cc -O2 -Wall
+//! Socket conformance, the way a user meets the library: tests/sockconf/ (one C program of
+//! named cases, each printing a canonical transcript) built with plain `cc -O2 -Wall
 //! -Wextra -Werror`, and once more with `-D_FORTIFY_SOURCE=2 -D_FILE_OFFSET_BITS=64` (so
 //! `__read_chk`, `__poll_chk`, `fcntl64`, `sendfile64`... are what the program calls). Every
 //! case runs
@@ -23,7 +23,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use support::{clean_command, diff, free_port, library, repo, run_bounded, Finished, Proc, TestDir};
+use support::{clean_command, diff, free_port, library, run_bounded, Finished, Proc, TestDir};
 
 /// A sockconf run normally ends in well under 2 s; its own watchdog stops it after 20 s.
 const RUN_LIMIT: Duration = Duration::from_secs(60);
@@ -37,17 +37,33 @@ struct Sockconf {
     fortify: PathBuf,
 }
 
+/// The C fixtures of these tests: sockconf's files and forkserve.c.
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sockconf")
+}
+
+/// sockconf's source files: every C file of [`fixtures`] but forkserve.c, in name order.
+fn sockconf_sources() -> Vec<PathBuf> {
+    let dir = fixtures();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "c") && !p.ends_with("forkserve.c"))
+        .collect();
+    files.sort();
+    files
+}
+
 fn cc(args: &[&str], out: &Path) {
-    let src = repo().join("examples/c/sockconf/sockconf.c");
     let mut cmd = Command::new("cc");
-    cmd.args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread"]).args(args).arg(&src).arg("-o").arg(out);
+    cmd.args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread"]).args(args).args(sockconf_sources()).arg("-o").arg(out);
     let o = cmd.output().unwrap_or_else(|e| panic!("cannot run cc ({e}): run scripts/test.sh to install gcc"));
     assert!(o.status.success(), "{cmd:?} failed: {}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
 }
 
 impl Sockconf {
     fn build(name: &str) -> Sockconf {
-        let dir = TestDir::new("sockconf", name);
+        let dir = TestDir::named("sockconf", name);
         let plain = dir.path("sockconf");
         let fortify = dir.path("sockconf-fortify");
         cc(&[], &plain);
@@ -560,10 +576,10 @@ fn the_library_really_accelerates() {
     }
 }
 
-/// examples/c/sockconf/forkserve.c, built into `dir`.
+/// tests/sockconf/forkserve.c, built into `dir`.
 fn build_forkserve(dir: &TestDir) -> PathBuf {
     let out = dir.path("forkserve");
-    let src = repo().join("examples/c/sockconf/forkserve.c");
+    let src = fixtures().join("forkserve.c");
     let mut cmd = Command::new("cc");
     cmd.args(["-O2", "-Wall", "-Wextra", "-Werror"]).arg(&src).arg("-o").arg(&out);
     let o = cmd.output().unwrap_or_else(|e| panic!("cannot run cc ({e}): run scripts/test.sh to install gcc"));
@@ -649,7 +665,7 @@ fn lines_with(text: &str, needle: &str) -> usize {
 #[test]
 fn fork_per_connection_servers_accelerate_every_connection() {
     const N: usize = 20;
-    let dir = TestDir::new("forkserve", "both");
+    let dir = TestDir::named("forkserve", "both");
     let bin = build_forkserve(&dir);
     let r = fork_run(&bin, &dir.sub("run"), (true, true), N, &[]);
     assert!(r.client.ok() && r.client.stdout.contains("byte-exact"), "{}", r.client.describe("client"));
@@ -683,7 +699,7 @@ fn fork_per_connection_servers_accelerate_every_connection() {
 #[test]
 fn a_peer_without_the_library_is_said_once_and_shown_by_status() {
     const N: usize = 5;
-    let dir = TestDir::new("forkserve", "client-only");
+    let dir = TestDir::named("forkserve", "client-only");
     let bin = build_forkserve(&dir);
     let r = fork_run(&bin, &dir.sub("run"), (false, true), N, &[]);
     assert!(r.client.ok() && r.client.stdout.contains("byte-exact"), "{}", r.client.describe("client"));
@@ -710,7 +726,7 @@ fn a_worker_that_drops_privileges_says_why_and_stays_kernel_tcp() {
         return;
     }
     const N: usize = 3;
-    let dir = TestDir::new("forkserve", "setuid");
+    let dir = TestDir::named("forkserve", "setuid");
     let bin = build_forkserve(&dir);
     let run = dir.sub("run");
     // The worker, as nobody, must be able to run the program and reach its directory.
@@ -740,7 +756,7 @@ fn a_worker_that_drops_privileges_says_why_and_stays_kernel_tcp() {
 #[test]
 fn a_handoff_to_a_static_image_gets_the_stream_or_a_reset() {
     let lib = library();
-    let dir = TestDir::new("sockconf", "static-handoff");
+    let dir = TestDir::named("sockconf", "static-handoff");
     let plain = dir.path("sockconf");
     let fixed = dir.path("sockconf-static");
     cc(&[], &plain);

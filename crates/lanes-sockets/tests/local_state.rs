@@ -252,7 +252,7 @@ fn run_pair(fabric: &Path, scratch: &Path, run: Run) -> (Finished, Finished, See
 
 #[test]
 fn a_full_fabric_filesystem_leaves_connections_on_kernel_tcp_without_sigbus() {
-    let scratch = TestDir::new("local-state", "full-tmpfs");
+    let scratch = TestDir::named("local-state", "full-tmpfs");
     let Some(fs) = Tmpfs::mount(scratch.path("fabric"), TMPFS_BYTES) else { return };
     let tmp = scratch.sub("tmp");
     const CONNECTIONS: usize = 3;

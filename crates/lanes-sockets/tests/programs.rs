@@ -88,7 +88,7 @@ struct World {
 
 impl World {
     fn new(name: &str) -> World {
-        World { dir: TestDir::new("programs", name), lib: library(), failures: Vec::new() }
+        World { dir: TestDir::named("programs", name), lib: library(), failures: Vec::new() }
     }
 
     /// A fresh fabric directory for one setup.

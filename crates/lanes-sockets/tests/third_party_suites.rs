@@ -130,7 +130,7 @@ fn check(suite: &Suite) {
     for (part, why) in suite.excluded {
         eprintln!("{}: tests named *{part}* are not compared: {why}", suite.name);
     }
-    let t = TestDir::new("suites", suite.name);
+    let t = TestDir::named("suites", suite.name);
     let (kf, kernel, _, ktook) = run(&t, suite, false);
     let (lf, lib, seen, ltook) = run(&t, suite, true);
     let seen = seen.expect("sampled");

@@ -2,10 +2,10 @@
 //! its own daemon and fabric directory, in two topologies:
 //!
 //! - *loopback*: three daemons on 127.0.0.1 with different ports (no privilege needed);
-//! - *netns*: three network namespaces on a bridge (support/netns.rs), daemons on
+//! - *netns*: three network namespaces on a bridge (`lanes_testkit::netns`), daemons on
 //!   10.77.0.1-3; needs root, skipped with a reason without it unless `CI` is set.
 //!
-//! The hosts and their daemons are `support::cluster::Cluster` (tests/common/cluster.rs),
+//! The hosts and their daemons are `lanes_testkit::cluster::Cluster`,
 //! shared with the ofi topologies of the conformance suite: daemons are children of the
 //! test, the test binary re-executed (through `ip netns exec` for netns) in role `daemon`,
 //! which calls `lanes::cluster::daemon::run`, as `lanes daemon` does. Timing is shortened
@@ -651,7 +651,7 @@ fn cluster_test_namespace_names_carry_their_creator() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The ofi topologies of the conformance suite (tests/common/topology.rs)
+// The ofi topologies of the conformance suite (`lanes_testkit::topology`)
 // ---------------------------------------------------------------------------------------
 
 /// The harness of the ofi topologies, needing no data path: every daemon sees the others

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lanes::fabric::{LocalEvent, RemoteEvent};
 use lanes::LossReason;
-use wakeups_support::{field, ms_between, tail_field, Node, Topology, NOTICE, WAIT};
+use wakeups_support::{field, ms_between, tail_field, Proc, Topology, NOTICE, WAIT};
 
 #[test]
 fn child_entry() {
@@ -60,12 +60,12 @@ fn summary(what: &str, mut ms: Vec<f64>) {
 // ---------------------------------------------------------------------------------------
 
 fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
+    let mut owner = Proc::node_named(t, "owner", 8);
     owner.ok("seg s 0x70 4096");
     owner.err_is("lwait s 100", "Timeout");
 
     // A clean connect and disconnect.
-    let mut peer = Node::spawn(t, "peer", 12);
+    let mut peer = Proc::node_named(t, "peer", 12);
     peer.ok("connect r 8 0x70 5000");
     let (ev, _) = event(&owner.ok("lwait s 5000"));
     assert_eq!(ev, connected(t, 12, peer.pid()));
@@ -83,7 +83,7 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
     let mut deaths = Vec::new();
     for round in 0..5u32 {
         let node = 16 + 4 * round;
-        let mut victim = Node::spawn(t, &format!("victim {round}"), node);
+        let mut victim = Proc::node_named(t, &format!("victim {round}"), node);
         victim.ok("connect r 8 0x70 5000");
         let (ev, _) = event(&owner.ok("lwait s 5000"));
         assert_eq!(ev, connected(t, node, victim.pid()));
@@ -91,7 +91,7 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
         std::thread::sleep(Duration::from_millis(100));
         assert!(owner.try_note("w").is_none(), "wait_event returned with no event");
         let pid = victim.pid();
-        let killed = victim.kill9();
+        let killed = victim.kill9_at();
         let (ev, seen) = event(&owner.bg_result("w", WAIT).unwrap_or_else(|e| panic!("wait_event: {e}")));
         assert_eq!(ev, disconnected(t, node, pid, true));
         deaths.push(within_notice(&format!("owner wait_event, peer death {round}"), killed, seen));
@@ -100,7 +100,7 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
     summary("owner's wait_event(Infinite) hearing of a connected peer's kill -9", deaths);
 
     // A peer killed while nobody waits: the next wait reports it.
-    let mut victim = Node::spawn(t, "late victim", 40);
+    let mut victim = Proc::node_named(t, "late victim", 40);
     victim.ok("connect r 8 0x70 5000");
     let (ev, _) = event(&owner.ok("lwait s 5000"));
     assert_eq!(ev, connected(t, 40, victim.pid()));
@@ -111,8 +111,8 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
     owner.err_is("lwait s 100", "Timeout");
 
     // The events of several peers, each reported once.
-    let mut a = Node::spawn(t, "peer a", 44);
-    let mut b = Node::spawn(t, "peer b", 48);
+    let mut a = Proc::node_named(t, "peer a", 44);
+    let mut b = Proc::node_named(t, "peer b", 48);
     a.ok("connect r 8 0x70 5000");
     b.ok("connect r 8 0x70 5000");
     let mut evs = vec![event(&owner.ok("lwait s 5000")).0, event(&owner.ok("lwait s 5000")).0];
@@ -134,20 +134,20 @@ fn the_owner_hears_peers_connect_disconnect_and_die(t: &Topology) {
 }
 
 fn the_owners_event_callback_hears_a_peer_die(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
+    let mut owner = Proc::node_named(t, "owner", 8);
     owner.ok("seg s 0x71 4096");
     owner.ok("lpoll s 0");
     owner.ok("lon_event s ev");
     let mut deaths = Vec::new();
     for round in 0..3u32 {
         let node = 12 + 4 * round;
-        let mut victim = Node::spawn(t, &format!("victim {round}"), node);
+        let mut victim = Proc::node_named(t, &format!("victim {round}"), node);
         victim.ok("connect r 8 0x71 5000");
         let (ev, _) = event(&owner.note("ev", WAIT));
         assert_eq!(ev, connected(t, node, victim.pid()));
         std::thread::sleep(Duration::from_millis(100));
         let pid = victim.pid();
-        let killed = victim.kill9();
+        let killed = victim.kill9_at();
         let (ev, seen) = event(&owner.note("ev", WAIT));
         assert_eq!(ev, disconnected(t, node, pid, true));
         deaths.push(within_notice(&format!("owner on_event, peer death {round}"), killed, seen));
@@ -157,7 +157,7 @@ fn the_owners_event_callback_hears_a_peer_die(t: &Topology) {
 }
 
 /// The owner's next two events (None for an error such as a timeout).
-fn two_events(owner: &mut Node) -> (Option<String>, Option<String>) {
+fn two_events(owner: &mut Proc) -> (Option<String>, Option<String>) {
     let mut next = || owner.call("lwait s 1000").ok().map(|r| event(&r).0);
     (next(), next())
 }
@@ -166,15 +166,15 @@ fn two_events(owner: &mut Node) -> (Option<String>, Option<String>) {
 /// `wait_event` calls must still be reported (the owner counts the slot's claims and
 /// releases from its generation and learns the last holder from the slot).
 fn connections_that_come_and_go_between_two_waits_are_still_reported(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
+    let mut owner = Proc::node_named(t, "owner", 8);
     owner.ok("seg s 0x72 4096");
-    let mut peer = Node::spawn(t, "peer", 12);
+    let mut peer = Proc::node_named(t, "peer", 12);
     peer.ok("connect r 8 0x72 5000");
     peer.ok("drop r");
     let clean = two_events(&mut owner);
     let clean_want = (Some(connected(t, 12, peer.pid())), Some(disconnected(t, 12, peer.pid(), false)));
     // A peer that connects and is killed before the owner waits.
-    let mut victim = Node::spawn(t, "victim", 16);
+    let mut victim = Proc::node_named(t, "victim", 16);
     victim.ok("connect r 8 0x72 5000");
     let pid = victim.pid();
     victim.kill9();
@@ -195,8 +195,8 @@ fn connections_that_come_and_go_between_two_waits_are_still_reported(t: &Topolog
 // ---------------------------------------------------------------------------------------
 
 fn a_peer_hears_availability_changes_and_removal(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
-    let mut peer = Node::spawn(t, "peer", 12);
+    let mut owner = Proc::node_named(t, "owner", 8);
+    let mut peer = Proc::node_named(t, "peer", 12);
     owner.ok("seg s 0x73 4096");
     peer.ok("connect r 8 0x73 5000");
     // A second connection of the same process delivers the same events to a callback.
@@ -226,7 +226,7 @@ fn a_peer_hears_availability_changes_and_removal(t: &Topology) {
     assert_eq!(event(&peer.note("cb", WAIT)).0, remote(RemoteEvent::NotOperational));
 
     // New connections are refused while unavailable; the existing ones stay.
-    let mut late = Node::spawn(t, "late peer", 16);
+    let mut late = Proc::node_named(t, "late peer", 16);
     late.err_is("connect r 8 0x73 imm", "NotAvailable");
 
     // Removal (the owner removes it by force, peers connected): Lost(Removed), once.
@@ -251,11 +251,11 @@ fn a_peer_hears_availability_changes_and_removal(t: &Topology) {
 }
 
 fn a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback(t: &Topology) {
-    let mut peer = Node::spawn(t, "peer", 12);
+    let mut peer = Proc::node_named(t, "peer", 12);
     let (mut waits, mut callbacks) = (Vec::new(), Vec::new());
     for round in 0..3u32 {
         let id = 0x80 + round;
-        let mut owner = Node::spawn(t, &format!("owner {round}"), 8);
+        let mut owner = Proc::node_named(t, &format!("owner {round}"), 8);
         owner.ok(&format!("seg s {id} 4096"));
         // r: a waiter blocked in wait_event(Infinite), asleep; c: a callback; q: nobody
         // waits, it is asked afterwards.
@@ -269,7 +269,7 @@ fn a_peer_hears_the_owner_die_within_2_s_through_wait_event_and_callback(t: &Top
         assert!(peer.try_note("w").is_none(), "wait_event returned with no change");
         assert!(peer.try_note("cb").is_none(), "a callback with no change");
 
-        let killed = owner.kill9();
+        let killed = owner.kill9_at();
         let lost = remote(RemoteEvent::Lost(LossReason::OwnerDied));
         let (ev, seen) = event(&peer.bg_result("w", WAIT).unwrap_or_else(|e| panic!("wait_event: {e}")));
         assert_eq!(ev, lost, "the blocked wait_event(Infinite)");

@@ -8,7 +8,7 @@ mod wakeups_support;
 use std::time::{Duration, Instant};
 
 use wakeups_support::{
-    expected_sum, field, ms_between, parse_book, parse_result, ErrReply, Node, TestDir, Topology, MAX_WAIT, NOTICE,
+    expected_sum, field, ms_between, parse_book, parse_result, ErrReply, Proc, TestDir, Topology, MAX_WAIT, NOTICE,
     WAIT,
 };
 
@@ -43,8 +43,8 @@ fn stress(t: &Topology, name: &str, n: u64, poll_us: u64, pause_us: Option<u64>)
     // Across hosts each trigger is a posted write and a completion at both ends: a tenth of
     // the count keeps the case within seconds, and still every trigger must make one wait.
     let n = if t.transport() == "ofi" { n / 10 } else { n };
-    let mut rx = Node::spawn(t, "receiver", 8);
-    let mut tx = Node::spawn(t, "sender", 12);
+    let mut rx = Proc::node_named(t, "receiver", 8);
+    let mut tx = Proc::node_named(t, "sender", 12);
     let num = number(&rx.ok("icreate i auto"));
     rx.ok(&format!("ipoll i {poll_us}"));
     tx.ok(&format!("iconnect r 8 {num} 5000"));
@@ -100,9 +100,9 @@ fn a_hundred_thousand_triggers_to_a_sleeping_waiter_make_as_many_waits(t: &Topol
 
 fn three_data_senders_arrive_whole_and_in_order_with_none_lost(t: &Topology) {
     const N: u64 = 2000;
-    let mut rx = Node::spawn(t, "receiver", 8);
+    let mut rx = Proc::node_named(t, "receiver", 8);
     let num = number(&rx.ok("dcreate d auto"));
-    let mut senders: Vec<Node> = (0..3u32).map(|s| Node::spawn(t, &format!("sender {s}"), 12 + 4 * s)).collect();
+    let mut senders: Vec<Proc> = (0..3u32).map(|s| Proc::node_named(t, &format!("sender {s}"), 12 + 4 * s)).collect();
     for tx in &mut senders {
         tx.ok(&format!("dconnect r 8 {num} 5000"));
     }
@@ -143,14 +143,14 @@ fn killing_the_owner_makes_a_triggering_sender_fail_within_2_s(t: &Topology) {
     // Killed at different moments of the sender's loop.
     for delay_ms in [0u64, 20, 150] {
         let t = &t.fresh("int-owner-kill");
-        let mut rx = Node::spawn(t, "receiver", 8);
-        let mut tx = Node::spawn(t, "sender", 12);
+        let mut rx = Proc::node_named(t, "receiver", 8);
+        let mut tx = Proc::node_named(t, "sender", 12);
         let num = number(&rx.ok("icreate i auto"));
         tx.ok(&format!("iconnect r 8 {num} 5000"));
         rx.ok("bg w iwait i 1000000000 20000");
         tx.ok("bg s itrig r inf");
         std::thread::sleep(Duration::from_millis(delay_ms));
-        let killed = rx.kill9();
+        let killed = rx.kill9_at();
         let e = match tx.bg_result("s", WAIT) {
             Ok(r) => panic!("the trigger loop ended without an error: {r}"),
             Err(e) => e,
@@ -167,15 +167,15 @@ fn killing_the_owner_makes_a_triggering_sender_fail_within_2_s(t: &Topology) {
 fn killing_the_owner_makes_a_streaming_data_sender_fail_within_2_s(t: &Topology) {
     for delay_ms in [0u64, 30, 150] {
         let t = &t.fresh("dint-owner-kill");
-        let mut rx = Node::spawn(t, "receiver", 8);
-        let mut tx = Node::spawn(t, "sender", 12);
+        let mut rx = Proc::node_named(t, "receiver", 8);
+        let mut tx = Proc::node_named(t, "sender", 12);
         let num = number(&rx.ok("dcreate d auto"));
         tx.ok(&format!("dconnect r 8 {num} 5000"));
         rx.ok("bg r drecv d 1000000000 20000");
         // A long timeout: a sender that waits for room must not wait for all of it.
         tx.ok("bg s dsend r 1 0 inf 15000");
         std::thread::sleep(Duration::from_millis(delay_ms));
-        let killed = rx.kill9();
+        let killed = rx.kill9_at();
         let e = match tx.bg_result("s", WAIT) {
             Ok(r) => panic!("the send loop ended without an error: {r}"),
             Err(e) => e,
@@ -189,8 +189,8 @@ fn killing_the_owner_makes_a_streaming_data_sender_fail_within_2_s(t: &Topology)
 }
 
 fn killing_the_owner_releases_a_sender_blocked_on_a_full_queue_within_2_s(t: &Topology) {
-    let mut rx = Node::spawn(t, "receiver", 8);
-    let mut tx = Node::spawn(t, "sender", 12);
+    let mut rx = Proc::node_named(t, "receiver", 8);
+    let mut tx = Proc::node_named(t, "sender", 12);
     let num = number(&rx.ok("dcreate d auto"));
     tx.ok(&format!("dconnect r 8 {num} 5000"));
     // The receiver never reads: 16 fit, the 17th waits for room (up to 15 s).
@@ -201,7 +201,7 @@ fn killing_the_owner_releases_a_sender_blocked_on_a_full_queue_within_2_s(t: &To
     // Let the blocked sender go from spinning to sleeping.
     std::thread::sleep(Duration::from_millis(200));
     assert!(tx.try_note("s").is_none(), "the 17th send returned although the queue is full");
-    let killed = rx.kill9();
+    let killed = rx.kill9_at();
     let e = match tx.bg_result("s", WAIT) {
         Ok(r) => panic!("the blocked send succeeded: {r}"),
         Err(e) => e,
@@ -220,7 +220,7 @@ fn killing_the_owner_releases_a_sender_blocked_on_a_full_queue_within_2_s(t: &To
 
 /// Waits until `tx` has noted `at_least` sent messages, then kills it; returns how many it
 /// reported sent in all (reading every note it wrote before it died).
-fn kill_sender_after(tx: &mut Node, s: u8, at_least: u64) -> u64 {
+fn kill_sender_after(tx: &mut Proc, s: u8, at_least: u64) -> u64 {
     let mut reported = 0u64;
     while reported < at_least {
         let n = tx.note("sent", WAIT);
@@ -237,11 +237,11 @@ fn kill_sender_after(tx: &mut Node, s: u8, at_least: u64) -> u64 {
 
 fn killing_senders_mid_stream_loses_nothing_they_sent_and_others_go_on(t: &Topology) {
     const N: u64 = 1500;
-    let mut rx = Node::spawn(t, "receiver", 8);
+    let mut rx = Proc::node_named(t, "receiver", 8);
     let num = number(&rx.ok("dcreate d auto"));
-    let mut a = Node::spawn(t, "sender 0", 12);
-    let mut b = Node::spawn(t, "sender 1", 16);
-    let mut c = Node::spawn(t, "sender 2", 20);
+    let mut a = Proc::node_named(t, "sender 0", 12);
+    let mut b = Proc::node_named(t, "sender 1", 16);
+    let mut c = Proc::node_named(t, "sender 2", 20);
     for tx in [&mut a, &mut b, &mut c] {
         tx.ok(&format!("dconnect r 8 {num} 5000"));
     }
@@ -254,11 +254,11 @@ fn killing_senders_mid_stream_loses_nothing_they_sent_and_others_go_on(t: &Topol
 
     let sent_a = kill_sender_after(&mut a, 0, 300);
     // A new sender connects after the kill (it may inherit the dead one's slot).
-    let mut d = Node::spawn(t, "sender 3", 24);
+    let mut d = Proc::node_named(t, "sender 3", 24);
     d.ok(&format!("dconnect r 8 {num} 5000"));
     d.ok(&format!("bg s dsend r 3 0 {N} 15000"));
     let sent_b = kill_sender_after(&mut b, 1, 500);
-    let mut e = Node::spawn(t, "sender 4", 28);
+    let mut e = Proc::node_named(t, "sender 4", 28);
     e.ok(&format!("dconnect r 8 {num} 5000"));
     e.ok(&format!("bg s dsend r 4 0 {N} 15000"));
 
@@ -293,15 +293,15 @@ fn killing_senders_mid_stream_loses_nothing_they_sent_and_others_go_on(t: &Topol
 }
 
 fn a_sender_killed_while_blocked_on_a_full_queue_delivers_exactly_what_it_queued(t: &Topology) {
-    let mut rx = Node::spawn(t, "receiver", 8);
+    let mut rx = Proc::node_named(t, "receiver", 8);
     let num = number(&rx.ok("dcreate d auto"));
-    let mut a = Node::spawn(t, "sender 0", 12);
+    let mut a = Proc::node_named(t, "sender 0", 12);
     a.ok(&format!("dconnect r 8 {num} 5000"));
     a.ok(&format!("bg s dsend r 0 0 {} 15000 report", QUEUE + 1));
     let sent = kill_sender_after(&mut a, 0, QUEUE);
     assert_eq!(sent, QUEUE, "the 17th send cannot have returned: the queue was full");
     // A new sender connects after the kill, then the receiver reads everything.
-    let mut d = Node::spawn(t, "sender 3", 16);
+    let mut d = Proc::node_named(t, "sender 3", 16);
     d.ok(&format!("dconnect r 8 {num} 5000"));
     rx.ok("bg r drecv_until d 0:16,3:40 10000");
     let r = d.ok("dsend r 3 0 40 10000");
@@ -335,7 +335,7 @@ fn first_failure(t: &Topology, e: &ErrReply, why: &str) {
 /// Checks that `cmd` (a trigger or a send) fails with `InterruptLost` for `why`: at once on
 /// one host; across hosts once the daemons' notice arrived, within [`NOTICE`] (until then
 /// calls may succeed, or fail for a failed operation).
-fn until_lost(t: &Topology, peer: &mut Node, cmd: &str, why: &str) {
+fn until_lost(t: &Topology, peer: &mut Proc, cmd: &str, why: &str) {
     if t.transport() == "shm" {
         let e = peer.err_is(cmd, "InterruptLost");
         assert!(e.detail.contains(why), "{e}");
@@ -356,8 +356,8 @@ fn until_lost(t: &Topology, peer: &mut Node, cmd: &str, why: &str) {
 }
 
 fn removing_an_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
-    let mut peer = Node::spawn(t, "peer", 12);
+    let mut owner = Proc::node_named(t, "owner", 8);
+    let mut peer = Proc::node_named(t, "peer", 12);
     let num = number(&owner.ok("icreate i auto"));
     owner.ok("ipoll i 0");
     peer.ok(&format!("iconnect r 8 {num} 5000"));
@@ -379,7 +379,7 @@ fn removing_an_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers(t: &Topol
     // Peers: triggers fail, connecting anew finds nothing.
     until_lost(t, &mut peer, "itrig r 1", "removed");
     peer.err_is(&format!("iconnect r2 8 {num} imm"), "NoSuchInterrupt");
-    let mut late = Node::spawn(t, "late peer", 16);
+    let mut late = Proc::node_named(t, "late peer", 16);
     late.err_is(&format!("iconnect r 8 {num} imm"), "NoSuchInterrupt");
     late.exit();
     peer.exit();
@@ -387,8 +387,8 @@ fn removing_an_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers(t: &Topol
 }
 
 fn removing_a_data_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
-    let mut peer = Node::spawn(t, "peer", 12);
+    let mut owner = Proc::node_named(t, "owner", 8);
+    let mut peer = Proc::node_named(t, "peer", 12);
     let num = number(&owner.ok("dcreate d auto"));
     owner.ok("dpoll d 0");
     peer.ok(&format!("dconnect r 8 {num} 5000"));
@@ -407,7 +407,7 @@ fn removing_a_data_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers(t: &T
     owner.err_is("dtry d 4096", "InterruptRemoved");
     until_lost(t, &mut peer, "dsend r 1 1 1 1000", "removed");
     peer.err_is(&format!("dconnect r2 8 {num} imm"), "NoSuchInterrupt");
-    let mut late = Node::spawn(t, "late peer", 16);
+    let mut late = Proc::node_named(t, "late peer", 16);
     late.err_is(&format!("dconnect r 8 {num} imm"), "NoSuchInterrupt");
     late.exit();
     peer.exit();
@@ -415,8 +415,8 @@ fn removing_a_data_interrupt_wakes_its_sleeping_waiter_and_fails_its_peers(t: &T
 }
 
 fn removing_a_data_interrupt_releases_a_sender_blocked_on_its_full_queue(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
-    let mut peer = Node::spawn(t, "peer", 12);
+    let mut owner = Proc::node_named(t, "owner", 8);
+    let mut peer = Proc::node_named(t, "peer", 12);
     let num = number(&owner.ok("dcreate d auto"));
     peer.ok(&format!("dconnect r 8 {num} 5000"));
     peer.ok(&format!("bg s dsend r 1 0 {} 15000 report", QUEUE + 1));
@@ -438,7 +438,7 @@ fn removing_a_data_interrupt_releases_a_sender_blocked_on_its_full_queue(t: &Top
 /// Regression: `LocalInterrupt::remove` must ring the interrupt's doorbell, so a waiter
 /// asleep on it notices the removal at once, not when its 250 ms safety nap ends.
 fn removing_an_interrupt_wakes_a_sleeping_waiter_at_once_not_after_its_nap(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
+    let mut owner = Proc::node_named(t, "owner", 8);
     let mut best = f64::MAX;
     for round in 0..3 {
         let name = format!("i{round}");
@@ -465,8 +465,8 @@ fn removing_an_interrupt_wakes_a_sleeping_waiter_at_once_not_after_its_nap(t: &T
 // ---------------------------------------------------------------------------------------
 
 fn a_full_queue_fails_the_17th_send_after_its_timeout_and_loses_nothing(t: &Topology) {
-    let mut rx = Node::spawn(t, "receiver", 8);
-    let mut tx = Node::spawn(t, "sender", 12);
+    let mut rx = Proc::node_named(t, "receiver", 8);
+    let mut tx = Proc::node_named(t, "sender", 12);
     let num = number(&rx.ok("dcreate d auto"));
     tx.ok(&format!("dconnect r 8 {num} 5000"));
     // The receiver does not read: 16 messages fit.
@@ -518,8 +518,8 @@ fn a_full_queue_fails_the_17th_send_after_its_timeout_and_loses_nothing(t: &Topo
 // ---------------------------------------------------------------------------------------
 
 fn an_interrupt_callback_that_cancels_itself_is_called_no_more(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
-    let mut peer = Node::spawn(t, "peer", 12);
+    let mut owner = Proc::node_named(t, "owner", 8);
+    let mut peer = Proc::node_named(t, "peer", 12);
     let num = number(&owner.ok("icreate i auto"));
     peer.ok(&format!("iconnect r 8 {num} 5000"));
     owner.ok("ion_trigger i 5");
@@ -544,8 +544,8 @@ fn an_interrupt_callback_that_cancels_itself_is_called_no_more(t: &Topology) {
 }
 
 fn a_data_callback_that_cancels_itself_leaves_the_rest_queued(t: &Topology) {
-    let mut owner = Node::spawn(t, "owner", 8);
-    let mut peer = Node::spawn(t, "peer", 12);
+    let mut owner = Proc::node_named(t, "owner", 8);
+    let mut peer = Proc::node_named(t, "peer", 12);
     let num = number(&owner.ok("dcreate d auto"));
     peer.ok(&format!("dconnect r 8 {num} 5000"));
     owner.ok("don_message d 4");
@@ -581,9 +581,9 @@ fn listed(dir: &TestDir, kind: &str, node: u32, id: u32) -> Option<lanes::fabric
 #[test]
 fn interrupt_numbers_in_use_dead_owners_replaced_status_and_cleanup() {
     let dir = TestDir::new("int-numbers");
-    let mut a = Node::spawn(&dir, "owner A", 8);
-    let mut a2 = Node::spawn(&dir, "second process of node 8", 8);
-    let mut peer = Node::spawn(&dir, "peer", 12);
+    let mut a = Proc::node_named(&dir, "owner A", 8);
+    let mut a2 = Proc::node_named(&dir, "second process of node 8", 8);
+    let mut peer = Proc::node_named(&dir, "peer", 12);
     a.ok("icreate i 42");
     a.ok("dcreate d 43");
     // Numbers held by live objects of the node are refused, to the same and another process.
@@ -620,7 +620,7 @@ fn interrupt_numbers_in_use_dead_owners_replaced_status_and_cleanup() {
     peer.err_is("iconnect r2 8 42 imm", "NoSuchInterrupt");
 
     // A new process re-creates number 42 over the stale object; peers reach the new one.
-    let mut b = Node::spawn(&dir, "owner B", 8);
+    let mut b = Proc::node_named(&dir, "owner B", 8);
     assert_eq!(b.ok("icreate i 42"), "42");
     b.err_is("icreate x 42", "InterruptNumberInUse");
     let i = listed(&dir, "interrupt", 8, 42).expect("listed");

@@ -1,60 +1,15 @@
-//! What the `lanes` command's integration tests share: a private directory per test, child
-//! processes that cannot outlive a failing assertion, and bounded runs.
+//! What the `lanes` command's integration tests share: child processes that cannot outlive a
+//! failing assertion, and bounded runs; with the private directories and free ports of
+//! `lanes-testkit`.
 
 #![allow(dead_code)] // each test binary uses its own part
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// `n` distinct free ports on 127.0.0.1, chosen below the kernel's ephemeral range (each
-/// held until all are picked): a socket that binds port 0 or connects, as other tests'
-/// programs do by the hundred, is never given one between its choice and the daemon's bind.
-pub fn free_ports(n: usize) -> Vec<u16> {
-    use std::hash::{BuildHasher, Hasher};
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let (low, high) = (10000u16, ephemeral_low.max(10001));
-    let mut held = Vec::new();
-    for _ in 0..1000 {
-        if held.len() == n {
-            break;
-        }
-        let r = std::collections::hash_map::RandomState::new().build_hasher().finish();
-        let port = low + (r % u64::from(high - low)) as u16;
-        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-            held.push(l);
-        }
-    }
-    assert_eq!(held.len(), n, "no {n} free ports between {low} and {high}");
-    held.iter().map(|l| l.local_addr().expect("its address").port()).collect()
-}
-
-/// A private directory per test (fabric and outputs), created empty, removed at the end.
-pub struct TestDir(pub PathBuf);
-
-impl TestDir {
-    /// `<base>/<prefix>-<name>-<pid>`.
-    pub fn new(base: &Path, prefix: &str, name: &str) -> Self {
-        let p = base.join(format!("{prefix}-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("test dir");
-        TestDir(p)
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+#[allow(unused_imports)] // each test binary uses its own part
+pub use lanes_testkit::{free_ports, TestDir};
 
 /// Kills and reaps a child on drop, so a failing assertion leaves nothing running.
 pub struct Reaped(pub Option<Child>);

@@ -1,5 +1,6 @@
-//! What conformance.rs and programs.rs share: the library's path, private directories,
-//! processes run with a bound (each in its own process group, killed whole), and a line diff.
+//! What conformance.rs and programs.rs share: the library's path, processes run with a
+//! bound (each in its own process group, killed whole), and a line diff; with the private
+//! directories and free ports of `lanes-testkit`.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::io::Read;
@@ -109,35 +110,7 @@ fn newer_file(dir: &Path, than: std::time::SystemTime) -> Option<PathBuf> {
     None
 }
 
-/// A private directory, removed when dropped.
-pub struct TestDir(pub PathBuf);
-
-impl TestDir {
-    pub fn new(kind: &str, name: &str) -> TestDir {
-        let p = std::env::temp_dir().join(format!("lanes-{kind}-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("test dir");
-        TestDir(p)
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// A fresh subdirectory.
-    pub fn sub(&self, name: &str) -> PathBuf {
-        let p = self.0.join(name);
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("sub dir");
-        p
-    }
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use lanes_testkit::TestDir;
 
 /// A command with the test's environment scrubbed of Lanes and preload settings.
 pub fn clean_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
@@ -347,35 +320,8 @@ pub fn diff(expected: &str, got: &str, max: usize) -> String {
     out
 }
 
-/// A TCP port that was free a moment ago (bound, then released).
-pub fn free_port() -> u16 {
-    free_ports(1)[0]
-}
-
-/// Free TCP ports, distinct from each other, chosen below the kernel's ephemeral range: a
-/// port bound to 0 by another test (or the programs and suites they run) is never one of
-/// them, so none is taken between its choice and the server's bind but by an explicit bind.
-pub fn free_ports(n: usize) -> Vec<u16> {
-    use std::hash::{BuildHasher, Hasher};
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let (low, high) = (10000u16, ephemeral_low.max(10001));
-    let mut held = Vec::new();
-    for _ in 0..1000 {
-        if held.len() == n {
-            break;
-        }
-        let r = std::collections::hash_map::RandomState::new().build_hasher().finish();
-        let port = low + (r % u64::from(high - low)) as u16;
-        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-            held.push(l);
-        }
-    }
-    assert_eq!(held.len(), n, "no {n} free ports between {low} and {high}");
-    held.iter().map(|l| l.local_addr().expect("local_addr").port()).collect()
-}
+#[allow(unused_imports)] // each test binary uses its own part
+pub use lanes_testkit::{free_port, free_ports};
 
 /// Whether some TCP socket of this network namespace listens on `port`.
 pub fn listening(port: u16) -> bool {

@@ -1,45 +1,31 @@
-//! Shared helpers for the multi-process integration tests.
+//! The node command interpreter of the multi-process integration tests, and their test
+//! data; the harness itself (child processes, their protocol, topologies, scratch
+//! directories) is `lanes-testkit`'s, re-exported here.
 //!
-//! Every node of a scenario is a separate process: the test binary re-runs itself
-//! (`current_exe() child_entry --exact --nocapture --test-threads=1`) with `LANES_TEST_ROLE`
-//! naming what the child does. The usual role is `node`: a small command interpreter that
-//! opens the fabric as one node and then executes one command per line read from its stdin
-//! (`create s 0x10 4096`, `connect r 8 0x10 1000`, `map m r 0 4096 rw`, ...), answering each
-//! with a `BEGIN` line when it starts and an `OK ...` or `ERR <Variant> ...` line when done.
-//! Protocol lines on stdout carry a marker so that libtest's own output is ignored.
-//!
-//! The parent side ([`Proc`]) bounds every wait, collects the child's output for failure
-//! messages, and kills and reaps the child when dropped, so nothing outlives a failed test.
+//! Every node of a scenario is a child process in role `node` (see `lanes_testkit::process`)
+//! that opens the fabric as one node and then executes one command per line read from its
+//! stdin (`create s 0x10 4096`, `connect r 8 0x10 1000`, `map m r 0 4096 rw`, ...).
 
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::fmt;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use lanes::{
     DmaDirection, DmaQueue, DmaQueueState, DmaVec, Error, Fabric, FabricConfig, LocalSegment, Map, MapAccess, NodeId,
     RemoteSegment, Sequence, Timeout,
 };
+#[allow(unused_imports)] // each test binary uses its own part
+pub use lanes_testkit::cluster::spawn_daemon;
+use lanes_testkit::process::{lanes_err_line, ok_line, test_err_line, DIR_VAR, NODE_VAR};
+#[allow(unused_imports)]
+pub use lanes_testkit::process::{variant_name, wait_until, WAIT};
+#[allow(unused_imports)]
+pub use lanes_testkit::{cluster, netns, topology_cases, Bounds, ChildIo, ErrReply, Hosts, Proc, TestDir, Topology};
 
-/// Selects the child's role; absent in the parent.
-pub const ROLE_VAR: &str = "LANES_TEST_ROLE";
-/// The fabric directory of a `node` child.
-pub const DIR_VAR: &str = "LANES_TEST_DIR";
-/// The node id of a `node` child.
-pub const NODE_VAR: &str = "LANES_TEST_NODE";
-/// The longest any single wait of a test may take.
-pub const WAIT: Duration = Duration::from_secs(10);
-/// A child that hears nothing from its parent for this long gives up.
-const CHILD_IDLE: Duration = Duration::from_secs(60);
-/// Prefix of protocol lines on a child's stdout.
-const MARK: &str = "@@lanes-test@@ ";
+pub mod records;
 
 // ---------------------------------------------------------------------------------------
 // Test data
@@ -82,424 +68,17 @@ fn from_hex(s: &str) -> Vec<u8> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
 }
 
-// ---------------------------------------------------------------------------------------
-// Temporary fabric directories
-// ---------------------------------------------------------------------------------------
-
-#[path = "../common/test_dir.rs"]
-mod test_dir;
-pub use test_dir::TestDir;
-
-#[path = "../common/topology.rs"]
-mod topology;
-#[allow(unused_imports)] // files that keep only single-host cases
-pub(crate) use topology::topology_cases;
-#[allow(unused_imports)]
-pub use topology::{Bounds, Hosts, Topology};
-
-#[path = "../common/cluster.rs"]
-pub mod cluster;
-pub mod netns;
-pub mod records;
-
-/// The child process type the daemons of [`cluster::Cluster`] run as.
-pub type DaemonProc = Proc;
-
-/// A child in role `daemon` (see [`cluster::run_daemon_role`]), run through `prefix`.
-pub fn spawn_daemon(prefix: &[String], name: &str, envs: &[(&str, &str)]) -> DaemonProc {
-    Proc::spawn_in(prefix, name, "daemon", envs)
-}
-
-// ---------------------------------------------------------------------------------------
-// Parent side
-// ---------------------------------------------------------------------------------------
-
-/// An error a child reported: the variant's name, its `Debug` and its `Display`.
-#[derive(Clone, Debug)]
-pub struct ErrReply {
-    pub variant: String,
-    pub debug: String,
-    pub display: String,
-}
-
-impl fmt::Display for ErrReply {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.display, self.debug)
-    }
-}
-
-/// A child process of this test, killed and reaped when dropped.
-pub struct Proc {
-    name: String,
-    child: Child,
-    pid: u32,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    log: Arc<Mutex<String>>,
-    readers: Vec<JoinHandle<()>>,
-    status: Option<ExitStatus>,
-}
-
-fn pump(
-    stream: impl Read + Send + 'static,
-    tag: &'static str,
-    log: Arc<Mutex<String>>,
-    tx: Option<mpsc::Sender<String>>,
-) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(stream);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match r.read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            let line = String::from_utf8_lossy(&buf);
-            let line = line.trim_end_matches(['\n', '\r']);
-            log.lock().unwrap_or_else(|e| e.into_inner()).push_str(&format!("{tag}{line}\n"));
-            if let (Some(tx), Some(i)) = (&tx, line.find(MARK)) {
-                if tx.send(line[i + MARK.len()..].to_string()).is_err() {
-                    break;
-                }
-            }
-        }
-    })
-}
-
-impl Proc {
-    /// Starts this test binary again in role `role` with extra environment `envs`. The
-    /// fabric variables of the parent's environment are not passed on.
-    pub fn spawn(name: &str, role: &str, envs: &[(&str, &str)]) -> Proc {
-        Proc::spawn_in(&[], name, role, envs)
-    }
-
-    /// As [`Proc::spawn`], with the command run through `prefix` (such as `ip netns exec
-    /// NS`, which execs it: the pid is still the child's).
-    pub fn spawn_in(prefix: &[String], name: &str, role: &str, envs: &[(&str, &str)]) -> Proc {
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let mut cmd = match prefix.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"]);
-        for v in test_dir::LANES_ENV.iter().chain(&[ROLE_VAR, DIR_VAR, NODE_VAR]) {
-            cmd.env_remove(v);
-        }
-        cmd.env(ROLE_VAR, role);
-        // Copies of 1 MiB and more take the non-temporal path in these tests, whatever the
-        // machine's cache size makes the default, so that the path is exercised end to end.
-        cmd.env("LANES_NT_THRESHOLD", "1048576");
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawning child {name}: {e}"));
-        let pid = child.id();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let out = child.stdout.take().expect("piped stdout");
-        let err = child.stderr.take().expect("piped stderr");
-        let readers = vec![pump(out, "", log.clone(), Some(tx)), pump(err, "[stderr] ", log.clone(), None)];
-        let stdin = child.stdin.take();
-        Proc { name: format!("{name} (pid {pid})"), child, pid, stdin, lines: rx, log, readers, status: None }
-    }
-
-    /// Starts a `node` child acting as `node` on its host of `hosts` (a [`Topology`], or
-    /// one [`TestDir`]), with that node's environment, and waits until it has opened the
-    /// fabric.
-    pub fn node(hosts: &impl Hosts, node: u32) -> Proc {
-        Proc::node_with(&hosts.prefix_of(node), &hosts.fabric_of(node), node, &hosts.env_of(node))
-    }
-
-    /// A `node` child on the fabric directory `fabric`, run through `prefix` (see
-    /// [`Proc::spawn_in`]).
-    pub fn node_in(prefix: &[String], fabric: &std::path::Path, node: u32) -> Proc {
-        Proc::node_with(prefix, fabric, node, &[])
-    }
-
-    fn node_with(prefix: &[String], fabric: &std::path::Path, node: u32, env: &[(String, String)]) -> Proc {
-        let node_s = node.to_string();
-        let mut envs = vec![(DIR_VAR, fabric.to_str().expect("utf-8 temp path")), (NODE_VAR, node_s.as_str())];
-        envs.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let mut p = Proc::spawn_in(prefix, &format!("node {node}"), "node", &envs);
-        let l = p.line("READY");
-        assert!(l.starts_with("READY"), "{}: expected READY, got {l:?}", p.name);
-        p
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Everything the child printed so far.
-    pub fn output(&mut self) -> String {
-        if self.status.is_some() {
-            // The child is gone: let the readers drain its pipes (bounded).
-            let deadline = Instant::now() + Duration::from_secs(1);
-            while self.readers.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Everything the child printed so far, without waiting for its pipes to drain.
-    pub fn output_snapshot(&self) -> String {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// The next protocol line, waiting at most [`WAIT`].
-    pub fn line(&mut self, what: &str) -> String {
-        self.line_within(what, WAIT)
-    }
-
-    /// The next protocol line, waiting at most `limit`.
-    pub fn line_within(&mut self, what: &str, limit: Duration) -> String {
-        match self.lines.recv_timeout(limit) {
-            Ok(l) => l,
-            Err(RecvTimeoutError::Timeout) => {
-                let out = self.output();
-                panic!("{} did not report {what} within {limit:?}\n--- its output ---\n{out}", self.name)
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                let st = self.wait_exit();
-                let out = self.output();
-                panic!("{} ended ({st}) before reporting {what}\n--- its output ---\n{out}", self.name)
-            }
-        }
-    }
-
-    /// Sends one command line.
-    pub fn send(&mut self, cmd: &str) {
-        let stdin = self.stdin.as_mut().unwrap_or_else(|| panic!("{}: stdin already closed", self.name));
-        if let Err(e) = stdin.write_all(format!("{cmd}\n").as_bytes()).and_then(|_| stdin.flush()) {
-            let out = self.output();
-            panic!("{}: cannot send {cmd:?}: {e}\n--- its output ---\n{out}", self.name);
-        }
-    }
-
-    /// Sends `cmd` and waits until the child has started executing it.
-    pub fn start(&mut self, cmd: &str) {
-        self.send(cmd);
-        let l = self.line(&format!("the start of {cmd:?}"));
-        assert_eq!(l, "BEGIN", "{}: unexpected line for {cmd:?}", self.name);
-    }
-
-    /// Waits (at most [`WAIT`]) for the result of a started command.
-    pub fn finish(&mut self, cmd: &str) -> Result<String, ErrReply> {
-        self.finish_within(cmd, WAIT)
-    }
-
-    /// Waits at most `limit` for the result of a started command.
-    pub fn finish_within(&mut self, cmd: &str, limit: Duration) -> Result<String, ErrReply> {
-        let l = self.line_within(&format!("the result of {cmd:?}"), limit);
-        if l == "OK" {
-            return Ok(String::new());
-        }
-        if let Some(rest) = l.strip_prefix("OK ") {
-            return Ok(rest.to_string());
-        }
-        if let Some(rest) = l.strip_prefix("ERR ") {
-            let mut parts = rest.splitn(3, '\t');
-            let variant = parts.next().unwrap_or_default().to_string();
-            let debug = parts.next().unwrap_or_default().replace("\\n", "\n");
-            let display = parts.next().unwrap_or_default().replace("\\n", "\n");
-            return Err(ErrReply { variant, debug, display });
-        }
-        panic!("{}: unexpected reply {l:?} to {cmd:?}", self.name)
-    }
-
-    /// Runs one command.
-    pub fn call(&mut self, cmd: &str) -> Result<String, ErrReply> {
-        self.start(cmd);
-        self.finish(cmd)
-    }
-
-    /// Runs one command that must succeed; returns what it printed.
-    pub fn ok(&mut self, cmd: &str) -> String {
-        match self.call(cmd) {
-            Ok(s) => s,
-            Err(e) => panic!("{}: {cmd:?} failed: {e}", self.name),
-        }
-    }
-
-    /// Runs one command that must fail.
-    pub fn err(&mut self, cmd: &str) -> ErrReply {
-        match self.call(cmd) {
-            Ok(s) => panic!("{}: {cmd:?} unexpectedly succeeded: {s:?}", self.name),
-            Err(e) => e,
-        }
-    }
-
-    /// Runs one command that must fail with the error variant `variant`.
-    pub fn err_is(&mut self, cmd: &str, variant: &str) -> ErrReply {
-        let e = self.err(cmd);
-        assert_eq!(e.variant, variant, "{}: {cmd:?} failed differently: {e}", self.name);
-        e
-    }
-
-    /// Closes the child's stdin (a daemon child stops when its parent hangs up).
-    pub fn close_stdin(&mut self) {
-        self.stdin.take();
-    }
-
-    /// Sends `signal` to the child (which must not have been reaped).
-    pub fn signal(&mut self, signal: libc::c_int) {
-        assert!(self.status.is_none(), "{} already exited", self.name);
-        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child, so
-        // it cannot have been recycled for another process.
-        let rc = unsafe { libc::kill(self.pid as libc::pid_t, signal) };
-        assert_eq!(rc, 0, "kill -{signal} {}: {}", self.pid, std::io::Error::last_os_error());
-    }
-
-    /// Asks the child to exit and checks that it exited cleanly.
-    pub fn exit(&mut self) {
-        self.ok("exit");
-        self.stdin.take();
-        let st = self.wait_exit();
-        if !st.success() {
-            let out = self.output();
-            panic!("{} exited with {st}\n--- its output ---\n{out}", self.name);
-        }
-    }
-
-    /// `kill -9`, then reaps the child.
-    pub fn kill9(&mut self) -> ExitStatus {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child, so
-        // it cannot have been recycled for another process.
-        let rc = unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) };
-        assert_eq!(rc, 0, "kill -9 {}: {}", self.pid, std::io::Error::last_os_error());
-        self.wait_exit()
-    }
-
-    /// Waits (at most [`WAIT`]) for the child to exit; kills it and panics if it does not.
-    pub fn wait_exit(&mut self) -> ExitStatus {
-        if let Some(s) = self.status {
-            return s;
-        }
-        let deadline = Instant::now() + WAIT;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(s)) => {
-                    self.status = Some(s);
-                    return s;
-                }
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-                Ok(None) => {
-                    let _ = self.child.kill();
-                    self.status = self.child.wait().ok();
-                    let out = self.output();
-                    panic!("{} did not exit within {WAIT:?}; killed it\n--- its output ---\n{out}", self.name);
-                }
-                Err(e) => panic!("waiting for {}: {e}", self.name),
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stdin.take();
-        if self.status.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Waits until `cond` holds, polling; panics after [`WAIT`] with `what`.
-pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out after {WAIT:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Child side
-// ---------------------------------------------------------------------------------------
-
-/// A child's line-based channel to its parent: stdout out, stdin in.
-pub struct ChildIo {
-    rx: Receiver<String>,
-}
-
-impl ChildIo {
-    fn new() -> ChildIo {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                match line {
-                    Ok(l) => {
-                        if tx.send(l).is_err() {
-                            break;
-                        }
-                    }
-                    Err(_) => break,
-                }
-            }
-        });
-        ChildIo { rx }
-    }
-
-    /// Sends one protocol line to the parent.
-    pub fn send(&self, line: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{MARK}{line}");
-        let _ = out.flush();
-    }
-
-    /// Returns when the parent closes our stdin or dies, however long that takes.
-    pub fn wait_for_hang_up(&self) {
-        while self.rx.recv().is_ok() {}
-    }
-
-    /// The next line from the parent; `None` when the parent closed our stdin (or died).
-    pub fn recv(&self) -> Option<String> {
-        match self.rx.recv_timeout(CHILD_IDLE) {
-            Ok(l) => Some(l),
-            Err(RecvTimeoutError::Disconnected) => None,
-            Err(RecvTimeoutError::Timeout) => panic!("test child: no word from the parent for {CHILD_IDLE:?}"),
-        }
-    }
-}
-
 /// The body of every test file's `child_entry` test: does nothing in the parent; in a child
-/// runs the `node` interpreter or a cluster daemon (role `daemon`, for the hosts of
-/// [`cluster::Cluster`]), or hands the role to `custom` (which returns false for a role it
-/// does not know).
+/// runs the `node` interpreter, hands other roles to `custom` (which returns false for a
+/// role it does not know), and runs a cluster daemon for role `daemon`.
 pub fn child_entry(custom: impl FnOnce(&str, &ChildIo) -> bool) {
-    let Ok(role) = std::env::var(ROLE_VAR) else { return };
-    let io = ChildIo::new();
-    if role == "node" {
-        run_node(&io);
-    } else if role == "daemon" {
-        cluster::run_daemon_role(|| io.wait_for_hang_up());
-    } else if !custom(&role, &io) {
-        panic!("unknown test role {role:?}");
-    }
-}
-
-/// The name of an error's variant, from its `Debug` form.
-pub fn variant_name(e: &Error) -> String {
-    let d = format!("{e:?}");
-    d.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or_default().to_string()
-}
-
-/// The `ERR` line for a library error: variant, Debug and Display separated by tabs.
-pub fn err_line(e: &Error) -> String {
-    let esc = |s: String| s.replace('\t', " ").replace('\n', "\\n");
-    format!("ERR {}\t{}\t{}", variant_name(e), esc(format!("{e:?}")), esc(e.to_string()))
+    lanes_testkit::child_entry(|role, io| match role {
+        "node" => {
+            run_node(io);
+            true
+        }
+        _ => custom(role, io),
+    });
 }
 
 enum Fail {
@@ -578,7 +157,7 @@ fn run_node(io: &ChildIo) {
     let fabric = match node_config().and_then(Fabric::open_with) {
         Ok(f) => f,
         Err(e) => {
-            io.send(&format!("OPEN_FAILED {}", err_line(&e)));
+            io.send(&format!("OPEN_FAILED {}", lanes_err_line(&e, "")));
             return;
         }
     };
@@ -593,18 +172,11 @@ fn run_node(io: &ChildIo) {
         queues: HashMap::new(),
         node_events: None,
     };
-    while let Some(line) = io.recv() {
-        io.send("BEGIN");
-        match st.exec(&line) {
-            Ok(s) if s.is_empty() => io.send("OK"),
-            Ok(s) => io.send(&format!("OK {s}")),
-            Err(Fail::Lanes(e)) => io.send(&err_line(&e)),
-            Err(Fail::Test(m)) => io.send(&format!("ERR Test\t{m}\t{m}")),
-        }
-        if line.trim() == "exit" {
-            break;
-        }
-    }
+    io.serve(|line| match st.exec(line) {
+        Ok(s) => ok_line(&s),
+        Err(Fail::Lanes(e)) => lanes_err_line(&e, ""),
+        Err(Fail::Test(m)) => test_err_line(&m),
+    });
 }
 
 fn access(s: &str) -> MapAccess {

@@ -1,32 +1,21 @@
-//! Helpers for the multi-process tests of interrupts, data interrupts and segment events
-//! (`tests/interrupts.rs`, `tests/events.rs`).
+//! The node command interpreter of the multi-process tests of interrupts, data interrupts
+//! and segment events (`tests/interrupts.rs`, `tests/events.rs`), and their test data; the
+//! harness itself (child processes, their protocol, topologies, scratch directories) is
+//! `lanes-testkit`'s, re-exported here.
 //!
-//! Every node of a scenario is a separate process: the test binary re-runs itself
-//! (`current_exe() child_entry --exact --nocapture --test-threads=1`) with
-//! [`ROLE_VAR`]` = node`. Such a child opens the fabric as one node and executes one command
-//! per line read from its stdin (`icreate i 7`, `iconnect r 8 7 5000`, `itrig r 1000`, ...),
-//! answering each with exactly one `OK ...` or `ERR <Variant> ...` line. `bg TAG CMD...` runs
-//! a command on a thread of its own and answers at once; its result comes later as a note,
-//! `NOTE TAG OK ...`. Callbacks and long loops report through notes too. Protocol lines carry
-//! a marker, so libtest's own output in the child is ignored.
-//!
-//! Replies carry `key=value` fields (`count=`, `t=`, ...); `t=` is always `CLOCK_MONOTONIC`
-//! in nanoseconds, which is the same clock in every process, so the parent can time what a
-//! child saw against what it did itself (e.g. the kill -9 of a third process).
-//!
-//! The parent side ([`Node`]) bounds every wait, keeps the child's output for failure
-//! messages, and kills and reaps the child when dropped, so nothing outlives a failed test.
-//! A child also dies with its parent (`PR_SET_PDEATHSIG`, and end of stdin).
+//! Every node of a scenario is a child process in role `node` (see `lanes_testkit::process`)
+//! that opens the fabric as one node and executes one command per line read from its stdin
+//! (`icreate i 7`, `iconnect r 8 7 5000`, `itrig r 1000`, ...). `bg TAG CMD...` runs a
+//! command on a thread of its own and answers at once; its result comes later as the note
+//! `TAG`. Callbacks and long loops report through notes too. Results carry `key=value`
+//! fields (`count=`, `t=`, ...). A child also dies with its parent (`PR_SET_PDEATHSIG`, and
+//! end of stdin).
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use lanes::fabric::{
@@ -35,37 +24,16 @@ use lanes::fabric::{
 };
 use lanes::{Error, Fabric, FabricConfig, LocalSegment, NodeId, RemoteSegment, Timeout};
 
-/// Selects the child's role; absent in the parent.
-pub const ROLE_VAR: &str = "LANES_WAKEUP_TEST_ROLE";
-/// The fabric directory of a child.
-pub const DIR_VAR: &str = "LANES_WAKEUP_TEST_DIR";
-/// The node id of a child.
-pub const NODE_VAR: &str = "LANES_WAKEUP_TEST_NODE";
-/// The default bound of a parent's wait for one reply or note.
-pub const WAIT: Duration = Duration::from_secs(10);
 /// The longest any single wait of these tests may take.
 pub const MAX_WAIT: Duration = Duration::from_secs(20);
 /// Liveness bound: a death or removal must be noticed within this.
 pub const NOTICE: Duration = Duration::from_secs(2);
 /// Loops that run "until an error" give up after this.
 const LOOP_CAP: Duration = Duration::from_secs(20);
-/// A child that hears nothing from its parent for this long gives up.
-const CHILD_IDLE: Duration = Duration::from_secs(120);
-/// Prefix of protocol lines on a child's stdout.
-const MARK: &str = "@@lanes-wakeups@@ ";
 
 // ---------------------------------------------------------------------------------------
 // Clocks and test data
 // ---------------------------------------------------------------------------------------
-
-/// `CLOCK_MONOTONIC` in nanoseconds: comparable between processes of one host.
-pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime: {}", std::io::Error::last_os_error());
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// Milliseconds from `from` to `to` (both [`mono_ns`]), negative if `to` is earlier.
 pub fn ms_between(from: u64, to: u64) -> f64 {
@@ -151,431 +119,13 @@ pub fn expected_sum(s: u8, count: u64) -> u64 {
     (0..count).fold(0, |acc, k| fold_sum(acc, &message(s, k)))
 }
 
-// ---------------------------------------------------------------------------------------
-// Temporary fabric directories
-// ---------------------------------------------------------------------------------------
-
-#[path = "../common/test_dir.rs"]
-mod test_dir;
-pub use test_dir::TestDir;
-
-#[path = "../common/topology.rs"]
-mod topology;
-#[allow(unused_imports)] // files that keep only single-host cases
-pub(crate) use topology::topology_cases;
+#[allow(unused_imports)] // each test binary uses its own part
+pub use lanes_testkit::process::{
+    field, mono_ns, parse_result, tail_field, try_field, wait_until_within as wait_until, WAIT,
+};
+use lanes_testkit::process::{lanes_err_line, note, ok_line, say, test_err_line, ChildIo, DIR_VAR, NODE_VAR};
 #[allow(unused_imports)]
-pub use topology::{Bounds, Hosts, Topology};
-
-#[path = "../common/cluster.rs"]
-pub mod cluster;
-#[path = "../support/netns.rs"]
-pub mod netns;
-
-/// The child process type the daemons of [`cluster::Cluster`] run as.
-pub type DaemonProc = Node;
-
-/// A child in role `daemon` (see [`cluster::run_daemon_role`]), run through `prefix`.
-pub fn spawn_daemon(prefix: &[String], name: &str, envs: &[(&str, &str)]) -> DaemonProc {
-    Node::start(prefix, name, "daemon", envs)
-}
-
-// ---------------------------------------------------------------------------------------
-// Parent side
-// ---------------------------------------------------------------------------------------
-
-/// An error a child reported: the variant's name and the rest of the line.
-#[derive(Clone, Debug)]
-pub struct ErrReply {
-    pub variant: String,
-    pub detail: String,
-}
-
-impl std::fmt::Display for ErrReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.variant, self.detail)
-    }
-}
-
-/// Parses an `OK ...` / `ERR Variant ...` line: `None` if it is neither.
-pub fn parse_result(line: &str) -> Option<Result<String, ErrReply>> {
-    if line == "OK" {
-        return Some(Ok(String::new()));
-    }
-    if let Some(rest) = line.strip_prefix("OK ") {
-        return Some(Ok(rest.to_string()));
-    }
-    let rest = line.strip_prefix("ERR ")?;
-    let (variant, detail) = rest.split_once(' ').unwrap_or((rest, ""));
-    Some(Err(ErrReply { variant: variant.to_string(), detail: detail.to_string() }))
-}
-
-/// The number in field `key=` of a reply; panics if there is none.
-pub fn field(s: &str, key: &str) -> u64 {
-    try_field(s, key).unwrap_or_else(|| panic!("no numeric field {key}= in {s:?}"))
-}
-
-/// The number in field `key=` of a reply, if any.
-pub fn try_field(s: &str, key: &str) -> Option<u64> {
-    let prefix = format!("{key}=");
-    s.split_whitespace().find_map(|w| w.strip_prefix(&prefix)).and_then(|v| v.parse().ok())
-}
-
-/// Everything after `key=` (for fields that contain spaces; they come last).
-pub fn tail_field<'a>(s: &'a str, key: &str) -> &'a str {
-    let prefix = format!("{key}=");
-    let i = s.find(&prefix).unwrap_or_else(|| panic!("no field {key}= in {s:?}"));
-    &s[i + prefix.len()..]
-}
-
-/// A child process acting as one node, killed and reaped when dropped.
-pub struct Node {
-    name: String,
-    child: Child,
-    pid: u32,
-    stdin: Option<ChildStdin>,
-    replies: Receiver<String>,
-    notes: Receiver<String>,
-    /// Notes received while waiting for another tag: (tag, rest).
-    held: VecDeque<(String, String)>,
-    log: Arc<Mutex<String>>,
-    readers: Vec<JoinHandle<()>>,
-    status: Option<ExitStatus>,
-}
-
-fn pump(
-    stream: impl Read + Send + 'static,
-    tag: &'static str,
-    log: Arc<Mutex<String>>,
-    chans: Option<(mpsc::Sender<String>, mpsc::Sender<String>)>,
-) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(stream);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match r.read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            let line = String::from_utf8_lossy(&buf);
-            let line = line.trim_end_matches(['\n', '\r']);
-            let proto = chans.as_ref().and_then(|c| line.find(MARK).map(|i| (c, &line[i + MARK.len()..])));
-            match proto {
-                Some(((_, notes), l)) if l.starts_with("NOTE ") => {
-                    // Notes can be many (one per message sent): kept out of the log.
-                    let _ = notes.send(l["NOTE ".len()..].to_string());
-                }
-                Some(((replies, _), l)) => {
-                    log.lock().unwrap_or_else(|e| e.into_inner()).push_str(&format!("{tag}{line}\n"));
-                    let _ = replies.send(l.to_string());
-                }
-                None => log.lock().unwrap_or_else(|e| e.into_inner()).push_str(&format!("{tag}{line}\n")),
-            }
-        }
-    })
-}
-
-impl Node {
-    /// Starts a child acting as `node` on its host of `hosts` (a [`Topology`], or one
-    /// [`TestDir`]), with that node's environment, and waits until it has opened the fabric.
-    pub fn spawn(hosts: &impl Hosts, name: &str, node: u32) -> Node {
-        let fabric = hosts.fabric_of(node);
-        let node_s = node.to_string();
-        let env = hosts.env_of(node);
-        let mut envs = vec![(DIR_VAR, fabric.to_str().expect("utf-8 temp path")), (NODE_VAR, node_s.as_str())];
-        envs.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        // On another host the child runs through the host's prefix (`ip netns exec ..`).
-        let mut n = Node::start(&hosts.prefix_of(node), name, "node", &envs);
-        n.name = format!("{name} (node {node}, pid {})", n.pid);
-        let l = n.line("READY", WAIT);
-        if !l.starts_with("READY") {
-            n.fail(format!("expected READY, got {l:?}"));
-        }
-        n
-    }
-
-    /// Starts this test binary again in role `role` with the environment `envs`, run
-    /// through `prefix`; does not wait for anything.
-    fn start(prefix: &[String], name: &str, role: &str, envs: &[(&str, &str)]) -> Node {
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let mut cmd = match prefix.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"]);
-        for v in test_dir::LANES_ENV.iter().chain(&["LANES_POLL_US"]) {
-            cmd.env_remove(v);
-        }
-        cmd.env(ROLE_VAR, role)
-            .envs(envs.iter().copied())
-            .env("RUST_BACKTRACE", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawning child {name}: {e}"));
-        let pid = child.id();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (rtx, rrx) = mpsc::channel();
-        let (ntx, nrx) = mpsc::channel();
-        let out = child.stdout.take().expect("piped stdout");
-        let err = child.stderr.take().expect("piped stderr");
-        let readers = vec![pump(out, "", log.clone(), Some((rtx, ntx))), pump(err, "[stderr] ", log.clone(), None)];
-        let stdin = child.stdin.take();
-        Node {
-            name: format!("{name} (pid {pid})"),
-            child,
-            pid,
-            stdin,
-            replies: rrx,
-            notes: nrx,
-            held: VecDeque::new(),
-            log,
-            readers,
-            status: None,
-        }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Everything the child printed so far (notes excepted), without waiting for its pipes
-    /// to drain.
-    pub fn output_snapshot(&self) -> String {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Everything the child printed so far (notes excepted).
-    pub fn output(&mut self) -> String {
-        if self.status.is_some() {
-            self.drain_readers();
-        }
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// After the child is gone: lets the readers reach the end of its pipes (bounded).
-    fn drain_readers(&self) {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self.readers.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    fn fail(&mut self, msg: String) -> ! {
-        let out = self.output();
-        panic!("{}: {msg}\n--- its output ---\n{out}--- end of output ---", self.name)
-    }
-
-    fn line(&mut self, what: &str, limit: Duration) -> String {
-        assert!(limit <= MAX_WAIT, "a wait of {limit:?} is longer than the {MAX_WAIT:?} these tests allow");
-        match self.replies.recv_timeout(limit) {
-            Ok(l) => l,
-            Err(RecvTimeoutError::Timeout) => self.fail(format!("did not report {what} within {limit:?}")),
-            Err(RecvTimeoutError::Disconnected) => {
-                let st = self.wait_exit();
-                self.fail(format!("ended ({st}) before reporting {what}"))
-            }
-        }
-    }
-
-    /// Sends one command line without waiting for its reply.
-    pub fn send(&mut self, cmd: &str) {
-        let Some(stdin) = self.stdin.as_mut() else { self.fail(format!("stdin closed; cannot send {cmd:?}")) };
-        if let Err(e) = stdin.write_all(format!("{cmd}\n").as_bytes()).and_then(|_| stdin.flush()) {
-            self.fail(format!("cannot send {cmd:?}: {e}"));
-        }
-    }
-
-    /// Waits at most `limit` for the reply to a command sent with [`Node::send`].
-    pub fn reply_within(&mut self, cmd: &str, limit: Duration) -> Result<String, ErrReply> {
-        let l = self.line(&format!("the result of {cmd:?}"), limit);
-        match parse_result(&l) {
-            Some(r) => r,
-            None => self.fail(format!("unexpected reply {l:?} to {cmd:?}")),
-        }
-    }
-
-    /// Runs one command, waiting at most `limit` for its reply.
-    pub fn call_within(&mut self, cmd: &str, limit: Duration) -> Result<String, ErrReply> {
-        self.send(cmd);
-        self.reply_within(cmd, limit)
-    }
-
-    /// Runs one command.
-    pub fn call(&mut self, cmd: &str) -> Result<String, ErrReply> {
-        self.call_within(cmd, WAIT)
-    }
-
-    /// Runs one command that must succeed; returns what it printed.
-    pub fn ok(&mut self, cmd: &str) -> String {
-        match self.call(cmd) {
-            Ok(s) => s,
-            Err(e) => self.fail(format!("{cmd:?} failed: {e}")),
-        }
-    }
-
-    /// Runs one command that must fail with error variant `variant`.
-    /// Repeats `cmd` until it fails with `variant`, for at most 2 s: a loss is noticed
-    /// asynchronously (the survivor's death watch), within milliseconds but not at once.
-    pub fn eventually_err_is(&mut self, cmd: &str, variant: &str) -> ErrReply {
-        let start = Instant::now();
-        loop {
-            match self.call(cmd) {
-                Err(e) if e.variant == variant => return e,
-                Err(e) => self.fail(format!("`{cmd}` failed with {e}, expected {variant}")),
-                Ok(_) if start.elapsed() < Duration::from_secs(2) => std::thread::sleep(Duration::from_millis(1)),
-                Ok(r) => self.fail(format!("`{cmd}` still succeeds ({r}) 2 s later, expected {variant}")),
-            }
-        }
-    }
-
-    pub fn err_is(&mut self, cmd: &str, variant: &str) -> ErrReply {
-        match self.call(cmd) {
-            Ok(s) => self.fail(format!("{cmd:?} unexpectedly succeeded: {s:?} (expected {variant})")),
-            Err(e) if e.variant == variant => e,
-            Err(e) => self.fail(format!("{cmd:?} failed with {e}, expected {variant}")),
-        }
-    }
-
-    /// The next note with one of `tags`, waiting at most `limit`: (tag, rest).
-    pub fn note_of(&mut self, tags: &[&str], limit: Duration) -> (String, String) {
-        if let Some(i) = self.held.iter().position(|(t, _)| tags.contains(&t.as_str())) {
-            return self.held.remove(i).expect("held note");
-        }
-        assert!(limit <= MAX_WAIT, "a wait of {limit:?} is longer than the {MAX_WAIT:?} these tests allow");
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.notes.recv_timeout(left) {
-                Ok(n) => {
-                    let (tag, rest) = n.split_once(' ').unwrap_or((&n, ""));
-                    if tags.contains(&tag) {
-                        return (tag.to_string(), rest.to_string());
-                    }
-                    self.held.push_back((tag.to_string(), rest.to_string()));
-                }
-                Err(RecvTimeoutError::Timeout) => self.fail(format!("no note {tags:?} within {limit:?}")),
-                Err(RecvTimeoutError::Disconnected) => {
-                    let st = self.wait_exit();
-                    self.fail(format!("ended ({st}) before a note {tags:?}"))
-                }
-            }
-        }
-    }
-
-    /// The next note tagged `tag`, waiting at most `limit`.
-    pub fn note(&mut self, tag: &str, limit: Duration) -> String {
-        self.note_of(&[tag], limit).1
-    }
-
-    /// The result a `bg TAG ...` command reported, waiting at most `limit`.
-    pub fn bg_result(&mut self, tag: &str, limit: Duration) -> Result<String, ErrReply> {
-        let n = self.note(tag, limit);
-        match parse_result(&n) {
-            Some(r) => r,
-            None => self.fail(format!("note {tag} is not a result: {n:?}")),
-        }
-    }
-
-    /// A note tagged `tag` that has already arrived, if any (does not wait).
-    pub fn try_note(&mut self, tag: &str) -> Option<String> {
-        if let Some(i) = self.held.iter().position(|(t, _)| t == tag) {
-            return self.held.remove(i).map(|(_, r)| r);
-        }
-        while let Ok(n) = self.notes.try_recv() {
-            let (t, rest) = n.split_once(' ').unwrap_or((&n, ""));
-            if t == tag {
-                return Some(rest.to_string());
-            }
-            self.held.push_back((t.to_string(), rest.to_string()));
-        }
-        None
-    }
-
-    /// After the child exited: every note tagged `tag` it wrote that was not taken yet.
-    pub fn remaining_notes(&mut self, tag: &str) -> Vec<String> {
-        assert!(self.status.is_some(), "{}: remaining_notes while the child runs", self.name);
-        self.drain_readers();
-        let mut out = Vec::new();
-        while let Some(n) = self.try_note(tag) {
-            out.push(n);
-        }
-        out
-    }
-
-    /// Asks the child to exit and checks that it exited cleanly.
-    pub fn exit(&mut self) {
-        self.ok("exit");
-        self.stdin.take();
-        let st = self.wait_exit();
-        if !st.success() {
-            self.fail(format!("exited with {st}"));
-        }
-    }
-
-    /// `kill -9`, then reaps the child. Returns [`mono_ns`] just before the signal.
-    pub fn kill9(&mut self) -> u64 {
-        assert!(self.status.is_none(), "{} already exited", self.name);
-        let t = mono_ns();
-        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child, so
-        // it cannot have been recycled for another process.
-        let rc = unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) };
-        assert_eq!(rc, 0, "kill -9 {}: {}", self.pid, std::io::Error::last_os_error());
-        self.wait_exit();
-        t
-    }
-
-    /// Waits (at most [`WAIT`]) for the child to exit; kills it and panics if it does not.
-    pub fn wait_exit(&mut self) -> ExitStatus {
-        if let Some(s) = self.status {
-            return s;
-        }
-        let deadline = Instant::now() + WAIT;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(s)) => {
-                    self.status = Some(s);
-                    return s;
-                }
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
-                Ok(None) => {
-                    let _ = self.child.kill();
-                    let s = self.child.wait().expect("reaping a killed child");
-                    self.status = Some(s);
-                    let out = self.output();
-                    panic!("{} did not exit within {WAIT:?}; killed\n--- its output ---\n{out}", self.name);
-                }
-                Err(e) => panic!("{}: waiting for the child: {e}", self.name),
-            }
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if self.status.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Waits until `cond` holds, polling; panics after `limit` with `what`.
-pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+pub use lanes_testkit::{cluster, netns, topology_cases, Bounds, ErrReply, Hosts, Proc, TestDir, Topology};
 
 // ---------------------------------------------------------------------------------------
 // Child side
@@ -585,31 +135,13 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 /// the node command interpreter (role `node`) or a cluster daemon (role `daemon`, for the
 /// hosts of [`cluster::Cluster`]). Never returns in a child.
 pub fn child_entry() {
-    let Ok(role) = std::env::var(ROLE_VAR) else { return };
-    assert!(role == "node" || role == "daemon", "unknown test role {role:?}");
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers; it only sets a process attribute.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
-    // No core files for the kill -9s and provoked crashes.
-    let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: setrlimit reads a valid rlimit for the duration of the call.
-    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) };
-    if role == "daemon" {
-        // A daemon of the hosts of `cluster::Cluster`: runs until the parent hangs up.
-        cluster::run_daemon_role(|| for _ in std::io::stdin().lock().lines() {});
-    }
-    let code = run_node();
-    std::process::exit(code);
-}
-
-/// Writes one protocol line to the parent (whole lines, never interleaved).
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{MARK}{line}");
-    let _ = out.flush();
-}
-
-fn note(tag: &str, rest: &str) {
-    say(&format!("NOTE {tag} {rest}"));
+    lanes_testkit::child_entry(|role, io| {
+        lanes_testkit::process::die_with_parent();
+        if role == "node" {
+            std::process::exit(run_node(io));
+        }
+        false
+    });
 }
 
 enum Fail {
@@ -634,21 +166,11 @@ fn test_fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
     Err(Fail::Test(msg.into()))
 }
 
-/// The name of an error's variant, from its `Debug` form.
-pub fn variant_name(e: &Error) -> String {
-    let d = format!("{e:?}");
-    d.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or_default().to_string()
-}
-
 fn result_line(r: Reply) -> String {
-    let one_line = |s: String| s.replace(['\n', '\r'], " ");
     match r {
-        Ok(s) if s.is_empty() => "OK".into(),
-        Ok(s) => format!("OK {}", one_line(s)),
-        Err(Fail::Lanes(e, fields)) => {
-            format!("ERR {} {} :: {}", variant_name(&e), one_line(fields), one_line(format!("{e} / {e:?}")))
-        }
-        Err(Fail::Test(m)) => format!("ERR Test {}", one_line(m)),
+        Ok(s) => ok_line(&s),
+        Err(Fail::Lanes(e, fields)) => lanes_err_line(&e, &fields),
+        Err(Fail::Test(m)) => test_err_line(&m),
     }
 }
 
@@ -777,7 +299,7 @@ fn node_config() -> lanes::Result<FabricConfig> {
     NodeId::new(node).map(|n| FabricConfig::new(&dir, n))
 }
 
-fn run_node() -> i32 {
+fn run_node(io: &ChildIo) -> i32 {
     let fabric = match node_config().and_then(Fabric::open_with) {
         Ok(f) => f,
         Err(e) => {
@@ -785,17 +307,6 @@ fn run_node() -> i32 {
             return 2;
         }
     };
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(l) = line else { break };
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-        // The parent closed our stdin or died: nothing more will come.
-        std::process::exit(0);
-    });
     let ctx = Arc::new(Ctx {
         fabric,
         objs: Mutex::new(HashMap::new()),
@@ -803,27 +314,23 @@ fn run_node() -> i32 {
         counters: Mutex::new(HashMap::new()),
     });
     say(&format!("READY {}", std::process::id()));
-    loop {
-        let line = match rx.recv_timeout(CHILD_IDLE) {
-            Ok(l) => l,
-            Err(_) => return 3,
-        };
-        let line = line.trim().to_string();
+    io.serve(|line| {
         if line == "exit" {
             ctx.objs.lock().unwrap_or_else(|e| e.into_inner()).clear();
-            say("OK");
-            return 0;
+            return ok_line("");
         }
+        // `bg TAG CMD...`: the command runs on a thread of its own; its result comes as the
+        // note TAG.
         if let Some(rest) = line.strip_prefix("bg ") {
             let (tag, cmd) = rest.split_once(' ').expect("bg TAG CMD");
             let (tag, cmd) = (tag.to_string(), cmd.to_string());
             let c = ctx.clone();
             std::thread::spawn(move || note(&tag, &result_line(guarded(&c, &cmd))));
-            say("OK");
-            continue;
+            return ok_line("");
         }
-        say(&result_line(guarded(&ctx, &line)));
-    }
+        result_line(guarded(&ctx, line))
+    });
+    0
 }
 
 /// Runs one command; a panic becomes an `ERR Panic` reply rather than a lost child.

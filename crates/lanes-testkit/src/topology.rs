@@ -1,8 +1,7 @@
-//! Where the nodes of a multi-process test live, so that one case runs on every transport
-//! (included by the test support modules with `#[path]`, like `test_dir.rs`).
+//! Where the nodes of a multi-process test live, so that one case runs on every transport.
 //!
 //! A case is written once as `fn name(t: &Topology)` and starts its nodes with
-//! `Proc::node(t, id)` (or `Node::spawn(t, ..)`); [`topology_cases!`] turns it into
+//! `Proc::node(t, id)` (or `Proc::node_named(t, ..)`); [`topology_cases!`] turns it into
 //! `topology::shm::name` and, for the cases it lists after `ofi:` and with the `ofi`
 //! feature, `topology::ofi::lo::name` (three hosts on 127.0.0.1) and
 //! `topology::ofi::netns::name` (three network namespaces), so
@@ -13,9 +12,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[cfg(feature = "ofi")]
-use super::cluster::Cluster;
-use super::TestDir;
+use crate::cluster::Cluster;
+use crate::test_dir::TestDir;
 
 /// The hosts of one test.
 pub enum Topology {
@@ -24,10 +22,8 @@ pub enum Topology {
     /// Hosts a, b and c, each with its own fabric directory and daemon, on 127.0.0.1: the
     /// ofi transport without privilege. Node 8 is on a, the other nodes of the cases on b
     /// and c ([`Cluster::host_of`]).
-    #[cfg(feature = "ofi")]
     OfiLoopback(Cluster),
     /// The same hosts as network namespaces on a bridge (10.77.0.1-3): needs root.
-    #[cfg(feature = "ofi")]
     OfiNetns(Cluster),
 }
 
@@ -45,7 +41,6 @@ impl Topology {
     }
 
     /// Three hosts on 127.0.0.1, their daemons started and Operational to each other.
-    #[cfg(feature = "ofi")]
     pub fn ofi_loopback(case: &str) -> Topology {
         Topology::OfiLoopback(Cluster::loopback(case))
     }
@@ -53,7 +48,6 @@ impl Topology {
     /// Three hosts in network namespaces, their daemons started and Operational to each
     /// other; `None` (the reason printed) when namespaces cannot be used here and `CI` is
     /// not set.
-    #[cfg(feature = "ofi")]
     pub fn ofi_netns(case: &str) -> Option<Topology> {
         Cluster::netns(case).map(Topology::OfiNetns)
     }
@@ -62,7 +56,6 @@ impl Topology {
     pub fn transport(&self) -> &'static str {
         match self {
             Topology::Shm(_) => "shm",
-            #[cfg(feature = "ofi")]
             Topology::OfiLoopback(_) | Topology::OfiNetns(_) => "ofi",
         }
     }
@@ -71,13 +64,11 @@ impl Topology {
     pub fn bounds(&self) -> Bounds {
         match self {
             Topology::Shm(_) => Bounds { notice: Duration::from_secs(2) },
-            #[cfg(feature = "ofi")]
             Topology::OfiLoopback(_) | Topology::OfiNetns(_) => Bounds { notice: Duration::from_secs(4) },
         }
     }
 
     /// The hosts and their daemons, on the ofi topologies.
-    #[cfg(feature = "ofi")]
     pub fn cluster(&self) -> Option<&Cluster> {
         match self {
             Topology::Shm(_) => None,
@@ -86,7 +77,6 @@ impl Topology {
     }
 
     /// The hosts and their daemons, to kill, restart or cut (ofi topologies).
-    #[cfg(feature = "ofi")]
     pub fn cluster_mut(&mut self) -> Option<&mut Cluster> {
         match self {
             Topology::Shm(_) => None,
@@ -98,9 +88,7 @@ impl Topology {
     pub fn fresh(&self, name: &str) -> Topology {
         match self {
             Topology::Shm(_) => Topology::shm(name),
-            #[cfg(feature = "ofi")]
             Topology::OfiLoopback(_) => Topology::ofi_loopback(name),
-            #[cfg(feature = "ofi")]
             Topology::OfiNetns(_) => {
                 Topology::ofi_netns(name).expect("namespaces, usable for the first topology of this case")
             }
@@ -108,7 +96,6 @@ impl Topology {
     }
 
     /// The host (index into the cluster's hosts) `node` lives on.
-    #[cfg(feature = "ofi")]
     fn host(node: u32) -> usize {
         Cluster::host_of(node)
             .unwrap_or_else(|| panic!("node {node} has no host in the ofi topologies (multiples of 4 up to 48)"))
@@ -119,10 +106,8 @@ impl Topology {
     /// process itself on one host; across hosts the owner's daemon, which claims the slot
     /// under its proxy record for `peer`.
     pub fn seen_pid(&self, owner: u32, peer: u32, pid: u32) -> u32 {
-        let _ = (owner, peer);
         match self {
             Topology::Shm(_) => pid,
-            #[cfg(feature = "ofi")]
             Topology::OfiLoopback(c) | Topology::OfiNetns(c) => {
                 let host = Topology::host(owner);
                 if host == Topology::host(peer) {
@@ -136,10 +121,8 @@ impl Topology {
 
     /// The fabric directory of the host `node` lives on.
     pub fn fabric(&self, node: u32) -> PathBuf {
-        let _ = node;
         match self {
             Topology::Shm(dir) => dir.fabric(),
-            #[cfg(feature = "ofi")]
             Topology::OfiLoopback(c) | Topology::OfiNetns(c) => c.fabric(Topology::host(node)),
         }
     }
@@ -147,10 +130,8 @@ impl Topology {
     /// The command prefix that runs a process on the host of `node` (none on one host and
     /// on loopback; `ip netns exec <namespace>` in namespaces).
     pub fn prefix(&self, node: u32) -> Vec<String> {
-        let _ = node;
         match self {
             Topology::Shm(_) => Vec::new(),
-            #[cfg(feature = "ofi")]
             Topology::OfiLoopback(c) | Topology::OfiNetns(c) => c.prefix(Topology::host(node)),
         }
     }
@@ -160,10 +141,8 @@ impl Topology {
     /// (and on loopback's host b `LANES_OFI_PROGRESS=poll`),
     /// with which `FabricConfig::from_env` opens the fabric on that node's host.
     pub fn env(&self, node: u32) -> Vec<(String, String)> {
-        let _ = node;
         match self {
             Topology::Shm(_) => Vec::new(),
-            #[cfg(feature = "ofi")]
             Topology::OfiLoopback(c) | Topology::OfiNetns(c) => {
                 let host = Topology::host(node);
                 let mut env = c.env(host);
@@ -233,7 +212,7 @@ impl Hosts for TestDir {
 /// Turns cases `fn name(t: &Topology)` of the calling file into tests:
 ///
 /// - `topology_cases!(a, b, c)`: `topology::shm::{a, b, c}`;
-/// - `topology_cases!(a, b, c; ofi: a, b)`: the same, and with the `ofi` feature also
+/// - `topology_cases!(a, b, c; ofi: a, b)`: the same, and with the calling crate's `ofi` feature also
 ///   `topology::ofi::lo::{a, b}` (hosts on 127.0.0.1) and `topology::ofi::netns::{a, b}`
 ///   (network namespaces; skipped with a printed reason where they cannot be used, unless
 ///   `CI` is set). A case runs on ofi only when listed after `ofi:`, so cases are opted in
@@ -242,7 +221,7 @@ impl Hosts for TestDir {
 ///
 /// `-E 'test(/::shm::/)'` selects one transport, `'test(/::ofi::/)'` the other. The
 /// calling file must have `Topology` in scope at its root.
-#[allow(unused_macros)] // a file that converts no case
+#[macro_export]
 macro_rules! topology_cases {
     ($($case:ident),* $(,)? $(; ofi: $($ofi:ident),* $(,)?)?) => {
         mod topology {
@@ -279,5 +258,3 @@ macro_rules! topology_cases {
         }
     };
 }
-#[allow(unused_imports)]
-pub(crate) use topology_cases;

@@ -1,16 +1,15 @@
 //! Three test hosts a, b and c (first nodes 8, 12 and 16; every node id the multi-process
 //! cases use has a host, see [`host_of`](Cluster::host_of)), each with its own fabric
-//! directory and its own cluster daemon, on 127.0.0.1 or in three network namespaces (`netns.rs`). Shared
-//! by tests/cluster.rs (the control plane) and the ofi topologies of `topology.rs`; included
-//! by the test support modules with `#[path]`, which provide `DaemonProc` (their child
-//! process type) and `spawn_daemon` (a child in role `daemon`).
+//! directory and its own cluster daemon, on 127.0.0.1 or in three network namespaces
+//! ([`netns`](crate::netns)). Used by the control-plane tests and by the ofi topologies of
+//! [`topology`](crate::topology).
 //!
 //! Every host has a host key (generated into the scratch directory, `LANES_KEY_FILE` in
 //! its environment) and `lanes.toml` lists each host's public key, so the daemons' links are
 //! authenticated and encrypted as in a real cluster (`lanes::cluster::link`).
 //!
-//! Daemons are children of the test: the test binary re-executed (through `ip netns exec`
-//! in namespaces) in role `daemon`, whose body is [`run_daemon_role`]: it calls
+//! Daemons are children of the test ([`Proc`]): the test binary re-executed (through `ip
+//! netns exec` in namespaces) in role `daemon`, whose body is [`run_daemon_role`]: it calls
 //! `lanes::cluster::daemon::run`, as `lanes daemon` does. Timing is shortened (heartbeat
 //! 50 ms; Suspect after 1 s, so that a daemon starved of the CPU for a few hundred
 //! milliseconds on a loaded machine is not called Suspect, which fails every operation
@@ -25,8 +24,10 @@ use lanes::cluster::daemon::{self, DaemonOptions};
 use lanes::cluster::identity::{HostKey, PublicKey, KEY_FILE_VAR};
 use lanes::cluster::{Client, HostState};
 
-use super::netns::{self, Netns, HOSTS};
-use super::{spawn_daemon, DaemonProc, TestDir};
+use crate::netns::{self, Netns, HOSTS};
+use crate::ports::free_ports;
+use crate::process::Proc;
+use crate::test_dir::TestDir;
 
 /// The first node of each host, in the order of [`HOSTS`].
 pub const NODES: [u32; 3] = [8, 12, 16];
@@ -73,35 +74,16 @@ pub fn run_daemon_role(wait_for_hang_up: impl FnOnce()) -> ! {
     panic!("the daemon did not stop within 30 s of SIGTERM");
 }
 
-/// `n` distinct free ports on 127.0.0.1, chosen below the kernel's ephemeral range (each
-/// held until all are picked): a socket that binds port 0 or connects, as other tests'
-/// programs do by the hundred, is never given one between its choice and the daemon's bind.
-fn free_ports(n: usize) -> Vec<u16> {
-    use std::hash::{BuildHasher, Hasher};
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let (low, high) = (10000u16, ephemeral_low.max(10001));
-    let mut held = Vec::new();
-    for _ in 0..1000 {
-        if held.len() == n {
-            break;
-        }
-        let r = std::collections::hash_map::RandomState::new().build_hasher().finish();
-        let port = low + (r % u64::from(high - low)) as u16;
-        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-            held.push(l);
-        }
-    }
-    assert_eq!(held.len(), n, "no {n} free ports between {low} and {high}");
-    held.iter().map(|l| l.local_addr().expect("its address").port()).collect()
+/// A child in role `daemon` (see [`run_daemon_role`]), run through `prefix`, with the
+/// environment `envs`.
+pub fn spawn_daemon(prefix: &[String], name: &str, envs: &[(&str, &str)]) -> Proc {
+    Proc::spawn_in(prefix, name, "daemon", envs)
 }
 
 /// Three hosts, their daemons and fabric directories. Fields drop in order: daemons
 /// first, namespaces last.
 pub struct Cluster {
-    daemons: Vec<Option<DaemonProc>>,
+    daemons: Vec<Option<Proc>>,
     dirs: Vec<TestDir>,
     config: PathBuf,
     /// The hosts' addresses and key files, as the generated `lanes.toml` has them.
@@ -240,7 +222,7 @@ impl Cluster {
     /// made here when None: the wrong key). Every other host is as in the real
     /// configuration, so it dials them as `claim` would. Returns the daemon and what must
     /// outlive it.
-    pub fn impostor(&self, on: usize, claim: usize, key: Option<&Path>) -> (DaemonProc, TestDir) {
+    pub fn impostor(&self, on: usize, claim: usize, key: Option<&Path>) -> (Proc, TestDir) {
         let scratch = TestDir::new(&format!("impostor-{}", HOSTS[claim]));
         let key_file = match key {
             Some(k) => k.to_path_buf(),
@@ -295,7 +277,7 @@ impl Cluster {
     }
 
     /// Host `k`'s daemon process.
-    pub fn daemon(&mut self, k: usize) -> &mut DaemonProc {
+    pub fn daemon(&mut self, k: usize) -> &mut Proc {
         self.daemons[k].as_mut().expect("a daemon")
     }
 

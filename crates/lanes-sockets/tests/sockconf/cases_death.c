@@ -1,0 +1,216 @@
+#include "sockconf.h"
+
+/* ------------------------------------------------------------------------------------------
+ * Cases: death and signals
+ * ---------------------------------------------------------------------------------------- */
+
+void killed_writer_server(void)
+{
+    int s = accept_one();
+    struct rstat st = recv_pattern(M_RW, s, 71, 72, 65536, MIB);
+    say("read 1 MiB: %s, pattern %s", yes(st.total == MIB), st.bad_at < 0 ? "ok" : "MISMATCH");
+    say("SIGKILL the writer %s", res(kill(C.peer, SIGKILL)));
+    C.peer_killed = true;
+    int stt;
+    wait_pid(C.peer, &stt);
+    say("writer %s", status_str(stt));
+    static unsigned char b[65536];
+    uint64_t off = st.total;
+    bool bad = false;
+    ssize_t n;
+    for (;;) {
+        n = read(s, b, sizeof b);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        if (pattern_check(b, off, (size_t)n, 71) >= 0)
+            bad = true;
+        off += (uint64_t)n;
+    }
+    say("read until the end: %s, data before it %s",
+        (n == 0 || errno == ECONNRESET) ? "eof-or-reset" : res(n), bad ? "MISMATCH" : "ok");
+    close(s);
+}
+
+void killed_writer_client(void)
+{
+    int fd = connect_one();
+    send_pattern(M_RW, fd, UINT64_MAX / 2, 71, 73, 65536, NULL);
+    say("UNREACHABLE: the writer was not killed");
+}
+
+void killed_reader_server(void)
+{
+    int s = accept_one();
+    static unsigned char b[65536];
+    uint64_t off = 0;
+    bool killed = false;
+    ssize_t r = 0;
+    int e = 0;
+    long long t0 = 0;
+    /* Write until the reader says it has read 1 MiB; then kill it and go on writing. */
+    for (;;) {
+        if (!killed) {
+            struct pollfd p[2] = {{s, POLLOUT, 0}, {sync_rfd, POLLIN, 0}};
+            if (poll(p, 2, 5000) <= 0)
+                die("poll");
+            if (p[1].revents) {
+                sync_expect('k');
+                say("SIGKILL the reader %s", res(kill(C.peer, SIGKILL)));
+                C.peer_killed = true;
+                int st;
+                wait_pid(C.peer, &st);
+                say("reader %s", status_str(st));
+                killed = true;
+                t0 = now_ms();
+                continue;
+            }
+            if (!(p[0].revents & POLLOUT))
+                continue;
+            pattern(b, off, sizeof b, 81);
+            r = send(s, b, sizeof b, MSG_NOSIGNAL | MSG_DONTWAIT);
+        } else {
+            if (now_ms() - t0 > 5000)
+                break;
+            pattern(b, off, sizeof b, 81);
+            r = send(s, b, sizeof b, MSG_NOSIGNAL);
+        }
+        if (r < 0) {
+            e = errno;
+            if (e == EAGAIN || e == EINTR)
+                continue;
+            break;
+        }
+        off += (uint64_t)r;
+    }
+    say("sends after the kill end with: %s",
+        r < 0 && (e == EPIPE || e == ECONNRESET) ? "epipe-or-reset" : (errno = e, res(r)));
+    r = read(s, b, sizeof b);
+    say("read after that: %s", r == 0 || (r < 0 && errno == ECONNRESET) ? "eof-or-reset" : res(r));
+    close(s);
+}
+
+void killed_reader_client(void)
+{
+    int fd = connect_one();
+    struct rstat st = recv_pattern(M_RW, fd, 81, 82, 65536, MIB);
+    (void)st;
+    sync_send('k');
+    for (;;)
+        pause();
+}
+
+static volatile sig_atomic_t alarms;
+static void on_alarm(int s)
+{
+    (void)s;
+    alarms++;
+}
+
+void catch_alarm(int flags)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+}
+
+void timer_ms(int ms)
+{
+    struct itimerval it;
+    memset(&it, 0, sizeof it);
+    it.it_value.tv_sec = ms / 1000;
+    it.it_value.tv_usec = (ms % 1000) * 1000;
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+
+const char *const late_script[] = {"late"};
+
+void eintr_client(void)
+{
+    int fd = connect_one();
+    catch_alarm(0);
+    alarms = 0;
+    alarm(1);
+    long long t0 = now_ms();
+    char b[16];
+    ssize_t r = recv(fd, b, sizeof b, 0);
+    say("recv, alarm after 1 s, no SA_RESTART %s", res(r));
+    say("waited >= 900 ms: %s, SIGALRM count %d", yes(now_ms() - t0 >= 900), (int)alarms);
+    arm_watchdog();
+    sync_send('a');
+    say("read_full %s", got(read_full(fd, b, 4), b));
+    sync_send('z');
+    close(fd);
+}
+
+void restart_server(void)
+{
+    int s = accept_one();
+    sync_expect('a');
+    sleep_ms(1500);
+    say("write %s", res(write(s, "late", 4)));
+    sync_expect('z');
+    close(s);
+}
+
+void restart_client(void)
+{
+    int fd = connect_one();
+    catch_alarm(SA_RESTART);
+    alarms = 0;
+    alarm(1);
+    sync_send('a');
+    long long t0 = now_ms();
+    char b[16];
+    ssize_t r = recv(fd, b, sizeof b, 0);
+    say("recv, alarm after 1 s, SA_RESTART, data after 1.5 s %s", got(r, b));
+    say("waited >= 1400 ms: %s, SIGALRM count %d", yes(now_ms() - t0 >= 1400), (int)alarms);
+    arm_watchdog();
+    sync_send('z');
+    close(fd);
+}
+
+void eintr_wait_client(void)
+{
+    int fd = connect_one();
+    catch_alarm(SA_RESTART);
+    alarms = 0;
+    int ep = epoll_create1(0);
+    ep_ctl(ep, EPOLL_CTL_ADD, fd, EPOLLIN, 1);
+    timer_ms(300);
+    long long t0 = now_ms();
+    say("epoll_wait 5 s, SA_RESTART timer 300 ms %s", epw(ep, 5000));
+    say("waited >= 250 ms: %s", yes(now_ms() - t0 >= 250));
+    struct pollfd p = {fd, POLLIN, 0};
+    timer_ms(300);
+    t0 = now_ms();
+    int r = poll(&p, 1, 5000);
+    say("poll 5 s %s, waited >= 250 ms: %s", res(r), yes(now_ms() - t0 >= 250));
+    fd_set set;
+    FD_ZERO(&set);
+    FD_SET(fd, &set);
+    struct timeval tv = {5, 0};
+    timer_ms(300);
+    t0 = now_ms();
+    r = select(fd + 1, &set, NULL, NULL, &tv);
+    say("select 5 s %s, waited >= 250 ms: %s", res(r), yes(now_ms() - t0 >= 250));
+    struct timeval to = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &to, sizeof to);
+    timer_ms(300);
+    t0 = now_ms();
+    char b[16];
+    ssize_t n = recv(fd, b, sizeof b, 0);
+    say("recv with SO_RCVTIMEO 5 s, SA_RESTART %s, waited >= 250 ms: %s", res(n),
+        yes(now_ms() - t0 >= 250));
+    say("SIGALRM count %d", (int)alarms);
+    arm_watchdog();
+    sync_send('a');
+    say("read_full %s", got(read_full(fd, b, 4), b));
+    sync_send('z');
+    close(ep);
+    close(fd);
+}

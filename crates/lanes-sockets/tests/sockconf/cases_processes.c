@@ -1,0 +1,495 @@
+#include "sockconf.h"
+
+/* ------------------------------------------------------------------------------------------
+ * Cases: processes and threads
+ * ---------------------------------------------------------------------------------------- */
+
+void forkshare_server(void)
+{
+    int s = accept_one();
+    static char b[8192];
+    ssize_t n = read_full(s, b, sizeof b);
+    int cs = 0, ps = 0, other = 0;
+    for (ssize_t i = 0; i < n; i++) {
+        if (b[i] == 'c')
+            cs++;
+        else if (b[i] == 'p')
+            ps++;
+        else
+            other++;
+    }
+    say("read_full %s: child bytes %d parent bytes %d other %d", res(n), cs, ps, other);
+    say("write %s", res(write(s, "reply", 5)));
+    say("read at end (both closed) %s", res(read(s, b, sizeof b)));
+    close(s);
+}
+
+void forkshare_client(void)
+{
+    int fd = connect_one();
+    char b[1024];
+    struct sub s = sub_start("client/child");
+    if (s.pid == 0) {
+        memset(b, 'c', sizeof b);
+        int ok = 0;
+        for (int i = 0; i < 4; i++)
+            ok += write_all(fd, b, sizeof b) == (ssize_t)sizeof b;
+        say("4 writes of 1024: %d ok", ok);
+        say("read_full %s", got(read_full(fd, b, 5), b));
+        say("close %s", res(close(fd)));
+        sub_exit();
+    }
+    memset(b, 'p', sizeof b);
+    int ok = 0;
+    for (int i = 0; i < 4; i++)
+        ok += write_all(fd, b, sizeof b) == (ssize_t)sizeof b;
+    say("4 writes of 1024: %d ok", ok);
+    say("close %s", res(close(fd)));
+    say("child %s", status_str(sub_finish(s)));
+}
+
+void exec_server(void)
+{
+    int s = accept_one();
+    char b[16];
+    say("read_full %s", got(read_full(s, b, 9), b));
+    say("write %s", res(write(s, "to exec'd", 9)));
+    say("read at end %s", res(read(s, b, sizeof b)));
+    close(s);
+}
+
+void exec_client(void)
+{
+    int fd = connect_one();
+    int cx = fcntl(fd, F_DUPFD_CLOEXEC, 50);
+    say("FD_CLOEXEC of the socket %d, of its F_DUPFD_CLOEXEC copy %d", cloexec_of(fd),
+        cloexec_of(cx));
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        die("pipe2");
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        dup2(p[1], 1);
+        char a[16], b[16];
+        snprintf(a, sizeof a, "%d", fd);
+        snprintf(b, sizeof b, "%d", cx);
+        execl(C.self, "sockconf", "--exec-child", a, b, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    say("close both copies in the parent %s %s", res(close(fd)), res(close(cx)));
+    slurp_into_log(p[0]);
+    close(p[0]);
+    int st;
+    wait_pid(pid, &st);
+    say("exec'd child %s", status_str(st));
+}
+
+int exec_child_main(int argc, char **argv)
+{
+    role = "client/exec";
+    out_fd = 1;
+    arm_watchdog();
+    if (argc < 4)
+        die("usage: --exec-child FD CLOEXEC_FD");
+    int fd = atoi(argv[2]), cx = atoi(argv[3]);
+    say("inherited socket FD_CLOEXEC %d", cloexec_of(fd));
+    say("F_GETFD of the close-on-exec copy %s", res(fcntl(cx, F_GETFD)));
+    int v = -1;
+    socklen_t l = sizeof v;
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &l);
+    say("SO_TYPE %s", v == SOCK_STREAM ? "SOCK_STREAM" : "other");
+    say("write %s", res(write(fd, "from exec", 9)));
+    char b[16];
+    say("read_full %s", got(read_full(fd, b, 9), b));
+    say("close %s", res(close(fd)));
+    flush_log();
+    return 0;
+}
+
+/* Hand-off (inetd style): a forked child execs a program with an emptied environment, so
+ * without the library, and that program reads what the server sent before the exec. The
+ * program is this one, or SOCKCONF_HANDOFF_IMAGE (a static build, which cannot load the
+ * library). */
+#define HANDOFF_BYTES (64 * 1024)
+#define HANDOFF_SEED 0x5eedULL
+
+void handoff_server(void)
+{
+    int s = accept_one();
+    char b[16];
+    for (int i = 0; i < 3; i++) {
+        say("ping %d %s", i, got(read_full(s, b, 4), b));
+        say("write %s", res(write(s, "pong", 4)));
+    }
+    unsigned char *buf = malloc(HANDOFF_BYTES);
+    if (!buf)
+        die("malloc");
+    pattern(buf, 0, HANDOFF_BYTES, HANDOFF_SEED);
+    say("sent %s", res(write_all(s, buf, HANDOFF_BYTES)));
+    free(buf);
+    sync_send('W');
+    char reply[16];
+    say("reply %s", got(read_full(s, reply, 8), reply));
+    say("read at end %s", res(read(s, b, sizeof b)));
+    close(s);
+}
+
+static void handoff_client(bool list_form)
+{
+    int fd = connect_one();
+    char b[16];
+    for (int i = 0; i < 3; i++) {
+        say("write %s", res(write(fd, "ping", 4)));
+        say("pong %d %s", i, got(read_full(fd, b, 4), b));
+    }
+    sync_expect('W');
+    const char *image = getenv("SOCKCONF_HANDOFF_IMAGE");
+    if (!image || !*image)
+        image = C.self;
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        die("pipe2");
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        dup2(p[1], 1);
+        char a[16];
+        snprintf(a, sizeof a, "%d", fd);
+        char *envp[] = {NULL};
+        if (list_form) {
+            execle(image, "sockconf", "--handoff-child", a, (char *)NULL, envp);
+        } else {
+            char *argv[] = {(char *)"sockconf", (char *)"--handoff-child", a, NULL};
+            execve(image, argv, envp);
+        }
+        _exit(127);
+    }
+    close(p[1]);
+    say("close in the parent %s", res(close(fd)));
+    slurp_into_log(p[0]);
+    close(p[0]);
+    int st;
+    wait_pid(pid, &st);
+    say("handed-off child %s", status_str(st));
+}
+
+void handoff_client_execve(void) { handoff_client(false); }
+void handoff_client_execle(void) { handoff_client(true); }
+
+int handoff_child_main(int argc, char **argv)
+{
+    role = "client/handoff";
+    out_fd = 1;
+    arm_watchdog();
+    if (argc < 3)
+        die("usage: --handoff-child FD");
+    extern char **environ;
+    int vars = 0;
+    for (char **e = environ; e && *e; e++)
+        vars++;
+    say("environment: %d variables", vars);
+    int fd = atoi(argv[2]);
+    unsigned char *buf = malloc(HANDOFF_BYTES);
+    if (!buf)
+        die("malloc");
+    ssize_t r = read_full(fd, buf, HANDOFF_BYTES);
+    say("read_full %s, pattern %s", res(r),
+        r == HANDOFF_BYTES && pattern_check(buf, 0, HANDOFF_BYTES, HANDOFF_SEED) < 0 ? "ok" : "BAD");
+    free(buf);
+    say("send %s", res(send(fd, "received", 8, MSG_NOSIGNAL)));
+    say("close %s", res(close(fd)));
+    flush_log();
+    return 0;
+}
+
+static void *thread_sender(void *arg)
+{
+    struct thr *t = arg;
+    static __thread char b[65536];
+    memset(b, t->letter, sizeof b);
+    size_t left = MIB;
+    uint64_t s = t->seed;
+    t->ok = 1;
+    while (left) {
+        size_t n = rnd_size(&s, sizeof b);
+        if (n > left)
+            n = left;
+        if (send_all(t->fd, b, n, 0) != (ssize_t)n) {
+            t->ok = 0;
+            break;
+        }
+        left -= n;
+    }
+    return NULL;
+}
+
+void threads_server(void)
+{
+    int s = accept_one();
+    static char b[65536];
+    uint64_t total = 0, as = 0, bs = 0, other = 0;
+    for (;;) {
+        ssize_t n = read(s, b, sizeof b);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        for (ssize_t i = 0; i < n; i++) {
+            if (b[i] == 'A')
+                as++;
+            else if (b[i] == 'B')
+                bs++;
+            else
+                other++;
+        }
+        total += (uint64_t)n;
+    }
+    say("received %llu bytes: A %llu B %llu other %llu", (unsigned long long)total,
+        (unsigned long long)as, (unsigned long long)bs, (unsigned long long)other);
+    say("write %s", res(write(s, "ok", 2)));
+    close(s);
+}
+
+void threads_client(void)
+{
+    int fd = connect_one();
+    pthread_t a, b;
+    struct thr ta = {fd, 'A', 31, 0}, tb = {fd, 'B', 32, 0};
+    if (pthread_create(&a, NULL, thread_sender, &ta) || pthread_create(&b, NULL, thread_sender, &tb))
+        die("pthread_create");
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    say("two threads sent 1 MiB each: %s %s", yes(ta.ok), yes(tb.ok));
+    say("shutdown SHUT_WR %s", res(shutdown(fd, SHUT_WR)));
+    char r[4];
+    say("read_full %s", got(read_full(fd, r, 2), r));
+    close(fd);
+}
+
+#define BIG (64ull * MIB)
+#define HUGE (4096ull * MIB)
+void no_hashing(void) { hash_streams = false; }
+
+/* Four GiB in random sizes up to 1 MiB, every byte checked against the pattern. */
+void stream_gib_server(void)
+{
+    int s = accept_one();
+    struct rstat st = recv_pattern(M_RW, s, 51, 52, 1 << 20, UINT64_MAX);
+    say_rstat("4 GiB stream", st);
+    say("write the byte count back %s", res(write_all(s, &st.total, sizeof st.total)));
+    close(s);
+}
+
+void stream_gib_client(void)
+{
+    int fd = connect_one();
+    say("sent %s", res(send_pattern(M_RW, fd, HUGE, 51, 53, 1 << 20, NULL)));
+    say("shutdown SHUT_WR %s", res(shutdown(fd, SHUT_WR)));
+    uint64_t peer = 0;
+    const char *r = res(read_full(fd, &peer, sizeof peer));
+    say("read_full %s, the peer received all 4 GiB: %s", r, yes(peer == HUGE));
+    close(fd);
+}
+
+void stream_server(void)
+{
+    int s = accept_one();
+    struct rstat st = recv_pattern(M_RW, s, 41, 42, 262144, UINT64_MAX);
+    say_rstat("64 MiB stream", st);
+    say("write the hash back %s", res(write_all(s, &st.hash, sizeof st.hash)));
+    close(s);
+}
+
+void stream_client(void)
+{
+    int fd = connect_one();
+    uint64_t h = 0;
+    say("sent %s", res(send_pattern(M_RW, fd, BIG, 41, 43, 262144, &h)));
+    say("fnv %016llx", (unsigned long long)h);
+    say("shutdown SHUT_WR %s", res(shutdown(fd, SHUT_WR)));
+    uint64_t peer = 0;
+    const char *r = res(read_full(fd, &peer, sizeof peer));
+    say("read_full %s, the peer's hash matches: %s", r, yes(peer == h));
+    close(fd);
+}
+
+/* Both directions at once, non-blocking, poll-driven, random sizes. */
+#define DUPLEX (16ull * MIB)
+static void duplex(int fd, uint64_t seed_out, uint64_t seed_in)
+{
+    set_nonblock(fd, true);
+    static unsigned char wb[131072], rb[131072];
+    uint64_t sent = 0, got_ = 0, sizes = seed_out * 7 + 1, bad = 0;
+    int eagain = 0;
+    size_t pending = 0, pend_off = 0;
+    bool eof_early = false, failed = false;
+    while ((got_ < DUPLEX || sent < DUPLEX) && !failed) {
+        struct pollfd p = {fd, (short)((got_ < DUPLEX ? POLLIN : 0) | (sent < DUPLEX ? POLLOUT : 0)), 0};
+        int r = poll(&p, 1, 5000);
+        if (r == 0) {
+            say("duplex: poll timed out at sent %llu received %llu", (unsigned long long)sent,
+                (unsigned long long)got_);
+            failed = true;
+            break;
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            die("poll");
+        }
+        if (p.revents & POLLIN) {
+            ssize_t n = read(fd, rb, rnd_size(&sizes, sizeof rb));
+            if (n > 0) {
+                if (!bad && pattern_check(rb, got_, (size_t)n, seed_in) >= 0)
+                    bad = 1;
+                got_ += (uint64_t)n;
+            } else if (n == 0) {
+                eof_early = true;
+                failed = true;
+            } else if (errno != EAGAIN && errno != EINTR) {
+                say("duplex: read %s", res(n));
+                failed = true;
+            }
+        }
+        if ((p.revents & POLLOUT) && sent < DUPLEX) {
+            if (!pending) {
+                pending = rnd_size(&sizes, sizeof wb);
+                if (pending > DUPLEX - sent)
+                    pending = (size_t)(DUPLEX - sent);
+                pattern(wb, sent, pending, seed_out);
+                pend_off = 0;
+            }
+            ssize_t n = write(fd, wb + pend_off, pending - pend_off);
+            if (n > 0) {
+                pend_off += (size_t)n;
+                sent += (uint64_t)n;
+                if (pend_off == pending)
+                    pending = 0;
+            } else if (n < 0 && errno == EAGAIN) {
+                eagain = 1;
+            } else if (n < 0 && errno != EINTR) {
+                say("duplex: write %s", res(n));
+                failed = true;
+            }
+        }
+        if ((p.revents & (POLLERR | POLLHUP | POLLNVAL)) && !(p.revents & POLLIN)) {
+            say("duplex: revents %s", revstr(p.revents));
+            failed = true;
+        }
+    }
+    (void)eagain;
+    say("duplex: sent %llu received %llu pattern %s%s", (unsigned long long)sent,
+        (unsigned long long)got_, bad ? "MISMATCH" : "ok", eof_early ? " (early end of stream)" : "");
+    set_nonblock(fd, false);
+    say("shutdown SHUT_WR %s", res(shutdown(fd, SHUT_WR)));
+    char c;
+    say("read at end %s", res(read(fd, &c, 1)));
+}
+
+void duplex_server(void)
+{
+    int s = accept_one();
+    duplex(s, 51, 52);
+    close(s);
+}
+
+void duplex_client(void)
+{
+    int fd = connect_one();
+    duplex(fd, 52, 51);
+    close(fd);
+}
+
+void send_eagain_server(void)
+{
+    int s = accept_one();
+    uint64_t total = 0;
+    sync_wait_buf(&total, sizeof total);
+    struct rstat st = recv_pattern(M_RW, s, 61, 62, 65536, total);
+    /* How much fits before EAGAIN depends on buffer sizes: only its class is printed. */
+    say("drained what the peer wrote before EAGAIN: %s bytes, pattern %s, all it wrote: %s",
+        st.total > 0 ? "> 0" : "0", st.bad_at < 0 ? "ok" : "MISMATCH", yes(st.total == total));
+    sync_send('d');
+    char b[16];
+    say("read_full %s", got(read_full(s, b, 10), b));
+    say("read at end %s", res(read(s, b, sizeof b)));
+    close(s);
+}
+
+void send_eagain_client(void)
+{
+    int fd = connect_one();
+    set_nonblock(fd, true);
+    static unsigned char b[65536];
+    uint64_t total = 0;
+    ssize_t r = 0;
+    int e = 0;
+    while (total < 1024ull * MIB) {
+        pattern(b, total, sizeof b, 61);
+        r = write(fd, b, sizeof b);
+        if (r < 0) {
+            e = errno;
+            break;
+        }
+        total += (uint64_t)r;
+    }
+    errno = e;
+    say("non-blocking writes until one fails: %s, %s written", res(r), total > 0 ? "> 0" : "0");
+    sync_send_buf(&total, sizeof total);
+    sync_expect('d');
+    struct pollfd p = {fd, POLLOUT, 0};
+    say_poll("poll POLLOUT after the peer drained", &p, 5000);
+    say("write %s", res(write(fd, "0123456789", 10)));
+    close(fd);
+}
+
+void timeo_server(void)
+{
+    int s = accept_one();
+    sync_expect('d');
+    /* Drain what the client wrote until its send timed out, then its end of stream. */
+    static char b[65536];
+    while (read(s, b, sizeof b) > 0) {
+    }
+    close(s);
+}
+
+void timeo_client(void)
+{
+    int fd = connect_one();
+    struct timeval tv = {0, 200000};
+    say("SO_RCVTIMEO 200 ms %s", res(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv)));
+    memset(&tv, 0, sizeof tv);
+    socklen_t l = sizeof tv;
+    const char *rs = res(getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l));
+    say("getsockopt SO_RCVTIMEO %s %ld.%06ld", rs, (long)tv.tv_sec, (long)tv.tv_usec);
+    char b[16];
+    long long t0 = now_ms();
+    ssize_t r = recv(fd, b, sizeof b, 0);
+    say("recv %s, waited >= 190 ms: %s", res(r), yes(now_ms() - t0 >= 190));
+    tv = (struct timeval){0, 200000};
+    say("SO_SNDTIMEO 200 ms %s", res(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv)));
+    static char big[65536];
+    long long t1 = 0;
+    int e = 0;
+    uint64_t total = 0;
+    t0 = now_ms();
+    while (now_ms() - t0 < 10000) {
+        t1 = now_ms();
+        r = send(fd, big, sizeof big, MSG_NOSIGNAL);
+        if (r < 0) {
+            e = errno;
+            break;
+        }
+        total += (uint64_t)r;
+    }
+    errno = e;
+    say("blocking sends until one fails (eventually) %s, the failing one waited >= 190 ms: %s", res(r),
+        yes(now_ms() - t1 >= 190));
+    sync_send('d');
+    close(fd);
+}

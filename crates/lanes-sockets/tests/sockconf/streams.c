@@ -1,0 +1,195 @@
+#include "sockconf.h"
+
+/* ------------------------------------------------------------------------------------------
+ * Streams
+ * ---------------------------------------------------------------------------------------- */
+
+int last_addrlen = -1, last_namelen = -1, last_msgflags = -1;
+
+ssize_t x_send(enum iomode m, int fd, const unsigned char *b, size_t n)
+{
+    switch (m) {
+    case M_RW:
+        return write(fd, b, n);
+    case M_SR:
+        return send(fd, b, n, 0);
+    case M_TO:
+        return sendto(fd, b, n, 0, NULL, 0);
+    case M_MSG: {
+        struct iovec iov[3];
+        size_t a = n / 3, c = n / 2;
+        iov[0] = (struct iovec){(void *)b, a};
+        iov[1] = (struct iovec){(void *)(b + a), c - a};
+        iov[2] = (struct iovec){(void *)(b + c), n - c};
+        struct msghdr mh;
+        memset(&mh, 0, sizeof mh);
+        mh.msg_iov = iov;
+        mh.msg_iovlen = 3;
+        return sendmsg(fd, &mh, 0);
+    }
+    case M_VEC: {
+        struct iovec iov[4];
+        size_t q = n / 4;
+        for (int i = 0; i < 4; i++)
+            iov[i] = (struct iovec){(void *)(b + (size_t)i * q), i == 3 ? n - 3 * q : q};
+        return writev(fd, iov, 4);
+    }
+    case M_MMSG: {
+        struct iovec iov[2];
+        struct mmsghdr mm[2];
+        memset(mm, 0, sizeof mm);
+        size_t h = n / 2;
+        iov[0] = (struct iovec){(void *)b, h};
+        iov[1] = (struct iovec){(void *)(b + h), n - h};
+        mm[0].msg_hdr.msg_iov = &iov[0];
+        mm[0].msg_hdr.msg_iovlen = 1;
+        mm[1].msg_hdr.msg_iov = &iov[1];
+        mm[1].msg_hdr.msg_iovlen = 1;
+        int r = sendmmsg(fd, mm, 2, 0);
+        if (r < 0)
+            return -1;
+        return (ssize_t)(mm[0].msg_len + (r > 1 ? mm[1].msg_len : 0));
+    }
+    }
+    return -1;
+}
+
+static ssize_t x_recv(enum iomode m, int fd, unsigned char *b, size_t n)
+{
+    switch (m) {
+    case M_RW:
+        return read(fd, b, n);
+    case M_SR:
+        return recv(fd, b, n, 0);
+    case M_TO: {
+        struct sockaddr_storage ss;
+        socklen_t l = sizeof ss;
+        ssize_t r = recvfrom(fd, b, n, 0, (struct sockaddr *)&ss, &l);
+        if (r >= 0)
+            last_addrlen = (int)l;
+        return r;
+    }
+    case M_MSG: {
+        struct sockaddr_storage ss;
+        struct iovec iov[2];
+        size_t h = n / 2;
+        iov[0] = (struct iovec){b, h};
+        iov[1] = (struct iovec){b + h, n - h};
+        struct msghdr mh;
+        memset(&mh, 0, sizeof mh);
+        mh.msg_name = &ss;
+        mh.msg_namelen = sizeof ss;
+        mh.msg_iov = iov;
+        mh.msg_iovlen = 2;
+        ssize_t r = recvmsg(fd, &mh, 0);
+        if (r >= 0) {
+            last_namelen = (int)mh.msg_namelen;
+            last_msgflags = mh.msg_flags;
+        }
+        return r;
+    }
+    case M_VEC: {
+        struct iovec iov[3];
+        size_t t = n / 3;
+        iov[0] = (struct iovec){b, t};
+        iov[1] = (struct iovec){b + t, t};
+        iov[2] = (struct iovec){b + 2 * t, n - 2 * t};
+        return readv(fd, iov, 3);
+    }
+    case M_MMSG: {
+        struct iovec iov[2];
+        struct mmsghdr mm[2];
+        memset(mm, 0, sizeof mm);
+        size_t h = n / 2;
+        iov[0] = (struct iovec){b, h};
+        iov[1] = (struct iovec){b + h, n - h};
+        mm[0].msg_hdr.msg_iov = &iov[0];
+        mm[0].msg_hdr.msg_iovlen = 1;
+        mm[1].msg_hdr.msg_iov = &iov[1];
+        mm[1].msg_hdr.msg_iovlen = 1;
+        /* The second entry continues the stream where the first stopped, short or not. */
+        int r = recvmmsg(fd, mm, 2, MSG_WAITFORONE, NULL);
+        if (r < 0)
+            return -1;
+        if (r > 1 && mm[0].msg_len != h)
+            memmove(b + mm[0].msg_len, b + h, mm[1].msg_len);
+        return (ssize_t)(mm[0].msg_len + (r > 1 ? mm[1].msg_len : 0));
+    }
+    }
+    return -1;
+}
+
+/* Sends total bytes of the pattern (seed) in chunks of random size; returns 0 or -1. */
+int send_pattern(enum iomode m, int fd, uint64_t total, uint64_t seed, uint64_t sizes,
+                        size_t maxchunk, uint64_t *hash)
+{
+    unsigned char *buf = malloc(maxchunk);
+    if (!buf)
+        die("malloc");
+    uint64_t off = 0, h = FNV_INIT;
+    while (off < total) {
+        size_t n = rnd_size(&sizes, maxchunk);
+        if (n > total - off)
+            n = (size_t)(total - off);
+        pattern(buf, off, n, seed);
+        size_t done = 0;
+        while (done < n) {
+            ssize_t w = x_send(m, fd, buf + done, n - done);
+            if (w < 0) {
+                if (errno == EINTR)
+                    continue;
+                free(buf);
+                return -1;
+            }
+            done += (size_t)w;
+        }
+        h = fnv(h, buf, n);
+        off += n;
+    }
+    free(buf);
+    if (hash)
+        *hash = h;
+    return 0;
+}
+
+/* Receives until the end of the stream (or limit bytes), checking the pattern. */
+struct rstat recv_pattern(enum iomode m, int fd, uint64_t seed, uint64_t sizes,
+                                 size_t maxchunk, uint64_t limit)
+{
+    struct rstat st = {0, FNV_INIT, -1, 0};
+    unsigned char *buf = malloc(maxchunk);
+    if (!buf)
+        die("malloc");
+    while (st.total < limit) {
+        size_t n = rnd_size(&sizes, maxchunk);
+        if (n > limit - st.total)
+            n = (size_t)(limit - st.total);
+        ssize_t r = x_recv(m, fd, buf, n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            st.err = errno;
+            break;
+        }
+        if (r == 0)
+            break;
+        if (st.bad_at < 0) {
+            long long b = pattern_check(buf, st.total, (size_t)r, seed);
+            if (b >= 0)
+                st.bad_at = (long long)st.total + b;
+        }
+        st.hash = fnv(st.hash, buf, (size_t)r);
+        st.total += (uint64_t)r;
+    }
+    free(buf);
+    return st;
+}
+
+void say_rstat(const char *what, struct rstat st)
+{
+    say("%s: %llu bytes, end %s, pattern %s, fnv %016llx", what, (unsigned long long)st.total,
+        st.err ? errname(st.err) : "eof",
+        st.bad_at < 0 ? "ok" : "MISMATCH", (unsigned long long)st.hash);
+    if (st.bad_at >= 0)
+        say("first mismatch at byte %lld", st.bad_at);
+}
