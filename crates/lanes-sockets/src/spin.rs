@@ -24,17 +24,10 @@
 //! - preemption: a spin whose clock jumps by more than [`PREEMPTED_GAP`] between two looks
 //!   was descheduled while it spun, so its CPU is wanted; it stops at once and the thread
 //!   does not spin for a cool-down (2 ms, doubling while it happens again, to 128 ms),
-//!   halved by every spin that runs undisturbed;
-//! - yielding: a spin offers its CPU every [`YIELD_EVERY`] (`sched_yield`). The scheduler
-//!   seldom preempts a spinner for a thread it wakes (it lets the running task reach its
-//!   fair share first), so a thread woken on the spinner's CPU waits for the whole spin
-//!   without the spinner's clock showing a gap: a server's workers pinned to one CPU each
-//!   waited for the others' spins. A yield that lasts more than [`YIELDED_GAP`] let
-//!   another thread run: the CPU is wanted, and the spin ends as a preempted one does.
-//!   Alone on its CPU a yield returns in about half a microsecond.
+//!   halved by every spin that runs undisturbed.
 //!
-//! Only preemption applies under a seccomp filter (reading `/proc` and yielding are system
-//! calls the filter may kill for).
+//! Neither applies under a seccomp filter (reading `/proc` is a system call the filter may
+//! kill for): there only preemption counts.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -48,13 +41,6 @@ pub const LOAD_SAMPLE: Duration = Duration::from_millis(5);
 /// A jump of the clock between two looks of a spin longer than this: the spinner was
 /// descheduled (a spin's loop looks every few microseconds).
 pub const PREEMPTED_GAP: Duration = Duration::from_micros(50);
-/// How long a spin runs between two offers of its CPU (see the module's notes). Shorter
-/// than a ring round trip's wait is never: a ping-pong whose data comes within a few
-/// microseconds never yields.
-pub const YIELD_EVERY: Duration = Duration::from_micros(8);
-/// A yield longer than this ran another thread (alone on its CPU, one takes about 0.5 us
-/// and fewer than 1 in 4000 take over 10 us).
-pub const YIELDED_GAP: Duration = Duration::from_micros(10);
 /// The first cool-down after a preempted spin, and the longest.
 const COOL_MIN: Duration = Duration::from_millis(2);
 const COOL_MAX: Duration = Duration::from_millis(128);
@@ -179,8 +165,6 @@ fn undisturbed() {
 pub struct Spin {
     until: Instant,
     last: Instant,
-    /// When the spin last offered its CPU (see [`YIELD_EVERY`]).
-    offered: Instant,
     preempted: bool,
     /// It really spun (a wait that found its data at the first look did not).
     spun: bool,
@@ -206,40 +190,24 @@ impl Spin {
         }
         SPINNING.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        Some(Spin { until: now + b, last: now, offered: now, preempted: false, spun: false })
+        Some(Spin { until: now + b, last: now, preempted: false, spun: false })
     }
 
-    /// Whether to go on spinning: the budget is not used up, the spin was not descheduled
-    /// since the last look, and no other thread took the CPU when it was offered. Reads
-    /// the clock.
+    /// Whether to go on spinning: the budget is not used up and the spin was not
+    /// descheduled since the last look. Reads the clock.
     pub fn go_on(&mut self) -> bool {
         if self.preempted {
             return false;
         }
-        let mut now = Instant::now();
+        let now = Instant::now();
         self.spun = true;
         if now.saturating_duration_since(self.last) > PREEMPTED_GAP && gated() {
-            return self.stop(now);
-        }
-        if now.saturating_duration_since(self.offered) >= YIELD_EVERY && gated() && !crate::sandbox::filtered() {
-            // SAFETY: sched_yield takes no arguments (a raw call: a program's own
-            // sched_yield, if interposed by another library, must not see ours).
-            unsafe { libc::syscall(libc::SYS_sched_yield) };
-            let back = Instant::now();
-            if back.saturating_duration_since(now) > YIELDED_GAP {
-                return self.stop(back);
-            }
-            (now, self.offered) = (back, back);
+            self.preempted = true;
+            preempted(now);
+            return false;
         }
         self.last = now;
         now < self.until
-    }
-
-    /// The CPU is wanted by another thread: this spin ends, and the thread cools down.
-    fn stop(&mut self, now: Instant) -> bool {
-        self.preempted = true;
-        preempted(now);
-        false
     }
 
     /// The wait ended during the spin (a descheduled spin teaches nothing about budgets).
@@ -328,7 +296,6 @@ mod tests {
         let mut s = Spin {
             until: Instant::now() + Duration::from_secs(10),
             last: Instant::now(),
-            offered: Instant::now(),
             preempted: false,
             spun: false,
         };
@@ -345,50 +312,6 @@ mod tests {
         COOL_UNTIL.with(|c| c.set(Some(Instant::now())));
         undisturbed();
         assert_eq!(COOL_US.with(|c| c.get()), COOL_MIN.as_micros() as u32 / 2);
-    }
-
-    /// Pins the calling thread to `cpu`.
-    fn pin(cpu: usize) {
-        // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity are
-        // given a valid set for the calling thread (pid 0).
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
-        }
-    }
-
-    #[test]
-    fn a_spin_gives_way_to_a_thread_waiting_for_its_cpu() {
-        // SAFETY: sched_getcpu has no preconditions.
-        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
-        pin(cpu);
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let busy = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                pin(cpu);
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        };
-        std::thread::sleep(Duration::from_millis(20));
-        let start = Instant::now();
-        SPINNING.fetch_add(1, Ordering::Relaxed);
-        let mut s =
-            Spin { until: start + Duration::from_secs(10), last: start, offered: start, preempted: false, spun: false };
-        while s.go_on() {
-            assert!(start.elapsed() < Duration::from_secs(10), "the spin never gave way");
-        }
-        let undisturbed = s.last - start;
-        stop.store(true, Ordering::Relaxed);
-        busy.join().unwrap();
-        assert!(s.preempted);
-        // Without the offer, the spin would have held the CPU until the scheduler took it
-        // (a time slice: milliseconds); it gave way at its first offer instead.
-        assert!(undisturbed < Duration::from_micros(500), "spun {undisturbed:?} with a thread waiting for the CPU");
-        COOL_UNTIL.with(|c| c.set(None));
     }
 
     #[test]
