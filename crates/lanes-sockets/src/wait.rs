@@ -735,7 +735,7 @@ fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mu
             continue;
         }
         it.last_published = signature;
-        out.push(Ready::Fd(fd, libc::EPOLLIN as u32));
+        out.push(Ready::Fd(fd, libc::EPOLLIN as u32, false));
         urgent |= matches!(w, Watched::Ring(_, c) if urgent_behind_ring(c));
     }
     urgent
@@ -787,10 +787,11 @@ fn shadow_ring_signature(shadow: &Mutex<Shadow>) -> u64 {
         .fold(0u64, |acc, p| acc.wrapping_mul(31).wrapping_add(p))
 }
 
-/// One event to deliver: an fd of the shadow, or data registered before we knew the set.
+/// One event to deliver: an fd of the shadow (with whether the kernel reported it too), or
+/// data registered before we knew the set.
 #[derive(Clone, Copy)]
 enum Ready {
-    Fd(c_int, u32),
+    Fd(c_int, u32, bool),
     Raw(u64, u32),
 }
 
@@ -806,9 +807,9 @@ fn merge(shadow: &Mutex<Shadow>, kernel: &[epoll_event], out: &mut Vec<Ready>) -
         };
         match sh.items.get(&fd) {
             Some(it) if it.disarmed => {}
-            Some(_) => match out.iter_mut().find(|r| matches!(r, Ready::Fd(f, _) if *f == fd)) {
-                Some(Ready::Fd(_, e)) => *e |= events,
-                _ => out.push(Ready::Fd(fd, events)),
+            Some(_) => match out.iter_mut().find(|r| matches!(r, Ready::Fd(f, ..) if *f == fd)) {
+                Some(Ready::Fd(_, e, from_kernel)) => (*e, *from_kernel) = (*e | events, true),
+                _ => out.push(Ready::Fd(fd, events, true)),
             },
             None => {}
         }
@@ -817,17 +818,20 @@ fn merge(shadow: &Mutex<Shadow>, kernel: &[epoll_event], out: &mut Vec<Ready>) -
 }
 
 /// Writes the events with the application's data; disarms one-shot items, in the kernel
-/// set too (a ring event did not disarm it there).
+/// set too when only a ring reported them (the kernel disarms an item it reports itself:
+/// disarming it again cost every one-shot event an extra system call).
 fn deliver(epfd: c_int, shadow: &Mutex<Shadow>, out: &[Ready], events: *mut epoll_event) -> c_int {
     let mut sh = lock(shadow);
     let mut n = 0;
     for r in out {
         let ev = match *r {
             Ready::Raw(data, ev) => epoll_event { events: ev, u64: data },
-            Ready::Fd(fd, ev) => {
+            Ready::Fd(fd, ev, from_kernel) => {
                 let Some(it) = sh.items.get_mut(&fd) else { continue };
                 if it.events & libc::EPOLLONESHOT as u32 != 0 {
                     it.disarmed = true;
+                }
+                if it.events & libc::EPOLLONESHOT as u32 != 0 && !from_kernel {
                     let mut off = epoll_event { events: libc::EPOLLONESHOT as u32, u64: token(fd) };
                     // SAFETY: our own event structure.
                     unsafe { (real().epoll_ctl)(epfd, libc::EPOLL_CTL_MOD, fd, &mut off) };
