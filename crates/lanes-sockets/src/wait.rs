@@ -830,11 +830,11 @@ fn deliver(epfd: c_int, shadow: &Mutex<Shadow>, out: &[Ready], events: *mut epol
                 let Some(it) = sh.items.get_mut(&fd) else { continue };
                 if it.events & libc::EPOLLONESHOT as u32 != 0 {
                     it.disarmed = true;
-                }
-                if it.events & libc::EPOLLONESHOT as u32 != 0 && !from_kernel {
-                    let mut off = epoll_event { events: libc::EPOLLONESHOT as u32, u64: token(fd) };
-                    // SAFETY: our own event structure.
-                    unsafe { (real().epoll_ctl)(epfd, libc::EPOLL_CTL_MOD, fd, &mut off) };
+                    if !from_kernel {
+                        let mut off = epoll_event { events: libc::EPOLLONESHOT as u32, u64: token(fd) };
+                        // SAFETY: our own event structure.
+                        unsafe { (real().epoll_ctl)(epfd, libc::EPOLL_CTL_MOD, fd, &mut off) };
+                    }
                 }
                 epoll_event { events: ev, u64: it.data }
             }

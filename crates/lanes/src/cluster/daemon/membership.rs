@@ -37,11 +37,8 @@ pub(super) enum Action {
     /// The host is lost: release the slots held for its processes, forget the releases
     /// owed to it and our processes' grants there, sweep the proxy slots of its nodes.
     HostLost { peer: usize },
-    /// Refuse the questions waiting for the host's answer: it is `state` now.
-    FailQuestions { peer: usize, state: HostState },
-    /// Refuse the questions waiting for the host's answer as asked of a daemon that went
-    /// away (its host lives): its successor will not answer them, and the askers ask again.
-    FailQuestionsRestarting { peer: usize },
+    /// Refuse the questions waiting for the host's answer, saying `why`.
+    FailQuestions { peer: usize, why: Unanswered },
     /// Tell the subscribers of the change, one event per node of the host.
     Notify { peer: usize, previous: HostState, state: HostState, reason: String },
     /// Only worth a line in the log.
@@ -51,6 +48,16 @@ pub(super) enum Action {
     /// Release the proxy slots an earlier daemon of this host claimed for local
     /// requesters that nobody registered again.
     SweepOwnOrphans,
+}
+
+/// Why questions waiting for a host's answer are refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Unanswered {
+    /// The host is in this state now (it left Operational).
+    Host(HostState),
+    /// They were asked of a daemon that went away while its host lives: its successor will
+    /// not answer them, and the askers ask again.
+    DaemonRestarting,
 }
 
 /// One other host, as far as liveness goes.
@@ -191,7 +198,7 @@ impl Membership {
             h.last_heard = Some(now);
             let message = format!("host {}: host daemon restarting? ({reason}); its host still answers", h.name);
             out.push(Action::Log { message });
-            out.push(Action::FailQuestionsRestarting { peer });
+            out.push(Action::FailQuestions { peer, why: Unanswered::DaemonRestarting });
         } else if h.state == HostState::Operational {
             self.change(peer, HostState::Suspect, reason, now, &mut out);
         } else {
@@ -281,7 +288,7 @@ impl Membership {
             if new == HostState::Lost {
                 out.push(Action::HostLost { peer });
             }
-            out.push(Action::FailQuestions { peer, state: new });
+            out.push(Action::FailQuestions { peer, why: Unanswered::Host(new) });
         }
         out.push(Action::Notify { peer, previous, state: new, reason: reason.to_string() });
     }
@@ -362,7 +369,7 @@ mod tests {
         if to == HostState::Lost {
             out.push(Action::HostLost { peer });
         }
-        out.push(Action::FailQuestions { peer, state: to });
+        out.push(Action::FailQuestions { peer, why: Unanswered::Host(to) });
         out.push(Action::Notify { peer, previous: from, state: to, reason });
         out
     }
@@ -522,7 +529,13 @@ mod tests {
         let message = "host b: host daemon restarting? (connection closed by peer); its host still answers";
         // The questions asked of the dead daemon are answered "restarting" at once (its
         // successor will not answer them; the askers ask again), not left to time out.
-        assert_eq!(actions, vec![Action::Log { message: message.into() }, Action::FailQuestionsRestarting { peer: B }]);
+        assert_eq!(
+            actions,
+            vec![
+                Action::Log { message: message.into() },
+                Action::FailQuestions { peer: B, why: Unanswered::DaemonRestarting }
+            ]
+        );
         assert!(m.away(B));
         assert_eq!((m.state(B), m.since(B)), (HostState::Operational, t0));
         // The host answers connects every heartbeat: no Suspect, however long the silence.

@@ -79,7 +79,7 @@ use crate::transport::shm::FabricPaths;
 use forwarding::Pending;
 use grants::Grants;
 use holdings::Requested;
-use membership::{Action, Membership};
+use membership::{Action, Membership, Unanswered};
 use peer_links::{Conn, Link};
 
 /// How often blocked readers look up to see whether the daemon is stopping.
@@ -553,13 +553,12 @@ impl Shared {
                     self.requested_lock().retain(|_, r| r.host.as_deref() != Some(host.as_str()));
                     self.sweep_orphans(|h| h == host);
                 }
-                Action::FailQuestions { peer, state } => {
+                Action::FailQuestions { peer, why } => {
                     let host = st.links[peer].entry.name.clone();
-                    self.fail_questions(&host, |node| Refusal::HostUnreachable { node, host: host.clone(), state })
-                }
-                Action::FailQuestionsRestarting { peer } => {
-                    let host = st.links[peer].entry.name.clone();
-                    self.fail_questions(&host, |node| Refusal::DaemonRestarting { node, host: host.clone() })
+                    self.fail_questions(&host, |node| match why {
+                        Unanswered::Host(state) => Refusal::HostUnreachable { node, host: host.clone(), state },
+                        Unanswered::DaemonRestarting => Refusal::DaemonRestarting { node, host: host.clone() },
+                    })
                 }
                 Action::Notify { peer, previous, state, reason } => self.notify(st, peer, previous, state, &reason),
                 Action::Log { message } => self.log(format_args!("{message}")),

@@ -41,12 +41,6 @@ fn plaintext_hello(addr: std::net::SocketAddr, host: &str, boot: u64) -> PeerMes
     }
 }
 
-/// `n` distinct free ports (the listeners are held until all are picked).
-fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
-
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("lanes-daemon-unit-{name}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&d);
@@ -63,7 +57,7 @@ fn cluster(hosts: &[&str]) -> ClusterConfig {
     };
     let nodes: Vec<NodeEntry> = hosts
         .iter()
-        .zip(free_ports(hosts.len()))
+        .zip(lanes_testkit::free_ports(hosts.len()))
         .enumerate()
         .map(|(k, (h, port))| NodeEntry {
             id: 8 + 4 * k as u32,
