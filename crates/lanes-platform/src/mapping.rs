@@ -115,11 +115,13 @@ impl Mapping {
     }
 
     /// First byte of the mapping.
+    #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
     /// Length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }

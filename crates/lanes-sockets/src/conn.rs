@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use lanes::sockets::endpoint::{
@@ -26,6 +26,45 @@ pub struct Conn {
     pub rx_shut: AtomicBool,
     /// The peer's consumed count as last read by a sender of this process.
     peer_consumed: AtomicU64,
+    /// Threads of this process reading or waiting in the kernel alone because the peer's
+    /// direction is parked (see `park`).
+    pub(crate) parked_readers: AtomicU32,
+    /// When this process next tries to switch the peer's direction back to the ring (see
+    /// `stream::maybe_ring_mode`).
+    pub(crate) flip: FlipCell,
+}
+
+/// The back-off of tries to switch a direction back to the ring (`stream::flip_due`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlipBackoff {
+    /// Kernel reads to let pass before the next try.
+    pub skip: u32,
+    /// The current back-off.
+    pub backoff: u32,
+    /// Ring bytes were read since the last switch.
+    pub paid: bool,
+}
+
+/// A [`FlipBackoff`] the threads of a process share: a hint, so a torn update between two
+/// threads costs at most one try too many or too few.
+pub struct FlipCell(AtomicU64);
+
+impl FlipCell {
+    fn new() -> Self {
+        FlipCell(AtomicU64::new(Self::pack(FlipBackoff { skip: 0, backoff: 0, paid: true })))
+    }
+    fn pack(f: FlipBackoff) -> u64 {
+        u64::from(f.skip) | u64::from(f.backoff.min(0x7fff_ffff)) << 32 | u64::from(f.paid) << 63
+    }
+    #[inline]
+    pub fn get(&self) -> FlipBackoff {
+        let v = self.0.load(Ordering::Relaxed);
+        FlipBackoff { skip: v as u32, backoff: (v >> 32) as u32 & 0x7fff_ffff, paid: v >> 63 != 0 }
+    }
+    #[inline]
+    pub fn set(&self, f: FlipBackoff) {
+        self.0.store(Self::pack(f), Ordering::Relaxed);
+    }
 }
 
 impl Conn {
@@ -37,6 +76,8 @@ impl Conn {
             key,
             rx_shut: AtomicBool::new(false),
             peer_consumed: AtomicU64::new(UNSEEN),
+            parked_readers: AtomicU32::new(0),
+            flip: FlipCell::new(),
         })
     }
 
@@ -141,10 +182,19 @@ fn table() -> &'static RwLock<HashMap<i32, Arc<Conn>>> {
 /// Bumped by every change of the table: a thread's cached lookup is valid while it stays.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// Entries of a thread's lookup cache (by fd modulo this).
+const CACHED_FDS: usize = 8;
+
+/// A cached lookup: the fd, the table's generation then, and the socket.
+type CachedLookup = Option<(i32, u64, Arc<Conn>)>;
+
 thread_local! {
-    /// This thread's last lookup (fd, table generation, result): a program that works on
-    /// one socket at a time finds it without the table's lock.
-    static LAST: RefCell<Option<(i32, u64, Arc<Conn>)>> = const { RefCell::new(None) };
+    /// This thread's recent lookups (fd, table generation, result), by fd modulo
+    /// [`CACHED_FDS`]: a thread serving a few sockets in turn (a client with one connection
+    /// per server process) finds them without the table's lock, which its other threads
+    /// take too.
+    static RECENT: RefCell<[CachedLookup; CACHED_FDS]> =
+        const { RefCell::new([const { None }; CACHED_FDS]) };
 }
 
 /// The accelerated socket behind `fd`, if any.
@@ -157,7 +207,8 @@ pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
         return None;
     }
     let generation = GENERATION.load(Ordering::Acquire);
-    let cached = LAST.with(|l| match &*l.borrow() {
+    let slot = fd as usize % CACHED_FDS;
+    let cached = RECENT.with(|r| match &r.borrow()[slot] {
         Some((f, g, c)) if *f == fd && *g == generation => Some(c.clone()),
         _ => None,
     });
@@ -166,7 +217,7 @@ pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
     }
     let found = table().read().ok()?.get(&fd).cloned();
     if let Some(c) = &found {
-        LAST.with(|l| *l.borrow_mut() = Some((fd, generation, c.clone())));
+        RECENT.with(|r| r.borrow_mut()[slot] = Some((fd, generation, c.clone())));
     }
     found
 }
@@ -300,6 +351,8 @@ pub fn adopt_after_fork() {
     let Ok(t) = table().try_read() else { return };
     for c in t.values() {
         c.own.add_holder(me);
+        // Only the forking thread lives on here, and it is in fork, not reading.
+        c.parked_readers.store(0, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -467,4 +520,23 @@ pub fn hand_to_kernel(conn: &Conn, me: lanes::platform::liveness::ProcessIdentit
     conn.own.remove_holder(me);
     // Attaching the peer if it found us meanwhile: it must stop publishing too.
     end_ring_traffic(conn, conn.peer())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flip_back_off_reads_back_as_stored() {
+        let cell = FlipCell::new();
+        assert_eq!(cell.get(), FlipBackoff { skip: 0, backoff: 0, paid: true }, "the first read tries");
+        for f in [
+            FlipBackoff { skip: 64, backoff: 64, paid: false },
+            FlipBackoff { skip: 0, backoff: 7, paid: true },
+            FlipBackoff { skip: u32::MAX, backoff: 0x7fff_ffff, paid: true },
+        ] {
+            cell.set(f);
+            assert_eq!(cell.get(), f);
+        }
+    }
 }

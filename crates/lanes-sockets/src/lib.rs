@@ -17,6 +17,7 @@
 mod config;
 mod conn;
 mod exec;
+mod park;
 mod real;
 mod reasons;
 mod sandbox;

@@ -15,7 +15,7 @@
 //! A spin that pays for itself can still cost the peer its CPU: when the peer waits for
 //! the very CPU the spinner holds (both on one CPU, or a CPU hog beside each), the data
 //! arrives only once the spinner is preempted, so the spin "hits" after the kernel's time
-//! slice and the budget even grows. Two checks keep spinning to the cases where a CPU is
+//! slice and the budget even grows. Three checks keep spinning to the cases where a CPU is
 //! free for it ([`allowed`]):
 //!
 //! - the machine's load: no spin while more threads are runnable than there are CPUs
@@ -24,10 +24,14 @@
 //! - preemption: a spin whose clock jumps by more than [`PREEMPTED_GAP`] between two looks
 //!   was descheduled while it spun, so its CPU is wanted; it stops at once and the thread
 //!   does not spin for a cool-down (2 ms, doubling while it happens again, to 128 ms),
-//!   halved by every spin that runs undisturbed.
+//!   halved by every spin that runs undisturbed;
+//! - the thread's own run delay: no spin while it waits for a CPU for more than 1/16 of
+//!   its time (`/proc/thread-self/schedstat`, sampled every [`LOAD_SAMPLE`] per thread); a
+//!   machine at full use (pgbench's servers and clients on every CPU) keeps the running
+//!   count near the number of CPUs, where the load check cannot tell.
 //!
-//! Neither applies under a seccomp filter (reading `/proc` is a system call the filter may
-//! kill for): there only preemption counts.
+//! Under a seccomp filter only preemption counts (reading `/proc` is a system call the
+//! filter may kill for).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -55,6 +59,9 @@ thread_local! {
     static COOL_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
     /// The current cool-down length, in microseconds (0: none).
     static COOL_US: Cell<u32> = const { Cell::new(0) };
+    /// The last look at this thread's run delay ([`contended`]): when (ns since [`epoch`],
+    /// 0: never), the delay then, and what it found.
+    static DELAY_SAMPLE: Cell<(u64, u64, bool)> = const { Cell::new((0, 0, false)) };
 }
 
 /// Threads of this process spinning now (they are runnable only because they spin).
@@ -97,14 +104,71 @@ fn runnable_threads() -> Option<usize> {
     parse_running(&buf[..usize::try_from(n).ok()?])
 }
 
+/// How long this thread has waited for a CPU while runnable, in nanoseconds: the second
+/// field of `/proc/thread-self/schedstat` (`exec run_delay timeslices`), read with raw
+/// system calls as above.
+fn run_delay_ns() -> Option<u64> {
+    let mut buf = [0u8; 96];
+    // SAFETY: as in `runnable_threads`.
+    let n = unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/proc/thread-self/schedstat".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
+        n
+    };
+    parse_run_delay(&buf[..usize::try_from(n).ok()?])
+}
+
+fn parse_run_delay(text: &[u8]) -> Option<u64> {
+    std::str::from_utf8(text).ok()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether this thread waits for a CPU for more than [`CONTENDED_SHARE`] of its time, as
+/// sampled every [`LOAD_SAMPLE`]: every CPU is busy often enough that a spin takes one from
+/// a thread that would run (a machine at full use keeps the running count near the number
+/// of CPUs, where the load check cannot tell).
+fn contended() -> bool {
+    let now = epoch().elapsed().as_nanos() as u64;
+    let (at, delay, was) = DELAY_SAMPLE.with(|d| d.get());
+    if at != 0 && now - at < LOAD_SAMPLE.as_nanos() as u64 {
+        return was;
+    }
+    let Some(d) = run_delay_ns() else { return false };
+    let is = at != 0 && d.saturating_sub(delay) > (now - at) / CONTENDED_SHARE;
+    DELAY_SAMPLE.with(|s| s.set((now, d, is)));
+    is
+}
+
+/// See [`contended`]: more than 1/16 of the time waiting for a CPU.
+const CONTENDED_SHARE: u64 = 16;
+
 fn parse_running(text: &[u8]) -> Option<usize> {
     let field = std::str::from_utf8(text).ok()?.split_whitespace().nth(3)?;
     field.split('/').next()?.parse().ok()
 }
 
-/// Whether this thread may spin now: not cooling down after a preempted spin, and the
-/// machine has a CPU for every runnable thread (see the module's notes).
+/// Whether this thread may spin now: not cooling down after a preempted spin, the machine
+/// has a CPU for every runnable thread, and this thread seldom waits for one (see the
+/// module's notes).
 pub fn allowed() -> bool {
+    free_cpu(true)
+}
+
+/// Whether a CPU is free for this thread (the load and preemption checks of [`allowed`],
+/// without its own run delay): a receiver may ask a sender to pause for it.
+pub fn cpu_free() -> bool {
+    free_cpu(false)
+}
+
+fn free_cpu(count_run_delay: bool) -> bool {
     if !gated() {
         return true;
     }
@@ -116,6 +180,9 @@ pub fn allowed() -> bool {
     }
     if crate::sandbox::filtered() || !load_gated() {
         return true;
+    }
+    if count_run_delay && contended() {
+        return false;
     }
     let now = epoch().elapsed().as_nanos() as u64 | 1;
     let at = LOAD_AT.load(Ordering::Relaxed);
@@ -289,6 +356,13 @@ mod tests {
         assert_eq!(parse_running(b"0.47 2.23 2.44 3/345 12345\n"), Some(3));
         assert_eq!(parse_running(b"garbage"), None);
         assert!(runnable_threads().is_some_and(|n| n >= 1), "this thread runs");
+    }
+
+    #[test]
+    fn reads_the_run_delay() {
+        assert_eq!(parse_run_delay(b"1234 5678 9\n"), Some(5678));
+        assert_eq!(parse_run_delay(b"1234"), None);
+        assert!(run_delay_ns().is_some());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use lanes::sockets::endpoint::{
 };
 
 use crate::config::config;
-use crate::conn::Conn;
+use crate::conn::{Conn, FlipBackoff};
 use crate::real::{errno, real, set_errno};
 
 /// Bytes in a list of buffers.
@@ -217,10 +217,17 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
             }
         }
         let reservation = word.reserve_kernel(total - sent);
-        let chunk = sub_iov(iov, sent, reservation.bytes);
+        // The whole call in one piece (the common case) needs no list of its own.
+        let part;
+        let chunk = if sent == 0 && reservation.bytes == total {
+            iov
+        } else {
+            part = sub_iov(iov, sent, reservation.bytes);
+            &part[..]
+        };
         // MSG_OOB marks the last byte of the call urgent: only the last chunk carries it.
         let chunk_flags = if sent + reservation.bytes < total { flags & !libc::MSG_OOB } else { flags };
-        let r = kernel_send(call, fd, &chunk, chunk_flags);
+        let r = kernel_send(call, fd, chunk, chunk_flags);
         let e = errno();
         word.settle_kernel(reservation, r.max(0) as usize);
         if r < 0 {
@@ -232,7 +239,7 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
         }
         kernel_count.fetch_add(r as u64, Ordering::Relaxed);
         sent += r as usize;
-        if (r as usize) < iov_len(&chunk) {
+        if (r as usize) < iov_len(chunk) {
             break; // the kernel took part: a signal, or a non-blocking socket's buffer filled
         }
     }
@@ -605,66 +612,71 @@ impl Drop for LowatSync<'_> {
     }
 }
 
-/// The most kernel reads a thread lets pass between two tries to switch a direction back
-/// to the ring while spinning is not allowed (see [`flip_pays`]).
+/// Whether a try to switch the peer's direction back to the ring is due now. Each try costs
+/// a system call (the kernel must be empty), and when nobody spins for the next bytes (a
+/// server that answers slower than a spin lasts, a receiver whose spin is not allowed) its
+/// next wait takes the direction straight back to the kernel: trying at every kernel read
+/// made each read two system calls, slower than plain TCP. So tries back off (1, 2, 4 ...
+/// 64 reads, per socket) while the switches do not pay (no ring bytes read between two),
+/// and a switch that pays (a receiver busy or spinning when its data came) resets it.
+fn flip_due(conn: &Conn) -> bool {
+    let f = conn.flip.get();
+    if f.skip > 0 {
+        conn.flip.set(FlipBackoff { skip: f.skip - 1, ..f });
+        return false;
+    }
+    let backoff = if f.paid { 0 } else { (f.backoff * 2).clamp(1, FLIP_BACKOFF_MAX) };
+    conn.flip.set(FlipBackoff { skip: backoff, backoff, paid: false });
+    true
+}
+
+/// The most kernel reads that pass between two tries (see [`flip_due`]).
 const FLIP_BACKOFF_MAX: u32 = 64;
 
-thread_local! {
-    /// Kernel reads to let pass before the next try, the current back-off, and whether
-    /// ring bytes were read since the last switch.
-    static FLIP: std::cell::Cell<(u32, u32, bool)> = const { std::cell::Cell::new((0, 0, true)) };
-}
-
-/// While spinning is not allowed (`spin::allowed`), whether this thread should try to
-/// switch a direction back to the ring now. Each try costs a system call (the kernel must
-/// be empty), and without a spin a ping-pong's next wait takes the direction straight back
-/// to the kernel: trying at every kernel read made each read two system calls, slower than
-/// plain TCP. So tries back off (1, 2, 4 ... 64 reads) while the switches do not pay (no
-/// ring bytes read between two), and a switch that pays (a receiver busy when its data
-/// came, as in a stream) resets it.
-fn flip_pays() -> bool {
-    FLIP.with(|f| {
-        let (skip, backoff, paid) = f.get();
-        if skip > 0 {
-            f.set((skip - 1, backoff, paid));
-            return false;
-        }
-        let backoff = if paid { 0 } else { (backoff * 2).clamp(1, FLIP_BACKOFF_MAX) };
-        f.set((backoff, backoff, false));
-        true
-    })
-}
-
 /// Ring bytes were read: switching to the ring paid.
-fn ring_read() {
-    FLIP.with(|f| {
-        let (_, backoff, paid) = f.get();
-        if !paid {
-            f.set((0, backoff, true));
-        }
-    });
+#[inline]
+fn ring_read(conn: &Conn) {
+    let f = conn.flip.get();
+    if !f.paid {
+        conn.flip.set(FlipBackoff { skip: 0, paid: true, ..f });
+    }
 }
 
-/// Switches the peer's sending direction back to the ring if everything is read.
+/// A try found kernel bytes unread and asked the sender to let them drain: try again at
+/// the next read.
+fn flip_again(conn: &Conn) {
+    let f = conn.flip.get();
+    conn.flip.set(FlipBackoff { skip: 0, ..f });
+}
+
+/// After a kernel read: switches the peer's sending direction back to the ring if
+/// everything is read and a try is due ([`flip_due`]); until the next try, the direction is
+/// parked (reads and waits are the kernel's alone, see `park`).
 pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
     if !ring_allowed(conn) {
         return;
     }
     let Some(peer) = conn.peer() else { return };
-    // Only a receiver that will spin for the next bytes gains from the ring: with no spin
-    // time (LANES_POLL_US=0) its next wait takes the direction back to the kernel at once.
-    let spinning = !config().poll_time.is_zero() && crate::spin::allowed();
-    if !spinning && !flip_pays() {
+    if !flip_due(conn) {
         want_ring(&conn.own, false);
+        crate::park::park(conn, peer);
+        return;
+    }
+    if !crate::park::unpark(conn, peer) {
         return;
     }
     let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
     let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);
     let ring = peer.tx_word().try_ring_mode(consumed, kread, || kernel_empty(call, fd));
     // Asking for the ring back makes the sender pause while we drain the kernel: worth it
-    // only if we will spin for its next bytes (without a spin, a stream of small messages
-    // stalled its sender at every read and ran at a third of kernel TCP's rate).
-    want_ring(&conn.own, !ring && spinning);
+    // only if a CPU is free for us to read (and spin for) its next bytes (without that, a
+    // stream of small messages stalled its sender at every read and ran at a third of
+    // kernel TCP's rate). A stream then gets its turn at the next read.
+    let hand_back = !ring && !config().poll_time.is_zero() && crate::spin::cpu_free();
+    if hand_back {
+        flip_again(conn);
+    }
+    want_ring(&conn.own, hand_back);
 }
 
 /// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured), for
@@ -686,6 +698,10 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
         return r;
     };
     let peek = flags & libc::MSG_PEEK != 0;
+    let parked = crate::park::hold(conn).map(|_hold| kernel_recv(call, fd, iov, flags, &mut msg));
+    if let Some(r) = parked {
+        return after_parked_recv(conn, peer, fd, call, total, flags, r);
+    }
     let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
     let waitall = flags & libc::MSG_WAITALL != 0 && !peek && !nonblocking;
     // Ring bytes under a low-water mark (published before it was set): a blocking receive
@@ -729,7 +745,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             if !peek {
                 conn.own.rx_consumed().store(consumed + n as u64, Ordering::Release);
                 conn.own.rx_bytes().fetch_add(n as u64, Ordering::Relaxed);
-                ring_read();
+                ring_read(conn);
             }
             got += n;
             if got == total {
@@ -845,6 +861,32 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
         set_errno(e);
         return r;
     }
+}
+
+/// The end of a receive made while the peer's direction was parked (see `park`): the
+/// program's own call answered, as the kernel holds every byte of the stream.
+fn after_parked_recv(
+    conn: &Conn,
+    peer: &Endpoint,
+    fd: c_int,
+    call: Call,
+    total: usize,
+    flags: c_int,
+    r: ssize_t,
+) -> ssize_t {
+    let peek = flags & libc::MSG_PEEK != 0;
+    if r > 0 && !peek {
+        conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
+        conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
+        maybe_ring_mode(conn, fd, call);
+    } else if r == 0 && total > 0 && !peek && peer_died_with_unread(conn, peer) {
+        // As below: the dead peer's unread bytes would have made its kernel reset.
+        if conn.own.set_flags(FLAG_RESET) & FLAG_RESET == 0 {
+            set_errno(libc::ECONNRESET);
+            return -1;
+        }
+    }
+    r
 }
 
 /// After ring bytes, the bytes the kernel already holds behind them (the sender left ring

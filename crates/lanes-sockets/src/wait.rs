@@ -7,14 +7,17 @@
 //! a sleeper): from then on their bytes travel through the kernel, which wakes the call
 //! with its own semantics (timeouts, signal masks, EINTR).
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, epoll_event, pollfd};
+use smallvec::SmallVec;
 
 use crate::conn::{lookup, Conn};
+use crate::park;
 use crate::real::{errno, real, set_errno};
 use crate::spin;
 use lanes::sockets::direction::SleepTicket;
@@ -23,18 +26,26 @@ use lanes::sockets::endpoint::{FLAG_RX_LOWAT, FLAG_TX_URGENT};
 /// How often a spinning wait asks the kernel about the other descriptors.
 const KERNEL_CHECK_EVERY: Duration = Duration::from_micros(10);
 
-/// Accelerated sockets a wait covers, with the sleeper counts it holds.
+/// Accelerated sockets a wait covers, with the sleeper counts it holds. Inline for a few
+/// sockets: a wait allocates nothing then.
 struct Sleepers {
-    prepared: Vec<(Arc<Conn>, SleepTicket)>,
+    prepared: SmallVec<[(Arc<Conn>, SleepTicket); 4]>,
+    /// Sockets whose peer's direction is parked: their bytes come through the kernel for
+    /// as long as these are held.
+    _parked: SmallVec<[park::OwnedParkedHold; 8]>,
 }
 
 impl Sleepers {
     /// Switches each to kernel mode as a sleeper; None if one has ring bytes (then none
     /// stays prepared).
-    fn prepare(conns: &[Arc<Conn>]) -> Option<Sleepers> {
-        let mut s = Sleepers { prepared: Vec::with_capacity(conns.len()) };
+    fn prepare<'a>(conns: impl IntoIterator<Item = &'a Arc<Conn>>) -> Option<Sleepers> {
+        let mut s = Sleepers { prepared: SmallVec::new(), _parked: SmallVec::new() };
         for c in conns {
             let Some(peer) = c.peer() else { continue };
+            if let Some(hold) = park::hold_owned(c) {
+                s._parked.push(hold);
+                continue;
+            }
             if c.own.has_flag(FLAG_RX_LOWAT) && c.ring_unread() > 0 {
                 // Fewer ring bytes than the low-water mark (more would have been reported):
                 // the kernel's own mark, lowered by their number, wakes the wait, and the
@@ -83,7 +94,7 @@ pub fn poll_core(
 ) -> c_int {
     // An epoll fd among them is ready or not by its kernel registrations: make those owed.
     flush_pending();
-    let accel: Vec<(usize, c_int, Arc<Conn>)> = fds
+    let accel: SmallVec<[(usize, c_int, Arc<Conn>); 8]> = fds
         .iter()
         .enumerate()
         .filter(|(_, p)| p.events & libc::POLLIN != 0)
@@ -100,7 +111,10 @@ pub fn poll_core(
     let deadline = timeout.map(|t| Instant::now() + t);
     // Refused when a CPU is not free for it (see `spin`); without a spin, the sleeping call
     // is the only one that asks the kernel, as the program's own call would be.
-    let mut spin: Option<spin::Spin> = if timeout == Some(Duration::ZERO) { None } else { spin::Spin::begin(timeout) };
+    // Nothing to spin for if every ring is parked (empty, and kept so).
+    let rings = accel.iter().any(|(_, _, c)| !park::is_parked(c));
+    let mut spin: Option<spin::Spin> =
+        if timeout == Some(Duration::ZERO) || !rings { None } else { spin::Spin::begin(timeout) };
     let spinning = spin.is_some();
     let mut ask_now = timeout == Some(Duration::ZERO);
     let mut last_kernel_check: Option<Instant> = None;
@@ -124,7 +138,7 @@ pub fn poll_core(
             ready = r;
         }
         for (i, _, c) in &accel {
-            if c.ring_input_ready() {
+            if !park::is_parked(c) && c.ring_input_ready() {
                 if fds[*i].revents == 0 {
                     ready += 1;
                 }
@@ -144,8 +158,7 @@ pub fn poll_core(
             std::hint::spin_loop();
             continue;
         }
-        let conns: Vec<Arc<Conn>> = accel.iter().map(|(_, _, c)| c.clone()).collect();
-        let Some(_sleepers) = Sleepers::prepare(&conns) else {
+        let Some(_sleepers) = Sleepers::prepare(accel.iter().map(|(_, _, c)| c)) else {
             ask_now = true; // ring bytes arrived: report the kernel's ready fds with them
             continue;
         };
@@ -381,6 +394,7 @@ pub fn created(epfd: c_int) {
     if epfd >= 0 {
         if let Ok(mut s) = shadows().lock() {
             s.insert(epfd, Arc::new(Mutex::new(Shadow { epfd, ..Shadow::default() })));
+            SHADOWS_GENERATION.fetch_add(1, Ordering::AcqRel);
         }
     }
 }
@@ -413,7 +427,13 @@ pub fn closed(fd: c_int) {
             lock(&set).settle(fd);
         }
     }
-    let gone = shadows().lock().ok().and_then(|mut s| s.remove(&fd));
+    let gone = shadows().lock().ok().and_then(|mut s| {
+        let gone = s.remove(&fd);
+        if gone.is_some() {
+            SHADOWS_GENERATION.fetch_add(1, Ordering::AcqRel);
+        }
+        gone
+    });
     if let Some(shadow) = gone {
         let mut sh = lock(&shadow);
         sh.closed = true;
@@ -478,8 +498,33 @@ fn sync_kernel(sh: &mut Shadow, fd: c_int) {
     }
 }
 
+/// Bumped whenever a set is added to or removed from [`shadows`]: a thread's cached
+/// [`shadow_of`] answer is good while it stays.
+static SHADOWS_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// A cached [`shadow_of`] answer: the epfd, the generation then, and the set.
+type CachedSet = Option<(c_int, u64, Arc<Mutex<Shadow>>)>;
+
+thread_local! {
+    /// This thread's last [`shadow_of`] answer (epfd, generation, set): a program waiting
+    /// on one set finds it without the table's lock.
+    static LAST_SET: RefCell<CachedSet> = const { RefCell::new(None) };
+}
+
 fn shadow_of(epfd: c_int) -> Option<Arc<Mutex<Shadow>>> {
-    shadows().lock().ok()?.get(&epfd).cloned()
+    let generation = SHADOWS_GENERATION.load(Ordering::Acquire);
+    let cached = LAST_SET.with(|l| match &*l.borrow() {
+        Some((fd, g, set)) if *fd == epfd && *g == generation => Some(set.clone()),
+        _ => None,
+    });
+    if cached.is_some() {
+        return cached;
+    }
+    let found = shadows().lock().ok()?.get(&epfd).cloned();
+    if let Some(set) = &found {
+        LAST_SET.with(|l| *l.borrow_mut() = Some((epfd, generation, set.clone())));
+    }
+    found
 }
 
 fn lock(shadow: &Mutex<Shadow>) -> std::sync::MutexGuard<'_, Shadow> {
@@ -630,7 +675,8 @@ fn wait_loop(
     let deadline = timeout.map(|t| Instant::now() + t);
     flush_pending();
     let watched = lock(shadow).watch_list();
-    let rings = !watched.is_empty();
+    // Parked rings stay empty: with nothing else to watch, the kernel's answer is the wait's.
+    let mut rings = watched.iter().any(|w| !matches!(w, Watched::Ring(_, c) if park::is_parked(c)));
     // Refused when a CPU is not free for it (see `spin`); without a spin, the sleeping call
     // is the only one that asks the kernel, as the program's own call would be.
     let mut spin: Option<spin::Spin> =
@@ -640,7 +686,7 @@ fn wait_loop(
     let mut last_kernel_check: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        let mut out: Vec<Ready> = Vec::new();
+        let mut out = ReadyList::new();
         let mut urgent = false;
         if rings {
             urgent = rings_ready(shadow, &watched, max, &mut out);
@@ -675,7 +721,9 @@ fn wait_loop(
             continue;
         }
         let Some(sleepers) = Sleepers::prepare(&sleep_set(&watched)) else {
-            ask_now = true; // ring bytes arrived: report the kernel's events with them
+            // Ring bytes arrived (in a ring unparked meanwhile): report the kernel's events
+            // with them.
+            (ask_now, rings) = (true, true);
             continue;
         };
         if let Some(s) = spin.take() {
@@ -697,7 +745,7 @@ fn wait_loop(
             set_errno(e);
             return r;
         }
-        let mut out = Vec::new();
+        let mut out = ReadyList::new();
         let n = merge(shadow, &buf[..r as usize], &mut out);
         if n > 0 || remaining(deadline) == Some(Duration::ZERO) {
             return deliver(epfd, shadow, &out, events);
@@ -708,7 +756,7 @@ fn wait_loop(
 
 /// Adds the watched rings with bytes to report (and nested sets with such rings) to `out`;
 /// true if one of those sockets has urgent data behind its ring bytes ([`urgent_behind_ring`]).
-fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mut Vec<Ready>) -> bool {
+fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mut ReadyList) -> bool {
     let mut sh = lock(shadow);
     let mut urgent = false;
     for w in watched {
@@ -717,7 +765,10 @@ fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mu
         }
         let (fd, signature) = match w {
             Watched::Ring(fd, c) => {
-                if !c.ring_input_ready() || c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED) {
+                if park::is_parked(c)
+                    || !c.ring_input_ready()
+                    || c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED)
+                {
                     continue;
                 }
                 (*fd, c.peer().map(|p| p.tx_word().load().published()).unwrap_or(0))
@@ -744,9 +795,9 @@ fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mu
 /// The accelerated sockets a sleeping wait must switch to kernel mode: its own rings and
 /// those of nested sets (not those shut for reading: their bytes come through the kernel
 /// already, and ring bytes left unread there would never let the wait sleep).
-fn sleep_set(watched: &[Watched]) -> Vec<Arc<Conn>> {
+fn sleep_set(watched: &[Watched]) -> SmallVec<[Arc<Conn>; 8]> {
     let open = |c: &Arc<Conn>| !c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED);
-    let mut conns = Vec::with_capacity(watched.len());
+    let mut conns = SmallVec::new();
     for w in watched {
         match w {
             Watched::Ring(_, c) if open(c) => conns.push(c.clone()),
@@ -795,8 +846,11 @@ enum Ready {
     Raw(u64, u32),
 }
 
+/// Events to deliver, inline for a few.
+type ReadyList = SmallVec<[Ready; 16]>;
+
 /// Adds kernel events (translated from tokens) to `out`, one entry per fd.
-fn merge(shadow: &Mutex<Shadow>, kernel: &[epoll_event], out: &mut Vec<Ready>) -> usize {
+fn merge(shadow: &Mutex<Shadow>, kernel: &[epoll_event], out: &mut ReadyList) -> usize {
     let sh = lock(shadow);
     for ev in kernel {
         let (data, events) = (ev.u64, ev.events);

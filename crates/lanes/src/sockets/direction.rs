@@ -4,8 +4,8 @@
 //! connection. The sender counts both in one 64-bit word, changed only by compare-and-swap:
 //!
 //! ```text
-//!  63    62..56     55..28    27..0
-//!  ring  sleepers   R         K
+//!  63    62       61..56     55..28    27..0
+//!  ring  parked   sleepers   R         K
 //! ```
 //!
 //! `R` is the number of bytes ever published into the ring and `K` the number ever reserved
@@ -21,7 +21,14 @@
 //! - a receiver about to sleep in the kernel switches to kernel mode and counts itself in
 //!   `sleepers` with the same CAS that checks the ring is empty: if the sender published
 //!   first the CAS fails and the receiver sees the data; if the receiver won, the sender's
-//!   next bytes go through the kernel, which wakes the sleeper. No wake-up is lost.
+//!   next bytes go through the kernel, which wakes the sleeper. No wake-up is lost;
+//! - a receiver whose ring does not pay (nobody can spin for the next bytes) may *park* the
+//!   direction: with the ring empty and the direction in kernel mode, one CAS sets `parked`,
+//!   and while it is set nothing switches the direction back to ring mode. Its readers then
+//!   read and wait in the kernel alone, without counting themselves sleepers (without
+//!   touching this word, which lives on the sender's cache line). Only the receiver unparks,
+//!   once it knows no reader of its own relies on the parking (see the accelerator's
+//!   `Conn::hold_parked`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,7 +37,8 @@ const COUNTER_MASK: u64 = (1 << COUNTER_BITS) - 1;
 const K_SHIFT: u32 = 0;
 const R_SHIFT: u32 = COUNTER_BITS;
 const SLEEPERS_SHIFT: u32 = 2 * COUNTER_BITS;
-const SLEEPERS_MASK: u64 = 0x7f;
+const SLEEPERS_MASK: u64 = 0x3f;
+const PARKED: u64 = 1 << 62;
 const RING_MODE: u64 = 1 << 63;
 
 /// The largest ring: counters are compared modulo 2^28, so everything outstanding in
@@ -49,41 +57,60 @@ impl DirectionState {
     pub const INITIAL: DirectionState = DirectionState(0);
 
     /// Whether the sender may publish into the ring.
+    #[inline]
     pub fn ring_mode(self) -> bool {
         self.0 & RING_MODE != 0
     }
+    /// Whether the receiver parked the direction in kernel mode (see the module's notes).
+    #[inline]
+    pub fn parked(self) -> bool {
+        self.0 & PARKED != 0
+    }
     /// Receivers asleep in the kernel.
+    #[inline]
     pub fn sleepers(self) -> u64 {
         (self.0 >> SLEEPERS_SHIFT) & SLEEPERS_MASK
     }
     /// Ring bytes published, modulo 2^28.
+    #[inline]
     pub fn published(self) -> u64 {
         (self.0 >> R_SHIFT) & COUNTER_MASK
     }
     /// Kernel bytes reserved, modulo 2^28.
+    #[inline]
     pub fn kernel_reserved(self) -> u64 {
         (self.0 >> K_SHIFT) & COUNTER_MASK
     }
     /// Ring bytes published and not yet consumed, given the receiver's consumed count.
+    #[inline]
     pub fn ring_unread(self, consumed: u64) -> u64 {
         self.published().wrapping_sub(consumed) & COUNTER_MASK
     }
     /// Whether every reserved kernel byte has been read, given the receiver's count.
+    #[inline]
     pub fn kernel_caught_up(self, kernel_read: u64) -> bool {
         self.kernel_reserved() == kernel_read & COUNTER_MASK
     }
 
+    #[inline]
     fn with_published(self, r: u64) -> Self {
         DirectionState((self.0 & !(COUNTER_MASK << R_SHIFT)) | ((r & COUNTER_MASK) << R_SHIFT))
     }
+    #[inline]
     fn with_kernel(self, k: u64) -> Self {
         DirectionState((self.0 & !(COUNTER_MASK << K_SHIFT)) | ((k & COUNTER_MASK) << K_SHIFT))
     }
+    #[inline]
     fn with_sleepers(self, s: u64) -> Self {
         DirectionState((self.0 & !(SLEEPERS_MASK << SLEEPERS_SHIFT)) | ((s & SLEEPERS_MASK) << SLEEPERS_SHIFT))
     }
+    #[inline]
     fn with_ring_mode(self, on: bool) -> Self {
         DirectionState(if on { self.0 | RING_MODE } else { self.0 & !RING_MODE })
+    }
+    #[inline]
+    fn with_parked(self, on: bool) -> Self {
+        DirectionState(if on { self.0 | PARKED } else { self.0 & !PARKED })
     }
 }
 
@@ -111,15 +138,18 @@ pub struct DirectionWord<'a> {
 
 impl<'a> DirectionWord<'a> {
     /// Wraps the state word.
+    #[inline]
     pub fn new(word: &'a AtomicU64) -> Self {
         DirectionWord { word }
     }
 
     /// The current state (acquire: ring bytes up to `published` are visible).
+    #[inline]
     pub fn load(&self) -> DirectionState {
         DirectionState(self.word.load(Ordering::Acquire))
     }
 
+    #[inline]
     fn update(
         &self,
         mut f: impl FnMut(DirectionState) -> Option<DirectionState>,
@@ -137,12 +167,14 @@ impl<'a> DirectionWord<'a> {
     /// Sender: publishes `n` bytes already copied into the ring at the old `published`.
     /// Fails (the bytes stay unpublished, so never seen) if the direction left ring mode.
     /// Only the holder of the send lock moves `published`.
+    #[inline]
     pub fn publish(&self, n: usize) -> bool {
         self.update(|s| s.ring_mode().then(|| s.with_published(s.published() + n as u64))).is_ok()
     }
 
     /// Sender: switches to kernel mode (if not already) and reserves `bytes` (at most
     /// [`MAX_KERNEL_CHUNK`]) for a kernel send about to be made.
+    #[inline]
     pub fn reserve_kernel(&self, bytes: usize) -> KernelReservation {
         let bytes = bytes.min(MAX_KERNEL_CHUNK);
         let _ = self.update(|s| Some(s.with_ring_mode(false).with_kernel(s.kernel_reserved() + bytes as u64)));
@@ -150,6 +182,7 @@ impl<'a> DirectionWord<'a> {
     }
 
     /// Sender: the kernel accepted `sent` bytes of a reservation; returns the rest.
+    #[inline]
     pub fn settle_kernel(&self, reservation: KernelReservation, sent: usize) {
         let unsent = reservation.bytes.saturating_sub(sent) as u64;
         if unsent > 0 {
@@ -198,14 +231,28 @@ impl<'a> DirectionWord<'a> {
         let _ = self.update(|s| (s.sleepers() > 0).then(|| s.with_sleepers(s.sleepers() - 1)));
     }
 
-    /// Receiver: switches back to ring mode if everything sent has been read and nobody
-    /// sleeps. `kernel_is_empty` is asked last (it costs a system call).
+    /// Receiver: parks the direction in kernel mode (see the module's notes), if it is in
+    /// kernel mode with every ring byte consumed; true if it is parked now.
+    pub fn park(&self, consumed: u64) -> bool {
+        self.update(|s| (s.parked() || !s.ring_mode() && s.ring_unread(consumed) == 0).then(|| s.with_parked(true)))
+            .is_ok()
+    }
+
+    /// Receiver: lifts the parking; the direction stays in kernel mode until
+    /// [`Self::try_ring_mode`] switches it.
+    pub fn unpark(&self) {
+        let _ = self.update(|s| s.parked().then(|| s.with_parked(false)));
+    }
+
+    /// Receiver: switches back to ring mode if everything sent has been read, nobody
+    /// sleeps and the direction is not parked. `kernel_is_empty` is asked last (it costs a
+    /// system call).
     pub fn try_ring_mode(&self, consumed: u64, kernel_read: u64, kernel_is_empty: impl FnOnce() -> bool) -> bool {
         let s = self.load();
         if s.ring_mode() {
             return true;
         }
-        if s.sleepers() != 0 || s.ring_unread(consumed) != 0 || !s.kernel_caught_up(kernel_read) {
+        if s.parked() || s.sleepers() != 0 || s.ring_unread(consumed) != 0 || !s.kernel_caught_up(kernel_read) {
             return false;
         }
         if !kernel_is_empty() {
@@ -274,6 +321,47 @@ mod tests {
         d.finish_sleep(second, true);
         assert!(!d.load().ring_mode());
         assert_eq!(d.load().sleepers(), 0);
+    }
+
+    #[test]
+    fn a_parked_direction_stays_in_kernel_mode_until_unparked() {
+        let w = AtomicU64::new(DirectionState::INITIAL.with_ring_mode(true).0);
+        let d = DirectionWord::new(&w);
+        assert!(!d.park(0), "in ring mode: not parked");
+        d.to_kernel_mode();
+        let r = d.reserve_kernel(5);
+        d.settle_kernel(r, 5);
+        assert!(d.park(0));
+        assert!(d.park(0), "parking again is a no-op");
+        assert!(d.load().parked());
+        // Kernel sends and sleepers keep it parked; nothing brings ring mode back.
+        let r = d.reserve_kernel(7);
+        d.settle_kernel(r, 7);
+        assert!(!d.publish(1));
+        let ticket = d.prepare_sleep(0).expect("may sleep");
+        d.finish_sleep(ticket, true);
+        assert!(!d.try_ring_mode(0, 12, || true));
+        assert!(d.load().parked() && !d.load().ring_mode());
+        assert_eq!(d.load().kernel_reserved(), 12);
+        assert_eq!(d.load().sleepers(), 0);
+        d.unpark();
+        assert!(!d.load().parked());
+        assert!(d.try_ring_mode(0, 12, || true));
+        // A sleep that began in ring mode is not undone into ring mode across a parking.
+        let ticket = d.prepare_sleep(0).expect("may sleep");
+        assert!(d.park(0));
+        d.finish_sleep(ticket, true);
+        assert!(d.load().parked() && !d.load().ring_mode());
+    }
+
+    #[test]
+    fn parking_needs_the_ring_read_to_the_end() {
+        let w = AtomicU64::new(DirectionState::INITIAL.with_ring_mode(true).0);
+        let d = DirectionWord::new(&w);
+        assert!(d.publish(10));
+        d.to_kernel_mode();
+        assert!(!d.park(4), "six ring bytes unread");
+        assert!(d.park(10));
     }
 
     #[test]

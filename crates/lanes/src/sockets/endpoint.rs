@@ -40,8 +40,8 @@ use crate::platform::liveness::{pid_alive, ProcessIdentity};
 use crate::platform::mapping::{Access, Mapping};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"LNSOCK01");
-/// 2: holder slots hold process identities (8 bytes), no longer bare pids.
-const VERSION: u32 = 2;
+/// 3: the state word has a parked bit (see `direction`).
+const VERSION: u32 = 3;
 /// Where the ring starts.
 pub const RING_OFFSET: usize = 4096;
 /// The smallest ring (`LANES_SOCKETS_RING` is clamped to this range).
@@ -108,6 +108,11 @@ pub const FLAG_TX_URGENT: u32 = 512;
 /// listener): the peer sends through the kernel while it lasts, so the kernel's readiness
 /// and blocking receives count every byte against the mark.
 pub const FLAG_RX_LOWAT: u32 = 1024;
+
+/// This end parked the peer's sending direction in kernel mode (`DirectionWord::park`):
+/// its readers read and wait in the kernel alone while this is set. Set only while the
+/// direction is parked, cleared before it is unparked.
+pub const FLAG_RX_PARKED: u32 = 2048;
 
 /// Which connection a record belongs to: the network namespace and both addresses, as this
 /// end sees them. IPv4-mapped IPv6 addresses are keyed as IPv4, so a dual-stack listener
@@ -335,12 +340,14 @@ impl Endpoint {
         let _ = std::fs::remove_file(&self.path);
     }
 
+    #[inline]
     fn u64_at(&self, off: usize) -> &AtomicU64 {
         debug_assert!(off % 8 == 0 && off + 8 <= RING_OFFSET);
         // SAFETY: off is an 8-aligned offset inside the header page of a live mapping (the
         // mapping lives as long as &self); other processes access it only atomically.
         unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
     }
+    #[inline]
     fn u32_at(&self, off: usize) -> &AtomicU32 {
         debug_assert!(off % 4 == 0 && off + 4 <= RING_OFFSET);
         // SAFETY: as in u64_at, 4-aligned.
@@ -348,66 +355,81 @@ impl Endpoint {
     }
 
     /// The state word of this record's sending direction.
+    #[inline]
     pub fn tx_word(&self) -> DirectionWord<'_> {
         DirectionWord::new(self.u64_at(OFF_TX_STATE))
     }
     /// The send lock (holder: pid << 32 | tid).
+    #[inline]
     pub fn tx_lock(&self) -> &AtomicU64 {
         self.u64_at(OFF_TX_LOCK)
     }
     /// Bytes sent through the ring and through the kernel (statistics).
+    #[inline]
     pub fn tx_counts(&self) -> (&AtomicU64, &AtomicU64) {
         (self.u64_at(OFF_TX_RING_BYTES), self.u64_at(OFF_TX_KERNEL_BYTES))
     }
     /// Ring bytes this end consumed from the peer (`H`).
+    #[inline]
     pub fn rx_consumed(&self) -> &AtomicU64 {
         self.u64_at(OFF_RX_CONSUMED)
     }
     /// Kernel bytes this end read (`KR`).
+    #[inline]
     pub fn rx_kernel_read(&self) -> &AtomicU64 {
         self.u64_at(OFF_RX_KERNEL_READ)
     }
     /// The receive lock.
+    #[inline]
     pub fn rx_lock(&self) -> &AtomicU64 {
         self.u64_at(OFF_RX_LOCK)
     }
     /// Bytes received, both paths (statistics).
+    #[inline]
     pub fn rx_bytes(&self) -> &AtomicU64 {
         self.u64_at(OFF_RX_BYTES)
     }
     /// The socket's O_NONBLOCK, shared by every process holding it (as the kernel's flag is).
+    #[inline]
     pub fn nonblocking(&self) -> &AtomicU32 {
         self.u32_at(OFF_NONBLOCK)
     }
     /// The socket's SO_RCVLOWAT as the program set it (or the accepted socket inherited it),
     /// meaningful with [`FLAG_RX_LOWAT`]; the kernel socket's own may be lower while bytes
     /// from before it was set are still unread in the ring.
+    #[inline]
     pub fn rx_lowat(&self) -> &AtomicU32 {
         self.u32_at(OFF_RX_LOWAT)
     }
     /// `FLAG_*` bits.
+    #[inline]
     pub fn flags(&self) -> &AtomicU32 {
         self.u32_at(OFF_FLAGS)
     }
     /// Sets flag bits.
     /// Returns the flags as they were before.
+    #[inline]
     pub fn set_flags(&self, bits: u32) -> u32 {
         self.flags().fetch_or(bits, Ordering::SeqCst)
     }
     /// Clears `bits`.
+    #[inline]
     pub fn clear_flags(&self, bits: u32) {
         self.flags().fetch_and(!bits, Ordering::SeqCst);
     }
     /// Whether any of `bits` is set.
+    #[inline]
     pub fn has_flag(&self, bits: u32) -> bool {
         self.flags().load(Ordering::Acquire) & bits != 0
     }
 
     /// The ring's size in bytes.
+    #[inline]
     pub fn ring_bytes(&self) -> usize {
         self.ring_bytes
     }
     /// The ring's first byte.
+    #[inline]
     pub fn ring_ptr(&self) -> *mut u8 {
         // SAFETY: RING_OFFSET + ring_bytes is the mapping's length.
         unsafe { self.map.as_ptr().add(RING_OFFSET) }
@@ -470,6 +492,22 @@ impl Endpoint {
             }
         }
         live
+    }
+
+    /// Whether `who` is the only holder: no other slot is taken, or (if `ask_liveness`)
+    /// every other one by a process that is gone (asked of /proc only then).
+    pub fn held_only_by(&self, who: ProcessIdentity, ask_liveness: bool) -> bool {
+        let me = who.bits();
+        let mut mine = false;
+        let mut others = false;
+        for i in 0..HOLDER_SLOTS {
+            match self.holder_slot(i).load(Ordering::SeqCst) {
+                0 => {}
+                h if h == me => mine = true,
+                _ => others = true,
+            }
+        }
+        mine && (!others || ask_liveness && self.holders() == [who])
     }
 
     /// The live holders.
@@ -608,7 +646,19 @@ mod tests {
         assert!(ep.holders().is_empty());
         assert!(ep.add_holder(me));
         assert_eq!(ep.holders(), vec![me]);
+        assert!(ep.held_only_by(me, true), "the other slots' holders are gone");
+        assert!(!ep.held_only_by(me, false), "unless /proc may not be asked");
         assert_eq!(ep.remove_holder(me), 0);
+        assert!(!ep.held_only_by(me, true), "not a holder at all");
+        // A live second holder (init) shares it.
+        let init = crate::platform::liveness::ProcessIdentity::of_pid(1).unwrap();
+        for i in 0..HOLDER_SLOTS {
+            ep.holder_slot(i).store(0, Ordering::Release);
+        }
+        assert!(ep.add_holder(me) && ep.add_holder(init));
+        assert!(!ep.held_only_by(me, true));
+        ep.remove_holder(init);
+        assert!(ep.held_only_by(me, false));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

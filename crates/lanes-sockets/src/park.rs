@@ -1,0 +1,117 @@
+//! Parking: a receiving direction whose ring does not pay is left to the kernel.
+//!
+//! While nobody can spin for the next bytes (more runnable threads than CPUs, or a receiver
+//! that is never waiting when they come), the ring saves nothing, and its protocol costs on
+//! every call: a receive that finds nothing counts itself a sleeper and uncounts itself (two
+//! compare-and-swaps on the sender's cache line), a wait does the same for each of its
+//! sockets and looks at each one's ring. So such a receiver *parks* the peer's direction
+//! (`DirectionWord::park`: kernel mode with the ring read to the end, kept so) and flags its
+//! own record ([`FLAG_RX_PARKED`]); its reads and waits then make the program's own system
+//! call and touch nothing of the peer's. The sender sees kernel mode, as before.
+//!
+//! The parking ends ([`unpark`]) when the receiver would try the ring again (the back-off
+//! of `stream::maybe_ring_mode`). A reader relying on it must not be left waiting in the
+//! kernel for bytes that go to the ring instead: each one counts itself in
+//! `Conn::parked_readers` before it checks the flag ([`hold`]), and [`unpark`] clears the
+//! flag before it counts them, both sequentially consistent, so either the reader sees the
+//! flag cleared (and takes the ring's path, which counts it a sleeper) or the receiver sees
+//! the reader and stays parked. Readers in other processes are not counted here: only the
+//! record's sole holder unparks (a process that gets the socket later adds itself as a
+//! holder, sequentially consistent, before it reads).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use lanes::sockets::endpoint::{lock_shared, this_process, FLAG_RX_PARKED};
+use lanes::sockets::Endpoint;
+
+use crate::conn::Conn;
+
+/// A reader counted in `Conn::parked_readers` (see [`hold`]); uncounted when dropped.
+pub struct ParkedHold<'a> {
+    conn: &'a Conn,
+}
+
+impl Drop for ParkedHold<'_> {
+    fn drop(&mut self) {
+        self.conn.parked_readers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// As [`ParkedHold`], for a wait that keeps its sockets by reference count.
+pub struct OwnedParkedHold {
+    conn: Arc<Conn>,
+}
+
+impl Drop for OwnedParkedHold {
+    fn drop(&mut self) {
+        self.conn.parked_readers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Whether the peer's direction is parked (a hint: a reader acts on [`hold`] only).
+#[inline]
+pub fn is_parked(conn: &Conn) -> bool {
+    conn.own.has_flag(FLAG_RX_PARKED)
+}
+
+/// If the peer's direction is parked, counts the caller a reader relying on it until the
+/// hold drops: meanwhile the direction stays parked, so its bytes come through the kernel
+/// and the caller may read and wait there alone. None: take the ring's path.
+#[inline]
+pub fn hold(conn: &Conn) -> Option<ParkedHold<'_>> {
+    count_reader(conn).then_some(ParkedHold { conn })
+}
+
+/// [`hold`] for a wait.
+pub fn hold_owned(conn: &Arc<Conn>) -> Option<OwnedParkedHold> {
+    count_reader(conn).then(|| OwnedParkedHold { conn: conn.clone() })
+}
+
+/// Counts a reader if the direction is parked (flag looked at after counting); true if
+/// counted.
+fn count_reader(conn: &Conn) -> bool {
+    if !is_parked(conn) {
+        return false;
+    }
+    conn.parked_readers.fetch_add(1, Ordering::SeqCst);
+    if conn.own.flags().load(Ordering::SeqCst) & FLAG_RX_PARKED != 0 {
+        return true;
+    }
+    conn.parked_readers.fetch_sub(1, Ordering::SeqCst);
+    false
+}
+
+/// Parks the peer's direction if it is in kernel mode with the ring read to the end (after
+/// a kernel read, when the ring would not pay).
+pub fn park(conn: &Conn, peer: &Endpoint) {
+    if is_parked(conn) {
+        return;
+    }
+    let _lock = lock_shared(conn.own.rx_lock());
+    if !is_parked(conn) && peer.tx_word().park(conn.own.rx_consumed().load(Ordering::Acquire)) {
+        conn.own.set_flags(FLAG_RX_PARKED);
+    }
+}
+
+/// Ends the parking, unless a reader of this process relies on it or another process holds
+/// the socket too; true if the direction is not parked now.
+pub fn unpark(conn: &Conn, peer: &Endpoint) -> bool {
+    let word = peer.tx_word();
+    if !is_parked(conn) && !word.load().parked() {
+        return true;
+    }
+    let _lock = lock_shared(conn.own.rx_lock());
+    conn.own.clear_flags(FLAG_RX_PARKED);
+    // Under a seccomp filter /proc is not asked (the filter may kill for it): a holder
+    // that died keeps the direction parked, which costs speed, never bytes.
+    let sole = this_process().is_ok_and(|me| conn.own.held_only_by(me, !crate::sandbox::filtered()));
+    if conn.parked_readers.load(Ordering::SeqCst) != 0 || !sole {
+        if word.load().parked() {
+            conn.own.set_flags(FLAG_RX_PARKED);
+        }
+        return false;
+    }
+    word.unpark();
+    true
+}
