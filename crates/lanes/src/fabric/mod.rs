@@ -7,13 +7,13 @@
 
 mod data_interrupt;
 mod dma;
-mod dma_engine;
+pub(crate) mod dma_engine;
 mod events;
 mod interrupt;
 mod local;
 mod map;
 mod reflective;
-mod remote;
+pub(crate) mod remote;
 mod sequence;
 mod slot_tracker;
 mod status;

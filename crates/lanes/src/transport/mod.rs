@@ -20,6 +20,7 @@
 //! (cargo feature `ofi`; docs/design/multi-host.md, section 15, stage 4): its connections
 //! are `RemoteHandle::Ofi` and its maps `Window::Mirror`.
 
+pub(crate) mod dma;
 #[cfg(feature = "ofi")]
 pub mod ofi;
 pub mod shm;
