@@ -146,8 +146,8 @@ fn check_group_range(offset: u64, size: u64, bytes: u64) -> Result<()> {
 #[cfg(feature = "ofi")]
 fn fanout_map(fan: &Arc<Fanout>, offset: u64, size: u64, origin: MapOrigin) -> Result<Map> {
     use crate::transport::ofi::reflective::FanoutWindow;
-    use crate::transport::Window;
-    let window = Window::Fanout(FanoutWindow::new(fan.clone(), offset, size)?);
+    use crate::transport::{TrackedWindow, Window};
+    let window = Window::Tracked(TrackedWindow::Fanout(FanoutWindow::new(fan.clone(), offset, size)?));
     Ok(Map::new(window, offset, MapAccess::ReadWrite, origin))
 }
 
