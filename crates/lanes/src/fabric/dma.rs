@@ -10,9 +10,9 @@
 //!
 //! A remote segment the transport does not map is the transport's (`transport::dma`): the
 //! queue's [`DmaFar`] makes its descriptors, the channel hands them to the transport's pipe,
-//! and [`DmaQueue::copy`] always uses DMA for it. With the ofi transport those transfers are
-//! RMA (`transport::ofi::dma_pipe`), or, through a member's connection to a reflective group
-//! spanning hosts, go through the member's fan-out and reach the group's bytes only.
+//! and [`DmaQueue::copy`] always uses DMA for it. Those transfers are RMA, or, through a
+//! member's connection to a reflective group spanning hosts, go through the member's
+//! fan-out and reach the group's bytes only.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

@@ -11,8 +11,7 @@
 //!
 //! Descriptors whose remote segment the transport does not map carry the transport's
 //! [`FarWork`] (`transport::dma`); the first one a pass meets hands the queue to its pipe
-//! (the transport's [`DmaPipe`]: with the ofi transport, RMA and a reflective group's
-//! fan-out), which completes descriptors as their work completes. Until the pipe is empty
+//! (the transport's [`DmaPipe`]: RMA, and a reflective group's fan-out), which completes descriptors as their work completes. Until the pipe is empty
 //! again, every descriptor of that queue goes through it, so completions stay in order. The
 //! copy path pays one test per merged run for this (none in a build whose transports map
 //! every remote segment).

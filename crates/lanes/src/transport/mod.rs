@@ -27,14 +27,18 @@ pub mod shm;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::ClusterMembership;
 use crate::error::{Error, Result};
 use crate::fabric::{MapAccess, SequenceStatus, Timeout};
 use crate::platform::doorbell::Doorbell;
 use crate::platform::liveness::ProcessIdentity;
 use crate::platform::SharedSlice;
-use crate::transport::shm::segment_file::DataMapping;
+use crate::transport::shm::layout::HeaderView;
+use crate::transport::shm::segment_file::{DataMapping, SegmentFile};
+use crate::transport::shm::FabricPaths;
 
 /// Why a connection is lost for good.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -374,6 +378,17 @@ macro_rules! dispatch {
     };
 }
 
+impl RemoteHandle {
+    /// The shm connection, if that is what this is.
+    pub(crate) fn as_shm(&self) -> Option<&shm::remote::ShmRemote> {
+        match self {
+            RemoteHandle::Shm(r) => Some(r),
+            #[cfg(feature = "ofi")]
+            RemoteHandle::Ofi(_) => None,
+        }
+    }
+}
+
 impl RemoteObject for RemoteHandle {
     #[inline(always)]
     fn info(&self) -> &ObjectInfo {
@@ -405,6 +420,128 @@ impl RemoteObject for RemoteHandle {
 
     fn disconnect(&self) {
         dispatch!(self, r => r.disconnect())
+    }
+}
+
+/// The transport that reaches the objects of other hosts of a cluster and exports this
+/// process's objects to them: the fabric holds one when its configuration names a cluster.
+/// With feature `ofi` it is `ofi::transport::OfiTransport`; a build without has none
+/// ([`Hosts`] is then a type with no values).
+pub(crate) trait HostTransport: Send + Sync + Sized + std::fmt::Debug {
+    /// What keeps one local object exported; dropping it withdraws the export.
+    type Export: ExportHandle;
+    /// What drives the transport's progress from a spinning thread while it lives.
+    type Driver: ProgressPoll;
+
+    /// Whether the build has one (false: [`HostTransport::open`] gives none).
+    const AVAILABLE: bool;
+
+    /// The transport of a process acting as `node` on the host `membership` names; `None`
+    /// in a build without one.
+    fn open(
+        membership: &ClusterMembership,
+        paths: &FabricPaths,
+        node: u32,
+        identity: ProcessIdentity,
+    ) -> Result<Option<Self>>;
+
+    /// Connects to `addr` on another host (as [`Transport::connect`]).
+    fn connect_remote(&self, addr: ObjectAddr, timeout: Timeout) -> Result<RemoteHandle>;
+
+    /// Exports the object of `file` (segments, interrupts, data interrupts and reflective
+    /// groups; `None` for other kinds) to the other hosts. `renew` runs on the transport's
+    /// service thread every tick while the export lives (it should call
+    /// [`ExportHandle::renew_keys`]).
+    fn export_object(&self, file: &SegmentFile, renew: Arc<dyn Fn() + Send + Sync>) -> Result<Option<Self::Export>>;
+
+    /// A driver of the transport's progress, when the process already has what it drives
+    /// (something was exported or connected across hosts).
+    fn driver(&self) -> Option<Self::Driver>;
+}
+
+/// An export of a local object to other hosts.
+pub(crate) trait ExportHandle: Send + Sync + std::fmt::Debug {
+    /// Revokes the keys of the connection slots of `header` whose claim is over: nothing
+    /// their holders send can land once this returned.
+    fn renew_keys(&self, header: &HeaderView);
+}
+
+/// Drives a transport's progress from the thread that holds it.
+pub(crate) trait ProgressPoll {
+    /// Reads the transport's completion queues once and dispatches what they held; returns
+    /// how many entries it read.
+    fn poll(&self) -> usize;
+}
+
+/// Why an object of another host cannot be reached: the fabric has no transport to it.
+pub(crate) const NO_HOST_TRANSPORT: &str =
+    "the node is on another host and this build has no ofi transport (feature `ofi`)";
+
+#[cfg(not(feature = "ofi"))]
+pub(crate) use no_hosts::{GroupFanout, Hosts};
+#[cfg(feature = "ofi")]
+pub(crate) use ofi::{reflective::Fanout as GroupFanout, transport::OfiTransport as Hosts};
+
+/// A build without a transport to other hosts.
+#[cfg(not(feature = "ofi"))]
+mod no_hosts {
+    use std::sync::Arc;
+
+    use super::{ExportHandle, HostTransport, ObjectAddr, ProgressPoll, RemoteHandle};
+    use crate::config::ClusterMembership;
+    use crate::error::Result;
+    use crate::fabric::Timeout;
+    use crate::platform::liveness::ProcessIdentity;
+    use crate::transport::shm::layout::HeaderView;
+    use crate::transport::shm::segment_file::SegmentFile;
+    use crate::transport::shm::FabricPaths;
+
+    /// No transport to other hosts exists: none is ever opened.
+    #[derive(Debug)]
+    pub(crate) enum Hosts {}
+
+    /// No export exists.
+    #[derive(Debug)]
+    pub(crate) enum NoExport {}
+
+    /// No reflective group spans hosts: a member's connection never has a fan-out.
+    #[derive(Debug)]
+    pub(crate) enum GroupFanout {}
+
+    /// No driver exists.
+    #[derive(Debug)]
+    pub(crate) enum NoDriver {}
+
+    impl HostTransport for Hosts {
+        type Export = NoExport;
+        type Driver = NoDriver;
+
+        const AVAILABLE: bool = false;
+
+        fn open(_: &ClusterMembership, _: &FabricPaths, _: u32, _: ProcessIdentity) -> Result<Option<Self>> {
+            Ok(None)
+        }
+        fn connect_remote(&self, _: ObjectAddr, _: Timeout) -> Result<RemoteHandle> {
+            match *self {}
+        }
+        fn export_object(&self, _: &SegmentFile, _: Arc<dyn Fn() + Send + Sync>) -> Result<Option<NoExport>> {
+            match *self {}
+        }
+        fn driver(&self) -> Option<NoDriver> {
+            match *self {}
+        }
+    }
+
+    impl ExportHandle for NoExport {
+        fn renew_keys(&self, _: &HeaderView) {
+            match *self {}
+        }
+    }
+
+    impl ProgressPoll for NoDriver {
+        fn poll(&self) -> usize {
+            match *self {}
+        }
     }
 }
 
