@@ -2,16 +2,23 @@
 //!
 //! Local objects are always shm files (their owner creates them in its fabric directory);
 //! a transport is *how a remote object is reached*. The contract between the fabric model
-//! (layer 3) and a transport is two traits:
+//! (layer 3) and a transport:
 //!
 //! - `Transport` connects to object (kind, node, id) and hands back a
 //! - `RemoteObject`: the connection. It knows what it is connected to (`ObjectInfo`),
 //!   reports its `RemoteState` cheaply, rings a doorbell on every state change, opens
 //!   `Window`s on the object's data, and delivers interrupts (`RemoteObject::trigger`)
 //!   and data interrupts (`RemoteObject::send`).
+//! - `TrackedMap`: a window the map writes and reads through (not the object's memory),
+//!   and its `MapSequence`, which a `Sequence` of such a map checks.
+//! - `HostTransport`: the transport to other hosts of a cluster, which also exports this
+//!   process's objects (`ExportHandle`) and drives its own progress (`ProgressPoll`).
+//! - `dma`: what the DMA engine hands to a transport instead of copying (`DmaPipe`,
+//!   `DmaFar`).
 //!
 //! What stays in the fabric: the public objects and their argument checks, event reporting
-//! (which state was last reported), callbacks, sequences and the DMA engine.
+//! (which state was last reported), callbacks, sequences, the DMA engine's queues and
+//! copies, and the cluster side of reflective groups (`fabric::reflective`, feature `ofi`).
 //!
 //! The fabric does not hold a `dyn RemoteObject`: it dispatches through the closed enum
 //! `RemoteHandle`, one variant per transport, so the shm branch inlines and a
