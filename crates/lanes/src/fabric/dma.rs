@@ -8,12 +8,11 @@
 //! [`DmaQueue::copy`] picks PIO below a size threshold and DMA above it, as the vendor's
 //! stack does.
 //!
-//! A remote segment reached over ofi (feature `ofi`) is not mapped: its transfers are RMA
-//! posted by the channel (`fi_writemsg` / `fi_read`), their local side registered on the
-//! connection's endpoint (see `transport::ofi::rma`), and [`DmaQueue::copy`] always uses DMA
-//! for it. A member's connection to a reflective group spanning hosts is the exception:
-//! its transfers go through the member's fan-out (`Fanout::dma_write`, `dma_read`), run by
-//! the channel, and reach the group's bytes only.
+//! A remote segment the transport does not map is the transport's (`transport::dma`): the
+//! queue's [`DmaFar`] makes its descriptors, the channel hands them to the transport's pipe,
+//! and [`DmaQueue::copy`] always uses DMA for it. Those transfers are RMA, or, through a
+//! member's connection to a reflective group spanning hosts, go through the member's
+//! fan-out and reach the group's bytes only.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -28,8 +27,7 @@ use super::Timeout;
 use crate::error::{Error, IoContext, Result};
 use crate::platform::doorbell::{default_poll_time, WaitError};
 use crate::platform::memory;
-#[cfg(feature = "ofi")]
-use crate::transport::ofi::rma::{self, LocalReg};
+use crate::transport::dma::{DmaFar, DmaPipe, Far};
 
 /// Which way a transfer goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,13 +112,8 @@ pub struct DmaQueue {
     scratch: Vec<Descriptor>,
     pio_threshold: usize,
     poll: Option<std::time::Duration>,
-    /// Local segments registered for RMA, keyed by (segment, endpoint), kept while the queue
-    /// lives (operations in flight keep their own reference).
-    #[cfg(feature = "ofi")]
-    regs: HashMap<(usize, usize), Arc<LocalReg>>,
-    /// Remote segments reached by RMA (which have no map to keep them alive).
-    #[cfg(feature = "ofi")]
-    remotes: HashMap<usize, Arc<super::remote::RemoteInner>>,
+    /// What the transport's pipe needs kept for this queue's transfers.
+    far: Far,
 }
 
 impl std::fmt::Debug for DmaQueue {
@@ -156,10 +149,7 @@ impl DmaQueue {
             scratch: Vec::new(),
             pio_threshold: default_pio_threshold(),
             poll: None,
-            #[cfg(feature = "ofi")]
-            regs: HashMap::new(),
-            #[cfg(feature = "ofi")]
-            remotes: HashMap::new(),
+            far: Far::default(),
         })
     }
 
@@ -207,37 +197,36 @@ impl DmaQueue {
         self.poll = Some(poll);
     }
 
-    /// For remote segments reached over ofi: RMA operations in flight at most
-    /// (`LANES_OFI_DMA_DEPTH`, default 16; 1 to 1024) and the largest one in bytes
-    /// (`LANES_OFI_DMA_CHUNK`, default 1 MiB); merged runs are split into such pieces.
-    #[cfg(feature = "ofi")]
+    /// For remote segments reached by RMA (a transport that does not map them): operations
+    /// in flight at most (`LANES_OFI_DMA_DEPTH`, default 16; 1 to 1024) and the largest one
+    /// in bytes (`LANES_OFI_DMA_CHUNK`, default 1 MiB); merged runs are split into such
+    /// pieces. Without such a transport in the build there are none, and this does nothing.
     pub fn set_rma_limits(&mut self, depth: usize, chunk: usize) {
-        self.shared.rma.lock().unwrap_or_else(|e| e.into_inner()).set_limits(depth, chunk);
+        self.shared.pipe.lock().unwrap_or_else(|e| e.into_inner()).set_limits(depth, chunk);
     }
 
-    /// For remote segments reached over ofi: bytes in flight at most
-    /// (`LANES_OFI_DMA_WINDOW`, default 4 MiB); one operation of any size may always be in
-    /// flight. Operations past what the transport carries at once would only wait in the
-    /// provider: on tcp, with a target driving progress back to back, bandwidth was higher
-    /// with 4 MiB in flight than with 16 MiB (docs/BENCH.md).
-    #[cfg(feature = "ofi")]
+    /// For remote segments reached by RMA: bytes in flight at most (`LANES_OFI_DMA_WINDOW`,
+    /// default 4 MiB); one operation of any size may always be in flight. Operations past
+    /// what the transport carries at once would only wait in the provider: on tcp, with a
+    /// target driving progress back to back, bandwidth was higher with 4 MiB in flight than
+    /// with 16 MiB (docs/BENCH.md).
     pub fn set_rma_window(&mut self, bytes: usize) {
-        self.shared.rma.lock().unwrap_or_else(|e| e.into_inner()).set_window(bytes);
+        self.shared.pipe.lock().unwrap_or_else(|e| e.into_inner()).set_window(bytes);
     }
 
     /// The most bytes of RMA this queue had in flight at once.
-    #[cfg(all(test, feature = "ofi"))]
+    #[cfg(test)]
+    #[allow(dead_code)] // only the tests of a transport with RMA look (none without one)
     pub(crate) fn rma_peak_bytes(&self) -> usize {
-        self.shared.rma.lock().unwrap_or_else(|e| e.into_inner()).peak_bytes()
+        self.shared.pipe.lock().unwrap_or_else(|e| e.into_inner()).peak_bytes()
     }
 
-    /// For remote segments reached over ofi: how long one RMA operation (or the provider's
-    /// refusal to take one) may last before the queue fails (`LANES_OFI_DMA_TIMEOUT_MS`,
-    /// default 30 s). Transfers to a reflective group are bounded by its fan-out's waits
-    /// instead (10 s each).
-    #[cfg(feature = "ofi")]
+    /// For remote segments reached by RMA: how long one operation (or the provider's refusal
+    /// to take one) may last before the queue fails (`LANES_OFI_DMA_TIMEOUT_MS`, default
+    /// 30 s). Transfers to a reflective group spanning hosts are bounded by its fan-out's
+    /// waits instead (10 s each).
     pub fn set_rma_timeout(&mut self, timeout: std::time::Duration) {
-        self.shared.rma.lock().unwrap_or_else(|e| e.into_inner()).set_timeout(timeout);
+        self.shared.pipe.lock().unwrap_or_else(|e| e.into_inner()).set_timeout(timeout);
     }
 
     /// The current PIO/DMA crossover of [`DmaQueue::copy`].
@@ -261,32 +250,6 @@ impl DmaQueue {
 
     fn remote_map(&mut self, seg: &RemoteSegment) -> Result<Arc<Map>> {
         self.cached_map(Arc::as_ptr(&seg.inner) as usize, || seg.map(0, seg.size(), MapAccess::ReadWrite))
-    }
-
-    /// `seg`'s whole mapping registered on `endpoint` for RMA, once per queue.
-    #[cfg(feature = "ofi")]
-    fn local_reg(
-        &mut self,
-        seg: &LocalSegment,
-        map: &Arc<Map>,
-        endpoint: &crate::transport::ofi::endpoint::ProcessEndpoint,
-    ) -> Result<Arc<LocalReg>> {
-        let key = (Arc::as_ptr(&seg.inner) as usize, endpoint as *const _ as usize);
-        if let Some(r) = self.regs.get(&key) {
-            return Ok(r.clone());
-        }
-        let owner: Arc<dyn std::any::Any + Send + Sync> = map.clone();
-        // SAFETY: the map covers the whole segment, read-write, and the registration owns a
-        // reference to it.
-        let reg = unsafe { LocalReg::new(endpoint, map.as_ptr(), map.len(), Some(owner))? };
-        self.regs.insert(key, reg.clone());
-        Ok(reg)
-    }
-
-    /// Keeps `remote`'s connection alive while the queue lives (its descriptors name it).
-    #[cfg(feature = "ofi")]
-    fn keep_remote(&mut self, remote: &RemoteSegment) {
-        self.remotes.entry(Arc::as_ptr(&remote.inner) as usize).or_insert_with(|| remote.inner.clone());
     }
 
     fn check_room(&self, n: usize) -> Result<()> {
@@ -335,17 +298,11 @@ impl DmaQueue {
         }
         let lmap = self.local_map(local)?;
         let remote_ptr = Arc::as_ptr(&remote.inner);
-        #[cfg(feature = "ofi")]
-        if let Some(conn) = rma::ofi_conn(&remote.inner.remote) {
-            let group = remote.inner.group.get().is_some();
-            let reg = if group { None } else { Some(self.local_reg(local, &lmap, &conn.endpoint)?) };
-            self.keep_remote(remote);
-            self.scratch.clear();
-            for v in vec {
-                // SAFETY: the offset was checked against the segment, which the map covers.
-                let l = unsafe { lmap.as_ptr().add(v.local_offset as usize) };
-                self.scratch.push(far_descriptor(l, v.remote_offset, v.size, direction, remote_ptr, reg.as_ref()));
-            }
+        self.scratch.clear();
+        if let Some(queued) =
+            self.far.segment_descriptors(local, &lmap, &remote.inner, vec, direction, &mut self.scratch)
+        {
+            queued?;
             self.post(callback);
             return Ok(());
         }
@@ -392,24 +349,10 @@ impl DmaQueue {
         remote.check()?;
         let (rsize, rwhat) = reach(remote);
         check_range(remote_offset, size, rsize, rwhat)?;
-        #[cfg(feature = "ofi")]
-        if remote.inner.group.get().is_some() {
-            self.keep_remote(remote);
+        // SAFETY: the caller vouches for addr..addr + size until the transfer completes.
+        if let Some(d) = unsafe { self.far.memory_descriptor(addr, &remote.inner, size, remote_offset, direction) } {
             self.scratch.clear();
-            let d = far_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(&remote.inner), None);
-            self.scratch.push(d);
-            self.post(callback);
-            return Ok(());
-        }
-        #[cfg(feature = "ofi")]
-        if let Some(conn) = rma::ofi_conn(&remote.inner.remote) {
-            // SAFETY: the caller vouches for addr..addr + size until the transfer completes;
-            // the registration lives until then too (the descriptor, then its operations).
-            let reg = unsafe { LocalReg::new(&conn.endpoint, addr, size as usize, None)? };
-            self.keep_remote(remote);
-            self.scratch.clear();
-            let d = far_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(&remote.inner), Some(&reg));
-            self.scratch.push(d);
+            self.scratch.push(d?);
             self.post(callback);
             return Ok(());
         }
@@ -502,10 +445,7 @@ impl DmaQueue {
         remote_offset: u64,
         direction: DmaDirection,
     ) -> Result<CopyPath> {
-        #[cfg(feature = "ofi")]
-        let pio = (size as usize) < self.pio_threshold && rma::ofi_conn(&remote.inner.remote).is_none();
-        #[cfg(not(feature = "ofi"))]
-        let pio = (size as usize) < self.pio_threshold;
+        let pio = (size as usize) < self.pio_threshold && !Far::reaches(&remote.inner);
         if pio {
             remote.check()?;
             check_range(local_offset, size, local.size(), "local segment")?;
@@ -535,37 +475,11 @@ impl DmaQueue {
     }
 }
 
-/// A descriptor for `len` bytes between `local` and `offset` on the far side of `remote`.
-/// The offset is kept in an address field, so that contiguous descriptors merge as copies
-/// do, and never dereferenced. With `reg` (the registration `local` lies in) it is RMA into
-/// the remote segment and owns one count of `reg`, which the channel takes back; without,
-/// `remote` is a member's connection to a reflective group spanning hosts and `offset` lies
-/// in the group.
-#[cfg(feature = "ofi")]
-fn far_descriptor(
-    local: *mut u8,
-    offset: u64,
-    len: u64,
-    direction: DmaDirection,
-    remote: *const super::remote::RemoteInner,
-    reg: Option<&Arc<LocalReg>>,
-) -> Descriptor {
-    let far = std::ptr::without_provenance_mut::<u8>(offset as usize);
-    let write = direction == DmaDirection::Write;
-    let (dst, src) = if write { (far, local.cast_const()) } else { (local, far.cast_const()) };
-    let rma = reg.map_or(std::ptr::null(), |r| Arc::into_raw(Arc::clone(r)));
-    Descriptor { dst, src, len: len as usize, remote, rma, write, group: reg.is_none() }
-}
-
 /// The bytes DMA reaches through `remote`, and what they are called in errors: a member's
 /// connection to a reflective group spanning hosts reaches the group's bytes (its object
 /// also holds the roster).
 fn reach(remote: &RemoteSegment) -> (u64, &'static str) {
-    #[cfg(feature = "ofi")]
-    if let Some(fan) = remote.inner.group.get() {
-        return (fan.size() as u64, "reflective group");
-    }
-    (remote.size(), "remote segment")
+    Far::reach(&remote.inner).unwrap_or((remote.size(), "remote segment"))
 }
 
 fn check_range(offset: u64, size: u64, seg: u64, what: &'static str) -> Result<()> {

@@ -15,7 +15,7 @@ use crate::platform::liveness::ProcessIdentity;
 use crate::transport::shm::layout::{create_flags, kind, state, HeaderSnapshot};
 use crate::transport::shm::remote::direct_mapping;
 use crate::transport::shm::segment_file::{OpenError, RegisteredMemory, SegmentFile};
-use crate::transport::Window;
+use crate::transport::{ExportHandle, HostTransport, Hosts, Window};
 
 /// Automatic segment ids are drawn from this range, clear of typical user-chosen ids.
 const AUTO_ID_BASE: u32 = 0x8000_0000;
@@ -47,10 +47,8 @@ pub(crate) struct LocalInner {
     removed: AtomicBool,
     events: SlotTracker,
     poll: events::PollTime,
-    /// The object's export to other hosts (cluster processes, feature `ofi`); withdrawn at
-    /// removal.
-    #[cfg(feature = "ofi")]
-    export: std::sync::Mutex<Option<crate::transport::ofi::transport::Exported>>,
+    /// The object's export to other hosts (cluster processes); withdrawn at removal.
+    export: std::sync::Mutex<Option<<Hosts as HostTransport>::Export>>,
 }
 
 impl LocalInner {
@@ -62,51 +60,38 @@ impl LocalInner {
             removed: false.into(),
             events: SlotTracker::new(None),
             poll: events::PollTime::new(),
-            #[cfg(feature = "ofi")]
             export: std::sync::Mutex::new(None),
         })
     }
 
     /// Exports the object to the other hosts of the cluster, when this process is part of
     /// one (segments, interrupts, data interrupts and reflective groups).
-    #[cfg(feature = "ofi")]
     fn export_if_clustered(self: &Arc<Self>) -> Result<()> {
-        use crate::transport::ofi::transport::owner_hooks;
-        let Some(ofi) = &self.fabric.ofi else { return Ok(()) };
-        let snap = *self.file.snapshot();
-        if !matches!(snap.kind, kind::SEGMENT | kind::INTERRUPT | kind::DATA_INTERRUPT | kind::REFLECTIVE) {
-            return Ok(());
-        }
-        let mapping = self
-            .file
-            .map_data(0, snap.segment_size, crate::platform::mapping::Access::ReadWrite)
-            .map_err(|e| Error::io("mapping the object for its export", e))?;
-        let hooks = owner_hooks(snap.kind, &self.file)?;
-        let exported = ofi.export(snap.kind, snap.segment_id, mapping, hooks, self.file.header())?;
+        let Some(hosts) = &self.fabric.hosts else { return Ok(()) };
         // Keys of slots whose claim is over are revoked within a service tick, whether or
-        // not the program looks at its events (revocation, `Exported`).
+        // not the program looks at its events (revocation, `ExportHandle::renew_keys`).
         let weak: Weak<LocalInner> = Arc::downgrade(self);
-        exported.renew_periodically(Arc::new(move || {
+        let renew = Arc::new(move || {
             if let Some(inner) = weak.upgrade() {
                 inner.renew_keys();
             }
-        }));
-        *self.export.lock().unwrap_or_else(|e| e.into_inner()) = Some(exported);
+        });
+        if let Some(exported) = hosts.export_object(&self.file, renew)? {
+            *self.export.lock().unwrap_or_else(|e| e.into_inner()) = Some(exported);
+        }
         Ok(())
     }
 
     /// Revokes the keys of the connection slots whose claim is over (peers of other hosts
     /// that left, died or were lost): nothing they sent can land once this returned.
     fn renew_keys(&self) {
-        #[cfg(feature = "ofi")]
         if let Some(e) = &*self.export.lock().unwrap_or_else(|e| e.into_inner()) {
-            e.renew_keys(self.file.header());
+            ExportHandle::renew_keys(e, self.file.header());
         }
     }
 
     /// Withdraws the export (peers of other hosts lose access).
     fn withdraw(&self) {
-        #[cfg(feature = "ofi")]
         self.export.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
@@ -179,7 +164,6 @@ impl LocalSegment {
                 Ok(file) => {
                     let inner = LocalInner::new(fabric, file, Role::Owner);
                     // A failed export drops the new object again (removing its file).
-                    #[cfg(feature = "ofi")]
                     inner.export_if_clustered()?;
                     return Ok(LocalSegment { inner });
                 }

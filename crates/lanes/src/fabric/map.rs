@@ -1,8 +1,9 @@
 //! Maps: a window of a segment in this process's address space, accessed by value only.
 //!
 //! Every method takes the `Window::Direct` branch first: on shared memory a map access is
-//! the same volatile load or store it always was. A `Window::Mirror` (a map of an object on
-//! another host) tracks writes and reads through (`transport::ofi::window`).
+//! one volatile load or store. A `Window::Tracked` (a map of an object on another host, or
+//! a group's write map across hosts) is told of every write and read, which it writes and
+//! reads through (`transport::TrackedMap`).
 
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use crate::platform::SharedSlice;
 /// Why an access to a range [`Map::at`] returned cannot fail: it checked bounds, alignment
 /// and (for stores) writability of exactly that access.
 const CHECKED: &str = "an access to a range the map checked";
-use crate::transport::Window;
+use crate::transport::{TrackedMap, Window};
 
 /// Whether a map may be written. Read-only maps are enforced by the page tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,10 +121,7 @@ impl Map {
         let load = || p.read::<T>(0).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => Ok(load()),
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.read_with(offset, size_of::<T>(), load),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.read_with(offset, size_of::<T>(), load),
+            Window::Tracked(m) => m.read_with(offset, size_of::<T>(), load),
         }
     }
 
@@ -137,10 +135,7 @@ impl Map {
                 store();
                 Ok(())
             }
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.tracked(offset, size_of::<T>(), store),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.tracked(offset, size_of::<T>(), store),
+            Window::Tracked(m) => m.tracked(offset, size_of::<T>(), store),
         }
     }
 
@@ -152,10 +147,7 @@ impl Map {
         let load = || p.load_acquire_u64(0).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => Ok(load()),
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.read_with(offset, 8, load),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.read_with(offset, 8, load),
+            Window::Tracked(m) => m.read_with(offset, 8, load),
         }
     }
 
@@ -170,10 +162,7 @@ impl Map {
                 store();
                 Ok(())
             }
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.release(offset, &value.to_ne_bytes(), store),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.release(offset, &value.to_ne_bytes(), store),
+            Window::Tracked(m) => m.release(offset, &value.to_ne_bytes(), store),
         }
     }
 
@@ -184,10 +173,7 @@ impl Map {
         let load = || p.load_acquire_u32(0).expect(CHECKED);
         match &self.window {
             Window::Direct(_) => Ok(load()),
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.read_with(offset, 4, load),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.read_with(offset, 4, load),
+            Window::Tracked(m) => m.read_with(offset, 4, load),
         }
     }
 
@@ -201,10 +187,7 @@ impl Map {
                 store();
                 Ok(())
             }
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.release(offset, &value.to_ne_bytes(), store),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.release(offset, &value.to_ne_bytes(), store),
+            Window::Tracked(m) => m.release(offset, &value.to_ne_bytes(), store),
         }
     }
 
@@ -218,10 +201,7 @@ impl Map {
                 store();
                 Ok(())
             }
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.tracked(offset, src.len(), store),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.tracked(offset, src.len(), store),
+            Window::Tracked(m) => m.tracked(offset, src.len(), store),
         }
     }
 
@@ -230,7 +210,6 @@ impl Map {
     #[inline]
     pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         let p = self.at(offset, dst.len(), 1)?;
-        #[cfg(feature = "ofi")]
         let len = dst.len();
         let mut load = || p.copy_to(0, dst).expect(CHECKED);
         match &self.window {
@@ -238,10 +217,7 @@ impl Map {
                 load();
                 Ok(())
             }
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.read_with(offset, len, load),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.read_with(offset, len, load),
+            Window::Tracked(m) => m.read_with(offset, len, load),
         }
     }
 
@@ -254,10 +230,7 @@ impl Map {
                 store();
                 Ok(())
             }
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.tracked(offset, len, store),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.tracked(offset, len, store),
+            Window::Tracked(m) => m.tracked(offset, len, store),
         }
     }
 
@@ -292,10 +265,7 @@ impl Map {
                 memory::store_barrier();
                 Ok(())
             }
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.flush_checked(),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.flush_checked(),
+            Window::Tracked(m) => m.flush_checked(),
         }
     }
 
@@ -311,21 +281,15 @@ impl Map {
                 memory::store_barrier();
                 Ok(())
             }
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.refresh(offset, len),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.refresh(offset, len),
+            Window::Tracked(m) => m.refresh(offset, len),
         }
     }
 
     /// A sequence for checking bursts of PIO through this map (`SCICreateMapSequence`).
     pub fn sequence(&self) -> Sequence {
         match &self.window {
-            Window::Direct(_) => Sequence::new(self.origin.clone()),
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => Sequence::mirror(self.origin.clone(), m.sequence()),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => Sequence::mirror(self.origin.clone(), m.sequence()),
+            Window::Direct(_) => Sequence::new(self.origin.clone(), None),
+            Window::Tracked(m) => Sequence::new(self.origin.clone(), Some(m.sequence())),
         }
     }
 }

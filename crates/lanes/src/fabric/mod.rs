@@ -7,13 +7,13 @@
 
 mod data_interrupt;
 mod dma;
-mod dma_engine;
+pub(crate) mod dma_engine;
 mod events;
 mod interrupt;
 mod local;
 mod map;
 mod reflective;
-mod remote;
+pub(crate) mod remote;
 mod sequence;
 mod slot_tracker;
 mod status;
@@ -44,6 +44,7 @@ use crate::platform::liveness::{self, ProcessIdentity, ProcessRecord};
 use crate::transport::shm::layout::kind;
 use crate::transport::shm::remote::ShmTransport;
 use crate::transport::shm::FabricPaths;
+use crate::transport::{HostTransport, Hosts, ProgressPoll};
 
 /// How long a blocking call may wait: a bound, or for ever.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,8 +101,7 @@ pub(crate) struct FabricInner {
     /// The cluster this host is part of, if any.
     pub(crate) cluster: Option<crate::config::ClusterMembership>,
     /// How this process reaches objects of other hosts, and exports its own to them.
-    #[cfg(feature = "ofi")]
-    pub(crate) ofi: Option<crate::transport::ofi::transport::OfiTransport>,
+    pub(crate) hosts: Option<Hosts>,
     _record: Arc<ProcessRecord>,
 }
 
@@ -112,8 +112,8 @@ impl FabricInner {
     }
 
     /// The spin phase of a library wait (an interrupt's or a data interrupt's), driving the
-    /// transport's progress from the waiting thread when this process already has an ofi
-    /// endpoint: a trigger or message from another host is then counted by the waiter itself
+    /// progress of the transport to other hosts from the waiting thread when this process
+    /// already has what it drives (`HostTransport::driver`): a trigger or message from another host is then counted by the waiter itself
     /// instead of by the service thread (after a wake-up, or with `progress = "poll"` up to
     /// an interval later). Checks `check` and `abort` between polls for up to `poll`, never
     /// past `deadline`. A wait that cannot be driven (no endpoint, no spin time, a deadline
@@ -126,20 +126,20 @@ impl FabricInner {
         mut abort: impl FnMut() -> Option<E>,
     ) -> DrivenSpin<T, E> {
         // The condition first: a waiter whose trigger is already there looks nothing up.
-        #[cfg(feature = "ofi")]
-        if let Some(v) = check() {
-            return DrivenSpin::Found(v);
+        if Hosts::AVAILABLE {
+            if let Some(v) = check() {
+                return DrivenSpin::Found(v);
+            }
         }
-        #[cfg(feature = "ofi")]
-        if let Some(ep) = self.ofi.as_ref().and_then(|o| o.open_endpoint()) {
+        if let Some(hosts) = &self.hosts {
             let now = Instant::now();
             let until = deadline.map_or(now + poll, |d| d.min(now + poll));
             if poll.is_zero() || until <= now {
                 return DrivenSpin::Undriven;
             }
-            let driver = crate::transport::ofi::endpoint::SpinDriver::new(ep);
+            let Some(driver) = hosts.driver() else { return DrivenSpin::Undriven };
             loop {
-                driver.poll();
+                ProgressPoll::poll(&driver);
                 if let Some(v) = check() {
                     return DrivenSpin::Found(v);
                 }
@@ -157,8 +157,6 @@ impl FabricInner {
 }
 
 /// How [`FabricInner::spin_driving_progress`] ended.
-// Without the ofi transport nothing drives a spin: only `Undriven` is made.
-#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
 pub(crate) enum DrivenSpin<T, E> {
     Found(T),
     Aborted(E),
@@ -216,14 +214,8 @@ impl Fabric {
         let record = register(&paths, config.node_id)?;
         let identity = record.identity();
         let shm = ShmTransport::new(paths.clone(), identity, config.node_id.get());
-        #[cfg(feature = "ofi")]
-        let ofi = match &config.cluster {
-            Some(m) => Some(crate::transport::ofi::transport::OfiTransport::new(
-                m.clone(),
-                paths.clone(),
-                config.node_id.get(),
-                identity,
-            )?),
+        let hosts = match &config.cluster {
+            Some(m) => Hosts::open(m, &paths, config.node_id.get(), identity)?,
             None => None,
         };
         Ok(Fabric {
@@ -233,8 +225,7 @@ impl Fabric {
                 paths,
                 shm,
                 cluster: config.cluster,
-                #[cfg(feature = "ofi")]
-                ofi,
+                hosts,
                 _record: record,
             }),
         })
@@ -350,19 +341,10 @@ impl Fabric {
     /// thread itself instead of after a wake-up of the service thread. The holder must call
     /// [`ProgressDriver::poll`] in its loop and drop the driver before it blocks or does
     /// anything else for long, since nothing else places remote writes meanwhile. On one
-    /// host (or without the `ofi` feature, or before anything was exported or connected
-    /// across hosts) `poll` does nothing.
+    /// host (or in a build without a transport to other hosts, or before anything was
+    /// exported or connected across hosts) `poll` does nothing.
     pub fn progress_driver(&self) -> ProgressDriver {
-        #[cfg(feature = "ofi")]
-        if let Some(ofi) = &self.inner.ofi {
-            if let Some(ep) = ofi.open_endpoint() {
-                return ProgressDriver { driver: Some(crate::transport::ofi::endpoint::SpinDriver::new(ep)) };
-            }
-        }
-        ProgressDriver {
-            #[cfg(feature = "ofi")]
-            driver: None,
-        }
+        ProgressDriver { driver: self.inner.hosts.as_ref().and_then(HostTransport::driver) }
     }
 
     /// The host serving `node` when that is another host of this fabric's cluster (its
@@ -415,30 +397,23 @@ impl Fabric {
 /// Drives the progress of the transport to other hosts from the thread that holds it; see
 /// [`Fabric::progress_driver`].
 pub struct ProgressDriver {
-    #[cfg(feature = "ofi")]
-    driver: Option<crate::transport::ofi::endpoint::SpinDriver>,
+    driver: Option<<Hosts as HostTransport>::Driver>,
 }
 
 impl ProgressDriver {
     /// Reads the transport's completion queues once and dispatches what they held (remote
     /// writes placed, remote interrupts counted, own operations completed); returns how many
-    /// entries it read. Costs a system call or two on tcp;ofi_rxm, as `fi_cq_read` does.
+    /// entries it read. Costs a system call or two on a tcp provider, as reading a completion
+    /// queue does there.
     #[inline]
     pub fn poll(&self) -> usize {
-        #[cfg(feature = "ofi")]
-        if let Some(d) = &self.driver {
-            return d.poll();
-        }
-        0
+        self.driver.as_ref().map_or(0, ProgressPoll::poll)
     }
 }
 
 impl std::fmt::Debug for ProgressDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        #[cfg(feature = "ofi")]
         let active = self.driver.is_some();
-        #[cfg(not(feature = "ofi"))]
-        let active = false;
         f.debug_struct("ProgressDriver").field("active", &active).finish()
     }
 }

@@ -146,8 +146,8 @@ fn check_group_range(offset: u64, size: u64, bytes: u64) -> Result<()> {
 #[cfg(feature = "ofi")]
 fn fanout_map(fan: &Arc<Fanout>, offset: u64, size: u64, origin: MapOrigin) -> Result<Map> {
     use crate::transport::ofi::reflective::FanoutWindow;
-    use crate::transport::Window;
-    let window = Window::Fanout(FanoutWindow::new(fan.clone(), offset, size)?);
+    use crate::transport::{TrackedWindow, Window};
+    let window = Window::Tracked(TrackedWindow::Fanout(FanoutWindow::new(fan.clone(), offset, size)?));
     Ok(Map::new(window, offset, MapAccess::ReadWrite, origin))
 }
 
@@ -195,7 +195,7 @@ impl ReflectiveGroup {
             NodeId::new(r)?;
         }
         #[cfg(feature = "ofi")]
-        if let Some(ofi) = &fabric.ofi {
+        if let Some(ofi) = &fabric.hosts {
             return Self::create_across(fabric, ofi, group, size, receivers);
         }
         let _lock = group_lock(fabric)?;
@@ -535,7 +535,7 @@ impl ReflectiveMember {
         let mut pause = Duration::from_micros(200);
         loop {
             #[cfg(feature = "ofi")]
-            if let Some(ofi) = &fabric.ofi {
+            if let Some(ofi) = &fabric.hosts {
                 if let Some(node) = across::creator_of(fabric, group)? {
                     match Self::join_across(fabric, ofi, node, group) {
                         Err(Error::NoSuchSegment { .. } | Error::NotAvailable { .. }) => {}
@@ -544,7 +544,7 @@ impl ReflectiveMember {
                 }
             }
             #[cfg(feature = "ofi")]
-            let single_host = fabric.ofi.is_none();
+            let single_host = fabric.hosts.is_none();
             #[cfg(not(feature = "ofi"))]
             let single_host = true;
             if let Some(&(node, _)) = live_groups(fabric).iter().find(|&&(_, id)| id == group && single_host) {
@@ -606,7 +606,7 @@ impl ReflectiveMember {
         let addr = ObjectAddr { kind: kind::REFLECTIVE, node, id: group };
         let remote = ofi.connect(addr, Timeout::Immediate)?;
         let conn = remote.conn().clone();
-        let seg = RemoteSegment::from_ofi(fabric, remote);
+        let seg = RemoteSegment::over(fabric, crate::transport::RemoteHandle::Ofi(remote));
         let (fan, fd) = Fanout::join(conn.clone(), conn.slot, fabric.node.get())?;
         // The member's fan-out lives with its connection (DMA through it goes through it).
         let _ = seg.inner.group.set(fan.clone());

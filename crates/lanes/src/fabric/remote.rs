@@ -10,8 +10,10 @@ use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
 use crate::transport::shm::layout::kind;
 use crate::transport::shm::remote::ShmRemote;
+use crate::transport::{
+    GroupFanout, HostTransport, ObjectAddr, RemoteHandle, RemoteObject, Transport, NO_HOST_TRANSPORT,
+};
 pub use crate::transport::{LossReason, RemoteState};
-use crate::transport::{ObjectAddr, RemoteHandle, RemoteObject, Transport};
 
 /// A connection to another node's segment. Dropping it disconnects.
 #[derive(Debug)]
@@ -28,8 +30,7 @@ pub(crate) struct RemoteInner {
     poll: events::PollTime,
     /// A member's connection to a reflective group spanning hosts: the member's fan-out,
     /// through which DMA reaches every member's copy (set once, by the join).
-    #[cfg(feature = "ofi")]
-    pub(crate) group: std::sync::OnceLock<Arc<crate::transport::ofi::reflective::Fanout>>,
+    pub(crate) group: std::sync::OnceLock<Arc<GroupFanout>>,
 }
 
 impl std::fmt::Debug for RemoteInner {
@@ -51,21 +52,22 @@ impl RemoteSegment {
         Ok(Self::over(fabric, Self::reach(fabric, addr, timeout)?))
     }
 
-    /// A segment over the connection `remote`, operational.
-    fn over(fabric: &Arc<FabricInner>, remote: RemoteHandle) -> RemoteSegment {
+    /// A segment over the connection `remote` (made by the caller: a reflective group's
+    /// member reaches its group's object this way, whichever host the creator is on),
+    /// operational.
+    pub(crate) fn over(fabric: &Arc<FabricInner>, remote: RemoteHandle) -> RemoteSegment {
         let inner = Arc::new(RemoteInner {
             fabric: fabric.clone(),
             remote,
             reported: Mutex::new(RemoteState::Operational),
             poll: events::PollTime::new(),
-            #[cfg(feature = "ofi")]
             group: Default::default(),
         });
         RemoteSegment { inner }
     }
 
-    /// Connects through the transport that reaches `addr.node`: shm on this host, ofi for
-    /// another host of the cluster. Reflective groups are joined here only on one host
+    /// Connects through the transport that reaches `addr.node`: shm on this host, the
+    /// transport to other hosts for another host of the cluster. Reflective groups are joined here only on one host
     /// (a cluster's members connect through `ReflectiveMember::join`).
     fn reach(fabric: &Arc<FabricInner>, addr: ObjectAddr, timeout: Timeout) -> Result<RemoteHandle> {
         let remote = addr.kind != kind::REFLECTIVE && fabric.cluster.as_ref().is_some_and(|c| c.is_remote(addr.node));
@@ -87,26 +89,16 @@ impl RemoteSegment {
         if !remote {
             return Ok(RemoteHandle::Shm(fabric.shm.connect(addr, timeout)?));
         }
-        #[cfg(feature = "ofi")]
-        if let Some(ofi) = &fabric.ofi {
-            return Ok(RemoteHandle::Ofi(ofi.connect(addr, timeout)?));
+        if let Some(hosts) = &fabric.hosts {
+            return hosts.connect_remote(addr, timeout);
         }
-        Err(Error::IllegalOperation("the node is on another host and this build has no ofi transport (feature `ofi`)"))
-    }
-
-    /// A connection over ofi made by the caller (a reflective group's member reaches its
-    /// group's object this way, whichever host the creator is on).
-    #[cfg(feature = "ofi")]
-    pub(crate) fn from_ofi(
-        fabric: &Arc<FabricInner>,
-        remote: crate::transport::ofi::remote::OfiRemote,
-    ) -> RemoteSegment {
-        Self::over(fabric, RemoteHandle::Ofi(remote))
+        Err(Error::IllegalOperation(NO_HOST_TRANSPORT))
     }
 
     /// A segment connected through `remote` (made by the caller), for in-crate tests of a
     /// transport below the fabric.
-    #[cfg(all(test, feature = "ofi"))]
+    #[cfg(test)]
+    #[allow(dead_code)] // only the tests of a transport to other hosts make their own
     pub(crate) fn from_handle(fabric: &super::Fabric, remote: RemoteHandle) -> RemoteSegment {
         Self::over(&fabric.inner, remote)
     }
@@ -141,7 +133,6 @@ impl RemoteSegment {
         self.check()?;
         // A member's connection to a group spanning hosts reaches the creator's copy (and
         // the roster after the group's bytes) only; the member's maps are the group's.
-        #[cfg(feature = "ofi")]
         if self.inner.group.get().is_some() {
             return Err(Error::IllegalOperation(
                 "maps of a reflective group spanning hosts are its member's read and write maps",
@@ -199,13 +190,10 @@ impl RemoteInner {
     }
 
     /// The shm connection of a member of a single-host reflective group (members of a
-    /// cluster's groups never call this: they hold an ofi connection).
+    /// cluster's groups never call this: they hold a connection of the transport to other
+    /// hosts).
     pub(crate) fn shm(&self) -> &ShmRemote {
-        match &self.remote {
-            RemoteHandle::Shm(r) => r,
-            #[cfg(feature = "ofi")]
-            RemoteHandle::Ofi(_) => unreachable!("cluster reflective groups are reached over ofi"),
-        }
+        self.remote.as_shm().expect("single-host reflective groups are reached over shm")
     }
 
     pub(crate) fn poll_time(&self) -> Duration {

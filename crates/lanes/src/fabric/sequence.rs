@@ -2,6 +2,7 @@
 
 use super::map::MapOrigin;
 use super::remote::RemoteState;
+use crate::transport::{MapSequence, TrackedSequence};
 
 /// The outcome of [`Sequence::start`] or [`Sequence::check`] (`sci_sequence_status_t`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,23 +25,15 @@ pub enum SequenceStatus {
 #[derive(Debug, Clone)]
 pub struct Sequence {
     origin: MapOrigin,
-    #[cfg(feature = "ofi")]
-    mirror: Option<crate::transport::ofi::window::MirrorSequence>,
+    /// The sequence of a tracked window (a map of an object on another host).
+    tracked: Option<TrackedSequence>,
 }
 
 impl Sequence {
-    pub(crate) fn new(origin: MapOrigin) -> Self {
-        Sequence {
-            origin,
-            #[cfg(feature = "ofi")]
-            mirror: None,
-        }
-    }
-
-    /// The sequence of a map of an object on another host.
-    #[cfg(feature = "ofi")]
-    pub(crate) fn mirror(origin: MapOrigin, mirror: crate::transport::ofi::window::MirrorSequence) -> Self {
-        Sequence { origin, mirror: Some(mirror) }
+    /// A sequence of a map of `origin`, checked through `tracked` when the map's window is
+    /// tracked.
+    pub(crate) fn new(origin: MapOrigin, tracked: Option<TrackedSequence>) -> Self {
+        Sequence { origin, tracked }
     }
 
     fn status(&self) -> SequenceStatus {
@@ -55,18 +48,16 @@ impl Sequence {
 
     /// Starts a burst (`SCIStartSequence`).
     pub fn start(&self) -> SequenceStatus {
-        #[cfg(feature = "ofi")]
-        if let Some(m) = &self.mirror {
-            return m.start();
+        if let Some(m) = &self.tracked {
+            return MapSequence::start(m);
         }
         self.status()
     }
 
     /// Ends a burst: were all accesses since `start` good? (`SCICheckSequence`)
     pub fn check(&self) -> SequenceStatus {
-        #[cfg(feature = "ofi")]
-        if let Some(m) = &self.mirror {
-            return m.check();
+        if let Some(m) = &self.tracked {
+            return MapSequence::check(m);
         }
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         self.status()

@@ -2,38 +2,50 @@
 //!
 //! Local objects are always shm files (their owner creates them in its fabric directory);
 //! a transport is *how a remote object is reached*. The contract between the fabric model
-//! (layer 3) and a transport is two traits:
+//! (layer 3) and a transport:
 //!
 //! - `Transport` connects to object (kind, node, id) and hands back a
 //! - `RemoteObject`: the connection. It knows what it is connected to (`ObjectInfo`),
 //!   reports its `RemoteState` cheaply, rings a doorbell on every state change, opens
 //!   `Window`s on the object's data, and delivers interrupts (`RemoteObject::trigger`)
 //!   and data interrupts (`RemoteObject::send`).
+//! - `TrackedMap`: a window the map writes and reads through (not the object's memory),
+//!   and its `MapSequence`, which a `Sequence` of such a map checks.
+//! - `HostTransport`: the transport to other hosts of a cluster, which also exports this
+//!   process's objects (`ExportHandle`) and drives its own progress (`ProgressPoll`).
+//! - `dma`: what the DMA engine hands to a transport instead of copying (`DmaPipe`,
+//!   `DmaFar`).
 //!
 //! What stays in the fabric: the public objects and their argument checks, event reporting
-//! (which state was last reported), callbacks, sequences and the DMA engine.
+//! (which state was last reported), callbacks, sequences, the DMA engine's queues and
+//! copies, and the cluster side of reflective groups (`fabric::reflective`, feature `ofi`).
 //!
 //! The fabric does not hold a `dyn RemoteObject`: it dispatches through the closed enum
 //! `RemoteHandle`, one variant per transport, so the shm branch inlines and a
-//! `Window::Direct` is accessed with the same volatile loads and stores as before there
-//! was a trait. The cross-host transport over libfabric is being built beside shm as `ofi`
-//! (cargo feature `ofi`; docs/design/multi-host.md, section 15, stage 4): its connections
-//! are `RemoteHandle::Ofi` and its maps `Window::Mirror`.
+//! `Window::Direct` is accessed with plain volatile loads and stores. The cross-host
+//! transport over libfabric is `ofi` (cargo feature `ofi`): its connections are
+//! `RemoteHandle::Ofi` and its maps `Window::Tracked` (a [`TrackedMap`]). DMA has a
+//! contract of its own (`dma`).
 
+pub(crate) mod dma;
 #[cfg(feature = "ofi")]
 pub mod ofi;
 pub mod shm;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::ClusterMembership;
 use crate::error::{Error, Result};
-use crate::fabric::{MapAccess, Timeout};
+use crate::fabric::{MapAccess, SequenceStatus, Timeout};
 use crate::platform::doorbell::Doorbell;
 use crate::platform::liveness::ProcessIdentity;
 use crate::platform::SharedSlice;
-use crate::transport::shm::segment_file::DataMapping;
+use crate::transport::shm::layout::HeaderView;
+use crate::transport::shm::segment_file::{DataMapping, SegmentFile};
+use crate::transport::shm::FabricPaths;
 
 /// Why a connection is lost for good.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,19 +124,17 @@ pub(crate) struct ObjectInfo {
 /// A window of a remote object's data in this process's address space.
 ///
 /// `Direct` is the object's own memory, mapped (shm): stores are the peer's stores, a flush
-/// is a store barrier. `Mirror` (ofi) is private memory of this process written through to
-/// the object by RMA: the map's methods track what they write and read through
-/// (`ofi::window`). The `Direct` arm stays first in every match: it is the inlined fast path.
+/// is a store barrier. `Tracked` is memory of this process written through to the object
+/// (with feature `ofi`: a mirror window of an object on another host, or the write map of a
+/// reflective group spanning hosts): the map's methods tell it what they write and read
+/// through ([`TrackedMap`]). The `Direct` arm stays first in every match: it is the inlined
+/// fast path.
 #[derive(Debug)]
 pub(crate) enum Window {
     Direct(DataMapping),
-    #[cfg(feature = "ofi")]
-    Mirror(ofi::window::MirrorWindow),
-    /// The write map of a reflective group spanning hosts: stores land in this process's
-    /// copy of the group and barriers post them to every other member's copy
-    /// (`ofi::reflective`).
-    #[cfg(feature = "ofi")]
-    Fanout(ofi::reflective::FanoutWindow),
+    /// Opened by the transports of other hosts only.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    Tracked(TrackedWindow),
 }
 
 impl Window {
@@ -133,24 +143,17 @@ impl Window {
     pub fn slice(&self) -> SharedSlice<'_> {
         match self {
             Window::Direct(m) => m.slice(),
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.slice(),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.slice(),
+            Window::Tracked(m) => m.slice(),
         }
     }
 
-    /// The window's first byte, handed to a program for its own loads and stores: a mirror
-    /// window switches to shadow mode (its barriers post what changed); a group's write map
-    /// hands out a private buffer whose changes its barriers fan out.
+    /// The window's first byte, handed to a program for its own loads and stores: a tracked
+    /// window then finds what changed by itself (`TrackedMap::as_ptr`).
     #[inline(always)]
     pub fn as_ptr(&self) -> *mut u8 {
         match self {
             Window::Direct(m) => m.as_ptr(),
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.as_ptr(),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.as_ptr(),
+            Window::Tracked(m) => m.as_ptr(),
         }
     }
 
@@ -159,37 +162,148 @@ impl Window {
     pub fn len(&self) -> usize {
         match self {
             Window::Direct(m) => m.len(),
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.len(),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.len(),
+            Window::Tracked(m) => m.len(),
         }
     }
 
     /// Orders every earlier store through the window before every later one
-    /// (`SCIStoreBarrier`); a mirror window posts what was written, in order.
+    /// (`SCIStoreBarrier`); a tracked window posts what was written, in order.
     #[inline]
     pub fn store_barrier(&self) {
         match self {
             Window::Direct(_) => crate::platform::memory::store_barrier(),
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.barrier(),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.barrier(),
+            Window::Tracked(m) => m.barrier(),
         }
     }
 
     /// Makes every earlier store through the window visible to the object's owner and its
-    /// other peers before any later one (`SCIFlush`); a mirror window also waits (bounded)
+    /// other peers before any later one (`SCIFlush`); a tracked window also waits (bounded)
     /// until its writes are delivered, remembering failures for sequences.
     #[inline]
     pub fn flush(&self) {
         match self {
             Window::Direct(_) => crate::platform::memory::store_barrier(),
-            #[cfg(feature = "ofi")]
-            Window::Mirror(m) => m.flush(),
-            #[cfg(feature = "ofi")]
-            Window::Fanout(m) => m.flush(),
+            Window::Tracked(m) => m.flush(),
+        }
+    }
+}
+
+/// A window written through to its object (`Window::Tracked`): private memory of this
+/// process whose accesses the map reports, so that writes are posted and reads fetched.
+pub(crate) trait TrackedMap: std::fmt::Debug + Send + Sync {
+    /// What checks a burst of PIO through the window.
+    type Sequence: MapSequence;
+
+    /// The window's bytes, for the map's own accesses (no side effects).
+    fn slice(&self) -> SharedSlice<'_>;
+
+    /// The window's first byte, handed to a program for its own loads and stores: from then
+    /// on the window finds what changed itself (at barriers, flushes and periodically).
+    fn as_ptr(&self) -> *mut u8;
+
+    /// Bytes in the window.
+    fn len(&self) -> usize;
+
+    /// Posts what was written since the last barrier, in order, without waiting.
+    fn barrier(&self);
+
+    /// A barrier, then a bounded wait until every write is delivered; a failure is
+    /// remembered for [`TrackedMap::flush_checked`] and sequences.
+    fn flush(&self);
+
+    /// `store` wrote `len` bytes at `offset` of the window (in its bytes): track them.
+    fn tracked(&self, offset: usize, len: usize, store: impl FnOnce()) -> Result<()>;
+
+    /// A release store of `bytes` at `offset` (`store` puts them in the window): a barrier,
+    /// then the word as its own write.
+    fn release(&self, offset: usize, bytes: &[u8], store: impl FnOnce()) -> Result<()>;
+
+    /// Reads `len` bytes at `offset` from the object into the window, then `load`s them.
+    fn read_with<T>(&self, offset: usize, len: usize, load: impl FnOnce() -> T) -> Result<T>;
+
+    /// A flush, then `Err` if a write or read failed since the previous `flush_checked`.
+    fn flush_checked(&self) -> Result<()>;
+
+    /// Makes `len` bytes at `offset` of the window current (`SCICacheSync`).
+    fn refresh(&self, offset: usize, len: usize) -> Result<()>;
+
+    /// A sequence over the window, started now.
+    fn sequence(&self) -> Self::Sequence;
+}
+
+/// Checks bursts of PIO through a tracked window ([`crate::fabric::Sequence`]).
+pub(crate) trait MapSequence: Clone + std::fmt::Debug + Send + Sync {
+    /// Starts a burst (`SCIStartSequence`).
+    fn start(&self) -> SequenceStatus;
+
+    /// Ends a burst: did every access since `start` reach the object? (`SCICheckSequence`)
+    fn check(&self) -> SequenceStatus;
+}
+
+#[cfg(not(feature = "ofi"))]
+pub(crate) use direct_only::{TrackedSequence, TrackedWindow};
+#[cfg(feature = "ofi")]
+pub(crate) use ofi::window::{TrackedSequence, TrackedWindow};
+
+/// A build whose only transport is shm maps every object directly: no window is tracked.
+#[cfg(not(feature = "ofi"))]
+mod direct_only {
+    use super::{MapSequence, SequenceStatus, TrackedMap};
+    use crate::error::Result;
+    use crate::platform::SharedSlice;
+
+    /// No tracked window exists.
+    #[derive(Debug)]
+    pub(crate) enum TrackedWindow {}
+
+    /// The sequence of a tracked window: never made, as there is none.
+    #[derive(Clone, Debug)]
+    pub(crate) struct TrackedSequence {}
+
+    impl TrackedMap for TrackedWindow {
+        type Sequence = TrackedSequence;
+
+        fn slice(&self) -> SharedSlice<'_> {
+            match *self {}
+        }
+        fn as_ptr(&self) -> *mut u8 {
+            match *self {}
+        }
+        fn len(&self) -> usize {
+            match *self {}
+        }
+        fn barrier(&self) {
+            match *self {}
+        }
+        fn flush(&self) {
+            match *self {}
+        }
+        fn tracked(&self, _offset: usize, _len: usize, _store: impl FnOnce()) -> Result<()> {
+            match *self {}
+        }
+        fn release(&self, _offset: usize, _bytes: &[u8], _store: impl FnOnce()) -> Result<()> {
+            match *self {}
+        }
+        fn read_with<T>(&self, _offset: usize, _len: usize, _load: impl FnOnce() -> T) -> Result<T> {
+            match *self {}
+        }
+        fn flush_checked(&self) -> Result<()> {
+            match *self {}
+        }
+        fn refresh(&self, _offset: usize, _len: usize) -> Result<()> {
+            match *self {}
+        }
+        fn sequence(&self) -> TrackedSequence {
+            match *self {}
+        }
+    }
+
+    impl MapSequence for TrackedSequence {
+        fn start(&self) -> SequenceStatus {
+            SequenceStatus::Ok
+        }
+        fn check(&self) -> SequenceStatus {
+            SequenceStatus::Ok
         }
     }
 }
@@ -271,6 +385,17 @@ macro_rules! dispatch {
     };
 }
 
+impl RemoteHandle {
+    /// The shm connection, if that is what this is.
+    pub(crate) fn as_shm(&self) -> Option<&shm::remote::ShmRemote> {
+        match self {
+            RemoteHandle::Shm(r) => Some(r),
+            #[cfg(feature = "ofi")]
+            RemoteHandle::Ofi(_) => None,
+        }
+    }
+}
+
 impl RemoteObject for RemoteHandle {
     #[inline(always)]
     fn info(&self) -> &ObjectInfo {
@@ -302,6 +427,128 @@ impl RemoteObject for RemoteHandle {
 
     fn disconnect(&self) {
         dispatch!(self, r => r.disconnect())
+    }
+}
+
+/// The transport that reaches the objects of other hosts of a cluster and exports this
+/// process's objects to them: the fabric holds one when its configuration names a cluster.
+/// With feature `ofi` it is `ofi::transport::OfiTransport`; a build without has none
+/// ([`Hosts`] is then a type with no values).
+pub(crate) trait HostTransport: Send + Sync + Sized + std::fmt::Debug {
+    /// What keeps one local object exported; dropping it withdraws the export.
+    type Export: ExportHandle;
+    /// What drives the transport's progress from a spinning thread while it lives.
+    type Driver: ProgressPoll;
+
+    /// Whether the build has one (false: [`HostTransport::open`] gives none).
+    const AVAILABLE: bool;
+
+    /// The transport of a process acting as `node` on the host `membership` names; `None`
+    /// in a build without one.
+    fn open(
+        membership: &ClusterMembership,
+        paths: &FabricPaths,
+        node: u32,
+        identity: ProcessIdentity,
+    ) -> Result<Option<Self>>;
+
+    /// Connects to `addr` on another host (as [`Transport::connect`]).
+    fn connect_remote(&self, addr: ObjectAddr, timeout: Timeout) -> Result<RemoteHandle>;
+
+    /// Exports the object of `file` (segments, interrupts, data interrupts and reflective
+    /// groups; `None` for other kinds) to the other hosts. `renew` runs on the transport's
+    /// service thread every tick while the export lives (it should call
+    /// [`ExportHandle::renew_keys`]).
+    fn export_object(&self, file: &SegmentFile, renew: Arc<dyn Fn() + Send + Sync>) -> Result<Option<Self::Export>>;
+
+    /// A driver of the transport's progress, when the process already has what it drives
+    /// (something was exported or connected across hosts).
+    fn driver(&self) -> Option<Self::Driver>;
+}
+
+/// An export of a local object to other hosts.
+pub(crate) trait ExportHandle: Send + Sync + std::fmt::Debug {
+    /// Revokes the keys of the connection slots of `header` whose claim is over: nothing
+    /// their holders send can land once this returned.
+    fn renew_keys(&self, header: &HeaderView);
+}
+
+/// Drives a transport's progress from the thread that holds it.
+pub(crate) trait ProgressPoll {
+    /// Reads the transport's completion queues once and dispatches what they held; returns
+    /// how many entries it read.
+    fn poll(&self) -> usize;
+}
+
+/// Why an object of another host cannot be reached: the fabric has no transport to it.
+pub(crate) const NO_HOST_TRANSPORT: &str =
+    "the node is on another host and this build has no ofi transport (feature `ofi`)";
+
+#[cfg(not(feature = "ofi"))]
+pub(crate) use no_hosts::{GroupFanout, Hosts};
+#[cfg(feature = "ofi")]
+pub(crate) use ofi::{reflective::Fanout as GroupFanout, transport::OfiTransport as Hosts};
+
+/// A build without a transport to other hosts.
+#[cfg(not(feature = "ofi"))]
+mod no_hosts {
+    use std::sync::Arc;
+
+    use super::{ExportHandle, HostTransport, ObjectAddr, ProgressPoll, RemoteHandle};
+    use crate::config::ClusterMembership;
+    use crate::error::Result;
+    use crate::fabric::Timeout;
+    use crate::platform::liveness::ProcessIdentity;
+    use crate::transport::shm::layout::HeaderView;
+    use crate::transport::shm::segment_file::SegmentFile;
+    use crate::transport::shm::FabricPaths;
+
+    /// No transport to other hosts exists: none is ever opened.
+    #[derive(Debug)]
+    pub(crate) enum Hosts {}
+
+    /// No export exists.
+    #[derive(Debug)]
+    pub(crate) enum NoExport {}
+
+    /// No reflective group spans hosts: a member's connection never has a fan-out.
+    #[derive(Debug)]
+    pub(crate) enum GroupFanout {}
+
+    /// No driver exists.
+    #[derive(Debug)]
+    pub(crate) enum NoDriver {}
+
+    impl HostTransport for Hosts {
+        type Export = NoExport;
+        type Driver = NoDriver;
+
+        const AVAILABLE: bool = false;
+
+        fn open(_: &ClusterMembership, _: &FabricPaths, _: u32, _: ProcessIdentity) -> Result<Option<Self>> {
+            Ok(None)
+        }
+        fn connect_remote(&self, _: ObjectAddr, _: Timeout) -> Result<RemoteHandle> {
+            match *self {}
+        }
+        fn export_object(&self, _: &SegmentFile, _: Arc<dyn Fn() + Send + Sync>) -> Result<Option<NoExport>> {
+            match *self {}
+        }
+        fn driver(&self) -> Option<NoDriver> {
+            match *self {}
+        }
+    }
+
+    impl ExportHandle for NoExport {
+        fn renew_keys(&self, _: &HeaderView) {
+            match *self {}
+        }
+    }
+
+    impl ProgressPoll for NoDriver {
+        fn poll(&self) -> usize {
+            match *self {}
+        }
     }
 }
 

@@ -605,6 +605,13 @@ impl Drop for ProcessEndpoint {
 /// as it does for [`ProcessEndpoint::wait_until`], so a ping-pong has one thread per side.
 pub(crate) struct SpinDriver(Arc<ProcessEndpoint>);
 
+impl crate::transport::ProgressPoll for SpinDriver {
+    #[inline]
+    fn poll(&self) -> usize {
+        SpinDriver::poll(self)
+    }
+}
+
 impl SpinDriver {
     pub(crate) fn new(ep: Arc<ProcessEndpoint>) -> SpinDriver {
         ep.spinners.fetch_add(1, Ordering::AcqRel);

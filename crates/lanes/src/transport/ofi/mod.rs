@@ -8,11 +8,13 @@
 //! - [`remote`]: a connection; [`window`]: its maps (mirror windows);
 //! - [`node_watch`]: what connections learn from the daemon (host states, grant notices);
 //! - [`notify`]: interrupts and data interrupts as CQ-data doorbells;
-//! - [`rma`]: DMA queues posting RMA;
+//! - [`rma`]: registering DMA's local side, posting one RMA operation;
+//! - [`dma_pipe`]: the DMA pipe: queues' RMA and group transfers in flight;
 //! - [`reflective`]: reflective groups spanning hosts (replicas, rosters, fan-out writes).
 //!
 //! Still open (docs/design/multi-host.md, section 15): the benchmark (stage 7).
 
+pub(crate) mod dma_pipe;
 pub(crate) mod endpoint;
 pub(crate) mod export;
 pub(crate) mod fence;

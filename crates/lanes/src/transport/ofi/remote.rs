@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::endpoint::{Op, ProcessEndpoint, RemoteRange};
 use super::fi;
 use super::notify::Notifier;
-use super::window::MirrorWindow;
+use super::window::{MirrorWindow, TrackedWindow};
 use crate::error::{Error, Result};
 use crate::fabric::{MapAccess, Timeout};
 use crate::platform::doorbell::Doorbell;
@@ -232,7 +232,7 @@ impl RemoteObject for OfiRemote {
 
     /// A mirror window (`super::window`), filled from the object before it is returned.
     fn window(&self, offset: u64, len: u64, access: MapAccess) -> Result<Window> {
-        MirrorWindow::open(&self.0, offset, len, access).map(Window::Mirror)
+        MirrorWindow::open(&self.0, offset, len, access).map(|w| Window::Tracked(TrackedWindow::Mirror(w)))
     }
 
     /// One RMA write, not waited for (`super::notify`); fails if an earlier one failed.

@@ -1,7 +1,7 @@
 //! The ofi side of DMA as RMA (docs/design/multi-host.md, section 7): registering the local
 //! side of transfers ([`LocalReg`]), posting one operation ([`post`]) and the DMA channel's
 //! wait while operations are in flight ([`channel_wait`]). Queues, runs, depth, chunking,
-//! completion order and failures are the DMA engine's (fabric/dma_engine.rs, `rma_pipe`).
+//! completion order and failures are the DMA pipe's (`dma_pipe`).
 //!
 //! The local side is always registered, for local access only (`FI_READ | FI_WRITE`): a
 //! local segment's whole mapping once per queue and endpoint, caller memory once per

@@ -23,7 +23,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::endpoint::{open_process_endpoint, process_endpoint, EndpointSpec, ProcessEndpoint, RemoteRange};
+use super::endpoint::{
+    open_process_endpoint, process_endpoint, EndpointSpec, ProcessEndpoint, RemoteRange, SpinDriver,
+};
 use super::export::{Export, OwnerHooks};
 use super::fence;
 use super::fi;
@@ -44,7 +46,9 @@ use crate::transport::shm::layout::{kind, HeaderView, MAX_CONNECTIONS};
 use crate::transport::shm::remote::direct_mapping;
 use crate::transport::shm::segment_file::{DataMapping, SegmentFile};
 use crate::transport::shm::FabricPaths;
-use crate::transport::{connect_with_retry, ObjectAddr, ObjectInfo, Transport};
+use crate::transport::{
+    connect_with_retry, ExportHandle, HostTransport, ObjectAddr, ObjectInfo, RemoteHandle, Transport,
+};
 
 /// How long one call to the daemon may take when the caller gave no bound.
 const DAEMON_CALL: Duration = Duration::from_secs(5);
@@ -273,6 +277,52 @@ impl Transport for OfiTransport {
     fn connect(&self, addr: ObjectAddr, timeout: Timeout) -> Result<OfiRemote> {
         let mut client = None;
         connect_with_retry(addr, timeout, || self.try_connect(addr, timeout, &mut client))
+    }
+}
+
+impl HostTransport for OfiTransport {
+    type Export = Exported;
+    type Driver = SpinDriver;
+
+    const AVAILABLE: bool = true;
+
+    fn open(
+        membership: &ClusterMembership,
+        paths: &FabricPaths,
+        node: u32,
+        identity: ProcessIdentity,
+    ) -> Result<Option<Self>> {
+        OfiTransport::new(membership.clone(), paths.clone(), node, identity).map(Some)
+    }
+
+    fn connect_remote(&self, addr: ObjectAddr, timeout: Timeout) -> Result<RemoteHandle> {
+        Ok(RemoteHandle::Ofi(self.connect(addr, timeout)?))
+    }
+
+    fn export_object(&self, file: &SegmentFile, renew: Arc<dyn Fn() + Send + Sync>) -> Result<Option<Exported>> {
+        let snap = *file.snapshot();
+        if !matches!(snap.kind, kind::SEGMENT | kind::INTERRUPT | kind::DATA_INTERRUPT | kind::REFLECTIVE) {
+            return Ok(None);
+        }
+        let mapping = file
+            .map_data(0, snap.segment_size, crate::platform::mapping::Access::ReadWrite)
+            .map_err(|e| Error::io("mapping the object for its export", e))?;
+        let hooks = owner_hooks(snap.kind, file)?;
+        let exported = self.export(snap.kind, snap.segment_id, mapping, hooks, file.header())?;
+        // Keys of slots whose claim is over are revoked within a service tick, whether or
+        // not the program looks at its events (revocation, `Exported`).
+        exported.renew_periodically(renew);
+        Ok(Some(exported))
+    }
+
+    fn driver(&self) -> Option<SpinDriver> {
+        self.open_endpoint().map(SpinDriver::new)
+    }
+}
+
+impl ExportHandle for Exported {
+    fn renew_keys(&self, header: &HeaderView) {
+        Exported::renew_keys(self, header)
     }
 }
 

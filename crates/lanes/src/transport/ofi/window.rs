@@ -40,11 +40,12 @@ use std::time::Duration;
 
 use super::endpoint::Op;
 use super::fi;
+use super::reflective::FanoutWindow;
 use super::remote::OfiConn;
 use crate::error::{Error, Result};
 use crate::fabric::{MapAccess, SequenceStatus};
 use crate::platform::SharedSlice;
-use crate::transport::{LossReason, RemoteState};
+use crate::transport::{LossReason, MapSequence, RemoteState, TrackedMap};
 
 /// The bound on every wait of a mirror window: a post the provider keeps refusing
 /// (`-FI_EAGAIN`), a flush, a read-through, the fill when the map is made. Past it the
@@ -1051,6 +1052,94 @@ impl MirrorSequence {
             (false, true) => SequenceStatus::Ok,
             (false, false) => SequenceStatus::Retriable,
         }
+    }
+}
+
+impl MapSequence for MirrorSequence {
+    fn start(&self) -> SequenceStatus {
+        MirrorSequence::start(self)
+    }
+
+    fn check(&self) -> SequenceStatus {
+        MirrorSequence::check(self)
+    }
+}
+
+/// The sequence of a tracked window of this transport.
+pub(crate) type TrackedSequence = MirrorSequence;
+
+/// A window of an object on another host that the fabric's maps write through
+/// (`Window::Tracked`): a mirror window, or the write map of a reflective group spanning
+/// hosts (`reflective::FanoutWindow`).
+#[derive(Debug)]
+pub(crate) enum TrackedWindow {
+    Mirror(MirrorWindow),
+    Fanout(FanoutWindow),
+}
+
+/// Calls `$body` with `$w` bound to whichever window `$t` holds.
+macro_rules! each {
+    ($t:expr, $w:ident => $body:expr) => {
+        match $t {
+            TrackedWindow::Mirror($w) => $body,
+            TrackedWindow::Fanout($w) => $body,
+        }
+    };
+}
+
+impl TrackedMap for TrackedWindow {
+    type Sequence = MirrorSequence;
+
+    #[inline(always)]
+    fn slice(&self) -> SharedSlice<'_> {
+        each!(self, w => w.slice())
+    }
+
+    #[inline(always)]
+    fn as_ptr(&self) -> *mut u8 {
+        each!(self, w => w.as_ptr())
+    }
+
+    #[inline(always)]
+    fn len(&self) -> usize {
+        each!(self, w => w.len())
+    }
+
+    #[inline]
+    fn barrier(&self) {
+        each!(self, w => w.barrier())
+    }
+
+    #[inline]
+    fn flush(&self) {
+        each!(self, w => w.flush())
+    }
+
+    #[inline]
+    fn tracked(&self, offset: usize, len: usize, store: impl FnOnce()) -> Result<()> {
+        each!(self, w => w.tracked(offset, len, store))
+    }
+
+    #[inline]
+    fn release(&self, offset: usize, bytes: &[u8], store: impl FnOnce()) -> Result<()> {
+        each!(self, w => w.release(offset, bytes, store))
+    }
+
+    #[inline]
+    fn read_with<T>(&self, offset: usize, len: usize, load: impl FnOnce() -> T) -> Result<T> {
+        each!(self, w => w.read_with(offset, len, load))
+    }
+
+    fn flush_checked(&self) -> Result<()> {
+        each!(self, w => w.flush_checked())
+    }
+
+    fn refresh(&self, offset: usize, len: usize) -> Result<()> {
+        each!(self, w => w.refresh(offset, len))
+    }
+
+    fn sequence(&self) -> MirrorSequence {
+        each!(self, w => w.sequence())
     }
 }
 

@@ -12,6 +12,8 @@
 //! ```
 
 pub(crate) mod data_interrupt;
+#[cfg(not(feature = "ofi"))]
+pub(crate) mod dma_pipe;
 pub(crate) mod interrupt;
 pub mod layout;
 pub(crate) mod remote;
