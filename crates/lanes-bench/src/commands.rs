@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lanes::Fabric;
 
-use crate::output::emit;
+use crate::report::emit;
 use crate::{measure, pingpong, reflective_bench, sizes, wakeup};
 
 pub use wakeup::Mode as WakeupMode;
@@ -88,7 +88,7 @@ pub fn run(a: PingpongArgs) -> Result<(), String> {
     match a.mode {
         PingpongMode::Reflective => open_fabric().and_then(|f| {
             let r = reflective_bench::run(&f, a.nodes, a.iterations.max(1), a.warmup)?;
-            emit(&r, a.json.as_deref())
+            emit(&r, reflective_bench::print_table, a.json.as_deref())
         }),
         PingpongMode::Pio => pio(a),
         PingpongMode::Interrupt | PingpongMode::DataInterrupt => wakeups(a),
@@ -155,7 +155,7 @@ fn pio(a: PingpongArgs) -> Result<(), String> {
         connect_timeout: Duration::from_secs(a.timeout.max(1)),
     };
     let report = pingpong::run_client(&fabric, &opts)?;
-    emit(&report, a.json.as_deref())
+    emit(&report, pingpong::print_table, a.json.as_deref())
 }
 
 fn wakeups(a: PingpongArgs) -> Result<(), String> {
@@ -181,5 +181,5 @@ fn wakeups(a: PingpongArgs) -> Result<(), String> {
         histograms: a.hist,
     };
     let report = wakeup::run_client(&fabric, &opts)?;
-    emit(&report, a.json.as_deref())
+    emit(&report, wakeup::print_table, a.json.as_deref())
 }

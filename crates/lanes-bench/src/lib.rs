@@ -14,24 +14,24 @@
 //! wakeup/              interrupt and data-interrupt wake-ups against the kernel's
 //! reflective_bench.rs  reflective memory: one writer against group size
 //! dma_bench.rs         `lanes bench dma`: DMA against PIO and memcpy
-//! output.rs            the Report trait; tables and JSON to standard output or a file
+//! report/              the one report every benchmark fills, its JSON, the machine it ran on
 //! measure/             clock, statistics, CPU placement and time, real time, peer processes
 //! sizes.rs             size lists (`4,64,1K`, `4-8K`)
 //! preload.rs           finding liblanes_sockets.so and editing LD_PRELOAD
 //! ```
 //!
 //! Each module uses only modules listed below it, and inside bench/ the same holds from the
-//! command (mod.rs) down through remote, sockets, runner, table and report to the paths and
+//! command (mod.rs) down through remote, sockets, runner, table and facts to the paths and
 //! measure: no import leads back up.
 
 mod bench;
 mod commands;
 mod dma_bench;
 mod measure;
-mod output;
 mod pingpong;
 pub mod preload;
 mod reflective_bench;
+mod report;
 pub mod sizes;
 mod wakeup;
 

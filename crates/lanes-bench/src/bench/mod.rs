@@ -19,25 +19,23 @@
 //! control.rs      the control channel and the peer's command loop
 //! wait.rs         spinning waits with bounded, non-blocking liveness checks
 //! runner.rs       the peer session, slices, rounds, the results
-//! report.rs       the JSON model (written by --json, read by --compare)
+//! facts.rs        the run's parameters and details as the report records them
 //! table.rs        the terminal table and --hist
 //! plot.rs         --plot: PNG and SVG
 //! compare.rs      --compare A.json B.json
 //! floor_check.rs  --check-floor against the independent lanes-spin-floor program
-//! machine.rs      CPU, cores, kernel, date
 //! progress.rs     the progress bar
 //! ```
 
 mod compare;
 mod control;
+mod facts;
 mod floor_check;
-mod machine;
 mod options;
 mod paths;
 mod plot;
 mod progress;
 mod remote;
-mod report;
 mod runner;
 mod sockets;
 mod table;
@@ -48,7 +46,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::measure::affinity;
-use crate::output::say;
+use crate::report::say;
 use options::{PathChoice, Plan};
 
 /// Arguments of `lanes bench`.
@@ -272,8 +270,8 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         return say(&compare::compare(x, y)?);
     }
     if let Some(file) = &a.from {
-        let report = report::Report::read_json(file)?;
-        if report.results.is_empty() {
+        let report = crate::report::Report::read_json(file)?;
+        if report.rows.is_empty() {
             return Err(format!("{} holds no results", file.display()));
         }
         say(&table::render(&report))?;
@@ -360,7 +358,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         },
     )?;
     let mut report = measured.report();
-    report.floor_check = floor_check;
+    if let Some(f) = &floor_check {
+        report.set_detail("floor_check", f);
+    }
     let to_stdout = a.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let mut text = table::render(&report);
     if a.hist {
@@ -388,7 +388,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         let files: Vec<String> = plot::write(&report, dir)?.iter().map(|f| f.display().to_string()).collect();
         tell(&format!("plots: {}\n", files.join(", ")))?;
     }
-    if report.run.interrupted {
+    if report.run_as::<facts::RunInfo>().interrupted {
         return Err("interrupted; the results above cover what was measured".into());
     }
     Ok(())
