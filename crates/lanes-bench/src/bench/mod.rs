@@ -32,7 +32,7 @@ mod control;
 mod facts;
 mod floor_check;
 mod options;
-mod paths;
+pub(crate) mod paths;
 mod plot;
 mod progress;
 mod remote;
@@ -40,7 +40,7 @@ mod runner;
 mod sockets;
 mod table;
 mod udp_stream;
-mod wait;
+pub(crate) mod wait;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,11 +1,13 @@
 //! `lanes pingpong`: PIO round trips between two processes acting as two nodes, measured
 //! like the vendor's scipp, beside the floor (two processes spinning on one cache line).
 //!
-//! Each side exports a *mailbox* segment and maps the other's remotely. A message of `s`
-//! bytes is written into the peer's mailbox with plain stores; its last word carries a
-//! sequence number and is stored last (release), so the receiver, spinning on its own local
-//! memory, sees the whole message once the word changes. The client drives the run through
-//! a command line in the server's mailbox, so `--server` and `--client` can also run apart.
+//! Each side exports a *mailbox* segment and maps the other's remotely. The round trips are
+//! `lanes bench`'s latency protocol (bench/paths/shm.rs, the code of its `pio` path) on the
+//! mailboxes' message areas: a message of `s` bytes is written into the peer's mailbox with
+//! plain stores; its last word carries a sequence number and is stored last (release), so
+//! the receiver, spinning on its own local memory, sees the whole message once the word
+//! changes, and copies it out. The client drives the run through a command line in the
+//! server's mailbox, so `--server` and `--client` can also run apart.
 
 mod protocol;
 
@@ -117,13 +119,12 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
         .map_err(|e| format!("connecting to the server's mailbox: {e}"))?;
     let theirs = Mailbox::connect(remote, max)?;
     let spin = Spin::new(opts.cpus.is_none());
-    let mut cmd = Command::new(&theirs, &mine, spin);
+    let mut cmd = Command::new(&theirs, &mine, spin, max);
 
     cmd.send(Kind::Hello { node: me, segment: mine.id() })?;
     // The floor is measured in chunks alternating with the PIO rounds of each size, and each
     // size is compared with the floor measured beside it: on a shared host the machine's
     // speed drifts (even jumps) within a run, and both must see the same machine.
-    let payload: Vec<u8> = (0..max).map(|i| (i * 7 + 1) as u8).collect();
     let mut floor_rtt: Vec<f64> = Vec::new();
     let mut measured = Vec::new();
     for &size in &opts.sizes {
@@ -131,12 +132,12 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
         let mut floor_ns = Vec::with_capacity(opts.iterations);
         // Warm-up rounds of both, unrecorded.
         cmd.floor(opts.warmup.max(1))?;
-        cmd.pio(size, opts.warmup.max(1), &payload)?;
+        cmd.pio(size, opts.warmup.max(1))?;
         let mut left = opts.iterations;
         while left > 0 {
             let n = left.min(CHUNK);
             floor_ns.extend(cmd.floor(n)?.iter().map(|&t| ticks_to_ns(t)));
-            pio_ns.extend(cmd.pio(size, n, &payload)?.iter().map(|&t| ticks_to_ns(t)));
+            pio_ns.extend(cmd.pio(size, n)?.iter().map(|&t| ticks_to_ns(t)));
             left -= n;
         }
         let beside = floor_ns.iter().sum::<f64>() / floor_ns.len() as f64;
