@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use lanes::Fabric;
 
-use crate::report::emit;
-use crate::{measure, pingpong, reflective_bench, sizes, wakeup};
+use crate::bench::registry::emit;
+use crate::bench::{pingpong, reflective, wakeup};
+use crate::{measure, sizes};
 
 pub use wakeup::Mode as WakeupMode;
 
@@ -87,8 +88,8 @@ fn open_fabric() -> Result<Fabric, String> {
 pub fn run(a: PingpongArgs) -> Result<(), String> {
     match a.mode {
         PingpongMode::Reflective => open_fabric().and_then(|f| {
-            let r = reflective_bench::run(&f, a.nodes, a.iterations.max(1), a.warmup)?;
-            emit(&r, reflective_bench::print_table, a.json.as_deref())
+            let r = reflective::run(&f, a.nodes, a.iterations.max(1), a.warmup)?;
+            emit(&r, a.json.as_deref())
         }),
         PingpongMode::Pio => pio(a),
         PingpongMode::Interrupt | PingpongMode::DataInterrupt => wakeups(a),
@@ -103,7 +104,7 @@ pub fn reflective_peer(
     cpu: Option<usize>,
     share_cpu: bool,
 ) -> Result<(), String> {
-    open_fabric().and_then(|f| reflective_bench::run_peer(&f, group, index, rounds, cpu, share_cpu))
+    open_fabric().and_then(|f| reflective::run_peer(&f, group, index, rounds, cpu, share_cpu))
 }
 
 /// The hidden `wakeup-peer`: the peer of `pingpong --mode interrupt|data-interrupt`.
@@ -155,7 +156,7 @@ fn pio(a: PingpongArgs) -> Result<(), String> {
         connect_timeout: Duration::from_secs(a.timeout.max(1)),
     };
     let report = pingpong::run_client(&fabric, &opts)?;
-    emit(&report, pingpong::print_table, a.json.as_deref())
+    emit(&report, a.json.as_deref())
 }
 
 fn wakeups(a: PingpongArgs) -> Result<(), String> {
@@ -181,5 +182,5 @@ fn wakeups(a: PingpongArgs) -> Result<(), String> {
         histograms: a.hist,
     };
     let report = wakeup::run_client(&fabric, &opts)?;
-    emit(&report, wakeup::print_table, a.json.as_deref())
+    emit(&report, a.json.as_deref())
 }

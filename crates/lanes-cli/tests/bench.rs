@@ -319,3 +319,22 @@ fn compare_refuses_runs_with_nothing_in_common() {
     let r = run(d.lanes(&["--compare", a.to_str().unwrap(), empty.to_str().unwrap()]), Duration::from_secs(30));
     assert!(!r.ok && r.stderr.contains("holds no results"), "{}", r.stderr);
 }
+
+#[test]
+fn from_prints_any_benchmarks_report_as_its_table() {
+    let d = TestDir::here("from-other");
+    let file = d.path("reflective.json");
+    let report = serde_json::json!({"format": "lanes-bench/2", "benchmark": "reflective",
+        "run": {"cpus": 2, "rounds": 10, "nodes": 2},
+        "rows": [{"key": "reflective", "lat_ns": {"avg": 300.0, "min": 200.0, "p50": 290.0, "p99": 350.0, "max": 400.0},
+                  "detail": {"nodes": 2, "oversubscribed": false}}]});
+    std::fs::write(&file, report.to_string()).unwrap();
+    let r = must_pass(run(d.lanes(&["--from", file.to_str().unwrap()]), Duration::from_secs(30)));
+    assert!(r.stdout.contains("reflective memory") && r.stdout.contains("300.0"), "{}", r.stdout);
+    let plots = d.path("plots");
+    let r =
+        run(d.lanes(&["--from", file.to_str().unwrap(), "--plot", plots.to_str().unwrap()]), Duration::from_secs(30));
+    assert!(!r.ok && r.stderr.contains("is a `reflective` run"), "{}", r.stderr);
+    let r = run(d.lanes(&["--compare", file.to_str().unwrap(), file.to_str().unwrap()]), Duration::from_secs(30));
+    assert!(!r.ok && r.stderr.contains("not `lanes bench`'s paths"), "{}", r.stderr);
+}

@@ -14,8 +14,8 @@ use crate::sizes::fmt_size;
 const THRESHOLD: f64 = 0.10;
 
 pub(crate) fn compare(a_path: &Path, b_path: &Path) -> Result<String, String> {
-    let a = Report::read_json(a_path)?;
-    let b = Report::read_json(b_path)?;
+    let a = Report::read_paths_json(a_path)?;
+    let b = Report::read_paths_json(b_path)?;
     for (r, p) in [(&a, a_path), (&b, b_path)] {
         if r.rows.is_empty() {
             return Err(format!("{} holds no results", p.display()));

@@ -185,7 +185,7 @@ struct RunInfo {
 }
 
 /// The report's `benchmark`.
-const BENCHMARK: &str = "udp-stream";
+pub(crate) const BENCHMARK: &str = "udp-stream";
 
 const UNITS: [(&str, &str); 8] = [
     ("key", "fast (the library's own path), mmsg (forced sendmmsg/recvmmsg), per-datagram (send/recv, the baseline), fast80 (fast paced at 80% of its goodput)"),
@@ -584,7 +584,7 @@ pub fn run(a: UdpStreamArgs) -> Result<(), String> {
     report::emit(&report, |r| drop(say(&table(r))), a.json.as_deref())
 }
 
-fn table(r: &Report) -> String {
+pub(crate) fn table(r: &Report) -> String {
     let mut t = String::new();
     t += &format!(
         "{:>9}  {:<13} {:<11} {:>9} {:>6} {:>6} {:>8} {:>10} {:>10} {:>7}   {:>7} {:>7} {:>7}\n",

@@ -75,7 +75,7 @@ pub struct SocketsArgs {
 }
 
 /// The report's `benchmark`.
-const BENCHMARK: &str = "sockets";
+pub(crate) const BENCHMARK: &str = "sockets";
 
 /// How a run was made: the report's `run`.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -485,7 +485,7 @@ fn fmt_ratio(x: f64) -> String {
     }
 }
 
-fn render(r: &Report) -> String {
+pub(crate) fn render(r: &Report) -> String {
     let run: RunInfo = r.run_as();
     let mut out =
         format!("\n{:<38} {:>14} {:>14} {:>8}  {:<14} result\n", "measurement", "kernel", "lanes", "ratio", "target");

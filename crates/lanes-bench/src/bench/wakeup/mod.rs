@@ -56,7 +56,7 @@ struct Run {
 }
 
 /// The report's `benchmark`.
-pub const BENCHMARK: &str = "wakeup";
+pub(crate) const BENCHMARK: &str = "wakeup";
 
 const UNITS: [(&str, &str); 6] = [
     ("lat_ns", "one-way latency in ns: round trip / 2"),

@@ -59,7 +59,7 @@ struct Run {
 }
 
 /// The report's `benchmark`.
-pub const BENCHMARK: &str = "pingpong";
+pub(crate) const BENCHMARK: &str = "pingpong";
 
 const UNITS: [(&str, &str); 5] = [
     ("lat_ns", "one-way latency in ns: round trip / 2; row `floor`: two processes spinning on one shared cache line"),

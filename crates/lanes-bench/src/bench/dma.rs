@@ -79,7 +79,7 @@ struct Run {
 }
 
 /// The report's `benchmark`.
-pub const BENCHMARK: &str = "dma";
+pub(crate) const BENCHMARK: &str = "dma";
 
 const UNITS: [(&str, &str); 11] = [
     ("values.gbps", "bytes per second / 1e9"),

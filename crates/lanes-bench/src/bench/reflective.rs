@@ -37,7 +37,7 @@ struct Run {
 }
 
 /// The report's `benchmark`.
-pub const BENCHMARK: &str = "reflective";
+pub(crate) const BENCHMARK: &str = "reflective";
 
 const UNITS: [(&str, &str); 4] = [
     ("lat_ns", "one-way latency in ns: time until every receiver acknowledged / 2"),
