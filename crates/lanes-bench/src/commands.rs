@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use lanes::Fabric;
 
-use crate::output::emit;
-use crate::{measure, pingpong, reflective_bench, sizes, wakeup};
+use crate::bench::registry::emit;
+use crate::bench::{pingpong, reflective, wakeup};
+use crate::{measure, sizes};
 
 pub use wakeup::Mode as WakeupMode;
 
@@ -87,7 +88,7 @@ fn open_fabric() -> Result<Fabric, String> {
 pub fn run(a: PingpongArgs) -> Result<(), String> {
     match a.mode {
         PingpongMode::Reflective => open_fabric().and_then(|f| {
-            let r = reflective_bench::run(&f, a.nodes, a.iterations.max(1), a.warmup)?;
+            let r = reflective::run(&f, a.nodes, a.iterations.max(1), a.warmup)?;
             emit(&r, a.json.as_deref())
         }),
         PingpongMode::Pio => pio(a),
@@ -103,7 +104,7 @@ pub fn reflective_peer(
     cpu: Option<usize>,
     share_cpu: bool,
 ) -> Result<(), String> {
-    open_fabric().and_then(|f| reflective_bench::run_peer(&f, group, index, rounds, cpu, share_cpu))
+    open_fabric().and_then(|f| reflective::run_peer(&f, group, index, rounds, cpu, share_cpu))
 }
 
 /// The hidden `wakeup-peer`: the peer of `pingpong --mode interrupt|data-interrupt`.

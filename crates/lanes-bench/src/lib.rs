@@ -8,32 +8,26 @@
 //!
 //! ```text
 //! commands.rs          `lanes pingpong` (every --mode) and the hidden peer roles
-//! bench/               `lanes bench`: the path registry (bench/paths/), its runner, report,
-//!                      table, plots and comparison; `bench dma|sockets|udp-stream`; remote
-//! pingpong/            PIO ping-pong against the floor (client, server, mailbox protocol)
-//! wakeup/              interrupt and data-interrupt wake-ups against the kernel's
-//! reflective_bench.rs  reflective memory: one writer against group size
-//! dma_bench.rs         `lanes bench dma`: DMA against PIO and memcpy
-//! output.rs            the Report trait; tables and JSON to standard output or a file
+//! bench/               every benchmark: the registry of them (bench/registry.rs), `lanes
+//!                      bench` and its path registry (bench/paths/), `bench
+//!                      dma|sockets|udp-stream`, pingpong, wake-ups, reflective memory
+//! report/              the one report every benchmark fills, its JSON, the machine it ran on
 //! measure/             clock, statistics, CPU placement and time, real time, peer processes
 //! sizes.rs             size lists (`4,64,1K`, `4-8K`)
 //! preload.rs           finding liblanes_sockets.so and editing LD_PRELOAD
 //! ```
 //!
 //! Each module uses only modules listed below it, and inside bench/ the same holds from the
-//! command (mod.rs) down through remote, sockets, runner, table and report to the paths and
-//! measure: no import leads back up.
+//! command (mod.rs) and the registry down through the benchmarks (remote, sockets,
+//! udp_stream, dma, pingpong, wakeup, reflective), runner, table and facts to the paths, wait
+//! and measure: no import leads back up.
 
 mod bench;
 mod commands;
-mod dma_bench;
 mod measure;
-mod output;
-mod pingpong;
 pub mod preload;
-mod reflective_bench;
+mod report;
 pub mod sizes;
-mod wakeup;
 
 pub use bench::{run as bench, BenchArgs};
 pub use commands::{reflective_peer, run as pingpong, wakeup_peer, PingpongArgs, WakeupMode};

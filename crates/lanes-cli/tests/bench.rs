@@ -135,12 +135,13 @@ fn quick_run_writes_json_with_every_path_and_size_and_plots() {
     assert!(m["kernel"].as_str().is_some_and(|s| !s.is_empty()), "{m}");
     assert!(m["date"].as_str().is_some_and(|s| s.ends_with('Z')), "{m}");
     positive(&m["cores"], "machine.cores");
-    assert!(v["units"]["gbps"].as_str().is_some_and(|s| s.contains("1e9")), "{}", v["units"]);
-    let results = v["results"].as_array().expect("results");
+    assert_eq!((v["format"].as_str(), v["benchmark"].as_str()), (Some("lanes-bench/2"), Some("paths")), "{v}");
+    assert!(v["units"]["values.gbps"].as_str().is_some_and(|s| s.contains("1e9")), "{}", v["units"]);
+    let results = v["rows"].as_array().expect("rows");
     let sizes = [4u64, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576];
     for p in &paths {
         for s in sizes {
-            let found = results.iter().find(|r| r["path"] == p.as_str() && r["size"] == s);
+            let found = results.iter().find(|r| r["key"] == p.as_str() && r["size"] == s);
             // Data interrupts carry at most 4 KiB: larger sizes are skipped, not measured.
             if p == "data-interrupt" && s > 4096 {
                 assert!(found.is_none(), "data-interrupt measured at {s} bytes");
@@ -159,12 +160,13 @@ fn quick_run_writes_json_with_every_path_and_size_and_plots() {
             assert!(min <= avg && avg <= max && min <= p50 && p50 <= p99 && p99 <= max, "{what}: {l}");
             assert!(l["samples"].as_u64().is_some_and(|n| n >= 1), "{what}: {l}");
             assert!(l["max_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{what}: {l}");
-            positive(&r["gbps"], &format!("{what} gbps"));
-            positive(&r["msgs_per_s"], &format!("{what} msgs_per_s"));
-            let cpu = positive(&r["cpu_pct"], &format!("{what} cpu_pct"));
+            let x = &r["values"];
+            positive(&x["gbps"], &format!("{what} gbps"));
+            positive(&x["msgs_per_s"], &format!("{what} msgs_per_s"));
+            let cpu = positive(&x["cpu_pct"], &format!("{what} cpu_pct"));
             assert!(cpu < 1000.0, "{what} cpu_pct {cpu}");
-            let gb = r["gbps"].as_f64().unwrap() * 1e9 / s as f64;
-            let rate = r["msgs_per_s"].as_f64().unwrap();
+            let gb = x["gbps"].as_f64().unwrap() * 1e9 / s as f64;
+            let rate = x["msgs_per_s"].as_f64().unwrap();
             assert!((gb - rate).abs() <= rate * 1e-6, "{what}: gbps and msgs_per_s disagree");
         }
     }
@@ -185,14 +187,14 @@ fn quick_run_writes_json_with_every_path_and_size_and_plots() {
 
     // --compare: the run against a copy with PIO latency doubled and TCP throughput halved.
     let mut b = v.clone();
-    for r in b["results"].as_array_mut().unwrap() {
-        if r["path"] == "pio" {
+    for r in b["rows"].as_array_mut().unwrap() {
+        if r["key"] == "pio" {
             let avg = r["lat_ns"]["avg"].as_f64().unwrap();
             r["lat_ns"]["avg"] = (avg * 2.0).into();
         }
-        if r["path"] == "tcp" {
-            let g = r["gbps"].as_f64().unwrap();
-            r["gbps"] = (g / 2.0).into();
+        if r["key"] == "tcp" {
+            let g = r["values"]["gbps"].as_f64().unwrap();
+            r["values"]["gbps"] = (g / 2.0).into();
         }
     }
     let bpath = d.path("b.json");
@@ -234,8 +236,8 @@ fn short_run_prints_histograms_and_checks_the_floor() {
     ));
     // JSON on stdout, the table and the rest on stderr.
     let v: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.stdout));
-    assert_eq!(v["results"].as_array().unwrap().len(), 4);
-    let f = &v["floor_check"];
+    assert_eq!(v["rows"].as_array().unwrap().len(), 4);
+    let f = &v["detail"]["floor_check"];
     positive(&f["ratio"], "floor_check.ratio");
     positive(&f["floor_ns"], "floor_check.floor_ns");
     positive(&f["independent_ns"], "floor_check.independent_ns");
@@ -304,8 +306,8 @@ fn bad_arguments_fail_clearly() {
 fn compare_refuses_runs_with_nothing_in_common() {
     let d = TestDir::here("disjoint");
     let result = |path: &str| {
-        serde_json::json!({"format": "lanes-bench/1", "results": [{"path": path, "size": 8,
-            "lat_ns": {"avg": 100.0, "p99": 120.0}, "gbps": 1.0, "msgs_per_s": 1.25e8, "cpu_pct": 200.0}]})
+        serde_json::json!({"format": "lanes-bench/2", "benchmark": "paths", "rows": [{"key": path, "size": 8,
+            "lat_ns": {"avg": 100.0, "p99": 120.0}, "values": {"gbps": 1.0, "msgs_per_s": 1.25e8, "cpu_pct": 200.0}}]})
     };
     let (a, b) = (d.path("a.json"), d.path("b.json"));
     std::fs::write(&a, result("floor").to_string()).unwrap();
@@ -313,7 +315,26 @@ fn compare_refuses_runs_with_nothing_in_common() {
     let r = run(d.lanes(&["--compare", a.to_str().unwrap(), b.to_str().unwrap()]), Duration::from_secs(30));
     assert!(!r.ok && r.stderr.contains("no path and size in common"), "{}", r.stderr);
     let empty = d.path("empty.json");
-    std::fs::write(&empty, r#"{"results": []}"#).unwrap();
+    std::fs::write(&empty, r#"{"rows": []}"#).unwrap();
     let r = run(d.lanes(&["--compare", a.to_str().unwrap(), empty.to_str().unwrap()]), Duration::from_secs(30));
     assert!(!r.ok && r.stderr.contains("holds no results"), "{}", r.stderr);
+}
+
+#[test]
+fn from_prints_any_benchmarks_report_as_its_table() {
+    let d = TestDir::here("from-other");
+    let file = d.path("reflective.json");
+    let report = serde_json::json!({"format": "lanes-bench/2", "benchmark": "reflective",
+        "run": {"cpus": 2, "rounds": 10, "nodes": 2},
+        "rows": [{"key": "reflective", "lat_ns": {"avg": 300.0, "min": 200.0, "p50": 290.0, "p99": 350.0, "max": 400.0},
+                  "detail": {"nodes": 2, "oversubscribed": false}}]});
+    std::fs::write(&file, report.to_string()).unwrap();
+    let r = must_pass(run(d.lanes(&["--from", file.to_str().unwrap()]), Duration::from_secs(30)));
+    assert!(r.stdout.contains("reflective memory") && r.stdout.contains("300.0"), "{}", r.stdout);
+    let plots = d.path("plots");
+    let r =
+        run(d.lanes(&["--from", file.to_str().unwrap(), "--plot", plots.to_str().unwrap()]), Duration::from_secs(30));
+    assert!(!r.ok && r.stderr.contains("is a `reflective` run"), "{}", r.stderr);
+    let r = run(d.lanes(&["--compare", file.to_str().unwrap(), file.to_str().unwrap()]), Duration::from_secs(30));
+    assert!(!r.ok && r.stderr.contains("not `lanes bench`'s paths"), "{}", r.stderr);
 }

@@ -115,11 +115,11 @@ fn ofi_bench_between_two_loopback_hosts() {
     assert!(served.status.success(), "server: {}", text(&served.stderr));
 
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON")).expect("valid JSON");
-    let results = r["results"].as_array().expect("results");
+    let results = r["rows"].as_array().expect("rows");
     let row = |path: &str, size: u64| {
         results
             .iter()
-            .find(|x| x["path"] == path && x["size"].as_u64() == Some(size))
+            .find(|x| x["key"] == path && x["size"].as_u64() == Some(size))
             .unwrap_or_else(|| panic!("no {path} row at {size} B\n{stdout}"))
     };
     let f = |v: &Value| v.as_f64().expect("a number");
@@ -132,18 +132,18 @@ fn ofi_bench_between_two_loopback_hosts() {
             assert!(f(&x["lat_ns"]["avg"]) > 0.0, "{path} at {size}: {x}");
         }
     }
-    assert!(results.iter().all(|x| !(x["path"] == "ofi-interrupt" && x["size"].as_u64() > Some(8))));
+    assert!(results.iter().all(|x| !(x["key"] == "ofi-interrupt" && x["size"].as_u64() > Some(8))));
     let dma = row("ofi-dma", MIB);
-    assert!(f(&dma["gbps"]) > 0.0 && f(&dma["cpu_pct"]) > 0.0, "{dma}");
+    assert!(f(&dma["values"]["gbps"]) > 0.0 && f(&dma["values"]["cpu_pct"]) > 0.0, "{dma}");
     for size in [4, 64, MIB] {
         assert!(f(&row("fi_pingpong", size)["lat_ns"]["avg"]) > 0.0);
     }
-    let iperf = f(&row("iperf3", MIB)["gbps"]);
+    let iperf = f(&row("iperf3", MIB)["values"]["gbps"]);
     assert!(iperf > 0.0);
 
     // Targets: one per latency row with a fi_pingpong row, one for DMA; each consistent
     // with the figures it names, and printed as written.
-    let targets = r["targets"].as_array().expect("targets");
+    let targets = r["detail"]["targets"].as_array().expect("targets");
     let lat_rows = 2 + 2 + 1; // pio and dataint at 4 and 64, interrupt at 4
     assert_eq!(targets.iter().filter(|t| t["figure"] == "latency").count(), lat_rows, "{targets:?}");
     assert_eq!(targets.iter().filter(|t| t["figure"] == "bandwidth").count(), 1, "{targets:?}");
@@ -156,8 +156,8 @@ fn ofi_bench_between_two_loopback_hosts() {
             assert_eq!(base, f(&row("fi_pingpong", size)["lat_ns"]["avg"]), "{t}");
             assert_eq!(t["met"].as_bool(), Some(ratio <= 1.2), "{t}");
         } else {
-            assert_eq!(lanes, f(&dma["gbps"]), "{t}");
-            assert_eq!(base, f(&row("fi_pingpong", MIB)["gbps"]).max(iperf), "{t}");
+            assert_eq!(lanes, f(&dma["values"]["gbps"]), "{t}");
+            assert_eq!(base, f(&row("fi_pingpong", MIB)["values"]["gbps"]).max(iperf), "{t}");
             assert_eq!(t["met"].as_bool(), Some(ratio >= 0.9), "{t}");
         }
         let printed = format!("{ratio:.3}");

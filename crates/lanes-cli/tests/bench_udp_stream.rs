@@ -14,20 +14,20 @@ fn udp_stream_bench_runs_and_reports_every_row() {
         .expect("run lanes");
     assert!(out.status.success(), "lanes bench udp-stream: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on standard output");
-    assert_eq!(v["format"], "lanes-bench-udp-stream/1");
-    let cells = v["cells"].as_array().expect("cells");
-    let rows: Vec<&str> = cells.iter().map(|c| c["row"].as_str().expect("row")).collect();
+    assert_eq!((v["format"].as_str(), v["benchmark"].as_str()), (Some("lanes-bench/2"), Some("udp-stream")), "{v}");
+    let cells = v["rows"].as_array().expect("rows");
+    let rows: Vec<&str> = cells.iter().map(|c| c["key"].as_str().expect("key")).collect();
     assert_eq!(rows, ["fast", "mmsg", "per-datagram", "fast80"], "{v}");
     for c in cells {
-        let m = &c["median"];
-        assert_eq!(c["datagram_size"], 1024);
+        let m = &c["detail"]["median"];
+        assert_eq!(c["size"], 1024);
         assert!(m["sent_datagrams"].as_u64().unwrap() > 0, "{c}");
         assert!(m["received_bytes"].as_u64().unwrap() > 0, "{c}");
         assert!(m["tx_calls"].as_u64().unwrap() > 0 && m["rx_calls"].as_u64().unwrap() > 0, "{c}");
     }
-    assert_eq!(cells[1]["median"]["send_path"], "mmsg");
-    assert_eq!(cells[1]["median"]["recv_path"], "mmsg");
-    assert_eq!(cells[2]["median"]["send_path"], "send");
+    assert_eq!(cells[1]["detail"]["median"]["send_path"], "mmsg");
+    assert_eq!(cells[1]["detail"]["median"]["recv_path"], "mmsg");
+    assert_eq!(cells[2]["detail"]["median"]["send_path"], "send");
 }
 
 #[test]

@@ -49,6 +49,11 @@ fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The rows of a report (`--json`) with key `key`.
+fn rows<'a>(v: &'a serde_json::Value, key: &str) -> Vec<&'a serde_json::Value> {
+    v["rows"].as_array().expect("rows").iter().filter(|r| r["key"] == key).collect()
+}
+
 fn check_summary(v: &serde_json::Value, what: &str) {
     for k in ["avg", "min", "p50", "p99", "p999", "max"] {
         let x = v[k].as_f64().unwrap_or_else(|| panic!("{what}.{k} missing in {v}"));
@@ -71,18 +76,20 @@ fn pingpong_starts_its_peer_and_writes_json() {
     assert!(table.contains("vs floor"), "{table}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
-    let sizes: Vec<u64> = v["results"].as_array().unwrap().iter().map(|r| r["size"].as_u64().unwrap()).collect();
+    assert_eq!((v["format"].as_str(), v["benchmark"].as_str()), (Some("lanes-bench/2"), Some("pingpong")), "{v}");
+    let pio = rows(&v, "pio");
+    let sizes: Vec<u64> = pio.iter().map(|r| r["size"].as_u64().unwrap()).collect();
     assert_eq!(sizes, vec![4, 8, 100, 1024]);
-    for r in v["results"].as_array().unwrap() {
-        check_summary(&r["one_way_ns"], "one_way_ns");
-        check_summary(&r["rtt_ns"], "rtt_ns");
-        let ratio = r["one_way_ns"]["avg"].as_f64().unwrap() * 2.0 / r["rtt_ns"]["avg"].as_f64().unwrap();
+    for r in pio {
+        check_summary(&r["lat_ns"], "lat_ns");
+        check_summary(&r["detail"]["rtt_ns"], "rtt_ns");
+        let ratio = r["lat_ns"]["avg"].as_f64().unwrap() * 2.0 / r["detail"]["rtt_ns"]["avg"].as_f64().unwrap();
         assert!((ratio - 1.0).abs() < 1e-6, "one-way is half the round trip");
-        assert!(r["histogram"]["buckets"].as_array().is_some_and(|b| !b.is_empty()));
+        assert!(r["detail"]["histogram"]["buckets"].as_array().is_some_and(|b| !b.is_empty()));
     }
-    check_summary(&v["floor"]["one_way_ns"], "floor");
-    assert_eq!(v["node"], 4);
-    assert_eq!(v["remote_node"], 8);
+    check_summary(&rows(&v, "floor")[0]["lat_ns"], "floor");
+    assert_eq!(v["run"]["node"], 4);
+    assert_eq!(v["run"]["remote_node"], 8);
     // The run leaves nothing behind: both mailboxes were removed.
     assert_eq!(status_json(&dir)["segments"].as_array().unwrap().len(), 0);
 }
@@ -108,8 +115,8 @@ fn pingpong_server_and_client_run_apart_and_status_shows_them() {
     let out = run(c, Duration::from_secs(120));
     assert!(out.status.success(), "client failed: {}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
-    assert_eq!(v["results"].as_array().unwrap().len(), 2);
-    assert_eq!(v["remote_node"], 12);
+    assert_eq!(rows(&v, "pio").len(), 2);
+    assert_eq!(v["run"]["remote_node"], 12);
     let out = server.wait(Duration::from_secs(20));
     assert!(out.status.success(), "the server ends cleanly after its client");
 }
@@ -218,17 +225,19 @@ fn interrupt_pingpong_measures_lanes_against_kernel_wakeups() {
         let out = run(c, Duration::from_secs(120));
         assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        let rows = v["results"].as_array().unwrap();
+        assert_eq!(v["benchmark"], "wakeup", "{v}");
+        let rows = v["rows"].as_array().unwrap();
         for p in &expect_paths {
-            assert!(rows.iter().any(|r| r["path"].as_str().unwrap().starts_with(p)), "{mode}: no {p} in {v}");
+            assert!(rows.iter().any(|r| r["title"].as_str().unwrap().starts_with(p)), "{mode}: no {p} in {v}");
         }
         for r in rows {
-            check_summary(&r["one_way_ns"], &format!("{mode} {}", r["path"]));
+            check_summary(&r["lat_ns"], &format!("{mode} {}", r["title"]));
         }
-        let judged: Vec<&serde_json::Value> = rows.iter().filter(|r| r["vs"].is_object()).collect();
+        let judged: Vec<&serde_json::Value> = rows.iter().filter(|r| r["ratio"].is_number()).collect();
         assert_eq!(judged.len(), if mode == "interrupt" { 2 } else { 4 }, "{mode}: every Lanes row has a baseline");
         for r in judged {
-            assert!(r["vs"]["ratio_p50"].as_f64().unwrap() > 0.0);
+            assert!(r["detail"]["baseline"].is_string(), "{r}");
+            assert!(r["detail"]["ratio_p50"].as_f64().unwrap() > 0.0);
         }
         if mode == "data-interrupt" {
             let sizes: Vec<u64> = rows.iter().map(|r| r["size"].as_u64().unwrap()).collect();
@@ -263,12 +272,13 @@ fn reflective_pingpong_reports_latency_against_group_size() {
     let out = run(c, Duration::from_secs(120));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let rows = v["results"].as_array().unwrap();
-    assert_eq!(rows.iter().map(|r| r["nodes"].as_u64().unwrap()).collect::<Vec<_>>(), vec![2, 3, 4]);
-    let cpus = v["cpus"].as_u64().unwrap();
+    assert_eq!(v["benchmark"], "reflective", "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["detail"]["nodes"].as_u64().unwrap()).collect::<Vec<_>>(), vec![2, 3, 4]);
+    let cpus = v["run"]["cpus"].as_u64().unwrap();
     for r in rows {
-        check_summary(&r["one_way_ns"], "reflective");
-        assert_eq!(r["oversubscribed"].as_bool().unwrap(), r["nodes"].as_u64().unwrap() > cpus);
+        check_summary(&r["lat_ns"], "reflective");
+        assert_eq!(r["detail"]["oversubscribed"].as_bool().unwrap(), r["detail"]["nodes"].as_u64().unwrap() > cpus);
     }
     assert_eq!(status_json(&dir)["segments"].as_array().unwrap().len(), 0, "every group was removed");
     let mut c = dir.lanes(4);

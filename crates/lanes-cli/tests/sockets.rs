@@ -203,7 +203,7 @@ fn bench_sockets_quick_writes_every_row() {
     wait_none_left(owner);
     let table = text(&out.stdout);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("valid JSON");
-    assert_eq!(v["format"], "lanes-bench-sockets/1");
+    assert_eq!((v["format"].as_str(), v["benchmark"].as_str()), (Some("lanes-bench/2"), Some("sockets")), "{v}");
     assert_eq!(v["run"]["rounds"], 2, "{}", v["run"]);
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(rows.iter().map(|r| r["key"].as_str().unwrap()).collect::<Vec<_>>(), ROWS);
@@ -211,27 +211,27 @@ fn bench_sockets_quick_writes_every_row() {
     for r in rows {
         let key = r["key"].as_str().unwrap();
         assert!(table.contains(r["title"].as_str().unwrap()), "{key} missing from the table:\n{table}");
-        assert!(r["target"].as_f64().is_some_and(|t| t >= 1.0), "{r}");
+        assert!(r["detail"]["target"].as_f64().is_some_and(|t| t >= 1.0), "{r}");
         if r["status"] == "skipped" {
             // A skipped row says which program is missing (PostgreSQL, nginx and wrk are
             // not always installed); the rows whose programs exist ran.
-            assert!(r["note"].as_str().is_some_and(|n| n.contains("apt-get install")), "{r}");
+            assert!(r["detail"]["note"].as_str().is_some_and(|n| n.contains("apt-get install")), "{r}");
             continue;
         }
         if !have_programs && !key.starts_with("pingpong") {
             // Skipped rows say which program is missing; rows whose programs exist still ran.
             if r["status"] == "skipped" {
-                assert!(r["note"].as_str().is_some_and(|n| n.contains("apt-get install")), "{r}");
+                assert!(r["detail"]["note"].as_str().is_some_and(|n| n.contains("apt-get install")), "{r}");
             }
             continue;
         }
-        let kernel = r["kernel"].as_f64().unwrap_or_else(|| panic!("{key}: no kernel figure: {r}"));
+        let kernel = r["values"]["kernel"].as_f64().unwrap_or_else(|| panic!("{key}: no kernel figure: {r}"));
         assert!(kernel.is_finite() && kernel > 0.0, "{r}");
         assert_eq!(r["samples"]["kernel"].as_array().map(Vec::len), Some(2), "{r}");
         if v["run"]["library"].is_string() {
             // With the library: both figures, the ratio and a verdict (speed is not asserted:
             // the machine is shared).
-            let lanes = r["lanes"].as_f64().unwrap_or_else(|| panic!("{key}: no lanes figure: {r}"));
+            let lanes = r["values"]["lanes"].as_f64().unwrap_or_else(|| panic!("{key}: no lanes figure: {r}"));
             assert!(lanes.is_finite() && lanes > 0.0, "{r}");
             assert!(r["ratio"].as_f64().is_some_and(|x| x > 0.0), "{r}");
             assert!(r["status"] == "pass" || r["status"] == "fail", "{r}");

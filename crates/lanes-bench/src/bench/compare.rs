@@ -5,19 +5,19 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::bench::report::Report;
 use crate::bench::table::{fmt_gbps, fmt_ratio};
 use crate::measure::stats::fmt_ns;
+use crate::report::Report;
 use crate::sizes::fmt_size;
 
 /// Beyond this relative change a figure is marked.
 const THRESHOLD: f64 = 0.10;
 
 pub(crate) fn compare(a_path: &Path, b_path: &Path) -> Result<String, String> {
-    let a = Report::read_json(a_path)?;
-    let b = Report::read_json(b_path)?;
+    let a = Report::read_paths_json(a_path)?;
+    let b = Report::read_paths_json(b_path)?;
     for (r, p) in [(&a, a_path), (&b, b_path)] {
-        if r.results.is_empty() {
+        if r.rows.is_empty() {
             return Err(format!("{} holds no results", p.display()));
         }
     }
@@ -35,8 +35,8 @@ pub(crate) fn compare(a_path: &Path, b_path: &Path) -> Result<String, String> {
         "{:>8}  {:<14} {:>9} {:>9} {:>6}   {:>9} {:>9} {:>6}   {:>8} {:>8} {:>6}   {:>5} {:>5}",
         "size", "path", "lat A", "lat B", "B/A", "p99 A", "p99 B", "B/A", "GB/s A", "GB/s B", "B/A", "CPU%A", "CPU%B"
     );
-    let mut paths = a.paths();
-    for p in b.paths() {
+    let mut paths = a.keys();
+    for p in b.keys() {
         if !paths.contains(&p) {
             paths.push(p);
         }
@@ -64,7 +64,7 @@ pub(crate) fn compare(a_path: &Path, b_path: &Path) -> Result<String, String> {
             common += 1;
             let lat = y.lat_ns.avg / x.lat_ns.avg;
             let p99 = y.lat_ns.p99 / x.lat_ns.p99;
-            let tput = y.gbps / x.gbps;
+            let tput = y.value("gbps") / x.value("gbps");
             let mut marks = Vec::new();
             if lat > 1.0 + THRESHOLD || tput < 1.0 - THRESHOLD {
                 worse += 1;
@@ -85,11 +85,11 @@ pub(crate) fn compare(a_path: &Path, b_path: &Path) -> Result<String, String> {
                 fmt_ns(x.lat_ns.p99),
                 fmt_ns(y.lat_ns.p99),
                 fmt_ratio(p99),
-                fmt_gbps(x.gbps),
-                fmt_gbps(y.gbps),
+                fmt_gbps(x.value("gbps")),
+                fmt_gbps(y.value("gbps")),
                 fmt_ratio(tput),
-                x.cpu_pct,
-                y.cpu_pct,
+                x.value("cpu_pct"),
+                y.value("cpu_pct"),
                 marks.join(" ")
             );
         }
@@ -99,8 +99,8 @@ pub(crate) fn compare(a_path: &Path, b_path: &Path) -> Result<String, String> {
             "{} and {} have no path and size in common (A: {}; B: {})",
             a_path.display(),
             b_path.display(),
-            a.paths().join(", "),
-            b.paths().join(", ")
+            a.keys().join(", "),
+            b.keys().join(", ")
         ));
     }
     let _ = writeln!(out);

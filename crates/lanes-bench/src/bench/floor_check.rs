@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::bench::report::FloorCheck;
+use crate::bench::facts::FloorCheck;
 use crate::bench::runner::Session;
 use crate::measure::clock::ticks_to_ns;
 use crate::measure::ticks::TickHistogram;

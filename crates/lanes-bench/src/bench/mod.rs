@@ -1,4 +1,5 @@
-//! `lanes bench`: every path against the kernel and the floor, in one run.
+//! Every benchmark (registry.rs lists them), and `lanes bench`: every path against the
+//! kernel and the floor, in one run.
 //!
 //! Per message size (4 B to 1 MiB by default) and per path it measures latency (two-process
 //! ping-pong, every round trip recorded) and throughput (one-way streaming for a time
@@ -8,6 +9,7 @@
 //!
 //! ```text
 //! mod.rs          arguments and the command's flow
+//! registry.rs     every benchmark: name, command, what it measures, its table
 //! options.rs      durations, sizes, path selection, the time budget (Plan)
 //! paths/          the path registry (mod.rs) and the traits (path.rs); floor, pio
 //!                 (shared-memory protocols in shm.rs), socket (tcp and unix), sockets (tcp
@@ -16,39 +18,47 @@
 //!                 fi_pingpong and iperf3 as baselines
 //! sockets/        `lanes bench sockets`: sockperf, iperf3, redis with and without it
 //! udp_stream.rs   `lanes bench udp-stream`: the UDP streaming API against per-datagram calls
+//! dma.rs          `lanes bench dma`: DMA against PIO and memcpy
+//! pingpong/       `lanes pingpong`: PIO round trips (paths/shm.rs's latency protocol) against
+//!                 the floor; client, server, the mailboxes' command line
+//! wakeup/         `lanes pingpong --mode interrupt|data-interrupt`: wake-ups against the kernel's
+//! reflective.rs   `lanes pingpong --mode reflective`: one writer against group size
 //! control.rs      the control channel and the peer's command loop
 //! wait.rs         spinning waits with bounded, non-blocking liveness checks
 //! runner.rs       the peer session, slices, rounds, the results
-//! report.rs       the JSON model (written by --json, read by --compare)
+//! facts.rs        the run's parameters and details as the report records them
 //! table.rs        the terminal table and --hist
 //! plot.rs         --plot: PNG and SVG
 //! compare.rs      --compare A.json B.json
 //! floor_check.rs  --check-floor against the independent lanes-spin-floor program
-//! machine.rs      CPU, cores, kernel, date
 //! progress.rs     the progress bar
 //! ```
 
 mod compare;
 mod control;
+mod dma;
+mod facts;
 mod floor_check;
-mod machine;
 mod options;
-mod paths;
+pub(crate) mod paths;
+pub(crate) mod pingpong;
 mod plot;
 mod progress;
+pub(crate) mod reflective;
+pub(crate) mod registry;
 mod remote;
-mod report;
 mod runner;
 mod sockets;
 mod table;
 mod udp_stream;
-mod wait;
+pub(crate) mod wait;
+pub(crate) mod wakeup;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::measure::affinity;
-use crate::output::say;
+use crate::report::say;
 use options::{PathChoice, Plan};
 
 /// Arguments of `lanes bench`.
@@ -98,7 +108,7 @@ pub struct BenchArgs {
     )]
     compare: Option<Vec<PathBuf>>,
     /// Print the table (and with --plot write the plots) of a run saved with --json, instead
-    /// of measuring.
+    /// of measuring; any benchmark's --json file prints that benchmark's table.
     #[arg(
         long,
         value_name = "FILE",
@@ -151,7 +161,7 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// DMA against PIO and memcpy: bandwidth, latency and CPU per size (64 B to 16 MiB), the
     /// small-packet scenario (naive against optimised engine), the PIO/DMA crossover.
-    Dma(crate::dma_bench::DmaArgs),
+    Dma(dma::DmaArgs),
     /// Unchanged programs over kernel TCP against liblanes_sockets.so on both ends,
     /// interleaved A/B: sockperf latency and 64 B msg/s, iperf3, redis-benchmark GET p50, a
     /// blocking ping-pong (also with a CPU hog per core), pgbench TPC-B and select-only, nginx.
@@ -234,7 +244,7 @@ fn run_ofi(a: &BenchArgs) -> Result<(), String> {
 /// Runs `lanes bench`.
 pub fn run(a: BenchArgs) -> Result<(), String> {
     match a.what {
-        Some(BenchWhat::Dma(d)) => return crate::dma_bench::run_cmd(d),
+        Some(BenchWhat::Dma(d)) => return dma::run_cmd(d),
         Some(BenchWhat::Sockets(s)) => return sockets::run(s),
         Some(BenchWhat::UdpStream(u)) => return udp_stream::run(u),
         None => {}
@@ -272,9 +282,24 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         return say(&compare::compare(x, y)?);
     }
     if let Some(file) = &a.from {
-        let report = report::Report::read_json(file)?;
-        if report.results.is_empty() {
+        let report = crate::report::Report::read_json(file)?;
+        if report.rows.is_empty() {
             return Err(format!("{} holds no results", file.display()));
+        }
+        // Another benchmark's report: its own table.
+        if !report.benchmark.is_empty() && report.benchmark != facts::BENCHMARK {
+            if a.plot.is_some() {
+                return Err(format!(
+                    "--plot draws `lanes bench` runs; {} is a `{}` run",
+                    file.display(),
+                    report.benchmark
+                ));
+            }
+            let b = registry::get(&report.benchmark).ok_or_else(|| {
+                format!("{} holds results of an unknown benchmark {:?}", file.display(), report.benchmark)
+            })?;
+            (b.table)(&report);
+            return Ok(());
         }
         say(&table::render(&report))?;
         if let Some(dir) = &a.plot {
@@ -284,7 +309,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         return Ok(());
     }
     let mut paths = match options::parse_paths(a.paths.as_deref())? {
-        PathChoice::List => return say(&options::list_paths()),
+        PathChoice::List => return say(&(options::list_paths() + &registry::list())),
         PathChoice::Run(p) => p,
     };
     // The sockets path needs this process and its peer under the library: re-run under it
@@ -360,7 +385,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         },
     )?;
     let mut report = measured.report();
-    report.floor_check = floor_check;
+    if let Some(f) = &floor_check {
+        report.set_detail("floor_check", f);
+    }
     let to_stdout = a.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let mut text = table::render(&report);
     if a.hist {
@@ -388,7 +415,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         let files: Vec<String> = plot::write(&report, dir)?.iter().map(|f| f.display().to_string()).collect();
         tell(&format!("plots: {}\n", files.join(", ")))?;
     }
-    if report.run.interrupted {
+    if report.run_as::<facts::RunInfo>().interrupted {
         return Err("interrupted; the results above cover what was measured".into());
     }
     Ok(())

@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use crate::bench::report::Report;
+use crate::report::{Report, Row};
 
 const W: u32 = 1100;
 const H: u32 = 650;
@@ -37,9 +37,9 @@ impl Chart {
         }
     }
 
-    fn value(self, r: &crate::bench::report::PathResult) -> f64 {
+    fn value(self, r: &Row) -> f64 {
         match self {
-            Chart::Throughput => r.gbps,
+            Chart::Throughput => r.value("gbps"),
             Chart::Latency => r.lat_ns.avg,
         }
     }
@@ -110,7 +110,7 @@ where
     let (Some(&smin), Some(&smax)) = (sizes.first(), sizes.last()) else {
         return Err("no results to plot".into());
     };
-    let vals: Vec<f64> = r.results.iter().map(|x| chart.value(x)).filter(|v| v.is_finite() && *v > 0.0).collect();
+    let vals: Vec<f64> = r.rows.iter().map(|x| chart.value(x)).filter(|v| v.is_finite() && *v > 0.0).collect();
     if vals.is_empty() {
         return Err("no positive values to plot".into());
     }
@@ -153,12 +153,12 @@ where
         .bold_line_style(RGBColor(200, 200, 200))
         .draw()
         .map_err(err)?;
-    for path in r.paths() {
+    for path in r.keys() {
         let pts: Vec<(f64, f64)> = r
-            .results
+            .rows
             .iter()
-            .filter(|x| x.path == path)
-            .map(|x| (x.size as f64, chart.value(x)))
+            .filter(|x| x.key == path)
+            .map(|x| (x.size() as f64, chart.value(x)))
             .filter(|(_, v)| v.is_finite() && *v > 0.0)
             .collect();
         if pts.is_empty() {
@@ -221,20 +221,19 @@ pub(crate) fn write(r: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::{Lat, PathResult};
+    use crate::report::Lat;
 
     #[test]
     fn plots_are_written() {
         let mut r = Report::default();
         for (i, path) in ["floor", "pio", "tcp"].iter().enumerate() {
             for s in [4usize, 64, 1024, 1 << 20] {
-                r.results.push(PathResult {
-                    path: path.to_string(),
-                    size: s,
-                    lat_ns: Lat { avg: 50.0 * (i + 1) as f64 + s as f64 / 10.0, ..Default::default() },
-                    gbps: s as f64 / 100.0 / (i + 1) as f64,
-                    ..Default::default()
-                });
+                r.rows.push(
+                    Row::new(*path)
+                        .with_size(s)
+                        .with_lat(Lat { avg: 50.0 * (i + 1) as f64 + s as f64 / 10.0, ..Default::default() })
+                        .with_value("gbps", s as f64 / 100.0 / (i + 1) as f64),
+                );
             }
         }
         let dir = std::env::temp_dir().join(format!("lanes-plot-test-{}", std::process::id()));

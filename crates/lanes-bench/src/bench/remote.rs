@@ -37,10 +37,9 @@ use std::time::{Duration, Instant, SystemTime};
 use lanes::cluster::IdleProgress;
 
 use crate::bench::control::{self, Control};
-use crate::bench::machine::Machine;
+use crate::bench::facts::{RemoteRun, RunInfo, DMA_SIZE};
 use crate::bench::options::Plan;
 use crate::bench::paths::{self, Kind, PathDef, Transport};
-use crate::bench::report::{Lat, PathResult, RemoteRun, Report, DMA_SIZE};
 use crate::bench::runner::{Cell, Measured, Session};
 use crate::bench::sockets::procs::{self, Launch, Mode, Server};
 use crate::bench::sockets::tools::parse_iperf3;
@@ -48,6 +47,7 @@ use crate::bench::table;
 use crate::bench::wait::Waiter;
 use crate::measure::clock::{self, now_ticks};
 use crate::measure::rt;
+use crate::report::{Lat, Machine, Report, Row};
 use crate::sizes::fmt_size;
 
 const CONNECT: Duration = Duration::from_secs(10);
@@ -404,51 +404,56 @@ pub(crate) fn run(o: &ClientOptions) -> Result<Report, String> {
                 cells: vec![vec![dma_cell]],
                 ..m
             };
-            one.rounds = report.run.rounds;
-            report.results.extend(one.report().results);
+            one.rounds = report.run_as::<RunInfo>().rounds;
+            report.rows.extend(one.report().rows);
         }
     }
-    let baseline = |path: &str, size: usize, usec: f64, samples: u64| PathResult {
-        path: path.into(),
-        size,
-        lat_ns: Lat { avg: usec * 1e3, samples, ..Lat::default() },
-        gbps: size as f64 / (usec * 1e3),
-        ..PathResult::default()
+    let baseline = |path: &str, size: usize, usec: f64, samples: u64| {
+        Row::new(path)
+            .with_size(size)
+            .with_lat(Lat { avg: usec * 1e3, samples, ..Lat::default() })
+            .with_value("gbps", size as f64 / (usec * 1e3))
     };
     for (si, &size) in o.sizes.iter().enumerate() {
         if let Some(usec) = fi[si].mean() {
-            report.results.push(baseline("fi_pingpong", size, usec, fi[si].weight as u64));
+            report.rows.push(baseline("fi_pingpong", size, usec, fi[si].weight as u64));
         }
     }
     if !o.sizes.contains(&DMA_SIZE) {
         if let Some(usec) = fi_dma.mean() {
-            report.results.push(baseline("fi_pingpong", DMA_SIZE, usec, fi_dma.weight as u64));
+            report.rows.push(baseline("fi_pingpong", DMA_SIZE, usec, fi_dma.weight as u64));
         }
     }
     if let Some(gbps) = iperf.mean() {
-        report.results.push(PathResult { path: "iperf3".into(), size: DMA_SIZE, gbps, ..PathResult::default() });
+        report.rows.push(Row::new("iperf3").with_size(DMA_SIZE).with_value("gbps", gbps));
     }
+    let mut run: RunInfo = report.run_as();
     if need.fi_pingpong_at.contains(&true) || need.bandwidth {
-        report.run.paths.push("fi_pingpong".to_string());
+        run.paths.push("fi_pingpong".to_string());
     }
     if need.bandwidth {
-        report.run.paths.push("iperf3".to_string());
-        if !report.run.sizes.contains(&DMA_SIZE) {
-            report.run.sizes.push(DMA_SIZE);
+        run.paths.push("iperf3".to_string());
+        if !run.sizes.contains(&DMA_SIZE) {
+            run.sizes.push(DMA_SIZE);
         }
     }
-    report.remote = Some(RemoteRun {
-        transport: "ofi".into(),
-        provider,
-        progress,
-        client_node: config.node_id.get(),
-        remote_node: o.remote_node,
-        address: ip,
-        fi_pingpong_iters: o.fi_iters.unwrap_or(0),
-        stream_secs: o.stream_secs,
-        rounds: o.rounds,
-    });
-    report.targets = Some(table::targets(&report));
+    report.set_run(&run);
+    report.set_detail(
+        "remote",
+        &RemoteRun {
+            transport: "ofi".into(),
+            provider,
+            progress,
+            client_node: config.node_id.get(),
+            remote_node: o.remote_node,
+            address: ip,
+            fi_pingpong_iters: o.fi_iters.unwrap_or(0),
+            stream_secs: o.stream_secs,
+            rounds: o.rounds,
+        },
+    );
+    let targets = table::targets(&report);
+    report.set_detail("targets", &targets);
     Ok(report)
 }
 

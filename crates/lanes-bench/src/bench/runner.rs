@@ -7,17 +7,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::bench::control::Control;
-use crate::bench::machine::{utc_iso_ms, Machine};
+use crate::bench::facts::{units, RunInfo, BENCHMARK};
 use crate::bench::options::{Plan, CELL_OVERHEAD, FIXED_OVERHEAD, MIN_CELL};
 use crate::bench::paths::{ClientPath, Kind, PathDef, SetupEnv, Streamed};
 use crate::bench::progress::Progress;
-use crate::bench::report::{units, Lat, PathResult, Report, RunInfo, FORMAT};
 use crate::bench::wait::Waiter;
 use crate::measure::clock::{self, now_ticks, ns_to_ticks, ticks_to_ns};
 use crate::measure::rt::{self, RtStatus};
 use crate::measure::stats::fmt_ns;
 use crate::measure::ticks::TickHistogram;
 use crate::measure::{affinity, cputime};
+use crate::report::machine::{utc_iso_ms, Machine};
+use crate::report::{Lat, Report, Row};
 use crate::sizes::fmt_size;
 
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -283,43 +284,37 @@ impl Measured {
             }
         }
         let p = &self.plan;
-        Report {
-            format: FORMAT.into(),
-            machine: self.machine.clone(),
-            run: RunInfo {
-                paths: p.paths.iter().map(|d| d.name.to_string()).collect(),
-                sizes: p.sizes.clone(),
-                duration_s: p.duration.as_secs_f64(),
-                elapsed_s: self.elapsed.as_secs_f64(),
-                rounds: self.rounds,
-                quick: p.quick,
-                interrupted: self.interrupted,
-                cpus: self.cpus.map(|(a, b)| [a, b]),
-                lat_slice_ms: p.lat_slice.as_secs_f64() * 1e3,
-                tput_slice_ms: p.tput_slice.as_secs_f64() * 1e3,
-                rt: p.rt,
-                rt_client: self.client_rt.clone(),
-                rt_peer: self.peer_rt.clone(),
-            },
-            units: units(),
-            results,
-            floor_check: None,
-            remote: None,
-            targets: None,
-        }
+        let mut report = Report::new(BENCHMARK, self.machine.clone());
+        report.set_run(&RunInfo {
+            paths: p.paths.iter().map(|d| d.name.to_string()).collect(),
+            sizes: p.sizes.clone(),
+            duration_s: p.duration.as_secs_f64(),
+            elapsed_s: self.elapsed.as_secs_f64(),
+            rounds: self.rounds,
+            quick: p.quick,
+            interrupted: self.interrupted,
+            cpus: self.cpus.map(|(a, b)| [a, b]),
+            lat_slice_ms: p.lat_slice.as_secs_f64() * 1e3,
+            tput_slice_ms: p.tput_slice.as_secs_f64() * 1e3,
+            rt: p.rt,
+            rt_client: self.client_rt.clone(),
+            rt_peer: self.peer_rt.clone(),
+        });
+        report.units = units();
+        report.rows = results;
+        report
     }
 }
 
 /// One-way figures from round-trip ticks.
-fn result(path: &str, size: usize, c: &Cell, max_at: SystemTime) -> PathResult {
+fn result(path: &str, size: usize, c: &Cell, max_at: SystemTime) -> Row {
     let ow = |t: f64| ticks_to_ns(1) * t / 2.0;
     let h = &c.lat;
     let secs = (ticks_to_ns(c.ticks) / 1e9).max(f64::MIN_POSITIVE);
     let pct = |ns: u64| ns as f64 / 1e9 / secs * 100.0;
-    PathResult {
-        path: path.to_string(),
-        size,
-        lat_ns: Lat {
+    Row::new(path)
+        .with_size(size)
+        .with_lat(Lat {
             avg: ow(h.mean()),
             min: ow(h.min() as f64),
             p50: ow(h.percentile(50.0) as f64),
@@ -328,13 +323,12 @@ fn result(path: &str, size: usize, c: &Cell, max_at: SystemTime) -> PathResult {
             max: ow(h.max() as f64),
             samples: h.count(),
             max_at: utc_iso_ms(max_at),
-        },
-        gbps: c.msgs as f64 * size as f64 / secs / 1e9,
-        msgs_per_s: c.msgs as f64 / secs,
-        cpu_pct: pct(c.cpu_client_ns + c.cpu_peer_ns),
-        cpu_pct_client: pct(c.cpu_client_ns),
-        cpu_pct_peer: pct(c.cpu_peer_ns),
-    }
+        })
+        .with_value("gbps", c.msgs as f64 * size as f64 / secs / 1e9)
+        .with_value("msgs_per_s", c.msgs as f64 / secs)
+        .with_value("cpu_pct", pct(c.cpu_client_ns + c.cpu_peer_ns))
+        .with_value("cpu_pct_client", pct(c.cpu_client_ns))
+        .with_value("cpu_pct_peer", pct(c.cpu_peer_ns))
 }
 
 /// Runs `plan`; `extra` paths are set up too (for `--check-floor`) but not measured here.

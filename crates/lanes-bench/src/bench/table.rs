@@ -3,12 +3,13 @@
 
 use std::fmt::Write as _;
 
+use crate::bench::facts::{FloorCheck, RemoteRun, RunInfo, Target, DMA_SIZE};
 use crate::bench::paths::{self, Group};
-use crate::bench::report::{Report, Target};
 use crate::bench::runner::Measured;
 use crate::measure::clock::ticks_to_ns;
 use crate::measure::stats::fmt_ns;
 use crate::measure::stats::Histogram;
+use crate::report::Report;
 use crate::sizes::fmt_size;
 
 /// Baselines every other path is compared with, in column order (a run has either the
@@ -63,10 +64,11 @@ pub(crate) fn fmt_gbps(g: f64) -> String {
 /// The table.
 pub(crate) fn render(r: &Report) -> String {
     let mut out = String::new();
-    let paths = r.paths();
+    let paths = r.keys();
+    let run: RunInfo = r.run_as();
     let baselines: Vec<&str> = BASELINES.iter().copied().filter(|b| paths.iter().any(|p| p == b)).collect();
     let ratios = !baselines.is_empty() && paths.iter().any(|p| is_lanes_path(p));
-    let cpus = match r.run.cpus {
+    let cpus = match run.cpus {
         Some([a, b]) => format!("cpus {a},{b}"),
         None => "unpinned".into(),
     };
@@ -75,9 +77,9 @@ pub(crate) fn render(r: &Report) -> String {
         "lanes bench: {} x {} sizes in {:.0} s{}, {cpus}{}",
         paths.join(", "),
         r.sizes().len(),
-        r.run.elapsed_s,
-        if r.run.rounds > 1 { format!(" ({} rounds)", r.run.rounds) } else { String::new() },
-        if r.run.interrupted { ", interrupted" } else { "" }
+        run.elapsed_s,
+        if run.rounds > 1 { format!(" ({} rounds)", run.rounds) } else { String::new() },
+        if run.interrupted { ", interrupted" } else { "" }
     );
     let _ = writeln!(out, "machine: {} ({})", r.machine.title(), r.machine.hostname);
     let _ = writeln!(
@@ -92,8 +94,8 @@ pub(crate) fn render(r: &Report) -> String {
         );
     }
     let _ = writeln!(out);
-    if let Some(remote) = &r.remote {
-        let streams = if r.run.paths.iter().any(|p| p == "iperf3") {
+    if let Some(remote) = r.detail_as::<RemoteRun>("remote") {
+        let streams = if run.paths.iter().any(|p| p == "iperf3") {
             format!(", DMA and iperf3 {} s each", remote.stream_secs)
         } else {
             String::new()
@@ -147,9 +149,9 @@ pub(crate) fn render(r: &Report) -> String {
                 or_dash(l.p50, fmt_ns),
                 or_dash(l.p99, fmt_ns),
                 or_dash(l.max, fmt_ns),
-                or_dash(x.gbps, fmt_gbps),
-                or_dash(x.msgs_per_s, |m| format!("{:.3}", m / 1e6)),
-                or_dash(x.cpu_pct, |c| format!("{c:.0}"))
+                or_dash(x.value("gbps"), fmt_gbps),
+                or_dash(x.value("msgs_per_s"), |m| format!("{:.3}", m / 1e6)),
+                or_dash(x.value("cpu_pct"), |c| format!("{c:.0}"))
             );
             first = false;
             if ratios && is_lanes_path(p) {
@@ -160,7 +162,7 @@ pub(crate) fn render(r: &Report) -> String {
                 }
                 out.push(' ');
                 for b in &baselines {
-                    let v = r.get(b, size).map_or(f64::NAN, |base| x.gbps / base.gbps);
+                    let v = r.get(b, size).map_or(f64::NAN, |base| x.value("gbps") / base.value("gbps"));
                     let _ = write!(out, " {:>6}", fmt_ratio(v));
                 }
             }
@@ -171,29 +173,29 @@ pub(crate) fn render(r: &Report) -> String {
     let _ = writeln!(out, "worst one-way latency observed, per path:");
     for p in &paths {
         let worst = r
-            .results
+            .rows
             .iter()
-            .filter(|x| &x.path == p && x.lat_ns.max > 0.0)
+            .filter(|x| &x.key == p && x.lat_ns.max > 0.0)
             .max_by(|a, b| a.lat_ns.max.total_cmp(&b.lat_ns.max));
         if let Some(w) = worst {
-            let samples: u64 = r.results.iter().filter(|x| &x.path == p).map(|x| x.lat_ns.samples).sum();
+            let samples: u64 = r.rows.iter().filter(|x| &x.key == p).map(|x| x.lat_ns.samples).sum();
             let _ = writeln!(
                 out,
                 "  {:<14} {:>9} at {} (size {}), {} round trips in all",
                 p,
                 fmt_ns(w.lat_ns.max),
                 w.lat_ns.max_at,
-                fmt_size(w.size),
+                fmt_size(w.size()),
                 samples
             );
         }
     }
-    if let Some(f) = &r.floor_check {
+    if let Some(f) = r.detail_as::<FloorCheck>("floor_check") {
         let _ = writeln!(out);
-        let _ = writeln!(out, "{}", floor_check_line(f));
+        let _ = writeln!(out, "{}", floor_check_line(&f));
     }
-    if let Some(t) = &r.targets {
-        out.push_str(&render_targets(t));
+    if let Some(t) = r.detail_as::<Vec<Target>>("targets") {
+        out.push_str(&render_targets(&t));
     }
     out
 }
@@ -203,7 +205,7 @@ pub(crate) fn render(r: &Report) -> String {
 /// bandwidth over the better of fi_pingpong's at 1 MiB and iperf3's (at least 0.9).
 pub(crate) fn targets(r: &Report) -> Vec<Target> {
     let mut v = Vec::new();
-    let lanes_paths: Vec<String> = r.paths().into_iter().filter(|p| is_lanes_path(p)).collect();
+    let lanes_paths: Vec<String> = r.keys().into_iter().filter(|p| is_lanes_path(p)).collect();
     for size in r.sizes() {
         let Some(fi) = r.get("fi_pingpong", size).filter(|f| f.lat_ns.avg > 0.0) else { continue };
         for p in &lanes_paths {
@@ -222,19 +224,19 @@ pub(crate) fn targets(r: &Report) -> Vec<Target> {
             });
         }
     }
-    let size = crate::bench::report::DMA_SIZE;
-    let fi = r.get("fi_pingpong", size).map_or(0.0, |f| f.gbps);
-    let iperf = r.get("iperf3", size).map_or(0.0, |f| f.gbps);
+    let size = DMA_SIZE;
+    let fi = r.get("fi_pingpong", size).map_or(0.0, |f| f.value("gbps"));
+    let iperf = r.get("iperf3", size).map_or(0.0, |f| f.value("gbps"));
     let (name, best) = if fi >= iperf { ("fi_pingpong", fi) } else { ("iperf3", iperf) };
     for p in &lanes_paths {
-        let Some(x) = r.get(p, size).filter(|x| x.lat_ns.samples == 0 && x.gbps > 0.0) else { continue };
+        let Some(x) = r.get(p, size).filter(|x| x.lat_ns.samples == 0 && x.value("gbps") > 0.0) else { continue };
         if best > 0.0 {
-            let ratio = x.gbps / best;
+            let ratio = x.value("gbps") / best;
             v.push(Target {
                 path: p.clone(),
                 size,
                 figure: "bandwidth".into(),
-                lanes: x.gbps,
+                lanes: x.value("gbps"),
                 baseline: name.into(),
                 baseline_value: best,
                 ratio,
@@ -290,7 +292,7 @@ pub(crate) fn render_targets(t: &[Target]) -> String {
 }
 
 /// The `--check-floor` verdict.
-pub(crate) fn floor_check_line(f: &crate::bench::report::FloorCheck) -> String {
+pub(crate) fn floor_check_line(f: &FloorCheck) -> String {
     let mut s = format!(
         "floor vs independent spin: {:.2}x (floor {:.1} ns, independent {:.1} ns one-way avg at {} B; medians of {} alternating runs)",
         f.ratio, f.floor_ns, f.independent_ns, f.size, f.runs

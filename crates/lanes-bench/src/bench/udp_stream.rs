@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use lanes_udpstream::header::HEADER_LEN;
 use lanes_udpstream::{RecvOptions, RecvPath, SendOptions, SendPath, StreamReceiver, StreamSender, MAX_UDP_PAYLOAD};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::measure::affinity;
-use crate::output::say;
+use crate::report::{self, say, Machine, Report};
 
 /// Arguments of `lanes bench udp-stream`.
 #[derive(clap::Args, Debug)]
@@ -71,7 +71,7 @@ pub struct UdpStreamArgs {
     json: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 enum Row {
     Fast,
@@ -92,7 +92,8 @@ impl Row {
 }
 
 /// One measurement.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 struct Sample {
     sent_bytes: u64,
     sent_datagrams: u64,
@@ -137,7 +138,7 @@ impl Sample {
     }
 }
 
-#[derive(Serialize)]
+/// One row at one datagram size: the median round and every round.
 struct Cell {
     datagram_size: usize,
     row: Row,
@@ -146,15 +147,56 @@ struct Cell {
     rounds: Vec<Sample>,
 }
 
+impl Cell {
+    /// The cell as a report row: `key` the row's name, `detail.median` the median round,
+    /// `samples.rounds` every round, `values` the median's derived figures.
+    fn to_row(&self) -> report::Row {
+        let m = &self.median;
+        report::Row::new(report::to_value(&self.row).as_str().unwrap_or_default())
+            .with_title(self.row.label())
+            .with_size(self.datagram_size)
+            .with_value("mb_s", m.mb_s())
+            .with_value("tx_cpu_pct", m.tx_cpu())
+            .with_value("rx_cpu_pct", m.rx_cpu())
+            .with_value("cpu_s_per_gb", m.cpu_s_per_gb())
+            .with_value("loss_pct", m.loss_pct())
+            .with_detail("median", m)
+            .with_samples("rounds", &self.rounds)
+    }
+
+    fn from_row(r: &report::Row) -> Option<Cell> {
+        Some(Cell {
+            datagram_size: r.size?,
+            row: serde_json::from_value(serde_json::Value::String(r.key.clone())).ok()?,
+            median: r.detail_as("median")?,
+            rounds: Vec::new(),
+        })
+    }
+}
+
+/// How a run was made: the report's `run`.
 #[derive(Serialize)]
-struct Report {
-    format: &'static str,
+struct RunInfo {
     link: String,
     block: usize,
     header: bool,
+    /// Seconds per measurement.
     seconds: f64,
-    cells: Vec<Cell>,
 }
+
+/// The report's `benchmark`.
+pub(crate) const BENCHMARK: &str = "udp-stream";
+
+const UNITS: [(&str, &str); 8] = [
+    ("key", "fast (the library's own path), mmsg (forced sendmmsg/recvmmsg), per-datagram (send/recv, the baseline), fast80 (fast paced at 80% of its goodput)"),
+    ("size", "datagram payload bytes"),
+    ("values.mb_s", "payload bytes received per second / 1e6, median round"),
+    ("values.tx_cpu_pct", "the sender thread's CPU time over the stream's wall time, percent"),
+    ("values.rx_cpu_pct", "the receiver thread's CPU time over the stream's wall time, percent"),
+    ("values.cpu_s_per_gb", "both threads' CPU seconds per GB received"),
+    ("values.loss_pct", "datagrams sent but not received, percent"),
+    ("detail.median", "the median round's counters (by goodput); samples.rounds: every round's"),
+];
 
 /// Where the two threads run.
 #[derive(Clone)]
@@ -437,6 +479,7 @@ fn median(mut v: Vec<Sample>) -> (Sample, Vec<Sample>) {
 
 /// Runs `lanes bench udp-stream`.
 pub fn run(a: UdpStreamArgs) -> Result<(), String> {
+    let started = std::time::SystemTime::now();
     let block = crate::sizes::parse_size(&a.block)?;
     let header_len = if a.header { HEADER_LEN } else { 0 };
     let max = MAX_UDP_PAYLOAD - header_len;
@@ -534,24 +577,14 @@ pub fn run(a: UdpStreamArgs) -> Result<(), String> {
     if tty {
         eprint!("\r\x1b[K");
     }
-    let report = Report {
-        format: "lanes-bench-udp-stream/1",
-        link: link.label.clone(),
-        block,
-        header: a.header,
-        seconds: slice.as_secs_f64(),
-        cells,
-    };
-    crate::output::emit(&report, a.json.as_deref())
+    let mut report = Report::new(BENCHMARK, Machine::this(started));
+    report.set_units(UNITS);
+    report.set_run(&RunInfo { link: link.label.clone(), block, header: a.header, seconds: slice.as_secs_f64() });
+    report.rows = cells.iter().map(Cell::to_row).collect();
+    report::emit(&report, |r| drop(say(&table(r))), a.json.as_deref())
 }
 
-impl crate::output::Report for Report {
-    fn print_table(&self) {
-        let _ = say(&table(self));
-    }
-}
-
-fn table(r: &Report) -> String {
+pub(crate) fn table(r: &Report) -> String {
     let mut t = String::new();
     t += &format!(
         "{:>9}  {:<13} {:<11} {:>9} {:>6} {:>6} {:>8} {:>10} {:>10} {:>7}   {:>7} {:>7} {:>7}\n",
@@ -573,14 +606,15 @@ fn table(r: &Report) -> String {
         "{:>9}  {:<13} {:<11} {:>9} {:>6} {:>6} {:>8} {:>10} {:>10} {:>7}   {:>23}\n",
         "", "", "tx/rx", "", "%", "%", "", "per GB", "per GB", "%", "vs per-datagram"
     );
-    let sizes: Vec<usize> = r.cells.iter().map(|c| c.datagram_size).fold(Vec::new(), |mut v, s| {
+    let all: Vec<Cell> = r.rows.iter().filter_map(Cell::from_row).collect();
+    let sizes: Vec<usize> = all.iter().map(|c| c.datagram_size).fold(Vec::new(), |mut v, s| {
         if !v.contains(&s) {
             v.push(s);
         }
         v
     });
     for ds in sizes {
-        let cells: Vec<&Cell> = r.cells.iter().filter(|c| c.datagram_size == ds).collect();
+        let cells: Vec<&Cell> = all.iter().filter(|c| c.datagram_size == ds).collect();
         let base = cells.iter().find(|c| c.row == Row::PerDatagram).map(|c| &c.median);
         for (i, c) in cells.iter().enumerate() {
             let m = &c.median;

@@ -1,9 +1,10 @@
 //! Latency statistics (exact percentiles from all samples) and histograms.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Summary of a set of latencies, in nanoseconds.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct LatencySummary {
     pub avg: f64,
     pub min: f64,
@@ -52,7 +53,7 @@ impl LatencySummary {
 }
 
 /// Counts of samples per latency bucket; bucket edges run 1-2-5 per decade.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Histogram {
     /// (upper edge in ns, count); the last bucket's edge is infinite (f64::MAX).
     pub buckets: Vec<(f64, u64)>,

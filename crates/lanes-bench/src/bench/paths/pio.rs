@@ -100,6 +100,45 @@ impl Mem for SegmentMem {
     }
 }
 
+/// One side's region inside a mapped segment, from `base` on (`lanes pingpong` keeps its
+/// command line and the floor's cache line in the page before it).
+pub(crate) struct MapRegion<'a> {
+    pub map: &'a Map,
+    pub base: usize,
+}
+
+impl Mem for MapRegion<'_> {
+    #[inline(always)]
+    fn load_u64(&self, off: usize) -> Result<u64, String> {
+        self.map.load_acquire_u64(self.base + off).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn store_u64(&self, off: usize, v: u64) -> Result<(), String> {
+        self.map.store_release_u64(self.base + off, v).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn load_u32(&self, off: usize) -> Result<u32, String> {
+        self.map.load_acquire_u32(self.base + off).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn store_u32(&self, off: usize, v: u32) -> Result<(), String> {
+        self.map.store_release_u32(self.base + off, v).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn put(&self, off: usize, src: &[u8]) -> Result<(), String> {
+        self.map.write_bytes(self.base + off, src).map_err(fault)
+    }
+
+    #[inline(always)]
+    fn get(&self, off: usize, dst: &mut [u8]) -> Result<(), String> {
+        self.map.read_bytes(self.base + off, dst).map_err(fault)
+    }
+}
+
 /// Where a side keeps its progress driver while a slice runs (none between slices).
 type DriverSlot = Rc<RefCell<Option<ProgressDriver>>>;
 

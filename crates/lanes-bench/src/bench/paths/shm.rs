@@ -1,6 +1,7 @@
 //! The shared-memory protocols, written once over [`Mem`] so that the floor (raw pointers
 //! on a plain shared mapping) and PIO (a Lanes [`lanes::Map`]) run the very same code and
-//! differ only in how a load, a store or a copy reaches memory.
+//! differ only in how a load, a store or a copy reaches memory. `lanes pingpong` runs the
+//! latency protocol too, on its mailboxes' message areas ([`ShmClient::round_trips`]).
 //!
 //! Each side owns a region; a side only ever spins on its own region and writes into the
 //! other's, as on a PCIe fabric (reads of remote memory are slow there).
@@ -143,29 +144,28 @@ impl<M: Mem> ShmClient<M> {
     pub(crate) fn new(mine: M, theirs: M, max: usize) -> Self {
         ShmClient { mine, theirs, max, payload: pattern(max, 1), buf: vec![0; max] }
     }
-}
 
-impl<M: Mem> ClientPath for ShmClient<M> {
-    fn prepare(&mut self, kind: Kind, size: usize) -> Result<(), String> {
-        check_size(size, self.max)?;
-        match kind {
-            Kind::Latency => {
-                let (off, wide) = seq_word(size);
-                store_seq(&self.mine, off, wide, 0)?;
-                store_seq(&self.theirs, off, wide, 0)?;
-            }
-            Kind::Throughput => {
-                let ring = lat_bytes(self.max);
-                self.theirs.store_u64(ring + HEAD, 0)?;
-                self.theirs.store_u64(ring + CLOSED, 0)?;
-                self.theirs.store_u64(ring + TAIL, 0)?;
-            }
-        }
-        // The peer starts on the next command and must not see the previous slice's words.
-        self.theirs.settle()
+    /// `n` round trips of `size`-byte messages (at least one), each one's ticks in order.
+    /// Like a latency slice, it needs `prepare(Kind::Latency, size)` first and ends by
+    /// telling the peer to stop.
+    pub(crate) fn round_trips(&mut self, size: usize, n: usize, wait: &Waiter) -> Result<Vec<u64>, String> {
+        let mut ticks = Vec::with_capacity(n.max(1));
+        self.ping_pong(size, wait, |t, _| {
+            ticks.push(t);
+            ticks.len() < n
+        })?;
+        Ok(ticks)
     }
 
-    fn latency(&mut self, size: usize, until: u64, rec: &mut TickHistogram, wait: &Waiter) -> Result<(), String> {
+    /// The latency protocol: round trips of `size`-byte messages, each one's ticks (and the
+    /// clock) given to `sample`, until it says no more; then the peer is told to stop.
+    #[inline(always)]
+    fn ping_pong(
+        &mut self,
+        size: usize,
+        wait: &Waiter,
+        mut sample: impl FnMut(u64, u64) -> bool,
+    ) -> Result<(), String> {
         check_size(size, self.max)?;
         let (off, wide) = seq_word(size);
         let stop = stop_value(wide);
@@ -195,15 +195,43 @@ impl<M: Mem> ClientPath for ShmClient<M> {
             seq += 1;
             send(seq)?;
             let now = now_ticks();
-            rec.record(now.wrapping_sub(prev), now);
+            let more = sample(now.wrapping_sub(prev), now);
             prev = now;
-            if now >= until {
+            if !more {
                 // The message just sent is answered, unrecorded, before the stop.
                 wait.until(|| Ok((load_seq(mine, off, wide)? == seq).then_some(())))?;
                 break;
             }
         }
         store_seq(theirs, off, wide, stop)
+    }
+}
+
+impl<M: Mem> ClientPath for ShmClient<M> {
+    fn prepare(&mut self, kind: Kind, size: usize) -> Result<(), String> {
+        check_size(size, self.max)?;
+        match kind {
+            Kind::Latency => {
+                let (off, wide) = seq_word(size);
+                store_seq(&self.mine, off, wide, 0)?;
+                store_seq(&self.theirs, off, wide, 0)?;
+            }
+            Kind::Throughput => {
+                let ring = lat_bytes(self.max);
+                self.theirs.store_u64(ring + HEAD, 0)?;
+                self.theirs.store_u64(ring + CLOSED, 0)?;
+                self.theirs.store_u64(ring + TAIL, 0)?;
+            }
+        }
+        // The peer starts on the next command and must not see the previous slice's words.
+        self.theirs.settle()
+    }
+
+    fn latency(&mut self, size: usize, until: u64, rec: &mut TickHistogram, wait: &Waiter) -> Result<(), String> {
+        self.ping_pong(size, wait, |ticks, now| {
+            rec.record(ticks, now);
+            now < until
+        })
     }
 
     fn throughput(&mut self, size: usize, until: u64, wait: &Waiter) -> Result<Streamed, String> {

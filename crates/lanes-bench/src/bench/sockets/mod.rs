@@ -25,14 +25,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::bench::machine::Machine;
 use crate::bench::progress::Progress;
 use crate::measure::affinity;
 use crate::measure::stats::fmt_ns;
-use crate::output::say;
 use crate::preload;
+use crate::report::{say, to_value, Machine, Report, Row};
 use procs::{Launch, Mode};
 use servers::{Params, Sample};
 use tools::{Tool, TOOLS};
@@ -75,21 +74,12 @@ pub struct SocketsArgs {
     pingpong_client: Option<u16>,
 }
 
-/// Identifies the JSON written by `--json`.
-const FORMAT: &str = "lanes-bench-sockets/1";
+/// The report's `benchmark`.
+pub(crate) const BENCHMARK: &str = "sockets";
 
-#[derive(Serialize)]
-struct Report {
-    format: &'static str,
-    machine: Machine,
-    run: RunInfo,
-    /// One-way latency of a raw shared-memory spin on the same CPUs (lanes-spin-floor), ns.
-    floor_ns: Option<f64>,
-    rows: Vec<Row>,
-    units: BTreeMap<&'static str, &'static str>,
-}
-
-#[derive(Serialize)]
+/// How a run was made: the report's `run`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 struct RunInfo {
     seconds: u64,
     rounds: usize,
@@ -116,31 +106,8 @@ struct SampleOut {
     details: BTreeMap<String, f64>,
 }
 
-#[derive(Serialize)]
-struct Row {
-    key: &'static str,
-    title: String,
-    unit: &'static str,
-    /// `lower` or `higher`: which way is better.
-    better: &'static str,
-    /// The ratio the library should reach, in the better direction.
-    target: f64,
-    /// Median over the rounds, without the library.
-    kernel: Option<f64>,
-    /// Median over the rounds, with the library on both ends.
-    lanes: Option<f64>,
-    /// Times better with the library: kernel / lanes for latency, lanes / kernel otherwise.
-    ratio: Option<f64>,
-    pass: Option<bool>,
-    /// `pass`, `fail`, `kernel only` (no library), `skipped` (programs missing), `error`,
-    /// `interrupted`.
-    status: String,
-    note: Option<String>,
-    samples: BTreeMap<&'static str, Vec<SampleOut>>,
-}
-
-fn units() -> BTreeMap<&'static str, &'static str> {
-    BTreeMap::from([
+fn units() -> BTreeMap<String, String> {
+    [
         ("sockperf-latency", "one-way latency in microseconds (sockperf: half the round trip), average"),
         ("sockperf-throughput", "64-byte messages per second the client sent (sockperf tp)"),
         ("iperf3", "Gbit/s received by the server (iperf3 end.sum_received), 128 KiB writes, one stream"),
@@ -150,9 +117,18 @@ fn units() -> BTreeMap<&'static str, &'static str> {
         ("pgbench-tpcb", "pgbench TPC-B transactions per second, -c 8 -j 2, scale 1, fsync off"),
         ("pgbench-select", "pgbench select-only (-S) transactions per second, -c 8 -j 2, scale 1"),
         ("nginx", "HTTP requests per second wrk completed (-t 2 -c 16, a 612-byte page), nginx 2 workers"),
+        ("values.kernel", "median over the rounds, without the library"),
+        ("values.lanes", "median over the rounds, with the library on both ends"),
         ("ratio", "times better with the library: kernel / lanes for latency, lanes / kernel for rates"),
-        ("floor_ns", "one-way latency of a raw shared-memory spin between the same two CPUs, ns"),
-    ])
+        ("status", "pass, fail, kernel only (no library), skipped (programs missing), error, interrupted"),
+        ("samples", "every round's figure per mode (kernel, lanes), with the tool's own details"),
+        ("detail.target", "the ratio the library should reach, in the better direction"),
+        ("detail.pass", "whether the ratio reached the target"),
+        ("detail.floor_ns", "one-way latency of a raw shared-memory spin between the same two CPUs, ns"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 struct RowState {
@@ -376,31 +352,31 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
 
     let mut rows: Vec<Row> = rows.into_iter().map(|r| finish_row(r, lib.is_some(), interrupted)).collect();
     for r in rows.iter_mut().filter(|r| r.key == "redis-get") {
-        r.title = format!("{}, {} client{}", r.title, a.redis_clients, if a.redis_clients == 1 { "" } else { "s" });
+        let t = r.title.take().unwrap_or_default();
+        r.title = Some(format!("{t}, {} client{}", a.redis_clients, if a.redis_clients == 1 { "" } else { "s" }));
     }
-    let report = Report {
-        format: FORMAT,
-        machine: Machine::this(start_wall),
-        run: RunInfo {
-            seconds,
-            rounds,
-            quick: a.quick,
-            cpus: cpus.map(|(x, y)| [x, y]),
-            library: lib.as_ref().map(|l| l.display().to_string()),
-            library_missing: lib_missing,
-            redis_clients: a.redis_clients,
-            redis_requests,
-            elapsed_s: started.elapsed().as_secs_f64(),
-            interrupted,
-            stale_records_removed,
-        },
-        floor_ns,
-        rows,
-        units: units(),
-    };
+    let mut report = Report::new(BENCHMARK, Machine::this(start_wall));
+    report.set_run(&RunInfo {
+        seconds,
+        rounds,
+        quick: a.quick,
+        cpus: cpus.map(|(x, y)| [x, y]),
+        library: lib.as_ref().map(|l| l.display().to_string()),
+        library_missing: lib_missing,
+        redis_clients: a.redis_clients,
+        redis_requests,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        interrupted,
+        stale_records_removed,
+    });
+    report.units = units();
+    report.rows = rows;
+    if let Some(f) = floor_ns {
+        report.set_detail("floor_ns", &f);
+    }
     tell(&render(&report))?;
     if let Some(p) = &a.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n";
+        let text = report.to_json()?;
         if to_stdout {
             say(&text)?;
         } else {
@@ -412,7 +388,7 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
         return Err("interrupted; the table above covers what was measured".into());
     }
     if a.strict {
-        let bad: Vec<&str> = report.rows.iter().filter(|r| r.pass != Some(true)).map(|r| r.key).collect();
+        let bad: Vec<&str> = report.rows.iter().filter(|r| !passed(r)).map(|r| r.key.as_str()).collect();
         if !bad.is_empty() {
             return Err(format!("--strict: not passed: {}", bad.join(", ")));
         }
@@ -458,20 +434,32 @@ fn finish_row(r: RowState, have_lib: bool, interrupted: bool) -> Row {
             None => ("error", Some("no figures".to_string())),
         }
     };
-    Row {
-        key: t.key,
-        title: t.title.to_string(),
-        unit: t.unit,
-        better: if t.lower_is_better { "lower" } else { "higher" },
-        target: t.target,
-        kernel,
-        lanes,
-        ratio,
-        pass,
-        status: status.to_string(),
-        note,
-        samples: BTreeMap::from([("kernel", r.kernel), ("lanes", r.lanes)]),
+    let mut row = Row::new(t.key).with_title(t.title).with_detail("target", &t.target);
+    row.unit = Some(t.unit.to_string());
+    row.better = Some(if t.lower_is_better { "lower" } else { "higher" }.to_string());
+    for (mode, v) in [("kernel", kernel), ("lanes", lanes)] {
+        if let Some(v) = v {
+            row.values.insert(mode.to_string(), v);
+        }
     }
+    row.ratio = ratio;
+    row.status = Some(status.to_string());
+    if let Some(p) = pass {
+        row.set_detail("pass", &p);
+    }
+    if let Some(n) = note {
+        row.set_detail("note", &n);
+    }
+    row.samples = BTreeMap::from([
+        ("kernel".to_string(), r.kernel.iter().map(to_value).collect()),
+        ("lanes".to_string(), r.lanes.iter().map(to_value).collect()),
+    ]);
+    row
+}
+
+/// Whether the row met its target.
+fn passed(r: &Row) -> bool {
+    r.detail_as::<bool>("pass") == Some(true)
 }
 
 fn fmt_value(unit: &str, v: f64) -> String {
@@ -497,61 +485,69 @@ fn fmt_ratio(x: f64) -> String {
     }
 }
 
-fn render(r: &Report) -> String {
+pub(crate) fn render(r: &Report) -> String {
+    let run: RunInfo = r.run_as();
     let mut out =
         format!("\n{:<38} {:>14} {:>14} {:>8}  {:<14} result\n", "measurement", "kernel", "lanes", "ratio", "target");
     let opt = |unit: &str, v: Option<f64>| v.map_or("-".to_string(), |v| fmt_value(unit, v));
     for row in &r.rows {
-        let target = format!("{}x {}", row.target, if row.better == "lower" { "lower" } else { "higher" });
-        let result = match row.status.as_str() {
+        let unit = row.unit.as_deref().unwrap_or("");
+        let target = format!(
+            "{}x {}",
+            row.detail_as::<f64>("target").unwrap_or(0.0),
+            if row.better.as_deref() == Some("lower") { "lower" } else { "higher" }
+        );
+        let result = match row.status.as_deref().unwrap_or("") {
             "pass" => "PASS".to_string(),
             "fail" => "FAIL".to_string(),
             s => s.to_string(),
         };
         out.push_str(&format!(
             "{:<38} {:>14} {:>14} {:>8}  {:<14} {result}\n",
-            row.title,
-            opt(row.unit, row.kernel),
-            opt(row.unit, row.lanes),
+            row.title.as_deref().unwrap_or(&row.key),
+            opt(unit, row.get("kernel")),
+            opt(unit, row.get("lanes")),
             row.ratio.map_or("-".to_string(), fmt_ratio),
             target,
         ));
-        let each = |v: &[SampleOut]| v.iter().map(|s| fmt_value(row.unit, s.value)).collect::<Vec<_>>().join(", ");
+        let each = |v: &[serde_json::Value]| {
+            v.iter().map(|s| fmt_value(unit, s["value"].as_f64().unwrap_or(f64::NAN))).collect::<Vec<_>>().join(", ")
+        };
         let mut parts = Vec::new();
         for (mode, v) in &row.samples {
-            if !v.is_empty() && r.run.rounds > 1 {
+            if !v.is_empty() && run.rounds > 1 {
                 parts.push(format!("{mode} {}", each(v)));
             }
         }
         if !parts.is_empty() {
             out.push_str(&format!("    rounds: {}\n", parts.join("; ")));
         }
-        if let Some(n) = &row.note {
+        if let Some(n) = row.detail_as::<String>("note") {
             out.push_str(&format!("    {n}\n"));
         }
     }
-    if let Some(f) = r.floor_ns {
+    if let Some(f) = r.detail_as::<f64>("floor_ns") {
         out.push_str(&format!(
             "floor: {} one-way (lanes-spin-floor: a raw shared-memory spin on the same CPUs)",
             fmt_ns(f)
         ));
-        let pp = r.rows.iter().find(|x| x.key == "sockperf-latency").and_then(|x| x.lanes);
+        let pp = r.rows.iter().find(|x| x.key == "sockperf-latency").and_then(|x| x.get("lanes"));
         if let Some(l) = pp {
             out.push_str(&format!("; sockperf ping-pong with the library: {:.1}x the floor", l * 1e3 / f));
         }
         out.push('\n');
     }
-    if r.run.stale_records_removed > 0 {
+    if run.stale_records_removed > 0 {
         out.push_str(&format!(
             "removed {} socket records the stopped programs left (as `lanes cleanup` would)\n",
-            r.run.stale_records_removed
+            run.stale_records_removed
         ));
     }
-    let passed = r.rows.iter().filter(|x| x.pass == Some(true)).count();
+    let passed = r.rows.iter().filter(|x| passed(x)).count();
     out.push_str(&format!(
         "{passed} of {} targets met, in {}\n",
         r.rows.len(),
-        crate::bench::progress::fmt_secs(r.run.elapsed_s)
+        crate::bench::progress::fmt_secs(run.elapsed_s)
     ));
     out
 }
@@ -580,11 +576,11 @@ mod tests {
         };
         let r = finish_row(row(vec![20.0, 22.0, 21.0], vec![0.5, 0.6, 0.7]), true, false);
         assert_eq!(r.ratio, Some(35.0));
-        assert_eq!((r.pass, r.status.as_str()), (Some(true), "pass"));
+        assert_eq!((r.detail_as::<bool>("pass"), r.status.as_deref()), (Some(true), Some("pass")));
         let r = finish_row(row(vec![20.0], vec![2.0]), true, false);
-        assert_eq!((r.pass, r.status.as_str()), (Some(false), "fail"));
+        assert_eq!((r.detail_as::<bool>("pass"), r.status.as_deref()), (Some(false), Some("fail")));
         let r = finish_row(row(vec![20.0], vec![]), false, false);
-        assert_eq!((r.pass, r.status.as_str()), (None, "kernel only"));
+        assert_eq!((r.detail_as::<bool>("pass"), r.status.as_deref()), (None, Some("kernel only")));
         let tput = &TOOLS[1];
         let r = finish_row(
             RowState { tool: tput, kernel: vec![s(100.0)], lanes: vec![s(2500.0)], skipped: None, error: None },
@@ -595,26 +591,19 @@ mod tests {
         assert_eq!(fmt_value("rt/s", 2_700_000.0), "2.70 Mrt/s");
         assert_eq!(fmt_value("tps", 28_150.0), "28.1 ktps");
         assert_eq!(fmt_value("req/s", 950.0), "950 req/s");
-        let text = render(&Report {
-            format: FORMAT,
-            machine: Machine::default(),
-            run: RunInfo {
-                seconds: 1,
-                rounds: 2,
-                quick: true,
-                cpus: None,
-                library: None,
-                library_missing: None,
-                redis_clients: 50,
-                redis_requests: None,
-                elapsed_s: 1.0,
-                interrupted: false,
-                stale_records_removed: 0,
-            },
-            floor_ns: Some(80.0),
-            rows: vec![r],
-            units: units(),
+        let mut report = Report::new(BENCHMARK, Machine::default());
+        report.set_run(&RunInfo {
+            seconds: 1,
+            rounds: 2,
+            quick: true,
+            redis_clients: 50,
+            elapsed_s: 1.0,
+            ..RunInfo::default()
         });
+        report.set_detail("floor_ns", &80.0);
+        report.rows = vec![r];
+        report.units = units();
+        let text = render(&report);
         assert!(text.contains("25.0x") && text.contains("PASS") && text.contains("1 of 1"), "{text}");
     }
 }

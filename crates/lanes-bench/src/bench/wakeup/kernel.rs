@@ -177,7 +177,9 @@ pub fn round_trips(b: Baseline, size: usize, n: usize, child_cpu: Option<usize>)
     let done = Arc::new(AtomicBool::new(false));
     let watchdog = {
         let (failed, done) = (failed.clone(), done.clone());
-        let unblock = ch.as_ref().map(|c| c.to_parent[0]);
+        // A pipe's write end is closed here below (its reader then sees the child's death as
+        // EOF), so there is nothing to write into; the others' stay open.
+        let unblock = ch.as_ref().filter(|_| b != Baseline::Pipe).map(|c| c.to_parent[0]);
         let budget = Duration::from_secs(30) + Duration::from_micros(200 * n as u64);
         std::thread::spawn(move || {
             let start = std::time::Instant::now();
@@ -238,13 +240,22 @@ pub fn round_trips(b: Baseline, size: usize, n: usize, child_cpu: Option<usize>)
     done.store(true, Ordering::Release);
     let _ = watchdog.join();
     let mut status = 0;
-    // SAFETY: reaping our own child; closing our own fds; unmapping our page.
+    // Each fd once: an eventfd or a socket serves as two ends, and a pipe's child ends are
+    // closed already. (Closing a number twice can close an fd another thread has opened since.)
+    let mut fds: Vec<i32> = Vec::new();
+    if let Some(c) = &ch {
+        fds.extend([c.to_child[0], c.to_parent[1]]);
+        if b != Baseline::Pipe {
+            fds.extend([c.to_child[1], c.to_parent[0]]);
+        }
+        fds.sort_unstable();
+        fds.dedup();
+    }
+    // SAFETY: reaping our own child; closing our own fds, each once; unmapping our page.
     unsafe {
         libc::waitpid(pid, &mut status, 0);
-        if let Some(c) = &ch {
-            for fd in [c.to_child[0], c.to_parent[1], c.to_child[1], c.to_parent[0]] {
-                libc::close(fd);
-            }
+        for fd in fds {
+            libc::close(fd);
         }
         libc::munmap(page, 4096);
     }

@@ -1,17 +1,25 @@
-//! The ping-pong wire format inside the two mailbox segments, and both sides' loops.
+//! The command line and the floor inside the two mailbox segments, and both sides' loops.
+//! The PIO round trips themselves are `lanes bench`'s latency protocol
+//! (bench/paths/shm.rs, the same code as the `pio` path) run on the mailboxes' message areas.
 //!
 //! ```text
-//! mailbox offset   0  command line: seq, kind, size, iterations, arg0, arg1, base
-//!                     (client -> server mailbox); ack seq (server -> client mailbox)
-//!                 64  floor line: the one cache line both processes spin on (server's)
-//!                128  message area: payload, then the sequence word stored last
+//! mailbox offset     0  command line: seq, kind, size, iterations, arg0, arg1, base
+//!                       (client -> server mailbox); ack seq (server -> client mailbox)
+//!                   64  floor line: the one cache line both processes spin on (server's)
+//!                 4096  message area of the latency protocol (bench/paths/shm.rs)
 //! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lanes::{Fabric, LocalSegment, Map, MapAccess, RemoteSegment, RemoteState, Timeout};
 
+use crate::bench::paths::pio::MapRegion;
+use crate::bench::paths::shm::{lat_bytes, ShmClient, ShmPeer};
+use crate::bench::paths::Kind as Slice;
+use crate::bench::paths::{ClientPath, PeerPath};
+use crate::bench::wait::Waiter;
 use crate::measure::clock::now_ticks;
 
 /// The server's mailbox id when `--server` runs on its own ("PP").
@@ -26,7 +34,8 @@ const CTRL_ARG0: usize = CTRL + 32;
 const CTRL_ARG1: usize = CTRL + 40;
 const CTRL_BASE: usize = CTRL + 48;
 const FLOOR: usize = 64;
-const MSG: usize = 128;
+/// Where the message area starts.
+const MSG: usize = 4096;
 
 /// Spins a waiting side does between checks that its peer still lives.
 const SPINS_PER_LIVENESS_CHECK: u32 = 1 << 12;
@@ -38,7 +47,7 @@ const IDLE_AFTER: Duration = Duration::from_secs(1);
 pub enum Kind {
     Hello { node: u32, segment: u32 },
     Floor { iterations: usize, base: u64 },
-    Pio { size: usize, iterations: usize, base: u64 },
+    Pio { size: usize },
     Done,
 }
 
@@ -56,7 +65,7 @@ pub struct Mailbox {
 
 impl Mailbox {
     fn bytes_for(max_size: usize) -> u64 {
-        (MSG + max_size).div_ceil(4096) as u64 * 4096
+        (MSG + lat_bytes(max_size)) as u64
     }
 
     pub fn create(fabric: &Fabric, id: Option<u32>, max_size: usize) -> Result<Mailbox, String> {
@@ -100,24 +109,14 @@ impl Mailbox {
         unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(FLOOR).cast()) }
     }
 
-    /// Writes a `size`-byte message whose final word is `seq`.
-    #[inline(always)]
-    fn put(&self, size: usize, payload: &[u8], seq: u64) -> Result<(), String> {
-        let (tail, wide) = tail_of(size);
-        if tail > MSG {
-            self.map.write_bytes(MSG, &payload[..tail - MSG]).map_err(|e| e.to_string())?;
-        }
-        if wide { self.map.store_release_u64(tail, seq) } else { self.map.store_release_u32(tail, seq as u32) }
-            .map_err(|e| e.to_string())
+    /// The message area, as the latency protocol's region.
+    fn region(&self) -> MapRegion<'_> {
+        MapRegion { map: &self.map, base: MSG }
     }
 
-    /// Whether the message with `seq` has fully arrived.
-    #[inline(always)]
-    fn arrived(&self, size: usize, seq: u64) -> Result<bool, String> {
-        let (tail, wide) = tail_of(size);
-        let got = if wide { self.map.load_acquire_u64(tail) } else { self.map.load_acquire_u32(tail).map(u64::from) }
-            .map_err(|e| e.to_string())?;
-        Ok(got == if wide { seq } else { seq & 0xFFFF_FFFF })
+    /// The largest message the message area holds.
+    fn max_message(&self) -> usize {
+        self.map.len().saturating_sub(MSG)
     }
 
     fn word(&self, off: usize) -> Result<u64, String> {
@@ -126,16 +125,6 @@ impl Mailbox {
 
     fn set_word(&self, off: usize, v: u64) -> Result<(), String> {
         self.map.write::<u64>(off, v).map_err(|e| e.to_string())
-    }
-}
-
-/// Offset of the sequence word of a `size`-byte message and whether it is 64-bit.
-#[inline(always)]
-fn tail_of(size: usize) -> (usize, bool) {
-    if size % 8 == 0 {
-        (MSG + size - 8, true)
-    } else {
-        (MSG + size - 4, false)
     }
 }
 
@@ -186,19 +175,21 @@ impl Spin {
     }
 }
 
-/// The client's end of the command channel.
+/// The client's end of the command channel, and of the PIO round trips.
 pub struct Command<'a> {
     theirs: &'a Mailbox,
     mine: &'a Mailbox,
     spin: Spin,
     seq: u64,
-    msg_seq: u64,
     floor_base: u64,
+    pio: ShmClient<MapRegion<'a>>,
 }
 
 impl<'a> Command<'a> {
-    pub fn new(theirs: &'a Mailbox, mine: &'a Mailbox, spin: Spin) -> Self {
-        Command { theirs, mine, spin, seq: 0, msg_seq: 0, floor_base: 0 }
+    /// Over the two mailboxes, for messages up to `max` bytes.
+    pub fn new(theirs: &'a Mailbox, mine: &'a Mailbox, spin: Spin, max: usize) -> Self {
+        let pio = ShmClient::new(mine.region(), theirs.region(), max);
+        Command { theirs, mine, spin, seq: 0, floor_base: 0, pio }
     }
 
     fn post(&mut self, kind: Kind) -> Result<u64, String> {
@@ -206,7 +197,7 @@ impl<'a> Command<'a> {
         let (k, size, iters, a0, a1, base) = match kind {
             Kind::Hello { node, segment } => (1, 0, 0, node.into(), segment.into(), 0),
             Kind::Floor { iterations, base } => (2, 0, iterations, 0, 0, base),
-            Kind::Pio { size, iterations, base } => (3, size, iterations, 0, 0, base),
+            Kind::Pio { size } => (3, size, 0, 0, 0, 0),
             Kind::Done => (4, 0, 0, 0, 0, 0),
         };
         t.set_word(CTRL_KIND, k)?;
@@ -258,29 +249,47 @@ impl<'a> Command<'a> {
     }
 
     /// `n` PIO round trips of `size`-byte messages; returns each one's ticks.
-    pub fn pio(&mut self, size: usize, n: usize, payload: &[u8]) -> Result<Vec<u64>, String> {
-        let base = self.msg_seq;
-        let seq = self.post(Kind::Pio { size, iterations: n, base })?;
-        let (theirs, mine) = (self.theirs, self.mine);
-        let mut ticks = Vec::with_capacity(n);
-        for i in 1..=n as u64 {
-            let s = base + i;
-            ticks.push(timed(|| {
-                theirs.put(size, payload, s)?;
-                self.spin.until(|| mine.arrived(size, s), || theirs.peer_alive(), None)
-            })?);
-        }
-        self.msg_seq = base + n as u64;
+    pub fn pio(&mut self, size: usize, n: usize) -> Result<Vec<u64>, String> {
+        // The server is idle until the command: the protocol's words can be reset.
+        self.pio.prepare(Slice::Latency, size)?;
+        let seq = self.post(Kind::Pio { size })?;
+        let pio = &mut self.pio;
+        let ticks = watching(self.theirs, self.spin, |wait| pio.round_trips(size, n, wait))?;
         self.await_ack(seq)?;
         Ok(ticks)
     }
+}
+
+/// How often a watcher looks at the peer's mailbox.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
+
+/// Runs `f` with a waiter that fails once `peer`'s owner is gone: a thread watches the
+/// mailbox's state and hangs up the socket the waiter watches.
+fn watching<T>(peer: &Mailbox, spin: Spin, f: impl FnOnce(&Waiter) -> Result<T, String>) -> Result<T, String> {
+    let Segment::Remote(remote) = &peer.seg else {
+        return f(&Waiter::new(None, spin.yield_each, false));
+    };
+    let (watched, hangup) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| format!("a socket to watch the peer: {e}"))?;
+    let done = AtomicBool::new(false);
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            let _hangup = hangup;
+            while !done.load(Ordering::Relaxed) && !matches!(remote.state(), RemoteState::Lost(_)) {
+                std::thread::sleep(WATCH_EVERY);
+            }
+        });
+        let r = f(&Waiter::new(Some(watched.as_raw_fd()), spin.yield_each, false));
+        done.store(true, Ordering::Relaxed);
+        r
+    });
+    r.map_err(|e| if peer.peer_alive() { e } else { "the peer is gone".into() })
 }
 
 /// The server's loop: waits for commands in its mailbox and carries them out.
 pub fn serve(fabric: &Fabric, mine: &Mailbox, spin: Spin, wait_for_client: Option<Duration>) -> Result<(), String> {
     let mut last = 0u64;
     let mut client: Option<Mailbox> = None;
-    let mut payload: Vec<u8> = Vec::new();
     let hello_deadline = wait_for_client.map(|d| Instant::now() + d);
     loop {
         let alive = || client.as_ref().is_none_or(|c| c.peer_alive());
@@ -305,7 +314,6 @@ pub fn serve(fabric: &Fabric, mine: &Mailbox, spin: Spin, wait_for_client: Optio
                     .map_err(|e| format!("connecting to the client's mailbox: {e}"))?;
                 let max = (remote.size() as usize).saturating_sub(MSG);
                 client = Some(Mailbox::connect(remote, max)?);
-                payload = (0..max).map(|i| (i * 13 + 5) as u8).collect();
             }
             2 | 3 => {
                 let c = client.as_ref().ok_or("command before hello")?;
@@ -317,14 +325,12 @@ pub fn serve(fabric: &Fabric, mine: &Mailbox, spin: Spin, wait_for_client: Optio
                         word.store(v + 1, Ordering::Release);
                     }
                 } else {
-                    if size < 4 || size % 4 != 0 || size > payload.len() || MSG + size > mine.map.len() {
+                    let max = mine.max_message().min(c.max_message());
+                    if size < 4 || size % 4 != 0 || size > max {
                         return Err(format!("client asked for {size}-byte messages; this mailbox cannot hold them"));
                     }
-                    for i in 1..=iters {
-                        let s = base + i;
-                        spin.until(|| mine.arrived(size, s), || c.peer_alive(), None)?;
-                        c.put(size, &payload, s)?;
-                    }
+                    let mut peer = ShmPeer::new(mine.region(), c.region(), max);
+                    watching(c, spin, |wait| peer.latency(size, wait))?;
                 }
             }
             4 => {

@@ -11,15 +11,16 @@ pub mod kernel;
 use std::time::Duration;
 
 use lanes::{Fabric, LocalDataInterrupt, LocalInterrupt, RemoteDataInterrupt, RemoteInterrupt, Timeout};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::measure::clock::{self, now_ticks, ticks_to_ns};
 use crate::measure::stats::{Histogram, LatencySummary};
 use crate::measure::{affinity, peer::Peer};
+use crate::report::{Machine, Report, Row};
 use kernel::Baseline;
 
 /// Which kind of interrupt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     Interrupt,
@@ -40,40 +41,31 @@ pub struct Options {
     pub histograms: bool,
 }
 
-/// One path at one size.
-#[derive(Clone, Debug, Serialize)]
-pub struct PathResult {
-    pub path: String,
-    pub size: usize,
-    pub one_way_ns: LatencySummary,
-    pub rtt_ns: LatencySummary,
-    /// The baseline this path is judged against and the ratio of average latencies.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vs: Option<Versus>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub histogram: Option<Histogram>,
+/// How a run was made: the report's `run`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Run {
+    mode: Mode,
+    node: u32,
+    remote_node: u32,
+    /// CPUs of the client and the peers; none when unpinned.
+    cpus: Option<(usize, usize)>,
+    /// Round trips per path and size, over every round.
+    iterations: usize,
+    /// Spin time of the spinning variant, us.
+    poll_us: u64,
 }
 
-/// A path's latency over its baseline's, by average and by median (the average of a short
-/// run on a shared host can be dominated by a few preempted round trips; the median cannot).
-#[derive(Clone, Debug, Serialize)]
-pub struct Versus {
-    pub baseline: String,
-    pub ratio_avg: f64,
-    pub ratio_p50: f64,
-}
+/// The report's `benchmark`.
+pub(crate) const BENCHMARK: &str = "wakeup";
 
-/// A whole run.
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    pub mode: Mode,
-    pub node: u32,
-    pub remote_node: u32,
-    pub cpus: Option<(usize, usize)>,
-    pub iterations: usize,
-    pub poll_us: u64,
-    pub results: Vec<PathResult>,
-}
+const UNITS: [(&str, &str); 6] = [
+    ("lat_ns", "one-way latency in ns: round trip / 2"),
+    ("ratio", "average round trip over the baseline's (detail.baseline): spinning against the floor, sleeping against the kernel's sleeping wake-up of the same kind"),
+    ("detail.ratio_p50", "the same ratio of medians"),
+    ("detail.rtt_ns", "round-trip latency in ns"),
+    ("detail.histogram", "with --hist: one-way latency buckets, [upper edge in ns, count]"),
+    ("size", "payload bytes (data interrupts); interrupts carry none and have no size"),
+];
 
 const ROUNDS: usize = 5;
 const T: Timeout = Timeout::After(Duration::from_secs(10));
@@ -188,6 +180,7 @@ impl Variant {
 
 /// Runs every path and returns the report.
 pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
+    let started = std::time::SystemTime::now();
     clock::calibrate();
     let sizes: Vec<usize> = match opts.mode {
         Mode::Interrupt => vec![0],
@@ -208,7 +201,8 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
     let payload: Vec<u8> = (0..lanes::MAX_DATA_INTERRUPT_PAYLOAD).map(|i| (i * 7 + 3) as u8).collect();
     let mut buf = vec![0u8; lanes::MAX_DATA_INTERRUPT_PAYLOAD];
     let per_round = opts.iterations.div_ceil(ROUNDS).max(1);
-    let mut results = Vec::new();
+    let mut report = Report::new(BENCHMARK, Machine::this(started));
+    report.set_units(UNITS);
     for &size in &sizes {
         let baselines: Vec<Baseline> = [Baseline::Spin, Baseline::Eventfd, Baseline::Pipe, Baseline::UnixDatagram]
             .into_iter()
@@ -229,29 +223,33 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
                 samples[variants.len() + j].extend(t.iter().map(|&t| ticks_to_ns(t)));
             }
         }
-        let mut rows: Vec<PathResult> = Vec::new();
+        let mut rows: Vec<Row> = Vec::new();
+        let mut rtts: Vec<LatencySummary> = Vec::new();
         let names: Vec<(String, String)> = variants
             .iter()
             .map(|v| (v.key.to_string(), v.label.clone()))
             .chain(baselines.iter().map(|b| (b.key().to_string(), b.name().to_string())))
             .collect();
-        for ((_, label), mut s) in names.iter().zip(samples) {
+        for ((key, label), mut s) in names.iter().zip(samples) {
             let hist = opts.histograms.then(|| Histogram::from_samples(&s));
             let rtt = LatencySummary::from_samples(&mut s);
-            rows.push(PathResult {
-                path: label.clone(),
-                size,
-                one_way_ns: rtt.scaled(0.5),
-                rtt_ns: rtt,
-                vs: None,
-                histogram: hist.map(|h| Histogram {
+            let mut row = Row::new(key.as_str()).with_title(label.as_str()).with_lat(rtt.scaled(0.5));
+            if opts.mode == Mode::DataInterrupt {
+                row.size = Some(size);
+            }
+            row.set_detail("rtt_ns", &rtt);
+            if let Some(h) = hist {
+                let halved = Histogram {
                     buckets: h.buckets.iter().map(|&(e, c)| (if e == f64::MAX { e } else { e / 2.0 }, c)).collect(),
-                }),
-            });
+                };
+                row.set_detail("histogram", &halved);
+            }
+            rtts.push(rtt);
+            rows.push(row);
         }
         // Ratios: spinning against the floor, sleeping against the kernel's sleeping wake-up
         // of the same kind (eventfd for a bare interrupt, a datagram for a message).
-        let stats: Vec<(f64, f64)> = rows.iter().map(|r| (r.rtt_ns.avg, r.rtt_ns.p50)).collect();
+        let stats: Vec<(f64, f64)> = rtts.iter().map(|r| (r.avg, r.p50)).collect();
         let base_of = |key: &str| names.iter().position(|(k, _)| k == key).map(|i| stats[i]);
         let sleeping_base = if opts.mode == Mode::Interrupt { "eventfd" } else { "unix-dgram" };
         for (i, (key, _)) in names.iter().enumerate() {
@@ -262,15 +260,13 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
             };
             if let Some(b) = base {
                 if let Some((bavg, bp50)) = base_of(b) {
-                    rows[i].vs = Some(Versus {
-                        baseline: b.to_string(),
-                        ratio_avg: rows[i].rtt_ns.avg / bavg.max(1e-9),
-                        ratio_p50: rows[i].rtt_ns.p50 / bp50.max(1e-9),
-                    });
+                    rows[i].ratio = Some(rtts[i].avg / bavg.max(1e-9));
+                    rows[i].set_detail("baseline", &b);
+                    rows[i].set_detail("ratio_p50", &(rtts[i].p50 / bp50.max(1e-9)));
                 }
             }
         }
-        results.extend(rows);
+        report.rows.extend(rows);
     }
     let remote_node = fabric.node_id().next_after().get();
     for v in variants {
@@ -278,15 +274,15 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
         drop(pair); // removing our interrupt ends the peer
         peer.finish(Duration::from_secs(10))?;
     }
-    Ok(Report {
+    report.set_run(&Run {
         mode: opts.mode,
         node: fabric.node_id().get(),
         remote_node,
         cpus: opts.cpus,
         iterations: per_round * ROUNDS,
         poll_us: opts.poll_us,
-        results,
-    })
+    });
+    Ok(report)
 }
 
 /// The peer: echoes every trigger (and payload) back until the client goes away.
@@ -343,42 +339,46 @@ pub fn run_peer(
     }
 }
 
-impl crate::output::Report for Report {
-    /// Prints the report as a table (and the histograms, when measured).
-    fn print_table(&self) {
-        print_report(self)
-    }
-}
-
-fn print_report(r: &Report) {
-    let cpus = match r.cpus {
+/// Prints the report as a table (and the histograms, when measured).
+pub fn print_table(r: &Report) {
+    let Ok(run) = serde_json::from_value::<Run>(serde_json::Value::Object(r.run.clone())) else {
+        return;
+    };
+    let cpus = match run.cpus {
         Some((a, b)) => format!("cpus {a},{b}"),
         None => "unpinned".into(),
     };
-    let what = match r.mode {
+    let what = match run.mode {
         Mode::Interrupt => "interrupt",
         Mode::DataInterrupt => "data interrupt",
     };
     println!(
         "lanes pingpong: {what}, node {} <-> node {}, {cpus}, {} round trips per path in {ROUNDS} alternating rounds",
-        r.node, r.remote_node, r.iterations
+        run.node, run.remote_node, run.iterations
     );
     println!(
         "{:<36} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}  vs",
         "path", "size", "1-way avg", "min", "p50", "p99", "p99.9", "max"
     );
-    for p in &r.results {
-        let o = &p.one_way_ns;
-        let vs =
-            p.vs.as_ref()
-                .map(|v| format!("{:.2}x {} (avg), {:.2}x (p50)", v.ratio_avg, v.baseline, v.ratio_p50))
-                .unwrap_or_default();
-        let size = if r.mode == Mode::Interrupt { "-".to_string() } else { p.size.to_string() };
+    for p in &r.rows {
+        let o = &p.lat_ns;
+        let vs = match (p.ratio, p.detail_as::<String>("baseline"), p.detail_as::<f64>("ratio_p50")) {
+            (Some(avg), Some(b), Some(p50)) => format!("{avg:.2}x {b} (avg), {p50:.2}x (p50)"),
+            _ => String::new(),
+        };
+        let size = p.size.map_or("-".to_string(), |s| s.to_string());
         println!(
             "{:<36} {:>6}  {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1}  {vs}",
-            p.path, size, o.avg, o.min, o.p50, o.p99, o.p999, o.max
+            p.title.as_deref().unwrap_or(&p.key),
+            size,
+            o.avg,
+            o.min,
+            o.p50,
+            o.p99,
+            o.p999,
+            o.max
         );
-        if let Some(h) = &p.histogram {
+        if let Some(h) = p.detail_as::<Histogram>("histogram") {
             print!("{}", h.render("    "));
         }
     }

@@ -1,23 +1,26 @@
 //! `lanes pingpong`: PIO round trips between two processes acting as two nodes, measured
 //! like the vendor's scipp, beside the floor (two processes spinning on one cache line).
 //!
-//! Each side exports a *mailbox* segment and maps the other's remotely. A message of `s`
-//! bytes is written into the peer's mailbox with plain stores; its last word carries a
-//! sequence number and is stored last (release), so the receiver, spinning on its own local
-//! memory, sees the whole message once the word changes. The client drives the run through
-//! a command line in the server's mailbox, so `--server` and `--client` can also run apart.
+//! Each side exports a *mailbox* segment and maps the other's remotely. The round trips are
+//! `lanes bench`'s latency protocol (bench/paths/shm.rs, the code of its `pio` path) on the
+//! mailboxes' message areas: a message of `s` bytes is written into the peer's mailbox with
+//! plain stores; its last word carries a sequence number and is stored last (release), so
+//! the receiver, spinning on its own local memory, sees the whole message once the word
+//! changes, and copies it out. The client drives the run through a command line in the
+//! server's mailbox, so `--server` and `--client` can also run apart.
 
 mod protocol;
 
 use std::time::Duration;
 
 use lanes::{Fabric, Timeout};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::measure::affinity;
 use crate::measure::clock::{self, ticks_to_ns};
 use crate::measure::peer::Peer;
 use crate::measure::stats::{Histogram, LatencySummary};
+use crate::report::{Machine, Report, Row};
 use protocol::{Command, Kind, Mailbox, Spin};
 
 pub use protocol::DEFAULT_SERVER_SEGMENT;
@@ -43,42 +46,32 @@ pub struct Options {
     pub connect_timeout: Duration,
 }
 
-/// One message size's figures.
-#[derive(Clone, Debug, Serialize)]
-pub struct SizeResult {
-    pub size: usize,
-    pub one_way_ns: LatencySummary,
-    pub rtt_ns: LatencySummary,
-    /// Average latency over the floor's, both measured in alternating chunks.
-    pub vs_floor: f64,
-    /// The floor's average one-way latency measured beside this size.
-    pub floor_one_way_avg_ns: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub histogram: Option<Histogram>,
+/// How a run was made: the report's `run`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct Run {
+    node: u32,
+    remote_node: u32,
+    /// CPUs of the client and the server; none when unpinned.
+    cpus: Option<(usize, usize)>,
+    /// Measured round trips per size.
+    iterations: usize,
 }
 
-/// The floor's figures.
-#[derive(Clone, Debug, Serialize)]
-pub struct FloorResult {
-    pub one_way_ns: LatencySummary,
-    pub rtt_ns: LatencySummary,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub histogram: Option<Histogram>,
-}
+/// The report's `benchmark`.
+pub(crate) const BENCHMARK: &str = "pingpong";
 
-/// A whole run.
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    pub node: u32,
-    pub remote_node: u32,
-    pub cpus: Option<(usize, usize)>,
-    pub iterations: usize,
-    pub results: Vec<SizeResult>,
-    pub floor: FloorResult,
-}
+const UNITS: [(&str, &str); 5] = [
+    ("lat_ns", "one-way latency in ns: round trip / 2; row `floor`: two processes spinning on one shared cache line"),
+    ("ratio", "average round trip over the floor's, measured in chunks alternating with this size"),
+    ("values.floor_one_way_avg_ns", "the floor's average one-way latency measured beside this size, ns"),
+    ("detail.rtt_ns", "round-trip latency in ns"),
+    ("detail.histogram", "with --hist: one-way latency buckets, [upper edge in ns, count]"),
+];
 
 /// Runs the client side; starts the server too unless `opts.remote_node` is set.
 pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
+    let started = std::time::SystemTime::now();
     if let Some((n, host)) = opts.remote_node.and_then(|n| Some((n, fabric.remote_host_of(n)?))) {
         // Its floor spins on a cache line both processes map, which only one host's memory
         // gives: across hosts it would wait forever.
@@ -126,13 +119,12 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
         .map_err(|e| format!("connecting to the server's mailbox: {e}"))?;
     let theirs = Mailbox::connect(remote, max)?;
     let spin = Spin::new(opts.cpus.is_none());
-    let mut cmd = Command::new(&theirs, &mine, spin);
+    let mut cmd = Command::new(&theirs, &mine, spin, max);
 
     cmd.send(Kind::Hello { node: me, segment: mine.id() })?;
     // The floor is measured in chunks alternating with the PIO rounds of each size, and each
     // size is compared with the floor measured beside it: on a shared host the machine's
     // speed drifts (even jumps) within a run, and both must see the same machine.
-    let payload: Vec<u8> = (0..max).map(|i| (i * 7 + 1) as u8).collect();
     let mut floor_rtt: Vec<f64> = Vec::new();
     let mut measured = Vec::new();
     for &size in &opts.sizes {
@@ -140,44 +132,47 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
         let mut floor_ns = Vec::with_capacity(opts.iterations);
         // Warm-up rounds of both, unrecorded.
         cmd.floor(opts.warmup.max(1))?;
-        cmd.pio(size, opts.warmup.max(1), &payload)?;
+        cmd.pio(size, opts.warmup.max(1))?;
         let mut left = opts.iterations;
         while left > 0 {
             let n = left.min(CHUNK);
             floor_ns.extend(cmd.floor(n)?.iter().map(|&t| ticks_to_ns(t)));
-            pio_ns.extend(cmd.pio(size, n, &payload)?.iter().map(|&t| ticks_to_ns(t)));
+            pio_ns.extend(cmd.pio(size, n)?.iter().map(|&t| ticks_to_ns(t)));
             left -= n;
         }
         let beside = floor_ns.iter().sum::<f64>() / floor_ns.len() as f64;
         floor_rtt.extend_from_slice(&floor_ns);
         measured.push((size, pio_ns, beside));
     }
+    let mut report = Report::new(BENCHMARK, Machine::this(started));
+    report.set_units(UNITS);
     let floor_hist = opts.histograms.then(|| Histogram::from_samples(&floor_rtt));
     let floor_rtt_s = LatencySummary::from_samples(&mut floor_rtt);
-    let floor = FloorResult {
-        one_way_ns: floor_rtt_s.scaled(0.5),
-        rtt_ns: floor_rtt_s,
-        histogram: floor_hist.map(|h| halve(&h)),
-    };
-    let mut results = Vec::new();
+    let mut floor = Row::new("floor").with_lat(floor_rtt_s.scaled(0.5)).with_detail("rtt_ns", &floor_rtt_s);
+    if let Some(h) = floor_hist {
+        floor.set_detail("histogram", &halve(&h));
+    }
+    report.rows.push(floor);
     for (size, mut rtt, floor_rtt_avg) in measured {
         let hist = opts.histograms.then(|| Histogram::from_samples(&rtt));
         let rtt_s = LatencySummary::from_samples(&mut rtt);
-        let one_way = rtt_s.scaled(0.5);
-        results.push(SizeResult {
-            size,
-            vs_floor: rtt_s.avg / floor_rtt_avg.max(f64::MIN_POSITIVE),
-            floor_one_way_avg_ns: floor_rtt_avg / 2.0,
-            one_way_ns: one_way,
-            rtt_ns: rtt_s,
-            histogram: hist.map(|h| halve(&h)),
-        });
+        let mut row = Row::new("pio")
+            .with_size(size)
+            .with_lat(rtt_s.scaled(0.5))
+            .with_value("floor_one_way_avg_ns", floor_rtt_avg / 2.0)
+            .with_detail("rtt_ns", &rtt_s);
+        row.ratio = Some(rtt_s.avg / floor_rtt_avg.max(f64::MIN_POSITIVE));
+        if let Some(h) = hist {
+            row.set_detail("histogram", &halve(&h));
+        }
+        report.rows.push(row);
     }
     cmd.send(Kind::Done)?;
     if let Some(p) = peer {
         p.finish(Duration::from_secs(10))?;
     }
-    Ok(Report { node: me, remote_node, cpus: opts.cpus, iterations: opts.iterations, results, floor })
+    report.set_run(&Run { node: me, remote_node, cpus: opts.cpus, iterations: opts.iterations });
+    Ok(report)
 }
 
 /// Histograms are collected over round trips; report them one-way like the summaries.
@@ -200,43 +195,50 @@ pub fn run_server(
     protocol::serve(fabric, &mine, Spin::new(cpu.is_none() && affinity::allowed_cpus().len() < 2), wait_for_client)
 }
 
-impl crate::output::Report for Report {
-    /// Prints the report the way scipp does: per size, round trip and one-way latency (and
-    /// the histograms, when measured).
-    fn print_table(&self) {
-        print_report(self)
-    }
-}
-
-fn print_report(r: &Report) {
-    let cpus = match r.cpus {
+/// Prints the report the way scipp does: per size, round trip and one-way latency (and
+/// the histograms, when measured).
+pub fn print_table(r: &Report) {
+    let run: Run = r.run_as();
+    let cpus = match run.cpus {
         Some((a, b)) => format!("cpus {a},{b}"),
         None => "unpinned".into(),
     };
     println!(
         "lanes pingpong: PIO, node {} <-> node {}, {cpus}, {} iterations per size",
-        r.node, r.remote_node, r.iterations
+        run.node, run.remote_node, run.iterations
     );
-    let f = &r.floor.one_way_ns;
-    println!(
-        "floor (two processes, one shared cache line): one-way avg {:.0} ns, min {:.0}, p50 {:.0}, p99 {:.0}, max {:.0}",
-        f.avg, f.min, f.p50, f.p99, f.max
-    );
-    if let Some(h) = &r.floor.histogram {
-        print!("{}", h.render("    "));
+    if let Some(floor) = r.rows.iter().find(|x| x.key == "floor") {
+        let f = &floor.lat_ns;
+        println!(
+            "floor (two processes, one shared cache line): one-way avg {:.0} ns, min {:.0}, p50 {:.0}, p99 {:.0}, max {:.0}",
+            f.avg, f.min, f.p50, f.p99, f.max
+        );
+        if let Some(h) = floor.detail_as::<Histogram>("histogram") {
+            print!("{}", h.render("    "));
+        }
     }
     println!();
     println!(
         "{:>8}  {:>9}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>9} {:>9}",
         "size", "rtt avg", "1-way avg", "min", "p50", "p99", "p99.9", "max", "floor avg", "vs floor"
     );
-    for s in &r.results {
-        let o = &s.one_way_ns;
+    for s in r.rows.iter().filter(|x| x.key == "pio") {
+        let o = &s.lat_ns;
+        let rtt: LatencySummary = s.detail_as("rtt_ns").unwrap_or_default();
         println!(
             "{:>8}  {:>9.1}  {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:>9.1} {:>8.2}x",
-            s.size, s.rtt_ns.avg, o.avg, o.min, o.p50, o.p99, o.p999, o.max, s.floor_one_way_avg_ns, s.vs_floor
+            s.size(),
+            rtt.avg,
+            o.avg,
+            o.min,
+            o.p50,
+            o.p99,
+            o.p999,
+            o.max,
+            s.value("floor_one_way_avg_ns"),
+            s.ratio.unwrap_or(f64::NAN)
         );
-        if let Some(h) = &s.histogram {
+        if let Some(h) = s.detail_as::<Histogram>("histogram") {
             print!("{}", h.render("    "));
         }
     }

@@ -16,7 +16,9 @@ use lanes::{
     CopyPath, DmaChannel, DmaDirection, DmaQueue, DmaVec, Fabric, FabricConfig, LocalSegment, MapAccess, NodeId,
     RemoteSegment, Timeout,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::report::{Machine, Report, Row};
 
 /// `lanes bench dma` arguments.
 #[derive(clap::Args, Debug)]
@@ -52,7 +54,7 @@ pub fn run_cmd(a: DmaArgs) -> Result<(), String> {
     if tty {
         eprint!("\r\x1b[K");
     }
-    crate::output::emit(&report, a.json.as_deref())
+    crate::report::emit(&report, print_table, a.json.as_deref())
 }
 
 /// What to measure.
@@ -65,46 +67,33 @@ pub struct Options {
     pub point: Duration,
 }
 
-/// One point of the sweep.
-#[derive(Clone, Debug, Serialize)]
-pub struct SweepRow {
-    pub path: String,
-    pub size: usize,
-    /// Bytes per second / 1e9.
-    pub gbps: f64,
-    /// One transfer, start to completion.
-    pub lat_us: f64,
-    /// CPU time of the submitting thread / wall time, percent.
-    pub cpu_pct: f64,
+/// How a run was made: the report's `run`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct Run {
+    sizes: Vec<usize>,
+    /// Channels of the N-channel paths.
+    channels: usize,
+    /// Time per measured point, ms.
+    point_ms: f64,
 }
 
-/// The small-packet scenario.
-#[derive(Clone, Debug, Serialize)]
-pub struct RandomSmall {
-    pub naive_gbps: f64,
-    pub optimized_gbps: f64,
-    pub speedup: f64,
-    /// Completion time of one vector of `vector_len` transfers.
-    pub naive_lat_us: f64,
-    pub optimized_lat_us: f64,
-    pub naive_cpu_pct: f64,
-    pub optimized_cpu_pct: f64,
-    pub vector_len: usize,
-    pub transfers: usize,
-    /// Channels of the optimised engine's better run.
-    pub optimized_channels: usize,
-}
+/// The report's `benchmark`.
+pub(crate) const BENCHMARK: &str = "dma";
 
-/// A whole run, in the JSON shape the issue asks for.
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    pub sweep: Vec<SweepRow>,
-    pub random_small: RandomSmall,
-    pub memcpy_gbps: f64,
-    /// Smallest size from which DMA completes a transfer no slower than PIO (null: never).
-    pub crossover_bytes: Option<usize>,
-    pub channels: usize,
-}
+const UNITS: [(&str, &str); 11] = [
+    ("values.gbps", "bytes per second / 1e9"),
+    ("values.lat_us", "one transfer, start to completion, us"),
+    ("values.cpu_pct", "CPU time of the submitting thread / wall time, percent"),
+    ("rows", "per size: pio, dma-1ch, dma-1ch-nobatch, dma-Nch; then random-small and memcpy (no size)"),
+    ("random-small", "sizes uniformly random from 64 B to 4 KiB back to back: values naive_* (one descriptor per pass, one channel) and optimized_* (batched and merged); lat_us per vector of detail.vector_len transfers"),
+    ("random-small.ratio", "optimized_gbps / naive_gbps"),
+    ("random-small.detail.optimized_channels", "channels of the optimised engine's better run"),
+    ("memcpy", "single-thread memcpy, the floor"),
+    ("detail.crossover_bytes", "smallest size from which DMA completes a transfer no slower than PIO (null: never)"),
+    ("size", "transfer size in bytes"),
+    ("run.point_ms", "time per measured point"),
+];
 
 const SEG_BYTES: u64 = 64 << 20;
 const SEG_ID: u32 = 0x444d_4100; // "DMA"
@@ -352,6 +341,7 @@ fn random_small(
 
 /// Runs everything; `progress` is told what is being measured.
 pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report, String> {
+    let started = std::time::SystemTime::now();
     let rig = rig()?;
     let n = opts.channels.max(1);
     let mut sweep = Vec::new();
@@ -375,24 +365,12 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report, Str
             },
             opts.point / 4,
         )?;
-        sweep.push(SweepRow {
-            path: "pio".into(),
-            size,
-            gbps: done as f64 * size as f64 / wall / 1e9,
-            lat_us: lat,
-            cpu_pct: 100.0 * cpu / wall,
-        });
+        sweep.push(point("pio", size, done as f64 * size as f64 / wall / 1e9, lat, 100.0 * cpu / wall));
         for (name, qs) in [("dma-1ch", &mut one), ("dma-1ch-nobatch", &mut one_naive), ("dma-nch", &mut many)] {
             let (done, wall, cpu) = timed(|| dma_stream(&rig, qs, size, opts.point))?;
             let lat = latency_us(|| dma_once(&rig, qs, size), opts.point / 4)?;
             let path = if name == "dma-nch" { format!("dma-{n}ch") } else { name.to_string() };
-            sweep.push(SweepRow {
-                path,
-                size,
-                gbps: done as f64 * size as f64 / wall / 1e9,
-                lat_us: lat,
-                cpu_pct: 100.0 * cpu / wall,
-            });
+            sweep.push(point(&path, size, done as f64 * size as f64 / wall / 1e9, lat, 100.0 * cpu / wall));
         }
     }
     progress("random small transfers");
@@ -407,34 +385,44 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Report, Str
     progress("memcpy floor");
     let memcpy = memcpy_gbps(opts.point * 2);
     let crossover = crossover(&sweep);
-    Ok(Report {
-        sweep,
-        random_small: RandomSmall {
-            naive_gbps: ng,
-            optimized_gbps: og,
-            speedup: og / ng.max(1e-12),
-            naive_lat_us: nl,
-            optimized_lat_us: ol,
-            naive_cpu_pct: nc,
-            optimized_cpu_pct: oc,
-            vector_len,
-            transfers: sizes.len(),
-            optimized_channels: ochan,
-        },
-        memcpy_gbps: memcpy,
-        crossover_bytes: crossover,
-        channels: n,
-    })
+    let mut report = Report::new(BENCHMARK, Machine::this(started));
+    report.set_units(UNITS);
+    report.set_run(&Run { sizes: opts.sizes.clone(), channels: n, point_ms: opts.point.as_secs_f64() * 1e3 });
+    report.rows = sweep;
+    let mut rs = Row::new("random-small")
+        .with_value("naive_gbps", ng)
+        .with_value("optimized_gbps", og)
+        .with_value("naive_lat_us", nl)
+        .with_value("optimized_lat_us", ol)
+        .with_value("naive_cpu_pct", nc)
+        .with_value("optimized_cpu_pct", oc)
+        .with_detail("vector_len", &vector_len)
+        .with_detail("transfers", &sizes.len())
+        .with_detail("optimized_channels", &ochan);
+    rs.ratio = Some(og / ng.max(1e-12));
+    report.rows.push(rs);
+    report.rows.push(Row::new("memcpy").with_value("gbps", memcpy));
+    report.set_detail("crossover_bytes", &crossover);
+    Ok(report)
+}
+
+/// One point of the sweep.
+fn point(path: &str, size: usize, gbps: f64, lat_us: f64, cpu_pct: f64) -> Row {
+    Row::new(path).with_size(size).with_value("gbps", gbps).with_value("lat_us", lat_us).with_value("cpu_pct", cpu_pct)
 }
 
 /// The smallest size from which the best DMA path's latency is no worse than PIO's at that
 /// size and every larger one.
-fn crossover(sweep: &[SweepRow]) -> Option<usize> {
-    let mut sizes: Vec<usize> = sweep.iter().map(|r| r.size).collect();
+fn crossover(sweep: &[Row]) -> Option<usize> {
+    let mut sizes: Vec<usize> = sweep.iter().map(Row::size).collect();
     sizes.dedup();
     let better = |s: usize| {
-        let pio = sweep.iter().find(|r| r.size == s && r.path == "pio").map(|r| r.lat_us);
-        let dma = sweep.iter().filter(|r| r.size == s && r.path.starts_with("dma-")).map(|r| r.lat_us).reduce(f64::min);
+        let pio = sweep.iter().find(|r| r.size() == s && r.key == "pio").map(|r| r.value("lat_us"));
+        let dma = sweep
+            .iter()
+            .filter(|r| r.size() == s && r.key.starts_with("dma-"))
+            .map(|r| r.value("lat_us"))
+            .reduce(f64::min);
         matches!((pio, dma), (Some(p), Some(d)) if d <= p)
     };
     let mut found = None;
@@ -448,32 +436,48 @@ fn crossover(sweep: &[SweepRow]) -> Option<usize> {
     found
 }
 
-impl crate::output::Report for Report {
-    fn print_table(&self) {
-        print_report(self)
-    }
-}
-
-fn print_report(r: &Report) {
-    println!("lanes bench dma: DMA against PIO and memcpy, {} channel(s) for the N-channel path", r.channels);
+pub fn print_table(r: &Report) {
+    let run: Run = r.run_as();
+    println!("lanes bench dma: DMA against PIO and memcpy, {} channel(s) for the N-channel path", run.channels);
     println!("{:>10}  {:<16} {:>9} {:>11} {:>9}", "size", "path", "GB/s", "latency us", "cpu %");
-    for row in &r.sweep {
-        println!("{:>10}  {:<16} {:>9.2} {:>11.2} {:>9.0}", row.size, row.path, row.gbps, row.lat_us, row.cpu_pct);
+    let sweep: Vec<&Row> = r.rows.iter().filter(|x| x.size.is_some()).collect();
+    for row in &sweep {
+        println!(
+            "{:>10}  {:<16} {:>9.2} {:>11.2} {:>9.0}",
+            row.size(),
+            row.key,
+            row.value("gbps"),
+            row.value("lat_us"),
+            row.value("cpu_pct")
+        );
     }
-    let rs = &r.random_small;
-    println!(
-        "\nrandom small transfers (64 B - 4 KiB, vectors of {}, up to 16 vectors in flight per queue):\n  naive engine (1 descriptor per pass, 1 channel): {:.2} GB/s ({:.0}% submitting cpu), {:.1} us per vector alone\n  optimised (batched and merged, {} channel(s)):    {:.2} GB/s ({:.0}% submitting cpu), {:.1} us per vector alone\n  optimised / naive: {:.2}x bandwidth",
-        rs.vector_len, rs.naive_gbps, rs.naive_cpu_pct, rs.naive_lat_us, rs.optimized_channels, rs.optimized_gbps, rs.optimized_cpu_pct, rs.optimized_lat_us, rs.speedup
-    );
-    let best_large =
-        r.sweep.iter().filter(|x| x.path.starts_with("dma-") && x.size >= 4 << 20).map(|x| x.gbps).fold(0.0, f64::max);
+    if let Some(rs) = r.rows.iter().find(|x| x.key == "random-small") {
+        println!(
+            "\nrandom small transfers (64 B - 4 KiB, vectors of {}, up to 16 vectors in flight per queue):\n  naive engine (1 descriptor per pass, 1 channel): {:.2} GB/s ({:.0}% submitting cpu), {:.1} us per vector alone\n  optimised (batched and merged, {} channel(s)):    {:.2} GB/s ({:.0}% submitting cpu), {:.1} us per vector alone\n  optimised / naive: {:.2}x bandwidth",
+            rs.detail_as::<usize>("vector_len").unwrap_or(0),
+            rs.value("naive_gbps"),
+            rs.value("naive_cpu_pct"),
+            rs.value("naive_lat_us"),
+            rs.detail_as::<usize>("optimized_channels").unwrap_or(0),
+            rs.value("optimized_gbps"),
+            rs.value("optimized_cpu_pct"),
+            rs.value("optimized_lat_us"),
+            rs.ratio.unwrap_or(f64::NAN)
+        );
+    }
+    let memcpy = r.rows.iter().find(|x| x.key == "memcpy").map_or(0.0, |x| x.value("gbps"));
+    let best_large = sweep
+        .iter()
+        .filter(|x| x.key.starts_with("dma-") && x.size() >= 4 << 20)
+        .map(|x| x.value("gbps"))
+        .fold(0.0, f64::max);
     println!(
         "memcpy floor (one thread): {:.2} GB/s; best DMA at >= 4 MiB: {:.2} GB/s ({:.0}% of the floor)",
-        r.memcpy_gbps,
+        memcpy,
         best_large,
-        100.0 * best_large / r.memcpy_gbps.max(1e-12)
+        100.0 * best_large / memcpy.max(1e-12)
     );
-    match r.crossover_bytes {
+    match r.detail_as::<Option<usize>>("crossover_bytes").flatten() {
         Some(c) => println!("PIO/DMA crossover: DMA is no slower than PIO from {c} bytes (set LANES_DMA_THRESHOLD)"),
         None => println!(
             "PIO/DMA crossover: none in this sweep: a synchronous copy is always faster by PIO here; DMA's gain is the submitting CPU it frees"

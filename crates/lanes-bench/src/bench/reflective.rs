@@ -9,11 +9,12 @@
 use std::time::Duration;
 
 use lanes::{Fabric, Timeout};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::measure::clock::{self, now_ticks, ticks_to_ns};
 use crate::measure::stats::LatencySummary;
 use crate::measure::{affinity, peer::Peer};
+use crate::report::{Machine, Report, Row};
 
 /// Round number, written by the writer.
 const ROUND: usize = 0;
@@ -23,21 +24,27 @@ const ACK: usize = 64;
 /// Spins a receiver or the writer does between checks that the others still live.
 const SPINS_PER_CHECK: u32 = 1 << 14;
 
-#[derive(Clone, Debug, Serialize)]
-pub struct GroupResult {
-    pub nodes: usize,
-    pub one_way_ns: LatencySummary,
-    pub rtt_ns: LatencySummary,
-    /// More spinning processes than CPUs: the figures measure the scheduler.
-    pub oversubscribed: bool,
+/// How a run was made: the report's `run`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct Run {
+    /// CPUs this process may use.
+    cpus: usize,
+    /// Measured rounds per group size.
+    rounds: usize,
+    /// The largest group measured.
+    nodes: usize,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    pub cpus: usize,
-    pub rounds: usize,
-    pub results: Vec<GroupResult>,
-}
+/// The report's `benchmark`.
+pub(crate) const BENCHMARK: &str = "reflective";
+
+const UNITS: [(&str, &str); 4] = [
+    ("lat_ns", "one-way latency in ns: time until every receiver acknowledged / 2"),
+    ("detail.nodes", "members of the group: one writer, nodes - 1 receivers"),
+    ("detail.rtt_ns", "the whole round in ns"),
+    ("detail.oversubscribed", "more spinning processes than CPUs: the figures measure the scheduler"),
+];
 
 fn group_id() -> u32 {
     0x5246_0000 | (std::process::id() & 0xFFFF)
@@ -63,10 +70,11 @@ pub fn run(fabric: &Fabric, max_nodes: usize, rounds: usize, warmup: usize) -> R
     if !(2..=16).contains(&max_nodes) {
         return Err(format!("--nodes {max_nodes}: a group has 2 to 16 members here"));
     }
+    let mut report = Report::new(BENCHMARK, Machine::this(std::time::SystemTime::now()));
+    report.set_units(UNITS);
     clock::calibrate();
     let cpus = affinity::allowed_cpus();
     let _ = affinity::pin_to(cpus[0]);
-    let mut results = Vec::new();
     for n in 2..=max_nodes {
         let share_cpu = n > cpus.len();
         let group = group_id();
@@ -124,9 +132,16 @@ pub fn run(fabric: &Fabric, max_nodes: usize, rounds: usize, warmup: usize) -> R
         drop(g);
         let mut rtt: Vec<f64> = ticks[warmup..].iter().map(|&t| ticks_to_ns(t)).collect();
         let rtt = LatencySummary::from_samples(&mut rtt);
-        results.push(GroupResult { nodes: n, one_way_ns: rtt.scaled(0.5), rtt_ns: rtt, oversubscribed: share_cpu });
+        report.rows.push(
+            Row::new("reflective")
+                .with_lat(rtt.scaled(0.5))
+                .with_detail("nodes", &n)
+                .with_detail("rtt_ns", &rtt)
+                .with_detail("oversubscribed", &share_cpu),
+        );
     }
-    Ok(Report { cpus: cpus.len(), rounds, results })
+    report.set_run(&Run { cpus: cpus.len(), rounds, nodes: max_nodes });
+    Ok(report)
 }
 
 /// A receiver: acknowledges every round, then leaves.
@@ -153,36 +168,32 @@ pub fn run_peer(
     Ok(())
 }
 
-impl crate::output::Report for Report {
-    fn print_table(&self) {
-        print_report(self)
-    }
-}
-
-fn print_report(r: &Report) {
+pub fn print_table(r: &Report) {
+    let run: Run = r.run_as();
     println!(
         "lanes pingpong: reflective memory, one writer and N-1 acknowledging receivers, {} rounds per group size, {} CPUs",
-        r.rounds, r.cpus
+        run.rounds, run.cpus
     );
     println!("{:>6}  {:>10} {:>10} {:>10} {:>10} {:>12}", "nodes", "1-way avg", "min", "p50", "p99", "max");
-    for g in &r.results {
-        let o = &g.one_way_ns;
+    let oversubscribed = |g: &Row| g.detail_as::<bool>("oversubscribed").unwrap_or(false);
+    for g in &r.rows {
+        let o = &g.lat_ns;
         println!(
             "{:>6}  {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>12.1}{}",
-            g.nodes,
+            g.detail_as::<usize>("nodes").unwrap_or(0),
             o.avg,
             o.min,
             o.p50,
             o.p99,
             o.max,
-            if g.oversubscribed { "  (more processes than CPUs: scheduling dominates)" } else { "" }
+            if oversubscribed(g) { "  (more processes than CPUs: scheduling dominates)" } else { "" }
         );
     }
     println!("(ns; one-way = time until every receiver acknowledged / 2; the seed reports 990 ns for 3 nodes, 1270 ns for 8)");
-    if r.results.iter().any(|g| g.oversubscribed) {
+    if r.rows.iter().any(oversubscribed) {
         println!(
             "note: with {} CPUs, groups of more than {} processes take turns on the CPUs, so their latency measures the scheduler, not the fabric",
-            r.cpus, r.cpus
+            run.cpus, run.cpus
         );
     }
 }
