@@ -69,7 +69,7 @@ impl FlipCell {
 
 impl Conn {
     /// A connection of our endpoint `own`, its peer not attached yet.
-    fn new(own: Endpoint, key: ConnectionKey) -> Arc<Conn> {
+    pub(crate) fn new(own: Endpoint, key: ConnectionKey) -> Arc<Conn> {
         Arc::new(Conn {
             own,
             peer: OnceLock::new(),

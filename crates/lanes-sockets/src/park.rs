@@ -60,7 +60,7 @@ pub fn is_parked(conn: &Conn) -> bool {
 /// and the caller may read and wait there alone. None: take the ring's path.
 #[inline]
 pub fn hold(conn: &Conn) -> Option<ParkedHold<'_>> {
-    count_reader(conn).then_some(ParkedHold { conn })
+    count_reader(conn).then(|| ParkedHold { conn })
 }
 
 /// [`hold`] for a wait.
@@ -114,4 +114,63 @@ pub fn unpark(conn: &Conn, peer: &Endpoint) -> bool {
     }
     word.unpark();
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanes::sockets::ConnectionKey;
+
+    fn conn(dir: &std::path::Path) -> Arc<Conn> {
+        let key = ConnectionKey::new(1, "127.0.0.1:5201".parse().unwrap(), "127.0.0.1:40000".parse().unwrap());
+        let own = Endpoint::create(dir, &key, 42, 4096).expect("record");
+        Conn::new(own, key)
+    }
+
+    #[test]
+    fn holds_count_readers_only_while_parked_and_give_every_count_back() {
+        let dir = lanes_testkit::TestDir::new("park-holds");
+        let c = conn(dir.root());
+        let readers = |c: &Conn| c.parked_readers.load(Ordering::SeqCst);
+        assert!(hold(&c).is_none() && hold_owned(&c).is_none(), "not parked");
+        assert_eq!(readers(&c), 0, "a refused hold leaves no count behind");
+        c.own.set_flags(FLAG_RX_PARKED);
+        {
+            let a = hold(&c).expect("parked");
+            let b = hold_owned(&c).expect("parked");
+            assert_eq!(readers(&c), 2);
+            drop((a, b));
+        }
+        assert_eq!(readers(&c), 0);
+        c.own.clear_flags(FLAG_RX_PARKED);
+        assert!(hold(&c).is_none());
+        assert_eq!(readers(&c), 0);
+    }
+
+    #[test]
+    fn only_a_sole_holder_without_parked_readers_unparks() {
+        let dir = lanes_testkit::TestDir::new("park-unpark");
+        let c = conn(dir.root());
+        // The peer's record: its direction is the one parked.
+        let key = ConnectionKey::new(1, "127.0.0.1:40000".parse().unwrap(), "127.0.0.1:5201".parse().unwrap());
+        let peer = Endpoint::create(dir.root(), &key, 43, 4096).expect("record");
+        let me = this_process().unwrap();
+        assert!(c.own.add_holder(me));
+        park(&c, &peer);
+        assert!(is_parked(&c) && peer.tx_word().load().parked());
+        // A reader relies on the parking: it stays.
+        let h = hold(&c).expect("parked");
+        assert!(!unpark(&c, &peer));
+        assert!(is_parked(&c) && peer.tx_word().load().parked());
+        drop(h);
+        // Another live process holds the socket too (init): it stays.
+        let init = lanes::platform::liveness::ProcessIdentity::of_pid(1).unwrap();
+        assert!(c.own.add_holder(init));
+        assert!(!unpark(&c, &peer));
+        assert!(is_parked(&c));
+        c.own.remove_holder(init);
+        assert!(unpark(&c, &peer));
+        assert!(!is_parked(&c) && !peer.tx_word().load().parked());
+        assert!(unpark(&c, &peer), "not parked: nothing to do");
+    }
 }
