@@ -32,9 +32,6 @@ pub struct Conn {
     /// When this process next tries to switch the peer's direction back to the ring (see
     /// `stream::maybe_ring_mode`).
     pub(crate) flip: FlipCell,
-    /// The receiving direction's ring and kernel byte counts (low 32 bits each) when the
-    /// last try was made.
-    flip_mark: AtomicU64,
 }
 
 /// The back-off of tries to switch a direction back to the ring (`stream::flip_due`).
@@ -44,7 +41,7 @@ pub struct FlipBackoff {
     pub skip: u32,
     /// The current back-off.
     pub backoff: u32,
-    /// The next kernel read tries at once (the first one does).
+    /// Ring bytes were read since the last switch.
     pub paid: bool,
 }
 
@@ -81,7 +78,6 @@ impl Conn {
             peer_consumed: AtomicU64::new(UNSEEN),
             parked_readers: AtomicU32::new(0),
             flip: FlipCell::new(),
-            flip_mark: AtomicU64::new(0),
         })
     }
 
@@ -163,23 +159,6 @@ impl Conn {
     /// Records a consumed count just read from the peer's record.
     pub fn saw_peer_consumed(&self, consumed: u64) {
         self.peer_consumed.store(consumed, Ordering::Relaxed);
-    }
-
-    /// Bytes read through the ring and through the kernel since [`Conn::mark_flip`]
-    /// (modulo 2^32: far more than a socket reads between two tries).
-    #[inline]
-    pub fn bytes_since_flip(&self) -> (u32, u32) {
-        let mark = self.flip_mark.load(Ordering::Relaxed);
-        let ring = (self.own.rx_consumed().load(Ordering::Relaxed) as u32).wrapping_sub(mark as u32);
-        let kernel = (self.own.rx_kernel_read().load(Ordering::Relaxed) as u32).wrapping_sub((mark >> 32) as u32);
-        (ring, kernel)
-    }
-
-    /// A try to switch the peer's direction to the ring is made now.
-    pub fn mark_flip(&self) {
-        let ring = self.own.rx_consumed().load(Ordering::Relaxed) as u32;
-        let kernel = self.own.rx_kernel_read().load(Ordering::Relaxed) as u32;
-        self.flip_mark.store(u64::from(ring) | u64::from(kernel) << 32, Ordering::Relaxed);
     }
 
     /// Whether our side is O_NONBLOCK.

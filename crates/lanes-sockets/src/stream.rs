@@ -617,26 +617,30 @@ impl Drop for LowatSync<'_> {
 /// server that answers slower than a spin lasts, a receiver whose spin is not allowed) its
 /// next wait takes the direction straight back to the kernel: trying at every kernel read
 /// made each read two system calls, slower than plain TCP. So tries back off (1, 2, 4 ...
-/// 64 reads, per socket) while the switches do not pay, and a switch that pays resets it.
-/// A switch pays if more bytes came through the ring than through the kernel since it was
-/// tried: a few requests that happen to come while the direction is in ring mode (a server
-/// between two waits) do not make a ring of a stream that is the kernel's.
+/// 64 reads, per socket) while the switches do not pay (no ring bytes read between two),
+/// and a switch that pays (a receiver busy or spinning when its data came) resets it.
 fn flip_due(conn: &Conn) -> bool {
     let f = conn.flip.get();
-    let (ring, kernel) = conn.bytes_since_flip();
-    let paid = f.paid || ring > kernel;
-    if !paid && f.skip > 0 {
+    if f.skip > 0 {
         conn.flip.set(FlipBackoff { skip: f.skip - 1, ..f });
         return false;
     }
-    let backoff = if paid { 0 } else { (f.backoff * 2).clamp(1, FLIP_BACKOFF_MAX) };
+    let backoff = if f.paid { 0 } else { (f.backoff * 2).clamp(1, FLIP_BACKOFF_MAX) };
     conn.flip.set(FlipBackoff { skip: backoff, backoff, paid: false });
-    conn.mark_flip();
     true
 }
 
 /// The most kernel reads that pass between two tries (see [`flip_due`]).
 const FLIP_BACKOFF_MAX: u32 = 64;
+
+/// Ring bytes were read: switching to the ring paid.
+#[inline]
+fn ring_read(conn: &Conn) {
+    let f = conn.flip.get();
+    if !f.paid {
+        conn.flip.set(FlipBackoff { skip: 0, paid: true, ..f });
+    }
+}
 
 /// A try found kernel bytes unread and asked the sender to let them drain: try again at
 /// the next read.
@@ -741,6 +745,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             if !peek {
                 conn.own.rx_consumed().store(consumed + n as u64, Ordering::Release);
                 conn.own.rx_bytes().fetch_add(n as u64, Ordering::Relaxed);
+                ring_read(conn);
             }
             got += n;
             if got == total {
