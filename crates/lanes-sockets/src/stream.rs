@@ -752,8 +752,14 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
                 return got as ssize_t;
             }
             if !waitall && got >= target {
-                got += kernel_rest(conn, fd, call, iov, got, flags, &mut msg);
-                return got as ssize_t;
+                let more = kernel_rest(conn, fd, call, iov, got, flags, &mut msg);
+                // Not under the receive lock: a switch back to the ring, or a parking,
+                // takes it.
+                drop(_lock);
+                if more > 0 && !peek {
+                    maybe_ring_mode(conn, fd, call);
+                }
+                return (got + more) as ssize_t;
             }
             continue;
         }
@@ -894,7 +900,8 @@ fn after_parked_recv(
 /// kernel receive returns (or, with MSG_PEEK, shows) everything queued: without waiting, never past the urgent mark
 /// (FIONREAD counts up to it, and a mark next is asked for) and never taking a pending error or the end of the stream
 /// (only queued bytes are asked for; the next call gets those). Returns the bytes added.
-/// Costs a FIONREAD only when the counts say the kernel holds bytes of ours.
+/// Costs a FIONREAD only when the counts say the kernel holds bytes of ours. Called under
+/// the receive lock: the caller tries the switch back to the ring once it let go.
 fn kernel_rest(
     conn: &Conn,
     fd: c_int,
@@ -949,7 +956,6 @@ fn kernel_rest(
     }
     conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
     conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
-    maybe_ring_mode(conn, fd, call);
     r as usize
 }
 
