@@ -20,7 +20,6 @@
 //! holder, sequentially consistent, before it reads).
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use lanes::sockets::endpoint::{lock_shared, this_process, FLAG_RX_PARKED};
 use lanes::sockets::Endpoint;
@@ -38,17 +37,6 @@ impl Drop for ParkedHold<'_> {
     }
 }
 
-/// As [`ParkedHold`], for a wait that keeps its sockets by reference count.
-pub struct OwnedParkedHold {
-    conn: Arc<Conn>,
-}
-
-impl Drop for OwnedParkedHold {
-    fn drop(&mut self) {
-        self.conn.parked_readers.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// Whether the peer's direction is parked (a hint: a reader acts on [`hold`] only).
 #[inline]
 pub fn is_parked(conn: &Conn) -> bool {
@@ -60,26 +48,13 @@ pub fn is_parked(conn: &Conn) -> bool {
 /// and the caller may read and wait there alone. None: take the ring's path.
 #[inline]
 pub fn hold(conn: &Conn) -> Option<ParkedHold<'_>> {
-    count_reader(conn).then(|| ParkedHold { conn })
-}
-
-/// [`hold`] for a wait.
-pub fn hold_owned(conn: &Arc<Conn>) -> Option<OwnedParkedHold> {
-    count_reader(conn).then(|| OwnedParkedHold { conn: conn.clone() })
-}
-
-/// Counts a reader if the direction is parked (flag looked at after counting); true if
-/// counted.
-fn count_reader(conn: &Conn) -> bool {
     if !is_parked(conn) {
-        return false;
+        return None;
     }
     conn.parked_readers.fetch_add(1, Ordering::SeqCst);
-    if conn.own.flags().load(Ordering::SeqCst) & FLAG_RX_PARKED != 0 {
-        return true;
-    }
-    conn.parked_readers.fetch_sub(1, Ordering::SeqCst);
-    false
+    // Dropped (uncounted) unless the flag is still set now that the reader is counted.
+    let hold = ParkedHold { conn };
+    (conn.own.flags().load(Ordering::SeqCst) & FLAG_RX_PARKED != 0).then_some(hold)
 }
 
 /// Parks the peer's direction if it is in kernel mode with the ring read to the end (after
@@ -120,6 +95,7 @@ pub fn unpark(conn: &Conn, peer: &Endpoint) -> bool {
 mod tests {
     use super::*;
     use lanes::sockets::ConnectionKey;
+    use std::sync::Arc;
 
     fn conn(dir: &std::path::Path) -> Arc<Conn> {
         let key = ConnectionKey::new(1, "127.0.0.1:5201".parse().unwrap(), "127.0.0.1:40000".parse().unwrap());
@@ -132,12 +108,12 @@ mod tests {
         let dir = lanes_testkit::TestDir::new("park-holds");
         let c = conn(dir.root());
         let readers = |c: &Conn| c.parked_readers.load(Ordering::SeqCst);
-        assert!(hold(&c).is_none() && hold_owned(&c).is_none(), "not parked");
+        assert!(hold(&c).is_none(), "not parked");
         assert_eq!(readers(&c), 0, "a refused hold leaves no count behind");
         c.own.set_flags(FLAG_RX_PARKED);
         {
             let a = hold(&c).expect("parked");
-            let b = hold_owned(&c).expect("parked");
+            let b = hold(&c).expect("parked");
             assert_eq!(readers(&c), 2);
             drop((a, b));
         }

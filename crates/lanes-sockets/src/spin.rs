@@ -82,18 +82,12 @@ fn online_cpus() -> usize {
     *N.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1).max(1))
 }
 
-/// The running count of `/proc/loadavg` (`0.12 0.30 0.25 3/345 6789`: 3), read with raw
-/// system calls (our own `read` and `close` exports must not see it).
-fn runnable_threads() -> Option<usize> {
-    let mut buf = [0u8; 128];
+/// Reads up to `buf.len()` bytes of a `/proc` file with raw system calls (our own `read`
+/// and `close` exports must not see it); None if it cannot be read.
+fn read_proc<'b>(path: &std::ffi::CStr, buf: &'b mut [u8]) -> Option<&'b [u8]> {
     // SAFETY: a NUL-terminated path; the fd is ours until closed below; buf is ours.
     let n = unsafe {
-        let fd = libc::syscall(
-            libc::SYS_openat,
-            libc::AT_FDCWD,
-            c"/proc/loadavg".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
+        let fd = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
             return None;
         }
@@ -101,30 +95,18 @@ fn runnable_threads() -> Option<usize> {
         libc::syscall(libc::SYS_close, fd);
         n
     };
-    parse_running(&buf[..usize::try_from(n).ok()?])
+    Some(&buf[..usize::try_from(n).ok()?])
+}
+
+/// The running count of `/proc/loadavg` (`0.12 0.30 0.25 3/345 6789`: 3).
+fn runnable_threads() -> Option<usize> {
+    parse_running(read_proc(c"/proc/loadavg", &mut [0u8; 128])?)
 }
 
 /// How long this thread has waited for a CPU while runnable, in nanoseconds: the second
-/// field of `/proc/thread-self/schedstat` (`exec run_delay timeslices`), read with raw
-/// system calls as above.
+/// field of `/proc/thread-self/schedstat` (`exec run_delay timeslices`).
 fn run_delay_ns() -> Option<u64> {
-    let mut buf = [0u8; 96];
-    // SAFETY: as in `runnable_threads`.
-    let n = unsafe {
-        let fd = libc::syscall(
-            libc::SYS_openat,
-            libc::AT_FDCWD,
-            c"/proc/thread-self/schedstat".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
-        if fd < 0 {
-            return None;
-        }
-        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
-        libc::syscall(libc::SYS_close, fd);
-        n
-    };
-    parse_run_delay(&buf[..usize::try_from(n).ok()?])
+    parse_run_delay(read_proc(c"/proc/thread-self/schedstat", &mut [0u8; 96])?)
 }
 
 fn parse_run_delay(text: &[u8]) -> Option<u64> {

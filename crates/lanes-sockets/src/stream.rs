@@ -691,8 +691,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
     let Some(peer) = conn.peer() else {
         let r = kernel_recv(call, fd, iov, flags, &mut msg);
         if r > 0 && flags & libc::MSG_PEEK == 0 {
-            conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
-            conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
+            kernel_bytes_read(conn, r);
             maybe_ring_mode(conn, fd, call);
         }
         return r;
@@ -842,8 +841,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
         }
         if r > 0 {
             if !peek {
-                conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
-                conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
+                kernel_bytes_read(conn, r);
                 maybe_ring_mode(conn, fd, call);
             }
             got += r as usize;
@@ -856,13 +854,8 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
         if got > 0 {
             return got as ssize_t;
         }
-        if r == 0 && total > 0 && !peek && peer_died_with_unread(conn, peer) {
-            // What the kernel would answer had the dead peer's unread bytes sat in its
-            // receive queue instead of our ring: the peer's close sent RST, not FIN.
-            if conn.own.set_flags(FLAG_RESET) & FLAG_RESET == 0 {
-                set_errno(libc::ECONNRESET);
-                return -1;
-            }
+        if r == 0 && total > 0 && !peek && reset_instead_of_end(conn, peer) {
+            return -1;
         }
         set_errno(e);
         return r;
@@ -882,17 +875,30 @@ fn after_parked_recv(
 ) -> ssize_t {
     let peek = flags & libc::MSG_PEEK != 0;
     if r > 0 && !peek {
-        conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
-        conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
+        kernel_bytes_read(conn, r);
         maybe_ring_mode(conn, fd, call);
-    } else if r == 0 && total > 0 && !peek && peer_died_with_unread(conn, peer) {
-        // As below: the dead peer's unread bytes would have made its kernel reset.
-        if conn.own.set_flags(FLAG_RESET) & FLAG_RESET == 0 {
-            set_errno(libc::ECONNRESET);
-            return -1;
-        }
+    } else if r == 0 && total > 0 && !peek && reset_instead_of_end(conn, peer) {
+        return -1;
     }
     r
+}
+
+/// Counts `r` bytes the kernel path delivered to the program.
+#[inline]
+fn kernel_bytes_read(conn: &Conn, r: ssize_t) {
+    conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
+    conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
+}
+
+/// At the kernel's end of stream: whether the program gets ECONNRESET (errno set) instead,
+/// as the kernel would answer had the dead peer's unread bytes sat in its receive queue
+/// instead of our ring (the peer's close sent RST, not FIN). Once only.
+fn reset_instead_of_end(conn: &Conn, peer: &Endpoint) -> bool {
+    if peer_died_with_unread(conn, peer) && conn.own.set_flags(FLAG_RESET) & FLAG_RESET == 0 {
+        set_errno(libc::ECONNRESET);
+        return true;
+    }
+    false
 }
 
 /// After ring bytes, the bytes the kernel already holds behind them (the sender left ring
@@ -954,8 +960,7 @@ fn kernel_rest(
     if flags & libc::MSG_PEEK != 0 {
         return r as usize;
     }
-    conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
-    conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
+    kernel_bytes_read(conn, r);
     r as usize
 }
 

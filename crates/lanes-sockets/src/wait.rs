@@ -28,21 +28,21 @@ const KERNEL_CHECK_EVERY: Duration = Duration::from_micros(10);
 
 /// Accelerated sockets a wait covers, with the sleeper counts it holds. Inline for a few
 /// sockets: a wait allocates nothing then.
-struct Sleepers {
-    prepared: SmallVec<[(Arc<Conn>, SleepTicket); 4]>,
+struct Sleepers<'a> {
+    prepared: SmallVec<[(&'a Conn, SleepTicket); 4]>,
     /// Sockets whose peer's direction is parked: their bytes come through the kernel for
     /// as long as these are held.
-    _parked: SmallVec<[park::OwnedParkedHold; 8]>,
+    _parked: SmallVec<[park::ParkedHold<'a>; 8]>,
 }
 
-impl Sleepers {
+impl<'a> Sleepers<'a> {
     /// Switches each to kernel mode as a sleeper; None if one has ring bytes (then none
     /// stays prepared).
-    fn prepare<'a>(conns: impl IntoIterator<Item = &'a Arc<Conn>>) -> Option<Sleepers> {
+    fn prepare(conns: impl IntoIterator<Item = &'a Arc<Conn>>) -> Option<Sleepers<'a>> {
         let mut s = Sleepers { prepared: SmallVec::new(), _parked: SmallVec::new() };
         for c in conns {
             let Some(peer) = c.peer() else { continue };
-            if let Some(hold) = park::hold_owned(c) {
+            if let Some(hold) = park::hold(c) {
                 s._parked.push(hold);
                 continue;
             }
@@ -55,17 +55,17 @@ impl Sleepers {
             // None: drop undoes the others.
             let ticket = peer.tx_word().prepare_sleep(c.own.rx_consumed().load(Ordering::Acquire))?;
             crate::stream::want_ring(&c.own, false);
-            s.prepared.push((c.clone(), ticket));
+            s.prepared.push((&**c, ticket));
         }
         Some(s)
     }
 }
 
-impl Drop for Sleepers {
+impl Drop for Sleepers<'_> {
     fn drop(&mut self) {
         for (c, ticket) in self.prepared.drain(..) {
             if let Some(p) = c.peer() {
-                p.tx_word().finish_sleep(ticket, crate::stream::ring_allowed(&c));
+                p.tx_word().finish_sleep(ticket, crate::stream::ring_allowed(c));
             }
         }
     }
@@ -720,7 +720,8 @@ fn wait_loop(
             std::hint::spin_loop();
             continue;
         }
-        let Some(sleepers) = Sleepers::prepare(&sleep_set(&watched)) else {
+        let sleeping = sleep_set(&watched);
+        let Some(sleepers) = Sleepers::prepare(&sleeping) else {
             // Ring bytes arrived (in a ring unparked meanwhile): report the kernel's events
             // with them.
             (ask_now, rings) = (true, true);
