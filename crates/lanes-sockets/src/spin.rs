@@ -26,7 +26,8 @@
 //!   does not spin for a cool-down (2 ms, doubling while it happens again, to 128 ms),
 //!   halved by every spin that runs undisturbed;
 //! - the thread's own run delay: no spin while it waits for a CPU for more than 1/16 of
-//!   its time (`/proc/thread-self/schedstat`, sampled every [`LOAD_SAMPLE`] per thread); a
+//!   its time (`/proc/thread-self/schedstat`, sampled per thread every [`LOAD_SAMPLE`],
+//!   spacing out to [`DELAY_SAMPLE_MAX`] while the answer holds); a
 //!   machine at full use (pgbench's servers and clients on every CPU) keeps the running
 //!   count near the number of CPUs, where the load check cannot tell.
 //!
@@ -59,9 +60,8 @@ thread_local! {
     static COOL_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
     /// The current cool-down length, in microseconds (0: none).
     static COOL_US: Cell<u32> = const { Cell::new(0) };
-    /// The last look at this thread's run delay ([`contended`]): when (ns since [`epoch`],
-    /// 0: never), the delay then, and what it found.
-    static DELAY_SAMPLE: Cell<(u64, u64, bool)> = const { Cell::new((0, 0, false)) };
+    /// The last look at this thread's run delay ([`contended`]).
+    static DELAY_SAMPLE: Cell<DelaySample> = const { Cell::new(DelaySample::NEVER) };
 }
 
 /// Threads of this process spinning now (they are runnable only because they spin).
@@ -113,20 +113,57 @@ fn parse_run_delay(text: &[u8]) -> Option<u64> {
     std::str::from_utf8(text).ok()?.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Whether this thread waits for a CPU for more than [`CONTENDED_SHARE`] of its time, as
-/// sampled every [`LOAD_SAMPLE`]: every CPU is busy often enough that a spin takes one from
-/// a thread that would run (a machine at full use keeps the running count near the number
-/// of CPUs, where the load check cannot tell).
+/// Whether this thread waits for a CPU for more than [`CONTENDED_SHARE`] of its time (see
+/// [`DelaySample`]): every CPU is busy often enough that a spin takes one from a thread
+/// that would run (a machine at full use keeps the running count near the number of CPUs,
+/// where the load check cannot tell).
 fn contended() -> bool {
-    let now = epoch().elapsed().as_nanos() as u64;
-    let (at, delay, was) = DELAY_SAMPLE.with(|d| d.get());
-    if at != 0 && now - at < LOAD_SAMPLE.as_nanos() as u64 {
-        return was;
+    let now = epoch().elapsed().as_nanos() as u64 | 1;
+    let last = DELAY_SAMPLE.with(|d| d.get());
+    if !last.due(now) {
+        return last.contended;
     }
-    let Some(d) = run_delay_ns() else { return false };
-    let is = at != 0 && d.saturating_sub(delay) > (now - at) / CONTENDED_SHARE;
-    DELAY_SAMPLE.with(|s| s.set((now, d, is)));
-    is
+    let Some(delay) = run_delay_ns() else { return false };
+    let next = last.next(now, delay);
+    DELAY_SAMPLE.with(|s| s.set(next));
+    next.contended
+}
+
+/// A look at this thread's run delay: when (ns since [`epoch`], 0: never), the delay then,
+/// what it found, and when the next look is due. Each look opens a `/proc` file (several
+/// microseconds: under pgbench, a look every 5 ms was a few per cent of each transaction),
+/// so while the answer stays the same the looks space out, doubling from [`LOAD_SAMPLE`]
+/// to [`DELAY_SAMPLE_MAX`]; a changed answer brings them back to [`LOAD_SAMPLE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DelaySample {
+    at: u64,
+    delay: u64,
+    contended: bool,
+    interval: u64,
+}
+
+/// The longest time between two looks at a thread's run delay.
+const DELAY_SAMPLE_MAX: Duration = Duration::from_millis(40);
+
+impl DelaySample {
+    const NEVER: DelaySample = DelaySample { at: 0, delay: 0, contended: false, interval: 0 };
+
+    fn due(&self, now: u64) -> bool {
+        self.at == 0 || now.saturating_sub(self.at) >= self.interval
+    }
+
+    /// The sample after a look at `now` found the run delay `delay`.
+    fn next(&self, now: u64, delay: u64) -> DelaySample {
+        let contended =
+            self.at != 0 && delay.saturating_sub(self.delay) > now.saturating_sub(self.at) / CONTENDED_SHARE;
+        let base = LOAD_SAMPLE.as_nanos() as u64;
+        let interval = if self.at != 0 && contended == self.contended {
+            (self.interval * 2).clamp(base, DELAY_SAMPLE_MAX.as_nanos() as u64)
+        } else {
+            base
+        };
+        DelaySample { at: now, delay, contended, interval }
+    }
 }
 
 /// See [`contended`]: more than 1/16 of the time waiting for a CPU.
@@ -338,6 +375,30 @@ mod tests {
         assert_eq!(parse_running(b"0.47 2.23 2.44 3/345 12345\n"), Some(3));
         assert_eq!(parse_running(b"garbage"), None);
         assert!(runnable_threads().is_some_and(|n| n >= 1), "this thread runs");
+    }
+
+    #[test]
+    fn run_delay_looks_space_out_while_the_answer_holds() {
+        let ms = 1_000_000u64;
+        let first = DelaySample::NEVER.next(1, 0);
+        assert!(!first.contended);
+        assert_eq!(first.interval, LOAD_SAMPLE.as_nanos() as u64);
+        // Waited for a CPU 1 ms of 5: contended; the answer changed, so the next look is soon.
+        let busy = first.next(1 + 5 * ms, ms);
+        assert!(busy.contended);
+        assert_eq!(busy.interval, LOAD_SAMPLE.as_nanos() as u64);
+        assert!(!busy.due(busy.at + 4 * ms) && busy.due(busy.at + 5 * ms));
+        // Still contended: the looks double, up to the longest gap.
+        let mut s = busy;
+        for _ in 0..10 {
+            s = s.next(s.at + s.interval, s.delay + s.interval / 4);
+            assert!(s.contended);
+        }
+        assert_eq!(s.interval, DELAY_SAMPLE_MAX.as_nanos() as u64);
+        // Quiet again (no delay at all): back to the shortest gap at once.
+        let quiet = s.next(s.at + s.interval, s.delay);
+        assert!(!quiet.contended);
+        assert_eq!(quiet.interval, LOAD_SAMPLE.as_nanos() as u64);
     }
 
     #[test]

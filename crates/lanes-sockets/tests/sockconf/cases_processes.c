@@ -447,6 +447,64 @@ void send_eagain_client(void)
     close(fd);
 }
 
+/* Rounds of: the client writes 1.5 MiB without blocking (with the library: the ring fills,
+ * the rest goes through the kernel), then the server reads it with a buffer larger than
+ * both, so a read takes ring bytes and then kernel bytes in one call, and the direction goes
+ * from ring to kernel and back (or parks) round after round. */
+#define RING_KERNEL_ROUNDS 8
+
+void ring_kernel_server(void)
+{
+    int s = accept_one();
+    static unsigned char b[4 * MIB];
+    uint64_t at = 0;
+    bool ok = true;
+    for (int round = 0; round < RING_KERNEL_ROUNDS; round++) {
+        uint64_t total = 0;
+        sync_wait_buf(&total, sizeof total);
+        uint64_t end = at + total;
+        while (at < end) {
+            ssize_t r = read(s, b, (size_t)(end - at));
+            if (r <= 0) {
+                say("round %d: read %s after %llu of %llu bytes", round, res(r),
+                    (unsigned long long)(total - (end - at)), (unsigned long long)total);
+                ok = false;
+                break;
+            }
+            if (pattern_check(b, at, (size_t)r, 71) >= 0)
+                ok = false;
+            at += (uint64_t)r;
+        }
+        sync_send('d');
+    }
+    say("%d rounds of ring then kernel bytes read whole, pattern %s", RING_KERNEL_ROUNDS, ok ? "ok" : "MISMATCH");
+    char c;
+    say("read at end %s", res(read(s, &c, 1)));
+    close(s);
+}
+
+void ring_kernel_client(void)
+{
+    int fd = connect_one();
+    set_nonblock(fd, true);
+    static unsigned char b[65536];
+    uint64_t at = 0;
+    for (int round = 0; round < RING_KERNEL_ROUNDS; round++) {
+        uint64_t total = 0;
+        while (total < 3 * MIB / 2) {
+            pattern(b, at, sizeof b, 71);
+            ssize_t r = write(fd, b, sizeof b);
+            if (r < 0)
+                break; /* EAGAIN: the kernel's buffers are smaller here; the peer reads what went */
+            at += (uint64_t)r;
+            total += (uint64_t)r;
+        }
+        sync_send_buf(&total, sizeof total);
+        sync_expect('d');
+    }
+    close(fd);
+}
+
 void timeo_server(void)
 {
     int s = accept_one();

@@ -288,6 +288,8 @@ void duplex_server(void) ;
 void duplex_client(void) ;
 void send_eagain_server(void) ;
 void send_eagain_client(void) ;
+void ring_kernel_server(void) ;
+void ring_kernel_client(void) ;
 void timeo_server(void) ;
 void timeo_client(void) ;
 void killed_writer_server(void) ;

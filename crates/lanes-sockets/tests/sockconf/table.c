@@ -144,6 +144,8 @@ const struct casedef cases[] = {
      "16 MiB each way at once, non-blocking, poll-driven, checked"},
     {"send-eagain", AF_INET, true, send_eagain_server, send_eagain_client, NULL,
      "non-blocking writes until EAGAIN; the peer gets exactly that; POLLOUT after draining"},
+    {"ring-then-kernel", AF_INET, true, ring_kernel_server, ring_kernel_client, NULL,
+     "8 rounds of 1.5 MiB written, then read by calls that take ring and kernel bytes at once"},
     {"timeouts", AF_INET, true, timeo_server, timeo_client, NULL,
      "SO_RCVTIMEO and SO_SNDTIMEO: EAGAIN after the timeout"},
     {"peer-killed-writer", AF_INET, false, killed_writer_server, killed_writer_client, NULL,
