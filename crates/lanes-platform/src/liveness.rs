@@ -35,21 +35,16 @@ impl ProcessIdentity {
         Self::of_pid(std::process::id())
     }
 
-    /// The process that now has `pid`.
+    /// The process that now has `pid` (a zombie included: see [`Self::of_running_pid`]).
     pub fn of_pid(pid: u32) -> io::Result<Self> {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        // The command name (field 2) is in parentheses and may contain anything: parse
-        // from the last ')'. starttime is field 22, the 20th after the name.
-        let rest = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))?;
-        let start: u64 = rest
-            .split_whitespace()
-            .nth(19)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no starttime in /proc stat"))?;
-        Ok(Self::from_parts(pid, start))
+        Ok(Self::from_parts(pid, parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat"))?)?.1))
+    }
+
+    /// The process that now has `pid`, unless it has exited (a zombie, its exit status not
+    /// yet collected by its parent: it holds no files, sockets or memory any more).
+    pub fn of_running_pid(pid: u32) -> io::Result<Option<Self>> {
+        let (state, start) = parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat"))?)?;
+        Ok((!matches!(state, 'Z' | 'X' | 'x')).then(|| Self::from_parts(pid, start)))
     }
 
     fn from_parts(pid: u32, start_ticks: u64) -> Self {
@@ -69,6 +64,51 @@ impl ProcessIdentity {
     /// The process id.
     pub fn pid(self) -> u32 {
         (self.0 & PID_MASK) as u32
+    }
+
+    /// Whether this process still runs: its pid names the same process (same start time)
+    /// and it has not exited (a zombie holds nothing). If `/proc` cannot tell for another
+    /// reason than the process being gone, answers as [`pid_alive`]: never declared dead
+    /// for want of information.
+    pub fn is_running(self) -> bool {
+        match Self::of_running_pid(self.pid()) {
+            Ok(now) => now == Some(self),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(_) => pid_alive(self.pid()),
+        }
+    }
+}
+
+/// The state letter (field 3) and start time (field 22) of a `/proc/PID/stat` line.
+fn parse_stat(stat: &str) -> io::Result<(char, u64)> {
+    // The command name (field 2) is in parentheses and may contain anything: parse from the
+    // last ')'. The state follows it; starttime is the 20th field after the state.
+    let mut rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))?;
+    let state = rest
+        .next()
+        .and_then(|s| s.chars().next())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no state in /proc stat"))?;
+    let start = rest
+        .nth(18)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no starttime in /proc stat"))?;
+    Ok((state, start))
+}
+
+/// Whether a process with `pid` exists and has not exited: [`pid_alive`], but a zombie
+/// (exited, not yet reaped) counts as gone. Reads `/proc/PID/stat`; if that cannot be
+/// read for another reason than the process being gone, answers as [`pid_alive`].
+pub fn pid_running(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    match ProcessIdentity::of_running_pid(pid) {
+        Ok(running) => running.is_some(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(_) => pid_alive(pid),
     }
 }
 
@@ -241,4 +281,46 @@ pub fn list_records(procs_dir: &Path) -> io::Result<Vec<RecordInfo>> {
     }
     out.sort_by_key(|r| (r.node, r.pid));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_give_state_and_start_time() {
+        let line = "42 (a) b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_stat(line).unwrap(), ('S', 987654));
+        assert_eq!(parse_stat("42 (z) Z 1 42").unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(parse_stat("no parenthesis").unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn a_zombie_is_alive_to_kill_but_not_running() {
+        // SAFETY: the child only calls _exit, which is async-signal-safe.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(0) };
+        }
+        let pid = pid as u32;
+        // Not reaped: a zombie once it has exited.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while pid_running(pid) {
+            assert!(std::time::Instant::now() < deadline, "child {pid} never exited");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(pid_alive(pid), "a zombie still has its pid");
+        assert!(ProcessIdentity::of_pid(pid).is_ok());
+        assert_eq!(ProcessIdentity::of_running_pid(pid).unwrap(), None);
+        assert!(!ProcessIdentity::of_pid(pid).unwrap().is_running());
+        let mut status = 0;
+        // SAFETY: reaps our own child.
+        assert_eq!(unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) }, pid as libc::pid_t);
+        assert!(!pid_running(pid));
+        assert!(pid_running(std::process::id()));
+        assert!(ProcessIdentity::current().unwrap().is_running());
+        assert_eq!(ProcessIdentity::of_running_pid(std::process::id()).unwrap(), ProcessIdentity::current().ok());
+    }
 }

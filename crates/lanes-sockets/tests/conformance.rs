@@ -336,7 +336,7 @@ const PROCESSES_AND_THREADS: &[&str] =
 const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain", "ring-then-kernel"];
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).
 const LONG_STREAMS: &[&str] = &["stream-4g"];
-const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader", "peer-killed-unread"];
+const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader", "peer-killed-unread", "peer-killed-unreaped"];
 const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait", "sigio"];
 
 const GROUPS: &[&[&str]] = &[

@@ -712,6 +712,33 @@ void killed_unread_client(void)
         pause();
 }
 
+/* As peer-killed-unread, but the survivor reads before it reaps the peer: an exited process
+ * not yet reaped (a zombie) holds no sockets, so the answer is the same. */
+void killed_unreaped_server(void)
+{
+    int s = accept_one();
+    char b[256];
+    say("ping %s", res(write(s, "p", 1)));
+    say("pong %s", got(read_full(s, b, 1), b));
+    sync_expect('r');
+    memset(b, 'u', sizeof b);
+    say("write 100 the peer will not read %s", res(write(s, b, 100)));
+    sleep_ms(100);
+    say("SIGKILL the peer %s", res(kill(C.peer, SIGKILL)));
+    C.peer_killed = true;
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    say("wait for its exit, not reaping it %s", res(waitid(P_PID, (id_t)C.peer, &info, WEXITED | WNOWAIT)));
+    sleep_ms(100);
+    say("read %s", res(read(s, b, sizeof b)));
+    say("read again %s", res(read(s, b, sizeof b)));
+    say("send MSG_NOSIGNAL %s", res(send(s, "x", 1, MSG_NOSIGNAL)));
+    int st;
+    wait_pid(C.peer, &st);
+    say("peer %s", status_str(st));
+    close(s);
+}
+
 static volatile sig_atomic_t alarms;
 void catch_alarm(int flags);
 void timer_ms(int ms);

@@ -246,6 +246,7 @@ void seccomp_server(void) ;
 void seccomp_client(void) ;
 void trunc_server(void) ;
 void trunc_client(void) ;
+void killed_unreaped_server(void) ;
 void killed_unread_server(void) ;
 void killed_unread_client(void) ;
 void pwait_server(void) ;

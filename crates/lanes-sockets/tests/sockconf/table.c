@@ -154,6 +154,8 @@ const struct casedef cases[] = {
      "the reading peer SIGKILLed with unread data: the writer gets epipe-or-reset"},
     {"peer-killed-unread", AF_INET, false, killed_unread_server, killed_unread_client, NULL,
      "the peer SIGKILLed with 100 bytes unread: ECONNRESET, then 0, then EPIPE"},
+    {"peer-killed-unreaped", AF_INET, false, killed_unreaped_server, killed_unread_client, NULL,
+     "as peer-killed-unread, read before the killed peer is reaped"},
     {"eintr", AF_INET, true, script_server, eintr_client, set_late,
      "alarm() without SA_RESTART interrupts a blocking recv: EINTR"},
     {"eintr-restart", AF_INET, true, restart_server, restart_client, NULL,

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::direction::{DirectionWord, MAX_RING_BYTES};
 use crate::platform::files::{ensure_private_dir, open_existing, reserve, UnnamedFile};
-use crate::platform::liveness::{pid_alive, ProcessIdentity};
+use crate::platform::liveness::{pid_alive, pid_running, ProcessIdentity};
 use crate::platform::mapping::{Access, Mapping};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"LNSOCK01");
@@ -215,15 +215,10 @@ fn invalid(why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why.to_string())
 }
 
-/// Whether the process `who` names still runs: the process with its pid has its start
-/// time. Without /proc's answer (other than "no such process") a live pid counts, so a
-/// holder is never declared dead for want of information.
+/// Whether the process `who` names still holds the socket: it runs (an exited process not
+/// yet reaped closed its sockets as it exited).
 fn holder_alive(who: ProcessIdentity) -> bool {
-    match ProcessIdentity::of_pid(who.pid()) {
-        Ok(now) => now == who,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-        Err(_) => pid_alive(who.pid()),
-    }
+    who.is_running()
 }
 
 /// The calling process's identity, cached while the pid stays the same (a forked child
@@ -572,8 +567,11 @@ pub fn lock_shared(word: &AtomicU64) -> SharedLockGuard<'_> {
             continue;
         }
         spins += 1;
+        // A holder that exited (killed while it held the lock) is replaced: at first only
+        // when its pid is gone; once waiting long, also when it is a zombie its parent has
+        // not reaped yet (which reads /proc, too slow for every look).
         if spins % 128 == 0
-            && !pid_alive((cur >> 32) as u32)
+            && !(if spins < 1024 { pid_alive } else { pid_running })((cur >> 32) as u32)
             && word.compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
         {
             return SharedLockGuard { word, me };
@@ -660,6 +658,31 @@ mod tests {
         ep.remove_holder(init);
         assert!(ep.held_only_by(me, false));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_held_by_an_exited_process_is_taken_over_even_before_it_is_reaped() {
+        // SAFETY: the child only calls _exit, which is async-signal-safe.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(0) };
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while pid_running(pid as u32) {
+            assert!(std::time::Instant::now() < deadline, "child {pid} never exited");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // The child held the lock when it exited; it is a zombie now (not reaped).
+        let word = AtomicU64::new(((pid as u64) << 32) | pid as u64);
+        let guard = lock_shared(&word);
+        assert_eq!(word.load(Ordering::Relaxed), thread_identity());
+        drop(guard);
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+        let mut status = 0;
+        // SAFETY: reaps our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     }
 
     /// A tmpfs of `size` mounted on a fresh directory, unmounted and removed when dropped.

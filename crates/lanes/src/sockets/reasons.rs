@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use super::endpoint::{decode_addr, encode_addr, sockets_dir};
 use crate::platform::files::{ensure_private_dir, open_existing, reserve, UnnamedFile};
-use crate::platform::liveness::{pid_alive, ProcessIdentity};
+use crate::platform::liveness::ProcessIdentity;
 use crate::platform::mapping::{Access, Mapping};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"LNWHY001");
@@ -217,17 +217,9 @@ fn read_file(path: &Path) -> Option<ProcessReasons> {
         pid: who.pid(),
         command,
         uid: u64_at(&map, OFF_UID).load(Ordering::Relaxed) as u32,
-        alive: alive(who),
+        alive: who.is_running(),
         reasons,
     })
-}
-
-fn alive(who: ProcessIdentity) -> bool {
-    match ProcessIdentity::of_pid(who.pid()) {
-        Ok(now) => now == who,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-        Err(_) => pid_alive(who.pid()),
-    }
 }
 
 /// Every process's reasons in the fabric directory, by pid (unreadable files are skipped).
