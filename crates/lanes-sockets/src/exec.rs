@@ -119,6 +119,9 @@ pub enum Target {
     Search(*const c_char),
     /// An open file, as fexecve takes it.
     Fd(c_int),
+    /// A path relative to a directory descriptor, with `AT_*` flags, as execveat takes it
+    /// (with `AT_EMPTY_PATH` and an empty path: the descriptor itself).
+    At(c_int, *const c_char, c_int),
 }
 
 /// Pointers and bytes for a new environment, on the caller's stack.
@@ -225,8 +228,9 @@ pub unsafe fn before_exec(target: Target, envp: *const *const c_char, new_env: &
     let loads = match open_target(target) {
         Some(fd) => {
             let r = image_loads_preload(fd, 0);
-            // fexecve's descriptor is the caller's; the others are ours.
-            if !matches!(target, Target::Fd(_)) {
+            // fexecve's descriptor is the caller's (and execveat's, for an empty path);
+            // the others are ours.
+            if !caller_owns(target) {
                 // SAFETY: our own descriptor.
                 unsafe { libc::close(fd) };
             }
@@ -268,8 +272,18 @@ fn passed_on(fd: c_int, c: &Conn) -> bool {
     flags >= 0 && flags & libc::FD_CLOEXEC == 0
 }
 
+/// Whether [`open_target`] answers with the caller's own descriptor (not to be closed).
+fn caller_owns(target: Target) -> bool {
+    match target {
+        Target::Fd(_) => true,
+        // SAFETY: a non-null path is NUL-terminated (execveat's contract).
+        Target::At(_, p, flags) => flags & libc::AT_EMPTY_PATH != 0 && (p.is_null() || unsafe { *p } == 0),
+        Target::Path(_) | Target::Search(_) => false,
+    }
+}
+
 /// Opens what is about to be executed, for reading its first bytes; `fexecve`'s descriptor
-/// is used as it is.
+/// (and `execveat`'s, for an empty path) is used as it is.
 fn open_target(target: Target) -> Option<c_int> {
     let open = |p: *const c_char| {
         // SAFETY: a NUL-terminated path.
@@ -278,6 +292,13 @@ fn open_target(target: Target) -> Option<c_int> {
     };
     match target {
         Target::Fd(fd) => Some(fd),
+        Target::At(dirfd, _, _) if caller_owns(target) => Some(dirfd),
+        Target::At(dirfd, p, flags) if !p.is_null() => {
+            let nofollow = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 { libc::O_NOFOLLOW } else { 0 };
+            // SAFETY: a NUL-terminated path, relative to the caller's directory descriptor.
+            let fd = unsafe { libc::openat(dirfd, p, libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | nofollow) };
+            (fd >= 0).then_some(fd)
+        }
         Target::Path(p) if !p.is_null() => open(p),
         Target::Search(file) if !file.is_null() => {
             // SAFETY: a NUL-terminated name.
@@ -580,6 +601,24 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
     // SAFETY: the caller's arguments, with the environment chosen.
     run(Target::Fd(fd), envp, |env| unsafe { (real().fexecve)(fd, argv, env) })
+}
+
+/// # Safety
+/// As execveat(2).
+#[no_mangle]
+pub unsafe extern "C" fn execveat(
+    dirfd: c_int,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    flags: c_int,
+) -> c_int {
+    // The C library's execveat (2.34 and later) is the bare system call; made directly, it
+    // works with older ones too (a missing symbol would leave nothing to call).
+    // SAFETY: the caller's arguments, with the environment chosen.
+    run(Target::At(dirfd, path, flags), envp, |env| unsafe {
+        libc::syscall(libc::SYS_execveat, dirfd, path, argv, env, flags) as c_int
+    })
 }
 
 /// The list forms, entered from the trampolines below with the arguments laid out as an

@@ -331,8 +331,16 @@ const EPOLL: &[&str] = &[
 ];
 const IOCTL_NAMES_OPTIONS: &[&str] = &["fionread", "names", "sockopt", "nodelay", "timeouts"];
 const FILES_AND_PIPES: &[&str] = &["sendfile", "splice", "stdio"];
-const PROCESSES_AND_THREADS: &[&str] =
-    &["fork-share", "exec", "exec-handoff", "execle-handoff", "posix-spawn", "threads"];
+const PROCESSES_AND_THREADS: &[&str] = &[
+    "fork-share",
+    "exec",
+    "exec-handoff",
+    "execle-handoff",
+    "execveat-handoff",
+    "fexecve-handoff",
+    "posix-spawn",
+    "threads",
+];
 const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain", "ring-then-kernel"];
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).
 const LONG_STREAMS: &[&str] = &["stream-4g"];

@@ -137,7 +137,9 @@ void handoff_server(void)
     close(s);
 }
 
-static void handoff_client(bool list_form)
+enum exec_form { FORM_EXECVE, FORM_EXECLE, FORM_EXECVEAT, FORM_FEXECVE };
+
+static void handoff_client(enum exec_form form)
 {
     int fd = connect_one();
     char b[16];
@@ -160,11 +162,23 @@ static void handoff_client(bool list_form)
         char a[16];
         snprintf(a, sizeof a, "%d", fd);
         char *envp[] = {NULL};
-        if (list_form) {
+        char *argv[] = {(char *)"sockconf", (char *)"--handoff-child", a, NULL};
+        switch (form) {
+        case FORM_EXECLE:
             execle(image, "sockconf", "--handoff-child", a, (char *)NULL, envp);
-        } else {
-            char *argv[] = {(char *)"sockconf", (char *)"--handoff-child", a, NULL};
+            break;
+        case FORM_EXECVEAT:
+            execveat(AT_FDCWD, image, argv, envp, 0);
+            break;
+        case FORM_FEXECVE: {
+            int exe = open(image, O_RDONLY | O_CLOEXEC);
+            if (exe >= 0)
+                fexecve(exe, argv, envp);
+            break;
+        }
+        case FORM_EXECVE:
             execve(image, argv, envp);
+            break;
         }
         _exit(127);
     }
@@ -177,8 +191,10 @@ static void handoff_client(bool list_form)
     say("handed-off child %s", status_str(st));
 }
 
-void handoff_client_execve(void) { handoff_client(false); }
-void handoff_client_execle(void) { handoff_client(true); }
+void handoff_client_execve(void) { handoff_client(FORM_EXECVE); }
+void handoff_client_execle(void) { handoff_client(FORM_EXECLE); }
+void handoff_client_execveat(void) { handoff_client(FORM_EXECVEAT); }
+void handoff_client_fexecve(void) { handoff_client(FORM_FEXECVE); }
 
 int handoff_child_main(int argc, char **argv)
 {

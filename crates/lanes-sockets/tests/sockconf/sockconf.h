@@ -277,6 +277,8 @@ int exec_child_main(int argc, char **argv) ;
 void handoff_server(void) ;
 void handoff_client_execve(void);
 void handoff_client_execle(void);
+void handoff_client_execveat(void) ;
+void handoff_client_fexecve(void) ;
 int handoff_child_main(int argc, char **argv) ;
 void threads_server(void) ;
 void threads_client(void) ;
