@@ -6,6 +6,7 @@ use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
+use lanes::sockets::direction::ring_unread_between;
 use lanes::sockets::endpoint::{
     this_process, FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED,
 };
@@ -26,6 +27,8 @@ pub struct Conn {
     pub rx_shut: AtomicBool,
     /// The peer's consumed count as last read by a sender of this process.
     peer_consumed: AtomicU64,
+    /// The peer's published count as last read by a receiver of this process.
+    peer_published: AtomicU64,
     /// Threads of this process reading or waiting in the kernel alone because the peer's
     /// direction is parked (see `park`).
     pub(crate) parked_readers: AtomicU32,
@@ -76,6 +79,7 @@ impl Conn {
             key,
             rx_shut: AtomicBool::new(false),
             peer_consumed: AtomicU64::new(UNSEEN),
+            peer_published: AtomicU64::new(UNSEEN),
             parked_readers: AtomicU32::new(0),
             flip: FlipCell::new(),
         })
@@ -159,6 +163,32 @@ impl Conn {
     /// Records a consumed count just read from the peer's record.
     pub fn saw_peer_consumed(&self, consumed: u64) {
         self.peer_consumed.store(consumed, Ordering::Relaxed);
+    }
+
+    /// Ring bytes from the peer not yet read, given our consumed count, as far as the
+    /// published count last seen shows them (0 if it shows none, or if another process
+    /// holding the socket read past it). The peer's state word lives on the sender's cache
+    /// line, which its every publish takes back: reading it at every receive cost a cache
+    /// miss per message while the ring was full of them.
+    #[inline]
+    pub fn seen_ring_unread(&self, consumed: u64, ring_bytes: usize) -> u64 {
+        let seen = self.peer_published.load(Ordering::Acquire);
+        if seen == UNSEEN {
+            return 0;
+        }
+        let unread = ring_unread_between(seen, consumed);
+        if unread <= ring_bytes as u64 {
+            unread
+        } else {
+            0
+        }
+    }
+
+    /// Records a published count just read from the peer's state word (with acquire
+    /// ordering, so the bytes it counts are visible to whoever reads this value: release).
+    #[inline]
+    pub fn saw_peer_published(&self, published: u64) {
+        self.peer_published.store(published, Ordering::Release);
     }
 
     /// Whether our side is O_NONBLOCK.

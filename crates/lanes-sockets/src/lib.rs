@@ -467,8 +467,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
 
 /// A kernel-side transfer into an accelerated socket: the bytes are reserved as kernel
 /// bytes first, so the receiver reads them after the ring's.
-fn kernel_transfer_out(c: &Conn, fd: c_int, count: usize, transfer: impl FnOnce() -> ssize_t) -> ssize_t {
-    stream::force_nodelay(c, fd);
+fn kernel_transfer_out(c: &Conn, count: usize, transfer: impl FnOnce() -> ssize_t) -> ssize_t {
     let word = c.own.tx_word();
     let reservation = word.reserve_kernel(count);
     let r = transfer();
@@ -491,7 +490,7 @@ pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_
             let c = lookup_or_complete(out_fd)?;
             // SAFETY: the caller's arguments, count lowered (sendfile may move fewer bytes).
             let transfer = || unsafe { (real().sendfile)(out_fd, in_fd, offset, count) };
-            Some(kernel_transfer_out(&c, out_fd, count, transfer))
+            Some(kernel_transfer_out(&c, count, transfer))
         },
         call,
     )
@@ -544,7 +543,7 @@ pub unsafe extern "C" fn splice(
             let c = lookup_or_complete(fd_out)?;
             let len = len.min(lanes::sockets::direction::MAX_KERNEL_CHUNK);
             // SAFETY: the caller's arguments, len lowered.
-            Some(kernel_transfer_out(&c, fd_out, len, || unsafe {
+            Some(kernel_transfer_out(&c, len, || unsafe {
                 (real().splice)(fd_in, off_in, fd_out, off_out, len, flags)
             }))
         },
@@ -1061,7 +1060,8 @@ pub unsafe extern "C" fn __poll_chk(fds: *mut pollfd, n: nfds_t, timeout: c_int,
 /// # Safety
 /// As getsockopt(2). SO_ERROR == 0 after a non-blocking connect completes the set-up;
 /// TCP_NODELAY of an accelerated socket reports the program's own setting (the kernel
-/// socket's is forced on, see `stream::force_nodelay`).
+/// socket's is forced on once the peer's bytes may come through the ring, see
+/// `stream::force_nodelay`).
 #[no_mangle]
 pub unsafe extern "C" fn getsockopt(
     fd: c_int,

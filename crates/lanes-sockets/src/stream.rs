@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, iovec, msghdr, ssize_t};
 
-use lanes::sockets::direction::DirectionWord;
+use lanes::sockets::direction::{ring_unread_between, DirectionWord};
 use lanes::sockets::endpoint::{
     lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_NODELAY_FORCED, FLAG_RESET, FLAG_RING_WANTED,
     FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED, FLAG_TX_URGENT,
@@ -154,7 +154,6 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     if total == 0 || conn.own.has_flag(FLAG_TX_CLOSED) {
         return kernel_send(call, fd, iov, flags);
     }
-    force_nodelay(conn, fd);
     if call.takes_flags() && flags & libc::MSG_OOB != 0 {
         // Urgent data: this direction goes through the kernel from now on (see
         // FLAG_TX_URGENT); the reservation below takes it out of ring mode, after the
@@ -511,10 +510,13 @@ pub fn set_kernel_nodelay(fd: c_int, on: bool) {
     };
 }
 
-/// Before an accelerated connection sends: Nagle's algorithm off in the kernel socket, once
-/// (see `FLAG_NODELAY_FORCED`: the peer's answers may come through the ring, so a small
-/// kernel segment would otherwise wait for the peer's delayed ACK, 40 ms). The program's
-/// own setting is kept for getsockopt.
+/// Before the peer's sending direction first switches to the ring: Nagle's algorithm off in
+/// our kernel socket, for good (see `FLAG_NODELAY_FORCED`: the peer's answers may then come
+/// through the ring, carrying no ACK of our kernel segments, so a small one would wait for
+/// the peer's delayed ACK, 40 ms). While the peer's bytes all come through the kernel its
+/// ACKs ride on them as in plain TCP, and the program's own setting stays: a one-way stream
+/// of small writes through the kernel is coalesced as the program asked. The program's own
+/// setting is kept for getsockopt either way.
 ///
 /// Under a seccomp filter the socket options are left alone: get/setsockopt may be what
 /// the filter kills for.
@@ -665,6 +667,7 @@ pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
     if !crate::park::unpark(conn, peer) {
         return;
     }
+    force_nodelay(conn, fd);
     let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
     let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);
     let ring = peer.tx_word().try_ring_mode(consumed, kread, || kernel_empty(call, fd));
@@ -720,8 +723,13 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
     }
     loop {
         let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
-        let state = word.load();
-        let unread = state.ring_unread(consumed) as usize;
+        // Bytes already known to be there need no look at the peer's state word.
+        let seen = conn.seen_ring_unread(consumed, cap);
+        let state = (seen == 0).then(|| word.load());
+        if let Some(s) = state {
+            conn.saw_peer_published(s.published());
+        }
+        let unread = state.map_or(seen, |s| s.ring_unread(consumed)) as usize;
         if unread > 0 {
             if got == total {
                 // A receive of 0 bytes (recv, recvmsg: read and readv of 0 never get here)
@@ -730,7 +738,14 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             }
             let _lock = lock_shared(conn.own.rx_lock());
             let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
-            let unread = word.load().ring_unread(consumed) as usize;
+            let unread = match conn.seen_ring_unread(consumed, cap) {
+                0 => {
+                    let published = word.load().published();
+                    conn.saw_peer_published(published);
+                    ring_unread_between(published, consumed)
+                }
+                seen => seen,
+            } as usize;
             let n = unread.min(total - got);
             if n == 0 {
                 continue;
@@ -762,6 +777,8 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             }
             continue;
         }
+        // Nothing unread: the state word was read above.
+        let Some(state) = state else { continue };
         if got > 0 && !waitall && got >= target {
             return got as ssize_t;
         }

@@ -329,7 +329,7 @@ const EPOLL: &[&str] = &[
     "epoll-pwait",
     "epoll-fork",
 ];
-const IOCTL_NAMES_OPTIONS: &[&str] = &["fionread", "names", "sockopt", "nodelay", "timeouts"];
+const IOCTL_NAMES_OPTIONS: &[&str] = &["fionread", "names", "sockopt", "nodelay", "nagle-one-way", "timeouts"];
 const FILES_AND_PIPES: &[&str] = &["sendfile", "splice", "stdio"];
 const PROCESSES_AND_THREADS: &[&str] = &[
     "fork-share",

@@ -158,6 +158,36 @@ void nodelay_client(void)
     say("close %s", res(close(fd)));
 }
 
+/* A one-way stream of small writes: the peer's bytes never come, so the kernel socket keeps
+ * Nagle's algorithm as the program left it (the library forces TCP_NODELAY only once the
+ * peer's bytes may come through its ring). Asked with the raw system call, which sees the
+ * kernel socket itself. */
+void nagle_one_way_server(void)
+{
+    int s = accept_one();
+    static char b[65536];
+    uint64_t total = 0;
+    ssize_t r;
+    while ((r = read(s, b, sizeof b)) > 0)
+        total += (uint64_t)r;
+    say("read %llu bytes, then %s", (unsigned long long)total, res(r));
+    close(s);
+}
+
+void nagle_one_way_client(void)
+{
+    int fd = connect_one();
+    bool ok = true;
+    for (int i = 0; i < 2000 && ok; i++)
+        ok = write(fd, "0123456789", 10) == 10;
+    say("2000 writes of 10 bytes %s", ok ? "ok" : "FAILED");
+    int v = -1;
+    socklen_t l = sizeof v;
+    long r = syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_NODELAY, &v, &l);
+    say("the kernel socket's TCP_NODELAY %s value %d", res((int)r), v);
+    say("close %s", res(close(fd)));
+}
+
 void sockopt_client(void)
 {
     int fd = connect_one();

@@ -260,6 +260,8 @@ void names_server(void) ;
 void names_client(void) ;
 void sockopt_server(void) ;
 void echo_until_eof_server(void) ;
+void nagle_one_way_server(void) ;
+void nagle_one_way_client(void) ;
 void nodelay_client(void) ;
 void sockopt_client(void) ;
 int temp_file(void) ;

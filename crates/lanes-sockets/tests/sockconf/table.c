@@ -117,6 +117,8 @@ const struct casedef cases[] = {
     {"names", AF_INET, true, names_server, names_client, NULL, "getsockname/getpeername agree"},
     {"sockopt", AF_INET, true, sockopt_server, sockopt_client, NULL,
      "TCP_NODELAY, SO_KEEPALIVE, SO_RCVBUF, SO_SNDBUF, SO_TYPE, TCP_INFO..."},
+    {"nagle-one-way", AF_INET, true, nagle_one_way_server, nagle_one_way_client, NULL,
+     "small writes one way: the kernel socket keeps Nagle's algorithm as the program left it"},
     {"nodelay", AF_INET, true, echo_until_eof_server, nodelay_client, NULL,
      "TCP_NODELAY as the program set it, before and after traffic"},
     {"sendfile", AF_INET, true, sendfile_server, sendfile_client, NULL,

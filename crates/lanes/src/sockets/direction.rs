@@ -84,7 +84,7 @@ impl DirectionState {
     /// Ring bytes published and not yet consumed, given the receiver's consumed count.
     #[inline]
     pub fn ring_unread(self, consumed: u64) -> u64 {
-        self.published().wrapping_sub(consumed) & COUNTER_MASK
+        ring_unread_between(self.published(), consumed)
     }
     /// Whether every reserved kernel byte has been read, given the receiver's count.
     #[inline]
@@ -112,6 +112,14 @@ impl DirectionState {
     fn with_parked(self, on: bool) -> Self {
         DirectionState(if on { self.0 | PARKED } else { self.0 & !PARKED })
     }
+}
+
+/// Ring bytes between a published count (as [`DirectionState::published`] gave it, maybe
+/// earlier) and the receiver's consumed count, modulo 2^28: a consumed count ahead of an
+/// old published count gives a figure far above any ring's size.
+#[inline]
+pub fn ring_unread_between(published: u64, consumed: u64) -> u64 {
+    published.wrapping_sub(consumed) & COUNTER_MASK
 }
 
 /// Kernel bytes reserved by [`DirectionWord::reserve_kernel`]; give back what the kernel
