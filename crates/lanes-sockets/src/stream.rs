@@ -172,6 +172,10 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     while sent < total {
         let state = word.load();
         if !kernel_only && !state.ring_mode() && conn.peer().is_some_and(|p| p.has_flag(FLAG_RING_WANTED)) {
+            // The receiver can switch only once it has read every kernel byte: a small
+            // segment Nagle's algorithm holds back (for the receiver's delayed ACK) would
+            // keep it from that for good. Forcing TCP_NODELAY sends it now.
+            force_nodelay(conn, fd);
             wait_for_ring(conn, &word, nonblocking);
         }
         let state = word.load();
@@ -199,7 +203,8 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
                     unsafe { copy_ring(conn.own.ring_ptr(), cap, state.published() as usize, iov, sent, n, true) };
                     if word.publish(n) {
                         sent += n;
-                        ring_count.fetch_add(n as u64, Ordering::Relaxed);
+                        // Counted under the send lock: no locked add needed.
+                        ring_count.store(ring_count.load(Ordering::Relaxed) + n as u64, Ordering::Relaxed);
                         full = None;
                     }
                     continue;
@@ -510,13 +515,14 @@ pub fn set_kernel_nodelay(fd: c_int, on: bool) {
     };
 }
 
-/// Before the peer's sending direction first switches to the ring: Nagle's algorithm off in
-/// our kernel socket, for good (see `FLAG_NODELAY_FORCED`: the peer's answers may then come
-/// through the ring, carrying no ACK of our kernel segments, so a small one would wait for
-/// the peer's delayed ACK, 40 ms). While the peer's bytes all come through the kernel its
-/// ACKs ride on them as in plain TCP, and the program's own setting stays: a one-way stream
-/// of small writes through the kernel is coalesced as the program asked. The program's own
-/// setting is kept for getsockopt either way.
+/// Nagle's algorithm off in our kernel socket, for good (see `FLAG_NODELAY_FORCED`), once
+/// the ring is about to be used: before the peer's sending direction first switches to the
+/// ring (the peer's answers may then come through it, carrying no ACK of our kernel
+/// segments, so a small one would wait for the peer's delayed ACK, 40 ms), and before our
+/// sending direction is handed back to the ring (the receiver must first read every kernel
+/// byte, and one held back would stop it). Until then the program's own setting stays: a
+/// one-way stream of small writes that the kernel carries is coalesced as it asked. The
+/// program's own setting is kept for getsockopt either way.
 ///
 /// Under a seccomp filter the socket options are left alone: get/setsockopt may be what
 /// the filter kills for.
@@ -758,7 +764,6 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             unsafe { copy_ring(peer.ring_ptr(), cap, consumed as usize, iov, got, n, false) };
             if !peek {
                 conn.own.rx_consumed().store(consumed + n as u64, Ordering::Release);
-                conn.own.rx_bytes().fetch_add(n as u64, Ordering::Relaxed);
                 ring_read(conn);
             }
             got += n;
@@ -904,7 +909,6 @@ fn after_parked_recv(
 #[inline]
 fn kernel_bytes_read(conn: &Conn, r: ssize_t) {
     conn.own.rx_kernel_read().fetch_add(r as u64, Ordering::AcqRel);
-    conn.own.rx_bytes().fetch_add(r as u64, Ordering::Relaxed);
 }
 
 /// At the kernel's end of stream: whether the program gets ECONNRESET (errno set) instead,

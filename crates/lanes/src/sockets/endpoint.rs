@@ -67,7 +67,7 @@ const OFF_TX_KERNEL_BYTES: usize = 336;
 const OFF_RX_CONSUMED: usize = 384;
 const OFF_RX_KERNEL_READ: usize = 392;
 const OFF_RX_LOCK: usize = 448;
-const OFF_RX_BYTES: usize = 456;
+// 456: bytes received, no longer kept (the consumed and kernel-read counts add up to it).
 const OFF_NONBLOCK: usize = 464;
 const OFF_RX_LOWAT: usize = 468;
 
@@ -379,10 +379,12 @@ impl Endpoint {
     pub fn rx_lock(&self) -> &AtomicU64 {
         self.u64_at(OFF_RX_LOCK)
     }
-    /// Bytes received, both paths (statistics).
+    /// Bytes received, both paths (statistics): the ring bytes consumed and the kernel
+    /// bytes read, which the receive path counts anyway (a third count cost every receive a
+    /// locked add).
     #[inline]
-    pub fn rx_bytes(&self) -> &AtomicU64 {
-        self.u64_at(OFF_RX_BYTES)
+    pub fn rx_bytes(&self) -> u64 {
+        self.rx_consumed().load(Ordering::Relaxed).wrapping_add(self.rx_kernel_read().load(Ordering::Relaxed))
     }
     /// The socket's O_NONBLOCK, shared by every process holding it (as the kernel's flag is).
     #[inline]
@@ -588,7 +590,12 @@ pub fn lock_shared(word: &AtomicU64) -> SharedLockGuard<'_> {
 
 impl Drop for SharedLockGuard<'_> {
     fn drop(&mut self) {
-        let _ = self.word.compare_exchange(self.me, 0, Ordering::Release, Ordering::Relaxed);
+        // A plain store, not a compare-and-swap: a lock is taken from its holder only when
+        // the holder's process is gone, and this one runs. (A locked instruction here waited
+        // for every store before it, among them the consumed count the peer reads.)
+        if self.word.load(Ordering::Relaxed) == self.me {
+            self.word.store(0, Ordering::Release);
+        }
     }
 }
 

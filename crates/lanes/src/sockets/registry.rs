@@ -43,7 +43,7 @@ pub fn list_connections(fabric_dir: &Path) -> Vec<ConnectionInfo> {
                 holders,
                 ring_bytes_sent: ring.load(Ordering::Relaxed),
                 kernel_bytes_sent: kernel.load(Ordering::Relaxed),
-                bytes_received: ep.rx_bytes().load(Ordering::Relaxed),
+                bytes_received: ep.rx_bytes(),
                 peer_attached: ep.has_flag(FLAG_ATTACHED),
             })
         })
