@@ -171,7 +171,15 @@ fn gro_into_small_buffers_keeps_the_rest_for_the_next_call() {
 
 #[test]
 fn plain_udp_receiver_gets_ordinary_datagrams() {
-    for (path, header) in [(SendPath::Gso, false), (SendPath::Gso, true), (SendPath::Mmsg, false)] {
+    // Shm: the sender looks for a ring, finds none (a plain receiver publishes none) and
+    // sends ordinary UDP, with no doorbell or other extra datagram.
+    for (path, header) in [
+        (SendPath::Gso, false),
+        (SendPath::Gso, true),
+        (SendPath::Mmsg, false),
+        (SendPath::Shm, true),
+        (SendPath::Shm, false),
+    ] {
         let plain = UdpSocket::bind("127.0.0.1:0").unwrap();
         plain.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let port = plain.local_addr().unwrap().port();
@@ -196,12 +204,16 @@ fn plain_udp_receiver_gets_ordinary_datagrams() {
             let want = &block[i * 1000..((i + 1) * 1000).min(block.len())];
             assert_eq!(payload, want, "{path:?} datagram {i}");
         }
+        assert_ne!(tx.path(), SendPath::Shm);
+        plain.set_nonblocking(true).unwrap();
+        assert_eq!(plain.recv(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock, "{path:?}: one datagram too many");
     }
 }
 
 #[test]
 fn plain_udp_sender_fills_the_buffer() {
-    for path in [RecvPath::Gro, RecvPath::Mmsg, RecvPath::Plain] {
+    // Shm: the receiver publishes a ring, which a plain sender knows nothing of.
+    for path in [RecvPath::Gro, RecvPath::Mmsg, RecvPath::Plain, RecvPath::Shm] {
         let mut rx = StreamReceiver::bind("127.0.0.1:0", RecvOptions::new(1200).with_path(path)).unwrap();
         let addr = rx.local_addr().unwrap();
         let plain = UdpSocket::bind("127.0.0.1:0").unwrap();
