@@ -7,7 +7,7 @@
  * at run time (UDP GSO / GRO, sendmmsg / recvmmsg, one call per datagram) with fall-backs.
  * When both ends use the library on one host, the datagrams go through a shared-memory ring
  * the receiver publishes (path "shm"); a plain UDP peer at either end sees ordinary UDP.
- * LANES_UDPSTREAM_PATH=plain|mmsg|gso|shm forces one for a process (plain, mmsg and gso
+ * LANES_UDPSTREAM_PATH=plain|mmsg|gso|uring|shm forces one for a process (all but shm
  * without the ring), LUS_FORCE_* for one handle.
  *
  * Errors: functions returning int or int64_t return a negative errno; functions returning a
@@ -37,6 +37,7 @@ extern "C" {
 #define LUS_FORCE_FAST      0x40u /* UDP GSO / UDP GRO (falls back if the kernel refuses) */
 #define LUS_FORCE_SHM       0x80u /* the shared-memory ring where the peer has one, else FAST
                                      (what no flag does too, unless LANES_UDPSTREAM_PATH says) */
+#define LUS_FORCE_URING     0x100u /* FAST through io_uring (else FAST, if io_uring is refused) */
 
 /* Paths, as reported. */
 #define LUS_PATH_PLAIN 0
@@ -44,6 +45,7 @@ extern "C" {
 #define LUS_PATH_GSO   2
 #define LUS_PATH_GRO   3
 #define LUS_PATH_SHM   4
+#define LUS_PATH_URING 5
 
 /* The largest UDP payload over IPv4; less 16 with the sequence header. */
 #define LUS_MAX_DATAGRAM 65507

@@ -15,7 +15,8 @@ pub const LUS_FORCE_PLAIN: u32 = 0x10;
 pub const LUS_FORCE_MMSG: u32 = 0x20;
 pub const LUS_FORCE_FAST: u32 = 0x40;
 pub const LUS_FORCE_SHM: u32 = 0x80;
-const FORCE_FLAGS: u32 = LUS_FORCE_PLAIN | LUS_FORCE_MMSG | LUS_FORCE_FAST | LUS_FORCE_SHM;
+pub const LUS_FORCE_URING: u32 = 0x100;
+const FORCE_FLAGS: u32 = LUS_FORCE_PLAIN | LUS_FORCE_MMSG | LUS_FORCE_FAST | LUS_FORCE_SHM | LUS_FORCE_URING;
 const KNOWN_FLAGS: u32 = LUS_SEQUENCE_HEADER | FORCE_FLAGS;
 
 pub const LUS_PATH_PLAIN: c_int = 0;
@@ -23,6 +24,7 @@ pub const LUS_PATH_MMSG: c_int = 1;
 pub const LUS_PATH_GSO: c_int = 2;
 pub const LUS_PATH_GRO: c_int = 3;
 pub const LUS_PATH_SHM: c_int = 4;
+pub const LUS_PATH_URING: c_int = 5;
 
 /// `struct lus_send_report`.
 #[repr(C)]
@@ -116,6 +118,7 @@ fn send_path(p: SendPath) -> c_int {
         SendPath::Mmsg => LUS_PATH_MMSG,
         SendPath::Plain => LUS_PATH_PLAIN,
         SendPath::Shm => LUS_PATH_SHM,
+        SendPath::Uring => LUS_PATH_URING,
     }
 }
 
@@ -125,6 +128,7 @@ fn recv_path(p: RecvPath) -> c_int {
         RecvPath::Mmsg => LUS_PATH_MMSG,
         RecvPath::Plain => LUS_PATH_PLAIN,
         RecvPath::Shm => LUS_PATH_SHM,
+        RecvPath::Uring => LUS_PATH_URING,
     }
 }
 
@@ -155,6 +159,8 @@ pub unsafe extern "C" fn lus_sender_open(
             Some(SendPath::Gso)
         } else if flags & LUS_FORCE_SHM != 0 {
             Some(SendPath::Shm)
+        } else if flags & LUS_FORCE_URING != 0 {
+            Some(SendPath::Uring)
         } else {
             None
         };
@@ -329,6 +335,8 @@ pub unsafe extern "C" fn lus_receiver_open(
             Some(RecvPath::Gro)
         } else if flags & LUS_FORCE_SHM != 0 {
             Some(RecvPath::Shm)
+        } else if flags & LUS_FORCE_URING != 0 {
+            Some(RecvPath::Uring)
         } else {
             None
         };

@@ -25,9 +25,11 @@
 //! sees only ordinary datagrams.
 //!
 //! A path is forced with the options' `path`, or for a whole process with the environment
-//! variable `LANES_UDPSTREAM_PATH=plain|mmsg|gso|shm` (`gso`, `gro`, `fast` and `kernel` all
-//! mean the fastest kernel path of each side, without the ring; `shm`, `auto` or unset: the
-//! ring where both ends have it, else the fastest kernel path). See docs/udp-stream.md.
+//! variable `LANES_UDPSTREAM_PATH=plain|mmsg|gso|uring|shm` (`gso`, `gro`, `fast` and
+//! `kernel` all mean the fastest kernel path of each side, without the ring; `uring`: GSO /
+//! GRO through io_uring ([`SendPath::Uring`], [`RecvPath::Uring`]) where the kernel allows
+//! it; `shm`, `auto` or unset: the ring where both ends have it, else the fastest kernel
+//! path). See docs/udp-stream.md.
 
 mod ffi;
 pub mod header;
@@ -35,6 +37,7 @@ mod recv;
 mod send;
 pub mod shm;
 mod sys;
+mod uring;
 
 use std::io;
 use std::time::Duration;
@@ -62,6 +65,9 @@ pub enum SendPath {
     /// The shared-memory ring of a receiver on this host that uses the API ([`shm`]); where
     /// there is none (or it goes away), [`SendPath::Gso`] with its fall-backs.
     Shm,
+    /// The GSO messages handed over as one io_uring submission of linked `SENDMSG` entries
+    /// (where io_uring is refused: [`SendPath::Gso`]).
+    Uring,
 }
 
 /// How a receiver takes datagrams from the kernel.
@@ -77,6 +83,9 @@ pub enum RecvPath {
     /// A shared-memory ring published for senders on this host that use the API ([`shm`]),
     /// drained together with the socket ([`RecvPath::Gro`] with its fall-back).
     Shm,
+    /// `UDP_GRO`, the receives handed over as one io_uring submission of linked `RECVMSG`
+    /// entries (where io_uring is refused: [`RecvPath::Gro`]).
+    Uring,
 }
 
 impl SendPath {
@@ -86,6 +95,7 @@ impl SendPath {
             SendPath::Mmsg => "mmsg",
             SendPath::Plain => "plain",
             SendPath::Shm => "shm",
+            SendPath::Uring => "uring",
         }
     }
 }
@@ -97,12 +107,13 @@ impl RecvPath {
             RecvPath::Mmsg => "mmsg",
             RecvPath::Plain => "plain",
             RecvPath::Shm => "shm",
+            RecvPath::Uring => "uring",
         }
     }
 }
 
 /// The path level asked for by [`PATH_ENV`]: 0 plain, 1 mmsg, 2 fastest kernel path, 3 shm
-/// (with the kernel's fastest as fall-back); `None` when unset or `auto` (as 3).
+/// (with the kernel's fastest as fall-back), 4 io_uring; `None` when unset or `auto` (as 3).
 fn env_level() -> io::Result<Option<u8>> {
     match std::env::var(PATH_ENV) {
         Err(_) => Ok(None),
@@ -112,7 +123,8 @@ fn env_level() -> io::Result<Option<u8>> {
             "mmsg" => Ok(Some(1)),
             "gso" | "gro" | "fast" | "kernel" => Ok(Some(2)),
             "shm" => Ok(Some(3)),
-            other => Err(invalid(format!("{PATH_ENV}={other:?}: expected plain, mmsg, gso, shm or auto"))),
+            "uring" | "io_uring" => Ok(Some(4)),
+            other => Err(invalid(format!("{PATH_ENV}={other:?}: expected plain, mmsg, gso, uring, shm or auto"))),
         },
     }
 }
@@ -137,7 +149,7 @@ pub struct SendOptions {
     pub socket_buffer: usize,
     /// On the shared-memory path, how long `send_block` waits for room in a full ring while
     /// the receiver takes nothing; then the datagrams that do not fit are dropped (counted
-    /// in [`SendReport::dropped`]), as a full socket buffer would lose them (default 50 ms).
+    /// in [`SendReport::dropped`]), as a full socket buffer would lose them (default 250 ms).
     pub ring_wait: Duration,
 }
 
@@ -149,7 +161,7 @@ impl SendOptions {
             stream_id: None,
             path: None,
             socket_buffer: 4 << 20,
-            ring_wait: Duration::from_millis(50),
+            ring_wait: Duration::from_millis(250),
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::header::{Header, HEADER_LEN};
 use crate::shm::{Drained, RxRing};
+use crate::uring::Uring;
 use crate::{env_level, invalid, sys, RecvOptions, RecvPath, RecvReport, MAX_UDP_PAYLOAD};
 
 /// A receive slot for one (GRO super-)datagram: the largest UDP datagram fits.
@@ -81,6 +82,8 @@ pub struct StreamReceiver {
     rcvtimeo: Option<Option<Duration>>,
     /// The shared-memory ring published for senders on this host ([`RecvPath::Shm`]).
     ring: Option<RxRing>,
+    /// The io_uring of [`RecvPath::Uring`].
+    uring: Option<Uring>,
 }
 
 // SAFETY: the raw pointers in the scratch vectors are only meaningful during one receive
@@ -107,6 +110,7 @@ impl StreamReceiver {
                 Some(0) => RecvPath::Plain,
                 Some(1) => RecvPath::Mmsg,
                 Some(2) => RecvPath::Gro,
+                Some(4) => RecvPath::Uring,
                 _ => RecvPath::Shm,
             },
         };
@@ -118,12 +122,18 @@ impl StreamReceiver {
             None
         };
         let asked = if asked == RecvPath::Shm { RecvPath::Gro } else { asked };
-        let path = match asked {
-            RecvPath::Gro if sys::setsockopt_int(sock.as_raw_fd(), libc::SOL_UDP, sys::UDP_GRO, 1).is_err() => {
+        let mut path = match asked {
+            RecvPath::Gro | RecvPath::Uring
+                if sys::setsockopt_int(sock.as_raw_fd(), libc::SOL_UDP, sys::UDP_GRO, 1).is_err() =>
+            {
                 RecvPath::Mmsg
             }
             p => p,
         };
+        let uring = if path == RecvPath::Uring { Uring::new() } else { None };
+        if path == RecvPath::Uring && uring.is_none() {
+            path = RecvPath::Gro;
+        }
         Ok(StreamReceiver {
             sock,
             datagram_size: opts.datagram_size,
@@ -139,6 +149,7 @@ impl StreamReceiver {
             pending: None,
             rcvtimeo: None,
             ring,
+            uring,
         })
     }
 
@@ -371,7 +382,7 @@ impl StreamReceiver {
             RecvPath::Mmsg => {
                 self.recv_slots(buf, filled, r, Slots { count: (room / ds).min(MMSG_BATCH), len: ds, gro: false, wait })
             }
-            RecvPath::Gro | RecvPath::Shm => {
+            RecvPath::Gro | RecvPath::Shm | RecvPath::Uring => {
                 // Slots must hold any super-datagram; with datagrams of the largest UDP size a
                 // slot is exactly one, so full datagrams without a header need no moving.
                 let slot = if wire >= MAX_UDP_PAYLOAD { wire } else { SUPER };
@@ -457,7 +468,10 @@ impl StreamReceiver {
         }
         r.system_calls += 1;
         let fd = self.sock.as_raw_fd();
-        let n = if k == 1 {
+        let n = if let Some(u) = self.uring.as_mut() {
+            // The wait is SO_RCVTIMEO's, which io_uring does not read: a linked timeout.
+            u.recvmsgs(fd, &mut self.msgs, wait.then(|| self.rcvtimeo.flatten()))?
+        } else if k == 1 {
             match sys::recvmsg(fd, &mut self.msgs[0].msg_hdr, wait)? {
                 Some(len) => {
                     self.msgs[0].msg_len = len as u32;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::header::{Header, HEADER_LEN};
 use crate::shm::{Stop, TxRing};
+use crate::uring::Uring;
 use crate::{env_level, invalid, sys, SendOptions, SendPath, SendReport, MAX_UDP_PAYLOAD};
 
 /// Segments per GSO super-datagram (the kernel's UDP_MAX_SEGMENTS is 64 on older kernels,
@@ -42,6 +43,8 @@ pub struct StreamSender {
     /// When to look for a ring again while not attached.
     next_probe: Instant,
     ring_wait: Duration,
+    /// The io_uring of [`SendPath::Uring`].
+    uring: Option<Uring>,
 }
 
 /// How often a sender without a ring looks for one (the receiver may start later).
@@ -83,19 +86,26 @@ impl StreamSender {
                 Some(0) => SendPath::Plain,
                 Some(1) => SendPath::Mmsg,
                 Some(2) => SendPath::Gso,
+                Some(4) => SendPath::Uring,
                 _ => SendPath::Shm,
             },
         };
         let ring_allowed = asked == SendPath::Shm;
         let asked = if ring_allowed { SendPath::Gso } else { asked };
-        let path = match asked {
+        let mut path = match asked {
             // One datagram per super-datagram gains nothing; no UDP_SEGMENT, no GSO.
-            SendPath::Gso if gso_segments < 2 => SendPath::Mmsg,
-            SendPath::Gso if sys::setsockopt_int(sock.as_raw_fd(), libc::SOL_UDP, sys::UDP_SEGMENT, 0).is_err() => {
+            SendPath::Gso | SendPath::Uring if gso_segments < 2 => SendPath::Mmsg,
+            SendPath::Gso | SendPath::Uring
+                if sys::setsockopt_int(sock.as_raw_fd(), libc::SOL_UDP, sys::UDP_SEGMENT, 0).is_err() =>
+            {
                 SendPath::Mmsg
             }
             p => p,
         };
+        let uring = if path == SendPath::Uring { Uring::new() } else { None };
+        if path == SendPath::Uring && uring.is_none() {
+            path = SendPath::Gso;
+        }
         Ok(StreamSender {
             sock,
             dest,
@@ -114,6 +124,7 @@ impl StreamSender {
             ring_allowed,
             next_probe: Instant::now(),
             ring_wait: opts.ring_wait,
+            uring,
         })
         .map(|mut s| {
             s.probe();
@@ -233,7 +244,7 @@ impl StreamSender {
         let kernel_from = done;
         while done < count {
             let (segments, per_call) = match self.path {
-                SendPath::Gso | SendPath::Shm => (self.gso_segments, GSO_MSGS_PER_CALL),
+                SendPath::Gso | SendPath::Shm | SendPath::Uring => (self.gso_segments, GSO_MSGS_PER_CALL),
                 SendPath::Mmsg => (1, MMSG_PER_CALL),
                 SendPath::Plain => (1, 1),
             };
@@ -243,6 +254,8 @@ impl StreamSender {
                 report.system_calls += 1;
                 let sent = if self.path == SendPath::Plain {
                     sys::sendmsg(self.sock.as_raw_fd(), &self.msgs[k].msg_hdr).map(|_| 1)
+                } else if let (SendPath::Uring, Some(u)) = (self.path, self.uring.as_mut()) {
+                    u.sendmsgs(self.sock.as_raw_fd(), &mut self.msgs[k..])
                 } else {
                     sys::sendmmsg(self.sock.as_raw_fd(), &mut self.msgs[k..])
                 };
@@ -256,7 +269,9 @@ impl StreamSender {
                         // No GSO on this route (no checksum offload: EIO; a segment larger
                         // than the path MTU: EINVAL or EMSGSIZE): fall back for good, and
                         // resend from the message that failed.
-                        Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EMSGSIZE) if self.path == SendPath::Gso => {
+                        Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EMSGSIZE)
+                            if matches!(self.path, SendPath::Gso | SendPath::Uring) =>
+                        {
                             self.path = SendPath::Mmsg;
                             report.path = SendPath::Mmsg;
                             break;

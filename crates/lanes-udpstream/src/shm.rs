@@ -96,6 +96,8 @@ pub const DOORBELL_LEN: usize = 16;
 
 /// The head (or tail) is published to the other side after this many bytes.
 const PUBLISH_EVERY: u64 = 256 << 10;
+/// A sender waiting for room spins this long before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
 /// A sender waiting for room checks that the receiver lives this often.
 const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 
@@ -598,7 +600,7 @@ impl TxRing {
         let mut last_tail = None;
         let mut progress = Instant::now();
         let mut checked = Instant::now();
-        let mut spins = 0u32;
+        let spin_until = Instant::now() + SPIN;
         loop {
             let tail = self.tail().ok_or(())?;
             if cap - self.head.wrapping_sub(tail) >= need {
@@ -619,10 +621,12 @@ impl TxRing {
             if self.published != self.head {
                 self.publish(sock, calls);
             }
-            if spins < 64 {
-                spins += 1;
-                std::hint::spin_loop();
-                std::thread::yield_now();
+            // A short spin first (no yield: on a busy machine a yield can give the CPU away
+            // for a whole time slice), then sleep on the futex.
+            if Instant::now() < spin_until {
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             let w = self.map.u32_at(OFF_TAIL_WAKE);

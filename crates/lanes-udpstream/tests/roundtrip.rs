@@ -131,6 +131,19 @@ fn fast_paths_round_trip_every_size() {
     }
 }
 
+/// io_uring where the kernel allows it (else the paths fall back to GSO/GRO: same bytes).
+#[test]
+fn uring_paths_round_trip_every_size() {
+    for ds in SIZES {
+        round_trip(SendPath::Uring, RecvPath::Uring, ds, true, 1 << 20);
+        round_trip(SendPath::Uring, RecvPath::Uring, ds, false, 1 << 20);
+    }
+    // Against the other kernel paths, both ways.
+    round_trip(SendPath::Uring, RecvPath::Mmsg, 1400, true, 1 << 20);
+    round_trip(SendPath::Gso, RecvPath::Uring, 1400, true, 1 << 20);
+    round_trip(SendPath::Plain, RecvPath::Uring, 4000, false, 1 << 20);
+}
+
 #[test]
 fn mmsg_paths_round_trip_every_size() {
     for ds in SIZES {
@@ -319,7 +332,9 @@ fn bad_input_is_a_clear_error() {
 /// options, since the variable is read in the child only).
 #[test]
 fn two_processes_each_path_by_environment() {
-    for (env, recv) in [("plain", RecvPath::Plain), ("mmsg", RecvPath::Mmsg), ("gso", RecvPath::Gro)] {
+    for (env, recv) in
+        [("plain", RecvPath::Plain), ("mmsg", RecvPath::Mmsg), ("gso", RecvPath::Gro), ("uring", RecvPath::Uring)]
+    {
         let ds = 1400;
         let total = 64 * ds;
         let mut rx =
@@ -347,7 +362,8 @@ fn two_processes_each_path_by_environment() {
             "gso" => "path gso",
             other => &format!("path {other}"),
         };
-        assert!(text.contains(want), "child said: {text}");
+        // io_uring refused: its fall-back.
+        assert!(text.contains(want) || (env == "uring" && text.contains("path gso")), "child said: {text}");
         assert_eq!(gaps, 0);
         assert!(got == signal(total, 99), "{env}: bytes differ");
     }
