@@ -262,11 +262,20 @@ fn sweep_stale() {
     for e in dir.flatten() {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        // Names being made (`.pid.nonce`) are left alone.
-        if !name.starts_with(&prefix) || name.contains('.') {
+        if !name.starts_with(&prefix) {
             continue;
         }
         let path = e.path();
+        // A name being made (`<name>.<pid>.<nonce>`) is left alone while its maker lives.
+        if let Some(pid) = name.split('.').nth(1) {
+            let Ok(pid) = pid.parse::<libc::pid_t>() else { continue };
+            // SAFETY: signal 0 sends nothing; it only checks that the process exists.
+            let gone = pid > 0 && unsafe { libc::kill(pid, 0) } != 0;
+            if gone && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
         let Ok(f) = open_nofollow(&path, libc::O_RDWR | libc::O_NONBLOCK, 0) else { continue };
         let ours = f.metadata().is_ok_and(|m| m.file_type().is_file() && m.uid() == uid);
         if ours && flock(f.as_raw_fd(), 0, false).is_ok_and(|held| !held) {

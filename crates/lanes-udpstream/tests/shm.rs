@@ -437,6 +437,27 @@ fn hostile_ring_files_make_the_sender_fall_back_to_udp() {
     }
 }
 
+/// Rings left by receivers that died (lock not held), and half-made ones of dead makers, are
+/// removed by the next receiver that publishes one; live ones are not.
+#[test]
+fn stale_rings_are_swept() {
+    let live = shm_recv(1000, false);
+    let live_path = ring_path(live.local_addr().unwrap());
+    // A port no one holds, for a stale ring and a stale half-made one (pid 0x7fff_fff0: none).
+    let free = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let stale = ring_path(free);
+    let half = std::path::PathBuf::from(format!("{}.{}.{:x}", stale.display(), 0x7fff_fff0, 1));
+    for p in [&stale, &half] {
+        let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(p).unwrap();
+        f.set_len(shm::HEADER_LEN as u64 + CAP).unwrap();
+    }
+    let _other = shm_recv(1000, false);
+    assert!(!stale.exists() && !half.exists(), "swept");
+    assert!(live_path.exists(), "a live receiver's ring stays");
+    drop(live);
+    assert!(!live_path.exists(), "removed when its receiver is dropped");
+}
+
 /// Garbage records written into a live receiver's ring (as a hostile sender of the same user
 /// could): the receiver must not read outside the ring, gives it up, and UDP goes on.
 #[test]
