@@ -259,7 +259,9 @@ impl StreamReceiver {
     /// Fills `buf` with datagram payloads, back to back, and returns when less than one
     /// datagram's room is left, when no datagram came for [`RecvOptions::idle`] after the
     /// first, or at `timeout` (`None`: no limit). Nothing at all within `timeout` is
-    /// `ErrorKind::TimedOut`.
+    /// `ErrorKind::TimedOut`. With a ring published, datagrams come from the ring and the
+    /// socket both (the socket is read once without waiting first, then the ring is drained,
+    /// then the call waits in the socket, where a sender's doorbell wakes it).
     pub fn recv_block(&mut self, buf: &mut [u8], timeout: Option<Duration>) -> io::Result<RecvReport> {
         self.check(buf)?;
         let deadline = timeout.map(|t| Instant::now() + t);
@@ -336,7 +338,8 @@ impl StreamReceiver {
 
     /// The polled form: takes what has already arrived, up to a full buffer, without
     /// waiting; a report of 0 bytes when nothing had. Poll the socket ([`AsRawFd`]) for
-    /// readability to know when to call it.
+    /// readability to know when to call it: with a ring published, data in the ring makes
+    /// the socket readable too (a doorbell datagram, which the receive drops).
     pub fn try_recv_block(&mut self, buf: &mut [u8]) -> io::Result<RecvReport> {
         self.check(buf)?;
         let mut r = RecvReport::new(self.path);
