@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::header::{Header, HEADER_LEN};
-use crate::shm::{Stop, TxRing};
+use crate::shm::{Stop, TxRing, LIVENESS_EVERY};
 use crate::uring::Uring;
 use crate::{env_level, invalid, sys, SendOptions, SendPath, SendReport, MAX_UDP_PAYLOAD};
 
@@ -42,6 +42,8 @@ pub struct StreamSender {
     ring_allowed: bool,
     /// When to look for a ring again while not attached.
     next_probe: Instant,
+    /// When the ring's owner was last seen alive.
+    alive_checked: Instant,
     ring_wait: Duration,
     /// The io_uring of [`SendPath::Uring`].
     uring: Option<Uring>,
@@ -123,6 +125,7 @@ impl StreamSender {
             ring: None,
             ring_allowed,
             next_probe: Instant::now(),
+            alive_checked: Instant::now(),
             ring_wait: opts.ring_wait,
             uring,
         })
@@ -210,9 +213,14 @@ impl StreamSender {
             return Ok(report);
         }
         if let Some(ring) = &self.ring {
-            if !ring.alive(&mut report.system_calls) {
+            // The closed flag at every block; the owner's lock (a system call) at most every
+            // 10 ms, so small blocks do not pay a call each.
+            let check = self.alive_checked.elapsed() >= LIVENESS_EVERY;
+            if ring.closed() || (check && !ring.alive(&mut report.system_calls)) {
                 self.ring = None;
                 self.next_probe = Instant::now() + PROBE_EVERY;
+            } else if check {
+                self.alive_checked = Instant::now();
             }
         } else if self.ring_allowed && Instant::now() >= self.next_probe {
             report.system_calls += 2;

@@ -98,8 +98,9 @@ pub const DOORBELL_LEN: usize = 16;
 const PUBLISH_EVERY: u64 = 256 << 10;
 /// A sender waiting for room spins this long before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
-/// A sender waiting for room checks that the receiver lives this often.
-const LIVENESS_EVERY: Duration = Duration::from_millis(10);
+/// A sender checks that the receiver lives this often (while waiting for room, and
+/// between blocks).
+pub(crate) const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 
 const F_OFD_GETLK: libc::c_int = 36;
 const F_OFD_SETLK: libc::c_int = 37;
@@ -582,6 +583,11 @@ impl TxRing {
         *calls += 1;
         self.map.u32_at(OFF_CLOSED).load(Ordering::Acquire) == 0
             && flock(self.file.as_raw_fd(), 0, false).unwrap_or(false)
+    }
+
+    /// Whether the receiver closed the ring (no system call).
+    pub(crate) fn closed(&self) -> bool {
+        self.map.u32_at(OFF_CLOSED).load(Ordering::Acquire) != 0
     }
 
     /// The tail, if it is a position the receiver could have reached.

@@ -437,6 +437,61 @@ fn hostile_ring_files_make_the_sender_fall_back_to_udp() {
     }
 }
 
+/// A sender started before its receiver, or whose receiver restarts, finds the ring once it
+/// is there (it looks every 200 ms); in between its datagrams go by UDP.
+#[test]
+fn a_sender_finds_a_ring_published_later_and_a_restarted_one() {
+    let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut tx = shm_send(port, 1000, true);
+    assert_ne!(tx.path(), SendPath::Shm);
+    assert_ne!(tx.send_block(&[1u8; 3000]).unwrap().path, SendPath::Shm);
+    for round in 0..2 {
+        let mut ro = RecvOptions::new(1000).with_sequence_header().with_path(RecvPath::Shm);
+        ro.idle = Duration::from_millis(20);
+        let mut rx = StreamReceiver::bind(("127.0.0.1", port), ro).unwrap();
+        let t = Instant::now();
+        while tx.path() != SendPath::Shm {
+            assert!(t.elapsed() < Duration::from_secs(5), "round {round}: no ring found");
+            thread::sleep(Duration::from_millis(50));
+            tx.send_block(&[2u8; 1000]).unwrap();
+        }
+        let r = tx.send_block(&[3u8; 5000]).unwrap();
+        assert_eq!((r.path, r.datagrams), (SendPath::Shm, 5));
+        let mut buf = vec![0u8; 1 << 16];
+        let mut threes = 0;
+        let t = Instant::now();
+        while threes < 5000 && t.elapsed() < Duration::from_secs(5) {
+            if let Ok(r) = rx.recv_block(&mut buf, Some(Duration::from_millis(200))) {
+                threes += buf[..r.bytes].iter().filter(|&&b| b == 3).count();
+            }
+        }
+        assert_eq!(threes, 5000, "round {round}");
+        // The receiver goes; the sender notices at its next block and falls back.
+        drop(rx);
+        assert_ne!(tx.send_block(&[4u8; 1000]).unwrap().path, SendPath::Shm, "round {round}");
+    }
+}
+
+/// IPv6: the ring is per family; `::1` works as 127.0.0.1 does.
+#[test]
+fn shm_over_ipv6_loopback() {
+    let Ok(mut rx) = StreamReceiver::bind("[::1]:0", RecvOptions::new(2000).with_path(RecvPath::Shm)) else {
+        eprintln!("no IPv6 loopback here");
+        return;
+    };
+    let addr = rx.local_addr().unwrap();
+    assert_eq!(rx.path(), RecvPath::Shm);
+    assert!(ring_path(addr).to_string_lossy().contains("-v6-"));
+    let mut tx = StreamSender::connect(addr, SendOptions::new(2000).with_path(SendPath::Shm)).unwrap();
+    assert_eq!(tx.path(), SendPath::Shm, "{:?}", tx.ring_refusal());
+    let data = signal(50_000, 6);
+    tx.send_block(&data).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let r = rx.recv_block(&mut buf, Some(Duration::from_secs(5))).unwrap();
+    assert_eq!((r.bytes, r.path), (50_000, RecvPath::Shm));
+    assert!(buf[..r.bytes] == data);
+}
+
 /// Rings left by receivers that died (lock not held), and half-made ones of dead makers, are
 /// removed by the next receiver that publishes one; live ones are not.
 #[test]
