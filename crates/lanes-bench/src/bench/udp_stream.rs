@@ -380,6 +380,10 @@ fn measure(setup: &Setup, row: Row, ds: usize, rate: Option<f64>) -> Result<Samp
             match &mut rx {
                 Rx::Lib(r) => match r.recv_block(&mut buf, Some(DRAIN)) {
                     Ok(rep) => {
+                        // The path that carried data (a published ring may carry none: --netns).
+                        if rep.datagrams > 0 {
+                            s.recv_path = rep.path.name().to_string();
+                        }
                         s.received_bytes += rep.bytes as u64;
                         s.received_datagrams += rep.datagrams;
                         s.gaps += rep.gaps;
