@@ -9,7 +9,7 @@
  *
  * options: --bytes N (default 16M)  --block N (256K)  --datagram N (1400)
  *          --no-header  --skip N (after the first block, skip N sequence numbers)
- *          --force plain|mmsg|fast  --gap-us N (send: pause between blocks)
+ *          --force plain|mmsg|fast|shm|uring  --gap-us N (send: pause between blocks)
  *
  * Build: cc -O2 -Wall -Wextra -I crates/lanes-udpstream/include examples/c/udpstream.c \
  *          -L target/release -llanes_udpstream -Wl,-rpath,target/release -o udpstream
@@ -50,6 +50,8 @@ static const char *path_name(int p) {
     case LUS_PATH_MMSG: return "mmsg";
     case LUS_PATH_GSO: return "gso";
     case LUS_PATH_GRO: return "gro";
+    case LUS_PATH_SHM: return "shm";
+    case LUS_PATH_URING: return "uring";
     default: return "?";
     }
 }
@@ -64,7 +66,7 @@ static size_t parse_size(const char *s) {
 
 static void usage(void) {
     fprintf(stderr, "usage: udpstream selftest|recv PORT|send HOST PORT [--bytes N] [--block N] "
-                    "[--datagram N] [--no-header] [--skip N] [--force plain|mmsg|fast] [--gap-us N]\n");
+                    "[--datagram N] [--no-header] [--skip N] [--force plain|mmsg|fast|shm|uring] [--gap-us N]\n");
     exit(2);
 }
 
@@ -226,7 +228,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[a], "--gap-us")) o.gap_us = (unsigned)parse_size(v), a++;
         else if (!strcmp(argv[a], "--force")) {
             o.force = !strcmp(v, "plain") ? LUS_FORCE_PLAIN : !strcmp(v, "mmsg") ? LUS_FORCE_MMSG
-                    : !strcmp(v, "fast") ? LUS_FORCE_FAST : 0;
+                    : !strcmp(v, "fast") ? LUS_FORCE_FAST : !strcmp(v, "shm") ? LUS_FORCE_SHM
+                    : !strcmp(v, "uring") ? LUS_FORCE_URING : 0;
             if (!o.force) usage();
             a++;
         } else usage();
@@ -243,6 +246,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "recv")) {
         int rc = run_receiver(r, &o, -1);
         if (!rc) printf("%s\n", summary);
+        lus_receiver_close(r);
         return rc;
     }
 

@@ -17,7 +17,7 @@ fn udp_stream_bench_runs_and_reports_every_row() {
     assert_eq!((v["format"].as_str(), v["benchmark"].as_str()), (Some("lanes-bench/2"), Some("udp-stream")), "{v}");
     let cells = v["rows"].as_array().expect("rows");
     let rows: Vec<&str> = cells.iter().map(|c| c["key"].as_str().expect("key")).collect();
-    assert_eq!(rows, ["fast", "mmsg", "per-datagram", "fast80"], "{v}");
+    assert_eq!(rows, ["shm", "fast", "uring", "mmsg", "per-datagram", "shm80", "fast80"], "{v}");
     for c in cells {
         let m = &c["detail"]["median"];
         assert_eq!(c["size"], 1024);
@@ -25,9 +25,11 @@ fn udp_stream_bench_runs_and_reports_every_row() {
         assert!(m["received_bytes"].as_u64().unwrap() > 0, "{c}");
         assert!(m["tx_calls"].as_u64().unwrap() > 0 && m["rx_calls"].as_u64().unwrap() > 0, "{c}");
     }
-    assert_eq!(cells[1]["detail"]["median"]["send_path"], "mmsg");
-    assert_eq!(cells[1]["detail"]["median"]["recv_path"], "mmsg");
-    assert_eq!(cells[2]["detail"]["median"]["send_path"], "send");
+    assert_eq!(cells[0]["detail"]["median"]["send_path"], "shm");
+    assert_eq!(cells[0]["detail"]["median"]["recv_path"], "shm");
+    assert_eq!(cells[3]["detail"]["median"]["send_path"], "mmsg");
+    assert_eq!(cells[3]["detail"]["median"]["recv_path"], "mmsg");
+    assert_eq!(cells[4]["detail"]["median"]["send_path"], "send");
 }
 
 #[test]

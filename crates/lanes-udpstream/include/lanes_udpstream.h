@@ -4,8 +4,11 @@
  * A sender hands a block and a datagram size; the library sends the block as ordinary UDP
  * datagrams (any UDP receiver gets them). A receiver hands a buffer; the library fills it
  * with the datagrams' payloads, back to back, headers stripped. The kernel path is chosen
- * at run time (UDP GSO / GRO, sendmmsg / recvmmsg, one call per datagram) with fall-backs;
- * LANES_UDPSTREAM_PATH=plain|mmsg|gso forces one for a process, LUS_FORCE_* for one handle.
+ * at run time (UDP GSO / GRO, sendmmsg / recvmmsg, one call per datagram) with fall-backs.
+ * When both ends use the library on one host, the datagrams go through a shared-memory ring
+ * the receiver publishes (path "shm"); a plain UDP peer at either end sees ordinary UDP.
+ * LANES_UDPSTREAM_PATH=plain|mmsg|gso|uring|shm forces one for a process (all but shm
+ * without the ring), LUS_FORCE_* for one handle.
  *
  * Errors: functions returning int or int64_t return a negative errno; functions returning a
  * handle return NULL. Either way lus_last_error() and lus_last_error_message() tell what
@@ -32,12 +35,17 @@ extern "C" {
 #define LUS_FORCE_PLAIN     0x10u /* one system call per datagram */
 #define LUS_FORCE_MMSG      0x20u /* sendmmsg / recvmmsg */
 #define LUS_FORCE_FAST      0x40u /* UDP GSO / UDP GRO (falls back if the kernel refuses) */
+#define LUS_FORCE_SHM       0x80u /* the shared-memory ring where the peer has one, else FAST
+                                     (what no flag does too, unless LANES_UDPSTREAM_PATH says) */
+#define LUS_FORCE_URING     0x100u /* FAST through io_uring (else FAST, if io_uring is refused) */
 
 /* Paths, as reported. */
 #define LUS_PATH_PLAIN 0
 #define LUS_PATH_MMSG  1
 #define LUS_PATH_GSO   2
 #define LUS_PATH_GRO   3
+#define LUS_PATH_SHM   4
+#define LUS_PATH_URING 5
 
 /* The largest UDP payload over IPv4; less 16 with the sequence header. */
 #define LUS_MAX_DATAGRAM 65507
@@ -52,6 +60,7 @@ struct lus_send_report {
     uint64_t system_calls;
     uint64_t first_sequence; /* the sequence number of the block's first datagram */
     int path;                /* LUS_PATH_* actually used */
+    uint64_t dropped;        /* datagrams dropped: the receiver's ring stayed full (shm) */
 };
 
 struct lus_recv_report {

@@ -14,12 +14,17 @@ pub const LUS_SEQUENCE_HEADER: u32 = 0x1;
 pub const LUS_FORCE_PLAIN: u32 = 0x10;
 pub const LUS_FORCE_MMSG: u32 = 0x20;
 pub const LUS_FORCE_FAST: u32 = 0x40;
-const KNOWN_FLAGS: u32 = LUS_SEQUENCE_HEADER | LUS_FORCE_PLAIN | LUS_FORCE_MMSG | LUS_FORCE_FAST;
+pub const LUS_FORCE_SHM: u32 = 0x80;
+pub const LUS_FORCE_URING: u32 = 0x100;
+const FORCE_FLAGS: u32 = LUS_FORCE_PLAIN | LUS_FORCE_MMSG | LUS_FORCE_FAST | LUS_FORCE_SHM | LUS_FORCE_URING;
+const KNOWN_FLAGS: u32 = LUS_SEQUENCE_HEADER | FORCE_FLAGS;
 
 pub const LUS_PATH_PLAIN: c_int = 0;
 pub const LUS_PATH_MMSG: c_int = 1;
 pub const LUS_PATH_GSO: c_int = 2;
 pub const LUS_PATH_GRO: c_int = 3;
+pub const LUS_PATH_SHM: c_int = 4;
+pub const LUS_PATH_URING: c_int = 5;
 
 /// `struct lus_send_report`.
 #[repr(C)]
@@ -29,6 +34,7 @@ pub struct LusSendReport {
     pub system_calls: u64,
     pub first_sequence: u64,
     pub path: c_int,
+    pub dropped: u64,
 }
 
 /// `struct lus_recv_report`.
@@ -87,7 +93,7 @@ fn flags_ok(flags: u32) -> Result<(), c_int> {
     if flags & !KNOWN_FLAGS != 0 {
         return Err(set_error(libc::EINVAL, &format!("unknown flags {:#x}", flags & !KNOWN_FLAGS)));
     }
-    if (flags & (LUS_FORCE_PLAIN | LUS_FORCE_MMSG | LUS_FORCE_FAST)).count_ones() > 1 {
+    if (flags & FORCE_FLAGS).count_ones() > 1 {
         return Err(set_error(libc::EINVAL, "at most one LUS_FORCE_* flag"));
     }
     Ok(())
@@ -111,6 +117,8 @@ fn send_path(p: SendPath) -> c_int {
         SendPath::Gso => LUS_PATH_GSO,
         SendPath::Mmsg => LUS_PATH_MMSG,
         SendPath::Plain => LUS_PATH_PLAIN,
+        SendPath::Shm => LUS_PATH_SHM,
+        SendPath::Uring => LUS_PATH_URING,
     }
 }
 
@@ -119,6 +127,8 @@ fn recv_path(p: RecvPath) -> c_int {
         RecvPath::Gro => LUS_PATH_GRO,
         RecvPath::Mmsg => LUS_PATH_MMSG,
         RecvPath::Plain => LUS_PATH_PLAIN,
+        RecvPath::Shm => LUS_PATH_SHM,
+        RecvPath::Uring => LUS_PATH_URING,
     }
 }
 
@@ -147,6 +157,10 @@ pub unsafe extern "C" fn lus_sender_open(
             Some(SendPath::Mmsg)
         } else if flags & LUS_FORCE_FAST != 0 {
             Some(SendPath::Gso)
+        } else if flags & LUS_FORCE_SHM != 0 {
+            Some(SendPath::Shm)
+        } else if flags & LUS_FORCE_URING != 0 {
+            Some(SendPath::Uring)
         } else {
             None
         };
@@ -185,6 +199,7 @@ fn fill_send(report: *mut LusSendReport, r: &SendReport) {
         system_calls: r.system_calls,
         first_sequence: r.first_sequence,
         path: send_path(r.path),
+        dropped: r.dropped,
     };
     // SAFETY: a non-null `report` points at a writable struct lus_send_report (contract).
     unsafe { report.write(v) };
@@ -318,6 +333,10 @@ pub unsafe extern "C" fn lus_receiver_open(
             Some(RecvPath::Mmsg)
         } else if flags & LUS_FORCE_FAST != 0 {
             Some(RecvPath::Gro)
+        } else if flags & LUS_FORCE_SHM != 0 {
+            Some(RecvPath::Shm)
+        } else if flags & LUS_FORCE_URING != 0 {
+            Some(RecvPath::Uring)
         } else {
             None
         };

@@ -19,15 +19,25 @@
 //! | send | [`SendPath::Gso`] (`sendmmsg` of UDP GSO super-datagrams, `UDP_SEGMENT` cmsg), [`SendPath::Mmsg`] (`sendmmsg`, one message per datagram), [`SendPath::Plain`] (`sendmsg` per datagram) |
 //! | receive | [`RecvPath::Gro`] (`UDP_GRO`: one `recvmsg` per coalesced super-datagram, its segment size in a cmsg), [`RecvPath::Mmsg`] (`recvmmsg` straight into the buffer), [`RecvPath::Plain`] (`recvmsg` per datagram) |
 //!
+//! When both ends use the API on one host, the datagrams go through a shared-memory ring
+//! instead ([`shm`], [`SendPath::Shm`], [`RecvPath::Shm`]): the receiver publishes it, a
+//! sender to a local address finds and checks it; either end may be a plain UDP peer, which
+//! sees only ordinary datagrams.
+//!
 //! A path is forced with the options' `path`, or for a whole process with the environment
-//! variable `LANES_UDPSTREAM_PATH=plain|mmsg|gso` (`gso`, `gro` and `fast` all mean the
-//! fastest path of each side; `auto`, or unset, probes). See docs/udp-stream.md.
+//! variable `LANES_UDPSTREAM_PATH=plain|mmsg|gso|uring|shm` (`gso`, `gro`, `fast` and
+//! `kernel` all mean the fastest kernel path of each side, without the ring; `uring`: GSO /
+//! GRO through io_uring ([`SendPath::Uring`], [`RecvPath::Uring`]) where the kernel allows
+//! it; `shm`, `auto` or unset: the ring where both ends have it, else the fastest kernel
+//! path). See docs/udp-stream.md.
 
 mod ffi;
 pub mod header;
 mod recv;
 mod send;
+pub mod shm;
 mod sys;
+mod uring;
 
 use std::io;
 use std::time::Duration;
@@ -52,6 +62,12 @@ pub enum SendPath {
     Mmsg,
     /// One `sendmsg` per datagram.
     Plain,
+    /// The shared-memory ring of a receiver on this host that uses the API ([`shm`]); where
+    /// there is none (or it goes away), [`SendPath::Gso`] with its fall-backs.
+    Shm,
+    /// The GSO messages handed over as one io_uring submission of linked `SENDMSG` entries
+    /// (where io_uring is refused: [`SendPath::Gso`]).
+    Uring,
 }
 
 /// How a receiver takes datagrams from the kernel.
@@ -64,6 +80,12 @@ pub enum RecvPath {
     Mmsg,
     /// One `recvmsg` per datagram.
     Plain,
+    /// A shared-memory ring published for senders on this host that use the API ([`shm`]),
+    /// drained together with the socket ([`RecvPath::Gro`] with its fall-back).
+    Shm,
+    /// `UDP_GRO`, the receives handed over as one io_uring submission of linked `RECVMSG`
+    /// entries (where io_uring is refused: [`RecvPath::Gro`]).
+    Uring,
 }
 
 impl SendPath {
@@ -72,6 +94,8 @@ impl SendPath {
             SendPath::Gso => "gso",
             SendPath::Mmsg => "mmsg",
             SendPath::Plain => "plain",
+            SendPath::Shm => "shm",
+            SendPath::Uring => "uring",
         }
     }
 }
@@ -82,12 +106,14 @@ impl RecvPath {
             RecvPath::Gro => "gro",
             RecvPath::Mmsg => "mmsg",
             RecvPath::Plain => "plain",
+            RecvPath::Shm => "shm",
+            RecvPath::Uring => "uring",
         }
     }
 }
 
-/// The path level asked for by [`PATH_ENV`]: 0 plain, 1 mmsg, 2 fastest; `None` when unset
-/// or `auto`.
+/// The path level asked for by [`PATH_ENV`]: 0 plain, 1 mmsg, 2 fastest kernel path, 3 shm
+/// (with the kernel's fastest as fall-back), 4 io_uring; `None` when unset or `auto` (as 3).
 fn env_level() -> io::Result<Option<u8>> {
     match std::env::var(PATH_ENV) {
         Err(_) => Ok(None),
@@ -95,8 +121,10 @@ fn env_level() -> io::Result<Option<u8>> {
             "" | "auto" => Ok(None),
             "plain" => Ok(Some(0)),
             "mmsg" => Ok(Some(1)),
-            "gso" | "gro" | "fast" => Ok(Some(2)),
-            other => Err(invalid(format!("{PATH_ENV}={other:?}: expected plain, mmsg, gso or auto"))),
+            "gso" | "gro" | "fast" | "kernel" => Ok(Some(2)),
+            "shm" => Ok(Some(3)),
+            "uring" | "io_uring" => Ok(Some(4)),
+            other => Err(invalid(format!("{PATH_ENV}={other:?}: expected plain, mmsg, gso, uring, shm or auto"))),
         },
     }
 }
@@ -119,11 +147,22 @@ pub struct SendOptions {
     pub path: Option<SendPath>,
     /// SO_SNDBUF asked for (SO_SNDBUFFORCE first, which needs CAP_NET_ADMIN).
     pub socket_buffer: usize,
+    /// On the shared-memory path, how long `send_block` waits for room in a full ring while
+    /// the receiver takes nothing; then the datagrams that do not fit are dropped (counted
+    /// in [`SendReport::dropped`]), as a full socket buffer would lose them (default 250 ms).
+    pub ring_wait: Duration,
 }
 
 impl SendOptions {
     pub fn new(datagram_size: usize) -> SendOptions {
-        SendOptions { datagram_size, sequence_header: false, stream_id: None, path: None, socket_buffer: 4 << 20 }
+        SendOptions {
+            datagram_size,
+            sequence_header: false,
+            stream_id: None,
+            path: None,
+            socket_buffer: 4 << 20,
+            ring_wait: Duration::from_millis(250),
+        }
     }
 
     pub fn with_sequence_header(mut self) -> SendOptions {
@@ -154,6 +193,9 @@ pub struct RecvOptions {
     /// SO_RCVBUF asked for (SO_RCVBUFFORCE first, which needs CAP_NET_ADMIN). A sender
     /// faster than the receiver loses datagrams once this is full.
     pub socket_buffer: usize,
+    /// The shared-memory ring's data bytes (rounded up to a power of two, 256 KiB to 1 GiB;
+    /// default 8 MiB).
+    pub ring_capacity: usize,
 }
 
 impl RecvOptions {
@@ -164,6 +206,7 @@ impl RecvOptions {
             idle: Duration::from_millis(5),
             path: None,
             socket_buffer: 16 << 20,
+            ring_capacity: 8 << 20,
         }
     }
 
@@ -191,6 +234,9 @@ pub struct SendReport {
     pub path: SendPath,
     /// The first sequence number used (with the header, else the datagram counter).
     pub first_sequence: u64,
+    /// Datagrams dropped because the receiver's shared-memory ring stayed full for
+    /// [`SendOptions::ring_wait`] (their sequence numbers are used: the receiver sees gaps).
+    pub dropped: u64,
 }
 
 /// What one [`StreamReceiver::recv_block`] or [`StreamReceiver::try_recv_block`] did.

@@ -7,6 +7,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::header::{Header, HEADER_LEN};
+use crate::shm::{Drained, RxRing};
+use crate::uring::Uring;
 use crate::{env_level, invalid, sys, RecvOptions, RecvPath, RecvReport, MAX_UDP_PAYLOAD};
 
 /// A receive slot for one (GRO super-)datagram: the largest UDP datagram fits.
@@ -78,6 +80,10 @@ pub struct StreamReceiver {
     pending: Option<Pending>,
     /// SO_RCVTIMEO as last set (`None`: not set yet; `Some(None)`: no limit).
     rcvtimeo: Option<Option<Duration>>,
+    /// The shared-memory ring published for senders on this host ([`RecvPath::Shm`]).
+    ring: Option<RxRing>,
+    /// The io_uring of [`RecvPath::Uring`].
+    uring: Option<Uring>,
 }
 
 // SAFETY: the raw pointers in the scratch vectors are only meaningful during one receive
@@ -103,15 +109,31 @@ impl StreamReceiver {
             None => match env_level()? {
                 Some(0) => RecvPath::Plain,
                 Some(1) => RecvPath::Mmsg,
-                _ => RecvPath::Gro,
+                Some(2) => RecvPath::Gro,
+                Some(4) => RecvPath::Uring,
+                _ => RecvPath::Shm,
             },
         };
-        let path = match asked {
-            RecvPath::Gro if sys::setsockopt_int(sock.as_raw_fd(), libc::SOL_UDP, sys::UDP_GRO, 1).is_err() => {
+        // The ring is best effort: without /dev/shm (or with another live receiver's ring of
+        // that name) the socket alone serves.
+        let ring = if asked == RecvPath::Shm {
+            RxRing::create(sock.local_addr()?, opts.ring_capacity).ok().flatten()
+        } else {
+            None
+        };
+        let asked = if asked == RecvPath::Shm { RecvPath::Gro } else { asked };
+        let mut path = match asked {
+            RecvPath::Gro | RecvPath::Uring
+                if sys::setsockopt_int(sock.as_raw_fd(), libc::SOL_UDP, sys::UDP_GRO, 1).is_err() =>
+            {
                 RecvPath::Mmsg
             }
             p => p,
         };
+        let uring = if path == RecvPath::Uring { Uring::new() } else { None };
+        if path == RecvPath::Uring && uring.is_none() {
+            path = RecvPath::Gro;
+        }
         Ok(StreamReceiver {
             sock,
             datagram_size: opts.datagram_size,
@@ -126,11 +148,88 @@ impl StreamReceiver {
             scratch: Vec::new(),
             pending: None,
             rcvtimeo: None,
+            ring,
+            uring,
         })
     }
 
+    /// [`RecvPath::Shm`] while a ring is published, else the kernel path.
     pub fn path(&self) -> RecvPath {
+        if self.ring.is_some() {
+            RecvPath::Shm
+        } else {
+            self.path
+        }
+    }
+
+    /// The kernel path under the ring (or the only one).
+    pub fn kernel_path(&self) -> RecvPath {
         self.path
+    }
+
+    /// Counts of what every receive so far took in: a change means a datagram (kept or
+    /// dropped) came, not only a doorbell.
+    fn taken(r: &RecvReport) -> u64 {
+        r.datagrams + r.rejected + r.truncated
+    }
+
+    /// Drains the ring into `buf`; true when a datagram came. A ring found corrupt is given
+    /// up (its name removed: senders go back to UDP).
+    fn drain_ring(&mut self, buf: &mut [u8], filled: &mut usize, r: &mut RecvReport) -> bool {
+        let Some(ring) = &mut self.ring else { return false };
+        let (ds, header, seq) = (self.datagram_size, self.header, &mut self.seq);
+        let before = Self::taken(r);
+        let accept = |h: Option<Header>, plen: usize, r: &mut RecvReport| -> bool {
+            if header {
+                let Some(h) = h else {
+                    r.rejected += 1;
+                    return false;
+                };
+                if plen > ds {
+                    r.truncated += 1;
+                    return false;
+                }
+                seq.note(h, r);
+            } else if plen > ds {
+                r.truncated += 1;
+                return false;
+            }
+            r.datagrams += 1;
+            true
+        };
+        match ring.drain(buf, filled, ds, accept, r, header) {
+            Drained::Some(n) => {
+                if n > 0 {
+                    r.path = RecvPath::Shm;
+                }
+            }
+            Drained::Corrupt => {
+                r.rejected += 1;
+                self.ring = None;
+            }
+        }
+        Self::taken(r) != before
+    }
+
+    /// At the end of a receive call: the ring's sender is asked to ring the doorbell when it
+    /// next publishes, so the socket polls readable; if the ring holds data already, the
+    /// receiver rings it itself (one datagram to its own socket).
+    fn ring_rest(&mut self, r: &mut RecvReport) {
+        let Some(ring) = &self.ring else { return };
+        ring.set_sleeping(true);
+        if ring.has_data() {
+            ring.set_sleeping(false);
+            let Ok(mut me) = self.sock.local_addr() else { return };
+            if me.ip().is_unspecified() {
+                me.set_ip(if me.is_ipv4() {
+                    std::net::Ipv4Addr::LOCALHOST.into()
+                } else {
+                    std::net::Ipv6Addr::LOCALHOST.into()
+                });
+            }
+            r.system_calls += 1;
+            let _ = self.sock.send_to(ring.doorbell(), me);
+        }
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -160,14 +259,28 @@ impl StreamReceiver {
     /// Fills `buf` with datagram payloads, back to back, and returns when less than one
     /// datagram's room is left, when no datagram came for [`RecvOptions::idle`] after the
     /// first, or at `timeout` (`None`: no limit). Nothing at all within `timeout` is
-    /// `ErrorKind::TimedOut`.
+    /// `ErrorKind::TimedOut`. With a ring published, datagrams come from the ring and the
+    /// socket both (the socket is read once without waiting first, then the ring is drained,
+    /// then the call waits in the socket, where a sender's doorbell wakes it).
     pub fn recv_block(&mut self, buf: &mut [u8], timeout: Option<Duration>) -> io::Result<RecvReport> {
         self.check(buf)?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut r = RecvReport::new(self.path);
         let mut filled = 0;
         let mut got_any = false;
+        if let Some(ring) = &self.ring {
+            ring.set_sleeping(false);
+            // The socket once without waiting: a plain sender to this port is not starved by
+            // a ring that never runs empty, and a doorbell left from before is taken.
+            let before = Self::taken(&r);
+            self.receive_once(buf, &mut filled, &mut r, false)?;
+            got_any = Self::taken(&r) != before;
+        }
         while buf.len() - filled >= self.datagram_size {
+            if self.drain_ring(buf, &mut filled, &mut r) {
+                got_any = true;
+                continue;
+            }
             // The receive call itself waits (SO_RCVTIMEO; recvmmsg with MSG_WAITFORONE): for
             // the first datagram up to the deadline, then up to `idle` for each next one.
             let now = Instant::now();
@@ -177,14 +290,31 @@ impl StreamReceiver {
             if blocking && self.pending.is_none() {
                 self.set_timeout(wait, &mut r)?;
             }
-            if self.receive_once(buf, &mut filled, &mut r, blocking)? {
-                got_any = true;
+            if let (true, Some(ring)) = (blocking, &self.ring) {
+                // Asleep in the socket from here: a sender that publishes rings the doorbell.
+                ring.set_sleeping(true);
+                if ring.has_data() {
+                    ring.set_sleeping(false);
+                    continue;
+                }
+            }
+            let before = Self::taken(&r);
+            let received = self.receive_once(buf, &mut filled, &mut r, blocking);
+            if let Some(ring) = &self.ring {
+                ring.set_sleeping(false);
+            }
+            if received? {
+                if Self::taken(&r) != before {
+                    got_any = true;
+                }
+                // Data, or only a doorbell: the ring is drained next.
                 continue;
             }
             if got_any || !blocking || deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }
         }
+        self.ring_rest(&mut r);
         if !got_any {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "no datagram within the timeout"));
         }
@@ -208,16 +338,25 @@ impl StreamReceiver {
 
     /// The polled form: takes what has already arrived, up to a full buffer, without
     /// waiting; a report of 0 bytes when nothing had. Poll the socket ([`AsRawFd`]) for
-    /// readability to know when to call it.
+    /// readability to know when to call it: with a ring published, data in the ring makes
+    /// the socket readable too (a doorbell datagram, which the receive drops).
     pub fn try_recv_block(&mut self, buf: &mut [u8]) -> io::Result<RecvReport> {
         self.check(buf)?;
         let mut r = RecvReport::new(self.path);
         let mut filled = 0;
+        if let Some(ring) = &self.ring {
+            ring.set_sleeping(false);
+        }
         while buf.len() - filled >= self.datagram_size {
-            if !self.receive_once(buf, &mut filled, &mut r, false)? {
+            let ring = self.drain_ring(buf, &mut filled, &mut r);
+            if buf.len() - filled < self.datagram_size {
+                break;
+            }
+            if !self.receive_once(buf, &mut filled, &mut r, false)? && !ring {
                 break;
             }
         }
+        self.ring_rest(&mut r);
         self.finish(&mut r, filled);
         Ok(r)
     }
@@ -246,7 +385,7 @@ impl StreamReceiver {
             RecvPath::Mmsg => {
                 self.recv_slots(buf, filled, r, Slots { count: (room / ds).min(MMSG_BATCH), len: ds, gro: false, wait })
             }
-            RecvPath::Gro => {
+            RecvPath::Gro | RecvPath::Shm | RecvPath::Uring => {
                 // Slots must hold any super-datagram; with datagrams of the largest UDP size a
                 // slot is exactly one, so full datagrams without a header need no moving.
                 let slot = if wire >= MAX_UDP_PAYLOAD { wire } else { SUPER };
@@ -332,7 +471,10 @@ impl StreamReceiver {
         }
         r.system_calls += 1;
         let fd = self.sock.as_raw_fd();
-        let n = if k == 1 {
+        let n = if let Some(u) = self.uring.as_mut() {
+            // The wait is SO_RCVTIMEO's, which io_uring does not read: a linked timeout.
+            u.recvmsgs(fd, &mut self.msgs, wait.then(|| self.rcvtimeo.flatten()))?
+        } else if k == 1 {
             match sys::recvmsg(fd, &mut self.msgs[0].msg_hdr, wait)? {
                 Some(len) => {
                     self.msgs[0].msg_len = len as u32;
@@ -357,6 +499,9 @@ impl StreamReceiver {
             }
             let start = base + i * slot;
             if split_header {
+                if len == HEADER_LEN && self.ring.as_ref().is_some_and(|g| g.is_doorbell(&self.hdrs[i])) {
+                    continue;
+                }
                 if len < HEADER_LEN {
                     r.rejected += 1;
                     continue;
@@ -380,6 +525,10 @@ impl StreamReceiver {
                 while off < len {
                     let end = (off + segment).min(len);
                     let wire = &buf[start + off..start + end];
+                    if self.ring.as_ref().is_some_and(|g| g.is_doorbell(wire)) {
+                        off = end;
+                        continue;
+                    }
                     if let Some(p) = Self::accept(&mut self.seq, self.header, ds, wire, r) {
                         let plen = p.len();
                         buf.copy_within(start + off + p.start..start + off + p.end, w);
@@ -442,6 +591,10 @@ impl StreamReceiver {
             }
             let end = (p.offset + p.segment).min(p.len);
             let wire = &self.scratch[p.offset..end];
+            if self.ring.as_ref().is_some_and(|g| g.is_doorbell(wire)) {
+                self.pending = Some(Pending { offset: end, ..p });
+                continue;
+            }
             // Peek at the payload's length before counting it: it must fit.
             let plen = if self.header { wire.len().saturating_sub(HEADER_LEN) } else { wire.len() };
             if plen <= self.datagram_size && plen > buf.len() - *filled {

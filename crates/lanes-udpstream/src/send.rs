@@ -4,8 +4,11 @@
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
 
 use crate::header::{Header, HEADER_LEN};
+use crate::shm::{Stop, TxRing, LIVENESS_EVERY};
+use crate::uring::Uring;
 use crate::{env_level, invalid, sys, SendOptions, SendPath, SendReport, MAX_UDP_PAYLOAD};
 
 /// Segments per GSO super-datagram (the kernel's UDP_MAX_SEGMENTS is 64 on older kernels,
@@ -33,7 +36,21 @@ pub struct StreamSender {
     cmsgs: Vec<sys::CmsgBuf>,
     /// Index (within the block) of each message's first datagram, and its datagram count.
     msg_span: Vec<(usize, usize)>,
+    /// The receiver's shared-memory ring, while attached.
+    ring: Option<TxRing>,
+    /// Whether to look for a ring ([`SendPath::Shm`], or no path forced).
+    ring_allowed: bool,
+    /// When to look for a ring again while not attached.
+    next_probe: Instant,
+    /// When the ring's owner was last seen alive.
+    alive_checked: Instant,
+    ring_wait: Duration,
+    /// The io_uring of [`SendPath::Uring`].
+    uring: Option<Uring>,
 }
+
+/// How often a sender without a ring looks for one (the receiver may start later).
+const PROBE_EVERY: Duration = Duration::from_millis(200);
 
 // SAFETY: the raw pointers in the scratch vectors are only meaningful during one
 // `send_block` call, which rebuilds them from the block it was given; between calls they
@@ -70,17 +87,27 @@ impl StreamSender {
             None => match env_level()? {
                 Some(0) => SendPath::Plain,
                 Some(1) => SendPath::Mmsg,
-                _ => SendPath::Gso,
+                Some(2) => SendPath::Gso,
+                Some(4) => SendPath::Uring,
+                _ => SendPath::Shm,
             },
         };
-        let path = match asked {
+        let ring_allowed = asked == SendPath::Shm;
+        let asked = if ring_allowed { SendPath::Gso } else { asked };
+        let mut path = match asked {
             // One datagram per super-datagram gains nothing; no UDP_SEGMENT, no GSO.
-            SendPath::Gso if gso_segments < 2 => SendPath::Mmsg,
-            SendPath::Gso if sys::setsockopt_int(sock.as_raw_fd(), libc::SOL_UDP, sys::UDP_SEGMENT, 0).is_err() => {
+            SendPath::Gso | SendPath::Uring if gso_segments < 2 => SendPath::Mmsg,
+            SendPath::Gso | SendPath::Uring
+                if sys::setsockopt_int(sock.as_raw_fd(), libc::SOL_UDP, sys::UDP_SEGMENT, 0).is_err() =>
+            {
                 SendPath::Mmsg
             }
             p => p,
         };
+        let uring = if path == SendPath::Uring { Uring::new() } else { None };
+        if path == SendPath::Uring && uring.is_none() {
+            path = SendPath::Gso;
+        }
         Ok(StreamSender {
             sock,
             dest,
@@ -95,12 +122,48 @@ impl StreamSender {
             msgs: Vec::new(),
             cmsgs: Vec::new(),
             msg_span: Vec::new(),
+            ring: None,
+            ring_allowed,
+            next_probe: Instant::now(),
+            alive_checked: Instant::now(),
+            ring_wait: opts.ring_wait,
+            uring,
+        })
+        .map(|mut s| {
+            s.probe();
+            s
         })
     }
 
-    /// The path `send_block` uses now (it may fall back from GSO at the first send).
+    /// Looks for the destination's ring (rate-limited); true when attached.
+    fn probe(&mut self) -> bool {
+        if self.ring.is_none() && self.ring_allowed && Instant::now() >= self.next_probe {
+            self.next_probe = Instant::now() + PROBE_EVERY;
+            self.ring = TxRing::attach(self.dest, &self.sock).ok();
+        }
+        self.ring.is_some()
+    }
+
+    /// Why this sender would not use a ring for its destination now (`None`: it would, or
+    /// it does). For diagnostics and tests.
+    pub fn ring_refusal(&self) -> Option<String> {
+        if self.ring.is_some() {
+            return None;
+        }
+        if !self.ring_allowed {
+            return Some("a kernel path is forced".into());
+        }
+        TxRing::attach(self.dest, &self.sock).err().map(|e| format!("{e:?}"))
+    }
+
+    /// The path `send_block` uses now (it may fall back from GSO at the first send, and
+    /// from the ring when the receiver goes away).
     pub fn path(&self) -> SendPath {
-        self.path
+        if self.ring.is_some() {
+            SendPath::Shm
+        } else {
+            self.path
+        }
     }
 
     pub fn destination(&self) -> SocketAddr {
@@ -136,13 +199,60 @@ impl StreamSender {
     pub fn send_block(&mut self, block: &[u8]) -> io::Result<SendReport> {
         let ds = self.datagram_size;
         let count = block.len().div_ceil(ds);
-        let mut report =
-            SendReport { datagrams: 0, bytes: 0, system_calls: 0, path: self.path, first_sequence: self.next_sequence };
+        let mut report = SendReport {
+            datagrams: 0,
+            bytes: 0,
+            system_calls: 0,
+            path: self.path,
+            first_sequence: self.next_sequence,
+            dropped: 0,
+        };
         let first_sequence = self.next_sequence;
         let mut done = 0usize;
+        if count == 0 {
+            return Ok(report);
+        }
+        if let Some(ring) = &self.ring {
+            // The closed flag at every block; the owner's lock (a system call) at most every
+            // 10 ms, so small blocks do not pay a call each.
+            let check = self.alive_checked.elapsed() >= LIVENESS_EVERY;
+            if ring.closed() || (check && !ring.alive(&mut report.system_calls)) {
+                self.ring = None;
+                self.next_probe = Instant::now() + PROBE_EVERY;
+            } else if check {
+                self.alive_checked = Instant::now();
+            }
+        } else if self.ring_allowed && Instant::now() >= self.next_probe {
+            report.system_calls += 2;
+            self.probe();
+        }
+        // Datagrams, payload bytes and drops of the ring's part.
+        let (mut ring_dgrams, mut ring_bytes, mut ring_dropped) = (0usize, 0u64, 0usize);
+        if let Some(ring) = &mut self.ring {
+            let stream = self.header.then_some(self.stream_id);
+            let fd = self.sock.as_raw_fd();
+            match ring.write_block(block, ds, stream, first_sequence, self.ring_wait, fd, &mut report.system_calls) {
+                Ok((written, dropped, bytes)) => {
+                    self.next_sequence = first_sequence + count as u64;
+                    report.datagrams = written as u64;
+                    report.dropped = dropped as u64;
+                    report.bytes = bytes;
+                    report.path = SendPath::Shm;
+                    return Ok(report);
+                }
+                // The receiver went away: the rest goes by the kernel (to nobody, as UDP would).
+                Err(Stop::Gone { at, written, dropped, bytes }) => {
+                    self.ring = None;
+                    self.next_probe = Instant::now() + PROBE_EVERY;
+                    done = at;
+                    (ring_dgrams, ring_bytes, ring_dropped) = (written, bytes, dropped);
+                }
+            }
+        }
+        let kernel_from = done;
         while done < count {
             let (segments, per_call) = match self.path {
-                SendPath::Gso => (self.gso_segments, GSO_MSGS_PER_CALL),
+                SendPath::Gso | SendPath::Shm | SendPath::Uring => (self.gso_segments, GSO_MSGS_PER_CALL),
                 SendPath::Mmsg => (1, MMSG_PER_CALL),
                 SendPath::Plain => (1, 1),
             };
@@ -152,6 +262,8 @@ impl StreamSender {
                 report.system_calls += 1;
                 let sent = if self.path == SendPath::Plain {
                     sys::sendmsg(self.sock.as_raw_fd(), &self.msgs[k].msg_hdr).map(|_| 1)
+                } else if let (SendPath::Uring, Some(u)) = (self.path, self.uring.as_mut()) {
+                    u.sendmsgs(self.sock.as_raw_fd(), &mut self.msgs[k..])
                 } else {
                     sys::sendmmsg(self.sock.as_raw_fd(), &mut self.msgs[k..])
                 };
@@ -165,14 +277,17 @@ impl StreamSender {
                         // No GSO on this route (no checksum offload: EIO; a segment larger
                         // than the path MTU: EINVAL or EMSGSIZE): fall back for good, and
                         // resend from the message that failed.
-                        Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EMSGSIZE) if self.path == SendPath::Gso => {
+                        Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EMSGSIZE)
+                            if matches!(self.path, SendPath::Gso | SendPath::Uring) =>
+                        {
                             self.path = SendPath::Mmsg;
                             report.path = SendPath::Mmsg;
                             break;
                         }
                         _ => {
                             let done = self.msg_span[..k].last().map_or(done, |&(f, c)| f + c);
-                            self.finish(&mut report, block.len(), done);
+                            // The report is lost with the error; the sequence number is kept.
+                            self.finish(&mut report, block.len(), kernel_from, done);
                             return Err(e);
                         }
                     },
@@ -180,14 +295,19 @@ impl StreamSender {
             }
             done = self.msg_span[..k].last().map_or(done, |&(f, c)| f + c);
         }
-        self.finish(&mut report, block.len(), done);
+        self.finish(&mut report, block.len(), kernel_from, done);
+        report.datagrams += ring_dgrams as u64;
+        report.bytes += ring_bytes;
+        report.dropped = ring_dropped as u64;
         Ok(report)
     }
 
-    fn finish(&mut self, report: &mut SendReport, len: usize, datagrams_done: usize) {
-        self.next_sequence = report.first_sequence + datagrams_done as u64;
-        report.datagrams = datagrams_done as u64;
-        report.bytes = (datagrams_done * self.datagram_size).min(len) as u64;
+    /// Counts datagrams `from..done` of the block as sent by the kernel path.
+    fn finish(&mut self, report: &mut SendReport, len: usize, from: usize, done: usize) {
+        let ds = self.datagram_size;
+        self.next_sequence = report.first_sequence + done as u64;
+        report.datagrams = (done - from) as u64;
+        report.bytes = ((done * ds).min(len) - (from * ds).min(len)) as u64;
     }
 
     /// Lays out the messages for datagrams `first..` of the block (at most `segments` per

@@ -89,12 +89,18 @@ fn field<'a>(s: &'a [(String, String)], k: &str) -> &'a str {
 fn c_example_streams_a_checked_signal_on_every_path() {
     let bin = build("selftest");
     let cases: &[(&[&str], u64, &str, &str)] = &[
-        (&["--bytes", "4M"], 0, "gso", "gro"),
-        (&["--bytes", "4M", "--skip", "7"], 7, "gso", "gro"),
-        (&["--bytes", "4M", "--no-header", "--datagram", "8000"], 0, "gso", "gro"),
+        // Both ends use the library on one host: the shared-memory ring, unless forced off.
+        (&["--bytes", "4M"], 0, "shm", "shm"),
+        (&["--bytes", "4M", "--skip", "7"], 7, "shm", "shm"),
+        (&["--bytes", "4M", "--no-header", "--datagram", "8000", "--force", "shm"], 0, "shm", "shm"),
+        (&["--bytes", "2M", "--datagram", "60000", "--block", "1M"], 0, "shm", "shm"),
+        (&["--bytes", "4M", "--force", "fast"], 0, "gso", "gro"),
+        (&["--bytes", "4M", "--force", "fast", "--skip", "7"], 7, "gso", "gro"),
+        (&["--bytes", "4M", "--no-header", "--datagram", "8000", "--force", "fast"], 0, "gso", "gro"),
+        (&["--bytes", "4M", "--force", "uring", "--skip", "3"], 3, "uring", "uring"),
         (&["--bytes", "2M", "--force", "mmsg", "--skip", "2"], 2, "mmsg", "mmsg"),
         (&["--bytes", "1M", "--force", "plain", "--datagram", "1024"], 0, "plain", "plain"),
-        (&["--bytes", "2M", "--datagram", "60000", "--block", "1M"], 0, "mmsg", "gro"),
+        (&["--bytes", "2M", "--datagram", "60000", "--block", "1M", "--force", "fast"], 0, "mmsg", "gro"),
     ];
     for &(args, gaps, send, recv) in cases {
         let mut cmd = Command::new(&bin);
@@ -105,13 +111,14 @@ fn c_example_streams_a_checked_signal_on_every_path() {
         // Where the kernel lacks GSO/GRO the library falls back; the fast paths are only
         // expected where the probe finds them (any Linux >= 5.0 on loopback).
         let (sp, rp) = (field(&s, "send_path"), field(&s, "recv_path"));
-        if send == "gso" {
-            assert!(sp == "gso" || sp == "mmsg", "{args:?}: send path {sp}");
+        // Where io_uring is refused, its path falls back to GSO/GRO (and those to mmsg).
+        if send == "gso" || send == "uring" {
+            assert!(sp == send || sp == "gso" || sp == "mmsg", "{args:?}: send path {sp}");
         } else {
             assert_eq!(sp, send, "{args:?}");
         }
-        if recv == "gro" {
-            assert!(rp == "gro" || rp == "mmsg", "{args:?}: recv path {rp}");
+        if recv == "gro" || recv == "uring" {
+            assert!(rp == recv || rp == "gro" || rp == "mmsg", "{args:?}: recv path {rp}");
         } else {
             assert_eq!(rp, recv, "{args:?}");
         }
@@ -154,5 +161,7 @@ fn c_example_as_two_programs() {
     let s = summary(&o, "recv");
     assert_eq!(field(&s, "bytes"), (512 * 1024).to_string());
     assert_eq!(field(&s, "gaps"), "0");
+    // Two programs of one user on one host: the shared-memory ring.
+    assert_eq!(field(&s, "recv_path"), "shm");
     remove(&bin);
 }

@@ -131,6 +131,19 @@ fn fast_paths_round_trip_every_size() {
     }
 }
 
+/// io_uring where the kernel allows it (else the paths fall back to GSO/GRO: same bytes).
+#[test]
+fn uring_paths_round_trip_every_size() {
+    for ds in SIZES {
+        round_trip(SendPath::Uring, RecvPath::Uring, ds, true, 1 << 20);
+        round_trip(SendPath::Uring, RecvPath::Uring, ds, false, 1 << 20);
+    }
+    // Against the other kernel paths, both ways.
+    round_trip(SendPath::Uring, RecvPath::Mmsg, 1400, true, 1 << 20);
+    round_trip(SendPath::Gso, RecvPath::Uring, 1400, true, 1 << 20);
+    round_trip(SendPath::Plain, RecvPath::Uring, 4000, false, 1 << 20);
+}
+
 #[test]
 fn mmsg_paths_round_trip_every_size() {
     for ds in SIZES {
@@ -171,7 +184,15 @@ fn gro_into_small_buffers_keeps_the_rest_for_the_next_call() {
 
 #[test]
 fn plain_udp_receiver_gets_ordinary_datagrams() {
-    for (path, header) in [(SendPath::Gso, false), (SendPath::Gso, true), (SendPath::Mmsg, false)] {
+    // Shm: the sender looks for a ring, finds none (a plain receiver publishes none) and
+    // sends ordinary UDP, with no doorbell or other extra datagram.
+    for (path, header) in [
+        (SendPath::Gso, false),
+        (SendPath::Gso, true),
+        (SendPath::Mmsg, false),
+        (SendPath::Shm, true),
+        (SendPath::Shm, false),
+    ] {
         let plain = UdpSocket::bind("127.0.0.1:0").unwrap();
         plain.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let port = plain.local_addr().unwrap().port();
@@ -196,12 +217,16 @@ fn plain_udp_receiver_gets_ordinary_datagrams() {
             let want = &block[i * 1000..((i + 1) * 1000).min(block.len())];
             assert_eq!(payload, want, "{path:?} datagram {i}");
         }
+        assert_ne!(tx.path(), SendPath::Shm);
+        plain.set_nonblocking(true).unwrap();
+        assert_eq!(plain.recv(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock, "{path:?}: one datagram too many");
     }
 }
 
 #[test]
 fn plain_udp_sender_fills_the_buffer() {
-    for path in [RecvPath::Gro, RecvPath::Mmsg, RecvPath::Plain] {
+    // Shm: the receiver publishes a ring, which a plain sender knows nothing of.
+    for path in [RecvPath::Gro, RecvPath::Mmsg, RecvPath::Plain, RecvPath::Shm] {
         let mut rx = StreamReceiver::bind("127.0.0.1:0", RecvOptions::new(1200).with_path(path)).unwrap();
         let addr = rx.local_addr().unwrap();
         let plain = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -307,7 +332,9 @@ fn bad_input_is_a_clear_error() {
 /// options, since the variable is read in the child only).
 #[test]
 fn two_processes_each_path_by_environment() {
-    for (env, recv) in [("plain", RecvPath::Plain), ("mmsg", RecvPath::Mmsg), ("gso", RecvPath::Gro)] {
+    for (env, recv) in
+        [("plain", RecvPath::Plain), ("mmsg", RecvPath::Mmsg), ("gso", RecvPath::Gro), ("uring", RecvPath::Uring)]
+    {
         let ds = 1400;
         let total = 64 * ds;
         let mut rx =
@@ -335,7 +362,8 @@ fn two_processes_each_path_by_environment() {
             "gso" => "path gso",
             other => &format!("path {other}"),
         };
-        assert!(text.contains(want), "child said: {text}");
+        // io_uring refused: its fall-back.
+        assert!(text.contains(want) || (env == "uring" && text.contains("path gso")), "child said: {text}");
         assert_eq!(gaps, 0);
         assert!(got == signal(total, 99), "{env}: bytes differ");
     }

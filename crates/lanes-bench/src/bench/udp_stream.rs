@@ -7,12 +7,17 @@
 //! the stream's wall time (CLOCK_THREAD_CPUTIME_ID), the system calls of each side per GB
 //! received, and loss (datagrams sent less datagrams received). Rows:
 //!
-//! - `fast`: the library on its own choice of path (UDP GSO / UDP GRO where the kernel has them);
+//! - `shm`: the library on its own choice of path: on one host, both ends using the API, the
+//!   shared-memory ring (over `--netns` there is none: the fastest kernel path);
+//! - `fast`: the library forced to its fastest kernel path (UDP GSO / UDP GRO where the
+//!   kernel has them);
+//! - `uring`: the library forced to GSO / GRO through io_uring (linked `SENDMSG` / `RECVMSG`
+//!   entries, one submission per batch; GSO / GRO where io_uring is refused);
 //! - `mmsg`: the library forced to `sendmmsg` / `recvmmsg`;
 //! - `per-datagram`: one `send(2)` and one `recv(2)` per datagram on plain sockets, the
 //!   baseline every ratio is against;
-//! - `fast@80%`: the fast path paced at 80% of the goodput it just reached (the loss there
-//!   is the figure that matters for a stream that must not lose data).
+//! - `shm@80%`, `fast@80%`: those paths paced at 80% of the goodput they just reached (the
+//!   loss there is the figure that matters for a stream that must not lose data).
 //!
 //! Rounds alternate the order of the rows; the figure of a row is the median of its rounds.
 //! Over loopback, and with `--netns` between two network namespaces joined by a veth pair
@@ -69,26 +74,94 @@ pub struct UdpStreamArgs {
     /// Write the results as JSON to FILE (`-` for standard output).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Only these rows (comma-separated: shm, fast, uring, mmsg, shm80, fast80); the per-datagram
+    /// baseline is always measured.
+    #[arg(long, value_name = "ROWS")]
+    only: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 enum Row {
+    Shm,
     Fast,
+    Uring,
     Mmsg,
     PerDatagram,
+    Shm80,
     Fast80,
 }
+
+/// The unpaced rows, in the order of even rounds.
+const MEASURED: [Row; 5] = [Row::Shm, Row::Fast, Row::Uring, Row::Mmsg, Row::PerDatagram];
 
 impl Row {
     fn label(self) -> &'static str {
         match self {
+            Row::Shm => "shm",
             Row::Fast => "fast",
+            Row::Uring => "uring",
             Row::Mmsg => "mmsg",
             Row::PerDatagram => "per-datagram",
+            Row::Shm80 => "shm@80%",
             Row::Fast80 => "fast@80%",
         }
     }
+
+    fn key(self) -> &'static str {
+        match self {
+            Row::Shm80 => "shm80",
+            Row::Fast80 => "fast80",
+            r => r.label(),
+        }
+    }
+
+    /// The row a paced row paces.
+    fn paced(self) -> Option<Row> {
+        match self {
+            Row::Shm80 => Some(Row::Shm),
+            Row::Fast80 => Some(Row::Fast),
+            _ => None,
+        }
+    }
+
+    fn send_path(self) -> Option<SendPath> {
+        match self {
+            Row::Shm | Row::Shm80 => Some(SendPath::Shm),
+            Row::Fast | Row::Fast80 => Some(SendPath::Gso),
+            Row::Uring => Some(SendPath::Uring),
+            Row::Mmsg => Some(SendPath::Mmsg),
+            Row::PerDatagram => None,
+        }
+    }
+
+    fn recv_path(self) -> Option<RecvPath> {
+        match self {
+            Row::Shm | Row::Shm80 => Some(RecvPath::Shm),
+            Row::Fast | Row::Fast80 => Some(RecvPath::Gro),
+            Row::Uring => Some(RecvPath::Uring),
+            Row::Mmsg => Some(RecvPath::Mmsg),
+            Row::PerDatagram => None,
+        }
+    }
+}
+
+/// The rows asked for by `--only` (all when absent), the baseline always among them.
+fn rows_asked(only: Option<&str>) -> Result<Vec<Row>, String> {
+    let all = [Row::Shm, Row::Fast, Row::Uring, Row::Mmsg, Row::PerDatagram, Row::Shm80, Row::Fast80];
+    let Some(only) = only else { return Ok(all.to_vec()) };
+    let mut rows = vec![Row::PerDatagram];
+    for w in only.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        let r = all
+            .iter()
+            .copied()
+            .find(|r| r.key() == w || r.label() == w)
+            .ok_or_else(|| format!("--only {w:?}: rows are shm, fast, uring, mmsg, per-datagram, shm80, fast80"))?;
+        if !rows.contains(&r) {
+            rows.push(r);
+        }
+    }
+    Ok(all.iter().copied().filter(|r| rows.contains(r)).collect())
 }
 
 /// One measurement.
@@ -188,7 +261,7 @@ struct RunInfo {
 pub(crate) const BENCHMARK: &str = "udp-stream";
 
 const UNITS: [(&str, &str); 8] = [
-    ("key", "fast (the library's own path), mmsg (forced sendmmsg/recvmmsg), per-datagram (send/recv, the baseline), fast80 (fast paced at 80% of its goodput)"),
+    ("key", "shm (the library's own path: the shared-memory ring on one host), fast (forced UDP GSO/GRO), uring (GSO/GRO through io_uring), mmsg (forced sendmmsg/recvmmsg), per-datagram (send/recv, the baseline), shm80 and fast80 (shm and fast paced at 80% of their goodput)"),
     ("size", "datagram payload bytes"),
     ("values.mb_s", "payload bytes received per second / 1e6, median round"),
     ("values.tx_cpu_pct", "the sender thread's CPU time over the stream's wall time, percent"),
@@ -277,10 +350,9 @@ fn measure(setup: &Setup, row: Row, ds: usize, rate: Option<f64>) -> Result<Samp
         }
         let mut opts = RecvOptions::new(ds);
         opts.sequence_header = header;
-        let rx = match row {
-            Row::Fast | Row::Fast80 => StreamReceiver::bind(rlink.bind, opts).map(|r| Rx::Lib(Box::new(r))),
-            Row::Mmsg => StreamReceiver::bind(rlink.bind, opts.with_path(RecvPath::Mmsg)).map(|r| Rx::Lib(Box::new(r))),
-            Row::PerDatagram => UdpSocket::bind(rlink.bind).map(|s| {
+        let rx = match row.recv_path() {
+            Some(p) => StreamReceiver::bind(rlink.bind, opts.with_path(p)).map(|r| Rx::Lib(Box::new(r))),
+            None => UdpSocket::bind(rlink.bind).map(|s| {
                 set_rcvbuf(&s, 16 << 20);
                 Rx::Plain(s)
             }),
@@ -308,6 +380,10 @@ fn measure(setup: &Setup, row: Row, ds: usize, rate: Option<f64>) -> Result<Samp
             match &mut rx {
                 Rx::Lib(r) => match r.recv_block(&mut buf, Some(DRAIN)) {
                     Ok(rep) => {
+                        // The path that carried data (a published ring may carry none: --netns).
+                        if rep.datagrams > 0 {
+                            s.recv_path = rep.path.name().to_string();
+                        }
                         s.received_bytes += rep.bytes as u64;
                         s.received_datagrams += rep.datagrams;
                         s.gaps += rep.gaps;
@@ -361,13 +437,12 @@ fn measure(setup: &Setup, row: Row, ds: usize, rate: Option<f64>) -> Result<Samp
         let mut opts = SendOptions::new(ds);
         opts.sequence_header = header;
         enum Tx {
-            Lib(StreamSender),
+            Lib(Box<StreamSender>),
             Plain(UdpSocket),
         }
-        let mut tx = match row {
-            Row::Fast | Row::Fast80 => StreamSender::connect(dest, opts).map(Tx::Lib),
-            Row::Mmsg => StreamSender::connect(dest, opts.with_path(SendPath::Mmsg)).map(Tx::Lib),
-            Row::PerDatagram => {
+        let mut tx = match row.send_path() {
+            Some(p) => StreamSender::connect(dest, opts.with_path(p)).map(|t| Tx::Lib(Box::new(t))),
+            None => {
                 let bind: SocketAddr = if dest.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("address");
                 UdpSocket::bind(bind).and_then(|u| u.connect(dest).map(|_| Tx::Plain(u)))
             }
@@ -380,7 +455,8 @@ fn measure(setup: &Setup, row: Row, ds: usize, rate: Option<f64>) -> Result<Samp
                 Tx::Lib(t) => {
                     let r = t.send_block(&data).map_err(|e| format!("send_block: {e}"))?;
                     s.sent_bytes += r.bytes;
-                    s.sent_datagrams += r.datagrams;
+                    // A datagram dropped at a full ring is lost like one dropped by the kernel.
+                    s.sent_datagrams += r.datagrams + r.dropped;
                     s.tx_calls += r.system_calls;
                     s.send_path = r.path.name().to_string();
                 }
@@ -536,11 +612,12 @@ pub fn run(a: UdpStreamArgs) -> Result<(), String> {
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let setup = Setup { link: link.clone(), block, header: a.header, slice, cpus };
     let mut cells = Vec::new();
+    let rows = rows_asked(a.only.as_deref())?;
+    let measured: Vec<Row> = MEASURED.iter().copied().filter(|r| rows.contains(r)).collect();
     for &ds in &sizes {
-        let mut by_row: Vec<(Row, Vec<Sample>)> =
-            [Row::Fast, Row::Mmsg, Row::PerDatagram].iter().map(|&r| (r, Vec::new())).collect();
+        let mut by_row: Vec<(Row, Vec<Sample>)> = measured.iter().map(|&r| (r, Vec::new())).collect();
         for round in 0..rounds {
-            let mut order = [Row::Fast, Row::Mmsg, Row::PerDatagram];
+            let mut order = measured.clone();
             if round % 2 == 1 {
                 order.reverse();
             }
@@ -559,18 +636,22 @@ pub fn run(a: UdpStreamArgs) -> Result<(), String> {
                 Cell { datagram_size: ds, row, median: m, rounds: all }
             })
             .collect();
-        // The fast path paced at 80% of its median goodput.
-        let rate = medians[0].median.mb_s() * 1e6 * 0.8;
-        if rate > 0.0 {
+        // The paced rows: 80% of their path's median goodput.
+        for paced in rows.iter().copied().filter(|r| r.paced().is_some()) {
+            let Some(of) = medians.iter().find(|c| Some(c.row) == paced.paced()) else { continue };
+            let rate = of.median.mb_s() * 1e6 * 0.8;
+            if rate <= 0.0 {
+                continue;
+            }
             let mut v = Vec::new();
             for round in 0..rounds {
                 if tty {
-                    eprint!("\r\x1b[Kmeasuring {} fast@80% round {}", crate::sizes::fmt_size(ds), round + 1);
+                    eprint!("\r\x1b[Kmeasuring {} {} round {}", crate::sizes::fmt_size(ds), paced.label(), round + 1);
                 }
-                v.push(measure(&setup, Row::Fast80, ds, Some(rate))?);
+                v.push(measure(&setup, paced, ds, Some(rate))?);
             }
             let (m, all) = median(v);
-            medians.push(Cell { datagram_size: ds, row: Row::Fast80, median: m, rounds: all });
+            medians.push(Cell { datagram_size: ds, row: paced, median: m, rounds: all });
         }
         cells.extend(medians);
     }
