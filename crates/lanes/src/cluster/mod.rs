@@ -3,7 +3,8 @@
 //! node's objects. It never touches data: processes move data themselves (over shm on one
 //! host, over libfabric across hosts). See docs/design/multi-host.md, shape C.
 //!
-//! - [`config`]: the `[cluster]` section and the hosts of `lanes.toml`.
+//! - [`config`]: the `[cluster]` section and the hosts of `lanes.toml` (a part of the one
+//!   schema of the file, [`crate::config`]).
 //! - [`proto`]: frames and messages, daemon to daemon (TCP) and process to daemon (Unix socket).
 //! - [`daemon`]: the daemon, [`daemon::run`] is what `lanes daemon` runs.
 //! - [`client`]: what a process uses to ask its daemon; every call has a deadline.
@@ -14,7 +15,7 @@
 //!   libfabric, which the daemon hands to connecting peers with their [`Grant`].
 
 pub mod client;
-pub mod config;
+pub use crate::config::cluster as config;
 pub mod daemon;
 pub mod exports;
 pub mod identity;

@@ -12,13 +12,17 @@
 //! - `TrackedMap`: a window the map writes and reads through (not the object's memory),
 //!   and its `MapSequence`, which a `Sequence` of such a map checks.
 //! - `HostTransport`: the transport to other hosts of a cluster, which also exports this
-//!   process's objects (`ExportHandle`) and drives its own progress (`ProgressPoll`).
-//! - `dma`: what the DMA engine hands to a transport instead of copying (`DmaPipe`,
-//!   `DmaFar`).
+//!   process's objects (`ExportHandle`), drives its own progress (`ProgressPoll`) and
+//!   carries reflective groups spanning hosts (`HostGroup`).
+//! - `dma`: a DMA queue's shared state (its descriptors, completions and copies) and what
+//!   the DMA engine hands to a transport instead of copying (`DmaPipe`, `DmaFar`).
+//! - `vocab`: the vocabulary the fabric API shares with the transports (`Timeout`, ...).
 //!
 //! What stays in the fabric: the public objects and their argument checks, event reporting
 //! (which state was last reported), callbacks, sequences, the DMA engine's queues and
-//! copies, and the cluster side of reflective groups (`fabric::reflective`, feature `ofi`).
+//! channel threads, and the part of reflective groups that no transport differs in
+//! (`fabric::reflective`: ids, limits, events; across hosts it drives the transport's
+//! `HostGroup`).
 //!
 //! The fabric does not hold a `dyn RemoteObject`: it dispatches through the closed enum
 //! `RemoteHandle`, one variant per transport, so the shm branch inlines and a
@@ -33,19 +37,21 @@ pub mod ofi;
 pub mod shm;
 #[cfg(test)]
 mod tests;
+pub mod vocab;
 
-use std::sync::Arc;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::config::ClusterMembership;
 use crate::error::{Error, Result};
-use crate::fabric::{MapAccess, SequenceStatus, Timeout};
 use crate::platform::doorbell::Doorbell;
 use crate::platform::liveness::ProcessIdentity;
 use crate::platform::SharedSlice;
 use crate::transport::shm::layout::HeaderView;
 use crate::transport::shm::segment_file::{DataMapping, SegmentFile};
 use crate::transport::shm::FabricPaths;
+pub use vocab::{DmaDirection, DmaVec, MapAccess, SequenceStatus, Timeout};
 
 /// Why a connection is lost for good.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,7 +237,7 @@ pub(crate) trait TrackedMap: std::fmt::Debug + Send + Sync {
     fn sequence(&self) -> Self::Sequence;
 }
 
-/// Checks bursts of PIO through a tracked window ([`crate::fabric::Sequence`]).
+/// Checks bursts of PIO through a tracked window (what a fabric's `Sequence` of its map checks).
 pub(crate) trait MapSequence: Clone + std::fmt::Debug + Send + Sync {
     /// Starts a burst (`SCIStartSequence`).
     fn start(&self) -> SequenceStatus;
@@ -430,6 +436,23 @@ impl RemoteObject for RemoteHandle {
     }
 }
 
+/// A connection the fabric holds to a remote object, as the DMA contract names it: the
+/// transport's handle and, for a member of a reflective group spanning hosts, the member's
+/// fan-out, through which DMA reaches every member's copy (set once, by the join).
+pub(crate) struct Connection {
+    /// The connection, of whichever transport reached the object.
+    pub(crate) remote: RemoteHandle,
+    pub(crate) group: std::sync::OnceLock<Arc<GroupFanout>>,
+}
+
+impl Connection {
+    /// The connection's state; a check costs two atomic loads and no system call.
+    #[inline]
+    pub(crate) fn state(&self) -> RemoteState {
+        self.remote.state()
+    }
+}
+
 /// The transport that reaches the objects of other hosts of a cluster and exports this
 /// process's objects to them: the fabric holds one when its configuration names a cluster.
 /// With feature `ofi` it is `ofi::transport::OfiTransport`; a build without has none
@@ -464,6 +487,68 @@ pub(crate) trait HostTransport: Send + Sync + Sized + std::fmt::Debug {
     /// A driver of the transport's progress, when the process already has what it drives
     /// (something was exported or connected across hosts).
     fn driver(&self) -> Option<Self::Driver>;
+
+    /// Runs `task` on the transport's service thread every tick while it lives.
+    fn add_periodic(&self, task: Weak<dyn Fn() + Send + Sync>) -> Result<()>;
+
+    /// The data size of the object of a reflective group of `size` bytes spanning hosts:
+    /// the group's bytes, then what the transport keeps after them (the roster).
+    fn group_object_size(size: u64) -> u64;
+
+    /// The creator's fan-out of a group of `size` bytes spanning hosts, for a process acting
+    /// as `node`: `object` is all of the group object's data, mapped read-write, which it
+    /// created and has not made available yet. Writes what members read of the group
+    /// (`receivers` among it) after the group's bytes.
+    fn create_group(&self, object: DataMapping, size: u64, receivers: &[u32], node: u32) -> Result<Arc<GroupFanout>>;
+
+    /// Joins the group `group` that `creator` created (on any host), for a process acting
+    /// as `node`: connects to its object, fills this member's replica and announces the
+    /// member. Returns the connection, the member's fan-out and the replica's file.
+    fn join_group(&self, creator: u32, group: u32, node: u32) -> Result<(RemoteHandle, Arc<GroupFanout>, OwnedFd)>;
+}
+
+/// A reflective group spanning hosts as this process takes part in it: the creator's or a
+/// member's fan-out (a member's holds its replica and its roster entry).
+pub(crate) trait HostGroup: Send + Sync + std::fmt::Debug {
+    /// Bytes of the group.
+    fn group_size(&self) -> usize;
+
+    /// A write map's window of group bytes `[offset, offset + size)`: stores reach every
+    /// member's copy.
+    fn write_window(self: &Arc<Self>, offset: u64, size: u64) -> Result<Window>;
+
+    /// The other participants, as (node, pid).
+    fn participants(&self) -> Result<Vec<(u32, u32)>>;
+
+    /// The creator's sweep: marks dead the members whose connection slot `holds` says is
+    /// no longer held, and tells the rest.
+    fn sweep_members(&self, holds: &dyn Fn(usize) -> bool);
+
+    /// The creator's: tells every member the group is removed.
+    fn announce_group_removal(&self);
+
+    /// A member's: leaves the group.
+    fn leave_group(&self);
+
+    /// A member's: if the creator wrote the group's removal into this member's copy, marks
+    /// `member` (the member's connection to the creator's object) lost.
+    fn lose_if_removed(&self, member: &RemoteHandle);
+
+    /// A member's: the word that changes whenever another member joined or left.
+    fn roster_control(&self) -> u64;
+
+    /// A member's: the roster, read within `bound`.
+    fn roster_slots(&self, bound: Duration) -> Result<Vec<RosterSlot>>;
+}
+
+/// A roster slot of a group spanning hosts as a member reads it for membership events.
+pub(crate) struct RosterSlot {
+    pub slot: usize,
+    /// The member's generation (a random value per join), or `None` where a member died
+    /// (the creator's sweep marked the entry).
+    pub generation: Option<u64>,
+    pub node: u32,
+    pub pid: u32,
 }
 
 /// An export of a local object to other hosts.
@@ -492,16 +577,18 @@ pub(crate) use ofi::{reflective::Fanout as GroupFanout, transport::OfiTransport 
 /// A build without a transport to other hosts.
 #[cfg(not(feature = "ofi"))]
 mod no_hosts {
-    use std::sync::Arc;
+    use std::os::fd::OwnedFd;
+    use std::sync::{Arc, Weak};
+    use std::time::Duration;
 
-    use super::{ExportHandle, HostTransport, ObjectAddr, ProgressPoll, RemoteHandle};
+    use super::{ExportHandle, HostGroup, HostTransport, ObjectAddr, ProgressPoll, RemoteHandle, RosterSlot, Window};
     use crate::config::ClusterMembership;
     use crate::error::Result;
-    use crate::fabric::Timeout;
     use crate::platform::liveness::ProcessIdentity;
     use crate::transport::shm::layout::HeaderView;
-    use crate::transport::shm::segment_file::SegmentFile;
+    use crate::transport::shm::segment_file::{DataMapping, SegmentFile};
     use crate::transport::shm::FabricPaths;
+    use crate::transport::Timeout;
 
     /// No transport to other hosts exists: none is ever opened.
     #[derive(Debug)]
@@ -535,6 +622,48 @@ mod no_hosts {
             match *self {}
         }
         fn driver(&self) -> Option<NoDriver> {
+            match *self {}
+        }
+        fn add_periodic(&self, _: Weak<dyn Fn() + Send + Sync>) -> Result<()> {
+            match *self {}
+        }
+        fn group_object_size(size: u64) -> u64 {
+            size
+        }
+        fn create_group(&self, _: DataMapping, _: u64, _: &[u32], _: u32) -> Result<Arc<GroupFanout>> {
+            match *self {}
+        }
+        fn join_group(&self, _: u32, _: u32, _: u32) -> Result<(RemoteHandle, Arc<GroupFanout>, OwnedFd)> {
+            match *self {}
+        }
+    }
+
+    impl HostGroup for GroupFanout {
+        fn group_size(&self) -> usize {
+            match *self {}
+        }
+        fn write_window(self: &Arc<Self>, _: u64, _: u64) -> Result<Window> {
+            match **self {}
+        }
+        fn participants(&self) -> Result<Vec<(u32, u32)>> {
+            match *self {}
+        }
+        fn sweep_members(&self, _: &dyn Fn(usize) -> bool) {
+            match *self {}
+        }
+        fn announce_group_removal(&self) {
+            match *self {}
+        }
+        fn leave_group(&self) {
+            match *self {}
+        }
+        fn lose_if_removed(&self, _: &RemoteHandle) {
+            match *self {}
+        }
+        fn roster_control(&self) -> u64 {
+            match *self {}
+        }
+        fn roster_slots(&self, _: Duration) -> Result<Vec<RosterSlot>> {
             match *self {}
         }
     }

@@ -16,6 +16,7 @@
 //! their local side; a reflective group's carry none. [`Far`] is what a queue keeps for
 //! them: its local segments' registrations and the connections its descriptors name.
 
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -25,13 +26,10 @@ use super::endpoint::{Op, ProcessEndpoint};
 use super::remote::OfiConn;
 use super::rma::{self, LocalReg};
 use crate::error::{Error, Result};
-use crate::fabric::dma_engine::{Descriptor, QueueShared};
-use crate::fabric::remote::{RemoteInner, RemoteState};
-use crate::fabric::{DmaDirection, DmaVec, LocalSegment, Map};
 use crate::platform::doorbell::Doorbell;
 use crate::platform::memory;
-use crate::transport::dma::{DmaFar, DmaPipe, FarTag};
-use crate::transport::RemoteObject;
+use crate::transport::dma::{Descriptor, DmaFar, DmaPipe, FarTag, LocalBytes, QueueShared};
+use crate::transport::{Connection, DmaDirection, DmaVec, RemoteObject, RemoteState};
 
 /// What a run does.
 enum Work {
@@ -57,7 +55,7 @@ struct Run {
     ops_left: usize,
     work: Work,
     /// For the loss check of copies.
-    remote: *const RemoteInner,
+    remote: *const Connection,
 }
 
 struct InFlight {
@@ -655,7 +653,7 @@ fn far_descriptor(
     offset: u64,
     len: u64,
     direction: DmaDirection,
-    remote: *const RemoteInner,
+    remote: *const Connection,
     reg: Option<&Arc<LocalReg>>,
 ) -> Descriptor {
     let far = std::ptr::without_provenance_mut::<u8>(offset as usize);
@@ -671,46 +669,48 @@ pub(crate) struct Far {
     /// Local segments registered for RMA, keyed by (segment, endpoint), kept while the queue
     /// lives (operations in flight keep their own reference).
     regs: HashMap<(usize, usize), Arc<LocalReg>>,
-    /// Remote segments reached by RMA or a fan-out (which have no map to keep them alive).
-    remotes: HashMap<usize, Arc<RemoteInner>>,
+    /// Remote segments reached by RMA or a fan-out (which have no map to keep them alive),
+    /// keyed by their connection.
+    remotes: HashMap<usize, Arc<dyn Any + Send + Sync>>,
 }
 
 impl Far {
     /// `seg`'s whole mapping registered on `endpoint` for RMA, once per queue.
-    fn local_reg(&mut self, seg: &LocalSegment, map: &Arc<Map>, endpoint: &ProcessEndpoint) -> Result<Arc<LocalReg>> {
-        let key = (Arc::as_ptr(&seg.inner) as usize, endpoint as *const _ as usize);
+    fn local_reg(&mut self, seg: LocalBytes<'_>, endpoint: &ProcessEndpoint) -> Result<Arc<LocalReg>> {
+        let key = (seg.key, endpoint as *const _ as usize);
         if let Some(r) = self.regs.get(&key) {
             return Ok(r.clone());
         }
-        let owner: Arc<dyn std::any::Any + Send + Sync> = map.clone();
-        // SAFETY: the map covers the whole segment, read-write, and the registration owns a
-        // reference to it.
-        let reg = unsafe { LocalReg::new(endpoint, map.as_ptr(), map.len(), Some(owner))? };
+        let owner = (seg.owner)();
+        // SAFETY: the mapping covers the whole segment, read-write, and the registration owns
+        // a reference that keeps it alive.
+        let reg = unsafe { LocalReg::new(endpoint, seg.ptr, seg.len, Some(owner))? };
         self.regs.insert(key, reg.clone());
         Ok(reg)
     }
 
-    /// Keeps `remote`'s connection alive while the queue lives (its descriptors name it).
-    fn keep_remote(&mut self, remote: &Arc<RemoteInner>) {
-        self.remotes.entry(Arc::as_ptr(remote) as usize).or_insert_with(|| remote.clone());
+    /// Keeps `remote`'s connection alive while the queue lives (its descriptors name it),
+    /// by the reference `keep` gives.
+    fn keep_remote(&mut self, remote: &Connection, keep: impl FnOnce() -> Arc<dyn Any + Send + Sync>) {
+        self.remotes.entry(std::ptr::from_ref(remote) as usize).or_insert_with(keep);
     }
 }
 
 impl DmaFar for Far {
     #[inline]
-    fn reaches(remote: &RemoteInner) -> bool {
+    fn reaches(remote: &Connection) -> bool {
         rma::ofi_conn(&remote.remote).is_some()
     }
 
-    fn reach(remote: &RemoteInner) -> Option<(u64, &'static str)> {
+    fn reach(remote: &Connection) -> Option<(u64, &'static str)> {
         remote.group.get().map(|fan| (fan.size() as u64, "reflective group"))
     }
 
     fn segment_descriptors(
         &mut self,
-        local: &LocalSegment,
-        lmap: &Arc<Map>,
-        remote: &Arc<RemoteInner>,
+        local: LocalBytes<'_>,
+        remote: &Connection,
+        keep: impl FnOnce() -> Arc<dyn Any + Send + Sync>,
         vec: &[DmaVec],
         direction: DmaDirection,
         out: &mut Vec<Descriptor>,
@@ -720,16 +720,16 @@ impl DmaFar for Far {
         let reg = if group {
             None
         } else {
-            match self.local_reg(local, lmap, &conn.endpoint) {
+            match self.local_reg(local, &conn.endpoint) {
                 Ok(r) => Some(r),
                 Err(e) => return Some(Err(e)),
             }
         };
-        self.keep_remote(remote);
+        self.keep_remote(remote, keep);
         for v in vec {
-            // SAFETY: the offset was checked against the segment, which the map covers.
-            let l = unsafe { lmap.as_ptr().add(v.local_offset as usize) };
-            out.push(far_descriptor(l, v.remote_offset, v.size, direction, Arc::as_ptr(remote), reg.as_ref()));
+            // SAFETY: the offset was checked against the segment, which the mapping covers.
+            let l = unsafe { local.ptr.add(v.local_offset as usize) };
+            out.push(far_descriptor(l, v.remote_offset, v.size, direction, remote, reg.as_ref()));
         }
         Some(Ok(()))
     }
@@ -737,14 +737,15 @@ impl DmaFar for Far {
     unsafe fn memory_descriptor(
         &mut self,
         addr: *mut u8,
-        remote: &Arc<RemoteInner>,
+        remote: &Connection,
+        keep: impl FnOnce() -> Arc<dyn Any + Send + Sync>,
         size: u64,
         remote_offset: u64,
         direction: DmaDirection,
     ) -> Option<Result<Descriptor>> {
         if remote.group.get().is_some() {
-            self.keep_remote(remote);
-            return Some(Ok(far_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(remote), None)));
+            self.keep_remote(remote, keep);
+            return Some(Ok(far_descriptor(addr, remote_offset, size, direction, remote, None)));
         }
         let conn = rma::ofi_conn(&remote.remote)?;
         // SAFETY: the caller vouches for addr..addr + size until the transfer completes;
@@ -753,7 +754,7 @@ impl DmaFar for Far {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
-        self.keep_remote(remote);
-        Some(Ok(far_descriptor(addr, remote_offset, size, direction, Arc::as_ptr(remote), Some(&reg))))
+        self.keep_remote(remote, keep);
+        Some(Ok(far_descriptor(addr, remote_offset, size, direction, remote, Some(&reg))))
     }
 }

@@ -86,13 +86,13 @@ use super::export::OwnerHooks;
 use super::fi;
 use super::remote::OfiConn;
 use crate::error::{Error, Result};
-use crate::fabric::Timeout;
 use crate::transport::shm::data_interrupt::{
     Rings, ENTRY_BYTES, ENTRY_HEADER, ENTRY_LEN, ENTRY_SEQ, MAX_DATA_INTERRUPT_PAYLOAD, RING_CAP, RING_HEAD, RING_TAIL,
 };
 use crate::transport::shm::interrupt::{BellPage, ARRIVAL, REMOTE_COUNTS, WATCHED_COUNTS};
 use crate::transport::shm::layout::{kind, MAX_CONNECTIONS};
 use crate::transport::shm::segment_file::DataMapping;
+use crate::transport::Timeout;
 
 /// The bound on every post (the provider answering `-FI_EAGAIN`) and on every wait for one of
 /// the sender's own operations.

@@ -54,6 +54,7 @@ use crate::platform::mapping::{Access, Mapping};
 use crate::platform::random_u64;
 use crate::platform::SharedSlice;
 use crate::transport::shm::segment_file::DataMapping;
+use crate::transport::{HostGroup, LossReason, RemoteHandle, RosterSlot, TrackedWindow, Window};
 
 /// Bytes of the roster: one header page and 128 entries of 128 bytes.
 pub(crate) const ROSTER_BYTES: u64 = 4096 + (MAX_MEMBERS * ENTRY) as u64;
@@ -150,16 +151,6 @@ unsafe impl RegistrableMemory for CopyMemory {
     fn len(&self) -> usize {
         self.0.len()
     }
-}
-
-/// A roster slot as a member reads it for membership events.
-pub(crate) struct RosterSlot {
-    pub slot: usize,
-    /// The member's generation (a random value per join), or `None` where a member died
-    /// (the creator's sweep marked the entry).
-    pub generation: Option<u64>,
-    pub node: u32,
-    pub pid: u32,
 }
 
 /// One member's roster entry.
@@ -1310,5 +1301,48 @@ impl FanoutWindow {
 impl Drop for FanoutWindow {
     fn drop(&mut self) {
         self.barrier();
+    }
+}
+
+impl HostGroup for Fanout {
+    fn group_size(&self) -> usize {
+        self.size()
+    }
+
+    fn write_window(self: &Arc<Self>, offset: u64, size: u64) -> Result<Window> {
+        Ok(Window::Tracked(TrackedWindow::Fanout(FanoutWindow::new(self.clone(), offset, size)?)))
+    }
+
+    fn participants(&self) -> Result<Vec<(u32, u32)>> {
+        self.members()
+    }
+
+    fn sweep_members(&self, holds: &dyn Fn(usize) -> bool) {
+        self.sweep(holds)
+    }
+
+    fn announce_group_removal(&self) {
+        self.announce_removal()
+    }
+
+    fn leave_group(&self) {
+        self.leave()
+    }
+
+    fn lose_if_removed(&self, member: &RemoteHandle) {
+        if self.removed() {
+            // The creator wrote its removal into our copy: the connection is lost.
+            if let RemoteHandle::Ofi(r) = member {
+                r.conn().mark_lost(LossReason::Removed);
+            }
+        }
+    }
+
+    fn roster_control(&self) -> u64 {
+        self.control()
+    }
+
+    fn roster_slots(&self, bound: Duration) -> Result<Vec<RosterSlot>> {
+        self.roster(bound)
     }
 }

@@ -17,10 +17,10 @@ use super::fi;
 use super::notify::Notifier;
 use super::window::{MirrorWindow, TrackedWindow};
 use crate::error::{Error, Result};
-use crate::fabric::{MapAccess, Timeout};
 use crate::platform::doorbell::Doorbell;
 use crate::transport::shm::layout::kind;
 use crate::transport::{LossReason, ObjectInfo, RemoteObject, RemoteState, Window};
+use crate::transport::{MapAccess, Timeout};
 
 /// How often a post the provider keeps refusing with -FI_EAGAIN looks at the connection:
 /// tcp;ofi_rxm refuses posts towards a dead peer for as long as one retries, and a

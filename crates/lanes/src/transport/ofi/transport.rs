@@ -20,7 +20,8 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::endpoint::{
@@ -31,13 +32,12 @@ use super::fence;
 use super::fi;
 use super::node_watch::NodeWatch;
 use super::notify::{DataInterruptTarget, InterruptTarget, Publish};
+use super::reflective::{self, Fanout};
 use super::remote::{DaemonLink, OfiRemote};
 use crate::cluster::exports::{self, ExportRecord, SlotKey};
 use crate::cluster::{self, Client, IdleProgress, ObjectKind, Refusal};
 use crate::config::{ClusterMembership, NodeId};
 use crate::error::{Error, Result};
-use crate::fabric::MapAccess;
-use crate::fabric::Timeout;
 use crate::platform::liveness::ProcessIdentity;
 use crate::platform::{hex, random_u64, unhex};
 use crate::transport::shm::data_interrupt::OBJECT_BYTES;
@@ -46,8 +46,10 @@ use crate::transport::shm::layout::{kind, HeaderView, MAX_CONNECTIONS};
 use crate::transport::shm::remote::direct_mapping;
 use crate::transport::shm::segment_file::{DataMapping, SegmentFile};
 use crate::transport::shm::FabricPaths;
+use crate::transport::MapAccess;
+use crate::transport::Timeout;
 use crate::transport::{
-    connect_with_retry, ExportHandle, HostTransport, ObjectAddr, ObjectInfo, RemoteHandle, Transport,
+    connect_with_retry, ExportHandle, HostTransport, ObjectAddr, ObjectInfo, RemoteHandle, RemoteObject, Transport,
 };
 
 /// How long one call to the daemon may take when the caller gave no bound.
@@ -317,6 +319,34 @@ impl HostTransport for OfiTransport {
 
     fn driver(&self) -> Option<SpinDriver> {
         self.open_endpoint().map(SpinDriver::new)
+    }
+
+    fn add_periodic(&self, task: Weak<dyn Fn() + Send + Sync>) -> Result<()> {
+        self.endpoint()?.add_periodic(task);
+        Ok(())
+    }
+
+    fn group_object_size(size: u64) -> u64 {
+        reflective::object_size(size)
+    }
+
+    fn create_group(&self, object: DataMapping, size: u64, receivers: &[u32], node: u32) -> Result<Arc<Fanout>> {
+        reflective::init_roster(&object, size, receivers);
+        Ok(Arc::new(Fanout::creator(self.endpoint()?, object, size, node)?))
+    }
+
+    fn join_group(&self, creator: u32, group: u32, node: u32) -> Result<(RemoteHandle, Arc<Fanout>, OwnedFd)> {
+        let addr = ObjectAddr { kind: kind::REFLECTIVE, node: creator, id: group };
+        let remote = self.connect(addr, Timeout::Immediate)?;
+        let conn = remote.conn().clone();
+        match Fanout::join(conn.clone(), conn.slot, node) {
+            Ok((fan, fd)) => Ok((RemoteHandle::Ofi(remote), fan, fd)),
+            Err(e) => {
+                // As a fabric's connection that goes away: disconnected.
+                remote.disconnect();
+                Err(e)
+            }
+        }
     }
 }
 

@@ -43,9 +43,9 @@ use super::fi;
 use super::reflective::FanoutWindow;
 use super::remote::OfiConn;
 use crate::error::{Error, Result};
-use crate::fabric::{MapAccess, SequenceStatus};
 use crate::platform::SharedSlice;
 use crate::transport::{LossReason, MapSequence, RemoteState, TrackedMap};
+use crate::transport::{MapAccess, SequenceStatus};
 
 /// The bound on every wait of a mirror window: a post the provider keeps refusing
 /// (`-FI_EAGAIN`), a flush, a read-through, the fill when the map is made. Past it the

@@ -31,9 +31,9 @@ use std::time::Duration;
 use super::layout::MAX_CONNECTIONS;
 use super::segment_file::DataMapping;
 use crate::error::{Error, Result};
-use crate::fabric::Timeout;
 use crate::platform::doorbell::{Doorbell, WaitError};
 use crate::platform::SharedSlice;
+use crate::transport::Timeout;
 
 /// The largest payload of one data interrupt.
 pub const MAX_DATA_INTERRUPT_PAYLOAD: usize = 4096;

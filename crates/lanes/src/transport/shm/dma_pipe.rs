@@ -2,15 +2,14 @@
 //! segment is mapped, so every descriptor is a copy, which the engine does itself. The pipe
 //! is never handed work, and a queue keeps nothing for it.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::fabric::dma_engine::{Descriptor, QueueShared};
-use crate::fabric::remote::RemoteInner;
-use crate::fabric::{DmaDirection, DmaVec, LocalSegment, Map};
 use crate::platform::doorbell::Doorbell;
-use crate::transport::dma::{DmaFar, DmaPipe, FarTag};
+use crate::transport::dma::{Descriptor, DmaFar, DmaPipe, FarTag, LocalBytes, QueueShared};
+use crate::transport::{Connection, DmaDirection, DmaVec};
 
 /// Nothing beyond a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,21 +65,21 @@ pub(crate) struct Far {}
 
 impl DmaFar for Far {
     #[inline(always)]
-    fn reaches(_remote: &RemoteInner) -> bool {
+    fn reaches(_remote: &Connection) -> bool {
         false
     }
 
     #[inline(always)]
-    fn reach(_remote: &RemoteInner) -> Option<(u64, &'static str)> {
+    fn reach(_remote: &Connection) -> Option<(u64, &'static str)> {
         None
     }
 
     #[inline(always)]
     fn segment_descriptors(
         &mut self,
-        _local: &LocalSegment,
-        _lmap: &Arc<Map>,
-        _remote: &Arc<RemoteInner>,
+        _local: LocalBytes<'_>,
+        _remote: &Connection,
+        _keep: impl FnOnce() -> Arc<dyn Any + Send + Sync>,
         _vec: &[DmaVec],
         _direction: DmaDirection,
         _out: &mut Vec<Descriptor>,
@@ -92,7 +91,8 @@ impl DmaFar for Far {
     unsafe fn memory_descriptor(
         &mut self,
         _addr: *mut u8,
-        _remote: &Arc<RemoteInner>,
+        _remote: &Connection,
+        _keep: impl FnOnce() -> Arc<dyn Any + Send + Sync>,
         _size: u64,
         _remote_offset: u64,
         _direction: DmaDirection,

@@ -11,7 +11,6 @@ use super::layout::{kind, state};
 use super::segment_file::{DataMapping, OpenError, SegmentFile};
 use super::FabricPaths;
 use crate::error::{Error, Result};
-use crate::fabric::{MapAccess, Timeout};
 use crate::platform::death_watch::{self, Watch};
 use crate::platform::doorbell::Doorbell;
 use crate::platform::liveness::{self, ProcessIdentity};
@@ -19,6 +18,7 @@ use crate::platform::mapping::Access;
 use crate::transport::{
     connect_with_retry, LossReason, ObjectAddr, ObjectInfo, RemoteObject, RemoteState, Transport, Window,
 };
+use crate::transport::{MapAccess, Timeout};
 
 /// Reaches objects of other nodes on this host, through one fabric directory.
 #[derive(Debug)]

@@ -7,7 +7,10 @@
 //! `/dev/shm/lanes-<uid>` (private to the user), or the user's runtime directory when
 //! another user took that name first ([`default_fabric_dir`]).
 //! The file's `[cluster]` section and node addresses, which describe a fabric across hosts,
-//! are validated here too and interpreted by [`crate::cluster::config`].
+//! are validated here too and interpreted by [`cluster`]: this module and its `cluster`
+//! part are the one schema of `lanes.toml` (the control plane names it `cluster::config`).
+
+pub mod cluster;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -15,8 +18,8 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
-use crate::cluster::config::{parse_address, ClusterConfig, ClusterSection, DEFAULT_PORT};
 use crate::error::{Error, Result};
+use cluster::{parse_address, ClusterConfig, ClusterSection, DEFAULT_PORT};
 
 /// The default configuration file, read when `LANES_CONFIG` is not set and the file exists.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/lanes/lanes.toml";
@@ -113,7 +116,7 @@ pub struct ClusterMembership {
 
 impl ClusterMembership {
     /// The entry of this host.
-    pub fn me(&self) -> Option<&crate::cluster::config::HostEntry> {
+    pub fn me(&self) -> Option<&cluster::HostEntry> {
         self.config.host(&self.host)
     }
 

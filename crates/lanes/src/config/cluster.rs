@@ -25,9 +25,9 @@
 //! ```
 //!
 //! Either every host has a `public_key` (daemons then talk only over authenticated,
-//! encrypted links, see `super::link`) or none has (daemons then serve loopback only).
+//! encrypted links, see `crate::cluster::link`) or none has (daemons then serve loopback only).
 //!
-//! The file is parsed and validated once, by [`crate::config::ConfigFile`]; this module
+//! The file is parsed and validated once, by [`super::ConfigFile`]; this module
 //! turns a valid file into a [`ClusterConfig`]: one [`HostEntry`] per host with its
 //! address and nodes. Addresses are IP literals: the daemon binds them, and name
 //! resolution would make start-up depend on a resolver.
@@ -38,8 +38,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::identity::PublicKey;
-use crate::config::{NodeEntry, NodeId};
+use super::{NodeEntry, NodeId};
+use crate::cluster::identity::PublicKey;
 
 /// The daemons' control port when neither `[cluster] port` nor the address names one.
 pub const DEFAULT_PORT: u16 = 7470;
@@ -172,10 +172,10 @@ pub struct ClusterConfig {
     /// Silence after which a host is Lost.
     pub lost_after: Duration,
     /// A file every host's daemon reads the cluster secret from (absolute): daemons then
-    /// prove to each other that they know it before they talk (`super::secret`).
+    /// prove to each other that they know it before they talk (`crate::cluster::secret`).
     pub secret_file: Option<PathBuf>,
     /// This host's key file (`[cluster] key_file`, absolute); see
-    /// [`super::identity::key_path`] for the default.
+    /// [`crate::cluster::identity::key_path`] for the default.
     pub key_file: Option<PathBuf>,
     /// The hosts, in the order the file first names them.
     pub hosts: Vec<HostEntry>,
