@@ -200,10 +200,11 @@ impl DmaQueue {
         self.shared.pipe.lock().unwrap_or_else(|e| e.into_inner()).set_window(bytes);
     }
 
-    /// The most bytes of RMA this queue had in flight at once.
-    #[cfg(test)]
-    #[allow(dead_code)] // only the tests of a transport with RMA look (none without one)
-    pub(crate) fn rma_peak_bytes(&self) -> usize {
+    /// The most bytes of RMA this queue had in flight at once (for the tests of a transport
+    /// with RMA, crates/lanes-transport/tests).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn rma_peak_bytes(&self) -> usize {
         self.shared.pipe.lock().unwrap_or_else(|e| e.into_inner()).peak_bytes()
     }
 

@@ -195,9 +195,10 @@ impl Fabric {
     }
 
     /// The transport this descriptor reaches other nodes' objects with, for the transport
-    /// conformance suite.
-    #[cfg(test)]
-    pub(crate) fn shm_transport(&self) -> &ShmTransport {
+    /// conformance suite (crates/lanes-transport/tests).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn shm_transport(&self) -> &ShmTransport {
         &self.inner.shm
     }
 

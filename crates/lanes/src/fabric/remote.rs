@@ -102,11 +102,11 @@ impl RemoteSegment {
         Err(Error::IllegalOperation(NO_HOST_TRANSPORT))
     }
 
-    /// A segment connected through `remote` (made by the caller), for in-crate tests of a
-    /// transport below the fabric.
-    #[cfg(test)]
-    #[allow(dead_code)] // only the tests of a transport to other hosts make their own
-    pub(crate) fn from_handle(fabric: &super::Fabric, remote: RemoteHandle) -> RemoteSegment {
+    /// A segment connected through `remote` (made by the caller), for the tests of a
+    /// transport below the fabric (crates/lanes-transport/tests).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn from_handle(fabric: &super::Fabric, remote: RemoteHandle) -> RemoteSegment {
         Self::over(&fabric.inner, remote)
     }
 
