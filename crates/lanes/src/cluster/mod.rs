@@ -3,7 +3,7 @@
 //! node's objects. See docs/design/multi-host.md, shape C.
 //!
 //! The protocol, the client, identity, links, secrets and export records live below the
-//! fabric, in the crate `lanes-transport` (whose ofi transport connects through the
+//! fabric, in the crate `lanes-transport` (whose cross-host transport connects through the
 //! daemons' grants), and are re-exported here; the daemon, a service on top of the fabric,
 //! lives here:
 //!
