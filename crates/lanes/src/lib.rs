@@ -20,23 +20,28 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers (see docs/ARCHITECTURE.md): [`platform`] building blocks, [`transport`]s, and the
-//! fabric API re-exported here from [`fabric`].
+//! Layers (see docs/ARCHITECTURE.md), one crate each, so that an upward import does not
+//! compile: [`platform`] building blocks (the crate `lanes-platform`), [`transport`]s (the
+//! crate `lanes-transport`, with [`config`], [`error`] and the control plane's client), and
+//! the fabric API here, re-exported from [`fabric`]; the daemon ([`cluster::daemon`]) and the
+//! socket accelerator's shared half ([`sockets`]) are services on top.
 
 pub mod cluster;
-pub mod config;
-pub mod error;
 pub mod fabric;
 pub mod sockets;
-pub mod transport;
 
 /// Layer 1, the crate `lanes-platform`: re-exported so that `lanes::platform::...` and
 /// `crate::platform::...` name it as they did when it was a module here.
 pub use lanes_platform as platform;
+/// Layer 2, the crate `lanes-transport`: its modules, re-exported so that `lanes::transport`,
+/// `lanes::config` and `lanes::error` (and `crate::...` here) name them as they did when
+/// they were modules of this crate.
+pub use lanes_transport::{config, error, transport};
 
-/// Whether this build has the ofi transport (cargo feature `ofi`), so that nodes of other
-/// hosts of a cluster can be reached; without it, connecting to one is refused.
-pub const OFI_TRANSPORT: bool = cfg!(feature = "ofi");
+/// Whether this build has the cross-host transport (the feature re-exported from
+/// `lanes-transport`), so that nodes of other hosts of a cluster can be reached; without it,
+/// connecting to one is refused.
+pub use lanes_transport::OFI_TRANSPORT;
 
 pub use config::{FabricConfig, NodeId};
 pub use error::{Error, Result};

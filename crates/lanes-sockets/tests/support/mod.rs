@@ -55,7 +55,9 @@ pub fn library() -> PathBuf {
     let newer = if !deps.is_empty() && deps.iter().all(|p| p.is_file()) {
         deps.into_iter().find(|p| is_newer(p, built))
     } else {
-        ["crates/lanes-sockets/src", "crates/lanes/src"].iter().find_map(|dir| newer_file(&repo().join(dir), built))
+        ["crates/lanes-sockets/src", "crates/lanes/src", "crates/lanes-transport/src"]
+            .iter()
+            .find_map(|dir| newer_file(&repo().join(dir), built))
     };
     if let Some(newer) = newer {
         panic!(

@@ -20,7 +20,6 @@ use std::time::Duration;
 use super::events::{self, CallbackAction};
 use super::interrupt::{interrupt_error, timeout_ms};
 use super::local::LocalSegment;
-use super::map::MapAccess;
 use super::remote::RemoteSegment;
 use super::{DrivenSpin, FabricInner, Timeout};
 use crate::config::NodeId;
@@ -30,6 +29,7 @@ pub use crate::transport::shm::data_interrupt::MAX_DATA_INTERRUPT_PAYLOAD;
 use crate::transport::shm::data_interrupt::{Rings, ENTRY_HEADER, ENTRY_LEN, ENTRY_SEQ, OBJECT_BYTES, RING_HEAD};
 use crate::transport::shm::layout::{kind, MAX_CONNECTIONS};
 use crate::transport::shm::remote::direct_mapping;
+use crate::transport::MapAccess;
 use crate::transport::RemoteObject;
 
 /// A data interrupt of this node. Dropping it removes it.

@@ -14,6 +14,7 @@
 //! member's connection to a reflective group spanning hosts, go through the member's
 //! fan-out and reach the group's bytes only.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -21,30 +22,15 @@ use std::sync::Arc;
 use super::dma_engine::{engine, Channel, Descriptor, Outcome, QueueShared, MAX_BATCH};
 use super::events;
 use super::local::LocalSegment;
-use super::map::{Map, MapAccess};
+use super::map::Map;
 use super::remote::RemoteSegment;
 use super::Timeout;
 use crate::error::{Error, IoContext, Result};
 use crate::platform::doorbell::{default_poll_time, WaitError};
 use crate::platform::memory;
-use crate::transport::dma::{DmaFar, DmaPipe, Far};
-
-/// Which way a transfer goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DmaDirection {
-    /// Local segment (or memory) to remote segment.
-    Write,
-    /// Remote segment to local segment (or memory) (`SCI_FLAG_DMA_READ`).
-    Read,
-}
-
-/// One entry of a vector transfer (`dis_dma_vec_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DmaVec {
-    pub size: u64,
-    pub local_offset: u64,
-    pub remote_offset: u64,
-}
+use crate::transport::dma::{DmaFar, DmaPipe, Far, LocalBytes};
+use crate::transport::MapAccess;
+use crate::transport::{DmaDirection, DmaVec};
 
 /// A queue's state (`sci_dma_queue_state_t`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,10 +200,11 @@ impl DmaQueue {
         self.shared.pipe.lock().unwrap_or_else(|e| e.into_inner()).set_window(bytes);
     }
 
-    /// The most bytes of RMA this queue had in flight at once.
-    #[cfg(test)]
-    #[allow(dead_code)] // only the tests of a transport with RMA look (none without one)
-    pub(crate) fn rma_peak_bytes(&self) -> usize {
+    /// The most bytes of RMA this queue had in flight at once (for the tests of a transport
+    /// with RMA, crates/lanes-transport/tests).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn rma_peak_bytes(&self) -> usize {
         self.shared.pipe.lock().unwrap_or_else(|e| e.into_inner()).peak_bytes()
     }
 
@@ -297,10 +284,14 @@ impl DmaQueue {
             check_range(v.remote_offset, v.size, rsize, rwhat)?;
         }
         let lmap = self.local_map(local)?;
-        let remote_ptr = Arc::as_ptr(&remote.inner);
+        let remote_ptr = remote.inner.connection();
         self.scratch.clear();
+        let owner = || -> Arc<dyn Any + Send + Sync> { lmap.clone() };
+        let bytes =
+            LocalBytes { key: Arc::as_ptr(&local.inner) as usize, ptr: lmap.as_ptr(), len: lmap.len(), owner: &owner };
+        let keep = || -> Arc<dyn Any + Send + Sync> { remote.inner.clone() };
         if let Some(queued) =
-            self.far.segment_descriptors(local, &lmap, &remote.inner, vec, direction, &mut self.scratch)
+            self.far.segment_descriptors(bytes, &remote.inner, keep, vec, direction, &mut self.scratch)
         {
             queued?;
             self.post(callback);
@@ -349,8 +340,11 @@ impl DmaQueue {
         remote.check()?;
         let (rsize, rwhat) = reach(remote);
         check_range(remote_offset, size, rsize, rwhat)?;
-        // SAFETY: the caller vouches for addr..addr + size until the transfer completes.
-        if let Some(d) = unsafe { self.far.memory_descriptor(addr, &remote.inner, size, remote_offset, direction) } {
+        let keep = || -> Arc<dyn Any + Send + Sync> { remote.inner.clone() };
+        if let Some(d) =
+            // SAFETY: the caller vouches for addr..addr + size until the transfer completes.
+            unsafe { self.far.memory_descriptor(addr, &remote.inner, keep, size, remote_offset, direction) }
+        {
             self.scratch.clear();
             self.scratch.push(d?);
             self.post(callback);
@@ -364,7 +358,7 @@ impl DmaQueue {
             DmaDirection::Read => (addr, r.cast_const()),
         };
         self.scratch.clear();
-        self.scratch.push(Descriptor::copy(dst, src, size as usize, Arc::as_ptr(&remote.inner)));
+        self.scratch.push(Descriptor::copy(dst, src, size as usize, remote.inner.connection()));
         self.post(callback);
         Ok(())
     }

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use super::events::{self, CallbackAction};
 use super::local::LocalSegment;
-use super::map::MapAccess;
 use super::remote::RemoteSegment;
 use super::{DrivenSpin, FabricInner, Timeout};
 use crate::config::NodeId;
@@ -20,6 +19,7 @@ use crate::platform::doorbell::WaitError;
 use crate::transport::shm::interrupt::{BellPage, BELL_PAGE};
 use crate::transport::shm::layout::kind;
 use crate::transport::shm::remote::direct_mapping;
+use crate::transport::MapAccess;
 use crate::transport::RemoteObject;
 
 /// Renames segment errors for interrupts.

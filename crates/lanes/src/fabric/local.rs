@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::events::{self, CallbackAction, LocalEvent};
-use super::map::{Map, MapAccess, MapOrigin};
+use super::map::{Map, MapOrigin};
 use super::slot_tracker::{Ringer, SlotTracker};
 use super::{FabricInner, Timeout};
 use crate::error::{Error, IoContext, Result};
@@ -15,6 +15,7 @@ use crate::platform::liveness::ProcessIdentity;
 use crate::transport::shm::layout::{create_flags, kind, state, HeaderSnapshot};
 use crate::transport::shm::remote::direct_mapping;
 use crate::transport::shm::segment_file::{OpenError, RegisteredMemory, SegmentFile};
+use crate::transport::MapAccess;
 use crate::transport::{ExportHandle, HostTransport, Hosts, Window};
 
 /// Automatic segment ids are drawn from this range, clear of typical user-chosen ids.

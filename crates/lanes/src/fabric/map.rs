@@ -17,14 +17,7 @@ use crate::platform::SharedSlice;
 /// Why an access to a range [`Map::at`] returned cannot fail: it checked bounds, alignment
 /// and (for stores) writability of exactly that access.
 const CHECKED: &str = "an access to a range the map checked";
-use crate::transport::{TrackedMap, Window};
-
-/// Whether a map may be written. Read-only maps are enforced by the page tables.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MapAccess {
-    ReadOnly,
-    ReadWrite,
-}
+use crate::transport::{MapAccess, TrackedMap, Window};
 
 #[derive(Debug, Clone)]
 pub(crate) enum MapOrigin {

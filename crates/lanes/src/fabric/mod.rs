@@ -20,16 +20,18 @@ mod status;
 #[cfg(test)]
 mod tests;
 
+/// The vocabulary the fabric shares with the transports (defined there, below it).
+pub use crate::transport::vocab::{DmaDirection, DmaVec, MapAccess, SequenceStatus, Timeout};
 pub use data_interrupt::{LocalDataInterrupt, RemoteDataInterrupt, MAX_DATA_INTERRUPT_PAYLOAD};
-pub use dma::{CopyPath, DmaCallback, DmaChannel, DmaDirection, DmaQueue, DmaQueueState, DmaVec};
+pub use dma::{CopyPath, DmaCallback, DmaChannel, DmaQueue, DmaQueueState};
 pub use dma_engine::MAX_CHANNELS as MAX_DMA_CHANNELS;
 pub use events::{CallbackAction, LocalEvent, RemoteEvent};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use local::LocalSegment;
-pub use map::{Map, MapAccess};
+pub use map::Map;
 pub use reflective::{GroupEvent, GroupReceiver, ReflectiveGroup, ReflectiveMember, MAX_GROUPS};
 pub use remote::{LossReason, RemoteSegment, RemoteState};
-pub use sequence::{Sequence, SequenceStatus};
+pub use sequence::Sequence;
 pub use status::{cleanup, status, CleanupReport, FabricStatus, NodeStatus, SegmentStatus};
 
 use std::collections::HashMap;
@@ -45,45 +47,6 @@ use crate::transport::shm::layout::kind;
 use crate::transport::shm::remote::ShmTransport;
 use crate::transport::shm::FabricPaths;
 use crate::transport::{HostTransport, Hosts, ProgressPoll};
-
-/// How long a blocking call may wait: a bound, or for ever.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Timeout {
-    /// Do not wait: fail at once if the condition does not hold.
-    Immediate,
-    /// Wait at most this long.
-    After(Duration),
-    /// Wait for ever.
-    Infinite,
-}
-
-impl Timeout {
-    /// From SISCI milliseconds: 0 is immediate, `0xFFFF_FFFF` infinite.
-    pub fn from_millis(ms: u32) -> Timeout {
-        match ms {
-            0 => Timeout::Immediate,
-            u32::MAX => Timeout::Infinite,
-            ms => Timeout::After(Duration::from_millis(ms.into())),
-        }
-    }
-
-    /// The instant a wait of this timeout started now ends; `None` for ever.
-    pub(crate) fn deadline(self) -> Option<std::time::Instant> {
-        match self {
-            Timeout::Immediate => Some(std::time::Instant::now()),
-            Timeout::After(d) => Some(std::time::Instant::now() + d),
-            Timeout::Infinite => None,
-        }
-    }
-
-    /// The bound in milliseconds, for error messages (0 unless `After`).
-    pub(crate) fn as_millis(self) -> u64 {
-        match self {
-            Timeout::After(d) => d.as_millis() as u64,
-            _ => 0,
-        }
-    }
-}
 
 /// An open descriptor on the fabric, acting as one node. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -232,9 +195,10 @@ impl Fabric {
     }
 
     /// The transport this descriptor reaches other nodes' objects with, for the transport
-    /// conformance suite.
-    #[cfg(test)]
-    pub(crate) fn shm_transport(&self) -> &ShmTransport {
+    /// conformance suite (crates/lanes-transport/tests).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn shm_transport(&self) -> &ShmTransport {
         &self.inner.shm
     }
 

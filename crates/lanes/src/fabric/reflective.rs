@@ -11,11 +11,12 @@
 //! A group is an object of its own kind in its creator's node directory (so liveness, stale
 //! replacement and clean-up are the segment code); joining finds it by id in any node.
 //!
-//! In a process whose fabric is part of a cluster (feature `ofi`), groups span hosts: the
-//! object holds the group's bytes and a roster, every member keeps its own copy, read maps
-//! are that copy and write maps post to every other copy at barriers, in order per writer
-//! (`transport::ofi::reflective`; docs/ARCHITECTURE.md, "Reflective memory"). Ids are
-//! unique and at most four groups exist in the whole cluster.
+//! In a process whose fabric is part of a cluster (it has a transport to other hosts),
+//! groups span hosts: the object holds the group's bytes and a roster, every member keeps
+//! its own copy, read maps are that copy and write maps post to every other copy at
+//! barriers, in order per writer (the transport's [`HostGroup`], through
+//! [`HostTransport::create_group`] and [`HostTransport::join_group`]; docs/ARCHITECTURE.md,
+//! "Reflective memory"). Ids are unique and at most four groups exist in the whole cluster.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -23,9 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::events::{self, LocalEvent};
 use super::local::LocalSegment;
-#[cfg(feature = "ofi")]
-use super::map::MapOrigin;
-use super::map::{Map, MapAccess};
+use super::map::{Map, MapOrigin};
 use super::remote::{LossReason, RemoteSegment, RemoteState};
 use super::slot_tracker::{Ringer, SlotTracker};
 use super::{FabricInner, Timeout};
@@ -33,11 +32,11 @@ use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
 use crate::platform::doorbell::WaitError;
 use crate::platform::files::DirLock;
-#[cfg(feature = "ofi")]
-use crate::transport::ofi::{reflective::Fanout, transport::OfiTransport};
 use crate::transport::shm::layout::{kind, state, MAX_RECEIVERS};
 use crate::transport::shm::segment_file::SegmentFile;
 use crate::transport::shm::FabricPaths;
+use crate::transport::MapAccess;
+use crate::transport::{GroupFanout, HostGroup, HostTransport, Hosts, RosterSlot};
 
 /// Reflective groups a fabric holds at once.
 pub const MAX_GROUPS: usize = 4;
@@ -104,16 +103,13 @@ pub struct ReflectiveGroup {
     seg: LocalSegment,
     size: u64,
     /// A group of a cluster: its fan-out (members' copies) and the creator's sweep of
-    /// members that died, run by the endpoint's service thread while this holds it.
-    #[cfg(feature = "ofi")]
-    across: Option<(Arc<Fanout>, Sweep)>,
+    /// members that died, run by the transport's service thread while this holds it.
+    across: Option<(Arc<GroupFanout>, Sweep)>,
 }
 
-/// The creator's sweep task (held: the endpoint keeps only a weak reference).
-#[cfg(feature = "ofi")]
+/// The creator's sweep task (held: the transport keeps only a weak reference).
 struct Sweep(#[allow(dead_code)] Arc<dyn Fn() + Send + Sync>);
 
-#[cfg(feature = "ofi")]
 impl std::fmt::Debug for Sweep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Sweep")
@@ -143,17 +139,12 @@ fn check_group_range(offset: u64, size: u64, bytes: u64) -> Result<()> {
 }
 
 /// A write map of group bytes `[offset, offset + size)` of a cluster's group: stores fan out.
-#[cfg(feature = "ofi")]
-fn fanout_map(fan: &Arc<Fanout>, offset: u64, size: u64, origin: MapOrigin) -> Result<Map> {
-    use crate::transport::ofi::reflective::FanoutWindow;
-    use crate::transport::{TrackedWindow, Window};
-    let window = Window::Tracked(TrackedWindow::Fanout(FanoutWindow::new(fan.clone(), offset, size)?));
-    Ok(Map::new(window, offset, MapAccess::ReadWrite, origin))
+fn fanout_map(fan: &Arc<GroupFanout>, offset: u64, size: u64, origin: MapOrigin) -> Result<Map> {
+    Ok(Map::new(fan.write_window(offset, size)?, offset, MapAccess::ReadWrite, origin))
 }
 
 /// A map of group bytes `[offset, offset + size)` of a member's replica (its file): read-only
 /// (the read map), or writable (the member's own copy, whose stores stay in it).
-#[cfg(feature = "ofi")]
 fn replica_map(
     replica: &std::os::fd::OwnedFd,
     offset: u64,
@@ -194,9 +185,8 @@ impl ReflectiveGroup {
         for &r in receivers {
             NodeId::new(r)?;
         }
-        #[cfg(feature = "ofi")]
-        if let Some(ofi) = &fabric.hosts {
-            return Self::create_across(fabric, ofi, group, size, receivers);
+        if let Some(hosts) = &fabric.hosts {
+            return Self::create_across(fabric, hosts, group, size, receivers);
         }
         let _lock = group_lock(fabric)?;
         refuse_taken(&live_groups(fabric), group)?;
@@ -205,28 +195,19 @@ impl ReflectiveGroup {
         seg.prepare()?;
         let (read, write) = maps(|a| seg.map(0, size, a))?;
         seg.set_available()?;
-        Ok(ReflectiveGroup {
-            seg,
-            read,
-            write,
-            size,
-            #[cfg(feature = "ofi")]
-            across: None,
-        })
+        Ok(ReflectiveGroup { seg, read, write, size, across: None })
     }
 
     /// Creates a group of a cluster: unique among the hosts that answer (refused while one
     /// cannot answer), with a roster after its data, exported; its write map fans out.
-    #[cfg(feature = "ofi")]
     fn create_across(
         fabric: &Arc<FabricInner>,
-        ofi: &OfiTransport,
+        hosts: &Hosts,
         group: u32,
         size: u64,
         receivers: &[u32],
     ) -> Result<Self> {
         use crate::platform::mapping::Access;
-        use crate::transport::ofi::reflective::{init_roster, object_size};
 
         if size == 0 {
             return Err(Error::InvalidSize { size, reason: "a group holds at least one byte" });
@@ -238,7 +219,7 @@ impl ReflectiveGroup {
         refuse_taken(&across::cluster_groups(fabric, group)?, group)?;
         let lock = group_lock(fabric)?;
         refuse_taken(&live_groups(fabric), group)?;
-        let object = object_size(size);
+        let object = Hosts::group_object_size(size);
         let seg = create_object(fabric, group, object)?;
         seg.inner.file.header().set_receivers(receivers);
         seg.prepare()?;
@@ -247,20 +228,19 @@ impl ReflectiveGroup {
             .file
             .map_data(0, object, Access::ReadWrite)
             .map_err(|e| Error::io("mapping a reflective group's roster", e))?;
-        init_roster(&whole, size, receivers);
         let read = seg.map(0, size, MapAccess::ReadOnly)?;
-        let fan = Arc::new(Fanout::creator(ofi.endpoint()?, whole, size, me)?);
+        let fan = hosts.create_group(whole, size, receivers, me)?;
         let write = fanout_map(&fan, 0, size, MapOrigin::Local(seg.inner.clone()))?;
         let sweep: Arc<dyn Fn() + Send + Sync> = {
             let (fan, seg) = (Arc::downgrade(&fan), Arc::downgrade(&seg.inner));
             Arc::new(move || {
                 if let (Some(f), Some(s)) = (fan.upgrade(), seg.upgrade()) {
                     let header = s.file.header();
-                    f.sweep(|slot| header.slot(slot).is_none_or(|sl| sl.holder.is_some()));
+                    f.sweep_members(&|slot| header.slot(slot).is_none_or(|sl| sl.holder.is_some()));
                 }
             })
         };
-        ofi.endpoint()?.add_periodic(Arc::downgrade(&sweep));
+        hosts.add_periodic(Arc::downgrade(&sweep))?;
         seg.set_available()?;
         drop(lock);
         let g = ReflectiveGroup { seg, read, write, size, across: Some((fan, Sweep(sweep))) };
@@ -310,7 +290,6 @@ impl ReflectiveGroup {
     /// view like [`Self::write_map`]'s.
     pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
         check_group_range(offset, size, self.size)?;
-        #[cfg(feature = "ofi")]
         if let (Some((fan, _)), MapAccess::ReadWrite) = (&self.across, access) {
             return fanout_map(fan, offset, size, MapOrigin::Local(self.seg.inner.clone()));
         }
@@ -336,9 +315,8 @@ impl ReflectiveGroup {
 
     /// The members other than this creator, as (node, pid).
     pub fn members(&self) -> Vec<(u32, u32)> {
-        #[cfg(feature = "ofi")]
         if let Some((fan, _)) = &self.across {
-            return fan.members().unwrap_or_default();
+            return fan.participants().unwrap_or_default();
         }
         self.seg.connected_peers()
     }
@@ -350,21 +328,19 @@ impl ReflectiveGroup {
 
     /// Removes the group: members get `Lost(Removed)`.
     pub fn remove(&self) -> Result<()> {
-        #[cfg(feature = "ofi")]
         if let Some((fan, _)) = &self.across {
-            fan.announce_removal();
+            fan.announce_group_removal();
         }
         self.seg.remove(true)
     }
 }
 
-#[cfg(feature = "ofi")]
 impl Drop for ReflectiveGroup {
     fn drop(&mut self) {
         // Dropping removes the group (the segment's drop): members of other hosts hear it.
         if let Some((fan, _)) = &self.across {
             if !self.seg.inner.is_removed() {
-                fan.announce_removal();
+                fan.announce_group_removal();
             }
         }
     }
@@ -455,17 +431,14 @@ pub struct ReflectiveMember {
     tracker: SlotTracker,
     reported_lost: AtomicBool,
     /// A group of a cluster: the replica's file (for read-only maps of part of it).
-    #[cfg(feature = "ofi")]
     replica: Option<std::os::fd::OwnedFd>,
     /// A group of a cluster: the other members as last read from the roster.
-    #[cfg(feature = "ofi")]
     roster_events: Box<std::sync::Mutex<RosterEvents>>,
 }
 
 /// Membership events of a cluster's group, found by comparing roster reads: a member's
 /// control word changes whenever another joined or left (the roster was written first), and
 /// then the roster is read again.
-#[cfg(feature = "ofi")]
 #[derive(Debug, Default)]
 struct RosterEvents {
     /// The control word at the last roster read (`None`: never read).
@@ -475,20 +448,20 @@ struct RosterEvents {
     queue: std::collections::VecDeque<GroupEvent>,
 }
 
-#[cfg(feature = "ofi")]
 impl RosterEvents {
     /// Reads the roster if the control word moved, queueing who left (first) and who joined.
     /// A roster that cannot be read now is read at a later look.
-    fn refresh(&mut self, fan: &Fanout, bound: Duration) {
-        let control = fan.control();
+    fn refresh(&mut self, fan: &GroupFanout, bound: Duration) {
+        let control = fan.roster_control();
         if self.control == Some(control) {
             return;
         }
-        let Ok(roster) = fan.roster(bound) else { return };
+        let Ok(roster) = fan.roster_slots(bound) else { return };
         self.control = Some(control);
         let mut now = std::collections::BTreeMap::new();
         let mut died = std::collections::BTreeSet::new();
         for e in roster {
+            let e: RosterSlot = e;
             match e.generation {
                 Some(g) => {
                     now.insert(e.slot, (g, e.node, e.pid));
@@ -516,9 +489,8 @@ impl RosterEvents {
 
 impl Drop for ReflectiveMember {
     fn drop(&mut self) {
-        #[cfg(feature = "ofi")]
         if let Some(f) = self.fan() {
-            f.leave();
+            f.leave_group();
         }
     }
 }
@@ -534,19 +506,15 @@ impl ReflectiveMember {
         let start = Instant::now();
         let mut pause = Duration::from_micros(200);
         loop {
-            #[cfg(feature = "ofi")]
-            if let Some(ofi) = &fabric.hosts {
+            if let Some(hosts) = &fabric.hosts {
                 if let Some(node) = across::creator_of(fabric, group)? {
-                    match Self::join_across(fabric, ofi, node, group) {
+                    match Self::join_across(fabric, hosts, node, group) {
                         Err(Error::NoSuchSegment { .. } | Error::NotAvailable { .. }) => {}
                         other => return other,
                     }
                 }
             }
-            #[cfg(feature = "ofi")]
             let single_host = fabric.hosts.is_none();
-            #[cfg(not(feature = "ofi"))]
-            let single_host = true;
             if let Some(&(node, _)) = live_groups(fabric).iter().find(|&&(_, id)| id == group && single_host) {
                 match Self::join_at(fabric, node, group) {
                     Err(Error::NoSuchSegment { .. } | Error::NotAvailable { .. }) => {}
@@ -590,27 +558,20 @@ impl ReflectiveMember {
             size,
             tracker: SlotTracker::new(Some(fabric.identity)),
             reported_lost: AtomicBool::new(false),
-            #[cfg(feature = "ofi")]
             replica: None,
-            #[cfg(feature = "ofi")]
             roster_events: Default::default(),
         })
     }
 
-    /// Joins a group of a cluster created by `node` (on any host): connects to its object
-    /// over ofi, fills a replica from it and announces this member (`ofi::reflective`).
-    #[cfg(feature = "ofi")]
-    fn join_across(fabric: &Arc<FabricInner>, ofi: &OfiTransport, node: u32, group: u32) -> Result<Self> {
-        use crate::transport::{ObjectAddr, Transport};
-
-        let addr = ObjectAddr { kind: kind::REFLECTIVE, node, id: group };
-        let remote = ofi.connect(addr, Timeout::Immediate)?;
-        let conn = remote.conn().clone();
-        let seg = RemoteSegment::over(fabric, crate::transport::RemoteHandle::Ofi(remote));
-        let (fan, fd) = Fanout::join(conn.clone(), conn.slot, fabric.node.get())?;
+    /// Joins a group of a cluster created by `node` (on any host): the transport connects
+    /// to its object, fills a replica from it and announces this member
+    /// ([`HostTransport::join_group`]).
+    fn join_across(fabric: &Arc<FabricInner>, hosts: &Hosts, node: u32, group: u32) -> Result<Self> {
+        let (remote, fan, fd) = hosts.join_group(node, group, fabric.node.get())?;
+        let seg = RemoteSegment::over(fabric, remote);
         // The member's fan-out lives with its connection (DMA through it goes through it).
         let _ = seg.inner.group.set(fan.clone());
-        let size = fan.size() as u64;
+        let size = fan.group_size() as u64;
         let read = replica_map(&fd, 0, size, MapAccess::ReadOnly, MapOrigin::Remote(seg.inner.clone()))?;
         let write = fanout_map(&fan, 0, size, MapOrigin::Remote(seg.inner.clone()))?;
         Ok(ReflectiveMember {
@@ -627,8 +588,7 @@ impl ReflectiveMember {
 
     /// A group of a cluster: this member's fan-out (its replica and roster entry), which its
     /// connection holds.
-    #[cfg(feature = "ofi")]
-    fn fan(&self) -> Option<&Arc<Fanout>> {
+    fn fan(&self) -> Option<&Arc<GroupFanout>> {
         self.seg.inner.group.get()
     }
 
@@ -657,7 +617,6 @@ impl ReflectiveMember {
     /// view like [`Self::write_map`]'s.
     pub fn map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
         check_group_range(offset, size, self.size)?;
-        #[cfg(feature = "ofi")]
         if let (Some(fan), Some(replica)) = (self.fan(), &self.replica) {
             self.seg.check()?;
             let origin = MapOrigin::Remote(self.seg.inner.clone());
@@ -674,7 +633,6 @@ impl ReflectiveMember {
     /// one copy.
     pub fn local_map(&self, offset: u64, size: u64, access: MapAccess) -> Result<Map> {
         check_group_range(offset, size, self.size)?;
-        #[cfg(feature = "ofi")]
         if let Some(replica) = &self.replica {
             self.seg.check()?;
             return replica_map(replica, offset, size, access, MapOrigin::Remote(self.seg.inner.clone()));
@@ -701,9 +659,8 @@ impl ReflectiveMember {
 
     /// Every other member, creator included, as (node, pid).
     pub fn members(&self) -> Vec<(u32, u32)> {
-        #[cfg(feature = "ofi")]
         if let Some(f) = self.fan() {
-            return f.members().unwrap_or_else(|_| {
+            return f.participants().unwrap_or_else(|_| {
                 use crate::transport::RemoteObject;
                 vec![(self.seg.node_id(), self.seg.inner.remote.info().owner.pid())]
             });
@@ -730,7 +687,6 @@ impl ReflectiveMember {
         if self.reported_lost.load(Ordering::Acquire) {
             inner.check()?;
         }
-        #[cfg(feature = "ofi")]
         if let Some(fan) = self.fan() {
             return self.wait_across(fan, timeout);
         }
@@ -765,18 +721,14 @@ impl ReflectiveMember {
     /// ([`RosterEvents`]), and the loss of its connection to the creator: the group's removal,
     /// which the creator writes into this member's copy (polled here), the creator's death
     /// (the daemons mark the connection lost), or this side's disconnection.
-    #[cfg(feature = "ofi")]
-    fn wait_across(&self, fan: &Fanout, timeout: Timeout) -> Result<GroupEvent> {
+    fn wait_across(&self, fan: &GroupFanout, timeout: Timeout) -> Result<GroupEvent> {
         let inner = &self.seg.inner;
         let deadline = events::deadline(timeout);
         let mut pause = Duration::from_micros(100);
         loop {
-            if fan.removed() {
-                // The creator wrote its removal into our copy: the connection is lost.
-                if let crate::transport::RemoteHandle::Ofi(r) = &inner.remote {
-                    r.conn().mark_lost(LossReason::Removed);
-                }
-            }
+            // The creator may have written its removal into our copy: then the connection is
+            // lost.
+            fan.lose_if_removed(&inner.remote);
             if let RemoteState::Lost(reason) = inner.state() {
                 self.reported_lost.store(true, Ordering::Release);
                 return Ok(GroupEvent::Lost(reason));
@@ -810,7 +762,6 @@ impl ReflectiveMember {
 }
 
 /// Finding a cluster's groups on the other hosts, through this host's daemon.
-#[cfg(feature = "ofi")]
 mod across {
     use std::time::Duration;
 

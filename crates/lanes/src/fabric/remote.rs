@@ -4,14 +4,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::events::{self, CallbackAction, RemoteEvent};
-use super::map::{Map, MapAccess, MapOrigin};
+use super::map::{Map, MapOrigin};
 use super::{FabricInner, Timeout};
 use crate::config::NodeId;
 use crate::error::{Error, IoContext, Result};
 use crate::transport::shm::layout::kind;
 use crate::transport::shm::remote::ShmRemote;
+use crate::transport::MapAccess;
 use crate::transport::{
-    GroupFanout, HostTransport, ObjectAddr, RemoteHandle, RemoteObject, Transport, NO_HOST_TRANSPORT,
+    Connection, HostTransport, ObjectAddr, RemoteHandle, RemoteObject, Transport, NO_HOST_TRANSPORT,
 };
 pub use crate::transport::{LossReason, RemoteState};
 
@@ -23,14 +24,21 @@ pub struct RemoteSegment {
 
 pub(crate) struct RemoteInner {
     pub(crate) fabric: Arc<FabricInner>,
-    /// The connection, of whichever transport reached the object.
-    pub(crate) remote: RemoteHandle,
+    /// The connection, of whichever transport reached the object (and, for a member of a
+    /// reflective group spanning hosts, its fan-out): `inner.remote` and `inner.group`.
+    pub(crate) conn: Connection,
     /// The state the last event reported (events report changes from it).
     reported: Mutex<RemoteState>,
     poll: events::PollTime,
-    /// A member's connection to a reflective group spanning hosts: the member's fan-out,
-    /// through which DMA reaches every member's copy (set once, by the join).
-    pub(crate) group: std::sync::OnceLock<Arc<GroupFanout>>,
+}
+
+impl std::ops::Deref for RemoteInner {
+    type Target = Connection;
+
+    #[inline(always)]
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
 }
 
 impl std::fmt::Debug for RemoteInner {
@@ -58,10 +66,9 @@ impl RemoteSegment {
     pub(crate) fn over(fabric: &Arc<FabricInner>, remote: RemoteHandle) -> RemoteSegment {
         let inner = Arc::new(RemoteInner {
             fabric: fabric.clone(),
-            remote,
+            conn: Connection { remote, group: Default::default() },
             reported: Mutex::new(RemoteState::Operational),
             poll: events::PollTime::new(),
-            group: Default::default(),
         });
         RemoteSegment { inner }
     }
@@ -95,11 +102,11 @@ impl RemoteSegment {
         Err(Error::IllegalOperation(NO_HOST_TRANSPORT))
     }
 
-    /// A segment connected through `remote` (made by the caller), for in-crate tests of a
-    /// transport below the fabric.
-    #[cfg(test)]
-    #[allow(dead_code)] // only the tests of a transport to other hosts make their own
-    pub(crate) fn from_handle(fabric: &super::Fabric, remote: RemoteHandle) -> RemoteSegment {
+    /// A segment connected through `remote` (made by the caller), for the tests of a
+    /// transport below the fabric (crates/lanes-transport/tests).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn from_handle(fabric: &super::Fabric, remote: RemoteHandle) -> RemoteSegment {
         Self::over(&fabric.inner, remote)
     }
 
@@ -177,6 +184,12 @@ impl RemoteSegment {
 }
 
 impl RemoteInner {
+    /// The connection, as DMA descriptors name it.
+    #[inline]
+    pub(crate) fn connection(&self) -> *const Connection {
+        &self.conn
+    }
+
     /// The connection's state; a check costs two atomic loads and no system call.
     #[inline]
     pub(crate) fn state(&self) -> RemoteState {

@@ -2,20 +2,7 @@
 
 use super::map::MapOrigin;
 use super::remote::RemoteState;
-use crate::transport::{MapSequence, TrackedSequence};
-
-/// The outcome of [`Sequence::start`] or [`Sequence::check`] (`sci_sequence_status_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SequenceStatus {
-    /// Every access since the start reached the segment.
-    Ok,
-    /// A transient error; repeat the burst. (Not produced by shared memory.)
-    Retriable,
-    /// The segment is gone (owner died, removed it, or this side disconnected).
-    NotRetriable,
-    /// The check could not decide yet. (Not produced by shared memory.)
-    Pending,
-}
+use crate::transport::{MapSequence, SequenceStatus, TrackedSequence};
 
 /// Error checking across a burst of PIO. On shared memory checks cost two atomic loads: the
 /// death watch thread and the owner's header publish failures; nothing on this path makes a
