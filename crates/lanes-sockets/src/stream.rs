@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, iovec, msghdr, ssize_t};
 
+use lanes::platform::SharedSlice;
 use lanes::sockets::direction::{ring_unread_between, DirectionWord};
 use lanes::sockets::endpoint::{
     lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_NODELAY_FORCED, FLAG_RESET, FLAG_RING_WANTED,
@@ -43,20 +44,28 @@ fn sub_iov(iov: &[iovec], mut skip: usize, mut max: usize) -> Vec<iovec> {
 }
 
 /// Copies `n` bytes between the caller's buffers (from byte `skip`) and the ring (from
-/// position `pos`, wrapping). `into_ring` picks the direction. Allocates nothing: this is
-/// the data path.
+/// position `pos`, wrapping). `into_ring` picks the direction. Each buffer's part is at most
+/// two pieces of the ring (`n` is at most its size): one checked copy each, with the
+/// streaming stores of [`SharedSlice::copy_from`] into the ring. Allocates nothing: this is
+/// the data path. False if the ring refused a piece (a ring whose size is not a power of
+/// two, which the record never has): the bytes are then not all copied, and the caller
+/// must not publish or consume them.
 ///
 /// # Safety
-/// The iovecs must be valid for the access; `ring` must be `cap` bytes of mapped memory.
+/// The iovecs must be valid for the access (reads when `into_ring`, else writes), and not
+/// overlap the ring.
 unsafe fn copy_ring(
-    ring: *mut u8,
-    cap: usize,
+    ring: SharedSlice<'_>,
     mut pos: usize,
     iov: &[iovec],
     mut skip: usize,
     mut n: usize,
     into_ring: bool,
-) {
+) -> bool {
+    let cap = ring.len();
+    if !cap.is_power_of_two() {
+        return false;
+    }
     for v in iov {
         if n == 0 {
             break;
@@ -71,22 +80,34 @@ unsafe fn copy_ring(
         while done < end {
             let at = pos & (cap - 1);
             let chunk = (end - done).min(cap - at);
-            // SAFETY: at + chunk <= cap; the user buffer holds iov_len >= end bytes.
-            unsafe {
+            // SAFETY: done + chunk <= end <= iov_len, so the piece lies in the caller's
+            // buffer (the caller's contract), which is private memory, not the ring.
+            let copied = unsafe {
                 let user = v.iov_base.cast::<u8>().add(done);
                 if into_ring {
-                    lanes::platform::memory::copy_to_shared(ring.add(at), std::slice::from_raw_parts(user, chunk));
+                    ring.copy_from(at, std::slice::from_raw_parts(user, chunk))
                 } else {
-                    lanes::platform::memory::copy_from_shared(
-                        std::slice::from_raw_parts_mut(user, chunk),
-                        ring.add(at),
-                    );
+                    ring.copy_to(at, std::slice::from_raw_parts_mut(user, chunk))
                 }
+            };
+            if copied.is_err() {
+                return false;
             }
             done += chunk;
             pos += chunk;
         }
     }
+    true
+}
+
+/// The end of a call whose ring copy was refused: the bytes done so far, or -1 and EIO.
+#[cold]
+fn ring_refused(done: usize) -> ssize_t {
+    if done > 0 {
+        return done as ssize_t;
+    }
+    set_errno(libc::EIO);
+    -1
 }
 
 /// Which call the program made: every kernel-path system call made for it is that same
@@ -200,7 +221,12 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
                     let n = space.min(total - sent).min(PUBLISH_CHUNK);
                     // SAFETY: the ring is ours to write between `published` and the
                     // receiver's consumed count; the caller's buffers are valid.
-                    unsafe { copy_ring(conn.own.ring_ptr(), cap, state.published() as usize, iov, sent, n, true) };
+                    let copied = unsafe { copy_ring(conn.own.ring(), state.published() as usize, iov, sent, n, true) };
+                    if !copied {
+                        // Never so (the ring is the record's, of `cap` bytes): nothing is
+                        // published, the call ends as a failed write would.
+                        return ring_refused(sent);
+                    }
                     if word.publish(n) {
                         sent += n;
                         // Counted under the send lock: no locked add needed.
@@ -761,7 +787,10 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             }
             // SAFETY: the published bytes from `consumed` are the sender's to leave alone
             // until we advance `consumed`; the caller's buffers are valid.
-            unsafe { copy_ring(peer.ring_ptr(), cap, consumed as usize, iov, got, n, false) };
+            if !unsafe { copy_ring(peer.ring(), consumed as usize, iov, got, n, false) } {
+                // Never so (as in the send path): nothing is consumed.
+                return ring_refused(got);
+            }
             if !peek {
                 conn.own.rx_consumed().store(consumed + n as u64, Ordering::Release);
                 ring_read(conn);
