@@ -1051,3 +1051,42 @@ pub fn readable_bytes(conn: &Conn, fd: c_int) -> Option<c_int> {
     };
     Some(n.saturating_add(ring.min(c_int::MAX as u64) as c_int))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanes::platform::mapping::Mapping;
+
+    fn iov(buf: &mut [u8]) -> iovec {
+        iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }
+    }
+
+    #[test]
+    fn copy_ring_wraps_in_pieces_both_ways() {
+        let map = Mapping::anonymous(8192).unwrap();
+        let ring = map.slice().subslice(0, 4096).unwrap();
+        let mut a: Vec<u8> = (0..1500u32).map(|i| (i % 251) as u8).collect();
+        let mut b: Vec<u8> = (0..2500u32).map(|i| (i % 241) as u8).collect();
+        let src = [iov(&mut a), iov(&mut b)];
+        // From position 3000 (wrapping at 4096), skipping 100 bytes of the buffers.
+        // SAFETY: the iovecs are private buffers of their lengths.
+        assert!(unsafe { copy_ring(ring, 4096 * 3 + 3000, &src, 100, 3900, true) });
+        let mut out = vec![0u8; 4096];
+        ring.copy_to(0, &mut out).unwrap();
+        let sent: Vec<u8> = a[100..].iter().chain(&b).copied().collect();
+        assert_eq!(&out[3000..], &sent[..1096]);
+        assert_eq!(&out[..3900 - 1096], &sent[1096..]);
+        let mut back = vec![0u8; 4000];
+        let dst = [iov(&mut back)];
+        // SAFETY: as above, written.
+        assert!(unsafe { copy_ring(ring, 3000, &dst, 100, 3900, false) });
+        assert_eq!(&back[100..], &sent[..]);
+        // A ring of a size not a power of two is refused, untouched.
+        let odd = map.slice().subslice(4096, 3000).unwrap();
+        // SAFETY: as above.
+        assert!(!unsafe { copy_ring(odd, 0, &src, 0, 10, true) });
+        let mut rest = vec![1u8; 3000];
+        odd.copy_to(0, &mut rest).unwrap();
+        assert!(rest.iter().all(|&x| x == 0));
+    }
+}
