@@ -105,6 +105,12 @@ impl<'a> SharedSlice<'a> {
         SharedSlice { writable: false, ..s }
     }
 
+    /// A slice of no bytes: every access but an empty one is refused. For a fallback that
+    /// must not fail.
+    pub fn empty() -> SharedSlice<'a> {
+        SharedSlice { ptr: NonNull::dangling(), len: 0, writable: false, _memory: PhantomData }
+    }
+
     /// Bytes in the slice.
     #[inline]
     pub fn len(&self) -> usize {
@@ -259,6 +265,37 @@ impl<'a> SharedSlice<'a> {
         let p = self.at(offset, 4, 4, true)?;
         // SAFETY: as in `atomic_u64`, for a 4-aligned word.
         Ok(unsafe { AtomicU32::from_ptr(p.cast()) })
+    }
+
+    /// As [`SharedSlice::atomic_u64`], for a word the caller has proved in bounds, aligned
+    /// and writable: a constant offset inside a fixed-size header that the slice was checked,
+    /// once when made, to hold (read-write, at an aligned address). The check is still made;
+    /// should the proof be wrong, the word is a process-private one, not memory outside the
+    /// slice, and there is no panic (a library preloaded into programs must never unwind
+    /// into C). Debug builds assert.
+    #[inline]
+    pub fn header_u64(&self, offset: usize) -> &'a AtomicU64 {
+        static DETACHED: AtomicU64 = AtomicU64::new(0);
+        match self.atomic_u64(offset) {
+            Ok(w) => w,
+            Err(e) => {
+                debug_assert!(false, "header word: {e}");
+                &DETACHED
+            }
+        }
+    }
+
+    /// As [`SharedSlice::header_u64`], for a 4-aligned word.
+    #[inline]
+    pub fn header_u32(&self, offset: usize) -> &'a AtomicU32 {
+        static DETACHED: AtomicU32 = AtomicU32::new(0);
+        match self.atomic_u32(offset) {
+            Ok(w) => w,
+            Err(e) => {
+                debug_assert!(false, "header word: {e}");
+                &DETACHED
+            }
+        }
     }
 
     /// Copies `src` into the slice at `offset` (streaming stores for large copies, see
@@ -492,6 +529,26 @@ mod tests {
         unsafe { s.copy_from_raw(5000, raw.as_ptr(), 1000) }.unwrap();
         s.copy_to(5000, &mut got).unwrap();
         assert_eq!(got, data);
+    }
+
+    #[test]
+    fn header_words_are_the_checked_words() {
+        let map = Mapping::anonymous(4096).unwrap();
+        let s = map.slice();
+        s.header_u64(8).store(7, std::sync::atomic::Ordering::Relaxed);
+        s.header_u32(20).store(9, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(s.read::<u64>(8), Ok(7));
+        assert_eq!(s.read::<u32>(20), Ok(9));
+    }
+
+    #[test]
+    #[cfg(not(debug_assertions))]
+    fn a_header_word_outside_the_slice_is_a_private_word() {
+        let map = Mapping::anonymous(4096).unwrap();
+        let s = guarded(&map, 0, 64);
+        s.header_u64(64).store(1, std::sync::atomic::Ordering::Relaxed);
+        s.header_u32(2).store(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(untouched(&map));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, iovec, msghdr, ssize_t};
 
+use lanes::platform::SharedSlice;
 use lanes::sockets::direction::{ring_unread_between, DirectionWord};
 use lanes::sockets::endpoint::{
     lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_NODELAY_FORCED, FLAG_RESET, FLAG_RING_WANTED,
@@ -43,20 +44,28 @@ fn sub_iov(iov: &[iovec], mut skip: usize, mut max: usize) -> Vec<iovec> {
 }
 
 /// Copies `n` bytes between the caller's buffers (from byte `skip`) and the ring (from
-/// position `pos`, wrapping). `into_ring` picks the direction. Allocates nothing: this is
-/// the data path.
+/// position `pos`, wrapping). `into_ring` picks the direction. Each buffer's part is at most
+/// two pieces of the ring (`n` is at most its size): one checked copy each, with the
+/// streaming stores of [`SharedSlice::copy_from`] into the ring. Allocates nothing: this is
+/// the data path. False if the ring refused a piece (a ring whose size is not a power of
+/// two, which the record never has): the bytes are then not all copied, and the caller
+/// must not publish or consume them.
 ///
 /// # Safety
-/// The iovecs must be valid for the access; `ring` must be `cap` bytes of mapped memory.
+/// The iovecs must be valid for the access (reads when `into_ring`, else writes), and not
+/// overlap the ring.
 unsafe fn copy_ring(
-    ring: *mut u8,
-    cap: usize,
+    ring: SharedSlice<'_>,
     mut pos: usize,
     iov: &[iovec],
     mut skip: usize,
     mut n: usize,
     into_ring: bool,
-) {
+) -> bool {
+    let cap = ring.len();
+    if !cap.is_power_of_two() {
+        return false;
+    }
     for v in iov {
         if n == 0 {
             break;
@@ -71,22 +80,34 @@ unsafe fn copy_ring(
         while done < end {
             let at = pos & (cap - 1);
             let chunk = (end - done).min(cap - at);
-            // SAFETY: at + chunk <= cap; the user buffer holds iov_len >= end bytes.
-            unsafe {
+            // SAFETY: done + chunk <= end <= iov_len, so the piece lies in the caller's
+            // buffer (the caller's contract), which is private memory, not the ring.
+            let copied = unsafe {
                 let user = v.iov_base.cast::<u8>().add(done);
                 if into_ring {
-                    lanes::platform::memory::copy_to_shared(ring.add(at), std::slice::from_raw_parts(user, chunk));
+                    ring.copy_from(at, std::slice::from_raw_parts(user, chunk))
                 } else {
-                    lanes::platform::memory::copy_from_shared(
-                        std::slice::from_raw_parts_mut(user, chunk),
-                        ring.add(at),
-                    );
+                    ring.copy_to(at, std::slice::from_raw_parts_mut(user, chunk))
                 }
+            };
+            if copied.is_err() {
+                return false;
             }
             done += chunk;
             pos += chunk;
         }
     }
+    true
+}
+
+/// The end of a call whose ring copy was refused: the bytes done so far, or -1 and EIO.
+#[cold]
+fn ring_refused(done: usize) -> ssize_t {
+    if done > 0 {
+        return done as ssize_t;
+    }
+    set_errno(libc::EIO);
+    -1
 }
 
 /// Which call the program made: every kernel-path system call made for it is that same
@@ -200,7 +221,12 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
                     let n = space.min(total - sent).min(PUBLISH_CHUNK);
                     // SAFETY: the ring is ours to write between `published` and the
                     // receiver's consumed count; the caller's buffers are valid.
-                    unsafe { copy_ring(conn.own.ring_ptr(), cap, state.published() as usize, iov, sent, n, true) };
+                    let copied = unsafe { copy_ring(conn.own.ring(), state.published() as usize, iov, sent, n, true) };
+                    if !copied {
+                        // Never so (the ring is the record's, of `cap` bytes): nothing is
+                        // published, the call ends as a failed write would.
+                        return ring_refused(sent);
+                    }
                     if word.publish(n) {
                         sent += n;
                         // Counted under the send lock: no locked add needed.
@@ -761,7 +787,10 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             }
             // SAFETY: the published bytes from `consumed` are the sender's to leave alone
             // until we advance `consumed`; the caller's buffers are valid.
-            unsafe { copy_ring(peer.ring_ptr(), cap, consumed as usize, iov, got, n, false) };
+            if !unsafe { copy_ring(peer.ring(), consumed as usize, iov, got, n, false) } {
+                // Never so (as in the send path): nothing is consumed.
+                return ring_refused(got);
+            }
             if !peek {
                 conn.own.rx_consumed().store(consumed + n as u64, Ordering::Release);
                 ring_read(conn);
@@ -1021,4 +1050,43 @@ pub fn readable_bytes(conn: &Conn, fd: c_int) -> Option<c_int> {
         None => 0,
     };
     Some(n.saturating_add(ring.min(c_int::MAX as u64) as c_int))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanes::platform::mapping::Mapping;
+
+    fn iov(buf: &mut [u8]) -> iovec {
+        iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }
+    }
+
+    #[test]
+    fn copy_ring_wraps_in_pieces_both_ways() {
+        let map = Mapping::anonymous(8192).unwrap();
+        let ring = map.slice().subslice(0, 4096).unwrap();
+        let mut a: Vec<u8> = (0..1500u32).map(|i| (i % 251) as u8).collect();
+        let mut b: Vec<u8> = (0..2500u32).map(|i| (i % 241) as u8).collect();
+        let src = [iov(&mut a), iov(&mut b)];
+        // From position 3000 (wrapping at 4096), skipping 100 bytes of the buffers.
+        // SAFETY: the iovecs are private buffers of their lengths.
+        assert!(unsafe { copy_ring(ring, 4096 * 3 + 3000, &src, 100, 3900, true) });
+        let mut out = vec![0u8; 4096];
+        ring.copy_to(0, &mut out).unwrap();
+        let sent: Vec<u8> = a[100..].iter().chain(&b).copied().collect();
+        assert_eq!(&out[3000..], &sent[..1096]);
+        assert_eq!(&out[..3900 - 1096], &sent[1096..]);
+        let mut back = vec![0u8; 4000];
+        let dst = [iov(&mut back)];
+        // SAFETY: as above, written.
+        assert!(unsafe { copy_ring(ring, 3000, &dst, 100, 3900, false) });
+        assert_eq!(&back[100..], &sent[..]);
+        // A ring of a size not a power of two is refused, untouched.
+        let odd = map.slice().subslice(4096, 3000).unwrap();
+        // SAFETY: as above.
+        assert!(!unsafe { copy_ring(odd, 0, &src, 0, 10, true) });
+        let mut rest = vec![1u8; 3000];
+        odd.copy_to(0, &mut rest).unwrap();
+        assert!(rest.iter().all(|&x| x == 0));
+    }
 }

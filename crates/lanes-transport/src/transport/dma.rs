@@ -26,6 +26,7 @@ use crate::error::Result;
 use crate::platform::doorbell::Doorbell;
 use crate::platform::memory;
 use crate::platform::spsc::{CachePadded, SpscRing};
+use crate::platform::SharedSlice;
 use crate::transport::{Connection, DmaDirection, DmaVec, RemoteState};
 
 #[cfg(feature = "ofi")]
@@ -42,9 +43,8 @@ pub const MAX_BATCH: usize = 256;
 pub struct LocalBytes<'a> {
     /// The segment's identity while it lives (for what the transport keeps per segment).
     pub key: usize,
-    /// The mapping's first byte and its length, read-write.
-    pub ptr: *mut u8,
-    pub len: usize,
+    /// The mapping's bytes, read-write.
+    pub bytes: SharedSlice<'a>,
     /// A reference that keeps the mapping alive.
     pub owner: &'a dyn Fn() -> Arc<dyn Any + Send + Sync>,
 }

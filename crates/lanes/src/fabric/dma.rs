@@ -287,8 +287,7 @@ impl DmaQueue {
         let remote_ptr = remote.inner.connection();
         self.scratch.clear();
         let owner = || -> Arc<dyn Any + Send + Sync> { lmap.clone() };
-        let bytes =
-            LocalBytes { key: Arc::as_ptr(&local.inner) as usize, ptr: lmap.as_ptr(), len: lmap.len(), owner: &owner };
+        let bytes = LocalBytes { key: Arc::as_ptr(&local.inner) as usize, bytes: lmap.program_slice()?, owner: &owner };
         let keep = || -> Arc<dyn Any + Send + Sync> { remote.inner.clone() };
         if let Some(queued) =
             self.far.segment_descriptors(bytes, &remote.inner, keep, vec, direction, &mut self.scratch)
@@ -299,11 +298,15 @@ impl DmaQueue {
         }
         let rmap = self.remote_map(remote)?;
         self.scratch.clear();
+        let (lbytes, rbytes) = (lmap.program_slice()?, rmap.program_slice()?);
         for v in vec {
-            // SAFETY: offsets were checked against the segment sizes and the maps cover the
-            // whole segments, so both addresses are inside their mappings.
-            let (l, r) =
-                unsafe { (lmap.as_ptr().add(v.local_offset as usize), rmap.as_ptr().add(v.remote_offset as usize)) };
+            // Offsets were checked against the segment sizes, and the maps cover the whole
+            // segments: the ranges are checked again against the maps, as the descriptors'
+            // addresses are the transfers' bounds from now on.
+            let size = v.size as usize;
+            let l = lbytes.subslice(v.local_offset as usize, size).map_err(|e| Error::shared(e, "local segment"))?;
+            let r = rbytes.subslice(v.remote_offset as usize, size).map_err(|e| Error::shared(e, "remote segment"))?;
+            let (l, r) = (l.as_ptr(), r.as_ptr());
             let (dst, src) = match direction {
                 DmaDirection::Write => (r, l.cast_const()),
                 DmaDirection::Read => (l, r.cast_const()),
@@ -351,8 +354,12 @@ impl DmaQueue {
             return Ok(());
         }
         let rmap = self.remote_map(remote)?;
-        // SAFETY: the offset was checked against the segment, which the map covers.
-        let r = unsafe { rmap.as_ptr().add(remote_offset as usize) };
+        // The offset was checked against the segment, which the map covers: checked again.
+        let r = rmap
+            .program_slice()?
+            .subslice(remote_offset as usize, size as usize)
+            .map_err(|e| Error::shared(e, "remote segment"))?
+            .as_ptr();
         let (dst, src) = match direction {
             DmaDirection::Write => (r, addr.cast_const()),
             DmaDirection::Read => (addr, r.cast_const()),
@@ -446,20 +453,20 @@ impl DmaQueue {
             check_range(remote_offset, size, remote.size(), "remote segment")?;
             let lmap = self.local_map(local)?;
             let rmap = self.remote_map(remote)?;
-            // SAFETY: both ranges were checked against their segments, which the maps cover;
-            // the two mappings are distinct, so the ranges do not overlap.
-            unsafe {
-                let l = lmap.as_ptr().add(local_offset as usize);
-                let r = rmap.as_ptr().add(remote_offset as usize);
-                match direction {
-                    DmaDirection::Write => {
-                        memory::copy_shared_to_shared(r, l, size as usize, memory::nontemporal_threshold())
-                    }
-                    DmaDirection::Read => {
-                        memory::copy_shared_to_shared(l, r, size as usize, memory::nontemporal_threshold())
-                    }
+            // Both ranges were checked against their segments, which the maps cover; the
+            // copy checks them against the maps again. The two mappings are distinct, so the
+            // ranges do not overlap.
+            let (l, r) = (lmap.program_slice()?, rmap.program_slice()?);
+            let (local_offset, remote_offset, size) = (local_offset as usize, remote_offset as usize, size as usize);
+            let copied = match direction {
+                DmaDirection::Write => {
+                    l.copy_to_shared(local_offset, &r, remote_offset, size, memory::nontemporal_threshold())
                 }
-            }
+                DmaDirection::Read => {
+                    r.copy_to_shared(remote_offset, &l, local_offset, size, memory::nontemporal_threshold())
+                }
+            };
+            copied.map_err(|e| Error::shared(e, "DMA copy"))?;
             memory::store_barrier();
             return Ok(CopyPath::Pio);
         }

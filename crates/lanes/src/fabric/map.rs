@@ -85,6 +85,21 @@ impl Map {
         self.window.as_ptr()
     }
 
+    /// The bytes [`Map::as_ptr`] hands out (with its effect on a tracked window), as a
+    /// checked slice: for the DMA queue, whose engine copies through raw addresses inside
+    /// it. An error if a tracked window's buffer cannot be had (a null pointer).
+    pub(crate) fn program_slice(&self) -> Result<SharedSlice<'_>> {
+        let p = self.as_ptr();
+        if p.is_null() {
+            return Err(Error::IllegalOperation("a map whose buffer could not be allocated"));
+        }
+        // SAFETY: as_ptr's contract: the window's len() bytes at a non-null address, valid
+        // while self lives, memory that may change at any time (so touched only through raw
+        // pointers and copies).
+        let s = unsafe { SharedSlice::from_raw_parts(p, self.len()) };
+        Ok(if self.writable { s } else { s.read_only() })
+    }
+
     /// Checks `offset..offset+len` against the window, and its address against `align`,
     /// and returns those bytes: every access below is then to offset 0 of that slice and
     /// cannot fail.

@@ -38,6 +38,7 @@ use super::direction::{DirectionWord, MAX_RING_BYTES};
 use crate::platform::files::{ensure_private_dir, open_existing, reserve, UnnamedFile};
 use crate::platform::liveness::{pid_alive, pid_running, ProcessIdentity};
 use crate::platform::mapping::{Access, Mapping};
+use crate::platform::SharedSlice;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"LNSOCK01");
 /// 3: the state word has a parked bit (see `direction`).
@@ -264,9 +265,9 @@ impl Endpoint {
             header[OFF_NETNS..OFF_NETNS + 8].copy_from_slice(&key.netns.to_le_bytes());
             encode_addr(&mut header[OFF_LOCAL..OFF_LOCAL + 20], key.local);
             encode_addr(&mut header[OFF_REMOTE..OFF_REMOTE + 20], key.remote);
-            // SAFETY: the mapping is ours, at least 4096 bytes long, and nobody else can see
-            // the unnamed file yet.
-            unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), map.as_ptr(), header.len()) };
+            // The mapping is ours, at least 4096 bytes long, and nobody else can see the
+            // unnamed file yet.
+            map.slice().copy_from(0, &header)?;
             let ep = Endpoint { map, path: dir.join(&name), ring_bytes, cookie, key: *key };
             ep.add_holder(me);
             match unnamed.publish(&name) {
@@ -290,8 +291,8 @@ impl Endpoint {
         }
         let head = Mapping::map(file.as_fd(), 0, RING_OFFSET, Access::ReadOnly)?;
         let mut header = [0u8; 128];
-        // SAFETY: the mapping is RING_OFFSET >= 128 bytes; the copy tolerates concurrent writes.
-        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), header.as_mut_ptr(), header.len()) };
+        // The mapping is RING_OFFSET >= 128 bytes; the copy tolerates concurrent writes.
+        head.slice().copy_to(0, &mut header)?;
         drop(head);
         let word = |o: usize| u64::from_le_bytes(header[o..o + 8].try_into().expect("8 bytes"));
         let half = |o: usize| u32::from_le_bytes(header[o..o + 4].try_into().expect("4 bytes"));
@@ -335,18 +336,21 @@ impl Endpoint {
         let _ = std::fs::remove_file(&self.path);
     }
 
+    /// The header page, read-write: every record is mapped read-write and at least
+    /// `RING_OFFSET + MIN_RING_BYTES` bytes long (checked by `create` and `open`), and the
+    /// header's words are constant, aligned offsets below `RING_OFFSET`, so the accessors
+    /// below take the checked accessor's infallible path ([`SharedSlice::header_u64`]).
+    #[inline]
+    fn header(&self) -> SharedSlice<'_> {
+        self.map.slice()
+    }
     #[inline]
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= RING_OFFSET);
-        // SAFETY: off is an 8-aligned offset inside the header page of a live mapping (the
-        // mapping lives as long as &self); other processes access it only atomically.
-        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+        self.header().header_u64(off)
     }
     #[inline]
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= RING_OFFSET);
-        // SAFETY: as in u64_at, 4-aligned.
-        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
+        self.header().header_u32(off)
     }
 
     /// The state word of this record's sending direction.
@@ -425,11 +429,14 @@ impl Endpoint {
     pub fn ring_bytes(&self) -> usize {
         self.ring_bytes
     }
-    /// The ring's first byte.
+    /// Exactly the ring's bytes (`ring_bytes` of them, from `RING_OFFSET`), as a checked
+    /// slice. The mapping is `RING_OFFSET + ring_bytes` long (made or checked so by `create`
+    /// and `open`), so the slice is never empty but for a mapping that lies, which cannot
+    /// happen; should it, every access through it is refused instead.
     #[inline]
-    pub fn ring_ptr(&self) -> *mut u8 {
-        // SAFETY: RING_OFFSET + ring_bytes is the mapping's length.
-        unsafe { self.map.as_ptr().add(RING_OFFSET) }
+    pub fn ring(&self) -> SharedSlice<'_> {
+        let all = self.map.slice();
+        all.subslice(RING_OFFSET, self.ring_bytes).unwrap_or_else(|_| SharedSlice::empty())
     }
 
     fn holder_slot(&self, i: usize) -> &AtomicU64 {
@@ -737,15 +744,14 @@ mod tests {
         assert_eq!(std::fs::read_dir(sockets_dir(&fs.0)).unwrap().count(), 0, "nothing left behind");
         // A record that fits is reserved in full: its whole ring is writable.
         let small = Endpoint::create(&fs.0, &key(), 43, 4096).unwrap();
-        // SAFETY: the ring is ring_bytes() long and ours (no peer maps it).
-        unsafe { std::ptr::write_bytes(small.ring_ptr(), 0xa5, small.ring_bytes()) };
+        assert_eq!(small.ring().len(), small.ring_bytes());
+        small.ring().fill(0, small.ring_bytes(), 0xa5).unwrap();
         // Fill what is left: the next record is refused, the mapped one still works.
         let filler = fs.0.join("filler");
         let _ = std::fs::write(&filler, vec![1u8; 64 << 10]);
         let e = Endpoint::create(&fs.0, &key().reversed(), 44, 4096).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
-        // SAFETY: as above.
-        unsafe { std::ptr::write_bytes(small.ring_ptr(), 0x5a, small.ring_bytes()) };
+        small.ring().fill(0, small.ring_bytes(), 0x5a).unwrap();
         drop(small);
     }
 }

@@ -104,11 +104,22 @@ fn file_name(who: ProcessIdentity) -> String {
     format!("{PREFIX}{}-{:x}", who.pid(), who.bits())
 }
 
+/// The word at `off` of this process's own file, to store into. The mapping is `LEN`
+/// read-write bytes (made so by `ReasonsFile::create`) and every offset is a constant (or a
+/// reason's line) inside it: the checked accessor takes its infallible path.
 fn u64_at(map: &Mapping, off: usize) -> &AtomicU64 {
-    debug_assert!(off % 8 == 0 && off + 8 <= LEN && map.len() >= LEN);
-    // SAFETY: an 8-aligned offset inside a mapping of LEN bytes that lives as long as `map`;
-    // every process touches these words atomically only.
-    unsafe { &*(map.as_ptr().add(off) as *const AtomicU64) }
+    map.slice().header_u64(off)
+}
+
+/// The word at `off` of another process's file, mapped read-only: `None` if it is not in
+/// the mapping.
+fn load_u64(map: &Mapping, off: usize, order: Ordering) -> Option<u64> {
+    let s = map.slice();
+    match order {
+        Ordering::Relaxed => s.read::<u64>(off),
+        _ => s.load_acquire_u64(off),
+    }
+    .ok()
 }
 
 fn store_addr(map: &Mapping, off: usize, a: SocketAddr) {
@@ -122,7 +133,7 @@ fn store_addr(map: &Mapping, off: usize, a: SocketAddr) {
 fn load_addr(map: &Mapping, off: usize) -> Option<SocketAddr> {
     let mut b = [0u8; 24];
     for i in 0..3 {
-        b[8 * i..8 * i + 8].copy_from_slice(&u64_at(map, off + 8 * i).load(Ordering::Relaxed).to_le_bytes());
+        b[8 * i..8 * i + 8].copy_from_slice(&load_u64(map, off + 8 * i, Ordering::Relaxed)?.to_le_bytes());
     }
     decode_addr(&b[..20])
 }
@@ -196,19 +207,19 @@ fn read_file(path: &Path) -> Option<ProcessReasons> {
         return None;
     }
     let map = Mapping::map(file.as_fd(), 0, LEN, Access::ReadOnly).ok()?;
-    if u64_at(&map, 0).load(Ordering::Acquire) != MAGIC {
+    if load_u64(&map, 0, Ordering::Acquire)? != MAGIC {
         return None;
     }
-    let who = ProcessIdentity::from_bits(u64_at(&map, OFF_IDENTITY).load(Ordering::Relaxed))?;
+    let who = ProcessIdentity::from_bits(load_u64(&map, OFF_IDENTITY, Ordering::Relaxed)?)?;
     let mut comm = Vec::with_capacity(16);
-    comm.extend_from_slice(&u64_at(&map, OFF_COMM).load(Ordering::Relaxed).to_le_bytes());
-    comm.extend_from_slice(&u64_at(&map, OFF_COMM + 8).load(Ordering::Relaxed).to_le_bytes());
+    comm.extend_from_slice(&load_u64(&map, OFF_COMM, Ordering::Relaxed)?.to_le_bytes());
+    comm.extend_from_slice(&load_u64(&map, OFF_COMM + 8, Ordering::Relaxed)?.to_le_bytes());
     let command = String::from_utf8_lossy(comm.split(|b| *b == 0).next().unwrap_or_default()).into_owned();
     let reasons = Reason::ALL
         .iter()
         .filter_map(|&reason| {
             let off = OFF_LINES + LINE * reason.index();
-            let sockets = u64_at(&map, off).load(Ordering::Acquire);
+            let sockets = load_u64(&map, off, Ordering::Acquire)?;
             let last = load_addr(&map, off + 8).zip(load_addr(&map, off + 32));
             (sockets > 0).then_some(ReasonCount { reason, label: reason.label(), sockets, last })
         })
@@ -216,7 +227,7 @@ fn read_file(path: &Path) -> Option<ProcessReasons> {
     Some(ProcessReasons {
         pid: who.pid(),
         command,
-        uid: u64_at(&map, OFF_UID).load(Ordering::Relaxed) as u32,
+        uid: load_u64(&map, OFF_UID, Ordering::Relaxed)? as u32,
         alive: who.is_running(),
         reasons,
     })

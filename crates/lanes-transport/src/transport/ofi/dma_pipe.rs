@@ -480,10 +480,11 @@ impl Pipe {
                             break;
                         }
                         // SAFETY: `posted + len <= len` of the run, whose local range
-                        // was checked inside its registration when queued; the
-                        // registration (and a segment's mapping) is kept by the op.
+                        // was checked inside its registration when queued (and `post`
+                        // checks this piece of it again); the registration (and a
+                        // segment's mapping) is kept by the op.
                         let posted = unsafe {
-                            rma::post(conn, reg, local.add(run.posted), remote_offset + run.posted as u64, len, *write)
+                            rma::post(conn, reg, *local, run.posted, remote_offset + run.posted as u64, len, *write)
                         };
                         match posted {
                             Ok(op) => {
@@ -684,7 +685,7 @@ impl Far {
         let owner = (seg.owner)();
         // SAFETY: the mapping covers the whole segment, read-write, and the registration owns
         // a reference that keeps it alive.
-        let reg = unsafe { LocalReg::new(endpoint, seg.ptr, seg.len, Some(owner))? };
+        let reg = unsafe { LocalReg::new(endpoint, seg.bytes.as_ptr(), seg.bytes.len(), Some(owner))? };
         self.regs.insert(key, reg.clone());
         Ok(reg)
     }
@@ -727,8 +728,12 @@ impl DmaFar for Far {
         };
         self.keep_remote(remote, keep);
         for v in vec {
-            // SAFETY: the offset was checked against the segment, which the mapping covers.
-            let l = unsafe { local.ptr.add(v.local_offset as usize) };
+            // The offset was checked against the segment, which the mapping covers: checked
+            // again here, as the descriptor's address is the transfer's bounds from now on.
+            let l = match local.bytes.subslice(v.local_offset as usize, v.size as usize) {
+                Ok(l) => l.as_ptr(),
+                Err(e) => return Some(Err(Error::shared(e, "local segment"))),
+            };
             out.push(far_descriptor(l, v.remote_offset, v.size, direction, remote, reg.as_ref()));
         }
         Some(Ok(()))

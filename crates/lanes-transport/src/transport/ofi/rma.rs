@@ -144,35 +144,39 @@ impl LocalReg {
     }
 
     /// The registered range `ptr..ptr + len`, to post from or into.
-    fn local(&self, ptr: *mut u8, len: usize) -> Result<Local> {
-        let offset = (ptr as usize).checked_sub(self.base).ok_or(Error::OutOfRange {
+    fn local(&self, ptr: *mut u8, skip: usize, len: usize) -> Result<Local> {
+        let out = || Error::OutOfRange {
             offset: 0,
             len: len as u64,
             size: self.mr.len() as u64,
             what: "registered DMA memory",
-        })?;
+        };
+        let offset = (ptr as usize).checked_sub(self.base).and_then(|o| o.checked_add(skip)).ok_or_else(out)?;
         self.mr.local(offset, len)
     }
 }
 
-/// Posts `len` bytes between `local` (inside `reg`) and `remote_offset` of `conn`'s object:
+/// Posts `len` bytes between `local + skip` (inside `reg`: checked, a piece outside it is
+/// an error) and `remote_offset` of `conn`'s object:
 /// `fi_writemsg` with `FI_DELIVERY_COMPLETE` for a write (its completion means the data is
 /// placed, and a bad key fails it), `fi_read` for a read. `-FI_EAGAIN` is retried for a short
 /// slice only: then [`Error::Timeout`], and the caller retries later.
 ///
 /// # Safety
-/// `local..local + len` must lie in `reg`'s range, and that memory must stay valid until the
+/// `local + skip..local + skip + len` must stay valid until the
 /// returned operation finishes: `reg` (kept by the operation) keeps a segment's mapping
 /// alive; caller memory is the caller's to keep.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn post(
     conn: &OfiConn,
     reg: &Arc<LocalReg>,
     local: *mut u8,
+    skip: usize,
     remote_offset: u64,
     len: usize,
     write: bool,
 ) -> Result<Arc<Op>> {
-    let l = reg.local(local, len)?;
+    let l = reg.local(local, skip, len)?;
     let target = conn.range.target(remote_offset, len as u64)?;
     let keep: Arc<dyn Any + Send + Sync> = reg.clone();
     let deadline = Instant::now() + POST_SLICE;

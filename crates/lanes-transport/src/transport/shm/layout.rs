@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::platform::doorbell::Doorbell;
 use crate::platform::liveness::ProcessIdentity;
+use crate::platform::SharedSlice;
 
 /// `b"LANESSEG"`: first eight bytes of every segment file.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"LANESSEG");
@@ -195,40 +196,36 @@ pub struct HeaderSnapshot {
 /// Typed access to a header at a raw address (in a mapping that outlives the view).
 #[derive(Clone, Copy, Debug)]
 pub struct HeaderView {
-    ptr: *mut SegmentHeader,
+    /// The header page, [`HEADER_PAGE`] read-write bytes at an 8-aligned address (new's
+    /// contract); every word below is a constant offset inside it, so its checked accessors
+    /// take their infallible path ([`SharedSlice::header_u32`]).
+    page: SharedSlice<'static>,
 }
-
-// SAFETY: the view is an address; every access through it is atomic or volatile.
-unsafe impl Send for HeaderView {}
-// SAFETY: as above.
-unsafe impl Sync for HeaderView {}
 
 impl HeaderView {
     /// # Safety
     /// `ptr` must point to a mapping of at least [`HEADER_PAGE`] readable and writable bytes,
     /// 8-byte aligned, that stays mapped as long as the view (or any copy) is used.
     pub unsafe fn new(ptr: *mut u8) -> Self {
-        HeaderView { ptr: ptr.cast() }
+        // SAFETY: the caller's contract; the view outlives no use of the mapping (the
+        // `'static` stands for "as long as the view is used"), and every access through it
+        // is atomic or volatile.
+        HeaderView { page: unsafe { SharedSlice::from_raw_parts(ptr, HEADER_PAGE) } }
     }
 
     fn u32_at(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset % 4 == 0 && offset + 4 <= HEADER_PAGE);
-        // SAFETY: the offset is inside the header page (new's contract) and 4-aligned; the
-        // word is only accessed atomically by every process.
-        unsafe { AtomicU32::from_ptr(self.ptr.cast::<u8>().add(offset).cast()) }
+        self.page.header_u32(offset)
     }
 
     fn u64_at(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= HEADER_PAGE);
-        // SAFETY: as for u32_at, with 8-byte alignment.
-        unsafe { AtomicU64::from_ptr(self.ptr.cast::<u8>().add(offset).cast()) }
+        self.page.header_u64(offset)
     }
 
     /// Fills in a fresh header (the file is still unnamed, so nobody else sees it yet).
     pub fn initialise(&self, snap: &HeaderSnapshot) {
         // SAFETY: the page is ours, zeroed by ftruncate, and private until published.
         unsafe {
-            let h = self.ptr;
+            let h = self.page.as_ptr().cast::<SegmentHeader>();
             addr_of_mut!((*h).layout_version).write_volatile(LAYOUT_VERSION);
             addr_of_mut!((*h).header_size).write_volatile(size_of::<SegmentHeader>() as u32);
             addr_of_mut!((*h).segment_size).write_volatile(snap.segment_size);
