@@ -23,7 +23,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use support::{clean_command, diff, free_port, library, run_bounded, Finished, Proc, TestDir};
+use support::{clean_command, diff, free_port, library, run_bounded, Finished, Program, TestDir};
 
 /// A sockconf run normally ends in well under 2 s; its own watchdog stops it after 20 s.
 const RUN_LIMIT: Duration = Duration::from_secs(60);
@@ -175,7 +175,7 @@ fn run_job(sc: &Sockconf, lib: &Path, job: Job, seq: usize) -> Outcome {
                 let side = |role: &str, with_lib: bool| {
                     let mut cmd = sockconf_command(bin, &run_dir, with_lib.then_some(lib), false);
                     cmd.args([job.case.as_str(), "--role", role, "--port", &port]);
-                    Proc::spawn(cmd, &format!("{} {role}", job.case))
+                    Program::spawn(cmd, &format!("{} {role}", job.case))
                 };
                 let server = side("server", job.setup == Setup::ServerOnly);
                 let client = side("client", job.setup == Setup::ClientOnly);
@@ -547,7 +547,7 @@ fn a_config_file_chooses_what_is_accelerated() {
         std::fs::write(&conf, toml).expect("lanes.toml");
         let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
         cmd.env("LANES_CONFIG", &conf).envs(env.iter().copied()).arg("stream-duplex");
-        let mut p = Proc::spawn(cmd, name);
+        let mut p = Program::spawn(cmd, name);
         let mut records = 0usize;
         let start = Instant::now();
         while !p.exited() && start.elapsed() < RUN_LIMIT {
@@ -585,7 +585,7 @@ fn the_library_really_accelerates() {
             let fabric = run_dir.join("fabric");
             let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
             cmd.arg(case);
-            let mut p = Proc::spawn(cmd, case);
+            let mut p = Program::spawn(cmd, case);
             let (mut attached, mut ring_bytes) = (0usize, 0u64);
             let start = Instant::now();
             while !p.exited() && start.elapsed() < RUN_LIMIT {
@@ -658,7 +658,7 @@ fn fork_run(
     let n = connections.to_string();
     let mut server = cmd(server_lib);
     server.args(["server", &port.to_string(), &n]).args(server_args);
-    let mut server = Proc::spawn(server, "forkserve server");
+    let mut server = Program::spawn(server, "forkserve server");
     let start = Instant::now();
     while !support::listening(port) && !server.exited() && start.elapsed() < RUN_LIMIT {
         std::thread::sleep(Duration::from_millis(5));
@@ -666,7 +666,7 @@ fn fork_run(
     let (ready, go) = (dir.join("ready"), dir.join("go"));
     let mut client = cmd(client_lib);
     client.args(["client", &port.to_string(), &n, "32"]).arg(&ready).arg(&go);
-    let mut client = Proc::spawn(client, "forkserve client");
+    let mut client = Program::spawn(client, "forkserve client");
     while !ready.exists() && !client.exited() && start.elapsed() < RUN_LIMIT {
         std::thread::sleep(Duration::from_millis(5));
     }

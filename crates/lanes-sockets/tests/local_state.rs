@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{clean_command, free_port, library, Finished, Proc, TestDir};
+use support::{clean_command, free_port, library, Finished, Program, TestDir};
 
 /// The ring per direction the runs use: a record is 4 KiB of header plus this.
 const RING: u64 = 64 << 10;
@@ -217,7 +217,7 @@ fn run_pair(fabric: &Path, scratch: &Path, run: Run) -> (Finished, Finished, See
         }
         c
     };
-    let mut server = Proc::spawn(
+    let mut server = Program::spawn(
         cmd(SERVER, &[port.to_string(), run.connections.to_string(), run.accept_delay.to_string()]),
         "server",
     );
@@ -243,7 +243,7 @@ fn run_pair(fabric: &Path, scratch: &Path, run: Run) -> (Finished, Finished, See
         })
     };
     let client =
-        Proc::spawn(cmd(CLIENT, &[port.to_string(), run.connections.to_string(), run.bytes.to_string()]), "client")
+        Program::spawn(cmd(CLIENT, &[port.to_string(), run.connections.to_string(), run.bytes.to_string()]), "client")
             .wait(LIMIT);
     let server = server.wait(LIMIT);
     done.store(true, Ordering::Relaxed);

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{clean_command, free_ports, library, listening, tail, Finished, Proc, Sampler, TestDir};
+use support::{clean_command, free_ports, library, listening, tail, Finished, Program, Sampler, TestDir};
 
 /// A server must listen within this.
 const START_LIMIT: Duration = Duration::from_secs(15);
@@ -138,8 +138,8 @@ impl World {
 
 /// Starts a server and waits until it listens on `port` (without connecting to it: a probe
 /// would count as a client for iperf3 -1). Records a failure and returns None otherwise.
-fn start_server(w: &mut World, cmd: Command, port: u16, what: &str) -> Option<Proc> {
-    let mut p = Proc::spawn(cmd, what);
+fn start_server(w: &mut World, cmd: Command, port: u16, what: &str) -> Option<Program> {
+    let mut p = Program::spawn(cmd, what);
     let start = Instant::now();
     while start.elapsed() < START_LIMIT {
         if listening(port) {
@@ -225,7 +225,7 @@ fn iperf3(test: &str, client_args: &[&str]) {
         let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: iperf3 -s")) else { continue };
         let mut cmd = w.cmd("iperf3", side.client(), &fabric);
         cmd.args(client_args).args(["-p", &port.to_string(), "-l", "128K", "-t", "2"]);
-        let c = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        let c = Program::spawn(cmd, &what).wait(RUN_LIMIT);
         let s = server.wait(STOP_LIMIT);
         let seen = sampler.finish();
         if w.expect_ok(&c, &format!("{what}: client")) {
@@ -283,7 +283,7 @@ fn iperf3_killed(test: &str, kill_server: bool) {
             if reverse {
                 cmd.arg("-R");
             }
-            let mut client = Proc::spawn(cmd, &what);
+            let mut client = Program::spawn(cmd, &what);
             std::thread::sleep(Duration::from_millis(1500));
             if client.exited() {
                 let c = client.wait(STOP_LIMIT);
@@ -359,14 +359,14 @@ fn sockperf() {
         let mut cmd = w.cmd("sockperf", side.client(), &fabric);
         // --mps: sockperf's table of send times holds 600k messages a second unless told.
         cmd.args(["pp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "2", "--mps", "3000000"]);
-        let pp = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        let pp = Program::spawn(cmd, &what).wait(RUN_LIMIT);
         if w.expect_ok(&pp, &format!("{what}: pp")) {
             w.expect_output(&pp, &format!("{what}: pp"), "Summary: Latency is");
             w.expect_output(&pp, &format!("{what}: pp"), SOCKPERF_CLEAN);
         }
         let mut cmd = w.cmd("sockperf", side.client(), &fabric);
         cmd.args(["tp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-m", "64", "-t", "2"]);
-        let tp = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        let tp = Program::spawn(cmd, &what).wait(RUN_LIMIT);
         if w.expect_ok(&tp, &format!("{what}: tp")) {
             w.expect_output(&tp, &format!("{what}: tp"), "Summary: Message Rate is");
         }
@@ -399,7 +399,7 @@ fn sockperf_multiplexers() {
                 std::fs::write(&feed, format!("T:127.0.0.1:{}\nT:127.0.0.1:{}\n", ports[0], ports[1])).expect("feed");
                 let mut cmd = w.cmd("sockperf", side.server(), &fabric);
                 cmd.arg("sr").arg("-f").arg(&feed).args(["-F", mux]);
-                let mut p = Proc::spawn(cmd, &format!("{what}: sr"));
+                let mut p = Program::spawn(cmd, &format!("{what}: sr"));
                 let start = Instant::now();
                 while start.elapsed() < START_LIMIT && !p.exited() && !ports.iter().all(|&q| listening(q)) {
                     std::thread::sleep(Duration::from_millis(10));
@@ -416,7 +416,7 @@ fn sockperf_multiplexers() {
             let Some(server) = server else { continue };
             let mut cmd = w.cmd("sockperf", side.client(), &fabric);
             cmd.arg("pp").arg("-f").arg(&feed).args(["-F", mux, "-t", "1", "--mps", "3000000"]);
-            let pp = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+            let pp = Program::spawn(cmd, &what).wait(RUN_LIMIT);
             if w.expect_ok(&pp, &format!("{what}: pp")) {
                 w.expect_output(&pp, &format!("{what}: pp"), "Summary: Latency is");
                 w.expect_output(&pp, &format!("{what}: pp"), SOCKPERF_CLEAN);
@@ -458,7 +458,7 @@ fn sockperf_dlsym_finds_the_preloaded_functions() {
     if let Some(server) = server {
         let mut cmd = w.cmd("sockperf", true, &fabric);
         cmd.args(["pp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "1", "--mps", "3000000"]);
-        let pp = Proc::spawn(cmd, "sockperf pp").wait(RUN_LIMIT);
+        let pp = Program::spawn(cmd, "sockperf pp").wait(RUN_LIMIT);
         w.expect_ok(&pp, "sockperf pp");
         let s = server.stop(libc::SIGINT, STOP_LIMIT);
         w.expect_ok(&s, "sockperf sr");
@@ -517,7 +517,7 @@ fn redis_benchmark_and_a_large_value() {
 
         let mut cmd = cli(&w, "redis-benchmark");
         cmd.args(["-t", "get,set", "-n", "20000", "-q"]);
-        let b = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        let b = Program::spawn(cmd, &what).wait(RUN_LIMIT);
         if w.expect_ok(&b, &format!("{what}: redis-benchmark")) {
             let text = b.stdout.replace('\r', "\n");
             for op in ["SET", "GET"] {
@@ -538,13 +538,13 @@ fn redis_benchmark_and_a_large_value() {
         let mut cmd = cli(&w, "redis-cli");
         cmd.args(["-x", "SET", "big"]);
         let stdin = std::fs::File::open(&value_file).expect("value file");
-        let set = Proc::spawn_with_stdin(cmd, &what, Stdio::from(stdin)).wait(RUN_LIMIT);
+        let set = Program::spawn_with_stdin(cmd, &what, Stdio::from(stdin)).wait(RUN_LIMIT);
         if w.expect_ok(&set, &format!("{what}: redis-cli -x SET")) && set.stdout.trim() != "OK" {
             w.fail(set.describe(&format!("{what}: redis-cli -x SET did not say OK")));
         }
         let mut cmd = cli(&w, "redis-cli");
         cmd.args(["--raw", "GET", "big"]);
-        let get = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        let get = Program::spawn(cmd, &what).wait(RUN_LIMIT);
         if w.expect_ok(&get, &format!("{what}: redis-cli GET")) {
             let mut want = value.clone();
             want.push(b'\n');
@@ -558,7 +558,7 @@ fn redis_benchmark_and_a_large_value() {
         }
         let mut cmd = cli(&w, "redis-cli");
         cmd.args(["STRLEN", "big"]);
-        let len = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        let len = Program::spawn(cmd, &what).wait(RUN_LIMIT);
         if w.expect_ok(&len, &format!("{what}: redis-cli STRLEN")) && len.stdout.trim() != "1048576" {
             w.fail(len.describe(&format!("{what}: STRLEN is not 1048576")));
         }
@@ -613,7 +613,7 @@ fn nginx_with_curl_and_wrk() {
         let got = prefix.join("got.bin");
         let mut cmd = w.cmd("curl", side.client(), &fabric);
         cmd.args(["-fsS", "-o"]).arg(&got).arg(format!("http://127.0.0.1:{port}/big.bin"));
-        let c = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        let c = Program::spawn(cmd, &what).wait(RUN_LIMIT);
         if w.expect_ok(&c, &format!("{what}: curl of a 16 MiB file")) {
             let body = std::fs::read(&got).unwrap_or_default();
             if let Some(at) = first_difference(&big, &body) {
@@ -627,7 +627,7 @@ fn nginx_with_curl_and_wrk() {
 
         let mut cmd = w.cmd("wrk", side.client(), &fabric);
         cmd.args(["-c", "16", "-t", "2", "-d", "2s"]).arg(format!("http://127.0.0.1:{port}/index.html"));
-        let r = Proc::spawn(cmd, &what).wait(RUN_LIMIT);
+        let r = Program::spawn(cmd, &what).wait(RUN_LIMIT);
         if w.expect_ok(&r, &format!("{what}: wrk")) {
             let requests = r
                 .stdout
@@ -737,7 +737,7 @@ fn sshd_logins_with_its_seccomp_sandbox() {
     };
     let started = Instant::now();
     for i in 0..10 {
-        let f = Proc::spawn(ssh(&w, "echo logged-in-$((6*7))"), &what).wait(RUN_LIMIT);
+        let f = Program::spawn(ssh(&w, "echo logged-in-$((6*7))"), &what).wait(RUN_LIMIT);
         if w.expect_ok(&f, &format!("{what}: login {i}")) && f.stdout.trim() != "logged-in-42" {
             w.fail(f.describe(&format!("{what}: login {i} printed something else")));
         }
@@ -746,7 +746,7 @@ fn sshd_logins_with_its_seccomp_sandbox() {
     let data_file = dir.join("data.bin");
     std::fs::write(&data_file, &data).expect("data file");
     let stdin = std::fs::File::open(&data_file).expect("data file");
-    let f = Proc::spawn_with_stdin(ssh(&w, "cat"), &what, Stdio::from(stdin)).wait(RUN_LIMIT);
+    let f = Program::spawn_with_stdin(ssh(&w, "cat"), &what, Stdio::from(stdin)).wait(RUN_LIMIT);
     if w.expect_ok(&f, &format!("{what}: cat of 1 MiB")) {
         if let Some(at) = first_difference(&data, &f.stdout_bytes) {
             w.fail(format!("{what}: cat returned {} bytes; first difference at byte {at}", f.stdout_bytes.len()));

@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::{clean_command, library, tail, Finished, Proc, Sampler, TestDir};
+use support::{clean_command, library, tail, Finished, Program, Sampler, TestDir};
 
 const PYTHON: &str = "/usr/bin/python3";
 
@@ -107,7 +107,7 @@ fn run(t: &TestDir, suite: &Suite, with_lib: bool) -> (Finished, Results, Option
     }
     let sampler = with_lib.then(|| sample(&fabric));
     let start = Instant::now();
-    let f = Proc::spawn(cmd, &format!("{} ({tag})", suite.name)).wait(RUN_LIMIT);
+    let f = Program::spawn(cmd, &format!("{} ({tag})", suite.name)).wait(RUN_LIMIT);
     let took = start.elapsed();
     let seen = sampler.map(Sampler::finish);
     let mut results = (suite.parse)(&f, &dir);

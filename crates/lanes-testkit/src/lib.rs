@@ -7,12 +7,15 @@
 //! - [`cluster`]: three hosts with their fabric directories and cluster daemons;
 //! - [`topology`]: where the nodes of a case live ([`Topology`]), and [`topology_cases!`],
 //!   which runs one case on every transport;
-//! - [`process`]: the node-process harness, child processes driven over one line protocol.
+//! - [`process`]: the node-process harness, child processes driven over one line protocol;
+//! - [`program`]: any other program run with a bound, in its own process group, its output
+//!   collected.
 
 pub mod cluster;
 pub mod netns;
 mod ports;
 pub mod process;
+pub mod program;
 mod test_dir;
 pub mod topology;
 
