@@ -4,6 +4,8 @@
 //! receiver to have taken each chunk before the next, so no test depends on socket buffer
 //! sizes or timing (none asserts a speed).
 
+mod common;
+
 use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,23 +13,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::signal;
 use lanes_udpstream::header::HEADER_LEN;
 use lanes_udpstream::{
     RecvOptions, RecvPath, SendOptions, SendPath, StreamReceiver, StreamSender, MAX_UDP_PAYLOAD, PATH_ENV,
 };
-
-/// A signal that is not periodic in any datagram size.
-fn signal(len: usize, salt: u64) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ salt;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 struct Received {
     data: Vec<u8>,

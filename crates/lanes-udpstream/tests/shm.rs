@@ -3,6 +3,8 @@
 //! plain receiver gets ordinary datagrams), hostile records (the receiver gives the ring up),
 //! and the environment variable that forces the kernel path.
 
+mod common;
+
 use std::io::{BufRead, BufReader, ErrorKind};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -13,23 +15,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::signal;
 use lanes_udpstream::header::HEADER_LEN;
 use lanes_udpstream::shm::{self, ring_path};
 use lanes_udpstream::{
     RecvOptions, RecvPath, SendOptions, SendPath, StreamReceiver, StreamSender, MAX_UDP_PAYLOAD, PATH_ENV,
 };
-
-fn signal(len: usize, salt: u64) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ salt;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn shm_recv(ds: usize, header: bool) -> StreamReceiver {
     let mut o = RecvOptions::new(ds).with_path(RecvPath::Shm);

@@ -678,8 +678,10 @@ void trunc_client(void)
 
 /* The peer is SIGKILLed while bytes sent to it are unread: its kernel resets the connection
  * (RST, not FIN), so the survivor's next read fails with ECONNRESET, later ones return 0,
- * and writes fail with EPIPE. */
-void killed_unread_server(void)
+ * and writes fail with EPIPE. With `reap_after`, the survivor reads before it reaps the
+ * peer: an exited process not yet reaped (a zombie) holds no sockets, so the answer is the
+ * same. */
+static void killed_unread(bool reap_after)
 {
     int s = accept_one();
     char b[256];
@@ -692,14 +694,27 @@ void killed_unread_server(void)
     say("SIGKILL the peer %s", res(kill(C.peer, SIGKILL)));
     C.peer_killed = true;
     int st;
-    wait_pid(C.peer, &st);
-    say("peer %s", status_str(st));
+    if (reap_after) {
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        say("wait for its exit, not reaping it %s", res(waitid(P_PID, (id_t)C.peer, &info, WEXITED | WNOWAIT)));
+    } else {
+        wait_pid(C.peer, &st);
+        say("peer %s", status_str(st));
+    }
     sleep_ms(100);
     say("read %s", res(read(s, b, sizeof b)));
     say("read again %s", res(read(s, b, sizeof b)));
     say("send MSG_NOSIGNAL %s", res(send(s, "x", 1, MSG_NOSIGNAL)));
+    if (reap_after) {
+        wait_pid(C.peer, &st);
+        say("peer %s", status_str(st));
+    }
     close(s);
 }
+
+void killed_unread_server(void) { killed_unread(false); }
+void killed_unreaped_server(void) { killed_unread(true); }
 
 void killed_unread_client(void)
 {
@@ -710,33 +725,6 @@ void killed_unread_client(void)
     sync_send('r');
     for (;;)
         pause();
-}
-
-/* As peer-killed-unread, but the survivor reads before it reaps the peer: an exited process
- * not yet reaped (a zombie) holds no sockets, so the answer is the same. */
-void killed_unreaped_server(void)
-{
-    int s = accept_one();
-    char b[256];
-    say("ping %s", res(write(s, "p", 1)));
-    say("pong %s", got(read_full(s, b, 1), b));
-    sync_expect('r');
-    memset(b, 'u', sizeof b);
-    say("write 100 the peer will not read %s", res(write(s, b, 100)));
-    sleep_ms(100);
-    say("SIGKILL the peer %s", res(kill(C.peer, SIGKILL)));
-    C.peer_killed = true;
-    siginfo_t info;
-    memset(&info, 0, sizeof info);
-    say("wait for its exit, not reaping it %s", res(waitid(P_PID, (id_t)C.peer, &info, WEXITED | WNOWAIT)));
-    sleep_ms(100);
-    say("read %s", res(read(s, b, sizeof b)));
-    say("read again %s", res(read(s, b, sizeof b)));
-    say("send MSG_NOSIGNAL %s", res(send(s, "x", 1, MSG_NOSIGNAL)));
-    int st;
-    wait_pid(C.peer, &st);
-    say("peer %s", status_str(st));
-    close(s);
 }
 
 static volatile sig_atomic_t alarms;

@@ -579,8 +579,9 @@ pub fn lock_shared(word: &AtomicU64) -> SharedLockGuard<'_> {
         // A holder that exited (killed while it held the lock) is replaced: at first only
         // when its pid is gone; once waiting long, also when it is a zombie its parent has
         // not reaped yet (which reads /proc, too slow for every look).
+        let holder = (cur >> 32) as u32;
         if spins % 128 == 0
-            && !(if spins < 1024 { pid_alive } else { pid_running })((cur >> 32) as u32)
+            && !(if spins < 1024 { pid_alive(holder) } else { pid_running(holder) })
             && word.compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
         {
             return SharedLockGuard { word, me };
