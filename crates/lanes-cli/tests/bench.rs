@@ -3,15 +3,13 @@
 //! bad arguments fail clearly. Every run is bounded in time; nothing asserts on speed
 //! (the machine is two shared cores).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use lanes_testkit::program::{run_to_end, Finished};
+use lanes_testkit::TestDir;
 use serde_json::Value;
-
-mod common;
-use common::TestDir;
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const SPIN_FLOOR: &str = env!("CARGO_BIN_EXE_lanes-spin-floor");
@@ -40,45 +38,13 @@ impl Dir for TestDir {
     }
 }
 
-struct Ran {
-    ok: bool,
-    stdout: String,
-    stderr: String,
+/// Runs `lanes bench`, which must end within `limit`; output is drained while it runs.
+fn run(cmd: Command, limit: Duration) -> Finished {
+    run_to_end(cmd, "lanes bench", limit)
 }
 
-/// Runs `cmd` to completion, killing it past `limit`; output is drained while it runs.
-fn run(mut cmd: Command, limit: Duration) -> Ran {
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().expect("stdout")));
-    let err = drain(Box::new(child.stderr.take().expect("stderr")));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            break Some(st);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (stdout, stderr) = (out.join().expect("stdout"), err.join().expect("stderr"));
-    let Some(status) = status else {
-        panic!("lanes bench did not finish within {limit:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    };
-    Ran { ok: status.success(), stdout, stderr }
-}
-
-fn must_pass(r: Ran) -> Ran {
-    assert!(r.ok, "lanes bench failed\nstdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+fn must_pass(r: Finished) -> Finished {
+    assert!(r.ok(), "lanes bench failed\nstdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
     r
 }
 
@@ -297,7 +263,7 @@ fn bad_arguments_fail_clearly() {
         let mut cmd = d.lanes(&args);
         cmd.env("LANES_SOCKETS_LIB", d.path("no-such-dir/liblanes_sockets.so"));
         let r = run(cmd, Duration::from_secs(30));
-        assert!(!r.ok, "{args:?} succeeded:\n{}", r.stdout);
+        assert!(!r.ok(), "{args:?} succeeded:\n{}", r.stdout);
         assert!(r.stderr.contains(expect), "{args:?}: expected {expect:?} in:\n{}", r.stderr);
     }
 }
@@ -313,11 +279,11 @@ fn compare_refuses_runs_with_nothing_in_common() {
     std::fs::write(&a, result("floor").to_string()).unwrap();
     std::fs::write(&b, result("tcp").to_string()).unwrap();
     let r = run(d.lanes(&["--compare", a.to_str().unwrap(), b.to_str().unwrap()]), Duration::from_secs(30));
-    assert!(!r.ok && r.stderr.contains("no path and size in common"), "{}", r.stderr);
+    assert!(!r.ok() && r.stderr.contains("no path and size in common"), "{}", r.stderr);
     let empty = d.path("empty.json");
     std::fs::write(&empty, r#"{"rows": []}"#).unwrap();
     let r = run(d.lanes(&["--compare", a.to_str().unwrap(), empty.to_str().unwrap()]), Duration::from_secs(30));
-    assert!(!r.ok && r.stderr.contains("holds no results"), "{}", r.stderr);
+    assert!(!r.ok() && r.stderr.contains("holds no results"), "{}", r.stderr);
 }
 
 #[test]
@@ -334,7 +300,7 @@ fn from_prints_any_benchmarks_report_as_its_table() {
     let plots = d.path("plots");
     let r =
         run(d.lanes(&["--from", file.to_str().unwrap(), "--plot", plots.to_str().unwrap()]), Duration::from_secs(30));
-    assert!(!r.ok && r.stderr.contains("is a `reflective` run"), "{}", r.stderr);
+    assert!(!r.ok() && r.stderr.contains("is a `reflective` run"), "{}", r.stderr);
     let r = run(d.lanes(&["--compare", file.to_str().unwrap(), file.to_str().unwrap()]), Duration::from_secs(30));
-    assert!(!r.ok && r.stderr.contains("not `lanes bench`'s paths"), "{}", r.stderr);
+    assert!(!r.ok() && r.stderr.contains("not `lanes bench`'s paths"), "{}", r.stderr);
 }

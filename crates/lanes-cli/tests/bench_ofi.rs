@@ -8,13 +8,12 @@
 //! Without the ofi transport (`--features lanes/ofi`) the client must refuse clearly.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use lanes_testkit::program::{run_to_end, Finished, Program};
+use lanes_testkit::{free_ports, TestDir};
 use serde_json::Value;
-
-mod common;
-use common::{free_ports, run, text, Reaped, TestDir};
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const HOSTS: [(&str, u32); 2] = [("a", 8), ("b", 12)];
@@ -44,8 +43,9 @@ fn write_config(dir: &Path) {
     std::fs::write(dir.join("lanes.toml"), text).expect("lanes.toml");
 }
 
-fn spawn(mut c: Command) -> Reaped {
-    Reaped(Some(c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn")))
+/// Runs a `lanes` command, which must end within `limit`.
+fn run(c: Command, limit: Duration) -> Finished {
+    run_to_end(c, "lanes", limit)
 }
 
 /// Until `lanes status` on host `h` shows the other host operational.
@@ -53,11 +53,11 @@ fn wait_operational(dir: &Path, h: &str, other: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = run(on(dir, h, &["status"]), Duration::from_secs(10));
-        let t = text(&out.stdout);
+        let t = &out.stdout;
         if t.lines().any(|l| l.trim_start().starts_with(other) && l.contains("operational")) {
             return;
         }
-        assert!(Instant::now() < deadline, "host {h} never saw {other} operational:\n{t}{}", text(&out.stderr));
+        assert!(Instant::now() < deadline, "host {h} never saw {other} operational:\n{t}{}", out.stderr);
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -69,8 +69,8 @@ fn ofi_bench_between_two_loopback_hosts() {
     write_config(&dir.0);
     if !lanes::OFI_TRANSPORT {
         let out = run(on(&dir.0, "b", &["bench", "--transport", "ofi", "--remote-node", "8"]), Duration::from_secs(30));
-        assert!(!out.status.success());
-        let e = text(&out.stderr);
+        assert!(!out.ok());
+        let e = &out.stderr;
         assert!(e.contains("no ofi transport"), "{e}");
         return;
     }
@@ -81,13 +81,14 @@ fn ofi_bench_between_two_loopback_hosts() {
             return;
         }
     }
-    let _daemons: Vec<Reaped> = HOSTS.iter().map(|(h, _)| spawn(on(&dir.0, h, &["daemon"]))).collect();
+    let _daemons: Vec<Program> =
+        HOSTS.iter().map(|(h, _)| Program::spawn(on(&dir.0, h, &["daemon"]), &format!("lanes daemon ({h})"))).collect();
     wait_operational(&dir.0, "a", "b");
     wait_operational(&dir.0, "b", "a");
     let port = free_ports(1)[0].to_string();
     let mut serve = on(&dir.0, "a", &["bench", "--serve", "--once", "--port", &port]);
     serve.env("LANES_NODE_ID", "8");
-    let server = spawn(serve);
+    let server = Program::spawn(serve, "lanes bench --serve");
     let json = dir.path("run.json");
     let json_arg = json.to_str().expect("utf-8").to_string();
     let client = || {
@@ -104,15 +105,15 @@ fn ofi_bench_between_two_loopback_hosts() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let out = loop {
         let out = run(client(), Duration::from_secs(240));
-        if out.status.success() || !text(&out.stderr).contains("Connection refused") || Instant::now() > deadline {
+        if out.ok() || !out.stderr.contains("Connection refused") || Instant::now() > deadline {
             break out;
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "client failed\nstdout:\n{stdout}\nstderr:\n{}", text(&out.stderr));
-    let served = server.wait(Duration::from_secs(30));
-    assert!(served.status.success(), "server: {}", text(&served.stderr));
+    let stdout = &out.stdout;
+    assert!(out.ok(), "client failed\nstdout:\n{stdout}\nstderr:\n{}", out.stderr);
+    let served = server.finish(Duration::from_secs(30));
+    assert!(served.ok(), "server: {}", served.stderr);
 
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON")).expect("valid JSON");
     let results = r["rows"].as_array().expect("rows");
@@ -182,8 +183,8 @@ fn pingpong_to_another_host_refuses_clearly() {
     let dir = TestDir::under(&base, "lanes-pingpong-remote", "lo");
     write_config(&dir.0);
     let out = run(on(&dir.0, "b", &["pingpong", "--client", "--remote-node", "8"]), Duration::from_secs(30));
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "it ran:\n{}{err}", text(&out.stdout));
+    let err = &out.stderr;
+    assert!(!out.ok(), "it ran:\n{}{err}", out.stdout);
     assert!(err.contains("node 8 is on host a"), "{err}");
     assert!(err.contains("lanes bench --transport ofi --remote-node 8"), "{err}");
 }

@@ -3,17 +3,19 @@
 //! paths. No figure is asserted (performance is what the command prints, not a test).
 
 use std::process::Command;
+use std::time::Duration;
+
+use lanes_testkit::program::run_to_end;
 
 #[test]
 fn udp_stream_bench_runs_and_reports_every_row() {
-    let out = Command::new(env!("CARGO_BIN_EXE_lanes"))
-        .args(["bench", "udp-stream", "--seconds", "0.05", "--rounds", "1", "--sizes", "1K", "--block", "256K"])
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lanes"));
+    c.args(["bench", "udp-stream", "--seconds", "0.05", "--rounds", "1", "--sizes", "1K", "--block", "256K"])
         .args(["--json", "-"])
-        .env_remove("LANES_UDPSTREAM_PATH")
-        .output()
-        .expect("run lanes");
-    assert!(out.status.success(), "lanes bench udp-stream: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on standard output");
+        .env_remove("LANES_UDPSTREAM_PATH");
+    let out = run_to_end(c, "lanes bench udp-stream", Duration::from_secs(120));
+    assert!(out.ok(), "lanes bench udp-stream: {:?}\n{}", out.status, out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout_bytes).expect("JSON on standard output");
     assert_eq!((v["format"].as_str(), v["benchmark"].as_str()), (Some("lanes-bench/2"), Some("udp-stream")), "{v}");
     let cells = v["rows"].as_array().expect("rows");
     let rows: Vec<&str> = cells.iter().map(|c| c["key"].as_str().expect("key")).collect();
@@ -34,14 +36,9 @@ fn udp_stream_bench_runs_and_reports_every_row() {
 
 #[test]
 fn udp_stream_bench_refuses_bad_sizes() {
-    let out = Command::new(env!("CARGO_BIN_EXE_lanes"))
-        .args(["bench", "udp-stream", "--sizes", "70000", "--seconds", "0.05", "--rounds", "1"])
-        .output()
-        .expect("run lanes");
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("datagram size 70000"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lanes"));
+    c.args(["bench", "udp-stream", "--sizes", "70000", "--seconds", "0.05", "--rounds", "1"]);
+    let out = run_to_end(c, "lanes bench udp-stream", Duration::from_secs(60));
+    assert!(!out.ok());
+    assert!(out.stderr.contains("datagram size 70000"), "{}", out.stderr);
 }

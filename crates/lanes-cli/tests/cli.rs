@@ -1,44 +1,43 @@
 //! The `lanes` command as a user runs it: pingpong (one command, and server and client
 //! started apart), status, cleanup, the daemon, and clear errors. Every wait is bounded.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{free_ports, run, text, wait_bounded, Reaped};
+use lanes_testkit::program::{run_to_end, Finished, Program};
+use lanes_testkit::{free_ports, TestDir};
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 
-/// A private fabric directory per test, removed at the end.
-struct FabricDir(PathBuf);
+/// A private scratch directory per test (removed at the end), its fabric in `fabric`.
+trait Dir {
+    fn here(name: &str) -> Self;
+    fn lanes(&self, node: u32) -> Command;
+}
 
-impl FabricDir {
-    fn new(name: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("lanes-cli-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        FabricDir(p)
+impl Dir for TestDir {
+    fn here(name: &str) -> Self {
+        TestDir::named("cli-test", name)
     }
 
     fn lanes(&self, node: u32) -> Command {
         let mut c = Command::new(LANES);
-        c.env("LANES_DIR", &self.0).env("LANES_NODE_ID", node.to_string()).env_remove("LANES_CONFIG");
+        c.env("LANES_DIR", self.fabric()).env("LANES_NODE_ID", node.to_string()).env_remove("LANES_CONFIG");
         c
     }
 }
 
-impl Drop for FabricDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// Runs a `lanes` command, which must end within `limit`.
+fn run(c: Command, limit: Duration) -> Finished {
+    run_to_end(c, "lanes", limit)
 }
 
-fn status_json(dir: &FabricDir) -> serde_json::Value {
+fn status_json(dir: &TestDir) -> serde_json::Value {
     let mut c = dir.lanes(4);
     c.args(["status", "--json"]);
     let out = run(c, Duration::from_secs(20));
-    assert!(out.status.success(), "status failed: {}", text(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("status --json is JSON")
+    assert!(out.ok(), "status failed: {}", out.stderr);
+    serde_json::from_slice(&out.stdout_bytes).expect("status --json is JSON")
 }
 
 fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
@@ -64,18 +63,17 @@ fn check_summary(v: &serde_json::Value, what: &str) {
 
 #[test]
 fn pingpong_starts_its_peer_and_writes_json() {
-    let dir = FabricDir::new("pp");
-    let json = dir.0.with_extension("json");
+    let dir = TestDir::here("pp");
+    let json = dir.path("pp.json");
     let mut c = dir.lanes(4);
     c.args(["pingpong", "--sizes", "4,8,100,1K", "--iterations", "3000", "--warmup", "200", "--hist", "--json"])
         .arg(&json);
     let out = run(c, Duration::from_secs(120));
-    assert!(out.status.success(), "pingpong failed: {}", text(&out.stderr));
-    let table = text(&out.stdout);
+    assert!(out.ok(), "pingpong failed: {}", out.stderr);
+    let table = &out.stdout;
     assert!(table.contains("floor"), "{table}");
     assert!(table.contains("vs floor"), "{table}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
     assert_eq!((v["format"].as_str(), v["benchmark"].as_str()), (Some("lanes-bench/2"), Some("pingpong")), "{v}");
     let pio = rows(&v, "pio");
     let sizes: Vec<u64> = pio.iter().map(|r| r["size"].as_u64().unwrap()).collect();
@@ -96,10 +94,10 @@ fn pingpong_starts_its_peer_and_writes_json() {
 
 #[test]
 fn pingpong_server_and_client_run_apart_and_status_shows_them() {
-    let dir = FabricDir::new("apart");
+    let dir = TestDir::here("apart");
     let mut s = dir.lanes(12);
-    s.args(["pingpong", "--server", "--max-size", "64", "--timeout", "60"]).stdout(Stdio::null()).stderr(Stdio::null());
-    let server = Reaped(Some(s.spawn().unwrap()));
+    s.args(["pingpong", "--server", "--max-size", "64", "--timeout", "60"]);
+    let server = Program::spawn(s, "lanes pingpong --server");
     // The server's mailbox appears in `lanes status`, alive, owned by the server.
     wait_until("the server's mailbox", Duration::from_secs(20), || {
         status_json(&dir)["segments"]
@@ -113,33 +111,31 @@ fn pingpong_server_and_client_run_apart_and_status_shows_them() {
     let mut c = dir.lanes(16);
     c.args(["pingpong", "--client", "--remote-node", "12", "--sizes", "8,64", "--iterations", "2000", "--json", "-"]);
     let out = run(c, Duration::from_secs(120));
-    assert!(out.status.success(), "client failed: {}", text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert!(out.ok(), "client failed: {}", out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout_bytes).expect("JSON on stdout");
     assert_eq!(rows(&v, "pio").len(), 2);
     assert_eq!(v["run"]["remote_node"], 12);
-    let out = server.wait(Duration::from_secs(20));
-    assert!(out.status.success(), "the server ends cleanly after its client");
+    let out = server.finish(Duration::from_secs(20));
+    assert!(out.ok(), "the server ends cleanly after its client");
 }
 
 #[test]
 fn client_fails_cleanly_when_the_server_is_killed() {
-    let dir = FabricDir::new("kill");
+    let dir = TestDir::here("kill");
     let mut s = dir.lanes(20);
-    s.args(["pingpong", "--server", "--max-size", "64"]).stdout(Stdio::null()).stderr(Stdio::null());
-    let server = Reaped(Some(s.spawn().unwrap()));
+    s.args(["pingpong", "--server", "--max-size", "64"]);
+    let server = Program::spawn(s, "lanes pingpong --server");
     wait_until("the server's mailbox", Duration::from_secs(20), || {
         status_json(&dir)["segments"].as_array().unwrap().iter().any(|g| g["node"] == 20 && g["alive"] == true)
     });
     let mut c = dir.lanes(24);
     c.args(["pingpong", "--client", "--remote-node", "20", "--sizes", "8", "--iterations", "1000000000"]);
-    let client = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let client = Program::spawn(c, "lanes pingpong --client");
     std::thread::sleep(Duration::from_millis(500));
-    let pid = server.pid();
-    // SAFETY: kill(2) on a child we spawned and have not reaped.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
-    let out = wait_bounded(client, Duration::from_secs(10));
-    assert!(!out.status.success(), "the client must report the loss");
-    assert!(text(&out.stderr).contains("peer is gone"), "stderr: {}", text(&out.stderr));
+    assert!(server.signal(libc::SIGKILL), "the server was still ours to kill");
+    let out = client.finish(Duration::from_secs(10));
+    assert!(!out.ok(), "the client must report the loss");
+    assert!(out.stderr.contains("peer is gone"), "stderr: {}", out.stderr);
     drop(server);
 
     // The dead server's mailbox is reported dead, and cleanup removes it.
@@ -149,17 +145,17 @@ fn client_fails_cleanly_when_the_server_is_killed() {
     let mut c = dir.lanes(4);
     c.args(["cleanup"]);
     let out = run(c, Duration::from_secs(20));
-    assert!(out.status.success());
-    assert!(text(&out.stdout).contains("owner pid"), "{}", text(&out.stdout));
+    assert!(out.ok());
+    assert!(out.stdout.contains("owner pid"), "{}", out.stdout);
     assert!(status_json(&dir)["segments"].as_array().unwrap().iter().all(|g| g["node"] != 20));
     let mut c = dir.lanes(4);
     c.args(["cleanup"]);
-    assert!(text(&run(c, Duration::from_secs(20)).stdout).contains("nothing to clean"));
+    assert!(run(c, Duration::from_secs(20)).stdout.contains("nothing to clean"));
 }
 
 #[test]
 fn bad_input_gives_clear_errors() {
-    let dir = FabricDir::new("bad");
+    let dir = TestDir::here("bad");
     let cases: Vec<(Vec<&str>, Option<&str>, &str)> = vec![
         (vec!["status"], Some("5"), "invalid node id"),
         (vec!["status"], Some("252"), "broadcast"),
@@ -175,36 +171,35 @@ fn bad_input_gives_clear_errors() {
         }
         c.args(&args);
         let out = run(c, Duration::from_secs(30));
-        assert!(!out.status.success(), "{args:?} should fail");
-        let err = text(&out.stderr);
+        assert!(!out.ok(), "{args:?} should fail");
+        let err = &out.stderr;
         assert!(err.contains(expect), "{args:?}: expected {expect:?} in {err:?}");
     }
     // A malformed configuration file names itself.
-    let cfg = dir.0.with_extension("toml");
+    let cfg = dir.path("lanes.toml");
     std::fs::write(&cfg, "[[node]]\nid = 9\nhost = \"h\"\n").unwrap();
     let mut c = Command::new(LANES);
-    c.env("LANES_DIR", &dir.0).env_remove("LANES_NODE_ID").env("LANES_CONFIG", &cfg).arg("status");
+    c.env("LANES_DIR", dir.fabric()).env_remove("LANES_NODE_ID").env("LANES_CONFIG", &cfg).arg("status");
     let out = run(c, Duration::from_secs(20));
-    let _ = std::fs::remove_file(&cfg);
-    assert!(!out.status.success());
-    assert!(text(&out.stderr).contains(&*cfg.to_string_lossy()), "{}", text(&out.stderr));
+    assert!(!out.ok());
+    assert!(out.stderr.contains(&*cfg.to_string_lossy()), "{}", out.stderr);
 }
 
 #[test]
 fn status_on_an_empty_fabric() {
-    let dir = FabricDir::new("empty");
+    let dir = TestDir::here("empty");
     let mut c = dir.lanes(4);
     c.arg("status");
     let out = run(c, Duration::from_secs(20));
-    assert!(out.status.success());
-    let t = text(&out.stdout);
+    assert!(out.ok());
+    let t = &out.stdout;
     assert!(t.contains("nodes\n  (none)"), "{t}");
     assert!(t.contains("segments and interrupts\n  (none)"), "{t}");
 }
 
 #[test]
 fn interrupt_pingpong_measures_lanes_against_kernel_wakeups() {
-    let dir = FabricDir::new("intpp");
+    let dir = TestDir::here("intpp");
     for (mode, sizes, expect_paths) in [
         (
             "interrupt",
@@ -223,8 +218,8 @@ fn interrupt_pingpong_measures_lanes_against_kernel_wakeups() {
             c.args(["--sizes", s]);
         }
         let out = run(c, Duration::from_secs(120));
-        assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert!(out.ok(), "{mode}: {}", out.stderr);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout_bytes).expect("JSON");
         assert_eq!(v["benchmark"], "wakeup", "{v}");
         let rows = v["rows"].as_array().unwrap();
         for p in &expect_paths {
@@ -248,13 +243,13 @@ fn interrupt_pingpong_measures_lanes_against_kernel_wakeups() {
     let mut c = dir.lanes(4);
     c.args(["pingpong", "--mode", "data-interrupt", "--sizes", "8K"]);
     let out = run(c, Duration::from_secs(30));
-    assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("at most 4096"), "{}", text(&out.stderr));
+    assert!(!out.ok());
+    assert!(out.stderr.contains("at most 4096"), "{}", out.stderr);
 }
 
 #[test]
 fn reflective_pingpong_reports_latency_against_group_size() {
-    let dir = FabricDir::new("reflpp");
+    let dir = TestDir::here("reflpp");
     let mut c = dir.lanes(4);
     c.args([
         "pingpong",
@@ -270,8 +265,8 @@ fn reflective_pingpong_reports_latency_against_group_size() {
         "-",
     ]);
     let out = run(c, Duration::from_secs(120));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(out.ok(), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout_bytes).expect("JSON");
     assert_eq!(v["benchmark"], "reflective", "{v}");
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.iter().map(|r| r["detail"]["nodes"].as_u64().unwrap()).collect::<Vec<_>>(), vec![2, 3, 4]);
@@ -284,13 +279,13 @@ fn reflective_pingpong_reports_latency_against_group_size() {
     let mut c = dir.lanes(4);
     c.args(["pingpong", "--mode", "reflective", "--nodes", "1"]);
     let out = run(c, Duration::from_secs(30));
-    assert!(!out.status.success() && text(&out.stderr).contains("2 to 16"), "{}", text(&out.stderr));
+    assert!(!out.ok() && out.stderr.contains("2 to 16"), "{}", out.stderr);
 }
 
 #[test]
 fn daemon_shows_in_status_and_stops_cleanly_on_sigterm() {
-    let dir = FabricDir::new("daemon");
-    let cfg = dir.0.with_extension("toml");
+    let dir = TestDir::here("daemon");
+    let cfg = dir.path("lanes.toml");
     let ports = free_ports(2);
     let config = format!(
         "[cluster]\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"127.0.0.1:{}\"\n\
@@ -300,8 +295,8 @@ fn daemon_shows_in_status_and_stops_cleanly_on_sigterm() {
     std::fs::write(&cfg, config).expect("writing the configuration");
     let mut c = dir.lanes(8);
     c.args(["daemon", "--host", "a", "--config"]).arg(&cfg);
-    let daemon = Reaped(Some(c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn lanes daemon")));
-    let socket = dir.0.join("daemon.sock");
+    let daemon = Program::spawn(c, "lanes daemon");
+    let socket = dir.fabric().join("daemon.sock");
     wait_until("the daemon's socket", Duration::from_secs(10), || socket.exists());
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);
@@ -310,33 +305,31 @@ fn daemon_shows_in_status_and_stops_cleanly_on_sigterm() {
     let mut c = dir.lanes(8);
     c.env("LANES_HOST", "a").env("LANES_CONFIG", &cfg).arg("status");
     let out = run(c, Duration::from_secs(20));
-    let t = text(&out.stdout);
-    assert!(out.status.success() && t.contains("cluster (as the daemon of host a sees it)"), "{t}");
+    let t = &out.stdout;
+    assert!(out.ok() && t.contains("cluster (as the daemon of host a sees it)"), "{t}");
     assert!(t.lines().any(|l| l.trim_start().starts_with("b ") && l.contains("unknown")), "{t}");
     let v = status_json(&dir);
     let hosts = v["cluster"].as_array().expect("a cluster key");
     assert_eq!(hosts.len(), 2, "{v}");
     assert_eq!((hosts[0]["name"].as_str(), hosts[0]["local"].as_bool()), (Some("a"), Some(true)));
 
-    // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
-    assert_eq!(unsafe { libc::kill(daemon.pid() as libc::pid_t, libc::SIGTERM) }, 0);
-    let out = daemon.wait(Duration::from_secs(10));
-    let err = text(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    assert!(daemon.signal(libc::SIGTERM), "the daemon was still ours to stop");
+    let out = daemon.finish(Duration::from_secs(10));
+    let err = &out.stderr;
+    assert!(out.ok(), "exit {:?}: {err}", out.status);
     assert!(err.contains("SIGTERM: stopping") && err.contains("stopped"), "{err}");
     assert!(!socket.exists(), "the socket is removed");
     // Without a daemon, status has no cluster section.
     let mut c = dir.lanes(8);
     c.arg("status");
-    let t = text(&run(c, Duration::from_secs(20)).stdout);
+    let t = run(c, Duration::from_secs(20)).stdout;
     assert!(!t.contains("cluster"), "{t}");
-    let _ = std::fs::remove_file(&cfg);
 }
 
 #[test]
 fn daemon_explains_a_configuration_it_cannot_serve() {
-    let dir = FabricDir::new("daemon-bad");
-    let cfg = dir.0.with_extension("toml");
+    let dir = TestDir::here("daemon-bad");
+    let cfg = dir.path("lanes.toml");
     for (config, host, says) in [
         ("dir = \"/tmp/x\"\n", "a", "no [cluster] section"),
         ("[cluster]\n[[node]]\nid = 8\nhost = \"a\"\naddress = \"127.0.0.1:1\"\n", "zz", "host \"zz\" is not in"),
@@ -346,8 +339,7 @@ fn daemon_explains_a_configuration_it_cannot_serve() {
         let mut c = dir.lanes(8);
         c.args(["daemon", "--host", host, "--config"]).arg(&cfg);
         let out = run(c, Duration::from_secs(20));
-        let err = text(&out.stderr);
-        assert!(!out.status.success() && err.contains(says), "{config:?}: {err}");
+        let err = &out.stderr;
+        assert!(!out.ok() && err.contains(says), "{config:?}: {err}");
     }
-    let _ = std::fs::remove_file(&cfg);
 }

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-mod common;
-use common::{run, text, TestDir};
+use lanes_testkit::program::{run_to_end, Finished};
+use lanes_testkit::TestDir;
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const LIMIT: Duration = Duration::from_secs(30);
@@ -23,6 +23,11 @@ fn lanes() -> Command {
     let mut c = Command::new(LANES);
     c.env_remove("LANES_CONFIG").env_remove("LANES_NODE_ID").env_remove("LANES_DIR");
     c
+}
+
+/// Runs a command, which must end within `limit`.
+fn run(c: Command, limit: Duration) -> Finished {
+    run_to_end(c, "lanes", limit)
 }
 
 /// A uid no account uses, different per test process (tests of several runs may overlap).
@@ -45,10 +50,10 @@ fn status_of_an_unreadable_fabric_directory_is_an_error_naming_it() {
     }
     std::fs::set_permissions(&fabric, std::fs::Permissions::from_mode(0o000)).expect("chmod");
     let out = run(status, LIMIT);
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "status succeeded: {}", text(&out.stdout));
+    let err = &out.stderr;
+    assert!(!out.ok(), "status succeeded: {}", out.stdout);
     assert!(err.contains(fabric.to_str().unwrap()) && err.contains("ermission denied"), "{err}");
-    assert!(!text(&out.stdout).contains("(none)"), "an unreadable fabric is not an empty one");
+    assert!(!out.stdout.contains("(none)"), "an unreadable fabric is not an empty one");
 }
 
 #[test]
@@ -59,7 +64,7 @@ fn status_into_a_closed_pipe_ends_quietly() {
     let mut bash = Command::new("bash");
     bash.env("LANES_DIR", scratch.0.join("fabric")).args(["-c", &script]);
     let out = run(bash, LIMIT);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let (stdout, stderr) = (&out.stdout, &out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(stdout.contains("rc=0"), "stdout {stdout:?} stderr {stderr:?}");
 }
@@ -91,10 +96,10 @@ fn status_dir_as(uid: u32) -> Result<String, String> {
     let mut c = lanes();
     c.args(["status", "--json"]).uid(uid).gid(uid).current_dir("/");
     let out = run(c, LIMIT);
-    if !out.status.success() {
-        return Err(text(&out.stderr));
+    if !out.ok() {
+        return Err(out.stderr);
     }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout_bytes).expect("status --json");
     Ok(v["dir"].as_str().expect("dir").to_string())
 }
 

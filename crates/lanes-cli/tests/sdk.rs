@@ -4,12 +4,12 @@
 //! checked; a program that dlopens libsisci.so; and a program that walks the error paths.
 //! Every wait is bounded and every child is killed when a test ends.
 
-mod common;
-use common::TestDir;
-
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use lanes_testkit::program::{on_path, run_to_end, Finished, Program};
+use lanes_testkit::{free_ports, TestDir};
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const LIMIT: Duration = Duration::from_secs(120);
@@ -18,48 +18,10 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn show(what: &str, out: &Output) -> String {
-    format!("{what}: {}\nstdout:\n{}\nstderr:\n{}", out.status, text(&out.stdout), text(&out.stderr))
-}
-
-/// Kills and reaps a child on drop.
-struct Reaped(Option<Child>);
-
-impl Reaped {
-    fn wait(mut self, limit: Duration) -> Output {
-        let mut child = self.0.take().expect("child");
-        let start = Instant::now();
-        loop {
-            if child.try_wait().expect("try_wait").is_some() {
-                return child.wait_with_output().expect("output");
-            }
-            if start.elapsed() > limit {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!("{}", show(&format!("still running after {limit:?}"), &out));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-        }
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// All of a process's output (these programs' reports are short).
+fn show(what: &str, out: &Finished) -> String {
+    let status = out.status.map_or_else(|| "no status".to_string(), |s| s.to_string());
+    format!("{what}: {status}\nstdout:\n{}\nstderr:\n{}", out.stdout, out.stderr)
 }
 
 /// An SDK installed into a private prefix, programs built against it, and a private fabric.
@@ -70,12 +32,10 @@ struct Sdk {
 impl Sdk {
     fn install(name: &str) -> Sdk {
         let dir = TestDir::named("sdk-test", name);
-        let out = Command::new(LANES)
-            .args(["sdk", "install", "--no-ldconfig", "--prefix"])
-            .arg(dir.0.join("sdk"))
-            .output()
-            .expect("run lanes sdk install");
-        assert!(out.status.success(), "{}", show("lanes sdk install", &out));
+        let mut c = Command::new(LANES);
+        c.args(["sdk", "install", "--no-ldconfig", "--prefix"]).arg(dir.0.join("sdk"));
+        let out = run_to_end(c, "lanes sdk install", LIMIT);
+        assert!(out.ok(), "{}", show("lanes sdk install", &out));
         std::fs::create_dir_all(dir.0.join("bin")).expect("bin dir");
         Sdk { dir }
     }
@@ -92,8 +52,8 @@ impl Sdk {
     fn cc(&self, src: &Path, name: &str, extra: &[&str]) -> PathBuf {
         let p = self.prefix();
         let bin = self.dir.0.join("bin").join(name);
-        let out = Command::new("cc")
-            .args(["-Wall", "-Wextra", "-Werror", "-O2", "-D_REENTRANT", "-pthread"])
+        let mut cc = Command::new("cc");
+        cc.args(["-Wall", "-Wextra", "-Werror", "-O2", "-D_REENTRANT", "-pthread"])
             .arg(format!("-I{}", p.join("include").display()))
             .arg(format!("-I{}", p.join("include/dis").display()))
             .arg(src)
@@ -102,10 +62,9 @@ impl Sdk {
             .arg(format!("-Wl,-rpath,{}", p.join("lib64").display()))
             .args(extra)
             .arg("-o")
-            .arg(&bin)
-            .output()
-            .expect("run cc (scripts/test.sh installs gcc)");
-        assert!(out.status.success(), "{}", show(&format!("cc {}", src.display()), &out));
+            .arg(&bin);
+        let out = run_to_end(cc, "cc (scripts/test.sh installs gcc)", LIMIT);
+        assert!(out.ok(), "{}", show(&format!("cc {}", src.display()), &out));
         bin
     }
 
@@ -130,41 +89,35 @@ impl Sdk {
         c
     }
 
-    fn start(&self, prog: &Path, node: u32, args: &[&str]) -> Reaped {
-        let child = self
-            .node(prog, node, args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start a node process");
-        Reaped(Some(child))
+    fn start(&self, prog: &Path, node: u32, args: &[&str]) -> Program {
+        Program::spawn(self.node(prog, node, args), &node_name(prog, node))
     }
 
-    fn run(&self, prog: &Path, node: u32, args: &[&str]) -> Output {
-        self.start(prog, node, args).wait(LIMIT)
+    fn run(&self, prog: &Path, node: u32, args: &[&str]) -> Finished {
+        self.start(prog, node, args).finish(LIMIT)
     }
 
     /// [`Sdk::run`] with one more environment variable.
-    fn run_with(&self, prog: &Path, node: u32, args: &[&str], (key, value): (&str, &str)) -> Output {
-        let child = self
-            .node(prog, node, args)
-            .env(key, value)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start a node process");
-        Reaped(Some(child)).wait(LIMIT)
+    fn run_with(&self, prog: &Path, node: u32, args: &[&str], (key, value): (&str, &str)) -> Finished {
+        let mut c = self.node(prog, node, args);
+        c.env(key, value);
+        Program::spawn(c, &node_name(prog, node)).finish(LIMIT)
     }
 
     /// Runs a server on node 8 and a client on node 4; both must succeed.
     fn pair(&self, prog: &Path, server: &[&str], client: &[&str]) -> (String, String) {
         let s = self.start(prog, 8, server);
         let c = self.run(prog, 4, client);
-        let s = s.wait(LIMIT);
-        assert!(c.status.success(), "{}\n{}", show("client", &c), show("server", &s));
-        assert!(s.status.success(), "{}\n{}", show("server", &s), show("client", &c));
-        (text(&s.stdout) + &text(&s.stderr), text(&c.stdout))
+        let s = s.finish(LIMIT);
+        assert!(c.ok(), "{}\n{}", show("client", &c), show("server", &s));
+        assert!(s.ok(), "{}\n{}", show("server", &s), show("client", &c));
+        (s.stdout + &s.stderr, c.stdout)
     }
+}
+
+/// `<program> (node <node>)`, what a node process is called in failures.
+fn node_name(prog: &Path, node: u32) -> String {
+    format!("{} (node {node})", prog.file_name().unwrap_or_default().to_string_lossy())
 }
 
 const EXAMPLES: &[&str] = &["pingpong", "scibench", "interrupts", "dataintr", "query", "dma_bench", "reflective"];
@@ -183,12 +136,10 @@ fn row<'a>(out: &'a str, first: &str) -> Option<&'a str> {
 fn install_writes_the_layout_and_uninstall_removes_exactly_it() {
     let dir = TestDir::named("sdk-test", "layout");
     let prefix = dir.0.join("opt/DIS");
-    let out = Command::new(LANES)
-        .args(["sdk", "install", "--no-ldconfig", "--prefix"])
-        .arg(&prefix)
-        .output()
-        .expect("lanes sdk install");
-    assert!(out.status.success(), "{}", show("install", &out));
+    let mut c = Command::new(LANES);
+    c.args(["sdk", "install", "--no-ldconfig", "--prefix"]).arg(&prefix);
+    let out = run_to_end(c, "lanes sdk install", LIMIT);
+    assert!(out.ok(), "{}", show("install", &out));
     for f in [
         "include/sisci_api.h",
         "include/sisci_types.h",
@@ -203,39 +154,38 @@ fn install_writes_the_layout_and_uninstall_removes_exactly_it() {
     let pc = std::fs::read_to_string(prefix.join("lib64/pkgconfig/sisci.pc")).expect("sisci.pc");
     assert!(pc.contains(&format!("prefix={}", prefix.display())), "{pc}");
     assert!(pc.contains("-lsisci") && pc.contains("${includedir}/dis"), "{pc}");
-    if Command::new("pkg-config").arg("--version").output().is_ok() {
-        let out = Command::new("pkg-config")
-            .args(["--cflags", "--libs", "sisci"])
-            .env("PKG_CONFIG_PATH", prefix.join("lib64/pkgconfig"))
-            .output()
-            .expect("pkg-config");
-        assert!(out.status.success(), "{}", show("pkg-config", &out));
-        assert!(text(&out.stdout).contains(&format!("-I{}/include/dis", prefix.display())));
+    if on_path("pkg-config") {
+        let mut c = Command::new("pkg-config");
+        c.args(["--cflags", "--libs", "sisci"]).env("PKG_CONFIG_PATH", prefix.join("lib64/pkgconfig"));
+        let out = run_to_end(c, "pkg-config", LIMIT);
+        assert!(out.ok(), "{}", show("pkg-config", &out));
+        assert!(out.stdout.contains(&format!("-I{}/include/dis", prefix.display())));
     }
     // Something of the user's own under the prefix survives the uninstall.
     std::fs::write(prefix.join("include/mine.h"), "/* mine */\n").expect("write");
-    let out = Command::new(LANES)
-        .args(["sdk", "uninstall", "--no-ldconfig", "--prefix"])
-        .arg(&prefix)
-        .output()
-        .expect("uninstall");
-    assert!(out.status.success(), "{}", show("uninstall", &out));
+    let mut c = Command::new(LANES);
+    c.args(["sdk", "uninstall", "--no-ldconfig", "--prefix"]).arg(&prefix);
+    let out = run_to_end(c, "lanes sdk uninstall", LIMIT);
+    assert!(out.ok(), "{}", show("uninstall", &out));
     assert!(prefix.join("include/mine.h").is_file(), "uninstall removed a file it did not write");
     assert!(!prefix.join("lib64").exists(), "lib64 left behind");
     assert!(!prefix.join("include/dis").exists(), "include/dis left behind");
     std::fs::remove_file(prefix.join("include/mine.h")).expect("rm");
-    let out = Command::new(LANES).args(["sdk", "uninstall", "--prefix"]).arg(&prefix).output().expect("uninstall");
-    assert!(!out.status.success(), "a second uninstall must say there is nothing to remove");
-    assert!(text(&out.stderr).contains("no SDK installed"), "{}", show("uninstall", &out));
+    let mut c = Command::new(LANES);
+    c.args(["sdk", "uninstall", "--prefix"]).arg(&prefix);
+    let out = run_to_end(c, "lanes sdk uninstall", LIMIT);
+    assert!(!out.ok(), "a second uninstall must say there is nothing to remove");
+    assert!(out.stderr.contains("no SDK installed"), "{}", show("uninstall", &out));
 }
 
 #[test]
 fn every_function_is_exported_under_its_name_and_both_vendor_aliases() {
     let sdk = Sdk::install("exports");
-    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(sdk.prefix().join("lib64/libsisci.so")).output();
-    let out = out.expect("nm (binutils, installed with gcc)");
-    assert!(out.status.success(), "{}", show("nm", &out));
-    let symbols = text(&out.stdout);
+    let mut nm = Command::new("nm");
+    nm.args(["-D", "--defined-only"]).arg(sdk.prefix().join("lib64/libsisci.so"));
+    let out = run_to_end(nm, "nm (binutils, installed with gcc)", LIMIT);
+    assert!(out.ok(), "{}", show("nm", &out));
+    let symbols = out.stdout;
     let exported: std::collections::HashSet<&str> =
         symbols.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
     let header = std::fs::read_to_string(sdk.prefix().join("include/sisci_api.h")).expect("header");
@@ -326,23 +276,22 @@ fn examples_build_warning_free_with_cc_and_with_their_makefile() {
     for name in EXAMPLES {
         let bin = sdk.example(name);
         let out = sdk.run(&bin, 4, &["-h"]);
-        assert!(out.status.success(), "{}", show(&format!("{name} -h"), &out));
-        assert!(text(&out.stdout).contains("Usage"), "{name} -h printed no usage");
+        assert!(out.ok(), "{}", show(&format!("{name} -h"), &out));
+        assert!(out.stdout.contains("Usage"), "{name} -h printed no usage");
         let out = sdk.run(&bin, 4, &["-no-such-option"]);
-        assert_eq!(out.status.code(), Some(1), "{}", show(&format!("{name} -no-such-option"), &out));
+        assert_eq!(out.code(), Some(1), "{}", show(&format!("{name} -no-such-option"), &out));
     }
-    if Command::new("make").arg("--version").output().is_ok() {
+    if on_path("make") {
         let out_dir = sdk.dir.0.join("make-out");
         std::fs::create_dir_all(&out_dir).expect("dir");
-        let out = Command::new("make")
-            .arg("-C")
+        let mut make = Command::new("make");
+        make.arg("-C")
             .arg(repo().join("examples/c"))
             .arg(format!("PREFIX={}", sdk.prefix().display()))
             .arg(format!("OUT={}", out_dir.display()))
-            .arg("RPATH=1")
-            .output()
-            .expect("make");
-        assert!(out.status.success(), "{}", show("make", &out));
+            .arg("RPATH=1");
+        let out = run_to_end(make, "make", LIMIT);
+        assert!(out.ok(), "{}", show("make", &out));
         for name in EXAMPLES {
             assert!(out_dir.join(name).is_file(), "make did not build {name}");
         }
@@ -374,13 +323,13 @@ fn pingpong_measures_round_trips_between_two_node_processes() {
 fn pingpong_client_notices_a_dead_server() {
     let sdk = Sdk::install("pingpong-dead");
     let pp = sdk.example("pingpong");
-    let mut server = sdk.start(&pp, 8, &["-server"]);
+    let server = sdk.start(&pp, 8, &["-server"]);
     let client = sdk.start(&pp, 4, &["-client", "-rn", "8", "-sizes", "8", "-iter", "2000000000", "-warmup", "0"]);
     std::thread::sleep(Duration::from_millis(1500));
-    server.kill();
-    let out = client.wait(Duration::from_secs(30));
-    assert_eq!(out.status.code(), Some(3), "{}", show("client", &out));
-    assert!(text(&out.stderr).contains("gone"), "{}", show("client", &out));
+    server.signal(libc::SIGKILL);
+    let out = client.finish(Duration::from_secs(30));
+    assert_eq!(out.code(), Some(3), "{}", show("client", &out));
+    assert!(out.stderr.contains("gone"), "{}", show("client", &out));
 }
 
 #[test]
@@ -435,8 +384,8 @@ fn query_reports_the_node_the_adapter_and_probes() {
     let sdk = Sdk::install("query");
     let q = sdk.example("query");
     let out = sdk.run(&q, 12, &["-probe", "12,16", "-host", "localhost"]);
-    let s = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(4), "node 16 is absent: {}", show("query", &out));
+    let s = &out.stdout;
+    assert_eq!(out.code(), Some(4), "node 16 is absent: {}", show("query", &out));
     assert!(s.contains("local node id (adapter 0): 12"), "{s}");
     assert!(s.contains("node id                      12"), "{s}");
     assert!(s.contains("probe node 12: reachable"), "{s}");
@@ -468,8 +417,8 @@ fn a_program_that_dlopens_libsisci_resolves_the_vendor_names() {
     let prog = sdk.test_program("dlopen", &["-ldl"]);
     let lib = sdk.prefix().join("lib64/libsisci.so");
     let out = sdk.run(&prog, 4, &[lib.to_str().expect("utf-8 path")]);
-    assert!(out.status.success(), "{}", show("dlopen", &out));
-    assert!(text(&out.stdout).contains("ok: opened through _SISCI_PUBLIC_FUNC_ST_SCIOpen as node 4"));
+    assert!(out.ok(), "{}", show("dlopen", &out));
+    assert!(out.stdout.contains("ok: opened through _SISCI_PUBLIC_FUNC_ST_SCIOpen as node 4"));
 }
 
 #[test]
@@ -477,18 +426,18 @@ fn error_paths_return_the_documented_codes_and_nothing_crashes() {
     let sdk = Sdk::install("errors");
     let prog = sdk.test_program("errors", &[]);
     let out = sdk.run(&prog, 4, &[]);
-    let s = text(&out.stdout);
+    let s = &out.stdout;
     let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
-    assert!(out.status.success() && failed.is_empty(), "{failed:#?}\n{}", show("errors", &out));
+    assert!(out.ok() && failed.is_empty(), "{failed:#?}\n{}", show("errors", &out));
     assert!(s.lines().filter(|l| l.starts_with("ok ")).count() > 150, "{s}");
     assert!(s.contains("0 failures"), "{s}");
 }
 
 /// The `ok`/`FAIL` lines of a test program: all passed and it said so.
-fn assert_all_ok(what: &str, out: &Output) {
-    let s = text(&out.stdout);
+fn assert_all_ok(what: &str, out: &Finished) {
+    let s = &out.stdout;
     let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
-    assert!(out.status.success() && failed.is_empty() && s.contains("0 failures"), "{failed:#?}\n{}", show(what, out));
+    assert!(out.ok() && failed.is_empty() && s.contains("0 failures"), "{failed:#?}\n{}", show(what, out));
 }
 
 /// The line after `prefix` in `out`.
@@ -506,10 +455,10 @@ fn creating_past_the_descriptor_limit_is_out_of_resources() {
     let prog = sdk.test_program("fdlimit", &[]);
     let out = sdk.run(&prog, 4, &[]);
     assert_all_ok("fdlimit", &out);
-    let stdout = text(&out.stdout);
-    let message = line_after(&stdout, "message: ").unwrap_or_else(|| panic!("{}", show("fdlimit", &out)));
+    let stdout = &out.stdout;
+    let message = line_after(stdout, "message: ").unwrap_or_else(|| panic!("{}", show("fdlimit", &out)));
     assert!(message.starts_with("Out of resources") && message.contains("Too many open files"), "{message}");
-    let stderr = text(&out.stderr);
+    let stderr = &out.stderr;
     let reports: Vec<&str> = stderr.lines().collect();
     assert_eq!(reports.len(), 1, "one report: {stderr}");
     assert!(
@@ -551,15 +500,15 @@ fn a_corrupt_or_hostile_object_file_is_reported_with_its_path_and_cause() {
             "garbage" => std::fs::write(&file, vec![0xAB_u8; 8192]).expect("write garbage"),
             _ => mkfifo(&file),
         }
-        let out = sdk.start(&prog, 4, &["8", "5"]).wait(Duration::from_secs(30));
+        let out = sdk.start(&prog, 4, &["8", "5"]).finish(Duration::from_secs(30));
         assert_all_ok(setup, &out);
-        let stdout = text(&out.stdout);
-        let message = line_after(&stdout, "message: ").unwrap_or_else(|| panic!("{}", show(setup, &out)));
+        let stdout = &out.stdout;
+        let message = line_after(stdout, "message: ").unwrap_or_else(|| panic!("{}", show(setup, &out)));
         assert!(
             message.starts_with("System error: ") && message.contains(&path) && message.contains(cause),
             "{message}"
         );
-        let stderr = text(&out.stderr);
+        let stderr = &out.stderr;
         let reports: Vec<&str> = stderr.lines().collect();
         assert_eq!(reports.len(), 1, "{setup}: one report: {stderr}");
         let report = reports[0];
@@ -583,29 +532,17 @@ fn lanes_sisci_quiet_silences_the_report_and_debug_reports_every_failure() {
     let quiet = sdk.run_with(&prog, 4, &["8", "5"], ("LANES_SISCI_QUIET", "1"));
     assert_all_ok("quiet", &quiet);
     assert!(quiet.stderr.is_empty(), "{}", show("quiet", &quiet));
-    let message = line_after(&text(&quiet.stdout), "message: ").map(str::to_string);
+    let message = line_after(&quiet.stdout, "message: ").map(str::to_string);
     assert!(message.is_some_and(|m| m.contains("bad magic")), "{}", show("quiet", &quiet));
 
     let debug = sdk.run_with(&prog, 4, &["8", "5"], ("LANES_SISCI_DEBUG", "1"));
     assert_all_ok("debug", &debug);
-    let stderr = text(&debug.stderr);
+    let stderr = &debug.stderr;
     let reports: Vec<&str> = stderr.lines().collect();
     assert_eq!(reports.len(), 2, "{stderr}");
     assert!(reports[0].contains("bad magic") && reports[0].ends_with("(SCI_ERR_SYSTEM)"), "{stderr}");
     assert!(reports[1].starts_with("libsisci (lanes): SCIConnectSegment: "), "{stderr}");
     assert!(reports[1].ends_with("(SCI_ERR_ILLEGAL_PARAMETER)"), "{stderr}");
-}
-
-/// Waits up to `limit` for `file` to contain `what`; false if it never did.
-fn await_text(file: &Path, what: &str, limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if std::fs::read_to_string(file).is_ok_and(|s| s.contains(what)) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
 }
 
 #[test]
@@ -617,13 +554,13 @@ fn reflective_writer_measures_round_trips_until_both_receivers_acknowledged() {
         8,
         &["-server", "-group", "0x5246", "-size", "2", "-iter", "2000", "-warmup", "200", "-timeout", "60"],
     );
-    let clients: Vec<Reaped> =
+    let clients: Vec<Program> =
         [4, 12].iter().map(|&n| sdk.start(&rf, n, &["-client", "-group", "0x5246", "-timeout", "60"])).collect();
-    let s = server.wait(LIMIT);
-    let c: Vec<Output> = clients.into_iter().map(|c| c.wait(LIMIT)).collect();
+    let s = server.finish(LIMIT);
+    let c: Vec<Finished> = clients.into_iter().map(|c| c.finish(LIMIT)).collect();
     let all = format!("{}\n{}\n{}", show("server", &s), show("client 4", &c[0]), show("client 12", &c[1]));
-    assert!(s.status.success() && c.iter().all(|c| c.status.success()), "{all}");
-    let out = text(&s.stdout);
+    assert!(s.ok() && c.iter().all(|c| c.ok()), "{all}");
+    let out = &s.stdout;
     let head = out.lines().next().unwrap_or("");
     assert!(head.contains("group 21062, writer node 8, 2 receivers (nodes"), "{all}");
     assert!(head.contains(" 4") && head.contains(" 12") && head.contains("2000 rounds after 200 warm-up"), "{all}");
@@ -643,7 +580,7 @@ fn reflective_writer_measures_round_trips_until_both_receivers_acknowledged() {
     assert!(out.contains("bytes written to the group by one SCI_FLAG_BROADCAST transfer"), "{all}");
     assert!(out.contains("verified by 2 receivers"), "{all}");
     for (node, c) in [(4, &c[0]), (12, &c[1])] {
-        let o = text(&c.stdout);
+        let o = &c.stdout;
         assert!(o.contains(&format!("node {node}, receiver ")), "{all}");
         assert!(o.contains("of group 21062: acknowledged 2200 rounds; DMA payload of 57344 bytes verified"), "{all}");
     }
@@ -653,25 +590,17 @@ fn reflective_writer_measures_round_trips_until_both_receivers_acknowledged() {
 fn reflective_receivers_hear_that_their_writer_died() {
     let sdk = Sdk::install("reflective-dead");
     let rf = sdk.example("reflective");
-    let log = sdk.dir.0.join("server.err");
-    let file = std::fs::File::create(&log).expect("log file");
-    let child = sdk
-        .node(&rf, 8, &["-server", "-group", "77", "-size", "2", "-iter", "10000000", "-warmup", "0"])
-        .stdout(Stdio::null())
-        .stderr(file)
-        .spawn()
-        .expect("start the writer");
-    let mut server = Reaped(Some(child));
-    let clients: Vec<Reaped> =
+    let mut server = sdk.start(&rf, 8, &["-server", "-group", "77", "-size", "2", "-iter", "10000000", "-warmup", "0"]);
+    let clients: Vec<Program> =
         [4, 12].iter().map(|&n| sdk.start(&rf, n, &["-client", "-group", "77", "-timeout", "30"])).collect();
-    let joined = await_text(&log, "receiver 2: node", Duration::from_secs(60));
-    assert!(joined, "the receivers did not join: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    let joined = server.stderr_line(Duration::from_secs(60), |l| l.contains("receiver 2: node")).is_some();
+    assert!(joined, "the receivers did not join: {}", server.stderr_so_far());
     std::thread::sleep(Duration::from_millis(300));
-    server.kill();
+    server.signal(libc::SIGKILL);
     for c in clients {
-        let out = c.wait(Duration::from_secs(60));
-        assert_eq!(out.status.code(), Some(3), "{}", show("client", &out));
-        assert!(text(&out.stderr).contains("group 77 is gone (SCI_CB_LOST)"), "{}", show("client", &out));
+        let out = c.finish(Duration::from_secs(60));
+        assert_eq!(out.code(), Some(3), "{}", show("client", &out));
+        assert!(out.stderr.contains("group 77 is gone (SCI_CB_LOST)"), "{}", show("client", &out));
     }
 }
 
@@ -680,9 +609,9 @@ fn reflective_memory_calls_and_their_error_paths() {
     let sdk = Sdk::install("reflective-errors");
     let prog = sdk.test_program("reflective", &[]);
     let out = sdk.run(&prog, 4, &[]);
-    let s = text(&out.stdout);
+    let s = &out.stdout;
     let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
-    assert!(out.status.success() && failed.is_empty(), "{failed:#?}\n{}", show("reflective", &out));
+    assert!(out.ok() && failed.is_empty(), "{failed:#?}\n{}", show("reflective", &out));
     assert!(s.lines().filter(|l| l.starts_with("ok ")).count() > 80, "{s}");
     for check in [
         "ok a fifth group is refused: SCI_ERR_NOSPC",
@@ -705,7 +634,7 @@ fn reflective_memory_calls_and_their_error_paths() {
 /// directory and a `lanes daemon`, for the SDK's programs to run on as unchanged.
 struct TwoHosts {
     dir: PathBuf,
-    _daemons: Vec<Reaped>,
+    _daemons: Vec<Program>,
 }
 
 impl TwoHosts {
@@ -715,22 +644,24 @@ impl TwoHosts {
         let dir = sdk.dir.0.join("cluster");
         let mut config =
             "[cluster]\nprovider = \"tcp;ofi_rxm\"\nheartbeat_ms = 50\nsuspect_after_ms = 1000\n".to_string();
-        for ((h, node), port) in Self::HOSTS.into_iter().zip(common::free_ports(Self::HOSTS.len())) {
+        for ((h, node), port) in Self::HOSTS.into_iter().zip(free_ports(Self::HOSTS.len())) {
             config += &format!("[[node]]\nid = {node}\nhost = \"{h}\"\naddress = \"127.0.0.1:{port}\"\n");
             std::fs::create_dir_all(dir.join(h)).expect("fabric dir");
         }
         std::fs::write(dir.join("lanes.toml"), config).expect("lanes.toml");
         let mut hosts = TwoHosts { dir, _daemons: Vec::new() };
         for (h, _) in Self::HOSTS {
-            let child =
-                hosts.on(Command::new(LANES).arg("daemon"), h).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
-            hosts._daemons.push(Reaped(Some(child.expect("start lanes daemon"))));
+            let mut daemon = Command::new(LANES);
+            hosts.on(daemon.arg("daemon"), h);
+            hosts._daemons.push(Program::spawn(daemon, &format!("lanes daemon ({h})")));
         }
         for (h, other) in [("a", "b"), ("b", "a")] {
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
-                let out = hosts.on(Command::new(LANES).arg("status"), h).output().expect("lanes status");
-                let t = text(&out.stdout);
+                let mut status = Command::new(LANES);
+                hosts.on(status.arg("status"), h);
+                let out = run_to_end(status, "lanes status", Duration::from_secs(20));
+                let t = &out.stdout;
                 if t.lines().any(|l| l.trim_start().starts_with(other) && l.contains("operational")) {
                     break;
                 }
@@ -755,14 +686,14 @@ impl TwoHosts {
         let spawn = |h: &str, node: u32, args: &[&str]| {
             let mut c = Command::new(prog);
             self.on(c.args(args).env("LANES_NODE_ID", node.to_string()), h);
-            Reaped(Some(c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start a node process")))
+            Program::spawn(c, &node_name(prog, node))
         };
         let s = spawn("a", 8, server);
-        let c = spawn("b", 4, client).wait(LIMIT);
-        let s = s.wait(LIMIT);
-        assert!(c.status.success(), "{}\n{}", show("client", &c), show("server", &s));
-        assert!(s.status.success(), "{}\n{}", show("server", &s), show("client", &c));
-        (text(&s.stdout) + &text(&s.stderr), text(&c.stdout))
+        let c = spawn("b", 4, client).finish(LIMIT);
+        let s = s.finish(LIMIT);
+        assert!(c.ok(), "{}\n{}", show("client", &c), show("server", &s));
+        assert!(s.ok(), "{}\n{}", show("server", &s), show("client", &c));
+        (s.stdout + &s.stderr, c.stdout)
     }
 }
 
@@ -868,23 +799,12 @@ fn stores_through_a_groups_map_pointer_reach_the_other_host() {
 
 /// Waits for a child and asserts its `ok`/`FAIL` lines all passed (with the others' output
 /// for context on failure).
-fn all_ok(what: &str, child: Reaped, context: &str) -> String {
-    let out = child.wait(LIMIT);
-    let s = text(&out.stdout);
+fn all_ok(what: &str, child: Program, context: &str) -> String {
+    let out = child.finish(LIMIT);
+    let s = &out.stdout;
     let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
-    assert!(
-        out.status.success() && failed.is_empty() && s.contains("0 failures"),
-        "{failed:#?}\n{}\n{context}",
-        show(what, &out)
-    );
-    s
-}
-
-/// Starts a node process whose stdout goes to `log` (for [`await_text`] while it runs).
-fn start_logged(sdk: &Sdk, prog: &Path, node: u32, args: &[&str], log: &Path) -> Reaped {
-    let file = std::fs::File::create(log).expect("log file");
-    let child = sdk.node(prog, node, args).stdout(file).stderr(Stdio::piped()).spawn().expect("start");
-    Reaped(Some(child))
+    assert!(out.ok() && failed.is_empty() && s.contains("0 failures"), "{failed:#?}\n{}\n{context}", show(what, &out));
+    out.stdout
 }
 
 /// Item 1: three receivers each create the broadcast segment with the same id (nodes 4, 8,
@@ -899,8 +819,7 @@ fn reflective_memory_as_the_vendor_sets_it_up_every_receiver_creates_the_group()
     let dir = sdk.dir.0.join("flags");
     std::fs::create_dir_all(&dir).expect("dir");
     let d = dir.to_str().expect("utf-8");
-    let logs: Vec<PathBuf> = (1..=3).map(|n| sdk.dir.0.join(format!("receiver{n}.out"))).collect();
-    let receivers: Vec<Reaped> = [(1, 4), (2, 8), (3, 12)]
+    let mut receivers: Vec<Program> = [(1, 4), (2, 8), (3, 12)]
         .iter()
         .map(|&(n, node)| {
             let ns = n.to_string();
@@ -908,21 +827,22 @@ fn reflective_memory_as_the_vendor_sets_it_up_every_receiver_creates_the_group()
             if n == 3 {
                 args.push("dmaglobal");
             }
-            start_logged(&sdk, &prog, node, &args, &logs[n as usize - 1])
+            sdk.start(&prog, node, &args)
         })
         .collect();
-    for (n, log) in logs.iter().enumerate() {
-        let ready = await_text(log, &format!("receiver {} ready", n + 1), Duration::from_secs(60));
-        assert!(ready, "receiver {} never got ready:\n{}", n + 1, std::fs::read_to_string(log).unwrap_or_default());
+    for (n, r) in receivers.iter_mut().enumerate() {
+        let ready = format!("receiver {} ready", n + 1);
+        let ready = r.stdout_line(Duration::from_secs(60), |l| l.contains(&ready)).is_some();
+        assert!(ready, "receiver {} never got ready:\n{}", n + 1, r.stdout_so_far());
     }
     let writer = sdk.start(&prog, 16, &["writer", "3", d]);
     let w = all_ok("writer", writer, "");
     for (n, r) in receivers.into_iter().enumerate() {
-        let out = r.wait(LIMIT);
-        let s = std::fs::read_to_string(&logs[n]).unwrap_or_default();
+        let out = r.finish(LIMIT);
+        let s = &out.stdout;
         let failed: Vec<&str> = s.lines().filter(|l| l.starts_with("FAIL")).collect();
         assert!(
-            out.status.success() && failed.is_empty() && s.contains("0 failures"),
+            out.ok() && failed.is_empty() && s.contains("0 failures"),
             "receiver {}: {failed:#?}\n{s}\n{}\nwriter:\n{w}",
             n + 1,
             show("receiver", &out)
@@ -1004,7 +924,7 @@ fn vendor_flags_dma_vectors_and_full_data_interrupt_queues() {
     let prog = sdk.test_program("vendor_calls", &[]);
     let out = sdk.run(&prog, 4, &[]);
     assert_all_ok("vendor_calls", &out);
-    let s = text(&out.stdout);
+    let s = &out.stdout;
     for step in [
         "ok SCICreateSegment(SCI_FLAG_DMA_GLOBAL | SCI_FLAG_BROADCAST)",
         "ok SCIRegisterSegmentMemory(SCI_FLAG_LOCK_USER_MEM)",
@@ -1035,25 +955,24 @@ fn reflective_memory_as_the_vendor_sets_it_up_across_two_hosts() {
     let dir = sdk.dir.0.join("flags");
     std::fs::create_dir_all(&dir).expect("dir");
     let d = dir.to_str().expect("utf-8");
-    let spawn = |h: &str, node: u32, args: &[&str], log: &Path| {
+    let spawn = |h: &str, node: u32, args: &[&str]| {
         let mut c = Command::new(&prog);
         hosts.on(c.args(args).env("LANES_NODE_ID", node.to_string()), h);
-        let file = std::fs::File::create(log).expect("log file");
-        Reaped(Some(c.stdout(file).stderr(Stdio::piped()).spawn().expect("start a node process")))
+        Program::spawn(c, &node_name(&prog, node))
     };
-    let logs: Vec<PathBuf> = (1..=3).map(|n| sdk.dir.0.join(format!("hosts{n}.out"))).collect();
-    let r1 = spawn("a", 8, &["receiver", "1", d], &logs[0]);
-    assert!(await_text(&logs[0], "receiver 1 ready", Duration::from_secs(60)), "receiver 1 never got ready");
-    let r2 = spawn("b", 4, &["receiver", "2", d], &logs[1]);
-    assert!(await_text(&logs[1], "receiver 2 ready", Duration::from_secs(60)), "receiver 2 never got ready");
-    let w = spawn("a", 8, &["writer", "2", d], &logs[2]).wait(LIMIT);
-    let outs: Vec<Output> = [r1, r2].into_iter().map(|r| r.wait(LIMIT)).collect();
-    let texts: Vec<String> = logs.iter().map(|l| std::fs::read_to_string(l).unwrap_or_default()).collect();
+    let ready = |r: &mut Program, what: &str| r.stdout_line(Duration::from_secs(60), |l| l.contains(what)).is_some();
+    let mut r1 = spawn("a", 8, &["receiver", "1", d]);
+    assert!(ready(&mut r1, "receiver 1 ready"), "receiver 1 never got ready");
+    let mut r2 = spawn("b", 4, &["receiver", "2", d]);
+    assert!(ready(&mut r2, "receiver 2 ready"), "receiver 2 never got ready");
+    let w = spawn("a", 8, &["writer", "2", d]).finish(LIMIT);
+    let outs: Vec<Finished> = [r1, r2].into_iter().map(|r| r.finish(LIMIT)).collect();
+    let texts: Vec<String> = outs.iter().chain([&w]).map(|o| o.stdout.clone()).collect();
     let all = format!("receiver 1:\n{}\nreceiver 2:\n{}\nwriter:\n{}", texts[0], texts[1], texts[2]);
     for (i, out) in outs.iter().chain([&w]).enumerate() {
         let failed: Vec<&str> = texts[i].lines().filter(|l| l.starts_with("FAIL")).collect();
         assert!(
-            out.status.success() && failed.is_empty() && texts[i].contains("0 failures"),
+            out.ok() && failed.is_empty() && texts[i].contains("0 failures"),
             "{failed:#?}\n{}\n{all}",
             show("process", out)
         );
@@ -1098,9 +1017,9 @@ fn the_vendor_api_surface_builds_with_wconversion_links_and_runs() {
     let prog = sdk.test_program("api_surface", &["-Wconversion", "-Wpedantic"]);
     let out = sdk.run(&prog, 4, &[]);
     assert_all_ok("api_surface", &out);
-    let s = text(&out.stdout);
+    let s = &out.stdout;
 
-    let in_c: std::collections::BTreeSet<&str> = lines_after(&s, "function ").collect();
+    let in_c: std::collections::BTreeSet<&str> = lines_after(s, "function ").collect();
     let exported = all_exported_functions();
     let missing: Vec<_> = exported.difference(&in_c).collect();
     let extra: Vec<_> = in_c.difference(&exported).collect();
@@ -1108,7 +1027,7 @@ fn the_vendor_api_surface_builds_with_wconversion_links_and_runs() {
 
     for (ty, size) in sisci::C_LAYOUTS {
         let line = format!("{ty} {size}");
-        assert!(lines_after(&s, "sizeof ").any(|l| l == line), "sizeof {ty} in C is not {size}:\n{s}");
+        assert!(lines_after(s, "sizeof ").any(|l| l == line), "sizeof {ty} in C is not {size}:\n{s}");
     }
 
     let consts = rust_consts!(
@@ -1199,7 +1118,7 @@ fn the_vendor_api_surface_builds_with_wconversion_links_and_runs() {
         DIS_DMA_MAX_VECLEN,
         SCI_DMA_CHANNEL_ID_DONTCARE,
     );
-    let in_c: std::collections::HashMap<&str, u64> = lines_after(&s, "const ")
+    let in_c: std::collections::HashMap<&str, u64> = lines_after(s, "const ")
         .filter_map(|l| l.split_once(' '))
         .filter_map(|(n, v)| Some((n, v.parse().ok()?)))
         .collect();
@@ -1209,9 +1128,10 @@ fn the_vendor_api_surface_builds_with_wconversion_links_and_runs() {
     assert_eq!(in_c.get("SISCI_ERR_MASK").copied(), Some(u64::from(SCI_ERR_MASK)));
     assert!(s.contains("adapter type: Lanes software adapter"), "{s}");
 
-    let nm = Command::new("nm").args(["-D", "--defined-only"]).arg(sdk.prefix().join("lib64/libsisci.so")).output();
-    let nm = nm.expect("nm (binutils, installed with gcc)");
-    let symbols = text(&nm.stdout);
+    let mut nm = Command::new("nm");
+    nm.args(["-D", "--defined-only"]).arg(sdk.prefix().join("lib64/libsisci.so"));
+    let nm = run_to_end(nm, "nm (binutils, installed with gcc)", LIMIT);
+    let symbols = &nm.stdout;
     let defined: std::collections::HashSet<&str> =
         symbols.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
     let mut headers = String::new();
@@ -1236,12 +1156,10 @@ fn the_vendor_api_surface_builds_with_wconversion_links_and_runs() {
 fn the_installed_tree_is_the_vendors_layout_and_uninstall_removes_all_of_it() {
     let dir = TestDir::named("sdk-test", "vendor-layout");
     let prefix = dir.0.join("opt/DIS");
-    let out = Command::new(LANES)
-        .args(["sdk", "install", "--no-ldconfig", "--prefix"])
-        .arg(&prefix)
-        .output()
-        .expect("lanes sdk install");
-    assert!(out.status.success(), "{}", show("install", &out));
+    let mut c = Command::new(LANES);
+    c.args(["sdk", "install", "--no-ldconfig", "--prefix"]).arg(&prefix);
+    let out = run_to_end(c, "lanes sdk install", LIMIT);
+    assert!(out.ok(), "{}", show("install", &out));
     for (name, contents) in sisci::HEADERS {
         let installed = std::fs::read_to_string(prefix.join("include").join(name)).expect(name);
         assert_eq!(&installed, contents, "include/{name} differs from the library's header");
@@ -1251,8 +1169,8 @@ fn the_installed_tree_is_the_vendors_layout_and_uninstall_removes_all_of_it() {
     }
     let bin = dir.0.join("api_surface");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/api_surface.c");
-    let cc = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Wconversion", "-Werror", "-D_REENTRANT", "-pthread"])
+    let mut cc = Command::new("cc");
+    cc.args(["-Wall", "-Wextra", "-Wconversion", "-Werror", "-D_REENTRANT", "-pthread"])
         .arg(format!("-I{}", prefix.join("include").display()))
         .arg(format!("-I{}", prefix.join("include/dis").display()))
         .arg(&src)
@@ -1260,25 +1178,21 @@ fn the_installed_tree_is_the_vendors_layout_and_uninstall_removes_all_of_it() {
         .arg(format!("-Wl,-rpath,{}", prefix.join("lib64").display()))
         .arg("-lsisci")
         .arg("-o")
-        .arg(&bin)
-        .output()
-        .expect("cc");
-    assert!(cc.status.success(), "{}", show("cc (vendor layout)", &cc));
-    let out = Command::new(&bin)
-        .env("LANES_NODE_ID", "4")
+        .arg(&bin);
+    let cc = run_to_end(cc, "cc", LIMIT);
+    assert!(cc.ok(), "{}", show("cc (vendor layout)", &cc));
+    let mut c = Command::new(&bin);
+    c.env("LANES_NODE_ID", "4")
         .env("LANES_DIR", dir.0.join("fabric"))
         .env_remove("LANES_CONFIG")
-        .env_remove("LD_LIBRARY_PATH")
-        .output()
-        .expect("run");
+        .env_remove("LD_LIBRARY_PATH");
+    let out = run_to_end(c, "api_surface", LIMIT);
     assert_all_ok("api_surface (vendor layout)", &out);
 
-    let out = Command::new(LANES)
-        .args(["sdk", "uninstall", "--no-ldconfig", "--prefix"])
-        .arg(&prefix)
-        .output()
-        .expect("uninstall");
-    assert!(out.status.success(), "{}", show("uninstall", &out));
+    let mut c = Command::new(LANES);
+    c.args(["sdk", "uninstall", "--no-ldconfig", "--prefix"]).arg(&prefix);
+    let out = run_to_end(c, "lanes sdk uninstall", LIMIT);
+    assert!(out.ok(), "{}", show("uninstall", &out));
     assert!(!prefix.exists(), "uninstall left {:?}", std::fs::read_dir(&prefix).map(|d| d.count()));
 }
 
@@ -1294,13 +1208,13 @@ fn smartio_without_a_device_and_with_a_fake_one() {
     let none = sdk.run(&prog, 4, &["none"]);
     assert_all_ok("smartio none", &none);
     for step in ["ok no device is found", "ok SCIBorrowDevice: no such device", "ok SCIRegisterPCIeRequester"] {
-        assert!(text(&none.stdout).lines().any(|l| l == step), "missing {step:?}:\n{}", text(&none.stdout));
+        assert!(none.stdout.lines().any(|l| l == step), "missing {step:?}:\n{}", none.stdout);
     }
 
     let devices = (smartio_env(), "0x100:64K:0x010802:0x144d:0xa808,0x200");
     let fake = sdk.run_with(&prog, 4, &["fake"], devices);
     assert_all_ok("smartio fake", &fake);
-    let s = text(&fake.stdout);
+    let s = &fake.stdout;
     for step in [
         "ok both see the same device memory",
         "ok the bytes are in the device's memory",
@@ -1313,13 +1227,13 @@ fn smartio_without_a_device_and_with_a_fake_one() {
 
     let bad = sdk.run_with(&prog, 4, &["bad"], (smartio_env(), "0x100:64K,zzz"));
     assert_all_ok("smartio bad", &bad);
-    let message = line_after(&text(&bad.stdout), "message: ").map(str::to_string);
+    let message = line_after(&bad.stdout, "message: ").map(str::to_string);
     assert!(
         message.is_some_and(|m| m.contains("LANES_SISCI_FAKE_DEVICES") && m.contains("zzz")),
         "{}",
         show("bad", &bad)
     );
-    let stderr = text(&bad.stderr);
+    let stderr = &bad.stderr;
     assert!(stderr.contains("SCIGetDeviceList") && stderr.contains("LANES_SISCI_FAKE_DEVICES"), "{stderr}");
 }
 
@@ -1367,9 +1281,9 @@ fn conditional_and_named_interrupts_between_two_nodes() {
 fn user_program(sdk: &Sdk, name: &str) -> PathBuf {
     let bin = sdk.cc(&repo().join("examples/c").join(format!("{name}.c")), name, &["-Wconversion"]);
     let out = sdk.run(&bin, 4, &["-h"]);
-    assert!(out.status.success() && text(&out.stdout).contains("Usage"), "{}", show(&format!("{name} -h"), &out));
+    assert!(out.ok() && out.stdout.contains("Usage"), "{}", show(&format!("{name} -h"), &out));
     let out = sdk.run(&bin, 4, &["-no-such-option"]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&format!("{name} -no-such-option"), &out));
+    assert_eq!(out.code(), Some(1), "{}", show(&format!("{name} -no-such-option"), &out));
     bin
 }
 
@@ -1391,33 +1305,33 @@ fn bench_suite_initiator_drives_two_peers_and_every_experiment_validates() {
     let sdk = Sdk::install("bench-suite");
     let init = user_program(&sdk, "bench_initiator");
     let peer = user_program(&sdk, "bench_peer");
-    let peers: Vec<Reaped> =
+    let peers: Vec<Program> =
         [8, 12].iter().map(|&n| sdk.start(&peer, n, &["-size", "256K", "-timeout", "20000"])).collect();
     let start = Instant::now();
     let args = ["-peers", "8,12", "-iters", "500", "-irq-iters", "200", "-dma-size", "64K", "-dma-iters", "10"];
     let args = [&args[..], &["-rounds", "100", "-bcast-size", "2K", "-timeout", "20000"]].concat();
     let out = sdk.run(&init, 4, &args);
-    let peer_outs: Vec<Output> = peers.into_iter().map(|p| p.wait(LIMIT)).collect();
+    let peer_outs: Vec<Finished> = peers.into_iter().map(|p| p.finish(LIMIT)).collect();
     let context: String = peer_outs.iter().map(|o| show("peer", o)).collect::<Vec<_>>().join("\n");
-    assert!(out.status.success(), "{}\n{context}", show("bench_initiator", &out));
-    let s = text(&out.stdout);
+    assert!(out.ok(), "{}\n{context}", show("bench_initiator", &out));
+    let s = &out.stdout;
     for experiment in ["pio-pingpong", "irq-roundtrip", "dma", "dma-vec"] {
         for node in ["8", "12"] {
-            assert!(table_row_ok(&s, experiment, &["node", node]), "no {experiment} row for node {node} ok:\n{s}");
+            assert!(table_row_ok(s, experiment, &["node", node]), "no {experiment} row for node {node} ok:\n{s}");
         }
     }
-    assert!(table_row_ok(&s, "broadcast", &["2", "peers"]), "no broadcast row ok:\n{s}");
+    assert!(table_row_ok(s, "broadcast", &["2", "peers"]), "no broadcast row ok:\n{s}");
     assert!(s.contains("bench_initiator: all 9 experiments validated, 2 peers said goodbye"), "{s}");
     for (node, o) in [8, 12].iter().zip(&peer_outs) {
-        let p = text(&o.stdout);
-        assert!(o.status.success(), "{}", show(&format!("peer {node}"), o));
+        let p = &o.stdout;
+        assert!(o.ok(), "{}", show(&format!("peer {node}"), o));
         assert!(p.contains(&format!("node {node}: initiator is node 4")) && p.contains("exiting"), "{p}");
     }
     eprintln!("bench suite: {:?}", start.elapsed());
 
     let out = sdk.run(&init, 4, &["-peers", "16", "-timeout", "300"]);
-    assert_eq!(out.status.code(), Some(3), "{}", show("bench_initiator with no peer", &out));
-    assert!(text(&out.stderr).contains("node 16 is not reachable"), "{}", show("no peer", &out));
+    assert_eq!(out.code(), Some(3), "{}", show("bench_initiator with no peer", &out));
+    assert!(out.stderr.contains("node 16 is not reachable"), "{}", show("no peer", &out));
 }
 
 /// Three kv_replica processes (nodes 4, 8, 12) each create the broadcast segment with the
@@ -1431,13 +1345,13 @@ fn kv_replicas_over_reflective_memory_converge_without_torn_reads() {
     let kv = user_program(&sdk, "kv_replica");
     let start = Instant::now();
     let args = ["-replicas", "4,8,12", "-ops", "4000", "-timeout", "20000"];
-    let replicas: Vec<Reaped> = [4, 8, 12].iter().map(|&n| sdk.start(&kv, n, &args)).collect();
-    let outs: Vec<Output> = replicas.into_iter().map(|r| r.wait(LIMIT)).collect();
+    let replicas: Vec<Program> = [4, 8, 12].iter().map(|&n| sdk.start(&kv, n, &args)).collect();
+    let outs: Vec<Finished> = replicas.into_iter().map(|r| r.finish(LIMIT)).collect();
     let all: String = outs.iter().map(|o| show("replica", o)).collect::<Vec<_>>().join("\n");
     let mut sums = Vec::new();
     for (node, o) in [4, 8, 12].iter().zip(&outs) {
-        assert!(o.status.success(), "node {node}:\n{all}");
-        let s = text(&o.stdout);
+        assert!(o.ok(), "node {node}:\n{all}");
+        let s = &o.stdout;
         assert!(s.contains(&format!("node {node}: own region verified")), "{all}");
         assert!(s.contains("4000 ops") && s.contains(" 0 torn\n"), "{all}");
         let line = s.lines().find(|l| l.contains("converged with 3 replicas, 0 torn reads in all"));
@@ -1448,18 +1362,13 @@ fn kv_replicas_over_reflective_memory_converge_without_torn_reads() {
     eprintln!("kv replicas: {:?}", start.elapsed());
 
     use std::io::Write;
-    let mut child = sdk
-        .node(&kv, 4, &["-replicas", "4", "-stdin", "-group", "0x4B57", "-timeout", "20000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kv_replica -stdin");
+    let c = sdk.node(&kv, 4, &["-replicas", "4", "-stdin", "-group", "0x4B57", "-timeout", "20000"]);
+    let mut child = Program::spawn_with_stdin(c, "kv_replica -stdin", Stdio::piped());
     let script = "PUT alpha 1\nPUT beta two words\nGET alpha\nGET beta\nDEL alpha\nGET alpha\nDEL alpha\nSUM\n";
-    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write commands");
-    let out = Reaped(Some(child)).wait(LIMIT);
-    assert!(out.status.success(), "{}", show("kv_replica -stdin", &out));
-    let s = text(&out.stdout);
+    child.take_stdin().expect("stdin").write_all(script.as_bytes()).expect("write commands");
+    let out = child.finish(LIMIT);
+    assert!(out.ok(), "{}", show("kv_replica -stdin", &out));
+    let s = &out.stdout;
     let answers: Vec<&str> = s.lines().filter(|l| !l.starts_with("kv_replica")).collect();
     assert_eq!(
         answers[..7],
@@ -1484,8 +1393,8 @@ fn smartio_device_example_with_a_fake_device_and_without_one() {
         (&["-class", "0x020000", "-vendor", "0x8086"][..], "0x200", "8086:10d3 class 020000"),
     ] {
         let out = sdk.run_with(&prog, 4, args, devices);
-        let s = text(&out.stdout);
-        assert!(out.status.success(), "{}", show(&format!("smartio_dev {args:?}"), &out));
+        let s = &out.stdout;
+        assert!(out.ok(), "{}", show(&format!("smartio_dev {args:?}"), &out));
         assert!(s.contains(&format!("borrowing fabric device {fdid}")) && s.contains(ids), "{s}");
         for check in ["the DMA reached the device's buffer", "command block", "doorbell", "data buffer register"] {
             assert!(
@@ -1497,15 +1406,10 @@ fn smartio_device_example_with_a_fake_device_and_without_one() {
     }
 
     let out = sdk.run_with(&prog, 4, &["-vendor", "0x1234"], devices);
-    assert_eq!(out.status.code(), Some(4), "{}", show("smartio_dev, no device of that vendor", &out));
-    let child = sdk
-        .node(&prog, 4, &[])
-        .env_remove(smartio_env())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start smartio_dev");
-    let out = Reaped(Some(child)).wait(LIMIT);
-    assert_eq!(out.status.code(), Some(4), "{}", show("smartio_dev without a device", &out));
-    assert!(text(&out.stdout).contains("no SmartIO device found"), "{}", show("no device", &out));
+    assert_eq!(out.code(), Some(4), "{}", show("smartio_dev, no device of that vendor", &out));
+    let mut c = sdk.node(&prog, 4, &[]);
+    c.env_remove(smartio_env());
+    let out = Program::spawn(c, "smartio_dev").finish(LIMIT);
+    assert_eq!(out.code(), Some(4), "{}", show("smartio_dev without a device", &out));
+    assert!(out.stdout.contains("no SmartIO device found"), "{}", show("no device", &out));
 }

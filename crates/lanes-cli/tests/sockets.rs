@@ -9,13 +9,12 @@
 //! redis-server redis-tools`; without them the bench test checks the rows are skipped.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use lanes_testkit::program::{run_to_end, Finished, Program};
+use lanes_testkit::TestDir;
 use serde_json::Value;
-
-mod common;
-use common::{run, text, wait_bounded, Reaped, TestDir};
 
 const LANES: &str = env!("CARGO_BIN_EXE_lanes");
 const LIBRARY: &str = "liblanes_sockets.so";
@@ -44,6 +43,11 @@ impl Dir for TestDir {
     }
 }
 
+/// Runs a `lanes` command, which must end within `limit`.
+fn run(c: Command, limit: Duration) -> Finished {
+    run_to_end(c, "lanes", limit)
+}
+
 /// The library `lanes` finds by itself (beside the binary), if it has been built.
 fn built_library() -> Option<PathBuf> {
     let p = Path::new(LANES).parent()?.join(LIBRARY);
@@ -59,8 +63,8 @@ fn run_reports_a_missing_program_with_127() {
     let d = TestDir::here("missing");
     for (prog, says) in [("lanes-no-such-program-xyz", "command not found"), ("./no/such/dir/prog", "no such file")] {
         let out = run(d.lanes(&["run", prog, "--an-argument"]), Duration::from_secs(20));
-        assert_eq!(out.status.code(), Some(127), "{prog}: {}", text(&out.stderr));
-        let err = text(&out.stderr);
+        assert_eq!(out.code(), Some(127), "{prog}: {}", out.stderr);
+        let err = &out.stderr;
         assert!(err.contains(prog) && err.contains(says), "{prog}: {err}");
     }
 }
@@ -78,8 +82,8 @@ fn run_puts_the_library_first_and_keeps_the_rest() {
     let mut c = d.lanes(&["run", "--", "sh", "-c", "echo \"$LD_PRELOAD|${LANES_SOCKETS-unset}\""]);
     c.env("LANES_SOCKETS_LIB", &lib).env("LD_PRELOAD", "libc.so.6");
     let out = run(c, Duration::from_secs(20));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).trim(), format!("{}:libc.so.6|unset", lib.display()));
+    assert!(out.ok(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), format!("{}:libc.so.6|unset", lib.display()));
 
     // Options become the library's environment; the exit status is the program's own.
     let mut c = d.lanes(&[
@@ -99,14 +103,14 @@ fn run_puts_the_library_first_and_keeps_the_rest() {
     ]);
     c.env("LANES_SOCKETS_LIB", &lib).env("LD_PRELOAD", format!("{}", lib.display()));
     let out = run(c, Duration::from_secs(20));
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).trim(), format!("{} 0 5201,8000-8100 22 7 65536", lib.display()));
+    assert_eq!(out.code(), Some(3), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), format!("{} 0 5201,8000-8100 22 7 65536", lib.display()));
 
     let mut c = d.lanes(&["run", "--include", "0", "true"]);
     c.env("LANES_SOCKETS_LIB", &lib);
     let out = run(c, Duration::from_secs(20));
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--include"), "{}", text(&out.stderr));
+    assert_eq!(out.code(), Some(2));
+    assert!(out.stderr.contains("--include"), "{}", out.stderr);
 }
 
 #[test]
@@ -115,35 +119,35 @@ fn run_finds_the_library_beside_itself_or_says_how_to_build_it() {
     let out = run(d.lanes(&["run", "sh", "-c", "echo $LD_PRELOAD"]), Duration::from_secs(20));
     match built_library() {
         Some(lib) => {
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            assert_eq!(text(&out.stdout).trim(), lib.display().to_string());
+            assert!(out.ok(), "{}", out.stderr);
+            assert_eq!(out.stdout.trim(), lib.display().to_string());
         }
         None => {
-            assert!(!out.status.success());
-            let err = text(&out.stderr);
+            assert!(!out.ok());
+            let err = &out.stderr;
             assert!(err.contains("cargo build -p lanes-sockets") && err.contains("LANES_SOCKETS_LIB"), "{err}");
         }
     }
     let mut c = d.lanes(&["run", "true"]);
     c.env("LANES_SOCKETS_LIB", d.path("nowhere/liblanes_sockets.so"));
     let out = run(c, Duration::from_secs(20));
-    assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("LANES_SOCKETS_LIB="), "{}", text(&out.stderr));
+    assert!(!out.ok());
+    assert!(out.stderr.contains("LANES_SOCKETS_LIB="), "{}", out.stderr);
 }
 
 #[test]
 fn status_and_cleanup_have_a_sockets_key() {
     let d = TestDir::here("status");
     let out = run(d.lanes(&["status", "--json"]), Duration::from_secs(20));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("status --json is JSON");
+    assert!(out.ok(), "{}", out.stderr);
+    let v: Value = serde_json::from_slice(&out.stdout_bytes).expect("status --json is JSON");
     assert!(v["sockets"].as_array().is_some_and(|s| s.is_empty()), "{v}");
     assert!(v["segments"].is_array() && v["nodes"].is_array(), "{v}");
     let out = run(d.lanes(&["status"]), Duration::from_secs(20));
-    assert!(text(&out.stdout).contains("accelerated sockets"), "{}", text(&out.stdout));
+    assert!(out.stdout.contains("accelerated sockets"), "{}", out.stdout);
     let out = run(d.lanes(&["cleanup", "--json"]), Duration::from_secs(20));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("cleanup --json is JSON");
+    assert!(out.ok(), "{}", out.stderr);
+    let v: Value = serde_json::from_slice(&out.stdout_bytes).expect("cleanup --json is JSON");
     assert_eq!(v["sockets"], 0, "{v}");
 }
 
@@ -163,16 +167,24 @@ fn started_by(owner: u32) -> Vec<u32> {
         .collect()
 }
 
-fn wait_none_left(owner: u32) {
-    let start = Instant::now();
-    loop {
-        let left = started_by(owner);
-        if left.is_empty() {
-            return;
+/// Waits at most `limit` for `lanes` (`p`) to end (the test fails here, with its output, if
+/// it does not), then up to 10 s for every program it started to end too: its output, and
+/// the pids of those still running. They are looked for before the Program's group is
+/// killed, which would end them in its stead.
+fn wait_lanes(mut p: Program, limit: Duration) -> (Finished, Vec<u32>) {
+    let owner = p.pid();
+    let mut left = Vec::new();
+    if p.wait_exit(limit).is_some() {
+        let start = Instant::now();
+        loop {
+            left = started_by(owner);
+            if left.is_empty() || start.elapsed() >= Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "still running after lanes ended: {left:?}");
-        std::thread::sleep(Duration::from_millis(20));
     }
+    (p.finish(Duration::ZERO), left)
 }
 
 const PROGRAMS: [&str; 4] = ["sockperf", "iperf3", "redis-server", "redis-benchmark"];
@@ -196,12 +208,10 @@ fn bench_sockets_quick_writes_every_row() {
     if let Some(lib) = built_library() {
         c.env("LANES_SOCKETS_LIB", lib);
     }
-    let child = c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let owner = child.id();
-    let out = wait_bounded(child, Duration::from_secs(300));
-    assert!(out.status.success(), "stdout:\n{}\nstderr:\n{}", text(&out.stdout), text(&out.stderr));
-    wait_none_left(owner);
-    let table = text(&out.stdout);
+    let (out, left) = wait_lanes(Program::spawn(c, "lanes bench sockets --quick"), Duration::from_secs(300));
+    assert!(out.ok(), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(left.is_empty(), "still running after lanes ended: {left:?}");
+    let table = out.stdout;
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("valid JSON");
     assert_eq!((v["format"].as_str(), v["benchmark"].as_str()), (Some("lanes-bench/2"), Some("sockets")), "{v}");
     assert_eq!(v["run"]["rounds"], 2, "{}", v["run"]);
@@ -246,7 +256,7 @@ fn bench_sockets_quick_writes_every_row() {
 }
 
 /// Starts a long redis row and waits until its server is up.
-fn start_long_bench(d: &TestDir) -> Option<(Reaped, u32)> {
+fn start_long_bench(d: &TestDir) -> Option<Program> {
     if !on_path("redis-server") || !on_path("redis-benchmark") {
         eprintln!("note: redis-server or redis-benchmark missing; skipped");
         return None;
@@ -255,33 +265,29 @@ fn start_long_bench(d: &TestDir) -> Option<(Reaped, u32)> {
     if let Some(lib) = built_library() {
         c.env("LANES_SOCKETS_LIB", lib);
     }
-    let child = c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
-    let owner = child.id();
-    let guard = Reaped(Some(child));
+    let lanes = Program::spawn(c, "lanes bench sockets --only redis-get");
+    let owner = lanes.pid();
     let start = Instant::now();
     while started_by(owner).is_empty() {
         assert!(start.elapsed() < Duration::from_secs(30), "lanes bench sockets started nothing");
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    Some((guard, owner))
+    Some(lanes)
 }
 
 #[test]
 fn bench_sockets_stops_its_programs_when_stopped_or_killed() {
     let d = TestDir::here("stop");
     // SIGTERM: lanes stops what it started, then exits with an error.
-    let Some((mut guard, owner)) = start_long_bench(&d) else { return };
-    // SAFETY: kill has no memory preconditions; owner is our unreaped child.
-    unsafe { libc::kill(owner as libc::pid_t, libc::SIGTERM) };
-    let child = guard.0.take().expect("child");
-    let out = wait_bounded(child, Duration::from_secs(30));
-    assert!(!out.status.success());
-    wait_none_left(owner);
+    let Some(lanes) = start_long_bench(&d) else { return };
+    lanes.signal(libc::SIGTERM);
+    let (out, left) = wait_lanes(lanes, Duration::from_secs(30));
+    assert!(!out.ok());
+    assert!(left.is_empty(), "still running after lanes ended: {left:?}");
     // SIGKILL: lanes cannot act; the kernel ends its programs (parent-death signal).
-    let Some((mut guard, owner)) = start_long_bench(&d) else { return };
-    let mut child = guard.0.take().expect("child");
-    child.kill().expect("kill");
-    child.wait().expect("wait");
-    wait_none_left(owner);
+    let Some(lanes) = start_long_bench(&d) else { return };
+    assert!(lanes.signal(libc::SIGKILL), "kill");
+    let (_, left) = wait_lanes(lanes, Duration::from_secs(30));
+    assert!(left.is_empty(), "still running after lanes ended: {left:?}");
 }

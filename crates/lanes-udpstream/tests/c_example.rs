@@ -7,15 +7,11 @@
 //! separate programs; and `udpstream errors`, bad input through the C API.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-/// Removes a built example and its directory.
-fn remove(bin: &Path) {
-    if let Some(dir) = bin.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
+use lanes_testkit::program::{run_to_end, Finished, Program};
+use lanes_testkit::TestDir;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -27,17 +23,15 @@ fn profile_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps").to_path_buf()
 }
 
-/// Builds the example as `<tmp>/lanes-udpstream-c-<pid>-<name>/<name>` (removed by [`remove`]).
-fn build(name: &str) -> PathBuf {
+/// Builds the example as `<dir>/<name>`.
+fn build(dir: &TestDir, name: &str) -> PathBuf {
     let lib_dir = profile_dir();
     assert!(
         lib_dir.join("liblanes_udpstream.so").is_file(),
         "{} has no liblanes_udpstream.so: build the crate (cargo test -p lanes-udpstream does)",
         lib_dir.display()
     );
-    let out_dir = std::env::temp_dir().join(format!("lanes-udpstream-c-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let out = out_dir.join(name);
+    let out = dir.path(name);
     let mut cmd = Command::new("cc");
     cmd.args(["-O2", "-Wall", "-Wextra", "-Werror"])
         .arg("-I")
@@ -49,33 +43,28 @@ fn build(name: &str) -> PathBuf {
         .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
         .arg("-o")
         .arg(&out);
-    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run cc ({e}): run scripts/test.sh to install gcc"));
-    assert!(o.status.success(), "{cmd:?} failed: {}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    let what = format!("{cmd:?}");
+    let o = run_to_end(cmd, "cc (run scripts/test.sh to install gcc)", Duration::from_secs(120));
+    assert!(o.ok(), "{what} failed: {:?}\n{}", o.status, o.stderr);
     out
 }
 
+/// The example, to be run with [`run`] or started as a [`Program`].
+fn example(bin: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("LANES_UDPSTREAM_PATH");
+    cmd
+}
+
 /// Runs `cmd` for at most 60 s.
-fn run(mut cmd: Command) -> Output {
-    cmd.env_remove("LANES_UDPSTREAM_PATH").stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn");
-    let start = std::time::Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!("{cmd:?} timed out\n{}", String::from_utf8_lossy(&o.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+fn run(cmd: Command) -> Finished {
+    run_to_end(cmd, "udpstream", Duration::from_secs(60))
 }
 
 /// The `key=value` fields of the line starting `udpstream: ok`.
-fn summary(o: &Output, what: &str) -> Vec<(String, String)> {
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{what}: {}\nstdout: {out}\nstderr: {}", o.status, String::from_utf8_lossy(&o.stderr));
+fn summary(o: &Finished, what: &str) -> Vec<(String, String)> {
+    let out = &o.stdout;
+    assert!(o.ok(), "{what}: {:?}\nstdout: {out}\nstderr: {}", o.status, o.stderr);
     let line =
         out.lines().find(|l| l.starts_with("udpstream: ok")).unwrap_or_else(|| panic!("{what}: no summary in {out}"));
     line.split_whitespace().filter_map(|f| f.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))).collect()
@@ -87,7 +76,8 @@ fn field<'a>(s: &'a [(String, String)], k: &str) -> &'a str {
 
 #[test]
 fn c_example_streams_a_checked_signal_on_every_path() {
-    let bin = build("selftest");
+    let dir = TestDir::named("udpstream-c", "selftest");
+    let bin = build(&dir, "selftest");
     let cases: &[(&[&str], u64, &str, &str)] = &[
         // Both ends use the library on one host: the shared-memory ring, unless forced off.
         (&["--bytes", "4M"], 0, "shm", "shm"),
@@ -103,7 +93,7 @@ fn c_example_streams_a_checked_signal_on_every_path() {
         (&["--bytes", "2M", "--datagram", "60000", "--block", "1M", "--force", "fast"], 0, "mmsg", "gro"),
     ];
     for &(args, gaps, send, recv) in cases {
-        let mut cmd = Command::new(&bin);
+        let mut cmd = example(&bin);
         cmd.arg("selftest").args(args);
         let s = summary(&run(cmd), &format!("selftest {args:?}"));
         assert_eq!(field(&s, "gaps"), gaps.to_string(), "{args:?}");
@@ -123,45 +113,38 @@ fn c_example_streams_a_checked_signal_on_every_path() {
             assert_eq!(rp, recv, "{args:?}");
         }
     }
-    remove(&bin);
 }
 
 #[test]
 fn c_example_bad_input_gives_clear_errors() {
-    let bin = build("errors");
-    let mut cmd = Command::new(&bin);
+    let dir = TestDir::named("udpstream-c", "errors");
+    let bin = build(&dir, "errors");
+    let mut cmd = example(&bin);
     cmd.arg("errors");
     let o = run(cmd);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success() && out.contains("udpstream: ok errors"),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    remove(&bin);
+    assert!(o.ok() && o.stdout.contains("udpstream: ok errors"), "{}\n{}", o.stdout, o.stderr);
 }
 
 #[test]
 fn c_example_as_two_programs() {
-    let bin = build("two-programs");
+    let dir = TestDir::named("udpstream-c", "two-programs");
+    let bin = build(&dir, "two-programs");
     // A free port: bind, read it, release (the receiver binds it at once).
     let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut recv = Command::new(&bin);
+    let mut recv = example(&bin);
     recv.args(["recv", &port.to_string(), "--bytes", "512K", "--block", "64K"]);
-    recv.env_remove("LANES_UDPSTREAM_PATH").stdout(Stdio::piped()).stderr(Stdio::piped());
-    let receiver = recv.spawn().unwrap();
+    let receiver = Program::spawn(recv, "udpstream recv");
     // Blocks of 64 KiB, 2 ms apart, sent once the receiver is up: a small receive buffer
     // (non-root: net.core.rmem_max) is never overrun.
     std::thread::sleep(Duration::from_millis(300));
-    let mut send = Command::new(&bin);
+    let mut send = example(&bin);
     send.args(["send", "127.0.0.1", &port.to_string(), "--bytes", "512K", "--block", "64K", "--gap-us", "2000"]);
     let o = run(send);
-    assert!(o.status.success(), "sender: {}", String::from_utf8_lossy(&o.stderr));
-    let o = receiver.wait_with_output().unwrap();
+    assert!(o.ok(), "sender: {}", o.stderr);
+    let o = receiver.finish(Duration::from_secs(60));
     let s = summary(&o, "recv");
     assert_eq!(field(&s, "bytes"), (512 * 1024).to_string());
     assert_eq!(field(&s, "gaps"), "0");
     // Two programs of one user on one host: the shared-memory ring.
     assert_eq!(field(&s, "recv_path"), "shm");
-    remove(&bin);
 }

@@ -8,12 +8,14 @@ mod common;
 
 use std::io::ErrorKind;
 use std::net::UdpSocket;
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::signal;
+use lanes_testkit::program::Program;
 use lanes_udpstream::header::HEADER_LEN;
 use lanes_udpstream::{
     RecvOptions, RecvPath, SendOptions, SendPath, StreamReceiver, StreamSender, MAX_UDP_PAYLOAD, PATH_ENV,
@@ -317,6 +319,9 @@ fn bad_input_is_a_clear_error() {
     assert_eq!(rx.try_recv_block(&mut small).unwrap_err().kind(), ErrorKind::InvalidInput);
 }
 
+/// How long a child process (this binary re-run) may take, at most.
+const CHILD_LIMIT: Duration = Duration::from_secs(60);
+
 /// Sender and receiver as two processes: this test binary re-run as the sender, with the
 /// path forced by LANES_UDPSTREAM_PATH (the receiver's is forced the same way in its
 /// options, since the variable is read in the child only).
@@ -330,13 +335,11 @@ fn two_processes_each_path_by_environment() {
         let mut rx =
             StreamReceiver::bind("127.0.0.1:0", RecvOptions::new(ds).with_sequence_header().with_path(recv)).unwrap();
         let port = rx.local_addr().unwrap().port();
-        let child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_sender", "--nocapture", "--test-threads=1"])
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "child_sender", "--nocapture", "--test-threads=1"])
             .env("LUS_TEST_CHILD", format!("{port} {ds} {total}"))
-            .env(PATH_ENV, env)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("re-run the test binary");
+            .env(PATH_ENV, env);
+        let child = Program::spawn(cmd, &format!("child_sender ({env})"));
         let mut buf = vec![0u8; total];
         let mut got = Vec::new();
         let mut gaps = 0;
@@ -345,9 +348,9 @@ fn two_processes_each_path_by_environment() {
             got.extend_from_slice(&buf[..r.bytes]);
             gaps += r.gaps;
         }
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "child: {}", out.status);
-        let text = String::from_utf8_lossy(&out.stdout);
+        let out = child.finish(CHILD_LIMIT);
+        assert!(out.ok(), "child: {}", out.describe("child_sender"));
+        let text = &out.stdout;
         let want = match env {
             "gso" => "path gso",
             other => &format!("path {other}"),

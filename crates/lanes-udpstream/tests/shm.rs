@@ -5,17 +5,18 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, ErrorKind};
+use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::signal;
+use lanes_testkit::program::Program;
 use lanes_udpstream::header::HEADER_LEN;
 use lanes_udpstream::shm::{self, ring_path};
 use lanes_udpstream::{
@@ -83,6 +84,9 @@ fn shm_round_trip_every_size() {
     }
 }
 
+/// How long a child process (this binary re-run) may take, at most.
+const CHILD_LIMIT: Duration = Duration::from_secs(60);
+
 /// The receiver is this test; the sender a child process (this binary re-run), both on
 /// their own choice of path: the ring.
 #[test]
@@ -96,14 +100,13 @@ fn shm_between_two_processes() {
         let port = rx.local_addr().unwrap().port();
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args(["--exact", "child_sender", "--nocapture", "--test-threads=1"])
-            .env("LUS_SHM_CHILD", format!("{port} {ds} {total}"))
-            .stdout(Stdio::piped());
+            .env("LUS_SHM_CHILD", format!("{port} {ds} {total}"));
         if env.is_empty() {
             cmd.env_remove(PATH_ENV);
         } else {
             cmd.env(PATH_ENV, env);
         }
-        let child = cmd.spawn().expect("re-run the test binary");
+        let child = Program::spawn(cmd, &format!("child_sender ({env:?})"));
         let mut buf = vec![0u8; 4 << 20];
         let mut got = Vec::new();
         let (mut gaps, mut paths) = (0, Vec::new());
@@ -115,9 +118,9 @@ fn shm_between_two_processes() {
                 paths.push(r.path);
             }
         }
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "child: {}", out.status);
-        let text = String::from_utf8_lossy(&out.stdout);
+        let out = child.finish(CHILD_LIMIT);
+        assert!(out.ok(), "child: {}", out.describe("child_sender"));
+        let text = &out.stdout;
         assert!(text.contains(&format!("path {want} ")), "{env:?}: child said: {text}");
         assert_eq!(gaps, 0);
         assert!(got == signal(total, 42), "{env:?}: bytes differ");
@@ -207,20 +210,13 @@ fn child_receiver() {
 #[test]
 fn receiver_killed_mid_stream_the_sender_falls_back_without_hanging() {
     let ds = 4000;
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_receiver", "--nocapture", "--test-threads=1"])
-        .env("LUS_SHM_CHILD_RECV", ds.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let port: u16 = loop {
-        let l = lines.next().expect("the child's port").unwrap();
-        // The harness's "test child_receiver ... " may stand in front.
-        if let Some((_, p)) = l.split_once("port ") {
-            break p.trim().parse().unwrap();
-        }
-    };
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child_receiver", "--nocapture", "--test-threads=1"])
+        .env("LUS_SHM_CHILD_RECV", ds.to_string());
+    let mut child = Program::spawn(cmd, "child_receiver");
+    // The harness's "test child_receiver ... " may stand in front.
+    let l = child.stdout_line(CHILD_LIMIT, |l| l.contains("port ")).expect("the child's port");
+    let port: u16 = l.split_once("port ").expect("port").1.trim().parse().unwrap();
     let path = ring_path(SocketAddr::from(([127, 0, 0, 1], port)));
     assert!(path.exists(), "the child published its ring");
     let mut so = SendOptions::new(ds).with_path(SendPath::Shm);
@@ -230,26 +226,18 @@ fn receiver_killed_mid_stream_the_sender_falls_back_without_hanging() {
     assert_eq!(tx.path(), SendPath::Shm, "{:?}", tx.ring_refusal());
     let block = signal(100 * ds, 1);
     assert_eq!(tx.send_block(&block).unwrap().path, SendPath::Shm);
-    let l = loop {
-        let l = lines.next().expect("the child's report").unwrap();
-        if l.contains("got ") {
-            break l;
-        }
-    };
+    let l = child.stdout_line(CHILD_LIMIT, |l| l.contains("got ")).expect("the child's report");
     assert!(l.ends_with(" shm"), "{l}");
     // Kill the receiver while the sender waits for room in its full ring.
-    let pid = child.id();
     let killer = thread::spawn(move || {
         thread::sleep(Duration::from_millis(300));
-        // SAFETY: our own child's pid, not reaped yet.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        child.stop(libc::SIGKILL, CHILD_LIMIT)
     });
     let t = Instant::now();
     let big = signal(2000 * ds, 2);
     let r = tx.send_block(&big).expect("send_block after the receiver died");
     let took = t.elapsed();
     killer.join().unwrap();
-    child.wait().unwrap();
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(r.datagrams + r.dropped, 2000, "{r:?}");
     assert_ne!(r.path, SendPath::Shm, "the rest went by the kernel: {r:?}");
