@@ -90,15 +90,15 @@ pub struct ConnectionSlot {
     pub peer: u64,
     /// The process that held the slot before the current state (0: none yet).
     pub last_peer: u64,
-    /// The node of the current holder; [`PROXY_NODE`] set: the holder is a cluster daemon
-    /// holding the slot for a process of another host (node ids are at most 65532).
+    /// The node of the current holder; bit 31 (`PROXY_NODE`) set: the holder is a cluster
+    /// daemon holding the slot for a process of another host (node ids are at most 65532).
     pub node: u32,
     /// Seqlock and change counter: odd while a claim or release is in progress.
     pub generation: u32,
     /// The node of `last_peer`.
     pub last_node: u32,
     /// 1 if `last_peer` released the slot itself, 0 if it was displaced after dying, 2 if a
-    /// daemon released it for a peer whose host was lost ([`SegmentHeader::release_slot_lost`]).
+    /// daemon released it for a peer whose host was lost ([`HeaderView::release_slot_lost`]).
     pub last_released: u32,
 }
 
@@ -437,7 +437,7 @@ impl HeaderView {
     }
 
     /// As [`Self::claim_slot`], for a daemon (`peer`) holding the slot for a process acting
-    /// as `node` on another host: the slot is marked as a proxy's (see [`PROXY_NODE`]).
+    /// as `node` on another host: the slot is marked as a proxy's (in [`ConnectionSlot::node`]).
     pub fn claim_proxy_slot(
         &self,
         peer: ProcessIdentity,
