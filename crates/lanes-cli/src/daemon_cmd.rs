@@ -20,7 +20,7 @@ pub struct DaemonArgs {
     /// This host's name in the configuration (default: LANES_HOST, else the host name).
     #[arg(long, value_name = "NAME")]
     host: Option<String>,
-    /// This host's key file (default: LANES_KEY_FILE, else [cluster] key_file, else
+    /// This host's key file (default: LANES_KEY_FILE, else `[cluster] key_file`, else
     /// /etc/lanes/host.key for root, ~/.config/lanes/host.key for others). Made on first
     /// start when missing.
     #[arg(long, value_name = "FILE")]

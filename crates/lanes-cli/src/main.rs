@@ -45,11 +45,11 @@ enum Cmd {
     Run(run_cmd::RunArgs),
     /// Install or uninstall the SISCI SDK (headers, libsisci.so, pkg-config file).
     Sdk(sdk_cmd::SdkArgs),
-    /// Run this host's cluster daemon in the foreground (needs [cluster] in lanes.toml):
+    /// Run this host's cluster daemon in the foreground (needs `[cluster]` in lanes.toml):
     /// heartbeats with the other hosts, lookups, node events. Stops on SIGTERM/SIGINT.
     Daemon(daemon_cmd::DaemonArgs),
     /// Make this host's key for the cluster's daemons and print the public key to list in
-    /// lanes.toml (`public_key` of the host's [[node]] entries).
+    /// lanes.toml (`public_key` of the host's `[[node]]` entries).
     Keygen(keygen_cmd::KeygenArgs),
     /// (internal) a receiver of `pingpong --mode reflective`.
     #[command(hide = true)]

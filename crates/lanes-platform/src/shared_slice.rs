@@ -4,7 +4,7 @@
 //! written (the model is rust-vmm vm-memory's `VolatileSlice`). Every access names an offset
 //! into it and is checked before memory is touched: a range that does not fit, a scalar at a
 //! misaligned address, or a store into a read-only range is an error, and nothing outside
-//! the slice is read or written. Accesses are the ones of [`memory`](crate::memory):
+//! the slice is read or written. Accesses are the ones of [`memory`]:
 //! volatile scalars, acquire/release words, and copies in and out of private buffers, never
 //! a `&`/`&mut` to the bytes. The raw pointer arithmetic into mapped memory of the layers
 //! above lives here.

@@ -8,7 +8,7 @@
 //!
 //! - Each thread keeps its last failed call: the code, the function and, when the fabric
 //!   said why, the fabric's message. `SCIGetErrorString(code)` for that code gives
-//!   "<the code's string>: <the message>"; for any other code, or when the failure has no
+//!   `"<the code's string>: <the message>"`; for any other code, or when the failure has no
 //!   message (a bad parameter, say), the code's fixed string. The vendor's function returns
 //!   strings that stay valid, so these do too: each distinct message is kept for the life of
 //!   the process (at most [`MAX_MESSAGES`] of them; past that, the fixed strings).
@@ -33,7 +33,7 @@ use crate::consts::*;
 /// A failed call's `sci_error_t`. `?` turns a [`lanes::Error`] into its code.
 ///
 /// Convert a `lanes::Error` only to fail with it: the conversion keeps the error as the
-/// cause of the thread's next failure (see [`failed`]).
+/// cause of the thread's next failure (which `failed` records).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Code(pub SciError);
 

@@ -7,8 +7,8 @@
 //! carries them, and does all the waiting, otherwise. Discovery uses records in the fabric
 //! directory that the kernel must vouch for (`sock_diag`); nothing is ever written into a
 //! stream. This file holds the exported C functions only: each checks the recursion guard,
-//! dispatches accelerated sockets to [`stream`] and [`wait`], and hands everything else to
-//! the C library's own function.
+//! dispatches accelerated sockets to the modules `stream` and `wait`, and hands everything
+//! else to the C library's own function.
 //!
 //! Variadic C functions (`fcntl`, `ioctl`) are defined with one integer-sized third
 //! argument: on the x86-64 and AArch64 Linux calling conventions a variadic caller passes

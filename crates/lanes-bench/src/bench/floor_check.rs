@@ -13,7 +13,7 @@ use crate::measure::clock::ticks_to_ns;
 use crate::measure::ticks::TickHistogram;
 
 /// The size compared: one 8-byte word each way, what the independent spin moves.
-pub(crate) const SIZE: usize = 8;
+const SIZE: usize = crate::bench::paths::floor::ONE_WORD;
 const RUNS: usize = 5;
 const EACH: Duration = Duration::from_millis(400);
 const PROGRAM: &str = "lanes-spin-floor";

@@ -22,53 +22,14 @@ use snow::resolvers::{CryptoResolver, DefaultResolver};
 use crate::platform::files::read_private_file;
 use crate::platform::{hex, unhex};
 
-/// Bytes of an X25519 key, private or public.
-pub const KEY_LEN: usize = 32;
+// A public key is a value of the lanes.toml schema (below the control plane); it is named
+// here too, beside the host keys it is the public half of.
+pub use crate::config::cluster::{PublicKey, KEY_LEN};
+
 /// The environment variable naming the host key file (overrides `[cluster] key_file`).
 pub const KEY_FILE_VAR: &str = "LANES_KEY_FILE";
 /// The host key file of a daemon run as root, when nothing names another.
 pub const SYSTEM_KEY_FILE: &str = "/etc/lanes/host.key";
-
-/// A host's public key, as `lanes.toml` lists it (64 hex digits).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PublicKey([u8; KEY_LEN]);
-
-impl PublicKey {
-    /// Parses 64 hex digits. The error is a sentence.
-    pub fn parse(text: &str) -> Result<PublicKey, String> {
-        let t = text.trim();
-        let bytes = unhex(t).filter(|b| b.len() == KEY_LEN).ok_or_else(|| {
-            format!("public_key {t:?} is not {} hex digits (the line `lanes keygen` prints)", 2 * KEY_LEN)
-        })?;
-        let mut k = [0u8; KEY_LEN];
-        k.copy_from_slice(&bytes);
-        if k == [0u8; KEY_LEN] {
-            return Err("public_key is all zeros".into());
-        }
-        Ok(PublicKey(k))
-    }
-
-    /// From the bytes a handshake reports; None if they are not a key's length.
-    pub fn from_bytes(bytes: &[u8]) -> Option<PublicKey> {
-        <[u8; KEY_LEN]>::try_from(bytes).ok().map(PublicKey)
-    }
-
-    pub fn as_bytes(&self) -> &[u8; KEY_LEN] {
-        &self.0
-    }
-}
-
-impl fmt::Display for PublicKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex(&self.0))
-    }
-}
-
-impl fmt::Debug for PublicKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PublicKey({self})")
-    }
-}
 
 /// A host's key pair (the private half never leaves the process but for its file).
 #[derive(Clone)]

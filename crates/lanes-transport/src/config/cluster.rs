@@ -25,13 +25,14 @@
 //! ```
 //!
 //! Either every host has a `public_key` (daemons then talk only over authenticated,
-//! encrypted links, see `crate::cluster::link`) or none has (daemons then serve loopback only).
+//! encrypted links: the control plane's `link`) or none has (daemons then serve loopback only).
 //!
 //! The file is parsed and validated once, by [`super::ConfigFile`]; this module
 //! turns a valid file into a [`ClusterConfig`]: one [`HostEntry`] per host with its
 //! address and nodes. Addresses are IP literals: the daemon binds them, and name
 //! resolution would make start-up depend on a resolver.
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,7 +40,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{NodeEntry, NodeId};
-use crate::cluster::identity::PublicKey;
+use crate::platform::{hex, unhex};
 
 /// The daemons' control port when neither `[cluster] port` nor the address names one.
 pub const DEFAULT_PORT: u16 = 7470;
@@ -155,6 +156,51 @@ pub struct HostEntry {
     pub public_key: Option<PublicKey>,
 }
 
+/// Bytes of an X25519 key, private or public (a host key's halves).
+pub const KEY_LEN: usize = 32;
+
+/// A host's public key, as `lanes.toml` lists it (`public_key`, 64 hex digits): the key
+/// its daemon proves it holds the private half of when the daemons' links are set up.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublicKey([u8; KEY_LEN]);
+
+impl PublicKey {
+    /// Parses 64 hex digits. The error is a sentence.
+    pub fn parse(text: &str) -> Result<PublicKey, String> {
+        let t = text.trim();
+        let bytes = unhex(t).filter(|b| b.len() == KEY_LEN).ok_or_else(|| {
+            format!("public_key {t:?} is not {} hex digits (the line `lanes keygen` prints)", 2 * KEY_LEN)
+        })?;
+        let mut k = [0u8; KEY_LEN];
+        k.copy_from_slice(&bytes);
+        if k == [0u8; KEY_LEN] {
+            return Err("public_key is all zeros".into());
+        }
+        Ok(PublicKey(k))
+    }
+
+    /// From the bytes a handshake reports; None if they are not a key's length.
+    pub fn from_bytes(bytes: &[u8]) -> Option<PublicKey> {
+        <[u8; KEY_LEN]>::try_from(bytes).ok().map(PublicKey)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; KEY_LEN] {
+        &self.0
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex(&self.0))
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({self})")
+    }
+}
+
 /// The validated cluster: timing, provider and hosts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterConfig {
@@ -172,10 +218,10 @@ pub struct ClusterConfig {
     /// Silence after which a host is Lost.
     pub lost_after: Duration,
     /// A file every host's daemon reads the cluster secret from (absolute): daemons then
-    /// prove to each other that they know it before they talk (`crate::cluster::secret`).
+    /// prove to each other that they know it before they talk (the control plane's `secret`).
     pub secret_file: Option<PathBuf>,
-    /// This host's key file (`[cluster] key_file`, absolute); see
-    /// [`crate::cluster::identity::key_path`] for the default.
+    /// This host's key file (`[cluster] key_file`, absolute). `LANES_KEY_FILE` overrides
+    /// it; when neither names one, the control plane's host identity has a default per user.
     pub key_file: Option<PathBuf>,
     /// The hosts, in the order the file first names them.
     pub hosts: Vec<HostEntry>,

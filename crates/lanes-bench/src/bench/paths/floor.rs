@@ -4,6 +4,11 @@
 //!
 //! The client creates a file in `/dev/shm` (a tmpfs, as a `MAP_SHARED | MAP_ANONYMOUS`
 //! mapping would be), both sides map it, and the client unlinks it once the peer has it.
+//!
+//! `lanes bench` runs it as the path `floor` at every size (and `--check-floor` at
+//! [`ONE_WORD`] against `lanes-spin-floor`); `lanes pingpong`'s floor row is its latency
+//! protocol at [`ONE_WORD`], the file handed over through the ping-pong's mailboxes
+//! ([`FloorFile`], [`open`]).
 
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -201,41 +206,75 @@ impl Drop for Unlink {
     }
 }
 
-struct Offer {
+/// The floor's smallest message: the 8-byte sequence word alone each way, no copy. It is
+/// what `lanes-spin-floor` moves, so the size `--check-floor` compares and `lanes pingpong`'s
+/// floor.
+pub(crate) const ONE_WORD: usize = 8;
+
+/// The client's side of the floor until the peer has mapped the file: the file, made and
+/// mapped, for messages up to `max` bytes.
+pub(crate) struct FloorFile {
     region: RawRegion,
     file: Unlink,
     max: usize,
 }
 
-pub(crate) fn client(env: &SetupEnv) -> Result<Box<dyn ClientOffer>, String> {
-    let len = sender_bytes(env.max_size) + receiver_bytes(env.max_size);
-    let (region, path) = RawRegion::create_file(len).map_err(|e| format!("creating the floor's shared file: {e}"))?;
-    Ok(Box::new(Offer { region, file: Unlink(path), max: env.max_size }))
-}
+impl FloorFile {
+    /// A new file for the protocols with messages up to `max` bytes.
+    pub(crate) fn create(max: usize) -> Result<FloorFile, String> {
+        let len = sender_bytes(max) + receiver_bytes(max);
+        let (region, path) =
+            RawRegion::create_file(len).map_err(|e| format!("creating the floor's shared file: {e}"))?;
+        Ok(FloorFile { region, file: Unlink(path), max })
+    }
 
-impl ClientOffer for Offer {
-    fn offer(&self) -> String {
+    /// What the peer maps the file by ([`open`]): one line, its length and path.
+    pub(crate) fn offer_text(&self) -> String {
         format!("{} {}", self.region.map.len, self.file.0.display())
     }
 
-    fn accept(self: Box<Self>, _reply: &str) -> Result<Box<dyn ClientPath>, String> {
+    /// The client's side of the protocols, once the peer has mapped the file: the file's name
+    /// goes now, its memory when both sides have dropped their views.
+    pub(crate) fn into_client(self) -> Result<ShmClient<RawView>, String> {
         let a = sender_bytes(self.max);
         let mine = self.region.view(0, a).ok_or("floor region too small")?;
         let theirs = self.region.view(a, receiver_bytes(self.max)).ok_or("floor region too small")?;
         drop(self.file);
-        Ok(Box::new(ShmClient::new(mine, theirs, self.max)))
+        Ok(ShmClient::new(mine, theirs, self.max))
     }
 }
 
-pub(crate) fn peer(env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
+/// The peer's side of the protocols, with messages up to `max` bytes, over the file that
+/// the client's [`FloorFile::offer_text`] names.
+pub(crate) fn open(max: usize, offer: &str) -> Result<ShmPeer<RawView>, String> {
     let (len, path) = offer.split_once(' ').ok_or_else(|| format!("bad floor offer {offer:?}"))?;
     let len: usize = len.parse().map_err(|_| format!("bad floor offer {offer:?}"))?;
-    let (a, b) = (sender_bytes(env.max_size), receiver_bytes(env.max_size));
+    let (a, b) = (sender_bytes(max), receiver_bytes(max));
     if len != a + b {
         return Err(format!("the floor file holds {len} bytes, {} expected", a + b));
     }
     let region = RawRegion::open_file(Path::new(path), len).map_err(|e| format!("mapping {path}: {e}"))?;
     let mine = region.view(a, b).ok_or("floor region too small")?;
     let theirs = region.view(0, a).ok_or("floor region too small")?;
-    Ok((Box::new(ShmPeer::new(mine, theirs, env.max_size)), "mapped".into()))
+    Ok(ShmPeer::new(mine, theirs, max))
+}
+
+/// The path `floor`'s client side: [`FloorFile`] through the runner's set-up.
+pub(crate) fn client(env: &SetupEnv) -> Result<Box<dyn ClientOffer>, String> {
+    Ok(Box::new(FloorFile::create(env.max_size)?))
+}
+
+impl ClientOffer for FloorFile {
+    fn offer(&self) -> String {
+        self.offer_text()
+    }
+
+    fn accept(self: Box<Self>, _reply: &str) -> Result<Box<dyn ClientPath>, String> {
+        Ok(Box::new(self.into_client()?))
+    }
+}
+
+/// The path `floor`'s peer side: [`open`] through the runner's set-up.
+pub(crate) fn peer(env: &SetupEnv, offer: &str) -> Result<(Box<dyn PeerPath>, String), String> {
+    Ok((Box::new(open(env.max_size, offer)?), "mapped".into()))
 }

@@ -101,7 +101,7 @@ impl Mem for SegmentMem {
 }
 
 /// One side's region inside a mapped segment, from `base` on (`lanes pingpong` keeps its
-/// command line and the floor's cache line in the page before it).
+/// command line and the floor's file name in the page before it).
 pub(crate) struct MapRegion<'a> {
     pub map: &'a Map,
     pub base: usize,

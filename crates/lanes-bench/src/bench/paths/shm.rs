@@ -1,7 +1,8 @@
 //! The shared-memory protocols, written once over [`Mem`] so that the floor (raw pointers
 //! on a plain shared mapping) and PIO (a Lanes [`lanes::Map`]) run the very same code and
 //! differ only in how a load, a store or a copy reaches memory. `lanes pingpong` runs the
-//! latency protocol too, on its mailboxes' message areas ([`ShmClient::round_trips`]).
+//! latency protocol too ([`ShmClient::round_trips`]): PIO on its mailboxes' message areas,
+//! its floor on the floor's mapping.
 //!
 //! Each side owns a region; a side only ever spins on its own region and writes into the
 //! other's, as on a PCIe fabric (reads of remote memory are slow there).

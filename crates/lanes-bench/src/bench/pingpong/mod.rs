@@ -1,12 +1,15 @@
 //! `lanes pingpong`: PIO round trips between two processes acting as two nodes, measured
-//! like the vendor's scipp, beside the floor (two processes spinning on one cache line).
+//! like the vendor's scipp, beside the floor (`lanes bench`'s floor path with 8-byte
+//! messages: the same protocol on a plain shared mapping, no Lanes).
 //!
 //! Each side exports a *mailbox* segment and maps the other's remotely. The round trips are
 //! `lanes bench`'s latency protocol (bench/paths/shm.rs, the code of its `pio` path) on the
 //! mailboxes' message areas: a message of `s` bytes is written into the peer's mailbox with
 //! plain stores; its last word carries a sequence number and is stored last (release), so
 //! the receiver, spinning on its own local memory, sees the whole message once the word
-//! changes, and copies it out. The client drives the run through a command line in the
+//! changes, and copies it out. The floor runs the same code, with messages of the sequence
+//! word alone, on the floor path's mapping (bench/paths/floor.rs), whose file the client
+//! hands the server at the hello. The client drives the run through a command line in the
 //! server's mailbox, so `--server` and `--client` can also run apart.
 
 mod protocol;
@@ -62,7 +65,11 @@ struct Run {
 pub(crate) const BENCHMARK: &str = "pingpong";
 
 const UNITS: [(&str, &str); 5] = [
-    ("lat_ns", "one-way latency in ns: round trip / 2; row `floor`: two processes spinning on one shared cache line"),
+    (
+        "lat_ns",
+        "one-way latency in ns: round trip / 2; row `floor`: the same protocol with 8-byte messages on a plain \
+         shared mapping, no Lanes",
+    ),
     ("ratio", "average round trip over the floor's, measured in chunks alternating with this size"),
     ("values.floor_one_way_avg_ns", "the floor's average one-way latency measured beside this size, ns"),
     ("detail.rtt_ns", "round-trip latency in ns"),
@@ -73,8 +80,8 @@ const UNITS: [(&str, &str); 5] = [
 pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
     let started = std::time::SystemTime::now();
     if let Some((n, host)) = opts.remote_node.and_then(|n| Some((n, fabric.remote_host_of(n)?))) {
-        // Its floor spins on a cache line both processes map, which only one host's memory
-        // gives: across hosts it would wait forever.
+        // Its floor runs on a file both processes map, which only one host's memory gives:
+        // across hosts the server could not even open it.
         return Err(format!(
             "node {n} is on host {host}: `lanes pingpong` measures shared memory between two processes of one \
              host; across hosts run `lanes bench --transport ofi --remote-node {n}` (with `lanes bench --serve` on \
@@ -121,7 +128,7 @@ pub fn run_client(fabric: &Fabric, opts: &Options) -> Result<Report, String> {
     let spin = Spin::new(opts.cpus.is_none());
     let mut cmd = Command::new(&theirs, &mine, spin, max);
 
-    cmd.send(Kind::Hello { node: me, segment: mine.id() })?;
+    cmd.hello(me, mine.id())?;
     // The floor is measured in chunks alternating with the PIO rounds of each size, and each
     // size is compared with the floor measured beside it: on a shared host the machine's
     // speed drifts (even jumps) within a run, and both must see the same machine.
@@ -210,7 +217,8 @@ pub fn print_table(r: &Report) {
     if let Some(floor) = r.rows.iter().find(|x| x.key == "floor") {
         let f = &floor.lat_ns;
         println!(
-            "floor (two processes, one shared cache line): one-way avg {:.0} ns, min {:.0}, p50 {:.0}, p99 {:.0}, max {:.0}",
+            "floor (8 B messages on a plain shared mapping): one-way avg {:.0} ns, min {:.0}, p50 {:.0}, p99 {:.0}, \
+             max {:.0}",
             f.avg, f.min, f.p50, f.p99, f.max
         );
         if let Some(h) = floor.detail_as::<Histogram>("histogram") {

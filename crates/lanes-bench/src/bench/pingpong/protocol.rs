@@ -1,26 +1,29 @@
-//! The command line and the floor inside the two mailbox segments, and both sides' loops.
-//! The PIO round trips themselves are `lanes bench`'s latency protocol
-//! (bench/paths/shm.rs, the same code as the `pio` path) run on the mailboxes' message areas.
+//! The command line inside the two mailbox segments, and both sides' loops. Both kinds of
+//! round trip are `lanes bench`'s latency protocol (bench/paths/shm.rs): PIO on the
+//! mailboxes' message areas (the same code as the `pio` path), the floor with 8-byte
+//! messages on the floor path's plain shared mapping, whose file the hello hands over
+//! (bench/paths/floor.rs).
 //!
 //! ```text
-//! mailbox offset     0  command line: seq, kind, size, iterations, arg0, arg1, base
+//! mailbox offset     0  command line: seq, kind, size, arg0, arg1
 //!                       (client -> server mailbox); ack seq (server -> client mailbox)
-//!                   64  floor line: the one cache line both processes spin on (server's)
+//!                   64  the floor's file, with the hello: length, then the floor path's
+//!                       offer text (client -> server mailbox)
 //!                 4096  message area of the latency protocol (bench/paths/shm.rs)
 //! ```
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lanes::{Fabric, LocalSegment, Map, MapAccess, RemoteSegment, RemoteState, Timeout};
 
+use crate::bench::paths::floor::{self, FloorFile, RawView, ONE_WORD};
 use crate::bench::paths::pio::MapRegion;
 use crate::bench::paths::shm::{lat_bytes, ShmClient, ShmPeer};
 use crate::bench::paths::Kind as Slice;
 use crate::bench::paths::{ClientPath, PeerPath};
 use crate::bench::wait::Waiter;
-use crate::measure::clock::now_ticks;
 
 /// The server's mailbox id when `--server` runs on its own ("PP").
 pub const DEFAULT_SERVER_SEGMENT: u32 = 0x5050_0001;
@@ -29,11 +32,10 @@ const CTRL: usize = 0;
 const CTRL_SEQ: usize = CTRL;
 const CTRL_KIND: usize = CTRL + 8;
 const CTRL_SIZE: usize = CTRL + 16;
-const CTRL_ITERS: usize = CTRL + 24;
-const CTRL_ARG0: usize = CTRL + 32;
-const CTRL_ARG1: usize = CTRL + 40;
-const CTRL_BASE: usize = CTRL + 48;
-const FLOOR: usize = 64;
+const CTRL_ARG0: usize = CTRL + 24;
+const CTRL_ARG1: usize = CTRL + 32;
+/// The floor's offer: its length, then its text, up to [`MSG`].
+const FLOOR_OFFER: usize = 64;
 /// Where the message area starts.
 const MSG: usize = 4096;
 
@@ -46,7 +48,7 @@ const IDLE_AFTER: Duration = Duration::from_secs(1);
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
     Hello { node: u32, segment: u32 },
-    Floor { iterations: usize, base: u64 },
+    Floor,
     Pio { size: usize },
     Done,
 }
@@ -103,12 +105,6 @@ impl Mailbox {
         }
     }
 
-    fn floor_word(&self) -> &AtomicU64 {
-        // SAFETY: FLOOR is inside the mapping (mailboxes are at least one page) and 8-aligned
-        // (maps start on a page); the word is only ever accessed atomically by both sides.
-        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(FLOOR).cast()) }
-    }
-
     /// The message area, as the latency protocol's region.
     fn region(&self) -> MapRegion<'_> {
         MapRegion { map: &self.map, base: MSG }
@@ -125,6 +121,27 @@ impl Mailbox {
 
     fn set_word(&self, off: usize, v: u64) -> Result<(), String> {
         self.map.write::<u64>(off, v).map_err(|e| e.to_string())
+    }
+
+    /// Writes `text` at `off`: its length word, then its bytes, which must end before the
+    /// message area.
+    fn set_text(&self, off: usize, text: &str) -> Result<(), String> {
+        if text.len() > MSG - off - 8 {
+            return Err(format!("{text:?} does not fit the mailbox's {} bytes for it", MSG - off - 8));
+        }
+        self.map.write_bytes(off + 8, text.as_bytes()).map_err(|e| e.to_string())?;
+        self.set_word(off, text.len() as u64)
+    }
+
+    /// The text [`Mailbox::set_text`] wrote at `off`.
+    fn text(&self, off: usize) -> Result<String, String> {
+        let len = self.word(off)?;
+        if len > (MSG - off - 8) as u64 {
+            return Err(format!("a text of {len} bytes in the mailbox, at most {} fit", MSG - off - 8));
+        }
+        let mut bytes = vec![0u8; len as usize];
+        self.map.read_bytes(off + 8, &mut bytes).map_err(|e| e.to_string())?;
+        String::from_utf8(bytes).map_err(|_| "the mailbox's text is not UTF-8".to_string())
     }
 }
 
@@ -175,37 +192,36 @@ impl Spin {
     }
 }
 
-/// The client's end of the command channel, and of the PIO round trips.
+/// The client's end of the command channel, and of the PIO and floor round trips.
 pub struct Command<'a> {
     theirs: &'a Mailbox,
     mine: &'a Mailbox,
     spin: Spin,
     seq: u64,
-    floor_base: u64,
     pio: ShmClient<MapRegion<'a>>,
+    /// The floor path's client side, from the hello on.
+    floor: Option<ShmClient<RawView>>,
 }
 
 impl<'a> Command<'a> {
     /// Over the two mailboxes, for messages up to `max` bytes.
     pub fn new(theirs: &'a Mailbox, mine: &'a Mailbox, spin: Spin, max: usize) -> Self {
         let pio = ShmClient::new(mine.region(), theirs.region(), max);
-        Command { theirs, mine, spin, seq: 0, floor_base: 0, pio }
+        Command { theirs, mine, spin, seq: 0, pio, floor: None }
     }
 
     fn post(&mut self, kind: Kind) -> Result<u64, String> {
         let t = self.theirs;
-        let (k, size, iters, a0, a1, base) = match kind {
-            Kind::Hello { node, segment } => (1, 0, 0, node.into(), segment.into(), 0),
-            Kind::Floor { iterations, base } => (2, 0, iterations, 0, 0, base),
-            Kind::Pio { size } => (3, size, 0, 0, 0, 0),
-            Kind::Done => (4, 0, 0, 0, 0, 0),
+        let (k, size, a0, a1) = match kind {
+            Kind::Hello { node, segment } => (1, 0, node.into(), segment.into()),
+            Kind::Floor => (2, 0, 0, 0),
+            Kind::Pio { size } => (3, size, 0, 0),
+            Kind::Done => (4, 0, 0, 0),
         };
         t.set_word(CTRL_KIND, k)?;
         t.set_word(CTRL_SIZE, size as u64)?;
-        t.set_word(CTRL_ITERS, iters as u64)?;
         t.set_word(CTRL_ARG0, a0)?;
         t.set_word(CTRL_ARG1, a1)?;
-        t.set_word(CTRL_BASE, base)?;
         self.seq += 1;
         t.map.store_release_u64(CTRL_SEQ, self.seq).map_err(|e| e.to_string())?;
         Ok(self.seq)
@@ -229,21 +245,24 @@ impl<'a> Command<'a> {
         self.await_ack(seq)
     }
 
-    /// `n` round trips on the shared floor line; returns each one's ticks.
+    /// Introduces this side's mailbox to the server and hands it the floor path's shared
+    /// file, which is unlinked once the server has mapped it.
+    pub fn hello(&mut self, node: u32, segment: u32) -> Result<(), String> {
+        let file = FloorFile::create(ONE_WORD)?;
+        self.theirs.set_text(FLOOR_OFFER, &file.offer_text())?;
+        self.send(Kind::Hello { node, segment })?;
+        self.floor = Some(file.into_client()?);
+        Ok(())
+    }
+
+    /// `n` floor round trips (8-byte messages on the floor path's mapping); returns each
+    /// one's ticks.
     pub fn floor(&mut self, n: usize) -> Result<Vec<u64>, String> {
-        let base = self.floor_base;
-        let seq = self.post(Kind::Floor { iterations: n, base })?;
-        let word = self.theirs.floor_word();
-        let theirs = self.theirs;
-        let mut ticks = Vec::with_capacity(n);
-        for i in 0..n as u64 {
-            let v = base + 2 * i + 1;
-            ticks.push(timed(|| {
-                word.store(v, Ordering::Release);
-                self.spin.until(|| Ok(word.load(Ordering::Acquire) == v + 1), || theirs.peer_alive(), None)
-            })?);
-        }
-        self.floor_base = base + 2 * n as u64;
+        // The server is idle until the command: the protocol's words can be reset.
+        self.floor.as_mut().ok_or("the floor before the hello")?.prepare(Slice::Latency, ONE_WORD)?;
+        let seq = self.post(Kind::Floor)?;
+        let floor = self.floor.as_mut().ok_or("the floor before the hello")?;
+        let ticks = watching(self.theirs, self.spin, |wait| floor.round_trips(ONE_WORD, n, wait))?;
         self.await_ack(seq)?;
         Ok(ticks)
     }
@@ -290,6 +309,7 @@ fn watching<T>(peer: &Mailbox, spin: Spin, f: impl FnOnce(&Waiter) -> Result<T, 
 pub fn serve(fabric: &Fabric, mine: &Mailbox, spin: Spin, wait_for_client: Option<Duration>) -> Result<(), String> {
     let mut last = 0u64;
     let mut client: Option<Mailbox> = None;
+    let mut floor_peer = None;
     let hello_deadline = wait_for_client.map(|d| Instant::now() + d);
     loop {
         let alive = || client.as_ref().is_none_or(|c| c.peer_alive());
@@ -303,8 +323,6 @@ pub fn serve(fabric: &Fabric, mine: &Mailbox, spin: Spin, wait_for_client: Optio
         last = mine.map.load_acquire_u64(CTRL_SEQ).map_err(|e| e.to_string())?;
         let kind = mine.word(CTRL_KIND)?;
         let size = mine.word(CTRL_SIZE)? as usize;
-        let iters = mine.word(CTRL_ITERS)?;
-        let base = mine.word(CTRL_BASE)?;
         match kind {
             1 => {
                 let node = mine.word(CTRL_ARG0)? as u32;
@@ -314,16 +332,13 @@ pub fn serve(fabric: &Fabric, mine: &Mailbox, spin: Spin, wait_for_client: Optio
                     .map_err(|e| format!("connecting to the client's mailbox: {e}"))?;
                 let max = (remote.size() as usize).saturating_sub(MSG);
                 client = Some(Mailbox::connect(remote, max)?);
+                floor_peer = Some(floor::open(ONE_WORD, &mine.text(FLOOR_OFFER)?)?);
             }
             2 | 3 => {
                 let c = client.as_ref().ok_or("command before hello")?;
                 if kind == 2 {
-                    let word = mine.floor_word();
-                    for i in 0..iters {
-                        let v = base + 2 * i + 1;
-                        spin.until(|| Ok(word.load(Ordering::Acquire) == v), || c.peer_alive(), None)?;
-                        word.store(v + 1, Ordering::Release);
-                    }
+                    let peer = floor_peer.as_mut().ok_or("command before hello")?;
+                    watching(c, spin, |wait| peer.latency(ONE_WORD, wait))?;
                 } else {
                     let max = mine.max_message().min(c.max_message());
                     if size < 4 || size % 4 != 0 || size > max {
@@ -344,12 +359,4 @@ pub fn serve(fabric: &Fabric, mine: &Mailbox, spin: Spin, wait_for_client: Optio
         let c = client.as_ref().ok_or("command before hello")?;
         c.map.store_release_u64(CTRL_SEQ, last).map_err(|e| e.to_string())?;
     }
-}
-
-/// Measures one round trip; shared by the PIO and floor loops.
-#[inline(always)]
-fn timed(f: impl FnOnce() -> Result<(), String>) -> Result<u64, String> {
-    let t0 = now_ticks();
-    f()?;
-    Ok(now_ticks().wrapping_sub(t0))
 }

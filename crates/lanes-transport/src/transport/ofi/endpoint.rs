@@ -445,8 +445,7 @@ impl ProcessEndpoint {
         with_op(keep, |ctx| unsafe { self.ep.read(local, target, ctx, deadline) })
     }
 
-    /// Waits for `op` while driving progress: spins for `spin`, then yields and sleeps in
-    /// growing steps (at most 1 ms), up to `deadline`.
+    /// Waits for `op` while driving progress ([`Self::wait_until`] its outcome).
     #[cfg(any(test, feature = "test-hooks"))]
     pub fn wait(&self, op: &Op, spin: Duration, deadline: Instant, what: &str) -> Result<()> {
         self.wait_until(|| op.outcome(), spin, deadline, what)?.map_err(|message| Error::Ofi {
@@ -456,7 +455,8 @@ impl ProcessEndpoint {
         })
     }
 
-    /// Calls `check` with progress in between until it gives a value, as [`Self::wait`].
+    /// Calls `check` with progress in between until it gives a value: spins for `spin`, then
+    /// sleeps in growing steps (at most 1 ms), up to `deadline`.
     pub fn wait_until<T>(
         &self,
         mut check: impl FnMut() -> Option<T>,

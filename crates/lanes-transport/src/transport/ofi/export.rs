@@ -4,8 +4,9 @@
 //! completion handler (for writes with remote CQ data) and an arrival watch (for writes
 //! without).
 //!
-//! Peers learn the export as a [`RemoteRange`]: the owner's endpoint name, [`Export::base`],
-//! [`Export::key`], [`Export::len`] and [`Export::handle`] (0 when there is no handler).
+//! Peers learn the export as a [`RemoteRange`](super::endpoint::RemoteRange): the owner's
+//! endpoint name, [`Export::base`], [`Export::key`], [`Export::len`] and [`Export::handle`]
+//! (0 when there is no handler).
 //! Dropping the export removes the hooks and closes the registration: from then on peers'
 //! RMA to it fails (reads, and writes posted with `FI_DELIVERY_COMPLETE`) or is dropped by
 //! the provider (plain writes; docs/design/multi-host.md, "Stage 0 results").

@@ -11,7 +11,7 @@
 //! - **This host's daemon**: while the subscription is down the connections keep their
 //!   state (the data goes from process to process; the daemon only watches), for at most
 //!   `lost_after`, after which they are NotOperational until it is back; the thread
-//!   subscribes again every [`RETRY`]. A daemon that restarted meanwhile (a new boot value)
+//!   subscribes again every `RETRY`. A daemon that restarted meanwhile (a new boot value)
 //!   does not know our grants: each connection registers its grant with it again
 //!   (`Request::Adopt`, on a new daemon connection that the grant lives on from then on);
 //!   one it refuses, or that the object's host cannot take over, is lost. A restarted

@@ -71,7 +71,7 @@
 //! The owner side: an interrupt's hooks are [`InterruptTarget::hooks`]; a data interrupt's
 //! are [`DataInterruptTarget::hooks`], and whoever hands a connection slot of it to a remote
 //! sender settles the slot's ring first ([`Rings::settle`]: the daemon, or
-//! [`DataInterruptTarget::attach`] in tests), as the sender reads the ring's tail at its
+//! `DataInterruptTarget::attach` in tests), as the sender reads the ring's tail at its
 //! first send. A sender gives its slot back only once its writes are placed
 //! ([`Notifier::settle`], at disconnect), so the next holder reads what they left.
 

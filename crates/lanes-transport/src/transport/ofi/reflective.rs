@@ -466,7 +466,7 @@ impl Fanout {
     }
 
     /// The creator's side of removing the group: tells every member (best effort, each
-    /// post bounded by [`MEMBER_POST`]), before the object goes.
+    /// post bounded by `MEMBER_POST`), before the object goes.
     pub fn announce_removal(&self) {
         if self.creator.is_some() {
             return;

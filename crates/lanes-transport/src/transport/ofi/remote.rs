@@ -174,7 +174,7 @@ impl OfiConn {
     }
 
     /// Posts one operation with `post(deadline)`, retrying the provider's -FI_EAGAIN for at
-    /// most `bound` in slices of [`FAULT_CHECK`]; between slices a connection that became
+    /// most `bound` in slices of `FAULT_CHECK`; between slices a connection that became
     /// lost or unreachable ends the wait with its fault.
     pub fn post_until(&self, bound: Duration, mut post: impl FnMut(Instant) -> Result<Arc<Op>>) -> Result<Arc<Op>> {
         // One clock read for a post the provider takes at once.

@@ -6,7 +6,6 @@
 //! that change (state, connection slots) are only touched with atomics.
 
 use std::mem::{offset_of, size_of};
-use std::ptr::addr_of_mut;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::platform::doorbell::Doorbell;
@@ -91,15 +90,15 @@ pub struct ConnectionSlot {
     pub peer: u64,
     /// The process that held the slot before the current state (0: none yet).
     pub last_peer: u64,
-    /// The node of the current holder; [`PROXY_NODE`] set: the holder is a cluster daemon
-    /// holding the slot for a process of another host (node ids are at most 65532).
+    /// The node of the current holder; bit 31 (`PROXY_NODE`) set: the holder is a cluster
+    /// daemon holding the slot for a process of another host (node ids are at most 65532).
     pub node: u32,
     /// Seqlock and change counter: odd while a claim or release is in progress.
     pub generation: u32,
     /// The node of `last_peer`.
     pub last_node: u32,
     /// 1 if `last_peer` released the slot itself, 0 if it was displaced after dying, 2 if a
-    /// daemon released it for a peer whose host was lost ([`SegmentHeader::release_slot_lost`]).
+    /// daemon released it for a peer whose host was lost ([`HeaderView::release_slot_lost`]).
     pub last_released: u32,
 }
 
@@ -223,18 +222,25 @@ impl HeaderView {
 
     /// Fills in a fresh header (the file is still unnamed, so nobody else sees it yet).
     pub fn initialise(&self, snap: &HeaderSnapshot) {
-        // SAFETY: the page is ours, zeroed by ftruncate, and private until published.
-        unsafe {
-            let h = self.page.as_ptr().cast::<SegmentHeader>();
-            addr_of_mut!((*h).layout_version).write_volatile(LAYOUT_VERSION);
-            addr_of_mut!((*h).header_size).write_volatile(size_of::<SegmentHeader>() as u32);
-            addr_of_mut!((*h).segment_size).write_volatile(snap.segment_size);
-            addr_of_mut!((*h).data_offset).write_volatile(snap.data_offset);
-            addr_of_mut!((*h).node_id).write_volatile(snap.node_id);
-            addr_of_mut!((*h).segment_id).write_volatile(snap.segment_id);
-            addr_of_mut!((*h).owner).write_volatile(snap.owner.bits());
-            addr_of_mut!((*h).create_flags).write_volatile(snap.create_flags);
-            addr_of_mut!((*h).kind).write_volatile(snap.kind);
+        // Relaxed: the release store of the magic, last, publishes them all.
+        let words = [
+            (offset_of!(SegmentHeader, layout_version), LAYOUT_VERSION),
+            (offset_of!(SegmentHeader, header_size), size_of::<SegmentHeader>() as u32),
+            (offset_of!(SegmentHeader, node_id), snap.node_id),
+            (offset_of!(SegmentHeader, segment_id), snap.segment_id),
+            (offset_of!(SegmentHeader, create_flags), snap.create_flags),
+            (offset_of!(SegmentHeader, kind), snap.kind),
+        ];
+        for (offset, value) in words {
+            self.u32_at(offset).store(value, Ordering::Relaxed);
+        }
+        let words = [
+            (offset_of!(SegmentHeader, segment_size), snap.segment_size),
+            (offset_of!(SegmentHeader, data_offset), snap.data_offset),
+            (offset_of!(SegmentHeader, owner), snap.owner.bits()),
+        ];
+        for (offset, value) in words {
+            self.u64_at(offset).store(value, Ordering::Relaxed);
         }
         // The magic goes last: a header without it is never trusted.
         self.u64_at(offset_of!(SegmentHeader, magic)).store(SEGMENT_MAGIC, Ordering::Release);
@@ -431,7 +437,7 @@ impl HeaderView {
     }
 
     /// As [`Self::claim_slot`], for a daemon (`peer`) holding the slot for a process acting
-    /// as `node` on another host: the slot is marked as a proxy's (see [`PROXY_NODE`]).
+    /// as `node` on another host: the slot is marked as a proxy's (in [`ConnectionSlot::node`]).
     pub fn claim_proxy_slot(
         &self,
         peer: ProcessIdentity,
@@ -546,5 +552,49 @@ impl HeaderView {
             .filter(|(_, s)| s.proxy)
             .filter_map(|(i, s)| Some((i, s.node, s.holder?)))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::mapping::Mapping;
+
+    /// A fresh header holds each field at its `repr(C)` offset, written out here as numbers
+    /// (other processes, older builds and C read these bytes), and nothing else.
+    #[test]
+    fn initialise_writes_each_field_at_its_offset_and_validate_reads_it_back() {
+        let map = Mapping::anonymous(HEADER_PAGE).unwrap();
+        // SAFETY: a private anonymous mapping of HEADER_PAGE bytes, page aligned, that
+        // outlives the view.
+        let view = unsafe { HeaderView::new(map.as_ptr()) };
+        let snap = HeaderSnapshot {
+            kind: kind::DATA_INTERRUPT,
+            node_id: 12,
+            segment_id: 0x1234_5678,
+            segment_size: 3 << 20,
+            data_offset: 2 * HEADER_PAGE as u64,
+            owner: ProcessIdentity::current().unwrap(),
+            create_flags: create_flags::REGISTERED_MEMORY,
+        };
+        view.initialise(&snap);
+        let mut bytes = vec![0u8; HEADER_PAGE];
+        map.slice().copy_to(0, &mut bytes).unwrap();
+        let mut expected = vec![0u8; HEADER_PAGE];
+        let mut put = |offset: usize, b: &[u8]| expected[offset..offset + b.len()].copy_from_slice(b);
+        put(0, b"LANESSEG");
+        put(8, &LAYOUT_VERSION.to_ne_bytes());
+        put(12, &(size_of::<SegmentHeader>() as u32).to_ne_bytes());
+        put(16, &snap.segment_size.to_ne_bytes());
+        put(24, &snap.data_offset.to_ne_bytes());
+        put(32, &snap.node_id.to_ne_bytes());
+        put(36, &snap.segment_id.to_ne_bytes());
+        put(40, &snap.owner.bits().to_ne_bytes());
+        put(48, &snap.create_flags.to_ne_bytes());
+        put(64, &snap.kind.to_ne_bytes());
+        assert!(bytes == expected, "the header's bytes moved");
+        let file_len = snap.data_offset + snap.segment_size;
+        assert_eq!(view.validate(snap.kind, 12, 0x1234_5678, file_len), Ok(snap));
+        assert_eq!(view.state(), 0);
     }
 }
