@@ -75,7 +75,7 @@ pub fn run(a: IpArgs) -> Result<(), String> {
                 return Err(format!("ip down: signalling pid {}: {}", s.pid, std::io::Error::last_os_error()));
             }
             let deadline = Instant::now() + Duration::from_secs(10);
-            while lanes::platform::liveness::pid_alive(s.pid) {
+            while lanes::platform::liveness::pid_running(s.pid) {
                 if Instant::now() > deadline {
                     return Err(format!("ip down: pid {} still runs 10 s after SIGTERM", s.pid));
                 }

@@ -207,6 +207,7 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
         ..Default::default()
     };
     let mut pending: BTreeMap<u32, Pending> = BTreeMap::new();
+    let mut refused: BTreeMap<u32, String> = BTreeMap::new();
     let mut carrier = false;
     let mut tick = 0u64;
     let mut last_status = Instant::now() - Duration::from_secs(10);
@@ -251,7 +252,7 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
             ok
         });
         if tick % 3 == 1 {
-            discover(&sh, &f, &listed, &mut pending);
+            discover(&sh, &f, &listed, &mut pending, &mut refused);
         }
         let waiting: Vec<u32> = pending.keys().copied().collect();
         for n in waiting {
@@ -337,7 +338,13 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
 
 /// Looks for nodes with a hello that have no pair yet: the nodes lanes.toml lists, and
 /// those with a live process on this host's fabric directory.
-fn discover(sh: &Shared, f: &Fabric, listed: &BTreeSet<u32>, pending: &mut BTreeMap<u32, Pending>) {
+fn discover(
+    sh: &Shared,
+    f: &Fabric,
+    listed: &BTreeSet<u32>,
+    pending: &mut BTreeMap<u32, Pending>,
+    refused: &mut BTreeMap<u32, String>,
+) {
     let mut nodes = listed.clone();
     if let Ok(recs) = lanes::platform::liveness::list_records(&f.dir().join("procs")) {
         nodes.extend(recs.iter().filter(|r| r.alive).map(|r| r.node));
@@ -353,10 +360,14 @@ fn discover(sh: &Shared, f: &Fabric, listed: &BTreeSet<u32>, pending: &mut BTree
             .map_err(|e| e.to_string())
             .and_then(|m| ring::read_hello(&m, n));
         if let Err(why) = checked {
-            // Said once per appearance: a node with a foreign hello is looked at again.
-            log(format!("node {n}: {why}; ignored"));
+            // Looked at again every pass (it may become a real one), said once per reason.
+            if refused.get(&n) != Some(&why) {
+                log(format!("node {n}: {why}; ignored"));
+                refused.insert(n, why);
+            }
             continue;
         }
+        refused.remove(&n);
         let layout = Layout { rings: sh.cfg.queues, ring_bytes: sh.cfg.ring_bytes };
         let made = f.create_segment(ring::PAIR_BASE | n, layout.segment_bytes()).and_then(|local| {
             let m = local.map(0, layout.segment_bytes(), MapAccess::ReadWrite)?;
