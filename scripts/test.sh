@@ -23,6 +23,10 @@ declare -A apt_for=(
     [ssh]=openssh-client
     # The ofi transport (feature lanes/ofi): fi_info and fi_pingpong.
     [fi_info]=libfabric-bin
+    # The IP interface's tests (crates/lanes-cli/tests/ip.rs): ping and a checksummed
+    # transfer over lanes0.
+    [ping]=iputils-ping
+    [socat]=socat
     # Network namespaces: the cluster tests (crates/lanes/tests/cluster.rs) and the
     # multi-host hosts.
     [ip]=iproute2

@@ -10,7 +10,7 @@
 //! commands.rs          `lanes pingpong` (every --mode) and the hidden peer roles
 //! bench/               every benchmark: the registry of them (bench/registry.rs), `lanes
 //!                      bench` and its path registry (bench/paths/), `bench
-//!                      dma|sockets|udp-stream`, pingpong, wake-ups, reflective memory
+//!                      dma|sockets|udp-stream|ip`, pingpong, wake-ups, reflective memory
 //! report/              the one report every benchmark fills, its JSON, the machine it ran on
 //! measure/             clock, statistics, CPU placement and time, real time, peer processes
 //! sizes.rs             size lists (`4,64,1K`, `4-8K`)

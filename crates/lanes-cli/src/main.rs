@@ -2,6 +2,7 @@
 //! `bench` and `pingpong` (and the benchmarks' hidden peer roles) call into lanes-bench.
 
 mod daemon_cmd;
+mod ip_cmd;
 mod keygen_cmd;
 mod run_cmd;
 mod sdk_cmd;
@@ -48,6 +49,9 @@ enum Cmd {
     /// Run this host's cluster daemon in the foreground (needs `[cluster]` in lanes.toml):
     /// heartbeats with the other hosts, lookups, node events. Stops on SIGTERM/SIGINT.
     Daemon(daemon_cmd::DaemonArgs),
+    /// The IP interface over the fabric: `ip up` creates lanes0 with this node's addresses
+    /// and runs it (CAP_NET_ADMIN), `ip down` stops it.
+    Ip(ip_cmd::IpArgs),
     /// Make this host's key for the cluster's daemons and print the public key to list in
     /// lanes.toml (`public_key` of the host's `[[node]]` entries).
     Keygen(keygen_cmd::KeygenArgs),
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
         Cmd::Sdk(a) => sdk_cmd::run(a),
         Cmd::Daemon(a) => daemon_cmd::run(a),
         Cmd::Keygen(a) => keygen_cmd::run(a),
+        Cmd::Ip(a) => ip_cmd::run(a),
         Cmd::WakeupPeer { mode, client_node, client_number, number, poll_us, cpu } => {
             lanes_bench::wakeup_peer(mode, client_node, client_number, number, poll_us, cpu)
         }

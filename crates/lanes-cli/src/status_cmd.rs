@@ -75,9 +75,11 @@ pub fn status(json: bool) -> Result<(), String> {
     let sockets = lanes::sockets::registry::list_connections(&dir);
     let kernel = lanes::sockets::reasons::list_reasons(&dir);
     let cluster = cluster(&dir);
+    let ip = lanes_ip::status::list(&dir);
     if json {
         let mut v = with_key(&st, "sockets", &sockets)?;
         v = with_key(&v, "sockets_kernel", &kernel)?;
+        v = with_key(&v, "ip", &ip)?;
         if let Some((_, hosts)) = &cluster {
             v = with_key(&v, "cluster", hosts)?;
         }
@@ -108,9 +110,52 @@ pub fn status(json: bool) -> Result<(), String> {
     } else {
         print_segments(&mut out, &st);
     }
+    print_ip(&mut out, &ip);
     print_sockets(&mut out, &sockets);
     print_kernel_sockets(&mut out, &kernel);
     write_stdout(&out)
+}
+
+/// The IP interfaces (`lanes ip up`) of this fabric directory's nodes; nothing when none runs.
+fn print_ip(out: &mut String, ifaces: &[lanes_ip::status::IfaceStatus]) {
+    if ifaces.is_empty() {
+        return;
+    }
+    out_line!(out, "\nip interfaces (lanes ip up)");
+    for i in ifaces {
+        let c = &i.counters;
+        let peers: Vec<String> = i.peers.iter().map(|p| format!("{}:{}", p.node, p.state)).collect();
+        out_line!(
+            out,
+            "  node {:>5}  {}  pid {}{}  {} {}  mtu {}  queues {}  offloads {}  carrier {}",
+            i.node,
+            i.name,
+            i.pid,
+            if i.alive { "" } else { " (dead)" },
+            i.ipv4,
+            i.ipv6,
+            i.mtu,
+            i.queues,
+            i.offloads,
+            if i.carrier { "on" } else { "off" }
+        );
+        out_line!(out, "              peers {}", if peers.is_empty() { "-".into() } else { peers.join(", ") });
+        out_line!(
+            out,
+            "              tx {} packets {}  rx {} packets {}  dropped: full {} no-peer {} no-route {} too-big {} \
+             rejected {}  bad rings {}",
+            c.tx_packets,
+            human_bytes(c.tx_bytes),
+            c.rx_packets,
+            human_bytes(c.rx_bytes),
+            c.drop_full,
+            c.drop_no_peer,
+            c.drop_no_route,
+            c.drop_too_big,
+            c.drop_rejected,
+            c.bad_ring
+        );
+    }
 }
 
 /// Why local connections of library processes stayed kernel TCP (one line per process and

@@ -18,6 +18,7 @@
 //!                 fi_pingpong and iperf3 as baselines
 //! sockets/        `lanes bench sockets`: sockperf, iperf3, redis with and without it
 //! udp_stream.rs   `lanes bench udp-stream`: the UDP streaming API against per-datagram calls
+//! ip.rs           `lanes bench ip`: lanes0 (`lanes ip up`) against a veth pair, iperf3 and ping
 //! dma.rs          `lanes bench dma`: DMA against PIO and memcpy
 //! pingpong/       `lanes pingpong`: PIO round trips (paths/shm.rs's latency protocol) against
 //!                 the floor; client, server, the mailboxes' command line
@@ -39,6 +40,7 @@ mod control;
 mod dma;
 mod facts;
 mod floor_check;
+mod ip;
 mod options;
 pub(crate) mod paths;
 pub(crate) mod pingpong;
@@ -169,6 +171,10 @@ enum BenchWhat {
     /// The UDP streaming API (UDP GSO/GRO, sendmmsg/recvmmsg) against per-datagram
     /// send/recv: MB/s, CPU% of both sides, system calls per GB and loss per datagram size.
     UdpStream(udp_stream::UdpStreamArgs),
+    /// The IP interface (`lanes ip up`, lanes0) between two network namespaces against a
+    /// veth pair between the same namespaces (root): iperf3 TCP throughput and ping
+    /// latency, with and without offloads, in alternating rounds.
+    Ip(ip::IpArgs),
 }
 
 /// `lanes bench --transport ofi --remote-node N`.
@@ -247,6 +253,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         Some(BenchWhat::Dma(d)) => return dma::run_cmd(d),
         Some(BenchWhat::Sockets(s)) => return sockets::run(s),
         Some(BenchWhat::UdpStream(u)) => return udp_stream::run(u),
+        Some(BenchWhat::Ip(i)) => return ip::run(i),
         None => {}
     }
     if a.peer {

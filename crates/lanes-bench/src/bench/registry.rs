@@ -2,13 +2,13 @@
 //! command that runs it, what it measures and how its table is printed (above each entry:
 //! where its code is).
 //! The `lanes` commands select from it: `lanes bench` runs `paths`, `lanes bench
-//! dma|sockets|udp-stream` the entry of that name, `lanes pingpong` `pingpong`, or with
+//! dma|sockets|udp-stream|ip` the entry of that name, `lanes pingpong` `pingpong`, or with
 //! `--mode` `wakeup` or `reflective`. `paths` measures the entries of its own registry
 //! (paths/mod.rs): one per way of moving a message.
 
 use std::path::Path;
 
-use crate::bench::{dma, facts, pingpong, reflective, sockets, table, udp_stream, wakeup};
+use crate::bench::{dma, facts, ip, pingpong, reflective, sockets, table, udp_stream, wakeup};
 use crate::report::{emit as emit_with, say, Report};
 
 /// One benchmark.
@@ -72,6 +72,13 @@ pub(crate) static BENCHMARKS: &[Benchmark] = &[
         command: "lanes bench udp-stream",
         about: "the UDP streaming API against one send/recv per datagram",
         table: |r| drop(say(&udp_stream::table(r))),
+    },
+    // bench/ip.rs
+    Benchmark {
+        name: ip::BENCHMARK,
+        command: "lanes bench ip",
+        about: "lanes0 (lanes ip up) against a veth pair between two namespaces: iperf3 TCP and ping",
+        table: |r| drop(say(&ip::table(r))),
     },
 ];
 

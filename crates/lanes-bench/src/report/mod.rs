@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! {"format": "lanes-bench/2",
-//!  "benchmark": "paths" | "pingpong" | "wakeup" | "reflective" | "dma" | "sockets" | "udp-stream",
+//!  "benchmark": "paths" | "pingpong" | "wakeup" | "reflective" | "dma" | "sockets" | "udp-stream" | "ip",
 //!  "machine": {"cpu_model", "cores", "kernel", "hostname", "date", "lanes_version"},
 //!  "run": {...the run's parameters, per benchmark...},
 //!  "units": {...what each figure means...},

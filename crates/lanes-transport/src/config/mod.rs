@@ -283,8 +283,30 @@ struct ParsedConfig {
     dir: Option<PathBuf>,
     cluster: Option<ClusterSection>,
     sockets: Option<SocketsSection>,
+    ip: Option<IpSection>,
     #[serde(default)]
     node: Vec<NodeEntry>,
+}
+
+/// `[ip]`: the IP interface over the fabric (`lanes ip up`, crates/lanes-ip, which
+/// validates the values and says what each defaults to).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IpSection {
+    /// The interface's name (default `lanes0`).
+    pub name: Option<String>,
+    /// The IPv4 prefix whose host part is the node id, as `"10.253.0.0/16"`.
+    pub ipv4: Option<String>,
+    /// The IPv6 prefix whose host part is the node id, as `"fd6c:616e:6573::/64"`.
+    pub ipv6: Option<String>,
+    /// The interface's MTU, 1280 to 65535.
+    pub mtu: Option<u32>,
+    /// Queues (one transmit and one receive thread each); 0: one per CPU.
+    pub queues: Option<u32>,
+    /// KiB of each receive ring (per peer and queue).
+    pub ring_kib: Option<u64>,
+    /// TSO/USO and checksum offload through the virtio-net header.
+    pub offloads: Option<bool>,
 }
 
 /// `[sockets]`: what the socket accelerator (`liblanes_sockets.so`) accelerates. Each key
@@ -447,6 +469,11 @@ impl ConfigFile {
     /// The `[sockets]` section, if the file has one (its port lists are valid).
     pub fn sockets(&self) -> Option<&SocketsSection> {
         self.parsed.sockets.as_ref()
+    }
+
+    /// The `[ip]` section, if the file has one (crates/lanes-ip validates it).
+    pub fn ip(&self) -> Option<&IpSection> {
+        self.parsed.ip.as_ref()
     }
 }
 

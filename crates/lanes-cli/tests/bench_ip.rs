@@ -1,0 +1,44 @@
+//! `lanes bench ip` as a user runs it, in its shortest form (root: namespaces and TUN
+//! devices): the JSON has the three rows, each moved TCP bytes and answered pings, and
+//! `--from` prints its table. No figure is asserted beyond "something was measured".
+
+use std::process::Command;
+use std::time::Duration;
+
+use lanes_testkit::program::run_to_end;
+
+#[test]
+fn ip_bench_runs_and_reports_every_row() {
+    if lanes_testkit::netns::skip_reason("ip_bench_runs_and_reports_every_row").is_some() {
+        return;
+    }
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lanes"));
+    c.args(["bench", "ip", "--rounds", "1", "--seconds", "1", "--pings", "5", "--json", "-"]);
+    for v in lanes_testkit::LANES_ENV {
+        c.env_remove(v);
+    }
+    let out = run_to_end(c, "lanes bench ip", Duration::from_secs(120));
+    assert!(out.ok(), "lanes bench ip: {:?}\n{}", out.status, out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout_bytes).expect("JSON on standard output");
+    assert_eq!(v["benchmark"].as_str(), Some("ip"), "{v}");
+    let rows = v["rows"].as_array().expect("rows");
+    let keys: Vec<&str> = rows.iter().map(|r| r["key"].as_str().expect("key")).collect();
+    assert_eq!(keys, ["lanes0", "lanes0-no-offloads", "veth"], "{v}");
+    for r in rows {
+        let m = &r["detail"]["median"];
+        assert!(m["tcp_gbit_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(m["ping_avg_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(out.stderr.contains("lanes bench ip: two network namespaces"), "{}", out.stderr);
+    let dir = lanes_testkit::TestDir::new("bench-ip");
+    let file = dir.path("ip.json");
+    std::fs::write(&file, &out.stdout_bytes).expect("write the report");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lanes"));
+    c.args(["bench", "--from"]).arg(&file);
+    let table = run_to_end(c, "lanes bench --from", Duration::from_secs(20));
+    assert!(
+        table.ok() && table.stdout.contains("vs veth") && table.stdout.contains("lanes0 (offloads)"),
+        "{}",
+        table.stdout
+    );
+}

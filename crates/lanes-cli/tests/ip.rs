@@ -1,0 +1,399 @@
+//! `lanes ip up` as a user runs it: nodes in network namespaces of this host sharing one
+//! fabric directory, each running the interface as a different node, and unchanged
+//! programs over lanes0: ping (IPv4 and IPv6), iperf3 TCP and UDP, a checksummed transfer,
+//! a peer killed mid-transfer and restarted, hostile objects in the fabric directory.
+//! Root only (network namespaces, CAP_NET_ADMIN); skipped with the reason otherwise.
+
+use std::os::unix::fs::FileTypeExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lanes::{Fabric, FabricConfig, MapAccess, NodeId, Timeout};
+use lanes_ip::ring::{self, Hello, Layout};
+use lanes_testkit::netns::{self, Netns};
+use lanes_testkit::program::{run_bounded, Finished, Program};
+use lanes_testkit::TestDir;
+
+const LANES: &str = env!("CARGO_BIN_EXE_lanes");
+
+/// Why the test cannot run here (not root, or a program missing outside CI).
+fn skip(test: &str, programs: &[&str]) -> bool {
+    if netns::skip_reason(test).is_some() {
+        return true;
+    }
+    for p in programs {
+        let found =
+            Command::new("sh").args(["-c", &format!("command -v {p}")]).output().is_ok_and(|o| o.status.success());
+        if !found {
+            if std::env::var_os("CI").is_some() {
+                panic!("{test}: {p} is missing (scripts/test.sh installs it)");
+            }
+            eprintln!("skipping {test}: {p} is not installed (scripts/test.sh installs it)");
+            return true;
+        }
+    }
+    false
+}
+
+/// Namespaces a, b, c (nodes 4, 8, 12) over one fabric directory.
+struct Cluster {
+    net: Netns,
+    dir: TestDir,
+    ups: Vec<Option<Program>>,
+}
+
+fn node(k: usize) -> u32 {
+    4 * (k as u32 + 1)
+}
+
+fn v4(k: usize) -> String {
+    format!("10.253.0.{}", node(k))
+}
+
+fn v6(k: usize) -> String {
+    format!("fd6c:616e:6573::{:x}", node(k))
+}
+
+impl Cluster {
+    fn new(name: &str) -> Cluster {
+        Cluster { net: Netns::three(), dir: TestDir::new(name), ups: vec![None, None, None] }
+    }
+
+    fn in_ns(&self, k: usize, prog: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.net.ns(k), prog]).args(args);
+        c
+    }
+
+    fn lanes(&self, k: usize, args: &[&str]) -> Command {
+        let mut c = self.in_ns(k, LANES, args);
+        for v in lanes_testkit::LANES_ENV {
+            c.env_remove(v);
+        }
+        c.env("LANES_DIR", self.dir.fabric()).env("LANES_NODE_ID", node(k).to_string());
+        c
+    }
+
+    fn up(&mut self, k: usize, extra: &[&str]) {
+        let mut args = vec!["ip", "up"];
+        args.extend_from_slice(extra);
+        self.ups[k] = Some(Program::spawn(self.lanes(k, &args), &format!("lanes ip up (node {})", node(k))));
+    }
+
+    /// Waits until host `k`'s lanes0 exists with carrier `on`.
+    fn wait_carrier(&mut self, k: usize, on: bool, within: Duration) {
+        let start = Instant::now();
+        loop {
+            let out = netns::ip(&["-n", &self.net.ns(k), "-o", "link", "show", "lanes0"]).unwrap_or_default();
+            let has = out.contains("LOWER_UP") && !out.contains("NO-CARRIER");
+            if !out.is_empty() && has == on {
+                return;
+            }
+            if start.elapsed() > within {
+                let log =
+                    self.ups[k].take().map(|p| p.stop(libc::SIGTERM, Duration::from_secs(5)).describe("lanes ip up"));
+                panic!("node {}: carrier not {} after {within:?}: {out}\n{}", node(k), on, log.unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn run(&self, k: usize, prog: &str, args: &[&str], limit: Duration) -> Finished {
+        run_bounded(self.in_ns(k, prog, args), prog, limit)
+    }
+
+    fn ping(&self, from: usize, to: &str) -> Finished {
+        self.run(from, "ping", &["-c", "3", "-i", "0.2", "-W", "2", to], Duration::from_secs(10))
+    }
+
+    /// Stops every `lanes ip up` with SIGTERM and checks each removed its interface.
+    fn down(mut self) {
+        for k in 0..3 {
+            if let Some(p) = self.ups[k].take() {
+                let f = p.stop(libc::SIGTERM, Duration::from_secs(10));
+                assert!(f.ok(), "{}", f.describe("lanes ip up"));
+                assert!(f.stderr.contains("going down (SIGTERM)"), "{}", f.describe("lanes ip up"));
+                let gone = netns::ip(&["-n", &self.net.ns(k), "link", "show", "lanes0"]);
+                assert!(gone.is_err(), "lanes0 of node {} outlived its process", node(k));
+            }
+        }
+    }
+}
+
+fn expect_ok(f: &Finished, what: &str) {
+    assert!(f.ok(), "{}", f.describe(what));
+}
+
+#[test]
+fn ping_both_ways_over_ipv4_and_ipv6_and_status_lists_the_interfaces() {
+    if skip("ping_both_ways", &["ping"]) {
+        return;
+    }
+    let mut c = Cluster::new("ip-ping");
+    for k in 0..3 {
+        c.up(k, &[]);
+    }
+    for k in 0..3 {
+        c.wait_carrier(k, true, Duration::from_secs(10));
+    }
+    for (from, to) in [(0, 1), (1, 0), (0, 2), (2, 1)] {
+        expect_ok(&c.ping(from, &v4(to)), &format!("ping {} from node {}", v4(to), node(from)));
+        expect_ok(&c.ping(from, &v6(to)), &format!("ping {} from node {}", v6(to), node(from)));
+    }
+    // Packets to a node without the interface are dropped, and the ping says so.
+    let f = c.run(0, "ping", &["-c", "1", "-W", "1", "10.253.0.40"], Duration::from_secs(5));
+    assert!(!f.ok(), "{}", f.describe("ping of a node that does not exist"));
+    // Status files are rewritten every second.
+    std::thread::sleep(Duration::from_millis(1200));
+    let st = run_bounded(c.lanes(0, &["status"]), "lanes status", Duration::from_secs(10));
+    expect_ok(&st, "lanes status");
+    assert!(st.stdout.contains("ip interfaces (lanes ip up)"), "{}", st.stdout);
+    for k in 0..3 {
+        assert!(st.stdout.contains(&format!("{}/16", v4(k))), "{}", st.stdout);
+    }
+    assert!(st.stdout.contains("peers 8:connected, 12:connected"), "{}", st.stdout);
+    // `lanes ip down` stops node 12's interface; the others keep their link to each other.
+    let down = run_bounded(c.lanes(2, &["ip", "down"]), "lanes ip down", Duration::from_secs(15));
+    expect_ok(&down, "lanes ip down");
+    let f = c.ups[2].take().expect("node 12 runs").wait(Duration::from_secs(5));
+    expect_ok(&f, "lanes ip up of node 12");
+    expect_ok(&c.ping(0, &v4(1)), "ping after node 12 went down");
+    c.down();
+}
+
+/// The bytes iperf3's JSON says were sent and received (the end's sums).
+fn iperf_bytes(json: &str, udp: bool) -> (u64, u64, f64) {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("iperf3 JSON: {e}\n{json}"));
+    let end = &v["end"];
+    if udp {
+        let sum = &end["sum"];
+        let lost = sum["lost_percent"].as_f64().unwrap_or(100.0);
+        (sum["bytes"].as_u64().unwrap_or(0), end["sum_received"]["bytes"].as_u64().unwrap_or(0), lost)
+    } else {
+        (end["sum_sent"]["bytes"].as_u64().unwrap_or(0), end["sum_received"]["bytes"].as_u64().unwrap_or(0), 0.0)
+    }
+}
+
+#[test]
+fn iperf3_tcp_both_ways_and_udp_count_every_byte() {
+    if skip("iperf3", &["iperf3"]) {
+        return;
+    }
+    let mut c = Cluster::new("ip-iperf");
+    c.up(0, &[]);
+    c.up(1, &[]);
+    c.wait_carrier(0, true, Duration::from_secs(10));
+    c.wait_carrier(1, true, Duration::from_secs(10));
+    let port = lanes_testkit::free_port().to_string();
+    let server = Program::spawn(c.in_ns(1, "iperf3", &["-s", "-p", &port]), "iperf3 -s");
+    std::thread::sleep(Duration::from_millis(300));
+    for args in [&["-P", "3"][..], &["-P", "3", "-R"][..], &["-u", "-b", "300M", "-l", "8000"][..]] {
+        let to = v4(1);
+        let mut a = vec!["-c", &to, "-p", &port, "-t", "2", "-J"];
+        a.extend_from_slice(args);
+        let mut f = c.run(0, "iperf3", &a, Duration::from_secs(20));
+        if !f.ok() && f.stdout.contains("the server is busy") {
+            std::thread::sleep(Duration::from_millis(500));
+            f = c.run(0, "iperf3", &a, Duration::from_secs(20));
+        }
+        expect_ok(&f, &format!("iperf3 {}", a.join(" ")));
+        let udp = args.contains(&"-u");
+        let (sent, got, lost) = iperf_bytes(&f.stdout, udp);
+        eprintln!("iperf3 {args:?}: sent {sent} received {got} (lost {lost:.2}%)");
+        assert!(got > 10 << 20, "iperf3 {args:?} moved only {got} bytes");
+        if udp {
+            // A full ring drops as a NIC does; at 300 Mbit/s it should not.
+            assert!(lost < 5.0, "UDP lost {lost}%");
+        } else {
+            // iperf3 stops counting at the end of the test with bytes still in the
+            // sockets' buffers; exactness is the checksummed transfer's test.
+            assert!(got <= sent && got as f64 >= sent as f64 * 0.95, "TCP: sent {sent}, received {got}");
+        }
+    }
+    drop(server);
+    c.down();
+}
+
+/// `sha256sum`'s hex of a file.
+fn sha256_of(path: &std::path::Path) -> String {
+    let f = run_bounded(
+        {
+            let mut c = Command::new("sha256sum");
+            c.arg(path);
+            c
+        },
+        "sha256sum",
+        Duration::from_secs(30),
+    );
+    assert!(f.ok(), "{}", f.describe("sha256sum"));
+    f.stdout.split_whitespace().next().unwrap_or_default().to_string()
+}
+
+/// A file of `mib` MiB of a pattern that is not all one byte.
+fn pattern_file(dir: &TestDir, mib: usize) -> std::path::PathBuf {
+    let p = dir.path("payload");
+    let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let mut all = Vec::with_capacity(mib << 20);
+    for k in 0..mib {
+        all.extend(block.iter().map(|b| b.wrapping_add(k as u8)));
+    }
+    std::fs::write(&p, all).expect("payload");
+    p
+}
+
+#[test]
+fn a_large_transfer_arrives_whole_with_and_without_offloads() {
+    if skip("large_transfer", &["socat", "sha256sum"]) {
+        return;
+    }
+    for offloads in ["on", "off"] {
+        let mut c = Cluster::new(&format!("ip-xfer-{offloads}"));
+        c.up(0, &["--offloads", offloads]);
+        c.up(1, &["--offloads", offloads, "--mtu", "9000"]);
+        c.wait_carrier(0, true, Duration::from_secs(10));
+        c.wait_carrier(1, true, Duration::from_secs(10));
+        let payload = pattern_file(&c.dir, 128);
+        let want = sha256_of(&payload);
+        let port = lanes_testkit::free_port();
+        let out = c.dir.path("received");
+        let rx = Program::spawn(
+            c.in_ns(
+                1,
+                "socat",
+                &["-u", &format!("TCP6-LISTEN:{port},reuseaddr"), &format!("CREATE:{}", out.display())],
+            ),
+            "socat receiver",
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let tx = c.run(
+            0,
+            "socat",
+            &["-u", &format!("OPEN:{}", payload.display()), &format!("TCP6:[{}]:{port}", v6(1))],
+            Duration::from_secs(60),
+        );
+        expect_ok(&tx, "socat sender");
+        let rxf = rx.wait(Duration::from_secs(30));
+        expect_ok(&rxf, "socat receiver");
+        assert_eq!(sha256_of(&out), want, "offloads {offloads}: the received file differs");
+        c.down();
+    }
+}
+
+#[test]
+fn a_killed_peer_is_a_link_down_and_its_restart_resumes_the_transfer() {
+    if skip("killed_peer", &["socat", "sha256sum", "ping"]) {
+        return;
+    }
+    let mut c = Cluster::new("ip-kill");
+    c.up(0, &[]);
+    c.up(1, &[]);
+    c.wait_carrier(0, true, Duration::from_secs(10));
+    c.wait_carrier(1, true, Duration::from_secs(10));
+    // 40 MiB of zeros paced over about 2 s: the transfer spans the kill and the restart.
+    let port = lanes_testkit::free_port();
+    let out = c.dir.path("received");
+    let rx = Program::spawn(
+        c.in_ns(1, "socat", &["-u", &format!("TCP-LISTEN:{port},reuseaddr"), &format!("CREATE:{}", out.display())]),
+        "socat receiver",
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let script = format!(
+        "for i in $(seq 1 40); do head -c 1048576 /dev/zero; sleep 0.05; done | socat -u - TCP:{}:{port}",
+        v4(1)
+    );
+    let tx = Program::spawn(c.in_ns(0, "sh", &["-c", &script]), "paced sender");
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = c.ups[1].take().expect("node 8 runs");
+    killed.signal(libc::SIGKILL);
+    let f = killed.wait(Duration::from_secs(5));
+    assert!(!f.ok(), "SIGKILL ends it");
+    // The survivor's link goes down at once (the peer's death is seen by its liveness
+    // lock), and programs see it: a ping fails within its own bound instead of hanging.
+    c.wait_carrier(0, false, Duration::from_secs(3));
+    let t = Instant::now();
+    let p = c.run(0, "ping", &["-c", "1", "-W", "1", &v4(1)], Duration::from_secs(5));
+    assert!(!p.ok() && t.elapsed() < Duration::from_secs(4), "{}", p.describe("ping during the outage"));
+    // The restarted peer gets fresh rings; TCP retransmits and the transfer completes.
+    c.up(1, &[]);
+    c.wait_carrier(0, true, Duration::from_secs(10));
+    c.wait_carrier(1, true, Duration::from_secs(10));
+    let txf = tx.wait(Duration::from_secs(40));
+    expect_ok(&txf, "paced sender");
+    let rxf = rx.wait(Duration::from_secs(20));
+    expect_ok(&rxf, "socat receiver");
+    let zeros = c.dir.path("zeros");
+    std::fs::write(&zeros, vec![0u8; 40 << 20]).expect("zeros");
+    assert_eq!(sha256_of(&out), sha256_of(&zeros), "the received stream differs");
+    expect_ok(&c.ping(0, &v4(1)), "ping after the restart");
+    c.down();
+}
+
+#[test]
+fn hostile_objects_in_the_fabric_directory_are_refused_and_the_link_lives_on() {
+    if skip("hostile_fabric", &["ping"]) {
+        return;
+    }
+    let mut c = Cluster::new("ip-hostile");
+    c.up(0, &[]);
+    c.up(1, &[]);
+    c.wait_carrier(0, true, Duration::from_secs(10));
+    // Node 16: a live process whose hello is a FIFO (never opened blocking, never followed).
+    let fifo_node = Fabric::open_with(FabricConfig::new(c.dir.fabric(), NodeId::new(16).unwrap())).unwrap();
+    let fifo = c.dir.fabric().join("nodes/16").join(format!("seg-{:08x}", ring::HELLO_ID));
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    // Node 12: a hello of garbage first, then a real-looking peer that writes a head no
+    // ring can have into node 4's ring segment for it.
+    let evil = Fabric::open_with(FabricConfig::new(c.dir.fabric(), NodeId::new(12).unwrap())).unwrap();
+    let hello = evil.create_segment(ring::HELLO_ID, ring::HELLO_BYTES).unwrap();
+    let hm = hello.map(0, ring::HELLO_BYTES, MapAccess::ReadWrite).unwrap();
+    hm.fill(0, 4096, 0xA5).unwrap();
+    hello.prepare().unwrap();
+    hello.set_available().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    expect_ok(&c.ping(0, &v4(1)), "ping beside a garbage hello and a FIFO");
+    let layout = Layout { rings: 1, ring_bytes: 256 << 10 };
+    let pair = evil.create_segment(ring::PAIR_BASE | 4, layout.segment_bytes()).unwrap();
+    ring::write_pair_header(&pair.map(0, layout.segment_bytes(), MapAccess::ReadWrite).unwrap(), layout, 12, 4)
+        .unwrap();
+    pair.prepare().unwrap();
+    pair.set_available().unwrap();
+    let _int = evil.create_interrupt(Some(ring::INTERRUPT_BASE)).unwrap();
+    ring::write_hello(&hm, Hello { node: 12, queues: 1, mtu: 65520 }).unwrap();
+    // Node 4 connects to it and makes its own ring segment for node 12.
+    let theirs = (|| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(s) = evil.connect_segment(4, ring::PAIR_BASE | 12, Timeout::Immediate) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "node 4 made no ring segment for node 12");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })();
+    // Ring 0's head line, where node 12 is the only writer.
+    let head_at = Layout { rings: 1, ring_bytes: 0 }.ring_offset(0);
+    let raw = theirs.map(head_at, 64, MapAccess::ReadWrite).unwrap();
+    raw.store_release_u64(0, u64::MAX - 7).unwrap();
+    // Node 4 takes the pair with node 12 down (counted), and its link to node 8 lives on.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = lanes_ip::status::list(&c.dir.fabric());
+        let n4 = st.iter().find(|s| s.node == 4).expect("node 4's status");
+        if n4.counters.bad_ring >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 4 never counted the bad ring: {n4:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    expect_ok(&c.ping(0, &v4(1)), "ping after the hostile peer");
+    expect_ok(&c.ping(1, &v6(0)), "ping after the hostile peer (IPv6, the other way)");
+    drop((pair, hello, fifo_node, evil));
+    let f = c.ups[0].take().expect("node 4 runs").stop(libc::SIGTERM, Duration::from_secs(10));
+    expect_ok(&f, "lanes ip up of node 4");
+    assert!(f.stderr.contains("node 12") && f.stderr.contains("not an IP interface"), "{}", f.stderr);
+    assert!(f.stderr.contains("the sender published head"), "{}", f.stderr);
+    c.down();
+}
