@@ -306,8 +306,9 @@ pub fn cleanup(json: bool) -> Result<(), String> {
         .map_err(|e| format!("cleaning socket records in {}: {e}", dir.display()))?;
     // The reasons files of processes that ended (see `lanes::sockets::reasons`).
     lanes::sockets::reasons::cleanup_reasons(&dir);
+    let interfaces = lanes_ip::status::cleanup(&dir);
     if json {
-        let v = with_key(&r, "sockets", &sockets)?;
+        let v = with_key(&with_key(&r, "sockets", &sockets)?, "ip_interfaces", &interfaces)?;
         out_line!(out, "{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
         return write_stdout(&out);
     }
@@ -323,7 +324,10 @@ pub fn cleanup(json: bool) -> Result<(), String> {
     if sockets > 0 {
         out_line!(out, "removed {sockets} socket record{} of dead processes", if sockets == 1 { "" } else { "s" });
     }
-    if r.segments.is_empty() && r.records.is_empty() && r.exports.is_empty() && sockets == 0 {
+    for node in &interfaces {
+        out_line!(out, "removed the status of node {node}'s IP interface (its process is gone)");
+    }
+    if r.segments.is_empty() && r.records.is_empty() && r.exports.is_empty() && sockets == 0 && interfaces.is_empty() {
         out_line!(out, "nothing to clean in {}", dir.display());
     }
     write_stdout(&out)

@@ -69,8 +69,24 @@ pub fn write(fabric: &Path, s: &IfaceStatus) -> std::io::Result<()> {
     lanes::platform::files::ensure_private_dir(&d)?;
     let tmp = d.join(format!(".{}.json.{}", s.node, std::process::id()));
     let text = serde_json::to_vec_pretty(s).map_err(std::io::Error::other)?;
-    std::fs::write(&tmp, text)?;
+    // Not through a link or into a FIFO someone left under the temporary name.
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = lanes::platform::files::open_or_create(&tmp)?;
+    std::io::Write::write_all(&mut f, &text)?;
     std::fs::rename(&tmp, d.join(format!("{}.json", s.node)))
+}
+
+/// Removes the status files of interfaces whose process is gone (`lanes cleanup`);
+/// returns the nodes whose files went.
+pub fn cleanup(fabric: &Path) -> Vec<u32> {
+    list(fabric)
+        .into_iter()
+        .filter(|s| !s.alive)
+        .map(|s| {
+            remove(fabric, s.node);
+            s.node
+        })
+        .collect()
 }
 
 /// Removes this node's file (when the interface goes down).
@@ -91,10 +107,52 @@ pub fn list(fabric: &Path) -> Vec<IfaceStatus> {
             let f = lanes::platform::files::open_existing(&e.path(), false).ok()?;
             f.take(1 << 20).read_to_string(&mut text).ok()?;
             let mut s: IfaceStatus = serde_json::from_str(&text).ok()?;
-            s.alive = lanes::platform::liveness::pid_alive(s.pid);
+            s.alive = lanes::platform::liveness::pid_running(s.pid);
             Some(s)
         })
         .collect();
     v.sort_by_key(|s| s.node);
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanes_testkit::TestDir;
+
+    fn exited_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("wait true");
+        pid
+    }
+
+    #[test]
+    fn cleanup_removes_the_files_of_ended_interfaces_only() {
+        let dir = TestDir::new("ip-status");
+        let fabric = dir.root();
+        let live = IfaceStatus { node: 8, pid: std::process::id(), name: "lanes0".into(), ..Default::default() };
+        let dead = IfaceStatus { node: 12, pid: exited_pid(), name: "lanes0".into(), ..Default::default() };
+        write(fabric, &live).unwrap();
+        write(fabric, &dead).unwrap();
+        assert_eq!(list(fabric).iter().map(|s| (s.node, s.alive)).collect::<Vec<_>>(), [(8, true), (12, false)]);
+        assert_eq!(cleanup(fabric), [12]);
+        assert_eq!(list(fabric).iter().map(|s| s.node).collect::<Vec<_>>(), [8]);
+    }
+
+    #[test]
+    fn a_link_under_the_temporary_name_is_not_followed() {
+        let dir = TestDir::new("ip-status-link");
+        let fabric = dir.root();
+        std::fs::create_dir_all(super::dir(fabric)).unwrap();
+        std::fs::set_permissions(super::dir(fabric), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let victim = fabric.join("victim");
+        std::fs::write(&victim, b"untouched").unwrap();
+        let s = IfaceStatus { node: 8, pid: std::process::id(), ..Default::default() };
+        let tmp = super::dir(fabric).join(format!(".8.json.{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        write(fabric, &s).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
+        assert_eq!(list(fabric).len(), 1);
+    }
 }

@@ -1,7 +1,7 @@
 //! Three test hosts a, b and c (first nodes 8, 12 and 16; every node id the multi-process
 //! cases use has a host, see [`host_of`](Cluster::host_of)), each with its own fabric
 //! directory and its own cluster daemon, on 127.0.0.1 or in three network namespaces
-//! ([`netns`](crate::netns)). Used by the control-plane tests and by the ofi topologies of
+//! ([`netns`]). Used by the control-plane tests and by the ofi topologies of
 //! [`topology`](crate::topology).
 //!
 //! Every host has a host key (generated into the scratch directory, `LANES_KEY_FILE` in

@@ -51,7 +51,7 @@ pub fn skip_reason(test: &str) -> Option<String> {
     Some(why)
 }
 
-/// Runs `ip ARGS`, bounded by [`IP_TIMEOUT`]; the error carries its stderr.
+/// Runs `ip ARGS`, bounded by `IP_TIMEOUT`; the error carries its stderr.
 pub fn ip(args: &[&str]) -> Result<String, String> {
     let mut child = Command::new("ip")
         .args(args)

@@ -1,7 +1,7 @@
 //! Where the nodes of a multi-process test live, so that one case runs on every transport.
 //!
 //! A case is written once as `fn name(t: &Topology)` and starts its nodes with
-//! `Proc::node(t, id)` (or `Proc::node_named(t, ..)`); [`topology_cases!`] turns it into
+//! `Proc::node(t, id)` (or `Proc::node_named(t, ..)`); [`topology_cases!`](crate::topology_cases) turns it into
 //! `topology::shm::name` and, for the cases it lists after `ofi:` and with the `ofi`
 //! feature, `topology::ofi::lo::name` (three hosts on 127.0.0.1) and
 //! `topology::ofi::netns::name` (three network namespaces), so
