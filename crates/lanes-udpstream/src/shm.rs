@@ -51,6 +51,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use lanes_platform::{SharedSlice, SliceError};
 use std::time::{Duration, Instant};
 
 use crate::header::{Header, HEADER_LEN as SEQ_HEADER_LEN};
@@ -159,45 +161,48 @@ impl Map {
         Ok(Map { base: p.cast(), len, capacity: (len - HEADER_LEN) as u64 })
     }
 
+    /// The whole mapping as a checked slice: every access below is bounds- and
+    /// alignment-checked there, so no offset read from the file reaches memory unchecked.
+    fn slice(&self) -> SharedSlice<'_> {
+        // SAFETY: `base..base + len` is the live shared mapping made in `new`, unmapped only
+        // by `drop`, which the borrow of `self` keeps away; this process touches it only
+        // through SharedSlice's volatile, atomic and copy accesses.
+        unsafe { SharedSlice::from_raw_parts(self.base, self.len) }
+    }
+
+    /// A word of the header page (a constant offset inside the page, which the mapping
+    /// always holds: at least HEADER_LEN bytes, page-aligned).
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= HEADER_LEN);
-        // SAFETY: `off` is 8-aligned and inside the header page of the live mapping (the base
-        // is page-aligned); the other side accesses it only atomically too.
-        unsafe { &*self.base.add(off).cast::<AtomicU64>() }
+        self.slice().header_u64(off)
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= HEADER_LEN);
-        // SAFETY: as for `u64_at`, 4-aligned.
-        unsafe { &*self.base.add(off).cast::<AtomicU32>() }
+        self.slice().header_u32(off)
     }
 
     fn u16_at(&self, off: usize) -> u16 {
-        assert!(off + 2 <= HEADER_LEN);
-        // SAFETY: inside the header page of the live mapping; read unaligned and volatile
-        // (the other side may write it).
-        u16::from_ne_bytes(unsafe { std::ptr::read_volatile(self.base.add(off).cast::<[u8; 2]>()) })
+        self.slice().read::<u16>(off).unwrap_or(0)
     }
 
     fn bytes16_at(&self, off: usize) -> [u8; 16] {
-        assert!(off + 16 <= HEADER_LEN);
-        // SAFETY: as for `u16_at`.
-        unsafe { std::ptr::read_volatile(self.base.add(off).cast::<[u8; 16]>()) }
+        let mut b = [0u8; 16];
+        // A failed copy leaves zeros: an address that matches nothing but "any".
+        let _ = self.slice().copy_to(off, &mut b);
+        b
     }
 
-    /// The data area at position `pos` (mod capacity), `n` bytes that must not pass its end.
-    fn data(&self, pos: u64, n: usize) -> *mut u8 {
+    /// The data area at position `pos` (mod capacity): `n` bytes that must not pass its end,
+    /// or an error (a length read from the ring that does not fit).
+    fn data(&self, pos: u64, n: usize) -> Result<SharedSlice<'_>, SliceError> {
         let off = (pos & (self.capacity - 1)) as usize;
-        assert!(off + n <= self.capacity as usize);
-        // SAFETY: `HEADER_LEN + off + n <= len` (asserted above), inside the mapping.
-        unsafe { self.base.add(HEADER_LEN + off) }
+        self.slice().subslice(HEADER_LEN, self.capacity as usize)?.subslice(off, n)
     }
 
-    fn record_header(&self, pos: u64) -> (u32, u32) {
-        let p = self.data(pos, RECORD_HEADER);
-        // SAFETY: `data` checked the 8 bytes are inside the mapping; volatile, as the other side
-        // owns the memory; positions are 8-aligned, so are the u32s.
-        unsafe { (std::ptr::read_volatile(p.cast::<u32>()), std::ptr::read_volatile(p.add(4).cast::<u32>())) }
+    /// A record's length and kind at `pos`; `None` if they do not fit (never so for an
+    /// 8-aligned position).
+    fn record_header(&self, pos: u64) -> Option<(u32, u32)> {
+        let r = self.data(pos, RECORD_HEADER).ok()?;
+        Some((r.read::<u32>(0).ok()?, r.read::<u32>(4).ok()?))
     }
 }
 
@@ -334,21 +339,21 @@ impl RxRing {
         let made = (|| -> io::Result<RxRing> {
             file.set_len(HEADER_LEN as u64 + cap)?;
             let map = Map::new(file.as_raw_fd(), HEADER_LEN + cap as usize)?;
-            // SAFETY: the header page is ours alone until the rename below; plain writes of
-            // plain data inside it.
-            unsafe {
-                let b = map.base;
-                std::ptr::write(b.add(OFF_VERSION).cast::<u32>(), VERSION);
-                std::ptr::write(b.add(OFF_HEADER_LEN).cast::<u32>(), HEADER_LEN as u32);
-                std::ptr::write(b.add(OFF_CAPACITY).cast::<u64>(), cap);
-                std::ptr::write(b.add(OFF_PID).cast::<u32>(), std::process::id());
-                std::ptr::write(b.add(OFF_UID).cast::<u32>(), libc::geteuid());
-                std::ptr::write(b.add(OFF_NETNS).cast::<u64>(), netns());
-                std::ptr::write(b.add(OFF_FAMILY).cast::<u16>(), family(&bound));
-                std::ptr::write(b.add(OFF_PORT).cast::<u16>(), bound.port());
-                std::ptr::write(b.add(OFF_ADDR).cast::<[u8; 16]>(), addr_bytes(bound.ip()));
-                std::ptr::write(b.add(OFF_NONCE).cast::<u64>(), nonce);
-            }
+            // The header page is ours alone until the rename below; the magic, stored last,
+            // publishes the rest.
+            let h = map.slice();
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let uid = unsafe { libc::geteuid() };
+            h.write::<u32>(OFF_VERSION, VERSION)?;
+            h.write::<u32>(OFF_HEADER_LEN, HEADER_LEN as u32)?;
+            h.write::<u64>(OFF_CAPACITY, cap)?;
+            h.write::<u32>(OFF_PID, std::process::id())?;
+            h.write::<u32>(OFF_UID, uid)?;
+            h.write::<u64>(OFF_NETNS, netns())?;
+            h.write::<u16>(OFF_FAMILY, family(&bound))?;
+            h.write::<u16>(OFF_PORT, bound.port())?;
+            h.copy_from(OFF_ADDR, &addr_bytes(bound.ip()))?;
+            h.write::<u64>(OFF_NONCE, nonce)?;
             map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
             if !flock(file.as_raw_fd(), 0, true)? {
                 return Err(io::Error::from(io::ErrorKind::WouldBlock));
@@ -419,7 +424,7 @@ impl RxRing {
         let mut taken = 0u64;
         while self.tail != head && buf.len() - *filled >= ds {
             let left = head.wrapping_sub(self.tail);
-            let (len, kind) = self.map.record_header(self.tail);
+            let Some((len, kind)) = self.map.record_header(self.tail) else { return Drained::Corrupt };
             let off = self.tail & (cap - 1);
             if kind == KIND_WRAP {
                 let skip = cap - off;
@@ -434,15 +439,14 @@ impl RxRing {
             if kind != KIND_DATA || len > MAX_UDP_PAYLOAD || off + rec > cap || rec > left {
                 return Drained::Corrupt;
             }
-            // Bounds: the record lies in [off, off + rec) of the data area (checked above).
-            let wire = self.map.data(self.tail + RECORD_HEADER as u64, len);
+            // The record lies in [off, off + rec) of the data area (checked above, and again
+            // by the slice).
+            let Ok(wire) = self.map.data(self.tail + RECORD_HEADER as u64, len) else { return Drained::Corrupt };
             let (h, payload_off) = if header {
-                if len < SEQ_HEADER_LEN {
+                let mut hb = [0u8; SEQ_HEADER_LEN];
+                if len < SEQ_HEADER_LEN || wire.copy_to(0, &mut hb).is_err() {
                     (None, len)
                 } else {
-                    let mut hb = [0u8; SEQ_HEADER_LEN];
-                    // SAFETY: `wire` has `len >= 16` bytes inside the mapping; `hb` is ours.
-                    unsafe { std::ptr::copy_nonoverlapping(wire, hb.as_mut_ptr(), SEQ_HEADER_LEN) };
                     (Header::decode(&hb), SEQ_HEADER_LEN)
                 }
             } else {
@@ -452,9 +456,9 @@ impl RxRing {
             if accept(h, plen, r) {
                 // `accept` passed only a payload of at most `ds` bytes, and there is that much room.
                 let dst = &mut buf[*filled..*filled + plen];
-                // SAFETY: the source is inside the record (checked), the destination is the
-                // caller's buffer just sliced; they cannot overlap (ours vs the mapping).
-                unsafe { std::ptr::copy_nonoverlapping(wire.add(payload_off), dst.as_mut_ptr(), plen) };
+                if wire.copy_to(payload_off, dst).is_err() {
+                    return Drained::Corrupt;
+                }
                 *filled += plen;
                 taken += 1;
             }
@@ -497,6 +501,7 @@ pub enum Refused {
 }
 
 /// How a ring write ended early.
+#[derive(Clone, Copy)]
 pub(crate) enum Stop {
     /// The receiver is gone (or the ring went bad) at datagram `at` of the block; what had
     /// been written (and dropped) before.
@@ -697,29 +702,27 @@ impl TxRing {
                     continue;
                 }
             }
+            // The receiver does not read these bytes until the head passes them. A write the
+            // slice refuses cannot happen (positions are ours, 8-aligned, records fit); were
+            // it to, the ring is given up as when the receiver goes.
             if rec > to_end {
-                let p = self.map.data(self.head, RECORD_HEADER);
-                // SAFETY: 8 bytes inside the data area (`data` checked); 8-aligned.
-                unsafe {
-                    std::ptr::write_volatile(p.cast::<u32>(), 0);
-                    std::ptr::write_volatile(p.add(4).cast::<u32>(), KIND_WRAP);
-                }
+                let wrap = self.map.data(self.head, RECORD_HEADER).map_err(|_| gone)?;
+                wrap.write::<u32>(0, 0).and_then(|_| wrap.write::<u32>(4, KIND_WRAP)).map_err(|_| gone)?;
                 self.head = self.head.wrapping_add(to_end);
             }
-            let p = self.map.data(self.head, rec as usize);
-            // SAFETY: `rec` bytes inside the data area (`data` checked), which the receiver
-            // does not read until the head passes them; the payload is the caller's slice.
-            unsafe {
-                std::ptr::write_volatile(p.cast::<u32>(), len as u32);
-                std::ptr::write_volatile(p.add(4).cast::<u32>(), KIND_DATA);
-                let mut d = p.add(RECORD_HEADER);
+            let r = self.map.data(self.head, rec as usize).map_err(|_| gone)?;
+            let mut at = RECORD_HEADER;
+            let mut put = || -> Result<(), SliceError> {
+                r.write::<u32>(0, len as u32)?;
+                r.write::<u32>(4, KIND_DATA)?;
                 if let Some(id) = stream {
                     let h = Header { stream_id: id, sequence: first_sequence + j as u64 }.encode();
-                    std::ptr::copy_nonoverlapping(h.as_ptr(), d, SEQ_HEADER_LEN);
-                    d = d.add(SEQ_HEADER_LEN);
+                    r.copy_from(at, &h)?;
+                    at += SEQ_HEADER_LEN;
                 }
-                std::ptr::copy_nonoverlapping(payload.as_ptr(), d, payload.len());
-            }
+                r.copy_from(at, payload)
+            };
+            put().map_err(|_| gone)?;
             self.head = self.head.wrapping_add(rec);
             written += 1;
             bytes += payload.len() as u64;
