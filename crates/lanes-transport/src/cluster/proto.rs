@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::exports::ExportRecord;
-use crate::transport::shm::layout::kind;
+use crate::transport::vocab::kind;
 
 /// The frame magic.
 pub const MAGIC: [u8; 4] = *b"LNSC";

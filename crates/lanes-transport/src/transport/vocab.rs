@@ -1,6 +1,7 @@
-//! The vocabulary the fabric API and the transports share: how long a call may wait, what
-//! a map may do, what a sequence reports, which way a DMA goes. Defined here, at the lowest
-//! layer that needs them, and re-exported by the fabric (`lanes::Timeout`, ...).
+//! The vocabulary the fabric API, the transports and the control plane share: how long a
+//! call may wait, what a map may do, what a sequence reports, which way a DMA goes, what
+//! kind an object is. Defined here, at the lowest layer that needs them, and re-exported by
+//! the fabric (`lanes::Timeout`, ...).
 
 use std::time::Duration;
 
@@ -78,4 +79,40 @@ pub struct DmaVec {
     pub size: u64,
     pub local_offset: u64,
     pub remote_offset: u64,
+}
+
+/// What kind of object a fabric object is (segment, interrupt, ...): named in object files,
+/// export records and control messages. Each kind has its own file-name prefix.
+pub mod kind {
+    /// A memory segment.
+    pub const SEGMENT: u32 = 1;
+    /// A remote interrupt (doorbell without data).
+    pub const INTERRUPT: u32 = 2;
+    /// A data interrupt (doorbell with a message).
+    pub const DATA_INTERRUPT: u32 = 3;
+    /// A reflective-memory group (multicast segment).
+    pub const REFLECTIVE: u32 = 4;
+
+    /// The file-name prefix of a kind.
+    pub fn prefix(kind: u32) -> &'static str {
+        match kind {
+            INTERRUPT => "int",
+            DATA_INTERRUPT => "dint",
+            REFLECTIVE => "refl",
+            _ => "seg",
+        }
+    }
+
+    /// A human name of a kind, for messages.
+    pub fn name(kind: u32) -> &'static str {
+        match kind {
+            INTERRUPT => "interrupt",
+            DATA_INTERRUPT => "data interrupt",
+            REFLECTIVE => "reflective group",
+            _ => "segment",
+        }
+    }
+
+    /// Every kind, for listing and clean-up.
+    pub const ALL: [u32; 4] = [SEGMENT, INTERRUPT, DATA_INTERRUPT, REFLECTIVE];
 }

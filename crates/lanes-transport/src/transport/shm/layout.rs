@@ -34,40 +34,8 @@ pub mod state {
     pub const ALL: u32 = PREPARED | AVAILABLE | REMOVED | SHARED;
 }
 
-/// What a fabric object file holds; each kind has its own file-name prefix.
-pub mod kind {
-    /// A memory segment.
-    pub const SEGMENT: u32 = 1;
-    /// A remote interrupt (doorbell without data).
-    pub const INTERRUPT: u32 = 2;
-    /// A data interrupt (doorbell with a message).
-    pub const DATA_INTERRUPT: u32 = 3;
-    /// A reflective-memory group (multicast segment).
-    pub const REFLECTIVE: u32 = 4;
-
-    /// The file-name prefix of a kind.
-    pub fn prefix(kind: u32) -> &'static str {
-        match kind {
-            INTERRUPT => "int",
-            DATA_INTERRUPT => "dint",
-            REFLECTIVE => "refl",
-            _ => "seg",
-        }
-    }
-
-    /// A human name of a kind, for messages.
-    pub fn name(kind: u32) -> &'static str {
-        match kind {
-            INTERRUPT => "interrupt",
-            DATA_INTERRUPT => "data interrupt",
-            REFLECTIVE => "reflective group",
-            _ => "segment",
-        }
-    }
-
-    /// Every kind, for listing and clean-up.
-    pub const ALL: [u32; 4] = [SEGMENT, INTERRUPT, DATA_INTERRUPT, REFLECTIVE];
-}
+/// What a fabric object file holds (the vocabulary's, named here too for the layout's users).
+pub use crate::transport::vocab::kind;
 
 /// `create_flags` bits, fixed at creation.
 pub mod create_flags {
