@@ -688,7 +688,10 @@ fn backoff(attempt: u32) -> Duration {
 
 /// The connect policy every transport shares: calls `attempt` until it connects, fails for
 /// good, or `timeout` runs out. `attempt` returns `Ok(Ok(conn))` when connected, `Ok(Err(e))`
-/// for a refusal worth waiting out, `Err(e)` for a failure that waiting cannot cure.
+/// for a refusal worth waiting out, `Err(e)` for a failure that waiting cannot cure. A
+/// refusal that is [`Error::Timeout`] (an attempt's own question went unanswered in time, a
+/// busy daemon) says nothing new about the object: the answer before it, if any, is the
+/// one a caller whose time runs out is told.
 pub fn connect_with_retry<R>(
     addr: ObjectAddr,
     timeout: Timeout,
@@ -696,10 +699,12 @@ pub fn connect_with_retry<R>(
 ) -> Result<R> {
     let started = Instant::now();
     let mut tries = 0;
+    let mut last: Option<Error> = None;
     loop {
-        let refusal = match attempt()? {
-            Ok(conn) => return Ok(conn),
-            Err(refusal) => refusal,
+        let refusal = match (attempt()?, last.take()) {
+            (Ok(conn), _) => return Ok(conn),
+            (Err(Error::Timeout { .. }), Some(answer)) => answer,
+            (Err(refusal), _) => refusal,
         };
         let waited = started.elapsed();
         match timeout {
@@ -717,11 +722,51 @@ pub fn connect_with_retry<R>(
             }
             _ => {}
         }
+        last = Some(refusal);
         let mut pause = backoff(tries);
         if let Timeout::After(t) = timeout {
             pause = pause.min(t.saturating_sub(waited));
         }
         std::thread::sleep(pause);
         tries += 1;
+    }
+}
+
+#[cfg(test)]
+mod connect_policy_tests {
+    use super::*;
+
+    fn addr() -> ObjectAddr {
+        ObjectAddr { kind: vocab::kind::SEGMENT, node: 8, id: 0x10 }
+    }
+
+    fn busy() -> Error {
+        Error::Timeout { what: "an answer from this host's daemon".into(), waited_ms: 40 }
+    }
+
+    #[test]
+    fn a_busy_daemon_at_the_deadline_reports_the_last_real_answer_as_a_timeout() {
+        let mut n = 0;
+        let r: Result<()> = connect_with_retry(addr(), Timeout::After(Duration::from_millis(30)), || {
+            n += 1;
+            Ok(Err(if n == 1 { Error::NotAvailable { node: 8, segment: 0x10 } } else { busy() }))
+        });
+        match r {
+            Err(Error::Timeout { what, waited_ms }) => {
+                assert!(waited_ms >= 30, "{waited_ms}");
+                assert!(what.contains("not available"), "{what}");
+            }
+            other => panic!("expected a timeout naming the refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_busy_daemon_is_retried_until_the_object_connects() {
+        let mut n = 0;
+        let r = connect_with_retry(addr(), Timeout::After(Duration::from_secs(5)), || {
+            n += 1;
+            Ok(if n < 3 { Err(busy()) } else { Ok(n) })
+        });
+        assert_eq!(r.unwrap(), 3);
     }
 }

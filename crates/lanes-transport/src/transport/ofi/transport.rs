@@ -424,6 +424,10 @@ fn refusal(addr: ObjectAddr, e: cluster::Error) -> Result<Result<OfiRemote>> {
         cluster::Error::Refused(Refusal::Corrupt { reason, .. }) => {
             Err(Error::CorruptSegment { path: format!("node {node}: {segment:#x}").into(), reason })
         }
+        // This host's daemon did not answer within the attempt's bound (it is busy): worth
+        // another attempt while the caller's time lasts, and a timeout, not a system error,
+        // when it has run out.
+        cluster::Error::Timeout { what, waited_ms } => Ok(Err(Error::Timeout { what, waited_ms })),
         other => Err(Error::Cluster(other.to_string())),
     }
 }
