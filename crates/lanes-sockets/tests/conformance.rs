@@ -572,15 +572,16 @@ fn a_config_file_chooses_what_is_accelerated() {
 /// kernel; this checks that, for a long stream with the library on both sides, both ends
 /// attached to each other and bytes went through the ring. How many bytes the ring carries
 /// depends on scheduling (a receiver that is never on a CPU when data comes gets it through
-/// the kernel), so a run may go all-kernel on a loaded machine: up to three runs per case,
-/// and the test runs alone (`.config/nextest.toml`).
+/// the kernel), so a run may go all-kernel on a loaded machine (the library refuses to spin
+/// while more threads are runnable than CPUs): up to five runs per case, and the test runs
+/// alone (`.config/nextest.toml`). On a quiet machine the first run attaches.
 #[test]
 fn the_library_really_accelerates() {
     let lib = library();
     let sc = Sockconf::build("accel");
     for case in ["stream-64m", "stream-duplex"] {
         let mut tries = Vec::new();
-        for attempt in 1..=3 {
+        for attempt in 1..=5 {
             let run_dir = sc.dir.sub(&format!("{case}-{attempt}"));
             let fabric = run_dir.join("fabric");
             let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
