@@ -109,6 +109,7 @@ fn newer_file(dir: &Path, than: std::time::SystemTime) -> Option<PathBuf> {
     None
 }
 
+#[allow(unused_imports)] // each test binary uses its own subset
 pub use lanes_testkit::TestDir;
 
 /// A command with the test's environment scrubbed of Lanes and preload settings.
