@@ -1101,6 +1101,7 @@ fn reply() -> impl Strategy<Value = Reply> {
                     }],
                     unmatched: vec![(host, 1)],
                     refused: refused.clone(),
+                    stale: 7,
                     requests: refused,
                 }
             }

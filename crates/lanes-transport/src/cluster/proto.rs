@@ -590,6 +590,10 @@ pub struct SocketsStatus {
     pub unmatched: Vec<(String, u64)>,
     /// Refused registrations and daemon messages, per reason.
     pub refused: Vec<(String, u64)>,
+    /// Peer daemons' pairings of halves this host had withdrawn just before (the two
+    /// messages crossed): ignored, and counted apart from the refusals.
+    #[serde(default)]
+    pub stale: u64,
     /// Local requests served, per kind (`host-of`, `register`, `withdraw`).
     pub requests: Vec<(String, u64)>,
 }

@@ -254,6 +254,7 @@ impl Shared {
             halves,
             unmatched,
             refused: st.cross.pairing.refusals(),
+            stale: st.cross.pairing.stale(),
             requests: st.cross.requests.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         }
     }
