@@ -376,6 +376,84 @@ fn ipv6_connections_to_addresses_claimed_at_hello_pair() {
     });
 }
 
+/// A command on host `k` under `lanes run` (the library preloaded as a user gets it), with
+/// host `k`'s environment and `LANES_SOCKETS_REMOTE=on`.
+fn lanes_run(c: &Cluster, k: usize, program: &str, args: &[&str]) -> std::process::Command {
+    let prefix = c.prefix(k);
+    let mut cmd = std::process::Command::new(&prefix[0]);
+    cmd.args(&prefix[1..]).arg(support::lanes_command()).args(["run", "--", program]).args(args);
+    for v in support::SCRUBBED.iter().chain(lanes_testkit::LANES_ENV) {
+        cmd.env_remove(v);
+    }
+    cmd.envs(c.env(k)).env("LANES_SOCKETS_REMOTE", "on");
+    cmd
+}
+
+/// Real programs as a user runs them: redis-server on a and redis-benchmark and redis-cli on
+/// b, each under `lanes run`: the benchmark's connections pair while it runs, a 1 MiB value
+/// set and read back across the hosts comes back byte for byte, and every half is
+/// withdrawn when the programs are done.
+#[test]
+fn redis_across_hosts_under_lanes_run() {
+    use lanes_testkit::program::{on_path, Program};
+    if !(on_path("redis-server") && on_path("redis-benchmark") && on_path("redis-cli")) {
+        assert!(std::env::var_os("CI").is_none(), "redis is missing (scripts/test.sh installs it)");
+        eprintln!("skipping redis_across_hosts_under_lanes_run: redis is not installed");
+        return;
+    }
+    let Some(c) = Cluster::netns("xh-redis") else { return };
+    let data = lanes_testkit::TestDir::new("xh-redis-data");
+    let port = "16379";
+    let mut server = Program::spawn(
+        {
+            let mut cmd = lanes_run(&c, 0, "redis-server", &["--port", port, "--bind", "0.0.0.0", "--save", ""]);
+            cmd.args(["--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--logfile", ""]);
+            cmd.arg("--dir").arg(data.root());
+            cmd
+        },
+        "redis-server on a",
+    );
+    let ready = server.stdout_line(Duration::from_secs(10), |l| l.contains("Ready to accept connections"));
+    assert!(ready.is_some(), "redis-server never ready: {}", server.stdout_so_far());
+    let host = Netns::address(0);
+    let bench = Program::spawn(
+        lanes_run(&c, 1, "redis-benchmark", &["-h", &host, "-p", port, "-c", "2", "-n", "20000", "-t", "ping", "-q"]),
+        "redis-benchmark on b",
+    );
+    wait_for(&c, "the benchmark's connections paired on both hosts", || {
+        let paired = |k: usize| daemon_sockets(&c, k).halves.iter().filter(|h| h.state == "paired").count();
+        paired(0) >= 2 && paired(1) >= 2
+    });
+    let b = bench.wait(Duration::from_secs(120));
+    assert!(b.ok() && b.stdout.contains("requests per second"), "{}", b.describe("redis-benchmark"));
+
+    let value: Vec<u8> = (0..1u64 << 20).map(|i| pattern(9, i)).collect();
+    let file = data.root().join("value.bin");
+    std::fs::write(&file, &value).unwrap();
+    let set = Program::spawn_with_stdin(
+        lanes_run(&c, 1, "redis-cli", &["-h", &host, "-p", port, "-x", "SET", "big"]),
+        "redis-cli SET",
+        std::process::Stdio::from(std::fs::File::open(&file).unwrap()),
+    )
+    .wait(Duration::from_secs(30));
+    assert!(set.ok() && set.stdout.trim() == "OK", "{}", set.describe("redis-cli -x SET"));
+    let get = Program::spawn(lanes_run(&c, 1, "redis-cli", &["-h", &host, "-p", port, "--raw", "GET", "big"]), "GET")
+        .wait(Duration::from_secs(30));
+    assert!(get.ok(), "{}", get.describe("redis-cli GET"));
+    let mut want = value;
+    want.push(b'\n');
+    assert!(get.stdout_bytes == want, "GET gave {} bytes, not the 1 MiB value", get.stdout_bytes.len());
+    wait_for(&c, "every half withdrawn", || {
+        daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+    });
+    let s = server.stop(libc::SIGTERM, Duration::from_secs(10));
+    assert!(s.ok(), "{}", s.describe("redis-server"));
+    for k in [0, 1] {
+        let refused = daemon_sockets(&c, k).refused;
+        assert!(refused.is_empty(), "host {k}: {refused:?}\n{}", c.logs());
+    }
+}
+
 /// `remote = "off"`, and `auto` on the tcp provider: no registration, no question to the
 /// daemon, no record; each end counts and says why its connection stays kernel TCP.
 #[test]
