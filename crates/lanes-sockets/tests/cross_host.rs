@@ -189,9 +189,8 @@ fn sockets_child(c: &Cluster, k: Option<usize>, remote: Option<&str>, name: &str
     };
     if let Some(mode) = remote {
         env.push(("LD_PRELOAD".into(), support::library().to_str().expect("utf-8 path").into()));
-        if !mode.is_empty() {
-            env.push(("LANES_SOCKETS_REMOTE".into(), mode.into()));
-        }
+        // Empty is unset for the library: the default, whatever this process's environment says.
+        env.push(("LANES_SOCKETS_REMOTE".into(), mode.into()));
     }
     let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let prefix = match k {

@@ -21,6 +21,7 @@ pub const SCRUBBED: &[&str] = &[
     "LANES_SOCKETS_EXCLUDE",
     "LANES_SOCKETS_LIB",
     "LANES_SOCKETS_QUIET",
+    "LANES_SOCKETS_REMOTE",
 ];
 
 pub fn repo() -> PathBuf {

@@ -142,7 +142,7 @@ impl Shared {
     }
 
     /// A peer daemon's message about socket halves, handled by `f` under the state lock.
-    pub(super) fn on_peer_sockets(&self, _host: &str, f: impl FnOnce(&mut CrossHost, &mut dyn Vouch) -> Vec<Out>) {
+    pub(super) fn on_peer_sockets(&self, f: impl FnOnce(&mut CrossHost, &mut dyn Vouch) -> Vec<Out>) {
         let mut st = self.lock();
         let outs = f(&mut st.cross, &mut KernelVouch);
         self.carry_out(&mut st, outs);

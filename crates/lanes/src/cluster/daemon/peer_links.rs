@@ -395,19 +395,19 @@ impl Shared {
                 None
             }
             PeerMessage::SocketHalf { half } => {
-                self.on_peer_sockets(&host, |c, vouch| c.pairing.on_half(&c.book, &host, half, vouch));
+                self.on_peer_sockets(|c, vouch| c.pairing.on_half(&c.book, &host, half, vouch));
                 None
             }
             PeerMessage::SocketSync { halves, more } => {
-                self.on_peer_sockets(&host, |c, vouch| c.pairing.on_sync(&c.book, &host, halves, more, vouch));
+                self.on_peer_sockets(|c, vouch| c.pairing.on_sync(&c.book, &host, halves, more, vouch));
                 None
             }
             PeerMessage::SocketWithdraw { local, remote, cookie } => {
-                self.on_peer_sockets(&host, |c, _| c.pairing.on_withdraw(&c.book, &host, local, remote, cookie));
+                self.on_peer_sockets(|c, _| c.pairing.on_withdraw(&c.book, &host, local, remote, cookie));
                 None
             }
             PeerMessage::SocketPaired { local, remote, cookie, peer_cookie, generation } => {
-                self.on_peer_sockets(&host, |c, vouch| {
+                self.on_peer_sockets(|c, vouch| {
                     c.pairing.on_paired(&c.book, &host, (local, cookie), (remote, peer_cookie), generation, vouch)
                 });
                 None
