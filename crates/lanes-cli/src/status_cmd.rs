@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use lanes::cluster::proto::SocketsStatus;
 use lanes::cluster::{Client, HostStatus};
 use lanes::config::FabricConfig;
 
@@ -57,15 +58,24 @@ fn with_key(
     Ok(v)
 }
 
+/// What this host's daemon says, if one serves the fabric directory and answers quickly.
+struct Daemon {
+    host: String,
+    hosts: Vec<HostStatus>,
+    /// Its cross-host socket halves and counts (None: it did not answer that).
+    sockets: Option<SocketsStatus>,
+}
+
 /// The cluster's hosts as this host's daemon sees them, if a daemon serves the fabric
 /// directory and answers quickly; `None` otherwise (a single-host fabric has none).
-fn cluster(dir: &Path) -> Option<(String, Vec<HostStatus>)> {
+fn cluster(dir: &Path) -> Option<Daemon> {
     if !Client::socket_path(dir).exists() {
         return None;
     }
     let mut client = Client::connect(dir, Duration::from_millis(500)).ok()?;
     let hosts = client.cluster(Duration::from_secs(1)).ok()?;
-    Some((client.host().to_string(), hosts))
+    let sockets = client.sockets(Duration::from_secs(1)).ok();
+    Some(Daemon { host: client.host().to_string(), hosts, sockets })
 }
 
 pub fn status(json: bool) -> Result<(), String> {
@@ -80,15 +90,18 @@ pub fn status(json: bool) -> Result<(), String> {
         let mut v = with_key(&st, "sockets", &sockets)?;
         v = with_key(&v, "sockets_kernel", &kernel)?;
         v = with_key(&v, "ip", &ip)?;
-        if let Some((_, hosts)) = &cluster {
-            v = with_key(&v, "cluster", hosts)?;
+        if let Some(d) = &cluster {
+            v = with_key(&v, "cluster", &d.hosts)?;
+            if let Some(sockets) = &d.sockets {
+                v = with_key(&v, "sockets_daemon", sockets)?;
+            }
         }
         out_line!(out, "{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
         return write_stdout(&out);
     }
     out_line!(out, "fabric {}", st.dir.display());
-    if let Some((host, hosts)) = &cluster {
-        print_cluster(&mut out, host, hosts);
+    if let Some(d) = &cluster {
+        print_cluster(&mut out, &d.host, &d.hosts);
     }
     out_line!(out, "\nnodes");
     if st.nodes.is_empty() {
@@ -111,9 +124,64 @@ pub fn status(json: bool) -> Result<(), String> {
         print_segments(&mut out, &st);
     }
     print_ip(&mut out, &ip);
-    print_sockets(&mut out, &sockets);
+    let (remote, local): (Vec<_>, Vec<_>) = sockets.into_iter().partition(|c| c.cross_host.is_some());
+    print_sockets(&mut out, &local);
+    print_cross_host(&mut out, &remote, cluster.as_ref().and_then(|d| d.sockets.as_ref()));
     print_kernel_sockets(&mut out, &kernel);
     write_stdout(&out)
+}
+
+/// Connections to other hosts of the cluster (their records), and what the daemon refused;
+/// nothing when there are none.
+fn print_cross_host(
+    out: &mut String,
+    sockets: &[lanes::sockets::registry::ConnectionInfo],
+    daemon: Option<&SocketsStatus>,
+) {
+    let refused: u64 = daemon.map_or(0, |d| d.refused.iter().map(|(_, n)| n).sum());
+    if sockets.is_empty() && refused == 0 {
+        return;
+    }
+    out_line!(
+        out,
+        "\ncross-host connections (paired through the daemons; their bytes go through the kernel: no data path \
+         across hosts yet)"
+    );
+    if sockets.is_empty() {
+        out_line!(out, "  (none)");
+    } else {
+        out_line!(
+            out,
+            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:<14}  stale",
+            "local",
+            "remote",
+            "peer host",
+            "pairing",
+            "generation",
+            "pids"
+        );
+    }
+    for c in sockets {
+        let Some(p) = &c.cross_host else { continue };
+        let pids: Vec<String> = c.holders.iter().map(|p| p.to_string()).collect();
+        out_line!(
+            out,
+            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:<14}  {}",
+            c.local.to_string(),
+            c.remote.to_string(),
+            p.peer_host,
+            p.state.label(),
+            p.generation,
+            if pids.is_empty() { "-".into() } else { pids.join(",") },
+            if c.stale { "yes" } else { "no" }
+        );
+    }
+    if let Some(d) = daemon.filter(|_| refused > 0) {
+        out_line!(out, "  refused by this host's daemon:");
+        for (why, n) in &d.refused {
+            out_line!(out, "    {n:>6}  {why}");
+        }
+    }
 }
 
 /// The IP interfaces (`lanes ip up`) of this fabric directory's nodes; nothing when none runs.

@@ -12,6 +12,8 @@
 //! - [`liveness`]: process identities and the lock that says a process is alive.
 //! - [`death_watch`]: one thread that learns of process deaths without polling (pidfd).
 //! - [`futex`], [`doorbell`]: cross-process waits that spin, then sleep, and never lose a wake-up.
+//! - [`net`]: what the kernel vouches for about sockets and addresses (sock_diag, cookies,
+//!   peer credentials, interface addresses).
 //! - [`signals`]: SIGTERM/SIGINT as something a thread waits for (the daemon's shutdown).
 //! - [`spsc`]: a lock-free single-producer single-consumer ring (DMA descriptors).
 //!
@@ -25,6 +27,7 @@ pub mod futex;
 pub mod liveness;
 pub mod mapping;
 pub mod memory;
+pub mod net;
 pub mod shared_slice;
 pub mod signals;
 pub mod spsc;

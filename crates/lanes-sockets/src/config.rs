@@ -12,6 +12,9 @@
 //! - `LANES_POLL_US`: how long a waiting call spins before it sleeps in the kernel.
 //! - `LANES_DIR`: the fabric directory; records go to its `sockets/`.
 //! - `LANES_SOCKETS_QUIET=1`: print no notice on standard error.
+//! - `LANES_SOCKETS_REMOTE=auto|on|off` (`[sockets] remote`): connections to other hosts of
+//!   the cluster (lanes.toml's `[cluster]`, this host one of its hosts) are paired through
+//!   the daemons (`remote`); `auto` only on providers that can beat kernel TCP.
 //!
 //! The notices, each one line starting `liblanes_sockets:`: a configuration that turned
 //! acceleration off, and, once per process and reason, why a local connection stays kernel
@@ -19,10 +22,12 @@
 //! for a record, a seccomp sandbox, too many processes sharing a socket).
 
 use std::io::{self, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
+
+use lanes::config::RemoteMode;
 
 pub struct Config {
     pub enabled: bool,
@@ -34,6 +39,17 @@ pub struct Config {
     pub netns: u64,
     /// LANES_SOCKETS_QUIET: no notices.
     pub quiet: bool,
+    /// Connections to other hosts of the cluster; None when this host is in no cluster.
+    pub remote: Option<Remote>,
+}
+
+/// This host's cluster, as far as connections to its other hosts go.
+pub struct Remote {
+    /// Whether they are paired (`Ok`), else why not, in words.
+    pub decided: Result<(), String>,
+    /// lanes.toml's addresses of the other hosts (those that can name one host): a peer
+    /// there is on that host without asking the daemon.
+    pub hosts: Vec<(IpAddr, String)>,
 }
 
 /// Prints a notice unless the environment asked for quiet (the configuration may not be
@@ -90,6 +106,7 @@ fn load() -> Config {
         fabric_dir,
         netns: crate::sock_diag::netns_inode(),
         quiet: quiet_from(var),
+        remote: None,
     };
     if let Err(why) = apply(&mut config, var) {
         notice(config.quiet, format_args!("{why}; every connection stays kernel TCP"));
@@ -124,7 +141,26 @@ fn apply(config: &mut Config, var: impl Fn(&str) -> Option<String>) -> Result<()
     } else if let Some(n) = section.ring_bytes {
         config.ring_bytes = n;
     }
+    let mode = match var("LANES_SOCKETS_REMOTE") {
+        Some(v) => RemoteMode::parse(&v).map_err(|why| format!("LANES_SOCKETS_REMOTE: {why}"))?,
+        None => section.remote.as_deref().map(RemoteMode::parse).transpose()?.unwrap_or_default(),
+    };
+    let host = var("LANES_HOST").unwrap_or_else(lanes::config::hostname);
+    config.remote = file.as_ref().and_then(|f| f.cluster()).and_then(|c| remote_of(c, &host, mode));
     Ok(())
+}
+
+/// Cross-host connections for host `me` of `cluster` with `mode`; None if `me` is not one
+/// of its hosts.
+fn remote_of(cluster: &lanes::cluster::ClusterConfig, me: &str, mode: RemoteMode) -> Option<Remote> {
+    cluster.host(me)?;
+    let hosts = cluster
+        .hosts
+        .iter()
+        .filter(|h| h.name != me && lanes::platform::net::is_host_address(h.address.ip()))
+        .map(|h| (h.address.ip(), h.name.clone()))
+        .collect();
+    Some(Remote { decided: mode.decide(&cluster.provider), hosts })
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -141,21 +177,26 @@ fn in_ranges(ranges: &[(u16, u16)], port: u16) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wanted {
     Yes,
-    /// Acceleration is off, or the peer is on another host: nothing to say.
+    /// Acceleration is off, or the peer is on another host outside any cluster of ours:
+    /// nothing to say.
     No,
     /// Both ends on this host, but the port lists leave it out.
     PortExcluded,
+    /// The peer is on another host and this host is in a cluster: maybe a cross-host
+    /// connection (`remote` decides).
+    Remote,
 }
 
 /// Whether a connection between these addresses may be accelerated: both ends on this
-/// host (loopback, or the same address on both ends) and allowed by the port lists.
+/// host (loopback, or the same address on both ends) and allowed by the port lists; or a
+/// peer on another host, allowed by the port lists, when this host is in a cluster.
 pub fn wanted(local: SocketAddr, remote: SocketAddr) -> Wanted {
     let c = config();
     if !c.enabled {
         return Wanted::No;
     }
     let local_host = remote.ip().is_loopback() || remote.ip() == local.ip();
-    if !local_host {
+    if !local_host && c.remote.is_none() {
         return Wanted::No;
     }
     let ports = [local.port(), remote.port()];
@@ -164,10 +205,13 @@ pub fn wanted(local: SocketAddr, remote: SocketAddr) -> Wanted {
             Some(inc) => ports.iter().any(|&p| in_ranges(inc, p)),
             None => true,
         };
-    if allowed {
-        Wanted::Yes
-    } else {
-        Wanted::PortExcluded
+    match (allowed, local_host) {
+        (true, true) => Wanted::Yes,
+        (true, false) => Wanted::Remote,
+        (false, true) => Wanted::PortExcluded,
+        // A port left out of a connection to another host: as for any other remote peer,
+        // nothing to say.
+        (false, false) => Wanted::No,
     }
 }
 
@@ -185,6 +229,7 @@ mod tests {
             fabric_dir: PathBuf::new(),
             netns: 0,
             quiet: false,
+            remote: None,
         }
     }
 
@@ -203,5 +248,24 @@ mod tests {
         assert_eq!(apply(&mut fresh(), bad).unwrap_err(), "LANES_SOCKETS_EXCLUDE: \"x\" is not a port (0-65535)");
         let quiet = |v: &'static str| move |n: &str| (n == "LANES_SOCKETS_QUIET").then(|| v.to_string());
         assert!(quiet_from(quiet("1")) && !quiet_from(quiet("0")) && !quiet_from(|_: &str| None));
+        let bad = |n: &str| (n == "LANES_SOCKETS_REMOTE").then(|| "maybe".to_string());
+        let e = apply(&mut fresh(), bad).unwrap_err();
+        assert!(e.starts_with("LANES_SOCKETS_REMOTE: remote = \"maybe\""), "{e}");
+    }
+
+    #[test]
+    fn remote_connections_are_for_members_of_a_cluster() {
+        let text = "[cluster]\nprovider = \"tcp;ofi_rxm\"\n\
+                    [[node]]\nid = 8\nhost = \"a\"\naddress = \"10.77.0.1\"\n\
+                    [[node]]\nid = 12\nhost = \"b\"\naddress = \"10.77.0.2\"\n\
+                    [[node]]\nid = 16\nhost = \"c\"\naddress = \"127.0.0.1:7000\"\n";
+        let file = lanes::config::ConfigFile::parse(std::path::Path::new("lanes.toml"), text).unwrap();
+        let cluster = file.cluster().unwrap();
+        assert!(remote_of(cluster, "zz", RemoteMode::On).is_none(), "not a member");
+        let r = remote_of(cluster, "a", RemoteMode::On).unwrap();
+        assert_eq!(r.decided, Ok(()));
+        assert_eq!(r.hosts, vec![("10.77.0.2".parse().unwrap(), "b".to_string())], "no loopback host");
+        let r = remote_of(cluster, "a", RemoteMode::Auto).unwrap();
+        assert!(r.decided.unwrap_err().contains("cannot beat kernel TCP"));
     }
 }

@@ -262,6 +262,17 @@ fn insert(fd: i32, conn: Arc<Conn>) {
     }
 }
 
+/// `fd` is a cross-host candidate (`remote`): not accelerated (`lookup` passes it by), but
+/// close, dup and fork must find it.
+pub fn mark_remote(fd: i32) {
+    if fd >= 0 && (fd as usize) < FAST_FDS {
+        MAYBE[fd as usize].store(MAYBE_REMOTE, Ordering::Relaxed);
+    }
+}
+
+/// `MAYBE[fd]` of a cross-host candidate.
+const MAYBE_REMOTE: u8 = 3;
+
 /// A non-blocking connect is in progress on `fd`: complete the set-up on its first use.
 pub fn connect_pending(fd: i32) {
     if fd >= 0 && (fd as usize) < FAST_FDS {
@@ -291,6 +302,8 @@ pub fn duplicated(oldfd: i32, newfd: i32) {
     forget(newfd);
     if let Some(c) = lookup(oldfd) {
         insert(newfd, c);
+    } else {
+        crate::remote::duplicated(oldfd, newfd);
     }
 }
 
@@ -301,10 +314,18 @@ pub fn duplicated(oldfd: i32, newfd: i32) {
 /// socket with unread data does).
 pub fn forget(fd: i32) -> bool {
     if fd >= 0 && (fd as usize) < FAST_FDS {
-        if MAYBE[fd as usize].load(Ordering::Relaxed) == 0 {
-            return false;
+        match MAYBE[fd as usize].load(Ordering::Relaxed) {
+            0 => return false,
+            MAYBE_REMOTE => {
+                MAYBE[fd as usize].store(0, Ordering::Relaxed);
+                crate::remote::forget(fd);
+                return false;
+            }
+            _ => {}
         }
         MAYBE[fd as usize].store(0, Ordering::Relaxed);
+    } else {
+        crate::remote::forget(fd);
     }
     let removed = match table().write() {
         Ok(mut t) => {
@@ -361,11 +382,15 @@ fn end_ring_traffic(conn: &Conn, peer: Option<&Endpoint>) -> bool {
 /// inside the C library (`daemon`), whose parent never returns through our `fork`.
 pub fn adopt_for_child(pid: libc::pid_t) {
     let mut conns = all();
-    if conns.is_empty() || pid <= 0 {
+    let remote = !crate::remote::fds().is_empty();
+    if (conns.is_empty() && !remote) || pid <= 0 {
         return;
     }
     conns.dedup_by(|a, b| Arc::ptr_eq(&a.1, &b.1));
     let Ok(child) = lanes::platform::liveness::ProcessIdentity::of_pid(pid as u32) else { return };
+    if remote {
+        crate::remote::adopt_for_child(child);
+    }
     for (_, c) in conns {
         if !c.own.add_holder(child) {
             crate::reasons::note(crate::reasons::Reason::TooManyHolders, Some(&c.key));
@@ -377,6 +402,7 @@ pub fn adopt_for_child(pid: libc::pid_t) {
 /// socket the parent held.
 pub fn adopt_after_fork() {
     let Ok(me) = this_process() else { return };
+    crate::remote::adopt_after_fork(me);
     // try_read: a thread of the parent may have held the lock at fork; it does not exist here.
     let Ok(t) = table().try_read() else { return };
     for c in t.values() {
@@ -439,7 +465,9 @@ fn is_tcp_stream(fd: i32) -> bool {
 /// record, look for the peer's, and tell the peer we exist. Every failure leaves the
 /// socket to the kernel alone.
 pub fn on_connected(fd: i32) {
-    if lookup(fd).is_some() || !is_tcp_stream(fd) {
+    let remote_candidate =
+        fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_REMOTE;
+    if remote_candidate || lookup(fd).is_some() || !is_tcp_stream(fd) {
         return;
     }
     let (Some(local), Some(remote)) = (name_of(fd, false), name_of(fd, true)) else { return };
@@ -449,6 +477,8 @@ pub fn on_connected(fd: i32) {
         Wanted::Yes => {}
         Wanted::No => return,
         Wanted::PortExcluded => return reasons::note(Reason::ExcludedPort, Some(&key)),
+        // The peer is on another host: a cross-host candidate, maybe.
+        Wanted::Remote => return crate::remote::on_connected(fd, key),
     }
     // After a uid change the fabric directory is not ours any more (see `reasons`).
     if reasons::check_uid(&key).is_none() {
@@ -491,6 +521,9 @@ pub fn adopt_inherited(fd: i32) {
     let Ok(own) = Endpoint::open(&cfg.fabric_dir, &key) else { return };
     if sock_diag::own_cookie(fd) != Some(own.cookie()) {
         return;
+    }
+    if own.has_flag(lanes::sockets::remote::FLAG_REMOTE) {
+        return crate::remote::adopt_inherited(fd, own, key);
     }
     // Exec keeps the pid and start time: the slot of the image before is normally ours already.
     if let Ok(me) = this_process() {

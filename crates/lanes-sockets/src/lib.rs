@@ -20,6 +20,7 @@ mod exec;
 mod park;
 mod real;
 mod reasons;
+mod remote;
 mod sandbox;
 mod sock_diag;
 mod spin;
@@ -232,7 +233,8 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         -1,
         || {
             if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-                for (fd, _) in conn::all() {
+                let fds = conn::all().into_iter().map(|(fd, _)| fd).chain(remote::fds());
+                for fd in fds.collect::<Vec<_>>() {
                     if (first..=last).contains(&(fd as c_uint)) {
                         before_close(fd);
                     }

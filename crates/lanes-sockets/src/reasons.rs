@@ -104,6 +104,15 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
             lanes::sockets::endpoint::HOLDER_SLOTS
         ),
         Reason::ExecWithoutLibrary => format!("{sock}exec of an image that cannot load the library: {detail}"),
+        Reason::RemoteOff => format!("{sock}a connection to another host of the cluster stays kernel TCP: {detail}"),
+        Reason::NoDaemon => format!(
+            "{sock}no daemon to pair a connection to another host of the cluster ({detail}): kernel TCP; a daemon \
+             that starts pairs it"
+        ),
+        Reason::RemotePeerNeverPaired => format!("{sock}{detail}: the connection stayed kernel TCP"),
+        Reason::RegistrationRefused => {
+            format!("{sock}the daemon refused to pair a connection to another host: {detail}")
+        }
     }
 }
 

@@ -127,6 +127,17 @@ impl Cluster {
         })
     }
 
+    /// As [`Cluster::netns`], each host also having an IPv6 address ([`Netns::address6`])
+    /// before its daemon starts (lanes.toml still names the IPv4 ones).
+    pub fn netns_with_ipv6(name: &str) -> Option<Cluster> {
+        netns::skip_reason(name).is_none().then(|| {
+            let n = Netns::three();
+            n.add_ipv6();
+            let addrs = (0..HOSTS.len()).map(Netns::address).collect();
+            Cluster::start(name, addrs, Some(n))
+        })
+    }
+
     fn start(name: &str, addrs: Vec<String>, netns: Option<Netns>) -> Cluster {
         // Directory names carry the case's name for people reading them, cut short: a
         // daemon's socket lives in its host's directory, and a Unix socket path must fit

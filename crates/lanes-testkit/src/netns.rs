@@ -173,6 +173,36 @@ impl Netns {
         vec!["ip".into(), "netns".into(), "exec".into(), self.ns(k)]
     }
 
+    /// A machine on the hosts' network that is none of them: the switch's namespace, given
+    /// the address [`Netns::OUTSIDER`] on its bridge (once). Returns the command prefix that
+    /// runs a program there.
+    pub fn outsider(&self) -> Vec<String> {
+        let switch = self.switch();
+        let have = ip(&["-n", &switch, "-o", "addr", "show", "dev", "br0"]).unwrap_or_default();
+        if !have.contains(&format!("{} ", Self::OUTSIDER)) && !have.contains(&format!("{}/", Self::OUTSIDER)) {
+            ip(&["-n", &switch, "addr", "add", &format!("{}/24", Self::OUTSIDER), "dev", "br0"])
+                .expect("an address for the outsider");
+        }
+        vec!["ip".into(), "netns".into(), "exec".into(), switch]
+    }
+
+    /// Gives every host an IPv6 address too ([`Netns::address6`]; no duplicate address
+    /// detection, so it is usable at once).
+    pub fn add_ipv6(&self) {
+        for k in 0..HOSTS.len() {
+            let a = format!("{}/64", Self::address6(k));
+            ip(&["-n", &self.ns(k), "addr", "add", &a, "dev", "eth0", "nodad"]).expect("an IPv6 address");
+        }
+    }
+
+    /// Host `k`'s IPv6 address, once [`Netns::add_ipv6`] gave it.
+    pub fn address6(k: usize) -> String {
+        format!("fd77::{}", k + 1)
+    }
+
+    /// The outsider's address ([`Netns::outsider`]).
+    pub const OUTSIDER: &'static str = "10.77.0.9";
+
     /// Takes host `k`'s link down or up (its switch port loses carrier too).
     pub fn set_link(&self, k: usize, up: bool) {
         let ns = self.ns(k);

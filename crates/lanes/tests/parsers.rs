@@ -26,8 +26,9 @@ use serde::de::DeserializeOwned;
 use lanes::cluster::config::{parse_address, IdleProgress};
 use lanes::cluster::exports::{self, ExportRecord, SlotKey, MAX_RECORD};
 use lanes::cluster::proto::{
-    encode, Answer, Fill, FrameError, FrameReader, GrantStatus, HostState, HostStatus, NodeEvent, ObjectKind,
-    PeerMessage, Query, Refusal, Reply, Request, HEADER_LEN, MAGIC, MAX_FRAME, PROTOCOL_VERSION,
+    encode, AddressOwner, Answer, Fill, FrameError, FrameReader, GrantStatus, HalfRegistration, HalfStatus, HostState,
+    HostStatus, NodeEvent, ObjectKind, PeerMessage, Query, Refusal, Reply, Request, SocketsStatus, WireHalf,
+    HEADER_LEN, MAGIC, MAX_FRAME, PROTOCOL_VERSION,
 };
 use lanes::config::{parse_port_list, ConfigFile, NodeId};
 use lanes::platform::liveness::{self, ProcessIdentity};
@@ -954,7 +955,38 @@ fn request() -> impl Strategy<Value = Request> {
         any::<u64>().prop_map(|timeout_ms| Request::Groups { timeout_ms }),
         Just(Request::Cluster),
         Just(Request::Subscribe),
+        wire_addr().prop_map(|a| Request::HostOf { address: a.ip() }),
+        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(local, remote, cookie, netns, process)| Request::RegisterHalf {
+                half: HalfRegistration { local, remote, cookie, netns, process }
+            }
+        ),
+        (wire_addr(), wire_addr(), any::<u64>()).prop_map(|(local, remote, cookie)| Request::WithdrawHalf {
+            local,
+            remote,
+            cookie
+        }),
+        Just(Request::Sockets),
     ]
+}
+
+/// An address as the control protocol carries it: IP and port (a flow label or scope id
+/// is not part of it).
+fn wire_addr() -> impl Strategy<Value = SocketAddr> {
+    socket_addr().prop_map(|a| SocketAddr::new(a.ip(), a.port()))
+}
+
+fn wire_half() -> impl Strategy<Value = WireHalf> {
+    (wire_addr(), wire_addr(), any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
+        |(local, remote, cookie, uid, generation, peer_cookie)| WireHalf {
+            local,
+            remote,
+            cookie,
+            uid,
+            generation,
+            peer_cookie,
+        },
+    )
 }
 
 fn peer_message() -> impl Strategy<Value = PeerMessage> {
@@ -969,18 +1001,45 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
         any::<u32>().prop_map(|count| Answer::Processes { count }),
         refusal().prop_map(|refusal| Answer::Refused { refusal }),
     ];
+    let sockets = prop_oneof![
+        wire_half().prop_map(|half| PeerMessage::SocketHalf { half }),
+        (vec(wire_half(), 0..3), any::<bool>()).prop_map(|(halves, more)| PeerMessage::SocketSync { halves, more }),
+        (wire_addr(), wire_addr(), any::<u64>()).prop_map(|(local, remote, cookie)| PeerMessage::SocketWithdraw {
+            local,
+            remote,
+            cookie
+        }),
+        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(local, remote, cookie, peer_cookie, generation)| PeerMessage::SocketPaired {
+                local,
+                remote,
+                cookie,
+                peer_cookie,
+                generation
+            }
+        ),
+    ];
     prop_oneof![
-        (any::<u16>(), text(), any::<u64>(), vec(any::<u32>(), 0..4), option::of(text()), option::of(text())).prop_map(
-            |(version, host, boot, nodes, nonce, proof)| PeerMessage::Hello {
+        (
+            any::<u16>(),
+            text(),
+            any::<u64>(),
+            vec(any::<u32>(), 0..4),
+            option::of(text()),
+            option::of(text()),
+            vec(wire_addr(), 0..3)
+        )
+            .prop_map(|(version, host, boot, nodes, nonce, proof, addresses)| PeerMessage::Hello {
                 version,
                 host,
                 boot,
                 nodes,
                 nonce,
                 proof,
-                host_epoch: String::new()
-            }
-        ),
+                host_epoch: String::new(),
+                addresses: addresses.into_iter().map(|a| a.ip()).collect(),
+            }),
+        sockets,
         text().prop_map(|proof| PeerMessage::Auth { proof }),
         Just(PeerMessage::Heartbeat),
         (any::<u64>(), query).prop_map(|(id, query)| PeerMessage::Query { id, query }),
@@ -1018,6 +1077,35 @@ fn reply() -> impl Strategy<Value = Reply> {
         Just(Reply::KeepAlive),
         Just(Reply::Disconnected),
         text().prop_map(|reason| Reply::Error { reason }),
+        prop_oneof![
+            Just(AddressOwner::ThisHost),
+            Just(AddressOwner::Nobody),
+            text().prop_map(|host| AddressOwner::Host { host })
+        ]
+        .prop_map(|owner| Reply::HostOf { owner }),
+        prop_oneof![text().prop_map(Ok), refusal().prop_map(Err)].prop_map(|result| Reply::Registered { result }),
+        Just(Reply::Withdrawn),
+        (wire_addr(), wire_addr(), text(), vec((text(), any::<u64>()), 0..3)).prop_map(
+            |(local, remote, host, refused)| Reply::Sockets {
+                status: SocketsStatus {
+                    halves: vec![HalfStatus {
+                        local,
+                        remote,
+                        cookie: 1,
+                        pid: 2,
+                        uid: 3,
+                        peer_host: host.clone(),
+                        state: "paired".into(),
+                        generation: 4,
+                        age_ms: 5,
+                    }],
+                    unmatched: vec![(host, 1)],
+                    refused: refused.clone(),
+                    stale: 7,
+                    requests: refused,
+                }
+            }
+        ),
     ]
 }
 
@@ -1165,6 +1253,7 @@ fn check_config(c: &ConfigFile) {
         for list in [&s.include, &s.exclude].into_iter().flatten() {
             assert!(parse_port_list(list).is_ok());
         }
+        assert!(s.remote.as_deref().is_none_or(|r| lanes::config::RemoteMode::parse(r).is_ok()));
     }
     if let Some(cl) = c.cluster() {
         assert_ne!(cl.port, 0);
@@ -1283,9 +1372,19 @@ fn node_entry() -> impl Strategy<Value = String> {
 
 fn sockets_section() -> impl Strategy<Value = String> {
     let list = || toml_string(vec!["5201", "5201, 8000-8100", "", "9-3", "x", "70000", "1-", "-", ",,"]);
-    (option::of(list()), option::of(list()), option::of(toml_number_in(4096..1 << 27)), option::of(any::<bool>()))
-        .prop_map(|(include, exclude, ring, enabled)| {
+    let remote = toml_string(vec!["auto", "on", "off", "", "yes"]);
+    (
+        option::of(list()),
+        option::of(list()),
+        option::of(toml_number_in(4096..1 << 27)),
+        option::of(any::<bool>()),
+        option::of(remote),
+    )
+        .prop_map(|(include, exclude, ring, enabled, remote)| {
             let mut s = "[sockets]\n".to_string();
+            if let Some(v) = remote {
+                s += &format!("remote = {v}\n");
+            }
             if let Some(v) = include {
                 s += &format!("include = {v}\n");
             }

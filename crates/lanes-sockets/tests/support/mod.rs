@@ -21,6 +21,7 @@ pub const SCRUBBED: &[&str] = &[
     "LANES_SOCKETS_EXCLUDE",
     "LANES_SOCKETS_LIB",
     "LANES_SOCKETS_QUIET",
+    "LANES_SOCKETS_REMOTE",
 ];
 
 pub fn repo() -> PathBuf {
@@ -109,6 +110,7 @@ fn newer_file(dir: &Path, than: std::time::SystemTime) -> Option<PathBuf> {
     None
 }
 
+#[allow(unused_imports)] // each test binary uses its own subset
 pub use lanes_testkit::TestDir;
 
 /// A command with the test's environment scrubbed of Lanes and preload settings.

@@ -13,14 +13,16 @@
 //! connections to remote objects; [`Client::is_usable`] says whether its grants still hold.
 
 use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::proto::{
-    write_message, Fill, FrameReader, Grant, GrantStatus, GroupInfo, HeldGrant, HostStatus, NodeEvent, NodeProbe,
-    ObjectInfo, ObjectKind, Reply, Request, PROTOCOL_VERSION,
+    encode, write_message, AddressOwner, Fill, FrameReader, Grant, GrantStatus, GroupInfo, HalfRegistration, HeldGrant,
+    HostStatus, NodeEvent, NodeProbe, ObjectInfo, ObjectKind, Reply, Request, SocketsStatus, PROTOCOL_VERSION,
 };
 use super::{Error, Result, SOCKET_NAME};
 use crate::config::NodeId;
@@ -178,6 +180,15 @@ impl Client {
         }
     }
 
+    /// This host's cross-host socket halves and the daemon's counts of refusals and
+    /// requests.
+    pub fn sockets(&mut self, timeout: Duration) -> Result<SocketsStatus> {
+        match self.conn.call(&Request::Sockets, "the cross-host socket halves", timeout)? {
+            Reply::Sockets { status } => Ok(status),
+            other => Err(self.conn.unexpected(other)),
+        }
+    }
+
     /// Turns this connection into a subscription to node events.
     pub fn subscribe(mut self, timeout: Duration) -> Result<Subscription> {
         match self.conn.call(&Request::Subscribe, "the subscription", timeout)? {
@@ -252,6 +263,158 @@ impl Subscription {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// One-shot requests: what the socket library asks from inside a program's calls
+// ---------------------------------------------------------------------------------------
+
+/// Sends `req` to the daemon of the fabric directory `dir` on a connection of its own and
+/// returns its one reply, all within `timeout`; no hello. Made for the preloaded socket
+/// library, inside a program's `connect`, `accept` or `close`: no thread, a connect that
+/// never blocks (a daemon whose backlog is full is busy, not waited for), and sends that
+/// raise no SIGPIPE in the program (`MSG_NOSIGNAL`).
+pub fn one_shot(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply> {
+    let deadline = Instant::now() + timeout;
+    let socket = Client::socket_path(dir);
+    let protocol = |reason: String| Error::Protocol { socket: socket.clone(), reason };
+    let frame = encode(req).map_err(|e| protocol(e.to_string()))?;
+    let fd = connect_nonblocking(&socket)?;
+    let mut sent = 0;
+    while sent < frame.len() {
+        wait_for(&fd, libc::POLLOUT, deadline, &socket, "sending a request")?;
+        // SAFETY: the frame's bytes from `sent` are valid for reads of their length.
+        let n = unsafe {
+            libc::send(fd.as_raw_fd(), frame[sent..].as_ptr().cast(), frame.len() - sent, libc::MSG_NOSIGNAL)
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) {
+                return Err(protocol(format!("sending: {e}")));
+            }
+        } else {
+            sent += n as usize;
+        }
+    }
+    let mut reader = FrameReader::new();
+    loop {
+        if let Some(reply) = reader.next_message::<Reply>().map_err(|e| protocol(e.to_string()))? {
+            return match reply {
+                Reply::Error { reason } => Err(protocol(reason)),
+                r => Ok(r),
+            };
+        }
+        wait_for(&fd, libc::POLLIN, deadline, &socket, "the daemon's answer")?;
+        let mut buf = [0u8; 4096];
+        // SAFETY: buf is valid for writes of its length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        match n {
+            0 => return Err(protocol("the daemon closed the connection".into())),
+            n if n > 0 => {
+                let _ = reader.fill(&mut &buf[..n as usize]);
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) {
+                    return Err(protocol(format!("receiving: {e}")));
+                }
+            }
+        }
+    }
+}
+
+/// A non-blocking connect to the Unix socket `path`: `NoDaemon` when nothing listens there,
+/// `Timeout` (with "busy") when its backlog is full.
+fn connect_nonblocking(path: &Path) -> Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: a zeroed sockaddr_un is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(Error::io(
+            format!("the daemon's socket {}", path.display()),
+            io::Error::new(io::ErrorKind::InvalidInput, "path too long for a Unix socket"),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: plain socket creation.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
+    if raw < 0 {
+        return Err(Error::io("a Unix socket", io::Error::last_os_error()));
+    }
+    // SAFETY: raw is a new descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: addr is a valid sockaddr_un of at least `len` bytes.
+    let r =
+        unsafe { libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len as libc::socklen_t) };
+    if r == 0 {
+        return Ok(fd);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => Err(Error::Timeout {
+            what: format!("a connection to {} (the daemon is busy)", path.display()),
+            waited_ms: 0,
+        }),
+        _ => Err(Error::NoDaemon { socket: path.to_path_buf(), source: e }),
+    }
+}
+
+/// Waits until `fd` is ready for `events`, at most until `deadline`.
+fn wait_for(fd: &OwnedFd, events: libc::c_short, deadline: Instant, socket: &Path, what: &str) -> Result<()> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout { what: what.to_string(), waited_ms: 0 });
+        }
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+        // SAFETY: p is one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r > 0 {
+            return Ok(());
+        }
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(Error::Protocol { socket: socket.to_path_buf(), reason: format!("{what}: {e}") });
+            }
+        }
+    }
+}
+
+/// Which host of the cluster `address` is on, as the daemon of `dir` knows it (one-shot).
+pub fn host_of(dir: &Path, address: IpAddr, timeout: Duration) -> Result<AddressOwner> {
+    match one_shot(dir, &Request::HostOf { address }, timeout)? {
+        Reply::HostOf { owner } => Ok(owner),
+        other => Err(unexpected(dir, other)),
+    }
+}
+
+/// Registers a TCP socket half of this process whose peer is on another host of the
+/// cluster (one-shot): the answer names that host. A refusal says why
+/// ([`Error::Refused`]).
+pub fn register_half(dir: &Path, half: &HalfRegistration, timeout: Duration) -> Result<String> {
+    match one_shot(dir, &Request::RegisterHalf { half: half.clone() }, timeout)? {
+        Reply::Registered { result } => result.map_err(Error::Refused),
+        other => Err(unexpected(dir, other)),
+    }
+}
+
+/// This process's half `local`-`remote` (cookie `cookie`) is gone (one-shot).
+pub fn withdraw_half(dir: &Path, local: SocketAddr, remote: SocketAddr, cookie: u64, timeout: Duration) -> Result<()> {
+    match one_shot(dir, &Request::WithdrawHalf { local, remote, cookie }, timeout)? {
+        Reply::Withdrawn => Ok(()),
+        other => Err(unexpected(dir, other)),
+    }
+}
+
+fn unexpected(dir: &Path, reply: Reply) -> Error {
+    Error::Protocol { socket: Client::socket_path(dir), reason: format!("unexpected answer {reply:?}") }
 }
 
 /// The daemon-side budget: a little less than the caller's, so its answer (a refusal with

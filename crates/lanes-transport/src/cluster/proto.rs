@@ -12,6 +12,8 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 
+use std::net::{IpAddr, SocketAddr};
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -21,8 +23,9 @@ use crate::transport::vocab::kind;
 /// The frame magic.
 pub const MAGIC: [u8; 4] = *b"LNSC";
 /// The protocol version this build speaks; a peer speaking another is refused at its hello.
-/// Version 2 added the daemon-restart messages (`Holding`, `Adopt`) and per-claim keys.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// Version 2 added the daemon-restart messages (`Holding`, `Adopt`) and per-claim keys;
+/// version 3 the hosts' addresses at hello and the pairing of cross-host socket halves.
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Bytes of the frame header.
 pub const HEADER_LEN: usize = 12;
 /// The largest payload accepted.
@@ -433,6 +436,11 @@ pub enum PeerMessage {
         /// restarted daemon on a host whose processes may live on (reconciled, not Lost).
         #[serde(default, skip_serializing_if = "String::is_empty")]
         host_epoch: String,
+        /// The host's interface addresses (not loopback nor link-local), as its daemon
+        /// found them at this hello: which TCP peers are on that host. Believed only on
+        /// an authenticated link, and never for an address lanes.toml gives another host.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        addresses: Vec<IpAddr>,
     },
     /// The dialler's answer to the acceptor's challenge, right after the hellos.
     Auth {
@@ -471,10 +479,123 @@ pub enum PeerMessage {
     Holding {
         grants: Vec<HeldGrant>,
     },
+    /// A TCP socket half of a process on the sender's host whose peer is on the receiver's
+    /// host (registered with the sender's daemon and vouched for by it): the receiver
+    /// matches it against its own halves by mirrored tuple. Also how a half's state is
+    /// told again (an unchanged half sent twice changes nothing).
+    SocketHalf {
+        half: WireHalf,
+    },
+    /// Every half of the sender's host whose peer is on the receiver's host, sent on each
+    /// new connection in chunks (`more` on all but the last): the receiver replaces what it
+    /// knew of the sender's halves with the list, so a half withdrawn while the link was
+    /// down is gone on the other side too.
+    SocketSync {
+        halves: Vec<WireHalf>,
+        more: bool,
+    },
+    /// The half (`local` on the sender's host, `remote` on the receiver's) is gone: its
+    /// last holder closed it, its process died, or it was handed to an image without the
+    /// library.
+    SocketWithdraw {
+        local: SocketAddr,
+        remote: SocketAddr,
+        cookie: u64,
+    },
+    /// The two halves of a connection are paired, as the pair's leader decided (of the two
+    /// hosts, the one whose name sorts first): `local` and `cookie` are the sender's half,
+    /// `remote` and `peer_cookie` the receiver's; `generation` is the pairing's.
+    SocketPaired {
+        local: SocketAddr,
+        remote: SocketAddr,
+        cookie: u64,
+        peer_cookie: u64,
+        generation: u64,
+    },
     /// The sender is closing the connection, and why.
     Bye {
         reason: String,
     },
+}
+
+/// One socket half as daemons tell each other of it: its tuple as the sender's host sees it
+/// (`local` there, `remote` the peer on the receiver's host), its cookie, its user, and
+/// what the sender knows of its pairing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireHalf {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub cookie: u64,
+    /// The uid of the process holding it: halves of different users never pair.
+    pub uid: u32,
+    /// The generation of the pairing this half is in (0: none), and the peer's cookie then.
+    #[serde(default)]
+    pub generation: u64,
+    #[serde(default)]
+    pub peer_cookie: u64,
+}
+
+/// Whose an address is, as this host's daemon knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "owner", rename_all = "kebab-case")]
+pub enum AddressOwner {
+    /// One of this host's own addresses.
+    ThisHost,
+    /// Another host of the cluster: lanes.toml lists it for the host, or the host's daemon
+    /// claimed it at hello.
+    Host { host: String },
+    /// No host of the cluster.
+    Nobody,
+}
+
+/// A process's request to pair one of its TCP sockets with a peer on another host of the
+/// cluster (`Request::RegisterHalf`). The daemon checks every field against the kernel:
+/// the caller's credentials (`SO_PEERCRED`), the socket with this tuple and cookie
+/// (`NETLINK_SOCK_DIAG`), that the caller holds it, and the socket's record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HalfRegistration {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub cookie: u64,
+    /// The network namespace the socket lives in (its inode).
+    pub netns: u64,
+    /// The calling process (pid and start time, `ProcessIdentity::bits`).
+    pub process: u64,
+}
+
+/// A cross-host socket half as this host's daemon holds it (`lanes status`, tests).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HalfStatus {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub cookie: u64,
+    pub pid: u32,
+    pub uid: u32,
+    /// The host its peer is on.
+    pub peer_host: String,
+    /// `waiting`, `paired` or `peer-gone`.
+    pub state: String,
+    /// The pairing's generation (0: never paired).
+    pub generation: u64,
+    /// Milliseconds since it was registered (or taken over from a record).
+    pub age_ms: u64,
+}
+
+/// What this host's daemon knows of cross-host socket halves, and what it refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketsStatus {
+    /// This host's halves.
+    pub halves: Vec<HalfStatus>,
+    /// Halves other hosts told of that match none of ours yet, per host.
+    pub unmatched: Vec<(String, u64)>,
+    /// Refused registrations and daemon messages, per reason.
+    pub refused: Vec<(String, u64)>,
+    /// Peer daemons' pairings of halves this host had withdrawn just before (the two
+    /// messages crossed): ignored, and counted apart from the refusals.
+    #[serde(default)]
+    pub stale: u64,
+    /// Local requests served, per kind (`host-of`, `register`, `withdraw`).
+    pub requests: Vec<(String, u64)>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -534,6 +655,22 @@ pub enum Request {
     Cluster,
     /// Turns this connection into a stream of [`Reply::Event`]s (and keep-alives).
     Subscribe,
+    /// Which host of the cluster `address` is on.
+    HostOf {
+        address: IpAddr,
+    },
+    /// Registers a TCP socket half of the calling process whose peer is on another host.
+    RegisterHalf {
+        half: HalfRegistration,
+    },
+    /// The calling process's half is gone (its last holder closed it).
+    WithdrawHalf {
+        local: SocketAddr,
+        remote: SocketAddr,
+        cookie: u64,
+    },
+    /// This host's cross-host socket halves and the daemon's counts.
+    Sockets,
 }
 
 /// What the daemon answers.
@@ -583,6 +720,17 @@ pub enum Reply {
     /// Sent to subscribers when nothing happened for a while, so that either side notices
     /// the other's death.
     KeepAlive,
+    HostOf {
+        owner: AddressOwner,
+    },
+    /// The answer to [`Request::RegisterHalf`]: the host the peer is on.
+    Registered {
+        result: Result<String, Refusal>,
+    },
+    Withdrawn,
+    Sockets {
+        status: SocketsStatus,
+    },
     /// The request could not be served; the connection is closed after this.
     Error {
         reason: String,
@@ -624,6 +772,7 @@ mod tests {
                 nonce: None,
                 proof: None,
                 host_epoch: String::new(),
+                addresses: vec![],
             },
             PeerMessage::Hello {
                 version: PROTOCOL_VERSION,
@@ -633,6 +782,7 @@ mod tests {
                 nonce: Some("00ff".into()),
                 proof: Some("ab".into()),
                 host_epoch: "boot/0123".into(),
+                addresses: vec!["10.77.0.2".parse().unwrap(), "fd77::2".parse().unwrap()],
             },
             PeerMessage::Auth { proof: "cd".into() },
             PeerMessage::Heartbeat,
@@ -766,6 +916,61 @@ mod tests {
         assert_eq!(read_all::<Reply>(&bytes).0, replies);
         assert_eq!(ObjectKind::from_layout_kind(kind::REFLECTIVE), Some(ObjectKind::Reflective));
         assert_eq!(ObjectKind::Reflective.layout_kind(), kind::REFLECTIVE);
+    }
+
+    #[test]
+    fn socket_messages_round_trip() {
+        let v4 = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let half = WireHalf {
+            local: v4("10.77.0.2:40000"),
+            remote: v4("10.77.0.1:5201"),
+            cookie: u64::MAX,
+            uid: 1000,
+            generation: 3,
+            peer_cookie: 7,
+        };
+        let peer = vec![
+            PeerMessage::SocketHalf { half: half.clone() },
+            PeerMessage::SocketSync { halves: vec![half.clone(), half], more: true },
+            PeerMessage::SocketWithdraw { local: v4("[fd77::2]:1"), remote: v4("[fd77::1]:2"), cookie: 9 },
+            PeerMessage::SocketPaired {
+                local: v4("10.77.0.1:5201"),
+                remote: v4("10.77.0.2:40000"),
+                cookie: 7,
+                peer_cookie: u64::MAX,
+                generation: 4,
+            },
+        ];
+        let registration = HalfRegistration {
+            local: v4("10.77.0.2:40000"),
+            remote: v4("10.77.0.1:5201"),
+            cookie: 1,
+            netns: 2,
+            process: 3,
+        };
+        let local = vec![
+            Request::HostOf { address: "10.77.0.1".parse().unwrap() },
+            Request::RegisterHalf { half: registration },
+            Request::WithdrawHalf { local: v4("10.77.0.2:40000"), remote: v4("10.77.0.1:5201"), cookie: 1 },
+            Request::Sockets,
+        ];
+        let replies = vec![
+            Reply::HostOf { owner: AddressOwner::Host { host: "a".into() } },
+            Reply::HostOf { owner: AddressOwner::Nobody },
+            Reply::Registered { result: Ok("a".into()) },
+            Reply::Registered { result: Err(Refusal::Failed { reason: "no".into() }) },
+            Reply::Withdrawn,
+            Reply::Sockets { status: SocketsStatus::default() },
+        ];
+        let mut bytes = Vec::new();
+        peer.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
+        assert_eq!(read_all::<PeerMessage>(&bytes).0, peer);
+        let mut bytes = Vec::new();
+        local.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
+        assert_eq!(read_all::<Request>(&bytes).0, local);
+        let mut bytes = Vec::new();
+        replies.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
+        assert_eq!(read_all::<Reply>(&bytes).0, replies);
     }
 
     #[test]

@@ -324,6 +324,74 @@ pub struct SocketsSection {
     /// Ring bytes per direction, rounded up to a power of two between 4 KiB and 64 MiB
     /// (`LANES_SOCKETS_RING`; default 1 MiB).
     pub ring_bytes: Option<usize>,
+    /// Connections to other hosts of the cluster: `"auto"` (default), `"on"` or `"off"`
+    /// (`LANES_SOCKETS_REMOTE`); see [`RemoteMode`].
+    pub remote: Option<String>,
+}
+
+/// Whether TCP connections to other hosts of the cluster are paired through the daemons
+/// (docs/design/cross-host-sockets.md): `[sockets] remote`, `LANES_SOCKETS_REMOTE`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RemoteMode {
+    /// Only when the cluster's libfabric provider moves bytes without the host CPU's TCP
+    /// stack ([`ACCELERATING_PROVIDERS`]): over the tcp provider the fabric cannot beat the
+    /// kernel connection it would stand in front of.
+    #[default]
+    Auto,
+    /// Always (the tests force it on the tcp provider).
+    On,
+    /// Never: cross-host connections stay kernel TCP and cost nothing (no registration, no
+    /// question to the daemon).
+    Off,
+}
+
+/// The libfabric providers (the core provider, before any `;` utility layer) with which
+/// `remote = "auto"` pairs cross-host connections: RDMA NICs that move bytes without the
+/// host CPU's TCP stack. (The design's list had `shm` too; it serves one host only, so it
+/// never carries a connection between hosts.)
+pub const ACCELERATING_PROVIDERS: [&str; 4] = ["verbs", "efa", "cxi", "psm3"];
+
+impl RemoteMode {
+    /// `"auto"`, `"on"` or `"off"`; the error is a sentence.
+    pub fn parse(text: &str) -> std::result::Result<RemoteMode, String> {
+        match text.trim() {
+            "auto" => Ok(RemoteMode::Auto),
+            "on" => Ok(RemoteMode::On),
+            "off" => Ok(RemoteMode::Off),
+            other => Err(format!("remote = {other:?} is none of \"auto\", \"on\", \"off\"")),
+        }
+    }
+
+    /// Whether cross-host connections are paired with the cluster's `provider`: `Ok(())`
+    /// when they are, else why not, in words.
+    pub fn decide(self, provider: &str) -> std::result::Result<(), String> {
+        match self {
+            RemoteMode::On => Ok(()),
+            RemoteMode::Off => Err("remote acceleration is off ([sockets] remote or LANES_SOCKETS_REMOTE)".into()),
+            RemoteMode::Auto => {
+                let core = provider.split(';').next().unwrap_or_default().trim();
+                if ACCELERATING_PROVIDERS.contains(&core) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "remote acceleration is off for provider {provider:?}: it cannot beat kernel TCP \
+                         (remote = \"auto\" pairs on {}; \"on\" forces it)",
+                        ACCELERATING_PROVIDERS.join(", ")
+                    ))
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for RemoteMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RemoteMode::Auto => "auto",
+            RemoteMode::On => "on",
+            RemoteMode::Off => "off",
+        })
+    }
 }
 
 /// Parses a port list: ports and ranges separated by commas, `"5201, 8000-8100"`.
@@ -436,6 +504,9 @@ impl ConfigFile {
                     parse_port_list(list).map_err(|why| err(format!("[sockets] {key}: {why}")))?;
                 }
             }
+            if let Some(remote) = &sockets.remote {
+                RemoteMode::parse(remote).map_err(|why| err(format!("[sockets] {why}")))?;
+            }
         }
         Ok(ConfigFile { path: path.to_path_buf(), parsed, cluster })
     }
@@ -508,8 +579,27 @@ mod tests {
             let e = ConfigFile::parse(p, bad).unwrap_err().to_string();
             assert!(e.contains("lanes.toml"), "{bad}: {e}");
         }
+        let f = ConfigFile::parse(p, "[sockets]\nremote = \"on\"\n").unwrap();
+        assert_eq!(f.sockets().unwrap().remote.as_deref(), Some("on"));
+        let e = ConfigFile::parse(p, "[sockets]\nremote = \"fast\"\n").unwrap_err().to_string();
+        assert!(e.contains("remote = \"fast\" is none of"), "{e}");
         assert_eq!(parse_port_list("70000").unwrap_err(), "\"70000\" is not a port (0-65535)");
         assert_eq!(parse_port_list("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn remote_mode_pairs_only_on_providers_that_beat_kernel_tcp() {
+        assert_eq!(RemoteMode::parse(" auto ").unwrap(), RemoteMode::Auto);
+        assert_eq!(RemoteMode::default(), RemoteMode::Auto);
+        assert!(RemoteMode::parse("yes").is_err());
+        for p in ["verbs;ofi_rxm", "efa", "cxi", "psm3"] {
+            assert_eq!(RemoteMode::Auto.decide(p), Ok(()), "{p}");
+        }
+        let why = RemoteMode::Auto.decide("tcp;ofi_rxm").unwrap_err();
+        assert!(why.contains("\"tcp;ofi_rxm\"") && why.contains("cannot beat kernel TCP"), "{why}");
+        assert!(RemoteMode::Auto.decide("shm").is_err(), "shm serves one host only");
+        assert_eq!(RemoteMode::On.decide("tcp;ofi_rxm"), Ok(()));
+        assert!(RemoteMode::Off.decide("verbs").is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! | 320 | sender | send lock, byte counts |
 //! | 384 | this end as receiver | ring bytes consumed (`H`), kernel bytes read (`KR`) |
 //! | 448 | this end as receiver | receive lock, bytes received, O_NONBLOCK and SO_RCVLOWAT of the socket |
+//! | 512 | the daemon (cross-host sockets) | the pairing: sequence, state, generation, peer cookie, peer host (`remote`) |
 //! | 4096 | sender | the ring |
 //!
 //! The header is untrusted when a record is opened: it is validated, and the ring size is
@@ -114,6 +115,9 @@ pub const FLAG_RX_LOWAT: u32 = 1024;
 /// its readers read and wait in the kernel alone while this is set. Set only while the
 /// direction is parked, cleared before it is unparked.
 pub const FLAG_RX_PARKED: u32 = 2048;
+/// A cross-host socket: its peer is on another host of the cluster; the record carries the
+/// pairing the daemons agreed on (`super::remote`), and no ring is used.
+pub const FLAG_REMOTE: u32 = 4096;
 
 /// Which connection a record belongs to: the network namespace and both addresses, as this
 /// end sees them. IPv4-mapped IPv6 addresses are keyed as IPv4, so a dual-stack listener
@@ -345,7 +349,7 @@ impl Endpoint {
         self.map.slice()
     }
     #[inline]
-    fn u64_at(&self, off: usize) -> &AtomicU64 {
+    pub(super) fn u64_at(&self, off: usize) -> &AtomicU64 {
         self.header().header_u64(off)
     }
     #[inline]

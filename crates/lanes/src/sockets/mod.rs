@@ -8,11 +8,16 @@
 //! the ring; whenever it is about to sleep it switches the direction to the kernel, so
 //! sleeping, readiness and errors stay the kernel's own. [`registry`] lists and cleans the
 //! records for `lanes status` and `lanes cleanup`.
+//!
+//! A socket whose peer is on another host of the cluster gets a record too ([`remote`]):
+//! it carries the pairing the two hosts' daemons agreed on (no data path across hosts yet:
+//! such a connection's bytes go through the kernel).
 
 pub mod direction;
 pub mod endpoint;
 pub mod reasons;
 pub mod registry;
+pub mod remote;
 
 pub use direction::{DirectionState, KernelReservation};
 pub use endpoint::{ConnectionKey, Endpoint, PeerRecord};

@@ -56,10 +56,22 @@ pub enum Reason {
     /// file capabilities): its sockets went back to the kernel, reset where ring bytes
     /// could not reach the new image.
     ExecWithoutLibrary,
+    /// A connection to another host of the cluster while remote acceleration is off (for
+    /// the cluster's provider, or by configuration).
+    RemoteOff,
+    /// A connection to another host of the cluster with no daemon on this host to pair it
+    /// (a daemon that starts later takes it over from its record).
+    NoDaemon,
+    /// A connection to another host of the cluster whose peer never paired: it runs
+    /// without the library, as another user, or its host's daemon never vouched for it.
+    RemotePeerNeverPaired,
+    /// This host's daemon refused to register a connection to another host.
+    RegistrationRefused,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    /// Every reason, in the order of their lines in the file (new ones only ever appended).
+    pub const ALL: [Reason; 12] = [
         Reason::PeerWithoutLibrary,
         Reason::PrivilegeDrop,
         Reason::ExcludedPort,
@@ -68,6 +80,10 @@ impl Reason {
         Reason::Sandbox,
         Reason::TooManyHolders,
         Reason::ExecWithoutLibrary,
+        Reason::RemoteOff,
+        Reason::NoDaemon,
+        Reason::RemotePeerNeverPaired,
+        Reason::RegistrationRefused,
     ];
 
     fn index(self) -> usize {
@@ -85,6 +101,10 @@ impl Reason {
             Reason::Sandbox => "seccomp sandbox",
             Reason::TooManyHolders => "too many processes share it",
             Reason::ExecWithoutLibrary => "exec of an image without the library",
+            Reason::RemoteOff => "cross-host: remote acceleration off",
+            Reason::NoDaemon => "cross-host: no daemon on this host",
+            Reason::RemotePeerNeverPaired => "cross-host: peer never paired",
+            Reason::RegistrationRefused => "cross-host: daemon refused it",
         }
     }
 }

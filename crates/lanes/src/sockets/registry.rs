@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-use super::endpoint::{sockets_dir, ConnectionKey, Endpoint, FLAG_ATTACHED};
+use super::endpoint::{sockets_dir, ConnectionKey, Endpoint, FLAG_ATTACHED, FLAG_REMOTE};
+use super::remote::Pairing;
 
 /// One accelerated socket, as its record describes it.
 #[derive(Clone, Debug, Serialize)]
@@ -24,6 +25,9 @@ pub struct ConnectionInfo {
     pub peer_attached: bool,
     /// No live holder: left behind by a killed process.
     pub stale: bool,
+    /// A cross-host socket (its peer on another host of the cluster): its pairing. Its
+    /// bytes go through the kernel (no data path across hosts yet).
+    pub cross_host: Option<Pairing>,
 }
 
 /// Every socket record in the fabric directory (unreadable or corrupt ones are skipped).
@@ -45,6 +49,7 @@ pub fn list_connections(fabric_dir: &Path) -> Vec<ConnectionInfo> {
                 kernel_bytes_sent: kernel.load(Ordering::Relaxed),
                 bytes_received: ep.rx_bytes(),
                 peer_attached: ep.has_flag(FLAG_ATTACHED),
+                cross_host: if ep.has_flag(FLAG_REMOTE) { ep.pairing() } else { None },
             })
         })
         .collect();

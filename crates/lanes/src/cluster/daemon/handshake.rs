@@ -15,8 +15,14 @@ use crate::cluster::link::{self, Opener, Sealed};
 use crate::cluster::proto::{self, encode, write_message, Fill, FrameReader, PeerMessage, PROTOCOL_VERSION};
 use crate::cluster::secret::{ClusterSecret, Role};
 
-/// The two from hello to hello of one host's daemons: `(boot, host epoch)`.
-pub(super) type PeerBoot = (u64, String);
+/// What a peer's hello said of its daemon and host: its boot value, its host epoch, and
+/// the addresses it claims for its host.
+#[derive(Clone, Debug, Default)]
+pub(super) struct PeerBoot {
+    pub(super) boot: u64,
+    pub(super) host_epoch: String,
+    pub(super) addresses: Vec<std::net::IpAddr>,
+}
 
 impl Shared {
     /// This daemon's hello, with its challenge and (as acceptor) its proof when the cluster
@@ -30,6 +36,7 @@ impl Shared {
             nonce: nonce.map(str::to_string),
             proof,
             host_epoch: self.host_epoch.clone(),
+            addresses: self.own_addresses(),
         }
     }
 
@@ -123,8 +130,8 @@ impl Shared {
                 }
             };
             let (version, boot) = match answer {
-                PeerMessage::Hello { version, host, boot, host_epoch, .. } if host == want => {
-                    (version, (boot, host_epoch))
+                PeerMessage::Hello { version, host, boot, host_epoch, addresses, .. } if host == want => {
+                    (version, PeerBoot { boot, host_epoch, addresses })
                 }
                 PeerMessage::Hello { host, .. } => return Err(format!("dialled host {want} but {host} answered")),
                 PeerMessage::Bye { reason } => return Err(format!("host {want} refused: {reason}")),
@@ -171,8 +178,8 @@ impl Shared {
         let mut hello_frames = FrameReader::new();
         let _ = hello_frames.fill(&mut &payload[..]);
         let (host, boot) = match hello_frames.next_message::<PeerMessage>() {
-            Ok(Some(PeerMessage::Hello { version, host, boot, host_epoch, .. })) => {
-                let boot = (boot, host_epoch);
+            Ok(Some(PeerMessage::Hello { version, host, boot, host_epoch, addresses, .. })) => {
+                let boot = PeerBoot { boot, host_epoch, addresses };
                 if version != PROTOCOL_VERSION {
                     return Err(refuse(format!("protocol version {version}, this daemon speaks {PROTOCOL_VERSION}")));
                 }
@@ -222,7 +229,7 @@ impl Shared {
         }
         let mut reader = FrameReader::new();
         let msg = self.handshake_message(&stream, &mut reader, deadline, "hello")?;
-        let PeerMessage::Hello { version, host, boot, nonce, proof, host_epoch, .. } = msg else {
+        let PeerMessage::Hello { version, host, boot, nonce, proof, host_epoch, addresses, .. } = msg else {
             return Err(self.bye(&stream, "the first message was not a hello".into()));
         };
         if version != PROTOCOL_VERSION {
@@ -262,7 +269,8 @@ impl Shared {
         } else if expect.is_none() {
             write_message(&mut &stream, &self.hello(None, None)).map_err(|e| e.to_string())?;
         }
-        Ok((stream, HandshakeReader { frames: reader, host, link: None, opener: None }, (boot, host_epoch)))
+        let boot = PeerBoot { boot, host_epoch, addresses };
+        Ok((stream, HandshakeReader { frames: reader, host, link: None, opener: None }, boot))
     }
 
     /// The next message of a handshake, by `deadline`.

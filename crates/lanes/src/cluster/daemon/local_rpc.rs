@@ -1,7 +1,8 @@
 //! The processes' requests on `<fabric dir>/daemon.sock` (0600): hello, lookup, probe,
-//! connect, adopt, disconnect, groups, the cluster's hosts, and subscriptions that stream
-//! node events, grant notices and keep-alives. One thread per process; the grants it holds
-//! end with its connection.
+//! connect, adopt, disconnect, groups, the cluster's hosts, subscriptions that stream
+//! node events, grant notices and keep-alives, and the cross-host sockets' requests (which
+//! host an address is on, registering and withdrawing a socket half, the halves' status:
+//! `cross_host.rs`). One thread per process; the grants it holds end with its connection.
 
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -81,6 +82,8 @@ impl Shared {
     fn serve_client(&self, mut stream: UnixStream) -> std::result::Result<(), String> {
         // Whatever way this ends, the grants the process holds end with its connection.
         let client = ClientGrants { shared: self, id: self.next_id.fetch_add(1, Ordering::Relaxed) };
+        // Who connected: the process whose socket halves it may register.
+        let cred = crate::platform::net::peer_cred(std::os::fd::AsRawFd::as_raw_fd(&stream)).ok();
         stream.set_read_timeout(Some(TICK)).map_err(|e| e.to_string())?;
         stream.set_write_timeout(Some(CLIENT_WRITE_TIMEOUT)).map_err(|e| e.to_string())?;
         let mut reader = FrameReader::new();
@@ -158,6 +161,13 @@ impl Shared {
                 Request::Groups { timeout_ms } => Reply::Groups { result: self.groups(wait(timeout_ms)) },
                 Request::Cluster => Reply::Cluster { hosts: self.hosts(&self.lock()) },
                 Request::Subscribe => return self.serve_subscriber(stream),
+                Request::HostOf { address } => Reply::HostOf { owner: self.host_of(address) },
+                Request::RegisterHalf { half } => Reply::Registered { result: self.register_half(cred, half) },
+                Request::WithdrawHalf { local, remote, cookie } => {
+                    self.withdraw_half(cred, local, remote, cookie);
+                    Reply::Withdrawn
+                }
+                Request::Sockets => Reply::Sockets { status: self.sockets_status() },
             };
             write_message(&mut stream, &reply).map_err(|e| format!("answering: {e}"))?;
         }

@@ -17,7 +17,13 @@
 //! - `holdings.rs`: the requester's side: the grants this host's processes hold, their
 //!   releases, and the `Holding` lists that reconcile them after a restart;
 //! - `forwarding.rs`: questions about another host's nodes, asked of its daemon;
-//! - `local_rpc.rs`: the processes' requests on `<fabric dir>/daemon.sock`, subscriptions.
+//! - `local_rpc.rs`: the processes' requests on `<fabric dir>/daemon.sock`, subscriptions;
+//! - `addresses.rs`: which host an IP address is on (lanes.toml, and the addresses each
+//!   host claims at its hello): sans-IO;
+//! - `pairing.rs`: the pairing of cross-host socket halves: a state machine without I/O,
+//!   fed events, returning what to send and write;
+//! - `cross_host.rs`: its I/O: registrations checked against the kernel, records, halves
+//!   taken over from records at start, the sweep of halves whose socket is gone.
 //!
 //! Threads, all blocking calls bounded:
 //! - *accept* (TCP): a peer daemon's connection, handshaken, then served by a reader thread;
@@ -40,6 +46,8 @@
 //! against the process's connection and owes a release to a host it cannot reach now (sent
 //! when the host is back, forgotten when it is Lost: then that host released it itself).
 
+mod addresses;
+mod cross_host;
 mod directory;
 mod forwarding;
 mod grants;
@@ -47,6 +55,7 @@ mod handshake;
 mod holdings;
 mod local_rpc;
 mod membership;
+mod pairing;
 mod peer_links;
 #[cfg(test)]
 mod tests;
@@ -76,6 +85,8 @@ use crate::platform::liveness::ProcessIdentity;
 use crate::platform::signals::{signal_name, TerminationSignals};
 use crate::platform::{self, random_u64};
 use crate::transport::shm::FabricPaths;
+use addresses::AddressBook;
+use cross_host::CrossHost;
 use forwarding::Pending;
 use grants::Grants;
 use holdings::Requested;
@@ -219,6 +230,8 @@ struct Shared {
     key: Option<HostKey>,
     /// The cluster secret's hash, the links' pre-shared key when there are keys and a secret.
     psk: Option<[u8; 32]>,
+    /// This daemon's network namespace (its inode): the sockets it can vouch for.
+    netns: u64,
 }
 
 /// What the daemon knows of the other hosts and who listens for it, under one lock so that
@@ -230,6 +243,8 @@ struct State {
     links: Vec<Link>,
     /// Subscribed processes: subscription id and the queue of its events.
     subscribers: Vec<(u64, SyncSender<Reply>)>,
+    /// Cross-host sockets: the hosts' addresses and the halves' pairing.
+    cross: CrossHost,
 }
 
 impl Daemon {
@@ -291,6 +306,8 @@ impl Daemon {
         let links =
             options.cluster.hosts.iter().filter(|h| h.name != me.name).map(|h| Link::new(h, &me)).collect::<Vec<_>>();
         let membership = Membership::new(&options.cluster, links.iter().map(|l| l.entry.name.clone()), now);
+        let own = platform::net::host_addresses().unwrap_or_default();
+        let cross = CrossHost::new(AddressBook::new(&options.cluster, &me.name, &own), &me.name, now);
         // Every peer gets a thread: the dialler's dials, the other's probes the host while
         // its daemon is away.
         let dial: Vec<usize> = (0..links.len()).collect();
@@ -310,7 +327,7 @@ impl Daemon {
             host_epoch: host_epoch(&options.dir),
             started: now,
             stopping: AtomicBool::new(false),
-            state: Mutex::new(State { membership, links, subscribers: Vec::new() }),
+            state: Mutex::new(State { membership, links, subscribers: Vec::new(), cross }),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             clients: AtomicUsize::new(0),
@@ -320,6 +337,7 @@ impl Daemon {
             secret,
             key,
             psk,
+            netns: platform::net::netns_inode(),
         });
         shared.log(format_args!(
             "host {} listening on {} and {}; heartbeat {} ms, suspect after {} ms, lost after {} ms",
@@ -341,6 +359,8 @@ impl Daemon {
                  on each host and add public_key = \"<its key>\" to each host's [[node]] entries to serve others"
             )),
         }
+        // Halves of cross-host sockets an earlier daemon held, or made while none ran.
+        shared.adopt_records();
         let mut threads = Vec::new();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(name).spawn(f).map_err(|e| Error::io("starting a daemon thread", e))
@@ -517,6 +537,7 @@ impl Shared {
                 self.apply(&mut st, actions);
             }
             self.watch_grants();
+            self.sweep_halves(now);
             {
                 let mut st = self.lock();
                 let actions = st.membership.on_adoption_tick(now);
@@ -548,6 +569,10 @@ impl Shared {
                     // Whatever it held here is gone with it, and it released what we held there.
                     st.links[peer].owed.clear();
                     let host = st.links[peer].entry.name.clone();
+                    // Its socket halves too; ours paired with them wait for it to come back.
+                    st.cross.book.on_lost(&host);
+                    let outs = st.cross.pairing.on_lost(&host);
+                    self.carry_out(st, outs);
                     self.release_host(&host);
                     // And our processes' grants there are void: not ours to report as held.
                     self.requested_lock().retain(|_, r| r.host.as_deref() != Some(host.as_str()));

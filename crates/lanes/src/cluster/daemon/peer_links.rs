@@ -259,9 +259,11 @@ impl Shared {
             }
             // The new connection is installed after the hello's actions: a restarted host's
             // Lost closes the connections it had, not this one.
-            let (boot, epoch) = boot;
-            let actions = st.membership.on_hello(i, boot, &epoch, Instant::now());
+            let actions = st.membership.on_hello(i, boot.boot, &boot.host_epoch, Instant::now());
             self.apply(&mut st, actions);
+            let host = st.links[i].entry.name.clone();
+            // The addresses it claims, believed only on an authenticated link.
+            self.claims_at_hello(&mut st, &host, &boot.addresses, reader.link.is_some());
             let link = &mut st.links[i];
             link.conn = Some(conn.clone());
             for (grant, died) in std::mem::take(&mut link.owed) {
@@ -269,7 +271,10 @@ impl Shared {
                     link.owed.push((grant, died));
                 }
             }
-            link.entry.name.clone()
+            // Every half of ours whose peer is there, whatever it heard before.
+            let outs = st.cross.pairing.on_connected(&host);
+            self.carry_out(&mut st, outs);
+            host
         };
         let writer_stream = stream.clone();
         let sealer = reader.link.clone();
@@ -387,6 +392,24 @@ impl Shared {
             }
             PeerMessage::Holding { grants } => {
                 self.reconcile(&host, conn, &grants);
+                None
+            }
+            PeerMessage::SocketHalf { half } => {
+                self.on_peer_sockets(|c, vouch| c.pairing.on_half(&c.book, &host, half, vouch));
+                None
+            }
+            PeerMessage::SocketSync { halves, more } => {
+                self.on_peer_sockets(|c, vouch| c.pairing.on_sync(&c.book, &host, halves, more, vouch));
+                None
+            }
+            PeerMessage::SocketWithdraw { local, remote, cookie } => {
+                self.on_peer_sockets(|c, _| c.pairing.on_withdraw(&c.book, &host, local, remote, cookie));
+                None
+            }
+            PeerMessage::SocketPaired { local, remote, cookie, peer_cookie, generation } => {
+                self.on_peer_sockets(|c, vouch| {
+                    c.pairing.on_paired(&c.book, &host, (local, cookie), (remote, peer_cookie), generation, vouch)
+                });
                 None
             }
             PeerMessage::Bye { reason } => Some(format!("peer said goodbye: {reason}")),

@@ -30,6 +30,7 @@ fn plaintext_hello(addr: std::net::SocketAddr, host: &str, boot: u64) -> PeerMes
         nonce: None,
         proof: None,
         host_epoch: String::new(),
+        addresses: vec![],
     };
     write_message(&mut t, &hello).unwrap();
     let mut r = FrameReader::new();
@@ -173,6 +174,7 @@ fn daemons_prove_the_cluster_secret_before_they_talk() {
         nonce,
         proof: None,
         host_epoch: String::new(),
+        addresses: vec![],
     };
     let goodbye = |t: &mut TcpStream| {
         let mut r = FrameReader::new();
@@ -223,6 +225,17 @@ fn keyed_cluster(hosts: &[&str], dir: &Path) -> (ClusterConfig, Vec<PathBuf>) {
 /// Dials `addr` as host `name` with `key`, as a daemon would; returns every byte sent
 /// (for a replay) and the acceptor's first sealed message, or the error.
 fn dial_as(addr: SocketAddr, key: &HostKey, name: &str) -> (Vec<u8>, std::result::Result<PeerMessage, String>) {
+    let (sent, answer) = dial_as_keeping(addr, key, name);
+    (sent, answer.map(|(m, _, _)| m))
+}
+
+/// As [`dial_as`], keeping the connection and its session to send more.
+#[allow(clippy::type_complexity)] // what the handshake gave, as it gave it
+fn dial_as_keeping(
+    addr: SocketAddr,
+    key: &HostKey,
+    name: &str,
+) -> (Vec<u8>, std::result::Result<(PeerMessage, TcpStream, Sealed), String>) {
     let deadline = Instant::now() + Duration::from_secs(3);
     let stream = TcpStream::connect(addr).unwrap();
     let mut sent = link::preamble(PROTOCOL_VERSION).to_vec();
@@ -243,6 +256,7 @@ fn dial_as(addr: SocketAddr, key: &HostKey, name: &str) -> (Vec<u8>, std::result
         nonce: None,
         proof: None,
         host_epoch: String::new(),
+        addresses: vec![],
     };
     let n = hs.write_message(&encode(&hello).unwrap(), &mut msg).unwrap();
     sent.extend_from_slice(&(n as u16).to_be_bytes());
@@ -253,7 +267,7 @@ fn dial_as(addr: SocketAddr, key: &HostKey, name: &str) -> (Vec<u8>, std::result
     let mut frames = FrameReader::new();
     loop {
         if let Some(m) = frames.next_message::<PeerMessage>().unwrap() {
-            return (sent, Ok(m));
+            return (sent, Ok((m, stream, sealed)));
         }
         stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         match frames.fill(&mut opener.on(&mut &stream)) {
@@ -588,4 +602,57 @@ fn strangers_and_garbage_are_refused_without_harm() {
     assert_eq!(client.cluster(Duration::from_secs(1)).unwrap().len(), 2);
     drop(a);
     let _ = fs::remove_dir_all(&da);
+}
+
+/// A peer daemon (here the test, with host c's key) that tells of socket halves whose
+/// addresses on its side are not its own, or pairs a socket this host does not hold: each
+/// message is refused and counted, and nothing else changes (its link stays up).
+#[test]
+fn a_peer_daemons_forged_socket_messages_are_refused_and_counted() {
+    use crate::cluster::proto::WireHalf;
+    let dir = scratch("forged-sockets");
+    fs::create_dir_all(&dir).unwrap();
+    let (c, keys) = keyed_cluster(&["a", "c"], &dir);
+    let o = DaemonOptions { cluster: c.clone(), host: "a".into(), dir: dir.join("a"), key_file: Some(keys[0].clone()) };
+    let a = Daemon::start(o).unwrap();
+    let c_key = HostKey::load(&keys[1]).unwrap();
+    let (_, answer) = dial_as_keeping(a.address(), &c_key, "c");
+    let (hello, stream, sealed) = answer.unwrap();
+    assert!(matches!(&hello, PeerMessage::Hello { host, .. } if host == "a"), "{hello:?}");
+    let send = |m: &PeerMessage| (&stream).write_all(&sealed.seal(&encode(m).unwrap()).unwrap()).unwrap();
+    let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+    // c (on 127.0.0.1, this machine) claims no address: 203.0.113.7 is not its.
+    let half = WireHalf {
+        local: sa("203.0.113.7:40000"),
+        remote: sa("203.0.113.1:5201"),
+        cookie: 1,
+        uid: 0,
+        generation: 0,
+        peer_cookie: 0,
+    };
+    send(&PeerMessage::SocketHalf { half: half.clone() });
+    send(&PeerMessage::SocketSync { halves: vec![half], more: false });
+    send(&PeerMessage::SocketPaired {
+        local: sa("203.0.113.7:40000"),
+        remote: sa("203.0.113.1:5201"),
+        cookie: 1,
+        peer_cookie: 2,
+        generation: 9,
+    });
+    send(&PeerMessage::Heartbeat);
+    let mut client = Client::connect(&dir.join("a"), Duration::from_secs(2)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        let s = client.sockets(Duration::from_secs(1)).unwrap();
+        if s.refused.iter().map(|(_, n)| n).sum::<u64>() >= 3 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "not refused: {s:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.refused, vec![("peer: address not the sender's".to_string(), 3)]);
+    assert!(status.halves.is_empty() && status.unmatched.is_empty(), "{status:?}");
+    assert_eq!(status_of_host(&mut client, "c").state, HostState::Operational, "the link stays up");
+    drop((stream, a));
+    let _ = fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,322 @@
+//! What the kernel vouches for about sockets and addresses: the TCP socket with given
+//! addresses and its cookie (`NETLINK_SOCK_DIAG`), a socket's own cookie (`SO_COOKIE`), who is
+//! at the other end of a Unix socket (`SO_PEERCRED`), whether a process holds a socket (its
+//! `/proc/<pid>/fd`), and this network namespace's interface addresses (`getifaddrs`).
+//!
+//! The socket accelerator trusts a record in the fabric directory only when the kernel
+//! confirms the socket it describes (one host), and the cluster daemon registers a
+//! cross-host socket half only for the process that holds it (across hosts).
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const SO_COOKIE: libc::c_int = 57;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct InetDiagSockId {
+    sport: u16,
+    dport: u16,
+    src: [u32; 4],
+    dst: [u32; 4],
+    interface: u32,
+    cookie: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct InetDiagReqV2 {
+    family: u8,
+    protocol: u8,
+    ext: u8,
+    pad: u8,
+    states: u32,
+    id: InetDiagSockId,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Request {
+    header: libc::nlmsghdr,
+    body: InetDiagReqV2,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct InetDiagMsg {
+    family: u8,
+    state: u8,
+    timer: u8,
+    retrans: u8,
+    id: InetDiagSockId,
+    expires: u32,
+    rqueue: u32,
+    wqueue: u32,
+    uid: u32,
+    inode: u32,
+}
+
+/// A TCP socket as `NETLINK_SOCK_DIAG` describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockInfo {
+    /// The kernel's cookie: unique per socket for the life of the system.
+    pub cookie: u64,
+    /// The inode of the socket's file; 0 once no descriptor refers to it (an orphan closing
+    /// down, a TIME_WAIT entry).
+    pub inode: u32,
+    /// The socket's owner.
+    pub uid: u32,
+    /// The TCP state (`TCP_ESTABLISHED` is 1).
+    pub state: u8,
+}
+
+/// `TCP_ESTABLISHED` of the kernel's TCP states.
+pub const TCP_ESTABLISHED: u8 = 1;
+
+fn put_addr(dst: &mut [u32; 4], ip: IpAddr) {
+    let bytes: [u8; 16] = match ip {
+        IpAddr::V4(v4) => {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&v4.octets());
+            b
+        }
+        IpAddr::V6(v6) => v6.octets(),
+    };
+    for (i, w) in dst.iter_mut().enumerate() {
+        *w = u32::from_ne_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    }
+}
+
+/// The TCP socket of this network namespace whose local address is `local` and peer
+/// `remote`, or None if the kernel knows no such socket. Both addresses must be of one
+/// family (IPv4-mapped IPv6 addresses as IPv4, as sockets report them).
+pub fn tcp_socket(local: SocketAddr, remote: SocketAddr) -> Option<SockInfo> {
+    let family = match local {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    let mut req = Request {
+        header: libc::nlmsghdr { nlmsg_len: 0, nlmsg_type: 0, nlmsg_flags: 0, nlmsg_seq: 0, nlmsg_pid: 0 },
+        body: InetDiagReqV2::default(),
+    };
+    req.header.nlmsg_len = std::mem::size_of::<Request>() as u32;
+    req.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    req.header.nlmsg_flags = libc::NLM_F_REQUEST as u16;
+    req.body.family = family as u8;
+    req.body.protocol = libc::IPPROTO_TCP as u8;
+    req.body.states = !0;
+    req.body.id.sport = local.port().to_be();
+    req.body.id.dport = remote.port().to_be();
+    put_addr(&mut req.body.id.src, local.ip());
+    put_addr(&mut req.body.id.dst, remote.ip());
+    req.body.id.cookie = [!0, !0];
+    // SAFETY: plain socket creation.
+    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
+    if fd < 0 {
+        return None;
+    }
+    let result = (|| {
+        // SAFETY: req is a plain repr(C) value of the stated length.
+        let sent = unsafe { libc::send(fd, (&req as *const Request).cast(), std::mem::size_of::<Request>(), 0) };
+        if sent < 0 {
+            return None;
+        }
+        let mut buf = [0u8; 1024];
+        // SAFETY: buf is writable for its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let hdr_len = std::mem::size_of::<libc::nlmsghdr>();
+        if n < (hdr_len + std::mem::size_of::<InetDiagMsg>()) as isize {
+            return None;
+        }
+        // SAFETY: buf holds at least a header; read_unaligned copes with alignment.
+        let hdr: libc::nlmsghdr = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
+        if hdr.nlmsg_type != SOCK_DIAG_BY_FAMILY {
+            return None; // NLMSG_ERROR: no such socket
+        }
+        // SAFETY: n covers the header and one message, checked above.
+        let msg: InetDiagMsg = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(hdr_len).cast()) };
+        Some(SockInfo {
+            cookie: msg.id.cookie[0] as u64 | (msg.id.cookie[1] as u64) << 32,
+            inode: msg.inode,
+            uid: msg.uid,
+            state: msg.state,
+        })
+    })();
+    // SAFETY: fd is ours. In the preloaded library the recursion guard makes this the
+    // C library's own close.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// The cookie of our own socket `fd`.
+pub fn own_cookie(fd: libc::c_int) -> Option<u64> {
+    let mut cookie: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: cookie and len are valid for writes of the sizes given.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, SO_COOKIE, (&mut cookie as *mut u64).cast(), &mut len) };
+    (r == 0).then_some(cookie)
+}
+
+/// The inode of this process's network namespace.
+pub fn netns_inode() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/net").map(|m| m.ino()).unwrap_or(0)
+}
+
+/// Who connected the Unix socket `fd` (`SO_PEERCRED`): pid, uid and gid as of its connect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The credentials of the process at the other end of the Unix socket `fd`.
+pub fn peer_cred(fd: libc::c_int) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred and len are valid for writes of the sizes given.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if cred.pid <= 0 {
+        // A peer in another pid namespace is reported as pid 0: nothing to check it by.
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the peer's pid is not visible here"));
+    }
+    Ok(PeerCred { pid: cred.pid as u32, uid: cred.uid, gid: cred.gid })
+}
+
+/// Whether process `pid` has a descriptor of the socket whose inode is `inode` (one of its
+/// `/proc/<pid>/fd` links reads `socket:[inode]`). Needs the right to read the process's
+/// descriptors (the same user, and a process that did not make itself undumpable).
+pub fn process_holds_socket(pid: u32, inode: u32) -> io::Result<bool> {
+    let want = format!("socket:[{inode}]");
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let Ok(e) = e else { continue };
+        if std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == want.as_str()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether an address may name one host of a cluster: not loopback, unspecified, multicast
+/// or link-local (a link-local address is unique on its link only; two hosts may well have
+/// the same one on different links).
+pub fn is_host_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => !(v4.is_loopback() || v4.is_unspecified() || v4.is_multicast() || v4.is_link_local()),
+        IpAddr::V6(v6) => {
+            let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
+            !(v6.is_loopback() || v6.is_unspecified() || v6.is_multicast() || link_local)
+                && v6.to_ipv4_mapped().is_none()
+        }
+    }
+}
+
+/// The addresses of this network namespace's interfaces that may name this host
+/// ([`is_host_address`]), sorted, without duplicates.
+pub fn host_addresses() -> io::Result<Vec<IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr whose family says how long it is.
+            let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
+            let ip = match family {
+                libc::AF_INET => {
+                    // SAFETY: the family says this is a sockaddr_in.
+                    let a: libc::sockaddr_in = unsafe { std::ptr::read_unaligned(ifa.ifa_addr.cast()) };
+                    Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))))
+                }
+                libc::AF_INET6 => {
+                    // SAFETY: the family says this is a sockaddr_in6.
+                    let a: libc::sockaddr_in6 = unsafe { std::ptr::read_unaligned(ifa.ifa_addr.cast()) };
+                    Some(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)))
+                }
+                _ => None,
+            };
+            if let Some(ip) = ip.filter(|ip| is_host_address(*ip)) {
+                out.push(ip);
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: head came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn the_kernel_describes_a_connected_socket() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let info = tcp_socket(c.local_addr().unwrap(), c.peer_addr().unwrap()).expect("the client's socket");
+        assert_eq!(Some(info.cookie), own_cookie(c.as_raw_fd()));
+        assert_eq!(info.state, TCP_ESTABLISHED);
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(info.uid, unsafe { libc::geteuid() });
+        assert!(process_holds_socket(std::process::id(), info.inode).unwrap());
+        let other = tcp_socket(s.local_addr().unwrap(), s.peer_addr().unwrap()).unwrap();
+        assert_ne!(other.cookie, info.cookie);
+        let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(tcp_socket(c.local_addr().unwrap(), nobody), None);
+    }
+
+    /// A dual-stack listener's socket for an IPv4 client has IPv4-mapped addresses; asked
+    /// by its IPv4 addresses (as records key it), the kernel finds it all the same.
+    #[test]
+    fn a_dual_stack_socket_is_found_by_its_ipv4_addresses() {
+        let Ok(l) = TcpListener::bind("[::]:0") else { return }; // no IPv6 here
+        let port = l.local_addr().unwrap().port();
+        let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let mapped = s.local_addr().unwrap();
+        assert!(matches!(mapped, SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_some()), "{mapped}");
+        let info = tcp_socket(c.peer_addr().unwrap(), c.local_addr().unwrap()).expect("found as IPv4");
+        assert_eq!(Some(info.cookie), own_cookie(s.as_raw_fd()));
+    }
+
+    #[test]
+    fn peer_credentials_and_host_addresses() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let cred = peer_cred(a.as_raw_fd()).unwrap();
+        assert_eq!(cred.pid, std::process::id());
+        for ip in host_addresses().unwrap() {
+            assert!(is_host_address(ip), "{ip}");
+        }
+        for (ip, host) in [
+            ("127.0.0.1", false),
+            ("0.0.0.0", false),
+            ("169.254.3.4", false),
+            ("224.0.0.1", false),
+            ("::1", false),
+            ("fe80::1", false),
+            ("::ffff:10.0.0.1", false),
+            ("10.77.0.1", true),
+            ("fd77::1", true),
+        ] {
+            assert_eq!(is_host_address(ip.parse().unwrap()), host, "{ip}");
+        }
+    }
+}

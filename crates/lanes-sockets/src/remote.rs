@@ -1,0 +1,317 @@
+//! Connections to other hosts of the cluster (docs/design/cross-host-sockets.md, stages 1
+//! and 2): the library finds out whether a connected TCP socket's peer is on another host
+//! of the cluster, and if so registers the socket's half with this host's daemon, which
+//! pairs it with the peer's half through the peer host's daemon. No byte is written into
+//! the stream and no call on the socket changes: there is no data path across hosts yet,
+//! so such a connection's bytes go through the kernel, paired or not.
+//!
+//! - **Which host.** A peer address lanes.toml gives another host is that host's, asked of
+//!   nobody. Any other address (not loopback nor one of this host's, which the one-host
+//!   path takes) is asked of the daemon once (`HostOf`), the answer kept for the process's
+//!   life; "nobody's" is asked again after [`NOBODY_FOR`] (a host that says hello later
+//!   may claim it). With remote acceleration off nothing is asked at all: a connection to
+//!   a lanes.toml address is counted as `RemoteOff`, any other is not looked at.
+//! - **A candidate** gets a record (`lanes::sockets::remote`: the smallest ring, unused),
+//!   then one request to the daemon on a connection of its own (`RegisterHalf`), which
+//!   checks it against the kernel. No daemon: the record stays, and a daemon that starts
+//!   takes it over. A refusal: the record goes, and the reason is counted.
+//! - **Holders.** The record's holders are the processes sharing the socket, as for a
+//!   local one (dup, fork, exec adoption). When the last one closes it, the half is
+//!   withdrawn (one more request) and the record removed; a half that waited all its life
+//!   is counted as `RemotePeerNeverPaired`.
+//! - **The fd table.** Candidates are not accelerated sockets: `conn::lookup` never
+//!   returns them, so every call on them is the C library's, exactly as before. Their fds
+//!   are marked in `conn`'s table of maybes (3), so close, dup and fork find them.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use lanes::cluster::client;
+use lanes::cluster::proto::{AddressOwner, HalfRegistration};
+use lanes::platform::liveness::ProcessIdentity;
+use lanes::sockets::endpoint::{this_process, MIN_RING_BYTES};
+use lanes::sockets::remote::{Pairing, PairingState, FLAG_REMOTE};
+use lanes::sockets::{ConnectionKey, Endpoint};
+
+use crate::config::{config, record_failed};
+use crate::reasons::{self, Reason};
+
+/// A "nobody's" answer is asked again after this long.
+const NOBODY_FOR: Duration = Duration::from_secs(10);
+/// How long one request to the daemon may take (a connect, accept or close waits for it).
+const CALL: Duration = Duration::from_millis(500);
+/// After a daemon that did not answer in time, no request for this long: a hung daemon
+/// must not slow every connection down.
+const BACK_OFF: Duration = Duration::from_secs(10);
+/// Addresses whose host is remembered at once; past it, the "nobody's" answers go first.
+const MAX_ANSWERS: usize = 4096;
+
+/// A cross-host candidate: its record and where its peer is.
+pub struct RemoteConn {
+    own: Endpoint,
+    key: ConnectionKey,
+    host: String,
+    /// The daemon took the half (so withdrawing it is worth a request).
+    registered: AtomicBool,
+}
+
+static TABLE: OnceLock<RwLock<HashMap<i32, Arc<RemoteConn>>>> = OnceLock::new();
+/// Entries in the table: zero lets close skip the lock (fds past `conn`'s table of maybes).
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn table() -> &'static RwLock<HashMap<i32, Arc<RemoteConn>>> {
+    TABLE.get_or_init(|| RwLock::new(HashMap::new()))
+}
+
+fn insert(fd: i32, c: Arc<RemoteConn>) {
+    if let Ok(mut t) = table().write() {
+        if t.insert(fd, c).is_none() {
+            COUNT.fetch_add(1, Ordering::Relaxed);
+        }
+        crate::conn::mark_remote(fd);
+    }
+}
+
+/// The candidate behind `fd`, if any.
+fn get(fd: i32) -> Option<Arc<RemoteConn>> {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    table().read().ok()?.get(&fd).cloned()
+}
+
+/// Every candidate fd of this process.
+pub fn fds() -> Vec<i32> {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    table().read().map(|t| t.keys().copied().collect()).unwrap_or_default()
+}
+
+/// The daemon's answers: per address, its host (None: nobody's) and when it was asked.
+type Answers = HashMap<IpAddr, (Option<String>, Instant)>;
+static ANSWERS: Mutex<Option<Answers>> = Mutex::new(None);
+/// Until then (ns on the monotonic clock since the first call), no request to the daemon.
+static QUIET_UNTIL: AtomicU64 = AtomicU64::new(0);
+
+fn clock() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+fn daemon_quiet() -> bool {
+    clock() < QUIET_UNTIL.load(Ordering::Relaxed)
+}
+
+/// A request timed out or the daemon is busy: leave it alone for a while.
+fn back_off() {
+    QUIET_UNTIL.store(clock() + BACK_OFF.as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// Which other host of the cluster `ip` is on, as the daemon says (cached).
+fn host_by_daemon(ip: IpAddr) -> Option<String> {
+    let now = Instant::now();
+    if let Ok(g) = ANSWERS.lock() {
+        match g.as_ref().and_then(|m| m.get(&ip)) {
+            Some((Some(h), _)) => return Some(h.clone()),
+            Some((None, at)) if now.saturating_duration_since(*at) < NOBODY_FOR => return None,
+            _ => {}
+        }
+    }
+    if daemon_quiet() {
+        return None;
+    }
+    let answer = match client::host_of(&config().fabric_dir, ip, CALL) {
+        Ok(AddressOwner::Host { host }) => Some(host),
+        Ok(_) => None,
+        Err(e) => {
+            if matches!(e, lanes::cluster::Error::Timeout { .. }) {
+                back_off();
+            }
+            None
+        }
+    };
+    if let Ok(mut g) = ANSWERS.lock() {
+        let m = g.get_or_insert_with(HashMap::new);
+        if m.len() >= MAX_ANSWERS {
+            m.retain(|_, (h, _)| h.is_some());
+            if m.len() >= MAX_ANSWERS {
+                m.clear();
+            }
+        }
+        m.insert(ip, (answer.clone(), now));
+    }
+    answer
+}
+
+/// A TCP socket `fd` connected between `key.local` and `key.remote`, the peer on another
+/// host (not loopback, not this host's address), allowed by the port lists: pair it if the
+/// peer is on another host of the cluster (module documentation). Every failure leaves the
+/// socket as it is: kernel TCP.
+pub fn on_connected(fd: i32, key: ConnectionKey) {
+    let cfg = config();
+    let Some(remote) = &cfg.remote else { return };
+    let configured = remote.hosts.iter().find(|(ip, _)| *ip == key.remote.ip()).map(|(_, h)| h.clone());
+    if let Err(why) = &remote.decided {
+        // Off: nothing asked of the daemon; only a peer lanes.toml places is known to be
+        // a cluster host's, and counted.
+        if configured.is_some() {
+            reasons::note_with(Reason::RemoteOff, Some(&key), why);
+        }
+        return;
+    }
+    // Under a seccomp filter the library makes no system call of its own.
+    if crate::sandbox::filtered() {
+        return;
+    }
+    let Some(host) = configured.or_else(|| host_by_daemon(key.remote.ip())) else { return };
+    if reasons::check_uid(&key).is_none() {
+        return;
+    }
+    let Some(cookie) = crate::sock_diag::own_cookie(fd) else { return };
+    let own = match Endpoint::create(&cfg.fabric_dir, &key, cookie, MIN_RING_BYTES) {
+        Ok(own) => own,
+        Err(why) => return record_failed(&why, &key),
+    };
+    // Marked before the daemon hears of it, so that what it finds is a cross-host record.
+    own.set_pairing(&Pairing {
+        state: PairingState::Unregistered,
+        peer_host: host.clone(),
+        generation: 0,
+        peer_cookie: 0,
+    });
+    own.set_flags(FLAG_REMOTE);
+    let c = Arc::new(RemoteConn { own, key, host, registered: AtomicBool::new(false) });
+    if register(&c, cookie) {
+        insert(fd, c);
+    }
+}
+
+/// Registers `c`'s half with the daemon; false if the daemon refused it (the record is
+/// then gone).
+fn register(c: &RemoteConn, cookie: u64) -> bool {
+    let key = &c.key;
+    if daemon_quiet() {
+        reasons::note_with(Reason::NoDaemon, Some(key), "the daemon did not answer lately");
+        return true;
+    }
+    let Ok(me) = this_process() else { return true };
+    let half = HalfRegistration { local: key.local, remote: key.remote, cookie, netns: key.netns, process: me.bits() };
+    match client::register_half(&config().fabric_dir, &half, CALL) {
+        Ok(_) => {
+            c.registered.store(true, Ordering::Relaxed);
+            true
+        }
+        Err(lanes::cluster::Error::Refused(r)) => {
+            reasons::note_with(Reason::RegistrationRefused, Some(key), &r.to_string());
+            c.own.unlink();
+            false
+        }
+        Err(e @ lanes::cluster::Error::NoDaemon { .. }) => {
+            // The record stays: a daemon that starts takes it over.
+            reasons::note_with(Reason::NoDaemon, Some(key), &e.to_string());
+            true
+        }
+        Err(e) => {
+            if matches!(e, lanes::cluster::Error::Timeout { .. }) {
+                back_off();
+            }
+            reasons::note_with(Reason::NoDaemon, Some(key), &e.to_string());
+            true
+        }
+    }
+}
+
+/// `fd` was closed: if it was this process's last reference to a candidate and no other
+/// process holds it, withdraw the half and remove the record.
+pub fn forget(fd: i32) {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let removed = match table().write() {
+        Ok(mut t) => {
+            let c = t.remove(&fd);
+            if c.is_some() {
+                COUNT.fetch_sub(1, Ordering::Relaxed);
+            }
+            let still_here = c.as_ref().is_some_and(|c| t.values().any(|o| Arc::ptr_eq(o, c)));
+            c.filter(|_| !still_here)
+        }
+        Err(_) => None,
+    };
+    let Some(c) = removed else { return };
+    let others = match this_process() {
+        Ok(me) => c.own.remove_holder(me),
+        Err(_) => c.own.holders().len(),
+    };
+    if others == 0 {
+        release(&c);
+    }
+}
+
+/// The last holder closed the socket.
+fn release(c: &RemoteConn) {
+    let pairing = c.own.pairing();
+    let never = pairing.as_ref().is_some_and(|p| p.state == PairingState::Waiting && p.generation == 0);
+    if never {
+        let detail = format!(
+            "the peer on host {} never paired: it runs without the library, as another user, or its daemon never \
+             vouched for it",
+            c.host
+        );
+        reasons::note_with(Reason::RemotePeerNeverPaired, Some(&c.key), &detail);
+    }
+    let held = c.registered.load(Ordering::Relaxed) || pairing.is_some_and(|p| p.state != PairingState::Unregistered);
+    c.own.unlink();
+    if held && !daemon_quiet() {
+        // A failure is no harm: the daemon withdraws halves whose socket is gone.
+        let k = &c.key;
+        if let Err(lanes::cluster::Error::Timeout { .. }) =
+            client::withdraw_half(&config().fabric_dir, k.local, k.remote, c.own.cookie(), CALL)
+        {
+            back_off();
+        }
+    }
+}
+
+/// `newfd` now refers to the same socket as `oldfd`; false if `oldfd` is no candidate.
+pub fn duplicated(oldfd: i32, newfd: i32) -> bool {
+    let Some(c) = get(oldfd) else { return false };
+    insert(newfd, c);
+    true
+}
+
+/// In the parent, as `fork` returned `child`: the child holds every candidate too.
+pub fn adopt_for_child(child: ProcessIdentity) {
+    for fd in fds() {
+        if let Some(c) = get(fd) {
+            c.own.add_holder(child);
+        }
+    }
+}
+
+/// In a forked child: this process holds every candidate it inherited.
+pub fn adopt_after_fork(me: ProcessIdentity) {
+    // try_read: a thread of the parent may have held the lock at fork.
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let Ok(t) = table().try_read() else { return };
+    for c in t.values() {
+        c.own.add_holder(me);
+    }
+}
+
+/// An inherited fd whose record (`own`, its cookie checked) is a cross-host one: the new
+/// image takes it over.
+pub fn adopt_inherited(fd: i32, own: Endpoint, key: ConnectionKey) {
+    if let Ok(me) = this_process() {
+        own.add_holder(me);
+    }
+    let host = own.pairing().map(|p| p.peer_host).unwrap_or_default();
+    let c = RemoteConn { own, key, host, registered: AtomicBool::new(true) };
+    insert(fd, Arc::new(c));
+}

@@ -1,0 +1,590 @@
+//! Connections between hosts of a cluster under the library (docs/design/cross-host-sockets.md,
+//! stages 1 and 2): hosts a, b and c are network namespaces on a bridge, each with its
+//! daemon and fabric directory (`lanes_testkit::cluster`); programs under the library (this
+//! test binary in role `sockets`, LD_PRELOAD set: an echo server, clients) connect across
+//! them. The connection's halves are registered with both hosts' daemons and paired, the
+//! stream stays byte-exact through the kernel (no data path across hosts yet), and what is
+//! no pair is said: a peer without the library, a host outside the cluster, remote
+//! acceleration off, forged registrations, a killed peer, a daemon restarted.
+//!
+//! Root only (network namespaces); skipped with the reason otherwise, unless `CI` is set.
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lanes::cluster::proto::{HalfRegistration, HalfStatus, SocketsStatus};
+use lanes::platform::liveness::ProcessIdentity;
+use lanes::sockets::reasons::{list_reasons, Reason};
+use lanes::sockets::registry::list_connections;
+use lanes::sockets::remote::PairingState;
+use lanes_testkit::cluster::{Cluster, CALL};
+use lanes_testkit::netns::Netns;
+use lanes_testkit::process::{ok_line, test_err_line};
+use lanes_testkit::{ChildIo, Proc};
+
+const PORT: u16 = 15201;
+/// How long a pairing, a withdrawal or a sweep may take to be seen (the daemons' sweep
+/// runs every second).
+const BOUND: Duration = Duration::from_secs(10);
+
+#[test]
+fn child_entry() {
+    lanes_testkit::child_entry(|role, io| match role {
+        "sockets" => {
+            run_sockets(io);
+            true
+        }
+        _ => false,
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// The child: an echo server and clients (under the library when the test preloads it)
+// ---------------------------------------------------------------------------------------
+
+/// Byte `i` of connection `id`'s pattern.
+fn pattern(id: u64, i: u64) -> u8 {
+    (i.wrapping_mul(31).wrapping_add(id * 7) ^ (i >> 11)) as u8
+}
+
+/// Serves commands: `listen PORT echo|hold` (an echo server; `hold` keeps a connection
+/// open after its peer's end), `connect ID ADDR`, `exchange ID BYTES` (sends the pattern,
+/// reads it back, checks every byte), `own ID` (the socket's tuple and cookie), `close ID`,
+/// `register LOCAL REMOTE COOKIE PROCESS` (a registration, forged or not), `identity`.
+fn run_sockets(io: &ChildIo) {
+    let mut conns: HashMap<u64, TcpStream> = HashMap::new();
+    let held: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
+    io.serve(|line| {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let r: Result<String, String> = (|| match w[..] {
+            ["listen", port, mode] => {
+                // Dual-stack, as most servers listen: IPv4 clients get IPv4-mapped addresses.
+                let l = TcpListener::bind(("::", port.parse::<u16>().map_err(|e| e.to_string())?))
+                    .map_err(|e| format!("bind: {e}"))?;
+                let hold = mode == "hold";
+                let held = held.clone();
+                std::thread::spawn(move || {
+                    for s in l.incoming().flatten() {
+                        let held = held.clone();
+                        std::thread::spawn(move || echo(s, hold.then_some(held)));
+                    }
+                });
+                Ok(String::new())
+            }
+            ["connect", id, addr] => {
+                let s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+                let local = s.local_addr().map_err(|e| e.to_string())?;
+                conns.insert(id.parse().map_err(|_| "id")?, s);
+                Ok(format!("local={local}"))
+            }
+            ["exchange", id, bytes] => {
+                let id: u64 = id.parse().map_err(|_| "id")?;
+                let n: u64 = bytes.parse().map_err(|_| "bytes")?;
+                let s = conns.get(&id).ok_or("no such connection")?;
+                exchange(s, id, n)
+            }
+            ["close", id] => {
+                conns.remove(&id.parse().map_err(|_| "id")?).ok_or("no such connection")?;
+                Ok(String::new())
+            }
+            ["own", id] => {
+                let s = conns.get(&id.parse().map_err(|_| "id")?).ok_or("no such connection")?;
+                let cookie = lanes::platform::net::own_cookie(std::os::fd::AsRawFd::as_raw_fd(s)).ok_or("cookie")?;
+                Ok(format!("cookie={cookie} local={} remote={}", s.local_addr().unwrap(), s.peer_addr().unwrap()))
+            }
+            ["identity"] => Ok(format!("identity={}", ProcessIdentity::current().map_err(|e| e.to_string())?.bits())),
+            ["register", local, remote, cookie, process] => {
+                let parse = |s: &str| s.parse::<std::net::SocketAddr>().map_err(|e| e.to_string());
+                let half = HalfRegistration {
+                    local: parse(local)?,
+                    remote: parse(remote)?,
+                    cookie: cookie.parse().map_err(|_| "cookie")?,
+                    netns: lanes::platform::net::netns_inode(),
+                    process: process.parse().map_err(|_| "process")?,
+                };
+                let dir = std::path::PathBuf::from(std::env::var("LANES_DIR").map_err(|_| "LANES_DIR")?);
+                match lanes::cluster::client::register_half(&dir, &half, CALL) {
+                    Ok(host) => Ok(format!("registered {host}")),
+                    Err(e) => Ok(format!("refused {e}")),
+                }
+            }
+            ["exit"] => Ok(String::new()),
+            _ => Err(format!("unknown command {line:?}")),
+        })();
+        match r {
+            Ok(text) => ok_line(&text),
+            Err(e) => test_err_line(&e),
+        }
+    });
+}
+
+/// Echoes `s` until its peer's end; then closes it, or keeps it in `hold`.
+fn echo(mut s: TcpStream, hold: Option<Arc<Mutex<Vec<TcpStream>>>>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if s.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(h) = hold {
+        h.lock().unwrap().push(s);
+    }
+}
+
+/// Sends `n` bytes of connection `id`'s pattern and reads them back, checking every byte.
+fn exchange(s: &TcpStream, id: u64, n: u64) -> Result<String, String> {
+    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+    let writer = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut sent = 0;
+        while sent < n {
+            let len = (n - sent).min(chunk.len() as u64) as usize;
+            for (k, b) in chunk[..len].iter_mut().enumerate() {
+                *b = pattern(id, sent + k as u64);
+            }
+            w.write_all(&chunk[..len])?;
+            sent += len as u64;
+        }
+        Ok(())
+    });
+    let mut r = s;
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    while got < n {
+        let m = r.read(&mut buf).map_err(|e| format!("read after {got} bytes: {e}"))?;
+        if m == 0 {
+            return Err(format!("end of stream after {got} of {n} bytes"));
+        }
+        for (k, b) in buf[..m].iter().enumerate() {
+            if *b != pattern(id, got + k as u64) {
+                return Err(format!("byte {} differs", got + k as u64));
+            }
+        }
+        got += m as u64;
+    }
+    writer.join().map_err(|_| "writer panicked")?.map_err(|e| format!("write: {e}"))?;
+    Ok(format!("bytes={got}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent
+// ---------------------------------------------------------------------------------------
+
+/// A `sockets` child on host `k` (`None`: the outsider), with the library preloaded when
+/// `remote` says how (`Some("on")`, `Some("")` for the default), else without it.
+fn sockets_child(c: &Cluster, k: Option<usize>, remote: Option<&str>, name: &str) -> Proc {
+    let mut env: Vec<(String, String)> = match k {
+        Some(k) => c.env(k),
+        None => Vec::new(),
+    };
+    if let Some(mode) = remote {
+        env.push(("LD_PRELOAD".into(), support::library().to_str().expect("utf-8 path").into()));
+        // Empty is unset for the library: the default, whatever this process's environment says.
+        env.push(("LANES_SOCKETS_REMOTE".into(), mode.into()));
+    }
+    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let prefix = match k {
+        Some(k) => c.prefix(k),
+        None => c.namespaces().expect("namespaces").outsider(),
+    };
+    Proc::spawn_in(&prefix, name, "sockets", &envs)
+}
+
+/// Host `k`'s daemon's view of the cross-host sockets.
+fn daemon_sockets(c: &Cluster, k: usize) -> SocketsStatus {
+    c.client(k).sockets(CALL).unwrap_or_else(|e| panic!("sockets of host {k}: {e}\n{}", c.logs()))
+}
+
+fn count(list: &[(String, u64)], key: &str) -> u64 {
+    list.iter().find(|(k, _)| k == key).map_or(0, |(_, n)| *n)
+}
+
+/// Waits until `cond` holds, at most [`BOUND`]; panics with `what` and the daemons' logs.
+fn wait_for(c: &Cluster, what: &str, mut cond: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !cond() {
+        if started.elapsed() > BOUND {
+            panic!("{what}: not within {BOUND:?}\n{}", c.logs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The half of host `k` whose peer address is `remote` (ip:port), if its daemon holds one.
+fn half_to(c: &Cluster, k: usize, remote: &str) -> Option<HalfStatus> {
+    daemon_sockets(c, k).halves.into_iter().find(|h| h.remote.to_string() == remote)
+}
+
+/// Waits until the connection from `client` (ip:port, on host `ck`) to the server on host
+/// `sk` (`server`, ip:port) is paired on both hosts, with one generation; returns it.
+fn wait_paired(c: &Cluster, (ck, client): (usize, &str), (sk, server): (usize, &str)) -> u64 {
+    let mut generation = 0;
+    wait_for(c, &format!("{client} -> {server} paired on both hosts"), || {
+        let (h1, h2) = (half_to(c, ck, server), half_to(c, sk, client));
+        match (h1, h2) {
+            (Some(x), Some(y)) if x.state == "paired" && y.state == "paired" && x.generation == y.generation => {
+                generation = x.generation;
+                true
+            }
+            _ => false,
+        }
+    });
+    generation
+}
+
+/// The pairing in host `k`'s record of the socket whose peer is `remote`.
+fn record_to(c: &Cluster, k: usize, remote: &str) -> Option<lanes::sockets::remote::Pairing> {
+    list_connections(&c.fabric(k)).into_iter().find(|r| r.remote.to_string() == remote).and_then(|r| r.cross_host)
+}
+
+/// The count of `reason` in the reasons file of process `pid` on host `k`.
+fn reason_count(c: &Cluster, k: usize, pid: u32, reason: Reason) -> u64 {
+    list_reasons(&c.fabric(k))
+        .into_iter()
+        .filter(|p| p.pid == pid)
+        .flat_map(|p| p.reasons)
+        .filter(|r| r.reason == reason)
+        .map(|r| r.sockets)
+        .sum()
+}
+
+/// `lanes status` on host `k`, as a user runs it there.
+fn lanes_status(c: &Cluster, k: usize) -> String {
+    let mut cmd = std::process::Command::new(&c.prefix(k)[0]);
+    cmd.args(&c.prefix(k)[1..]).arg(support::lanes_command()).arg("status");
+    for v in support::SCRUBBED.iter().chain(lanes_testkit::LANES_ENV) {
+        cmd.env_remove(v);
+    }
+    cmd.envs(c.env(k));
+    let out = cmd.output().expect("running lanes status");
+    assert!(out.status.success(), "lanes status: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn server_addr(k: usize) -> String {
+    format!("{}:{PORT}", Netns::address(k))
+}
+
+/// b's client and a's server, both under the library: the halves are registered with both
+/// daemons and paired (one generation), the records and `lanes status` say so, every byte
+/// comes back; a client on c without the library never pairs (the server says why); a
+/// machine outside the cluster is not a candidate (the daemon is asked once, the answer
+/// cached); closing withdraws the halves on both hosts.
+#[test]
+fn connections_between_cluster_hosts_pair_and_others_stay_kernel_tcp() {
+    let Some(c) = Cluster::netns("xh-pair") else { return };
+    let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
+    server.ok(&format!("listen {PORT} echo"));
+    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+    let local = client.ok(&format!("connect 1 {}", server_addr(0)));
+    let client_addr = local.trim_start_matches("local=").to_string();
+    assert_eq!(client.ok("exchange 1 4194304"), "bytes=4194304");
+    let generation = wait_paired(&c, (1, &client_addr), (0, &server_addr(0)));
+    assert!(generation >= 1);
+    let half = half_to(&c, 1, &server_addr(0)).unwrap();
+    assert_eq!((half.peer_host.as_str(), half.pid), ("a", client.pid()));
+    assert_eq!(half_to(&c, 0, &client_addr).unwrap().peer_host, "b");
+    // What the libraries read: the records.
+    let rec = record_to(&c, 1, &server_addr(0)).expect("b's record");
+    assert_eq!((rec.state, rec.generation, rec.peer_host.as_str()), (PairingState::Paired, generation, "a"));
+    let rec = record_to(&c, 0, &client_addr).expect("a's record");
+    assert_eq!((rec.state, rec.generation, rec.peer_host.as_str()), (PairingState::Paired, generation, "b"));
+    let status = lanes_status(&c, 1);
+    let line = status.lines().find(|l| l.contains(&server_addr(0))).unwrap_or_else(|| panic!("{status}"));
+    assert!(line.contains("paired") && line.contains(" a "), "{status}");
+    assert!(status.contains("cross-host connections"), "{status}");
+    // Paired, and still byte-exact (the bytes go through the kernel).
+    assert_eq!(client.ok("exchange 1 1048576"), "bytes=1048576");
+
+    // A peer without the library (c): a's half waits, never pairs; the server says why.
+    let mut plain = sockets_child(&c, Some(2), None, "client on c without the library");
+    let plain_addr = plain.ok(&format!("connect 1 {}", server_addr(0))).trim_start_matches("local=").to_string();
+    assert_eq!(plain.ok("exchange 1 65536"), "bytes=65536");
+    wait_for(&c, "a's half of c's connection registered", || half_to(&c, 0, &plain_addr).is_some());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(half_to(&c, 0, &plain_addr).unwrap().state, "waiting");
+    assert!(daemon_sockets(&c, 2).halves.is_empty(), "c registered nothing");
+    plain.ok("close 1");
+    wait_for(&c, "the never-paired half withdrawn", || half_to(&c, 0, &plain_addr).is_none());
+    wait_for(&c, "counted as never paired", || reason_count(&c, 0, server.pid(), Reason::RemotePeerNeverPaired) == 1);
+    let said = server.output_snapshot();
+    assert!(said.contains("the peer on host c never paired"), "{said}");
+
+    // A machine outside the cluster: no candidate, the daemon asked once.
+    let asked = |c: &Cluster| count(&daemon_sockets(c, 0).requests, "host-of");
+    assert_eq!(asked(&c), 0, "lanes.toml placed b and c without asking");
+    let mut outsider = sockets_child(&c, None, None, "outsider");
+    for id in [1, 2] {
+        outsider.ok(&format!("connect {id} {}", server_addr(0)));
+        assert_eq!(outsider.ok(&format!("exchange {id} 65536")), "bytes=65536");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let seen = daemon_sockets(&c, 0);
+    assert_eq!(count(&seen.requests, "host-of"), 1, "asked once, the answer kept: {seen:?}");
+    assert!(seen.halves.iter().all(|h| !h.remote.to_string().starts_with(Netns::OUTSIDER)), "{seen:?}");
+    assert!(list_connections(&c.fabric(0)).iter().all(|r| !r.remote.to_string().starts_with(Netns::OUTSIDER)));
+    outsider.exit();
+
+    // Closing withdraws both halves; no record is left.
+    client.ok("close 1");
+    wait_for(&c, "both halves withdrawn", || {
+        daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+    });
+    wait_for(&c, "no record left", || {
+        list_connections(&c.fabric(0)).is_empty() && list_connections(&c.fabric(1)).is_empty()
+    });
+    assert!(daemon_sockets(&c, 0).refused.is_empty() && daemon_sockets(&c, 1).refused.is_empty());
+    client.exit();
+    server.exit();
+}
+
+/// Over IPv6, to addresses lanes.toml does not list (the hosts claimed them at hello): each
+/// library asks its daemon which host the peer is on, and the connection pairs.
+#[test]
+fn ipv6_connections_to_addresses_claimed_at_hello_pair() {
+    let Some(c) = Cluster::netns_with_ipv6("xh-ipv6") else { return };
+    let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
+    server.ok(&format!("listen {PORT} echo"));
+    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+    let server6 = format!("[{}]:{PORT}", Netns::address6(0));
+    let local = client.ok(&format!("connect 1 {server6}")).trim_start_matches("local=").to_string();
+    assert!(local.starts_with(&format!("[{}]", Netns::address6(1))), "{local}");
+    assert_eq!(client.ok("exchange 1 1048576"), "bytes=1048576");
+    let generation = wait_paired(&c, (1, &local), (0, &server6));
+    assert_eq!(generation, 1);
+    for k in [0, 1] {
+        assert_eq!(count(&daemon_sockets(&c, k).requests, "host-of"), 1, "host {k} asked once");
+    }
+    // An IPv4 client of the same dual-stack server pairs too (its side keyed as IPv4).
+    let v4 = client.ok(&format!("connect 2 {}", server_addr(0))).trim_start_matches("local=").to_string();
+    wait_paired(&c, (1, &v4), (0, &server_addr(0)));
+    client.ok("close 1");
+    client.ok("close 2");
+    wait_for(&c, "halves withdrawn", || {
+        daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+    });
+}
+
+/// A command on host `k` under `lanes run` (the library preloaded as a user gets it), with
+/// host `k`'s environment and `LANES_SOCKETS_REMOTE=on`.
+fn lanes_run(c: &Cluster, k: usize, program: &str, args: &[&str]) -> std::process::Command {
+    let prefix = c.prefix(k);
+    let mut cmd = std::process::Command::new(&prefix[0]);
+    cmd.args(&prefix[1..]).arg(support::lanes_command()).args(["run", "--", program]).args(args);
+    for v in support::SCRUBBED.iter().chain(lanes_testkit::LANES_ENV) {
+        cmd.env_remove(v);
+    }
+    cmd.envs(c.env(k)).env("LANES_SOCKETS_REMOTE", "on");
+    cmd
+}
+
+/// Real programs as a user runs them: redis-server on a and redis-benchmark and redis-cli on
+/// b, each under `lanes run`: the benchmark's connections pair while it runs, a 1 MiB value
+/// set and read back across the hosts comes back byte for byte, and every half is
+/// withdrawn when the programs are done.
+#[test]
+fn redis_across_hosts_under_lanes_run() {
+    use lanes_testkit::program::{on_path, Program};
+    if !(on_path("redis-server") && on_path("redis-benchmark") && on_path("redis-cli")) {
+        assert!(std::env::var_os("CI").is_none(), "redis is missing (scripts/test.sh installs it)");
+        eprintln!("skipping redis_across_hosts_under_lanes_run: redis is not installed");
+        return;
+    }
+    let Some(c) = Cluster::netns("xh-redis") else { return };
+    let data = lanes_testkit::TestDir::new("xh-redis-data");
+    let port = "16379";
+    let mut server = Program::spawn(
+        {
+            let mut cmd = lanes_run(&c, 0, "redis-server", &["--port", port, "--bind", "0.0.0.0", "--save", ""]);
+            cmd.args(["--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--logfile", ""]);
+            cmd.arg("--dir").arg(data.root());
+            cmd
+        },
+        "redis-server on a",
+    );
+    let ready = server.stdout_line(Duration::from_secs(10), |l| l.contains("Ready to accept connections"));
+    assert!(ready.is_some(), "redis-server never ready: {}", server.stdout_so_far());
+    let host = Netns::address(0);
+    let bench = Program::spawn(
+        lanes_run(&c, 1, "redis-benchmark", &["-h", &host, "-p", port, "-c", "2", "-n", "20000", "-t", "ping", "-q"]),
+        "redis-benchmark on b",
+    );
+    wait_for(&c, "the benchmark's connections paired on both hosts", || {
+        let paired = |k: usize| daemon_sockets(&c, k).halves.iter().filter(|h| h.state == "paired").count();
+        paired(0) >= 2 && paired(1) >= 2
+    });
+    let b = bench.wait(Duration::from_secs(120));
+    assert!(b.ok() && b.stdout.contains("requests per second"), "{}", b.describe("redis-benchmark"));
+
+    let value: Vec<u8> = (0..1u64 << 20).map(|i| pattern(9, i)).collect();
+    let file = data.root().join("value.bin");
+    std::fs::write(&file, &value).unwrap();
+    let set = Program::spawn_with_stdin(
+        lanes_run(&c, 1, "redis-cli", &["-h", &host, "-p", port, "-x", "SET", "big"]),
+        "redis-cli SET",
+        std::process::Stdio::from(std::fs::File::open(&file).unwrap()),
+    )
+    .wait(Duration::from_secs(30));
+    assert!(set.ok() && set.stdout.trim() == "OK", "{}", set.describe("redis-cli -x SET"));
+    let get = Program::spawn(lanes_run(&c, 1, "redis-cli", &["-h", &host, "-p", port, "--raw", "GET", "big"]), "GET")
+        .wait(Duration::from_secs(30));
+    assert!(get.ok(), "{}", get.describe("redis-cli GET"));
+    let mut want = value;
+    want.push(b'\n');
+    assert!(get.stdout_bytes == want, "GET gave {} bytes, not the 1 MiB value", get.stdout_bytes.len());
+    wait_for(&c, "every half withdrawn", || {
+        daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+    });
+    let s = server.stop(libc::SIGTERM, Duration::from_secs(10));
+    assert!(s.ok(), "{}", s.describe("redis-server"));
+    for k in [0, 1] {
+        let refused = daemon_sockets(&c, k).refused;
+        assert!(refused.is_empty(), "host {k}: {refused:?}\n{}", c.logs());
+    }
+}
+
+/// `remote = "off"`, and `auto` on the tcp provider: no registration, no question to the
+/// daemon, no record; each end counts and says why its connection stays kernel TCP.
+#[test]
+fn with_remote_acceleration_off_nothing_is_asked_or_registered() {
+    let Some(c) = Cluster::netns("xh-off") else { return };
+    let mut server = sockets_child(&c, Some(0), Some("off"), "server on a, remote off");
+    server.ok(&format!("listen {PORT} echo"));
+    let mut off = sockets_child(&c, Some(1), Some("off"), "client on b, remote off");
+    let mut auto = sockets_child(&c, Some(2), Some(""), "client on c, remote auto");
+    for p in [&mut off, &mut auto] {
+        p.ok(&format!("connect 1 {}", server_addr(0)));
+        assert_eq!(p.ok("exchange 1 1048576"), "bytes=1048576");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for k in 0..3 {
+        let s = daemon_sockets(&c, k);
+        assert!(s.requests.is_empty() && s.halves.is_empty(), "host {k}: {s:?}");
+        assert!(list_connections(&c.fabric(k)).is_empty(), "host {k} has records");
+    }
+    assert_eq!(reason_count(&c, 1, off.pid(), Reason::RemoteOff), 1);
+    assert_eq!(reason_count(&c, 2, auto.pid(), Reason::RemoteOff), 1);
+    assert!(
+        off.output_snapshot().contains("remote acceleration is off ([sockets] remote"),
+        "{}",
+        off.output_snapshot()
+    );
+    let said = auto.output_snapshot();
+    assert!(said.contains("remote acceleration is off for provider \"tcp;ofi_rxm\""), "{said}");
+    wait_for(&c, "the server counted both", || reason_count(&c, 0, server.pid(), Reason::RemoteOff) == 2);
+}
+
+/// Registrations a process makes for sockets that are not its own, or for a tuple its
+/// socket does not have, or in another process's name, are refused and counted; the real
+/// halves stay paired.
+#[test]
+fn forged_registrations_are_refused_and_counted() {
+    let Some(c) = Cluster::netns("xh-forged") else { return };
+    let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
+    server.ok(&format!("listen {PORT} echo"));
+    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+    let client_addr = client.ok(&format!("connect 1 {}", server_addr(0))).trim_start_matches("local=").to_string();
+    let generation = wait_paired(&c, (1, &client_addr), (0, &server_addr(0)));
+    // The server's socket, as its record says.
+    let victim = list_connections(&c.fabric(0)).into_iter().find(|r| r.remote.to_string() == client_addr).unwrap();
+    let (sl, sr) = (victim.local, victim.remote);
+    // Its record's name carries a's network namespace, which this process is not in.
+    let cookie = std::fs::read_dir(lanes::sockets::endpoint::sockets_dir(&c.fabric(0)))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| lanes::sockets::ConnectionKey::parse(e.file_name().to_str()?))
+        .find(|k| k.local == sl && k.remote == sr)
+        .and_then(|k| lanes::sockets::Endpoint::open(&c.fabric(0), &k).ok())
+        .map(|ep| ep.cookie())
+        .expect("the server's record");
+
+    // The forger: a process on a without the library, with a socket of its own.
+    let mut forger = sockets_child(&c, Some(0), None, "forger on a");
+    let me: u64 = forger.ok("identity").trim_start_matches("identity=").parse().unwrap();
+    forger.ok(&format!("connect 1 {}", server_addr(0)));
+    let own = forger.ok("own 1");
+    let own_cookie = lanes_testkit::process::field(&own, "cookie");
+    let server_identity = ProcessIdentity::of_pid(server.pid()).unwrap().bits();
+    let cases = [
+        (format!("register {sl} {sr} {cookie} {me}"), "registration: a socket the caller does not hold"),
+        (format!("register {sl} {sr} {own_cookie} {me}"), "registration: no socket with this tuple and cookie"),
+        (format!("register {sl} {sr} {cookie} {server_identity}"), "registration: a half of another process"),
+    ];
+    for (cmd, why) in &cases {
+        let answer = forger.ok(cmd);
+        assert!(answer.starts_with("refused"), "{cmd}: {answer}");
+        assert_eq!(count(&daemon_sockets(&c, 0).refused, why), 1, "{cmd}: {answer}");
+    }
+    let s = daemon_sockets(&c, 0);
+    let h = s.halves.iter().find(|h| h.remote.to_string() == client_addr).unwrap();
+    assert_eq!((h.state.as_str(), h.generation, h.pid), ("paired", generation, server.pid()), "{s:?}");
+    assert_eq!(s.refused.iter().map(|(_, n)| n).sum::<u64>(), 3, "{s:?}");
+    let status = lanes_status(&c, 0);
+    assert!(
+        status.contains("refused by this host's daemon") && status.contains("a half of another process"),
+        "{status}"
+    );
+    assert_eq!(client.ok("exchange 1 262144"), "bytes=262144");
+}
+
+/// A peer host's daemon killed and restarted: the new daemon takes its halves over from
+/// the records, the pair keeps its generation; a connection opened while it was away pairs
+/// when it is back. A killed peer process: its daemon withdraws its halves (the sweep), and
+/// the other host's half is left with its peer gone.
+#[test]
+fn a_restarted_daemon_keeps_its_pairs_and_a_killed_peer_is_withdrawn() {
+    let Some(mut c) = Cluster::netns("xh-restart") else { return };
+    let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
+    server.ok(&format!("listen {PORT} hold"));
+    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+    let first = client.ok(&format!("connect 1 {}", server_addr(0))).trim_start_matches("local=").to_string();
+    let generation = wait_paired(&c, (1, &first), (0, &server_addr(0)));
+
+    // b's daemon dies and comes back: same pair, same generation.
+    c.daemon(1).kill9();
+    c.start_daemon(1);
+    let again = wait_paired(&c, (1, &first), (0, &server_addr(0)));
+    assert_eq!(again, generation, "the restart renumbered the pair\n{}", c.logs());
+    assert_eq!(client.ok("exchange 1 1048576"), "bytes=1048576");
+
+    // A connection opened while b has no daemon: b's half waits in its record.
+    c.daemon(1).kill9();
+    let second = client.ok(&format!("connect 2 {}", server_addr(0))).trim_start_matches("local=").to_string();
+    assert_eq!(client.ok("exchange 2 65536"), "bytes=65536");
+    let rec = record_to(&c, 1, &server_addr(0));
+    assert!(rec.is_some(), "b's records: {:?}", list_connections(&c.fabric(1)));
+    let unregistered = list_connections(&c.fabric(1))
+        .into_iter()
+        .filter(|r| r.local.to_string() == second)
+        .filter_map(|r| r.cross_host)
+        .next()
+        .expect("the second connection's record");
+    assert_eq!(unregistered.state, PairingState::Unregistered);
+    assert_eq!(reason_count(&c, 1, client.pid(), Reason::NoDaemon), 1);
+    c.start_daemon(1);
+    let g2 = wait_paired(&c, (1, &second), (0, &server_addr(0)));
+    assert!(g2 >= 1);
+
+    // The client is killed: b's daemon finds its sockets gone and withdraws the halves;
+    // a's (held by the server) are left with their peer gone.
+    client.kill9();
+    wait_for(&c, "b's halves withdrawn", || daemon_sockets(&c, 1).halves.is_empty());
+    wait_for(&c, "a's halves: peer gone", || {
+        let s = daemon_sockets(&c, 0);
+        s.halves.len() == 2 && s.halves.iter().all(|h| h.state == "peer-gone")
+    });
+    let rec = record_to(&c, 0, &first).expect("a's record");
+    assert_eq!(rec.state, PairingState::PeerGone);
+    server.exit();
+    wait_for(&c, "a's halves withdrawn with the server", || daemon_sockets(&c, 0).halves.is_empty());
+}
