@@ -295,6 +295,105 @@ fn a_large_transfer_arrives_whole_with_and_without_offloads() {
     }
 }
 
+/// OpenSSH over lanes0: sshd (its own host key, one authorized key, privilege separation
+/// as installed) in node 8's namespace; from node 4's, logins over IPv4 and IPv6 and an scp
+/// (its SFTP protocol, sshd's internal-sftp) of 32 MiB whose sha256 must match.
+#[test]
+fn ssh_and_scp_over_lanes0() {
+    if skip("ssh_and_scp", &["ssh", "scp", "ssh-keygen", "sha256sum"]) {
+        return;
+    }
+    let Some(sshd) = ["/usr/sbin/sshd", "/sbin/sshd"].iter().map(std::path::PathBuf::from).find(|p| p.is_file()) else {
+        assert!(std::env::var_os("CI").is_none(), "sshd is missing (scripts/test.sh installs openssh-server)");
+        eprintln!("skipping ssh_and_scp: sshd is not installed");
+        return;
+    };
+    let mut c = Cluster::new("ip-ssh");
+    c.up(0, &[]);
+    c.up(1, &[]);
+    c.wait_carrier(0, true, Duration::from_secs(10));
+    c.wait_carrier(1, true, Duration::from_secs(10));
+    let keys = TestDir::new("ip-ssh-keys");
+    for key in ["host", "client"] {
+        let mut kg = Command::new("ssh-keygen");
+        kg.args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(keys.path(key));
+        expect_ok(&run_bounded(kg, "ssh-keygen", Duration::from_secs(30)), "ssh-keygen");
+    }
+    // Privilege separation's empty directory (the Debian package makes it at boot).
+    let _ = std::fs::create_dir_all("/run/sshd");
+    let port = lanes_testkit::free_port().to_string();
+    let config = keys.path("sshd_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Port {port}\nListenAddress {}\nListenAddress {}\nHostKey {d}/host\nAuthorizedKeysFile {d}/client.pub\n\
+             PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             UsePAM no\nStrictModes no\nPidFile {d}/sshd.pid\nSubsystem sftp internal-sftp\n",
+            v4(1),
+            v6(1),
+            d = keys.root().display()
+        ),
+    )
+    .expect("sshd_config");
+    let log = keys.path("sshd.log");
+    let mut server = c.in_ns(1, sshd.to_str().expect("utf-8"), &["-D", "-f"]);
+    server.arg(&config).arg("-E").arg(&log);
+    let server = Program::spawn(server, "sshd");
+    let key = keys.path("client");
+    let key = key.to_str().expect("utf-8");
+    let opts = [
+        "-F",
+        "/dev/null",
+        "-i",
+        key,
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "ConnectTimeout=10",
+    ];
+    let ssh = |to: &str| {
+        let mut a = opts.to_vec();
+        a.extend(["-p", &port, to, "echo logged-in-$((6*7))"]);
+        c.run(0, "ssh", &a, Duration::from_secs(30))
+    };
+    // sshd may take a moment to listen.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        let f = ssh(&format!("root@{}", v4(1)));
+        if f.ok() || Instant::now() > deadline {
+            break f;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    expect_ok(&first, "ssh over IPv4");
+    assert!(first.stdout.starts_with("logged-in-42"), "{}", first.stdout);
+    let f = ssh(&format!("root@{}", v6(1)));
+    expect_ok(&f, "ssh over IPv6");
+    assert!(f.stdout.starts_with("logged-in-42"), "{}", f.stdout);
+    let payload = pattern_file(&c.dir, 32);
+    let want = sha256_of(&payload);
+    let out = c.dir.path("scp-received");
+    let mut a = opts.to_vec();
+    let from = payload.to_str().expect("utf-8").to_string();
+    let to = format!("root@[{}]:{}", v6(1), out.display());
+    a.extend(["-P", &port, &from, &to]);
+    let t = Instant::now();
+    expect_ok(&c.run(0, "scp", &a, Duration::from_secs(60)), "scp of 32 MiB");
+    eprintln!("scp of 32 MiB over lanes0 took {:?}", t.elapsed());
+    assert_eq!(sha256_of(&out), want, "the file scp wrote differs");
+    let s = server.stop(libc::SIGTERM, Duration::from_secs(10));
+    assert!(s.status.is_some(), "{}", s.describe("sshd"));
+    c.down();
+}
+
 #[test]
 fn a_killed_peer_is_a_link_down_and_its_restart_resumes_the_transfer() {
     if skip("killed_peer", &["socat", "sha256sum", "ping"]) {
