@@ -155,6 +155,13 @@ fn print_ip(out: &mut String, ifaces: &[lanes_ip::status::IfaceStatus]) {
             c.drop_rejected,
             c.bad_ring
         );
+        out_line!(
+            out,
+            "              receive wake-ups {}  answers caught by a sender {}  sent on delivery {}",
+            c.wakeups,
+            c.caught,
+            c.answered
+        );
     }
 }
 

@@ -538,12 +538,9 @@ impl Across {
     fn new(name: &str) -> Option<Across> {
         let hosts = lanes_testkit::cluster::Cluster::netns(name)?;
         let mut a = Across { hosts, ups: [None, None] };
-        for k in 0..2 {
+        for (k, (host, node)) in ["a", "b"].into_iter().zip(ACROSS).enumerate() {
             let c = a.lanes(k, &["ip", "up"]);
-            a.ups[k] = Some(Program::spawn(
-                c,
-                &format!("lanes ip up (host {}, node {})", "ab".as_bytes()[k] as char, ACROSS[k]),
-            ));
+            a.ups[k] = Some(Program::spawn(c, &format!("lanes ip up (host {host}, node {node})")));
         }
         for k in 0..2 {
             a.wait_carrier(k, true, Duration::from_secs(15));

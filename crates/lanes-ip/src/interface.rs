@@ -25,10 +25,23 @@ use crate::tun::Tun;
 
 /// How long a sender waits for room in a full ring before it drops the packet.
 const FULL_WAIT: Duration = Duration::from_millis(1);
-/// How long a receive thread spins without packets before it sleeps.
-const RX_SPIN: Duration = Duration::from_micros(50);
+/// The longest a receive thread spins for more packets before it sleeps; its budget adapts
+/// between this and [`RX_SPIN_MIN`] (see `rx_loop`).
+const RX_SPIN_MAX: Duration = Duration::from_micros(100);
+const RX_SPIN_MIN: Duration = Duration::from_micros(5);
+/// The receive threads' first budget.
+const RX_SPIN_START: Duration = Duration::from_micros(50);
+/// The longest a transmit thread spins for the answer to what it sent (see `catch_replies`).
+const REPLY_SPIN_MAX: Duration = Duration::from_micros(300);
+/// A gap this long between two looks of a spin: the spinner was descheduled, so its CPU is
+/// wanted elsewhere; the spin stops.
+const PREEMPTED_GAP: Duration = Duration::from_micros(50);
+/// Packets a thread reads from a TUN queue in one go before it looks elsewhere.
+const TX_BATCH: usize = 64;
 /// The longest sleep of a receive thread (a wake-up lost across hosts costs this).
 const RX_SLEEP: Duration = Duration::from_millis(100);
+/// The longest a transmit thread waits for its TUN queue before it looks at `stop`.
+const TX_SLEEP: Duration = Duration::from_millis(100);
 /// The control loop's period.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -53,7 +66,10 @@ counters!(
     drop_no_route,
     drop_too_big,
     drop_rejected,
-    bad_ring
+    bad_ring,
+    wakeups,
+    caught,
+    answered
 );
 
 fn bump(c: &AtomicU64, by: u64) {
@@ -98,15 +114,46 @@ impl Peer {
 
 type Table = Arc<Vec<Arc<Peer>>>;
 
+/// What the thread reading TUN queue `j` holds (under `Shared::tx[j]`): its buffer and its
+/// copy of the peer table. Whoever holds it reads the queue, so one flow's packets leave in
+/// the order the kernel queued them.
+struct TxState {
+    buf: Vec<u8>,
+    generation: u64,
+    table: Table,
+    said: bool,
+}
+
+/// What draining receive queue `q` takes (under `Shared::rx[q]`): its buffer and the
+/// consumers of ring `q` of every peer.
+struct RxState {
+    buf: Vec<u8>,
+    generation: u64,
+    table: Table,
+    list: Vec<RxPeer>,
+}
+
 struct Shared {
     cfg: IpConfig,
     node: u32,
     tun: Tun,
+    fabric: Fabric,
     interrupts: Vec<LocalInterrupt>,
     table: RwLock<Table>,
     generation: AtomicU64,
     counters: AtomicCounters,
     stop: AtomicBool,
+    /// Per queue: reading the TUN queue (the queue's transmit thread, or a receive thread
+    /// sending what the kernel answered to the packets it wrote).
+    tx: Vec<Mutex<TxState>>,
+    /// Per queue: draining its rings (the queue's receive thread, or a transmit thread
+    /// waiting for an answer).
+    rx: Vec<Mutex<RxState>>,
+    /// When a packet was last sent, in nanoseconds since `epoch`.
+    last_send_ns: AtomicU64,
+    /// How long a transmit thread spins for an answer, in nanoseconds (adapts).
+    reply_budget_ns: AtomicU64,
+    epoch: Instant,
 }
 
 impl Shared {
@@ -124,6 +171,32 @@ impl Shared {
     fn publish(&self, t: Vec<Arc<Peer>>) {
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(t);
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A packet arrived `after` its queue's last send: a spin that long would have caught
+    /// it, so the reply budget grows to cover it (with half again to spare), up to
+    /// [`REPLY_SPIN_MAX`].
+    fn learn_reply(&self, after: Duration) {
+        if after < REPLY_SPIN_MAX {
+            let want = u64::try_from((after * 3 / 2).min(REPLY_SPIN_MAX).as_nanos()).unwrap_or(0);
+            self.reply_budget_ns.fetch_max(want, Ordering::Relaxed);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn try_lock<T>(m: &Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
     }
 }
 
@@ -158,7 +231,10 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
     let mut interrupts = Vec::new();
     for q in 0..cfg.queues {
         let no = ring::INTERRUPT_BASE + q as u32;
-        interrupts.push(f.create_interrupt(Some(no)).map_err(|e| format!("receive interrupt {no:#x}: {e}"))?);
+        let int = f.create_interrupt(Some(no)).map_err(|e| format!("receive interrupt {no:#x}: {e}"))?;
+        // The receive thread spins itself (driving the fabric's progress) before it waits.
+        int.set_poll_time(Duration::ZERO);
+        interrupts.push(int);
     }
     let hello = f.create_segment(ring::HELLO_ID, ring::HELLO_BYTES).map_err(|e| format!("hello segment: {e}"))?;
     let hello_map = hello.map(0, ring::HELLO_BYTES, MapAccess::ReadWrite).map_err(|e| e.to_string())?;
@@ -174,15 +250,32 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
         cfg.queues,
         offloads.describe()
     ));
+    let empty: Table = Arc::new(Vec::new());
+    let tx = (0..cfg.queues)
+        .map(|_| {
+            Mutex::new(TxState { buf: vec![0u8; 2 * MAX_RECORD], generation: 0, table: empty.clone(), said: false })
+        })
+        .collect();
+    let rx = (0..cfg.queues)
+        .map(|_| {
+            Mutex::new(RxState { buf: vec![0u8; MAX_RECORD], generation: 0, table: empty.clone(), list: Vec::new() })
+        })
+        .collect();
     let sh = Arc::new(Shared {
         cfg,
         node,
         tun,
+        fabric: f.clone(),
         interrupts,
-        table: RwLock::new(Arc::new(Vec::new())),
+        table: RwLock::new(empty),
         generation: AtomicU64::new(1),
         counters: AtomicCounters::default(),
         stop: AtomicBool::new(false),
+        tx,
+        rx,
+        last_send_ns: AtomicU64::new(0),
+        reply_budget_ns: AtomicU64::new(u64::try_from((REPLY_SPIN_MAX / 4).as_nanos()).unwrap_or(0)),
+        epoch: Instant::now(),
     });
     for q in 0..sh.cfg.queues {
         let (a, b) = (sh.clone(), sh.clone());
@@ -429,33 +522,55 @@ fn connect_pair(sh: &Shared, f: &Fabric, n: u32) -> Result<Half, String> {
     Ok(Half { remote, tx, returns, wake })
 }
 
+/// Transmit thread `j`: waits for TUN queue `j`, sends what it holds, then spins a while
+/// for the answer (`catch_replies`).
 fn tx_loop(sh: &Shared, j: usize) {
-    let mut buf = vec![0u8; 2 * MAX_RECORD];
-    let mut generation = 0;
-    let mut table: Table = Arc::new(Vec::new());
     let mut said = false;
-    let (v4, v6) = (sh.cfg.ipv4, sh.cfg.ipv6);
-    loop {
-        let n = match sh.tun.read(j, &mut buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+    while !sh.stop.load(Ordering::Acquire) {
+        match sh.tun.wait_readable(j, TX_SLEEP) {
+            Ok(true) => {}
+            Ok(false) => continue,
             Err(e) => {
-                if sh.stop.load(Ordering::Acquire) {
-                    return;
-                }
-                if !said {
-                    log(format!("reading queue {j}: {e}"));
+                if !said && !sh.stop.load(Ordering::Acquire) {
+                    log(format!("waiting for queue {j}: {e}"));
                     said = true;
                 }
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
-        };
-        if sh.stop.load(Ordering::Acquire) {
-            return;
         }
-        sh.refresh(&mut generation, &mut table);
-        let c = &sh.counters;
+        let (sent, failed) = read_tun(sh, j, &mut lock(&sh.tx[j]));
+        if failed {
+            std::thread::sleep(Duration::from_millis(10));
+        } else if sent > 0 {
+            catch_replies(sh, j);
+        }
+    }
+}
+
+/// Reads up to [`TX_BATCH`] packets from TUN queue `j` (it does not block) and sends each
+/// to its node. Returns how many it read, and whether the read failed (not for want of
+/// packets).
+fn read_tun(sh: &Shared, j: usize, st: &mut TxState) -> (usize, bool) {
+    let TxState { buf, generation, table, said } = st;
+    let (v4, v6) = (sh.cfg.ipv4, sh.cfg.ipv6);
+    let c = &sh.counters;
+    let mut read = 0;
+    while read < TX_BATCH {
+        let n = match sh.tun.read(j, buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                if !*said && !sh.stop.load(Ordering::Acquire) {
+                    log(format!("reading queue {j}: {e}"));
+                    *said = true;
+                }
+                return (read, true);
+            }
+        };
+        read += 1;
+        sh.refresh(generation, table);
         if n > MAX_RECORD {
             bump(&c.drop_too_big, 1);
             continue;
@@ -479,6 +594,72 @@ fn tx_loop(sh: &Shared, j: usize) {
             Dest::NoRoute | Dest::Malformed => bump(&c.drop_no_route, 1),
         }
     }
+    if read > 0 {
+        sh.last_send_ns.store(sh.now_ns(), Ordering::Relaxed);
+    }
+    (read, false)
+}
+
+/// After transmit thread `j` sent something: spins for up to the reply budget, draining
+/// every receive queue it can take (and its own TUN queue), so that an answer (a ping's
+/// reply, a request's response, an ACK) is written to the TUN device by this thread, awake
+/// already, rather than by a receive thread woken for it. A spin that caught a packet
+/// keeps or grows the budget, one that caught nothing shrinks it by a quarter (so sends
+/// that nobody answers soon stop costing spins); a receive thread that
+/// gets a packet soon after a send grows it ([`Shared::learn_reply`]). A spin whose thread
+/// was descheduled (its CPU is wanted) stops at once.
+fn catch_replies(sh: &Shared, j: usize) {
+    let budget = Duration::from_nanos(sh.reply_budget_ns.load(Ordering::Relaxed));
+    if budget < Duration::from_micros(2) {
+        return;
+    }
+    let driver = sh.fabric.progress_driver();
+    let mut start = Instant::now();
+    let mut last = start;
+    loop {
+        driver.poll();
+        let mut got = 0;
+        for q in 0..sh.cfg.queues {
+            if let Some(mut st) = try_lock(&sh.rx[q]) {
+                let n = drain_rx(sh, q, &mut st);
+                drop(st);
+                if n > 0 {
+                    got += n;
+                    bump(&sh.counters.caught, n as u64);
+                    after_delivery(sh, q);
+                }
+            }
+        }
+        let now = Instant::now();
+        if got > 0 {
+            let want = u64::try_from(((now - start) * 3 / 2).min(REPLY_SPIN_MAX).as_nanos()).unwrap_or(0);
+            sh.reply_budget_ns.fetch_max(want, Ordering::Relaxed);
+            return;
+        }
+        // More to send meanwhile: keep going from now.
+        if let Some(mut st) = try_lock(&sh.tx[j]) {
+            if read_tun(sh, j, &mut st).0 > 0 {
+                start = now;
+            }
+        }
+        if now - last > PREEMPTED_GAP {
+            return;
+        }
+        last = now;
+        if now - start >= budget {
+            let _ = sh.reply_budget_ns.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b - b / 4));
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// After packets were written to TUN queue `q`: what the kernel answered at once (a ping's
+/// reply, an ACK, a response made in the same system call) waits in that queue (the TUN
+/// device steers a flow's packets to the queue its packets came in on), so send it from
+/// here unless another thread is reading the queue.
+fn after_delivery(sh: &Shared, q: usize) -> usize {
+    try_lock(&sh.tx[q]).map_or(0, |mut st| read_tun(sh, q, &mut st).0)
 }
 
 /// Sends one record to `p` on ring `j mod rings`, waiting up to [`FULL_WAIT`] for room.
@@ -542,81 +723,131 @@ struct RxPeer {
     published: u64,
 }
 
-fn rx_loop(sh: &Shared, q: usize) {
-    let mut buf = vec![0u8; MAX_RECORD];
-    let mut generation = 0;
-    let mut table: Table = Arc::new(Vec::new());
-    let mut list: Vec<RxPeer> = Vec::new();
-    let mut idle_since = Instant::now();
+/// Copies what every peer's ring `q` holds (up to 64 records each) to TUN queue `q` and
+/// publishes the new tails; returns how many records it took.
+fn drain_rx(sh: &Shared, q: usize, st: &mut RxState) -> usize {
+    let RxState { buf, generation, table, list } = st;
     let c = &sh.counters;
-    let layout = Layout { rings: sh.cfg.queues, ring_bytes: sh.cfg.ring_bytes };
+    if sh.refresh(generation, table) {
+        let layout = Layout { rings: sh.cfg.queues, ring_bytes: sh.cfg.ring_bytes };
+        let mut old = std::mem::take(list);
+        for p in table.iter() {
+            match old.iter().position(|rp| Arc::ptr_eq(&rp.peer, p)) {
+                Some(i) => list.push(old.swap_remove(i)),
+                None => list.push(RxPeer { peer: p.clone(), cons: Consumer::new(layout, q), published: 0 }),
+            }
+        }
+    }
     let publish = |rp: &mut RxPeer| {
         if let Err(e) = rp.peer.returns[q].store_release_u64(Layout::TAIL, rp.cons.tail()) {
             rp.peer.fail(format!("publishing a tail: {e}"));
         }
         rp.published = rp.cons.tail();
     };
+    let mut got = 0;
+    for rp in list.iter_mut() {
+        if rp.peer.broken() {
+            continue;
+        }
+        for _ in 0..64 {
+            match rp.cons.pop(&rp.peer.local_map, buf) {
+                Ok(Some(n)) => {
+                    got += 1;
+                    if n <= VNET_HDR_LEN || sh.tun.write(q, &buf[..n]).is_err() {
+                        bump(&c.drop_rejected, 1);
+                    } else {
+                        bump(&c.rx_packets, 1);
+                        bump(&c.rx_bytes, (n - VNET_HDR_LEN) as u64);
+                        bump(&rp.peer.rx_packets, 1);
+                    }
+                    if rp.cons.tail() - rp.published >= sh.cfg.ring_bytes / 4 {
+                        publish(rp);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    rp.peer.fail(format!("its ring {q}: {e}"));
+                    break;
+                }
+            }
+        }
+        if rp.cons.tail() != rp.published {
+            publish(rp);
+        }
+    }
+    got
+}
+
+/// Receive thread `q`: drains ring `q` of every peer into TUN queue `q` (and sends what
+/// the kernel answered, `after_delivery`); when nothing comes, spins for a budget (driving
+/// the fabric's progress, so that across hosts the peers' writes land without the service
+/// thread), then announces that it sleeps and waits for its interrupt.
+///
+/// The budget adapts between [`RX_SPIN_MIN`] and [`RX_SPIN_MAX`], as an adaptive mutex's:
+/// a packet that came during the spin grows it to cover the wait (with half again to
+/// spare), a spin that ended in a sleep halves it, and a sleep that a packet ended sooner
+/// than the longest spin grows it to cover that sleep. So it spins while packets keep
+/// coming and hardly at all for sparse ones (a ping every few milliseconds).
+fn rx_loop(sh: &Shared, q: usize) {
+    let mut idle_since = Instant::now();
+    let mut budget = RX_SPIN_START;
+    let mut driver: Option<lanes::ProgressDriver> = None;
+    let mut last_look = Instant::now();
+    let grow = |budget: &mut Duration, waited: Duration| {
+        if waited < RX_SPIN_MAX {
+            *budget = (*budget).max(waited * 3 / 2).min(RX_SPIN_MAX);
+        }
+    };
     while !sh.stop.load(Ordering::Acquire) {
-        if sh.refresh(&mut generation, &mut table) {
-            let mut old = std::mem::take(&mut list);
-            for p in table.iter() {
-                match old.iter().position(|rp| Arc::ptr_eq(&rp.peer, p)) {
-                    Some(i) => list.push(old.swap_remove(i)),
-                    None => list.push(RxPeer { peer: p.clone(), cons: Consumer::new(layout, q), published: 0 }),
-                }
-            }
-        }
-        let mut got = false;
-        for rp in list.iter_mut() {
-            if rp.peer.broken() {
-                continue;
-            }
-            for _ in 0..64 {
-                match rp.cons.pop(&rp.peer.local_map, &mut buf) {
-                    Ok(Some(n)) => {
-                        got = true;
-                        if n <= VNET_HDR_LEN || sh.tun.write(q, &buf[..n]).is_err() {
-                            bump(&c.drop_rejected, 1);
-                        } else {
-                            bump(&c.rx_packets, 1);
-                            bump(&c.rx_bytes, (n - VNET_HDR_LEN) as u64);
-                            bump(&rp.peer.rx_packets, 1);
-                        }
-                        if rp.cons.tail() - rp.published >= sh.cfg.ring_bytes / 4 {
-                            publish(rp);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        rp.peer.fail(format!("its ring {q}: {e}"));
-                        break;
-                    }
-                }
-            }
-            if rp.cons.tail() != rp.published {
-                publish(rp);
-            }
-        }
-        if got {
-            idle_since = Instant::now();
+        let got = drain_rx(sh, q, &mut lock(&sh.rx[q]));
+        let now = Instant::now();
+        if got > 0 {
+            bump(&sh.counters.answered, after_delivery(sh, q) as u64);
+            grow(&mut budget, now - idle_since);
+            idle_since = now;
+            last_look = now;
             continue;
         }
-        if idle_since.elapsed() < RX_SPIN {
-            std::hint::spin_loop();
+        let gap = now - last_look;
+        last_look = now;
+        if now - idle_since < budget && gap < PREEMPTED_GAP {
+            driver.get_or_insert_with(|| sh.fabric.progress_driver()).poll();
+            std::thread::yield_now();
             continue;
         }
-        let live = |rp: &&RxPeer| !rp.peer.broken();
-        for rp in list.iter().filter(live) {
-            let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 1);
-            rp.peer.returns[q].flush();
+        budget = (budget / 2).max(RX_SPIN_MIN);
+        driver = None;
+        let slept = Instant::now();
+        {
+            let st = lock(&sh.rx[q]);
+            let live = |rp: &&RxPeer| !rp.peer.broken();
+            for rp in st.list.iter().filter(live) {
+                let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 1);
+                rp.peer.returns[q].flush();
+            }
+            fence(Ordering::SeqCst);
+            let pending = st.list.iter().filter(live).any(|rp| rp.cons.has_data(&rp.peer.local_map));
+            drop(st);
+            if !pending {
+                let _ = sh.interrupts[q].wait(Timeout::After(RX_SLEEP));
+            }
+            let st = lock(&sh.rx[q]);
+            for rp in st.list.iter().filter(live) {
+                let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 0);
+            }
         }
-        fence(Ordering::SeqCst);
-        if !list.iter().filter(live).any(|rp| rp.cons.has_data(&rp.peer.local_map)) {
-            let _ = sh.interrupts[q].wait(Timeout::After(RX_SLEEP));
+        let now = Instant::now();
+        grow(&mut budget, now - slept);
+        // A packet soon after this process's last send: the answer a transmit thread's
+        // spin could have caught.
+        let since_send = sh.now_ns().saturating_sub(sh.last_send_ns.load(Ordering::Relaxed));
+        let st = lock(&sh.rx[q]);
+        if st.list.iter().any(|rp| rp.cons.has_data(&rp.peer.local_map)) {
+            bump(&sh.counters.wakeups, 1);
+            sh.learn_reply(Duration::from_nanos(since_send));
         }
-        for rp in list.iter().filter(live) {
-            let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 0);
-        }
-        idle_since = Instant::now();
+        drop(st);
+        idle_since = now;
+        last_look = now;
     }
 }

@@ -295,8 +295,8 @@ impl Setup {
         )
         .map_err(|e| format!("{}: {e}", second.display()))?;
         for (fabric, config) in [("fabric0", None), ("fabric1", Some(&second))] {
-            for k in 0..2 {
-                let mut c = s.lanes(k, HOST_NODES[k], &["ip", "up", "--mtu", &a.mtu.to_string()]);
+            for (k, node) in HOST_NODES.into_iter().enumerate() {
+                let mut c = s.lanes(k, node, &["ip", "up", "--mtu", &a.mtu.to_string()]);
                 c.env("LANES_DIR", s.tmp.join(fabric));
                 if let Some(p) = config {
                     c.env("LANES_CONFIG", p);
