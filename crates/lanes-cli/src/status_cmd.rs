@@ -157,10 +157,12 @@ fn print_ip(out: &mut String, ifaces: &[lanes_ip::status::IfaceStatus]) {
         );
         out_line!(
             out,
-            "              receive wake-ups {}  answers caught by a sender {}  sent on delivery {}",
+            "              receive wake-ups {}  answers caught by a sender {}  sent on delivery {}  \
+             unreachable sent {}",
             c.wakeups,
             c.caught,
-            c.answered
+            c.answered,
+            c.unreachable
         );
     }
 }

@@ -142,7 +142,7 @@ fn expect_ok(f: &Finished, what: &str) {
 
 #[test]
 fn ping_both_ways_over_ipv4_and_ipv6_and_status_lists_the_interfaces() {
-    if skip("ping_both_ways", &["ping"]) {
+    if skip("ping_both_ways", &["ping", "socat"]) {
         return;
     }
     let mut c = Cluster::new("ip-ping");
@@ -156,9 +156,18 @@ fn ping_both_ways_over_ipv4_and_ipv6_and_status_lists_the_interfaces() {
         expect_ok(&c.ping(from, &v4(to)), &format!("ping {} from node {}", v4(to), node(from)));
         expect_ok(&c.ping(from, &v6(to)), &format!("ping {} from node {}", v6(to), node(from)));
     }
-    // Packets to a node without the interface are dropped, and the ping says so.
-    let f = c.run(0, "ping", &["-c", "1", "-W", "1", "10.253.0.40"], Duration::from_secs(5));
-    assert!(!f.ok(), "{}", f.describe("ping of a node that does not exist"));
+    // A packet to a node without the interface is answered with "destination unreachable"
+    // (IPv4 and IPv6), as a router would: ping says so, and a TCP connect fails at once
+    // with "No route to host" instead of waiting out its SYN retries.
+    for (to, says) in [("10.253.0.40", "Destination Host Unreachable"), ("fd6c:616e:6573::28", "Address unreachable")] {
+        let f = c.run(0, "ping", &["-c", "1", "-W", "2", to], Duration::from_secs(5));
+        assert!(!f.ok() && f.stdout.contains(says), "{}", f.describe("ping of a node that does not exist"));
+        assert!(f.stdout.contains(&format!("From {to}")), "{}", f.stdout);
+    }
+    let t = Instant::now();
+    let f = c.run(0, "socat", &["-u", "-", "TCP:10.253.0.40:9,connect-timeout=20"], Duration::from_secs(30));
+    assert!(!f.ok() && f.stderr.contains("No route to host"), "{}", f.describe("connect to a missing node"));
+    assert!(t.elapsed() < Duration::from_secs(5), "the connect took {:?}", t.elapsed());
     // Status files are rewritten every second.
     std::thread::sleep(Duration::from_millis(1200));
     let st = run_bounded(c.lanes(0, &["status"]), "lanes status", Duration::from_secs(10));

@@ -44,6 +44,8 @@ const RX_SLEEP: Duration = Duration::from_millis(100);
 const TX_SLEEP: Duration = Duration::from_millis(100);
 /// The control loop's period.
 const TICK: Duration = Duration::from_millis(100);
+/// At most one "destination unreachable" per this (1000 a second).
+const UNREACHABLE_EVERY: Duration = Duration::from_millis(1);
 
 macro_rules! counters {
     ($($f:ident),*) => {
@@ -69,7 +71,8 @@ counters!(
     bad_ring,
     wakeups,
     caught,
-    answered
+    answered,
+    unreachable
 );
 
 fn bump(c: &AtomicU64, by: u64) {
@@ -153,6 +156,8 @@ struct Shared {
     last_send_ns: AtomicU64,
     /// How long a transmit thread spins for an answer, in nanoseconds (adapts).
     reply_budget_ns: AtomicU64,
+    /// When the last "destination unreachable" was written, in nanoseconds since `epoch`.
+    last_unreachable_ns: AtomicU64,
     epoch: Instant,
 }
 
@@ -275,6 +280,7 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
         rx,
         last_send_ns: AtomicU64::new(0),
         reply_budget_ns: AtomicU64::new(u64::try_from((REPLY_SPIN_MAX / 4).as_nanos()).unwrap_or(0)),
+        last_unreachable_ns: AtomicU64::new(0),
         epoch: Instant::now(),
     });
     for q in 0..sh.cfg.queues {
@@ -583,7 +589,10 @@ fn read_tun(sh: &Shared, j: usize, st: &mut TxState) -> (usize, bool) {
         match route(&rec[VNET_HDR_LEN..], v4, v6) {
             Dest::Node(id) => match table.iter().find(|p| p.node == id) {
                 Some(p) => send(sh, p, j, rec),
-                None => bump(&c.drop_no_peer, 1),
+                None => {
+                    bump(&c.drop_no_peer, 1);
+                    answer_unreachable(sh, j, &rec[VNET_HDR_LEN..]);
+                }
             },
             Dest::All if table.is_empty() => bump(&c.drop_no_peer, 1),
             Dest::All => {
@@ -598,6 +607,26 @@ fn read_tun(sh: &Shared, j: usize, st: &mut TxState) -> (usize, bool) {
         sh.last_send_ns.store(sh.now_ns(), Ordering::Relaxed);
     }
     (read, false)
+}
+
+/// Writes an ICMP or ICMPv6 "destination unreachable" for `pkt` (to a node without the
+/// interface) into TUN queue `j`, at most one per [`UNREACHABLE_EVERY`] (a program sending
+/// fast to a missing node is told often enough, and costs no more than that).
+fn answer_unreachable(sh: &Shared, j: usize, pkt: &[u8]) {
+    let now = sh.now_ns();
+    let last = sh.last_unreachable_ns.load(Ordering::Relaxed);
+    let every = u64::try_from(UNREACHABLE_EVERY.as_nanos()).unwrap_or(u64::MAX);
+    if now.saturating_sub(last) < every
+        || sh.last_unreachable_ns.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+    {
+        return;
+    }
+    let Some(error) = crate::icmp::unreachable(pkt) else { return };
+    let mut rec = vec![0u8; VNET_HDR_LEN];
+    rec.extend_from_slice(&error);
+    if sh.tun.write(j, &rec).is_ok() {
+        bump(&sh.counters.unreachable, 1);
+    }
 }
 
 /// After transmit thread `j` sent something: spins for up to the reply budget, draining

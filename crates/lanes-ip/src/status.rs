@@ -31,6 +31,9 @@ pub struct Counters {
     pub caught: u64,
     /// Packets a receive thread sent right after it delivered (the kernel's answers).
     pub answered: u64,
+    /// ICMP/ICMPv6 "destination unreachable" written back for packets to a node of the
+    /// prefixes without the interface (of the `drop_no_peer` ones).
+    pub unreachable: u64,
 }
 
 /// One peer as the interface sees it.
