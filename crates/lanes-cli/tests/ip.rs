@@ -591,21 +591,26 @@ impl Across {
         });
     }
 
-    /// Stops both interfaces with SIGTERM; each must go down cleanly.
-    fn down(mut self) {
+    /// Stops both interfaces with SIGTERM; each must go down cleanly. Returns what each
+    /// printed.
+    fn down(mut self) -> Vec<String> {
+        let mut logs = Vec::new();
         for k in 0..2 {
             if let Some(p) = self.ups[k].take() {
                 let f = p.stop(libc::SIGTERM, Duration::from_secs(10));
                 assert!(f.ok() && f.stderr.contains("going down (SIGTERM)"), "{}", f.describe("lanes ip up"));
+                logs.push(f.stderr);
             }
         }
+        logs
     }
 }
 
 /// Ping (IPv4, IPv6, both ways), iperf3 TCP with its bytes counted, a checksummed
-/// transfer, and host b's link cut and restored during a paced transfer: the carrier goes
-/// off on both hosts and comes back, and the transfer completes with the right checksum
-/// (TCP retransmits across the outage) within a bound; nothing hangs.
+/// transfer, host b's daemon stalled (the pair pauses and resumes), and host b's link cut
+/// and restored during a paced transfer: the carrier goes off on both hosts and comes
+/// back, and the transfer completes with the right checksum (TCP retransmits across the
+/// outage) within a bound; nothing hangs.
 #[test]
 fn across_hosts_ping_iperf3_a_checksummed_transfer_and_a_cut_link() {
     if skip("across_hosts", &["ping", "iperf3", "socat", "sha256sum", "dd"]) {
@@ -668,6 +673,22 @@ fn across_hosts_ping_iperf3_a_checksummed_transfer_and_a_cut_link() {
     expect_ok(&rx.wait(Duration::from_secs(20)), "socat receiver");
     assert_eq!(sha256_of(&out), want, "the received file differs");
 
+    // Host b's daemon stalls (SIGSTOP) for 1.8 s: a sees b suspect, pauses the pair (carrier
+    // off) and, b being operational again with the data connection intact, resumes it.
+    let stalled = h.hosts.daemon_pid(1) as i32;
+    // SAFETY: kill(2) on the kit's daemon child of host b, which it has not reaped.
+    assert_eq!(unsafe { libc::kill(stalled, libc::SIGSTOP) }, 0);
+    let t = Instant::now();
+    h.wait_carrier(0, false, Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(1800).saturating_sub(t.elapsed()));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(stalled, libc::SIGCONT) }, 0);
+    h.wait_carrier(0, true, Duration::from_secs(10));
+    h.wait_carrier(1, true, Duration::from_secs(10));
+    ping(&h, 0, &v4_of(ACROSS[1]));
+    let a_log = h.ups[0].as_ref().map(|p| p.stderr_so_far()).unwrap_or_default();
+    assert!(a_log.contains("node 12 resumed (its host is operational again)"), "{a_log}");
+
     // The same file paced over about 2.5 s; host b's link is cut 0.6 s in, for as long as it
     // takes both interfaces to see it (carrier off), then restored.
     let paced = "for i in $(seq 0 47); do dd if=FILE bs=1M skip=$i count=1 status=none; sleep 0.05; done \
@@ -692,5 +713,14 @@ fn across_hosts_ping_iperf3_a_checksummed_transfer_and_a_cut_link() {
     assert_eq!(sha256_of(&out), want, "the file sent across the cut differs");
     ping(&h, 0, &v4_of(ACROSS[1]));
     eprintln!("across hosts: {:?} in all", started.elapsed());
-    h.down();
+    // Each side paused its pair while the other host was suspect; after the cut it resumed,
+    // or (a write was lost meanwhile, on either side, or the proof of delivery failed on
+    // the broken connection) was set up again.
+    let logs = h.down();
+    for log in &logs {
+        let all = logs.join("---\n");
+        assert!(log.contains("paused (its host is not operational)"), "{all}");
+        assert!(log.contains("resumed") || log.contains("left ("), "{all}");
+        eprintln!("{}", log.lines().filter(|l| l.contains("node ")).collect::<Vec<_>>().join("\n"));
+    }
 }

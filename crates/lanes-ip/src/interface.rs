@@ -97,6 +97,9 @@ struct Peer {
     /// Why the pair must be set up again (a bad word of the peer's, a failed map).
     broken: Mutex<Option<String>>,
     is_broken: AtomicBool,
+    /// The peer's host is suspect (not operational): nothing is sent to it or read from it
+    /// until it is operational again, when the pair resumes if none of its writes was lost.
+    paused: AtomicBool,
     tx_packets: AtomicU64,
     rx_packets: AtomicU64,
 }
@@ -112,6 +115,33 @@ impl Peer {
 
     fn broken(&self) -> bool {
         self.is_broken.load(Ordering::Acquire)
+    }
+
+    /// Whether packets may move to and from it (connected, neither broken nor paused).
+    fn usable(&self) -> bool {
+        !self.broken() && !self.paused.load(Ordering::Acquire)
+    }
+
+    /// Its state: the worse of its hello's and its ring segment's.
+    fn state(&self) -> RemoteState {
+        match (self.hello.state(), self.remote.state()) {
+            (lost @ RemoteState::Lost(_), _) | (_, lost @ RemoteState::Lost(_)) => lost,
+            (RemoteState::Operational, RemoteState::Operational) => RemoteState::Operational,
+            _ => RemoteState::NotOperational,
+        }
+    }
+
+    /// Whether every write of this side's maps of the peer's segment was delivered since
+    /// the last look (or since they were made): a pair may resume after a pause only then,
+    /// since a write dropped while the host was suspect would leave a ring with a gap.
+    fn writes_delivered(&self) -> Result<(), String> {
+        for (r, prod) in self.tx.iter().enumerate() {
+            lock(prod).flush_checked().map_err(|e| format!("ring {r}: {e}"))?;
+        }
+        for (q, m) in self.returns.iter().enumerate() {
+            m.flush_checked().map_err(|e| format!("return line {q}: {e}"))?;
+        }
+        Ok(())
     }
 }
 
@@ -321,21 +351,43 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
             Err(e) => return Err(format!("waiting for signals: {e}")),
         }
         tick += 1;
-        // Pairs whose peer went away (or wrote what no ring can hold) come down.
+        // Pairs whose peer went away (or wrote what no ring can hold) come down; those whose
+        // host is suspect pause, and resume when it is operational again.
         let table = sh.table.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let (keep, gone): (Vec<_>, Vec<_>) = table.iter().cloned().partition(|p| {
-            !p.broken() && p.hello.state() == RemoteState::Operational && p.remote.state() == RemoteState::Operational
-        });
+        let mut keep = Vec::new();
+        let mut gone = Vec::new();
+        for p in table.iter() {
+            let state = p.state();
+            let paused = p.paused.load(Ordering::Acquire);
+            if p.broken() || matches!(state, RemoteState::Lost(_)) {
+                let why = p.broken.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let bad = why.is_some();
+                gone.push((p.clone(), why.unwrap_or_else(|| format!("its state is {state:?}")), bad));
+                continue;
+            }
+            match (state, paused) {
+                (RemoteState::Operational, true) => match p.writes_delivered() {
+                    Ok(()) => {
+                        p.paused.store(false, Ordering::Release);
+                        log(format!("node {} resumed (its host is operational again)", p.node));
+                    }
+                    Err(e) => {
+                        gone.push((p.clone(), format!("writes lost while it was paused: {e}"), false));
+                        continue;
+                    }
+                },
+                (RemoteState::NotOperational, false) => {
+                    p.paused.store(true, Ordering::Release);
+                    log(format!("node {} paused (its host is not operational)", p.node));
+                }
+                _ => {}
+            }
+            keep.push(p.clone());
+        }
         if !gone.is_empty() {
             sh.publish(keep);
-            for p in gone {
-                let why = p.broken.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| {
-                    format!(
-                        "its state is {:?}",
-                        if p.hello.state() != RemoteState::Operational { p.hello.state() } else { p.remote.state() }
-                    )
-                });
-                if p.is_broken.load(Ordering::Relaxed) {
+            for (p, why, bad) in gone {
+                if bad {
                     bump(&sh.counters.bad_ring, 1);
                 }
                 log(format!("node {} left ({why})", p.node));
@@ -371,6 +423,7 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
                         wake: half.wake,
                         broken: Mutex::new(None),
                         is_broken: AtomicBool::new(false),
+                        paused: AtomicBool::new(false),
                         tx_packets: AtomicU64::new(0),
                         rx_packets: AtomicU64::new(0),
                     };
@@ -386,10 +439,10 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
                 }
             }
         }
-        let connected: BTreeSet<u32> =
-            sh.table.read().unwrap_or_else(|e| e.into_inner()).iter().map(|p| p.node).collect();
+        let table = sh.table.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let connected: BTreeSet<u32> = table.iter().map(|p| p.node).collect();
         pending.retain(|n, _| !connected.contains(n));
-        let want = !connected.is_empty();
+        let want = table.iter().any(|p| p.usable());
         if want != carrier {
             match sh.tun.set_carrier(want) {
                 Ok(()) => {
@@ -408,7 +461,7 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
                 .iter()
                 .map(|p| PeerStatus {
                     node: p.node,
-                    state: "connected".into(),
+                    state: if p.paused.load(Ordering::Relaxed) { "paused" } else { "connected" }.into(),
                     tx_packets: p.tx_packets.load(Ordering::Relaxed),
                     rx_packets: p.rx_packets.load(Ordering::Relaxed),
                 })
@@ -694,7 +747,7 @@ fn after_delivery(sh: &Shared, q: usize) -> usize {
 /// Sends one record to `p` on ring `j mod rings`, waiting up to [`FULL_WAIT`] for room.
 fn send(sh: &Shared, p: &Peer, j: usize, rec: &[u8]) {
     let c = &sh.counters;
-    if p.broken() {
+    if !p.usable() {
         bump(&c.drop_no_peer, 1);
         return;
     }
@@ -775,7 +828,7 @@ fn drain_rx(sh: &Shared, q: usize, st: &mut RxState) -> usize {
     };
     let mut got = 0;
     for rp in list.iter_mut() {
-        if rp.peer.broken() {
+        if !rp.peer.usable() {
             continue;
         }
         for _ in 0..64 {
@@ -849,7 +902,9 @@ fn rx_loop(sh: &Shared, q: usize) {
         let slept = Instant::now();
         {
             let st = lock(&sh.rx[q]);
-            let live = |rp: &&RxPeer| !rp.peer.broken();
+            // Not a peer whose host went suspect since the control loop last looked: a
+            // write refused now would cost the pair its resumption.
+            let live = |rp: &&RxPeer| rp.peer.usable() && rp.peer.remote.state() == RemoteState::Operational;
             for rp in st.list.iter().filter(live) {
                 let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 1);
                 rp.peer.returns[q].flush();
