@@ -18,7 +18,8 @@ declare -A apt_for=(
     [nginx]=nginx-light
     [curl]=curl
     [wrk]=wrk
-    # OpenSSH: sshd's seccomp-sandboxed pre-authentication child under the library.
+    # OpenSSH: sshd's seccomp-sandboxed pre-authentication child under the library; ssh
+    # and scp over lanes0 (crates/lanes-cli/tests/ip.rs).
     [sshd]=openssh-server
     [ssh]=openssh-client
     # The ofi transport (feature lanes/ofi): fi_info and fi_pingpong.

@@ -223,6 +223,15 @@ fn print_ip(out: &mut String, ifaces: &[lanes_ip::status::IfaceStatus]) {
             c.drop_rejected,
             c.bad_ring
         );
+        out_line!(
+            out,
+            "              receive wake-ups {}  answers caught by a sender {}  sent on delivery {}  \
+             unreachable sent {}",
+            c.wakeups,
+            c.caught,
+            c.answered,
+            c.unreachable
+        );
     }
 }
 

@@ -183,6 +183,18 @@ fn bad_input_gives_clear_errors() {
     let out = run(c, Duration::from_secs(20));
     assert!(!out.ok());
     assert!(out.stderr.contains(&*cfg.to_string_lossy()), "{}", out.stderr);
+    // [ip] is checked when the file is read, by any command: a bad value, and a listed
+    // node without an address in the IPv4 prefix, name the key.
+    for (text, expect) in [
+        ("[ip]\nmtu = 600\n", "[ip] mtu 600"),
+        ("[ip]\nipv4 = \"10.9.0.0/24\"\n[[node]]\nid = 256\nhost = \"h\"\n", "[ip] ipv4: node 256"),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let mut c = Command::new(LANES);
+        c.env("LANES_DIR", dir.fabric()).env("LANES_NODE_ID", "4").env("LANES_CONFIG", &cfg).arg("status");
+        let out = run(c, Duration::from_secs(20));
+        assert!(!out.ok() && out.stderr.contains(expect), "{text:?}: {}", out.stderr);
+    }
 }
 
 #[test]

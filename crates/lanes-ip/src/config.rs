@@ -5,132 +5,13 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use lanes::config::{ConfigFile, IpSection};
 
-/// The default IPv4 prefix: node 8 is 10.253.0.8.
-pub const DEFAULT_IPV4: &str = "10.253.0.0/16";
-/// The default IPv6 prefix (a unique local one; its global id spells "lanes").
-pub const DEFAULT_IPV6: &str = "fd6c:616e:6573::/64";
-/// The default MTU: large packets cost one record each, whatever their size.
-pub const DEFAULT_MTU: u32 = 65520;
-/// The smallest MTU: IPv6 needs 1280.
-pub const MIN_MTU: u32 = 1280;
-/// The largest MTU a TUN device takes.
-pub const MAX_MTU: u32 = 65535;
+pub use lanes::config::ip::{
+    Prefix4, Prefix6, DEFAULT_IPV4, DEFAULT_IPV6, DEFAULT_MTU, DEFAULT_RING_KIB, MAX_MTU, MIN_MTU,
+};
+
 /// The most queues (and rings per pair of nodes).
 pub const MAX_QUEUES: usize = crate::ring::MAX_RINGS;
-/// The default receive ring: 2 MiB holds 32 packets of 64 KiB.
-pub const DEFAULT_RING_KIB: u64 = 2048;
-
-/// An IPv4 prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prefix4 {
-    pub net: Ipv4Addr,
-    pub len: u8,
-}
-
-/// An IPv6 prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prefix6 {
-    pub net: Ipv6Addr,
-    pub len: u8,
-}
-
-fn split_prefix(text: &str) -> Result<(&str, u8), String> {
-    let (addr, len) = text.trim().split_once('/').ok_or_else(|| format!("{text:?}: not ADDRESS/LENGTH"))?;
-    let len = len.parse::<u8>().map_err(|_| format!("{text:?}: the prefix length is not a number"))?;
-    Ok((addr, len))
-}
-
-impl Prefix4 {
-    /// Parses `a.b.c.d/len`; the host bits must be zero and hold at least a node id of 4.
-    pub fn parse(text: &str) -> Result<Prefix4, String> {
-        let (addr, len) = split_prefix(text)?;
-        let net: Ipv4Addr = addr.parse().map_err(|_| format!("{text:?}: not an IPv4 address"))?;
-        if len > 29 {
-            return Err(format!("{text:?}: /{len} leaves no room for node ids (at most /29)"));
-        }
-        let p = Prefix4 { net, len };
-        if u32::from(net) & !p.mask() != 0 {
-            return Err(format!("{text:?}: the host bits are not zero"));
-        }
-        Ok(p)
-    }
-
-    fn mask(self) -> u32 {
-        if self.len == 0 {
-            0
-        } else {
-            u32::MAX << (32 - self.len)
-        }
-    }
-
-    /// The netmask, as the kernel's SIOCSIFNETMASK takes it.
-    pub fn netmask(self) -> Ipv4Addr {
-        Ipv4Addr::from(self.mask())
-    }
-
-    /// The address of `node`: the prefix with the node id as host part.
-    pub fn address_of(self, node: u32) -> Result<Ipv4Addr, String> {
-        let host_bits = 32 - u32::from(self.len);
-        if host_bits < 32 && u64::from(node) >= (1u64 << host_bits) - 1 {
-            return Err(format!(
-                "node {node} does not fit the host part of {}/{} ({host_bits} bits; the last address is the \
-                 broadcast address): use a shorter prefix in [ip] ipv4",
-                self.net, self.len
-            ));
-        }
-        Ok(Ipv4Addr::from(u32::from(self.net) | node))
-    }
-
-    /// The node whose address `a` is, if `a` is in the prefix (the host part may be any
-    /// number; the caller checks it against the connected nodes).
-    pub fn host_of(self, a: Ipv4Addr) -> Option<u32> {
-        let a = u32::from(a);
-        (a & self.mask() == u32::from(self.net)).then_some(a & !self.mask())
-    }
-
-    /// The prefix's broadcast address.
-    pub fn broadcast(self) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(self.net) | !self.mask())
-    }
-}
-
-impl Prefix6 {
-    /// Parses `addr/len`; the host bits must be zero and hold a 16-bit node id (/112 at most).
-    pub fn parse(text: &str) -> Result<Prefix6, String> {
-        let (addr, len) = split_prefix(text)?;
-        let net: Ipv6Addr = addr.parse().map_err(|_| format!("{text:?}: not an IPv6 address"))?;
-        if len > 112 {
-            return Err(format!("{text:?}: /{len} leaves no room for 16-bit node ids (at most /112)"));
-        }
-        let p = Prefix6 { net, len };
-        if u128::from(net) & !p.mask() != 0 {
-            return Err(format!("{text:?}: the host bits are not zero"));
-        }
-        Ok(p)
-    }
-
-    fn mask(self) -> u128 {
-        if self.len == 0 {
-            0
-        } else {
-            u128::MAX << (128 - self.len)
-        }
-    }
-
-    /// The address of `node` (node ids are at most 16 bits, and the prefix leaves 16).
-    pub fn address_of(self, node: u32) -> Ipv6Addr {
-        Ipv6Addr::from(u128::from(self.net) | u128::from(node))
-    }
-
-    /// The host part of `a`, if `a` is in the prefix and the host part fits a node id.
-    pub fn host_of(self, a: Ipv6Addr) -> Option<u32> {
-        let a = u128::from(a);
-        if a & self.mask() != u128::from(self.net) {
-            return None;
-        }
-        u32::try_from(a & !self.mask()).ok()
-    }
-}
+const _: () = assert!(MAX_QUEUES == lanes::config::ip::MAX_QUEUES as usize);
 
 /// What `lanes ip up` sets up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,30 +38,23 @@ impl IpConfig {
         })
     }
 
-    /// The configuration `section` gives, with the defaults for what it leaves out.
+    /// The configuration `section` gives, with the defaults for what it leaves out (the
+    /// checks are the configuration file's, [`IpSection::check`]).
     pub fn from_section(section: Option<&IpSection>) -> Result<IpConfig, String> {
-        let d = IpSection::default();
-        let s = section.unwrap_or(&d);
-        let name = s.name.clone().unwrap_or_else(|| "lanes0".into());
-        if name.is_empty() || name.len() >= 16 || name.contains(['/', ' ', ':']) || name == "." || name == ".." {
-            return Err(format!("name {name:?}: an interface name is 1 to 15 characters without '/', ':' or spaces"));
-        }
-        let ipv4 = Prefix4::parse(s.ipv4.as_deref().unwrap_or(DEFAULT_IPV4)).map_err(|e| format!("ipv4 {e}"))?;
-        let ipv6 = Prefix6::parse(s.ipv6.as_deref().unwrap_or(DEFAULT_IPV6)).map_err(|e| format!("ipv6 {e}"))?;
-        let mtu = s.mtu.unwrap_or(DEFAULT_MTU);
-        if !(MIN_MTU..=MAX_MTU).contains(&mtu) {
-            return Err(format!("mtu {mtu}: {MIN_MTU} (IPv6's least) to {MAX_MTU}"));
-        }
-        let queues = match s.queues.unwrap_or(0) {
+        let v = section.cloned().unwrap_or_default().check([])?;
+        let queues = match v.queues {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_QUEUES),
-            n if n as usize > MAX_QUEUES => return Err(format!("queues {n}: at most {MAX_QUEUES}")),
             n => n as usize,
         };
-        let kib = s.ring_kib.unwrap_or(DEFAULT_RING_KIB);
-        if !kib.is_power_of_two() || !(256..=65536).contains(&kib) {
-            return Err(format!("ring_kib {kib}: a power of two from 256 (three 64 KiB packets) to 65536"));
-        }
-        Ok(IpConfig { name, ipv4, ipv6, mtu, queues, ring_bytes: kib * 1024, offloads: s.offloads.unwrap_or(true) })
+        Ok(IpConfig {
+            name: v.name,
+            ipv4: v.ipv4,
+            ipv6: v.ipv6,
+            mtu: v.mtu,
+            queues,
+            ring_bytes: v.ring_kib * 1024,
+            offloads: v.offloads,
+        })
     }
 
     /// This node's two addresses; an error names the node and prefix that do not fit.

@@ -25,12 +25,27 @@ use crate::tun::Tun;
 
 /// How long a sender waits for room in a full ring before it drops the packet.
 const FULL_WAIT: Duration = Duration::from_millis(1);
-/// How long a receive thread spins without packets before it sleeps.
-const RX_SPIN: Duration = Duration::from_micros(50);
+/// The longest a receive thread spins for more packets before it sleeps; its budget adapts
+/// between this and [`RX_SPIN_MIN`] (see `rx_loop`).
+const RX_SPIN_MAX: Duration = Duration::from_micros(100);
+const RX_SPIN_MIN: Duration = Duration::from_micros(5);
+/// The receive threads' first budget.
+const RX_SPIN_START: Duration = Duration::from_micros(50);
+/// The longest a transmit thread spins for the answer to what it sent (see `catch_replies`).
+const REPLY_SPIN_MAX: Duration = Duration::from_micros(300);
+/// A gap this long between two looks of a spin: the spinner was descheduled, so its CPU is
+/// wanted elsewhere; the spin stops.
+const PREEMPTED_GAP: Duration = Duration::from_micros(50);
+/// Packets a thread reads from a TUN queue in one go before it looks elsewhere.
+const TX_BATCH: usize = 64;
 /// The longest sleep of a receive thread (a wake-up lost across hosts costs this).
 const RX_SLEEP: Duration = Duration::from_millis(100);
+/// The longest a transmit thread waits for its TUN queue before it looks at `stop`.
+const TX_SLEEP: Duration = Duration::from_millis(100);
 /// The control loop's period.
 const TICK: Duration = Duration::from_millis(100);
+/// At most one "destination unreachable" per this (1000 a second).
+const UNREACHABLE_EVERY: Duration = Duration::from_millis(1);
 
 macro_rules! counters {
     ($($f:ident),*) => {
@@ -53,7 +68,11 @@ counters!(
     drop_no_route,
     drop_too_big,
     drop_rejected,
-    bad_ring
+    bad_ring,
+    wakeups,
+    caught,
+    answered,
+    unreachable
 );
 
 fn bump(c: &AtomicU64, by: u64) {
@@ -78,6 +97,9 @@ struct Peer {
     /// Why the pair must be set up again (a bad word of the peer's, a failed map).
     broken: Mutex<Option<String>>,
     is_broken: AtomicBool,
+    /// The peer's host is suspect (not operational): nothing is sent to it or read from it
+    /// until it is operational again, when the pair resumes if none of its writes was lost.
+    paused: AtomicBool,
     tx_packets: AtomicU64,
     rx_packets: AtomicU64,
 }
@@ -94,19 +116,79 @@ impl Peer {
     fn broken(&self) -> bool {
         self.is_broken.load(Ordering::Acquire)
     }
+
+    /// Whether packets may move to and from it (connected, neither broken nor paused).
+    fn usable(&self) -> bool {
+        !self.broken() && !self.paused.load(Ordering::Acquire)
+    }
+
+    /// Its state: the worse of its hello's and its ring segment's.
+    fn state(&self) -> RemoteState {
+        match (self.hello.state(), self.remote.state()) {
+            (lost @ RemoteState::Lost(_), _) | (_, lost @ RemoteState::Lost(_)) => lost,
+            (RemoteState::Operational, RemoteState::Operational) => RemoteState::Operational,
+            _ => RemoteState::NotOperational,
+        }
+    }
+
+    /// Whether every write of this side's maps of the peer's segment was delivered since
+    /// the last look (or since they were made): a pair may resume after a pause only then,
+    /// since a write dropped while the host was suspect would leave a ring with a gap.
+    fn writes_delivered(&self) -> Result<(), String> {
+        for (r, prod) in self.tx.iter().enumerate() {
+            lock(prod).flush_checked().map_err(|e| format!("ring {r}: {e}"))?;
+        }
+        for (q, m) in self.returns.iter().enumerate() {
+            m.flush_checked().map_err(|e| format!("return line {q}: {e}"))?;
+        }
+        Ok(())
+    }
 }
 
 type Table = Arc<Vec<Arc<Peer>>>;
+
+/// What the thread reading TUN queue `j` holds (under `Shared::tx[j]`): its buffer and its
+/// copy of the peer table. Whoever holds it reads the queue, so one flow's packets leave in
+/// the order the kernel queued them.
+struct TxState {
+    buf: Vec<u8>,
+    generation: u64,
+    table: Table,
+    said: bool,
+}
+
+/// What draining receive queue `q` takes (under `Shared::rx[q]`): its buffer and the
+/// consumers of ring `q` of every peer.
+struct RxState {
+    buf: Vec<u8>,
+    generation: u64,
+    table: Table,
+    list: Vec<RxPeer>,
+}
 
 struct Shared {
     cfg: IpConfig,
     node: u32,
     tun: Tun,
+    fabric: Fabric,
     interrupts: Vec<LocalInterrupt>,
     table: RwLock<Table>,
     generation: AtomicU64,
     counters: AtomicCounters,
     stop: AtomicBool,
+    /// Per queue: reading the TUN queue (the queue's transmit thread, or a receive thread
+    /// sending what the kernel answered to the packets it wrote).
+    tx: Vec<Mutex<TxState>>,
+    /// Per queue: draining its rings (the queue's receive thread, or a transmit thread
+    /// waiting for an answer).
+    rx: Vec<Mutex<RxState>>,
+    /// When a packet was last sent, in nanoseconds since `epoch`.
+    last_send_ns: AtomicU64,
+    /// How long a transmit thread spins for an answer, in nanoseconds (adapts).
+    reply_budget_ns: AtomicU64,
+    /// When the last "destination unreachable" was written, in nanoseconds since `epoch`.
+    last_unreachable_ns: AtomicU64,
+    epoch: Instant,
 }
 
 impl Shared {
@@ -124,6 +206,32 @@ impl Shared {
     fn publish(&self, t: Vec<Arc<Peer>>) {
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(t);
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A packet arrived `after` its queue's last send: a spin that long would have caught
+    /// it, so the reply budget grows to cover it (with half again to spare), up to
+    /// [`REPLY_SPIN_MAX`].
+    fn learn_reply(&self, after: Duration) {
+        if after < REPLY_SPIN_MAX {
+            let want = u64::try_from((after * 3 / 2).min(REPLY_SPIN_MAX).as_nanos()).unwrap_or(0);
+            self.reply_budget_ns.fetch_max(want, Ordering::Relaxed);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn try_lock<T>(m: &Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
     }
 }
 
@@ -158,7 +266,10 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
     let mut interrupts = Vec::new();
     for q in 0..cfg.queues {
         let no = ring::INTERRUPT_BASE + q as u32;
-        interrupts.push(f.create_interrupt(Some(no)).map_err(|e| format!("receive interrupt {no:#x}: {e}"))?);
+        let int = f.create_interrupt(Some(no)).map_err(|e| format!("receive interrupt {no:#x}: {e}"))?;
+        // The receive thread spins itself (driving the fabric's progress) before it waits.
+        int.set_poll_time(Duration::ZERO);
+        interrupts.push(int);
     }
     let hello = f.create_segment(ring::HELLO_ID, ring::HELLO_BYTES).map_err(|e| format!("hello segment: {e}"))?;
     let hello_map = hello.map(0, ring::HELLO_BYTES, MapAccess::ReadWrite).map_err(|e| e.to_string())?;
@@ -174,15 +285,33 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
         cfg.queues,
         offloads.describe()
     ));
+    let empty: Table = Arc::new(Vec::new());
+    let tx = (0..cfg.queues)
+        .map(|_| {
+            Mutex::new(TxState { buf: vec![0u8; 2 * MAX_RECORD], generation: 0, table: empty.clone(), said: false })
+        })
+        .collect();
+    let rx = (0..cfg.queues)
+        .map(|_| {
+            Mutex::new(RxState { buf: vec![0u8; MAX_RECORD], generation: 0, table: empty.clone(), list: Vec::new() })
+        })
+        .collect();
     let sh = Arc::new(Shared {
         cfg,
         node,
         tun,
+        fabric: f.clone(),
         interrupts,
-        table: RwLock::new(Arc::new(Vec::new())),
+        table: RwLock::new(empty),
         generation: AtomicU64::new(1),
         counters: AtomicCounters::default(),
         stop: AtomicBool::new(false),
+        tx,
+        rx,
+        last_send_ns: AtomicU64::new(0),
+        reply_budget_ns: AtomicU64::new(u64::try_from((REPLY_SPIN_MAX / 4).as_nanos()).unwrap_or(0)),
+        last_unreachable_ns: AtomicU64::new(0),
+        epoch: Instant::now(),
     });
     for q in 0..sh.cfg.queues {
         let (a, b) = (sh.clone(), sh.clone());
@@ -222,21 +351,43 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
             Err(e) => return Err(format!("waiting for signals: {e}")),
         }
         tick += 1;
-        // Pairs whose peer went away (or wrote what no ring can hold) come down.
+        // Pairs whose peer went away (or wrote what no ring can hold) come down; those whose
+        // host is suspect pause, and resume when it is operational again.
         let table = sh.table.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let (keep, gone): (Vec<_>, Vec<_>) = table.iter().cloned().partition(|p| {
-            !p.broken() && p.hello.state() == RemoteState::Operational && p.remote.state() == RemoteState::Operational
-        });
+        let mut keep = Vec::new();
+        let mut gone = Vec::new();
+        for p in table.iter() {
+            let state = p.state();
+            let paused = p.paused.load(Ordering::Acquire);
+            if p.broken() || matches!(state, RemoteState::Lost(_)) {
+                let why = p.broken.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let bad = why.is_some();
+                gone.push((p.clone(), why.unwrap_or_else(|| format!("its state is {state:?}")), bad));
+                continue;
+            }
+            match (state, paused) {
+                (RemoteState::Operational, true) => match p.writes_delivered() {
+                    Ok(()) => {
+                        p.paused.store(false, Ordering::Release);
+                        log(format!("node {} resumed (its host is operational again)", p.node));
+                    }
+                    Err(e) => {
+                        gone.push((p.clone(), format!("writes lost while it was paused: {e}"), false));
+                        continue;
+                    }
+                },
+                (RemoteState::NotOperational, false) => {
+                    p.paused.store(true, Ordering::Release);
+                    log(format!("node {} paused (its host is not operational)", p.node));
+                }
+                _ => {}
+            }
+            keep.push(p.clone());
+        }
         if !gone.is_empty() {
             sh.publish(keep);
-            for p in gone {
-                let why = p.broken.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| {
-                    format!(
-                        "its state is {:?}",
-                        if p.hello.state() != RemoteState::Operational { p.hello.state() } else { p.remote.state() }
-                    )
-                });
-                if p.is_broken.load(Ordering::Relaxed) {
+            for (p, why, bad) in gone {
+                if bad {
                     bump(&sh.counters.bad_ring, 1);
                 }
                 log(format!("node {} left ({why})", p.node));
@@ -272,6 +423,7 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
                         wake: half.wake,
                         broken: Mutex::new(None),
                         is_broken: AtomicBool::new(false),
+                        paused: AtomicBool::new(false),
                         tx_packets: AtomicU64::new(0),
                         rx_packets: AtomicU64::new(0),
                     };
@@ -287,10 +439,10 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
                 }
             }
         }
-        let connected: BTreeSet<u32> =
-            sh.table.read().unwrap_or_else(|e| e.into_inner()).iter().map(|p| p.node).collect();
+        let table = sh.table.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let connected: BTreeSet<u32> = table.iter().map(|p| p.node).collect();
         pending.retain(|n, _| !connected.contains(n));
-        let want = !connected.is_empty();
+        let want = table.iter().any(|p| p.usable());
         if want != carrier {
             match sh.tun.set_carrier(want) {
                 Ok(()) => {
@@ -309,7 +461,7 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
                 .iter()
                 .map(|p| PeerStatus {
                     node: p.node,
-                    state: "connected".into(),
+                    state: if p.paused.load(Ordering::Relaxed) { "paused" } else { "connected" }.into(),
                     tx_packets: p.tx_packets.load(Ordering::Relaxed),
                     rx_packets: p.rx_packets.load(Ordering::Relaxed),
                 })
@@ -429,33 +581,55 @@ fn connect_pair(sh: &Shared, f: &Fabric, n: u32) -> Result<Half, String> {
     Ok(Half { remote, tx, returns, wake })
 }
 
+/// Transmit thread `j`: waits for TUN queue `j`, sends what it holds, then spins a while
+/// for the answer (`catch_replies`).
 fn tx_loop(sh: &Shared, j: usize) {
-    let mut buf = vec![0u8; 2 * MAX_RECORD];
-    let mut generation = 0;
-    let mut table: Table = Arc::new(Vec::new());
     let mut said = false;
-    let (v4, v6) = (sh.cfg.ipv4, sh.cfg.ipv6);
-    loop {
-        let n = match sh.tun.read(j, &mut buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+    while !sh.stop.load(Ordering::Acquire) {
+        match sh.tun.wait_readable(j, TX_SLEEP) {
+            Ok(true) => {}
+            Ok(false) => continue,
             Err(e) => {
-                if sh.stop.load(Ordering::Acquire) {
-                    return;
-                }
-                if !said {
-                    log(format!("reading queue {j}: {e}"));
+                if !said && !sh.stop.load(Ordering::Acquire) {
+                    log(format!("waiting for queue {j}: {e}"));
                     said = true;
                 }
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
-        };
-        if sh.stop.load(Ordering::Acquire) {
-            return;
         }
-        sh.refresh(&mut generation, &mut table);
-        let c = &sh.counters;
+        let (sent, failed) = read_tun(sh, j, &mut lock(&sh.tx[j]));
+        if failed {
+            std::thread::sleep(Duration::from_millis(10));
+        } else if sent > 0 {
+            catch_replies(sh, j);
+        }
+    }
+}
+
+/// Reads up to [`TX_BATCH`] packets from TUN queue `j` (it does not block) and sends each
+/// to its node. Returns how many it read, and whether the read failed (not for want of
+/// packets).
+fn read_tun(sh: &Shared, j: usize, st: &mut TxState) -> (usize, bool) {
+    let TxState { buf, generation, table, said } = st;
+    let (v4, v6) = (sh.cfg.ipv4, sh.cfg.ipv6);
+    let c = &sh.counters;
+    let mut read = 0;
+    while read < TX_BATCH {
+        let n = match sh.tun.read(j, buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                if !*said && !sh.stop.load(Ordering::Acquire) {
+                    log(format!("reading queue {j}: {e}"));
+                    *said = true;
+                }
+                return (read, true);
+            }
+        };
+        read += 1;
+        sh.refresh(generation, table);
         if n > MAX_RECORD {
             bump(&c.drop_too_big, 1);
             continue;
@@ -468,7 +642,10 @@ fn tx_loop(sh: &Shared, j: usize) {
         match route(&rec[VNET_HDR_LEN..], v4, v6) {
             Dest::Node(id) => match table.iter().find(|p| p.node == id) {
                 Some(p) => send(sh, p, j, rec),
-                None => bump(&c.drop_no_peer, 1),
+                None => {
+                    bump(&c.drop_no_peer, 1);
+                    answer_unreachable(sh, j, &rec[VNET_HDR_LEN..]);
+                }
             },
             Dest::All if table.is_empty() => bump(&c.drop_no_peer, 1),
             Dest::All => {
@@ -479,12 +656,98 @@ fn tx_loop(sh: &Shared, j: usize) {
             Dest::NoRoute | Dest::Malformed => bump(&c.drop_no_route, 1),
         }
     }
+    if read > 0 {
+        sh.last_send_ns.store(sh.now_ns(), Ordering::Relaxed);
+    }
+    (read, false)
+}
+
+/// Writes an ICMP or ICMPv6 "destination unreachable" for `pkt` (to a node without the
+/// interface) into TUN queue `j`, at most one per [`UNREACHABLE_EVERY`] (a program sending
+/// fast to a missing node is told often enough, and costs no more than that).
+fn answer_unreachable(sh: &Shared, j: usize, pkt: &[u8]) {
+    let now = sh.now_ns();
+    let last = sh.last_unreachable_ns.load(Ordering::Relaxed);
+    let every = u64::try_from(UNREACHABLE_EVERY.as_nanos()).unwrap_or(u64::MAX);
+    if now.saturating_sub(last) < every
+        || sh.last_unreachable_ns.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+    {
+        return;
+    }
+    let Some(error) = crate::icmp::unreachable(pkt) else { return };
+    let mut rec = vec![0u8; VNET_HDR_LEN];
+    rec.extend_from_slice(&error);
+    if sh.tun.write(j, &rec).is_ok() {
+        bump(&sh.counters.unreachable, 1);
+    }
+}
+
+/// After transmit thread `j` sent something: spins for up to the reply budget, draining
+/// every receive queue it can take (and its own TUN queue), so that an answer (a ping's
+/// reply, a request's response, an ACK) is written to the TUN device by this thread, awake
+/// already, rather than by a receive thread woken for it. A spin that caught a packet
+/// keeps or grows the budget, one that caught nothing shrinks it by a quarter (so sends
+/// that nobody answers soon stop costing spins); a receive thread that
+/// gets a packet soon after a send grows it ([`Shared::learn_reply`]). A spin whose thread
+/// was descheduled (its CPU is wanted) stops at once.
+fn catch_replies(sh: &Shared, j: usize) {
+    let budget = Duration::from_nanos(sh.reply_budget_ns.load(Ordering::Relaxed));
+    if budget < Duration::from_micros(2) {
+        return;
+    }
+    let driver = sh.fabric.progress_driver();
+    let mut start = Instant::now();
+    let mut last = start;
+    loop {
+        driver.poll();
+        let mut got = 0;
+        for q in 0..sh.cfg.queues {
+            if let Some(mut st) = try_lock(&sh.rx[q]) {
+                let n = drain_rx(sh, q, &mut st);
+                drop(st);
+                if n > 0 {
+                    got += n;
+                    bump(&sh.counters.caught, n as u64);
+                    after_delivery(sh, q);
+                }
+            }
+        }
+        let now = Instant::now();
+        if got > 0 {
+            let want = u64::try_from(((now - start) * 3 / 2).min(REPLY_SPIN_MAX).as_nanos()).unwrap_or(0);
+            sh.reply_budget_ns.fetch_max(want, Ordering::Relaxed);
+            return;
+        }
+        // More to send meanwhile: keep going from now.
+        if let Some(mut st) = try_lock(&sh.tx[j]) {
+            if read_tun(sh, j, &mut st).0 > 0 {
+                start = now;
+            }
+        }
+        if now - last > PREEMPTED_GAP {
+            return;
+        }
+        last = now;
+        if now - start >= budget {
+            let _ = sh.reply_budget_ns.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b - b / 4));
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// After packets were written to TUN queue `q`: what the kernel answered at once (a ping's
+/// reply, an ACK, a response made in the same system call) waits in that queue (the TUN
+/// device steers a flow's packets to the queue its packets came in on), so send it from
+/// here unless another thread is reading the queue.
+fn after_delivery(sh: &Shared, q: usize) -> usize {
+    try_lock(&sh.tx[q]).map_or(0, |mut st| read_tun(sh, q, &mut st).0)
 }
 
 /// Sends one record to `p` on ring `j mod rings`, waiting up to [`FULL_WAIT`] for room.
 fn send(sh: &Shared, p: &Peer, j: usize, rec: &[u8]) {
     let c = &sh.counters;
-    if p.broken() {
+    if !p.usable() {
         bump(&c.drop_no_peer, 1);
         return;
     }
@@ -542,81 +805,133 @@ struct RxPeer {
     published: u64,
 }
 
-fn rx_loop(sh: &Shared, q: usize) {
-    let mut buf = vec![0u8; MAX_RECORD];
-    let mut generation = 0;
-    let mut table: Table = Arc::new(Vec::new());
-    let mut list: Vec<RxPeer> = Vec::new();
-    let mut idle_since = Instant::now();
+/// Copies what every peer's ring `q` holds (up to 64 records each) to TUN queue `q` and
+/// publishes the new tails; returns how many records it took.
+fn drain_rx(sh: &Shared, q: usize, st: &mut RxState) -> usize {
+    let RxState { buf, generation, table, list } = st;
     let c = &sh.counters;
-    let layout = Layout { rings: sh.cfg.queues, ring_bytes: sh.cfg.ring_bytes };
+    if sh.refresh(generation, table) {
+        let layout = Layout { rings: sh.cfg.queues, ring_bytes: sh.cfg.ring_bytes };
+        let mut old = std::mem::take(list);
+        for p in table.iter() {
+            match old.iter().position(|rp| Arc::ptr_eq(&rp.peer, p)) {
+                Some(i) => list.push(old.swap_remove(i)),
+                None => list.push(RxPeer { peer: p.clone(), cons: Consumer::new(layout, q), published: 0 }),
+            }
+        }
+    }
     let publish = |rp: &mut RxPeer| {
         if let Err(e) = rp.peer.returns[q].store_release_u64(Layout::TAIL, rp.cons.tail()) {
             rp.peer.fail(format!("publishing a tail: {e}"));
         }
         rp.published = rp.cons.tail();
     };
+    let mut got = 0;
+    for rp in list.iter_mut() {
+        if !rp.peer.usable() {
+            continue;
+        }
+        for _ in 0..64 {
+            match rp.cons.pop(&rp.peer.local_map, buf) {
+                Ok(Some(n)) => {
+                    got += 1;
+                    if n <= VNET_HDR_LEN || sh.tun.write(q, &buf[..n]).is_err() {
+                        bump(&c.drop_rejected, 1);
+                    } else {
+                        bump(&c.rx_packets, 1);
+                        bump(&c.rx_bytes, (n - VNET_HDR_LEN) as u64);
+                        bump(&rp.peer.rx_packets, 1);
+                    }
+                    if rp.cons.tail() - rp.published >= sh.cfg.ring_bytes / 4 {
+                        publish(rp);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    rp.peer.fail(format!("its ring {q}: {e}"));
+                    break;
+                }
+            }
+        }
+        if rp.cons.tail() != rp.published {
+            publish(rp);
+        }
+    }
+    got
+}
+
+/// Receive thread `q`: drains ring `q` of every peer into TUN queue `q` (and sends what
+/// the kernel answered, `after_delivery`); when nothing comes, spins for a budget (driving
+/// the fabric's progress, so that across hosts the peers' writes land without the service
+/// thread), then announces that it sleeps and waits for its interrupt.
+///
+/// The budget adapts between [`RX_SPIN_MIN`] and [`RX_SPIN_MAX`], as an adaptive mutex's:
+/// a packet that came during the spin grows it to cover the wait (with half again to
+/// spare), a spin that ended in a sleep halves it, and a sleep that a packet ended sooner
+/// than the longest spin grows it to cover that sleep. So it spins while packets keep
+/// coming and hardly at all for sparse ones (a ping every few milliseconds).
+fn rx_loop(sh: &Shared, q: usize) {
+    let mut idle_since = Instant::now();
+    let mut budget = RX_SPIN_START;
+    let mut driver: Option<lanes::ProgressDriver> = None;
+    let mut last_look = Instant::now();
+    let grow = |budget: &mut Duration, waited: Duration| {
+        if waited < RX_SPIN_MAX {
+            *budget = (*budget).max(waited * 3 / 2).min(RX_SPIN_MAX);
+        }
+    };
     while !sh.stop.load(Ordering::Acquire) {
-        if sh.refresh(&mut generation, &mut table) {
-            let mut old = std::mem::take(&mut list);
-            for p in table.iter() {
-                match old.iter().position(|rp| Arc::ptr_eq(&rp.peer, p)) {
-                    Some(i) => list.push(old.swap_remove(i)),
-                    None => list.push(RxPeer { peer: p.clone(), cons: Consumer::new(layout, q), published: 0 }),
-                }
-            }
-        }
-        let mut got = false;
-        for rp in list.iter_mut() {
-            if rp.peer.broken() {
-                continue;
-            }
-            for _ in 0..64 {
-                match rp.cons.pop(&rp.peer.local_map, &mut buf) {
-                    Ok(Some(n)) => {
-                        got = true;
-                        if n <= VNET_HDR_LEN || sh.tun.write(q, &buf[..n]).is_err() {
-                            bump(&c.drop_rejected, 1);
-                        } else {
-                            bump(&c.rx_packets, 1);
-                            bump(&c.rx_bytes, (n - VNET_HDR_LEN) as u64);
-                            bump(&rp.peer.rx_packets, 1);
-                        }
-                        if rp.cons.tail() - rp.published >= sh.cfg.ring_bytes / 4 {
-                            publish(rp);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        rp.peer.fail(format!("its ring {q}: {e}"));
-                        break;
-                    }
-                }
-            }
-            if rp.cons.tail() != rp.published {
-                publish(rp);
-            }
-        }
-        if got {
-            idle_since = Instant::now();
+        let got = drain_rx(sh, q, &mut lock(&sh.rx[q]));
+        let now = Instant::now();
+        if got > 0 {
+            bump(&sh.counters.answered, after_delivery(sh, q) as u64);
+            grow(&mut budget, now - idle_since);
+            idle_since = now;
+            last_look = now;
             continue;
         }
-        if idle_since.elapsed() < RX_SPIN {
-            std::hint::spin_loop();
+        let gap = now - last_look;
+        last_look = now;
+        if now - idle_since < budget && gap < PREEMPTED_GAP {
+            driver.get_or_insert_with(|| sh.fabric.progress_driver()).poll();
+            std::thread::yield_now();
             continue;
         }
-        let live = |rp: &&RxPeer| !rp.peer.broken();
-        for rp in list.iter().filter(live) {
-            let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 1);
-            rp.peer.returns[q].flush();
+        budget = (budget / 2).max(RX_SPIN_MIN);
+        driver = None;
+        let slept = Instant::now();
+        {
+            let st = lock(&sh.rx[q]);
+            // Not a peer whose host went suspect since the control loop last looked: a
+            // write refused now would cost the pair its resumption.
+            let live = |rp: &&RxPeer| rp.peer.usable() && rp.peer.remote.state() == RemoteState::Operational;
+            for rp in st.list.iter().filter(live) {
+                let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 1);
+                rp.peer.returns[q].flush();
+            }
+            fence(Ordering::SeqCst);
+            let pending = st.list.iter().filter(live).any(|rp| rp.cons.has_data(&rp.peer.local_map));
+            drop(st);
+            if !pending {
+                let _ = sh.interrupts[q].wait(Timeout::After(RX_SLEEP));
+            }
+            let st = lock(&sh.rx[q]);
+            for rp in st.list.iter().filter(live) {
+                let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 0);
+            }
         }
-        fence(Ordering::SeqCst);
-        if !list.iter().filter(live).any(|rp| rp.cons.has_data(&rp.peer.local_map)) {
-            let _ = sh.interrupts[q].wait(Timeout::After(RX_SLEEP));
+        let now = Instant::now();
+        grow(&mut budget, now - slept);
+        // A packet soon after this process's last send: the answer a transmit thread's
+        // spin could have caught.
+        let since_send = sh.now_ns().saturating_sub(sh.last_send_ns.load(Ordering::Relaxed));
+        let st = lock(&sh.rx[q]);
+        if st.list.iter().any(|rp| rp.cons.has_data(&rp.peer.local_map)) {
+            bump(&sh.counters.wakeups, 1);
+            sh.learn_reply(Duration::from_nanos(since_send));
         }
-        for rp in list.iter().filter(live) {
-            let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 0);
-        }
-        idle_since = Instant::now();
+        drop(st);
+        idle_since = now;
+        last_look = now;
     }
 }

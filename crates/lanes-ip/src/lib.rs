@@ -7,6 +7,8 @@
 //! config.rs     [ip] of lanes.toml, the defaults, a node's addresses
 //! route.rs      which node a packet goes to (host part of its destination; all for
 //!               broadcast and multicast)
+//! icmp.rs       ICMP/ICMPv6 "destination unreachable" for a packet to a node without the
+//!               interface, written back into the TUN device
 //! ring.rs       the pair segments' layout, the packet rings (Producer, Consumer), hellos
 //! tun.rs        the TUN device (queues, offloads, carrier) and its addresses, MTU, flags
 //! caps.rs       dropping every capability after set-up
@@ -16,6 +18,7 @@
 
 pub mod caps;
 pub mod config;
+pub mod icmp;
 mod interface;
 pub mod ring;
 pub mod route;

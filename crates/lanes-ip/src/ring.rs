@@ -226,6 +226,12 @@ impl Producer {
         self.head
     }
 
+    /// Waits until this ring's writes are delivered; `Err` if one failed (or was dropped)
+    /// since the previous call ([`Map::flush_checked`]).
+    pub fn flush_checked(&self) -> lanes::Result<()> {
+        self.map.flush_checked()
+    }
+
     /// Appends `parts` as one record if the ring, consumed up to `tail`, has room; then
     /// publishes the new head with a release store.
     pub fn push(&mut self, tail: u64, parts: &[&[u8]]) -> Result<(), PushError> {

@@ -25,6 +25,15 @@ pub struct Counters {
     pub drop_rejected: u64,
     /// Pairs taken down because a peer's ring words could not be valid.
     pub bad_ring: u64,
+    /// Receive threads' sleeps that ended with packets to take (woken by a peer).
+    pub wakeups: u64,
+    /// Packets a transmit thread took off the rings while it spun for an answer.
+    pub caught: u64,
+    /// Packets a receive thread sent right after it delivered (the kernel's answers).
+    pub answered: u64,
+    /// ICMP/ICMPv6 "destination unreachable" written back for packets to a node of the
+    /// prefixes without the interface (of the `drop_no_peer` ones).
+    pub unreachable: u64,
 }
 
 /// One peer as the interface sees it.

@@ -79,6 +79,15 @@ fn socket(family: libc::c_int) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Sets `O_NONBLOCK` on `f`.
+fn set_nonblocking(f: &File) -> io::Result<()> {
+    // SAFETY: fcntl(2) F_GETFL/F_SETFL on a descriptor we own; no pointers.
+    let flags = cvt(unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) }, || "fcntl(F_GETFL)".into())?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) }, || "fcntl(F_SETFL)".into())
+        .map(drop)
+}
+
 /// The offloads the TUN device is asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offloads {
@@ -128,6 +137,7 @@ impl Tun {
                 let hint = if q == 0 { " (CAP_NET_ADMIN is needed; does another device have that name?)" } else { "" };
                 format!("creating TUN interface {name} (queue {q}){hint}")
             })?;
+            set_nonblocking(&f).map_err(|e| io::Error::new(e.kind(), format!("TUN queue {q} of {name}: {e}")))?;
             files.push(f);
         }
         Ok(Tun { name: name.to_string(), queues: files })
@@ -168,10 +178,26 @@ impl Tun {
         ioctl(&self.queues[0], libc::TUNSETCARRIER, &mut v, || format!("TUNSETCARRIER on {}", self.name))
     }
 
-    /// Reads one packet (virtio-net header first) from queue `q`; blocks.
+    /// Reads one packet (virtio-net header first) from queue `q`; `WouldBlock` when it
+    /// holds none (the queues are non-blocking, so that any thread may look at one: see
+    /// [`Tun::wait_readable`]).
     pub fn read(&self, q: usize, buf: &mut [u8]) -> io::Result<usize> {
         use std::io::Read;
         (&self.queues[q]).read(buf)
+    }
+
+    /// Waits up to `timeout` until queue `q` holds a packet; false if it timed out (or a
+    /// signal interrupted the wait).
+    pub fn wait_readable(&self, q: usize, timeout: std::time::Duration) -> io::Result<bool> {
+        let mut fd = libc::pollfd { fd: self.queues[q].as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: poll(2) on one valid pollfd that lives on our stack for the call.
+        let rc = unsafe { libc::poll(&mut fd, 1, ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+        }
+        Ok(rc > 0)
     }
 
     /// Writes one packet (virtio-net header first) to queue `q`.

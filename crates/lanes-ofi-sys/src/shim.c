@@ -19,7 +19,9 @@
  * exports are renamed below to lanes_fi_dl_* forwarders, so both the inline functions of
  * the headers and the Rust side reach them through the loader. Loading, and the first
  * fi_getinfo (which loads the provider plugins), keep the process's handlers of the fatal
- * signals as they were.
+ * signals and of the termination signals as they were: the psm provider's libinfinipath
+ * installs SIGINT and SIGTERM handlers that call exit(1), which took SIGTERM from `lanes ip
+ * up` (its clean shutdown) once it joined a cluster.
  */
 #define fi_getinfo lanes_fi_dl_getinfo
 #define fi_freeinfo lanes_fi_dl_freeinfo
@@ -67,27 +69,28 @@ static struct {
 static char load_error[256];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
-static const int fatal_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
-#define FATAL_SIGNALS (sizeof fatal_signals / sizeof fatal_signals[0])
+/* The fatal signals, and those a program catches to end cleanly. */
+static const int kept_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+#define KEPT_SIGNALS (sizeof kept_signals / sizeof kept_signals[0])
 
-static void save_fatal_handlers(struct sigaction *saved)
+static void save_handlers(struct sigaction *saved)
 {
-	for (size_t i = 0; i < FATAL_SIGNALS; i++)
-		sigaction(fatal_signals[i], NULL, &saved[i]);
+	for (size_t i = 0; i < KEPT_SIGNALS; i++)
+		sigaction(kept_signals[i], NULL, &saved[i]);
 }
 
-static void restore_fatal_handlers(const struct sigaction *saved)
+static void restore_handlers(const struct sigaction *saved)
 {
-	for (size_t i = 0; i < FATAL_SIGNALS; i++)
-		sigaction(fatal_signals[i], &saved[i], NULL);
+	for (size_t i = 0; i < KEPT_SIGNALS; i++)
+		sigaction(kept_signals[i], &saved[i], NULL);
 }
 
 static void load(void)
 {
-	struct sigaction saved[FATAL_SIGNALS];
-	save_fatal_handlers(saved);
+	struct sigaction saved[KEPT_SIGNALS];
+	save_handlers(saved);
 	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
-	restore_fatal_handlers(saved);
+	restore_handlers(saved);
 	if (!h) {
 		const char *e = dlerror();
 		snprintf(load_error, sizeof load_error, "libfabric could not be loaded: %s", e ? e : "dlopen failed");
@@ -117,10 +120,10 @@ int lanes_fi_dl_getinfo(uint32_t version, const char *node, const char *service,
 {
 	if (!loaded())
 		return -FI_ENOSYS;
-	struct sigaction saved[FATAL_SIGNALS];
-	save_fatal_handlers(saved);
+	struct sigaction saved[KEPT_SIGNALS];
+	save_handlers(saved);
 	int rc = lib.getinfo(version, node, service, flags, hints, info);
-	restore_fatal_handlers(saved);
+	restore_handlers(saved);
 	return rc;
 }
 

@@ -7,10 +7,14 @@
 //! `/dev/shm/lanes-<uid>` (private to the user), or the user's runtime directory when
 //! another user took that name first ([`default_fabric_dir`]).
 //! The file's `[cluster]` section and node addresses, which describe a fabric across hosts,
-//! are validated here too and interpreted by [`cluster`]: this module and its `cluster`
-//! part are the one schema of `lanes.toml` (the control plane names it `cluster::config`).
+//! are validated here too and interpreted by [`cluster`]; its `[ip]` section (the IP
+//! interface's) by [`ip`]: this module and its parts are the one schema of `lanes.toml`
+//! (the control plane names it `cluster::config`).
 
 pub mod cluster;
+pub mod ip;
+
+pub use ip::IpSection;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -288,27 +292,6 @@ struct ParsedConfig {
     node: Vec<NodeEntry>,
 }
 
-/// `[ip]`: the IP interface over the fabric (`lanes ip up`, crates/lanes-ip, which
-/// validates the values and says what each defaults to).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IpSection {
-    /// The interface's name (default `lanes0`).
-    pub name: Option<String>,
-    /// The IPv4 prefix whose host part is the node id, as `"10.253.0.0/16"`.
-    pub ipv4: Option<String>,
-    /// The IPv6 prefix whose host part is the node id, as `"fd6c:616e:6573::/64"`.
-    pub ipv6: Option<String>,
-    /// The interface's MTU, 1280 to 65535.
-    pub mtu: Option<u32>,
-    /// Queues (one transmit and one receive thread each); 0: one per CPU.
-    pub queues: Option<u32>,
-    /// KiB of each receive ring (per peer and queue).
-    pub ring_kib: Option<u64>,
-    /// TSO/USO and checksum offload through the virtio-net header.
-    pub offloads: Option<bool>,
-}
-
 /// `[sockets]`: what the socket accelerator (`liblanes_sockets.so`) accelerates. Each key
 /// has an environment variable that overrides it.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -498,6 +481,9 @@ impl ConfigFile {
             Some(section) => Some(ClusterConfig::build(section, &parsed.node).map_err(err)?),
             None => None,
         };
+        if let Some(ip) = &parsed.ip {
+            ip.check(parsed.node.iter().map(|n| n.id)).map_err(|why| err(format!("[ip] {why}")))?;
+        }
         if let Some(sockets) = &parsed.sockets {
             for (key, list) in [("include", &sockets.include), ("exclude", &sockets.exclude)] {
                 if let Some(list) = list {
@@ -542,7 +528,8 @@ impl ConfigFile {
         self.parsed.sockets.as_ref()
     }
 
-    /// The `[ip]` section, if the file has one (crates/lanes-ip validates it).
+    /// The `[ip]` section, if the file has one (its values are valid, and every listed
+    /// node has an address in its IPv4 prefix).
     pub fn ip(&self) -> Option<&IpSection> {
         self.parsed.ip.as_ref()
     }
