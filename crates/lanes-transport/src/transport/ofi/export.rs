@@ -108,7 +108,6 @@ impl Export {
     }
 
     /// Whether nothing is exported (never: objects hold at least one byte).
-    #[cfg(any(test, feature = "test-hooks"))]
     pub fn is_empty(&self) -> bool {
         self.mr.is_empty()
     }
