@@ -382,7 +382,7 @@ fn end_ring_traffic(conn: &Conn, peer: Option<&Endpoint>) -> bool {
 /// inside the C library (`daemon`), whose parent never returns through our `fork`.
 pub fn adopt_for_child(pid: libc::pid_t) {
     let mut conns = all();
-    let remote = !crate::remote::fds().is_empty();
+    let remote = crate::remote::any();
     if (conns.is_empty() && !remote) || pid <= 0 {
         return;
     }

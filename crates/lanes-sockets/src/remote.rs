@@ -83,6 +83,11 @@ fn get(fd: i32) -> Option<Arc<RemoteConn>> {
     table().read().ok()?.get(&fd).cloned()
 }
 
+/// Whether this process holds any cross-host candidate (no lock, no allocation).
+pub fn any() -> bool {
+    COUNT.load(Ordering::Relaxed) > 0
+}
+
 /// Every candidate fd of this process.
 pub fn fds() -> Vec<i32> {
     if COUNT.load(Ordering::Relaxed) == 0 {

@@ -741,6 +741,13 @@ pub enum Reply {
 mod tests {
     use super::*;
 
+    /// The messages, written one after another, read back equal.
+    fn assert_round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(messages: &[T]) {
+        let mut bytes = Vec::new();
+        messages.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
+        assert_eq!(read_all::<T>(&bytes).0, messages);
+    }
+
     fn read_all<T: DeserializeOwned>(bytes: &[u8]) -> (Vec<T>, Option<FrameError>) {
         let mut r = FrameReader::new();
         let mut src = bytes;
@@ -905,15 +912,9 @@ mod tests {
                 result: Err(Refusal::HostUnreachable { node: 16, host: "c".into(), state: HostState::Suspect }),
             },
         ];
-        let mut bytes = Vec::new();
-        peer.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
-        assert_eq!(read_all::<PeerMessage>(&bytes).0, peer);
-        let mut bytes = Vec::new();
-        local.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
-        assert_eq!(read_all::<Request>(&bytes).0, local);
-        let mut bytes = Vec::new();
-        replies.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
-        assert_eq!(read_all::<Reply>(&bytes).0, replies);
+        assert_round_trip(&peer);
+        assert_round_trip(&local);
+        assert_round_trip(&replies);
         assert_eq!(ObjectKind::from_layout_kind(kind::REFLECTIVE), Some(ObjectKind::Reflective));
         assert_eq!(ObjectKind::Reflective.layout_kind(), kind::REFLECTIVE);
     }
@@ -962,15 +963,9 @@ mod tests {
             Reply::Withdrawn,
             Reply::Sockets { status: SocketsStatus::default() },
         ];
-        let mut bytes = Vec::new();
-        peer.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
-        assert_eq!(read_all::<PeerMessage>(&bytes).0, peer);
-        let mut bytes = Vec::new();
-        local.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
-        assert_eq!(read_all::<Request>(&bytes).0, local);
-        let mut bytes = Vec::new();
-        replies.iter().for_each(|m| write_message(&mut bytes, m).unwrap());
-        assert_eq!(read_all::<Reply>(&bytes).0, replies);
+        assert_round_trip(&peer);
+        assert_round_trip(&local);
+        assert_round_trip(&replies);
     }
 
     #[test]

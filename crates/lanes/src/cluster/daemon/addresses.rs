@@ -148,8 +148,6 @@ impl AddressBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::config::ClusterSection;
-    use crate::config::NodeEntry;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -158,14 +156,7 @@ mod tests {
     /// Hosts a, b, c at 10.77.0.1-3 in lanes.toml; this is a, whose interfaces have
     /// 10.77.0.1 and 192.168.5.1.
     fn book() -> AddressBook {
-        let node = |id: u32, host: &str, addr: &str| NodeEntry {
-            id,
-            host: host.into(),
-            address: Some(addr.into()),
-            public_key: None,
-        };
-        let nodes = [node(8, "a", "10.77.0.1"), node(12, "b", "10.77.0.2"), node(16, "c", "10.77.0.3")];
-        let cluster = ClusterConfig::build(&ClusterSection::default(), &nodes).unwrap();
+        let cluster = super::super::pairing::tests::cluster();
         AddressBook::new(&cluster, "a", &[ip("10.77.0.1"), ip("192.168.5.1"), ip("127.0.0.1"), ip("fe80::1")])
     }
 

@@ -550,7 +550,7 @@ impl Pairing {
 /// sends is delivered to the other (or dropped while their link is down), and the records
 /// are what `Out::Record` last wrote.
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::cluster::config::{ClusterConfig, ClusterSection};
     use crate::config::NodeEntry;
@@ -587,7 +587,8 @@ mod tests {
         now: Instant,
     }
 
-    fn cluster() -> ClusterConfig {
+    /// Hosts a, b, c (nodes 8, 12, 16) at 10.77.0.1-3 in lanes.toml.
+    pub(in crate::cluster::daemon) fn cluster() -> ClusterConfig {
         let node = |id: u32, host: &str, addr: &str| NodeEntry {
             id,
             host: host.into(),
