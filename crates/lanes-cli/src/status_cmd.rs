@@ -349,20 +349,21 @@ fn print_sockets(out: &mut String, sockets: &[lanes::sockets::registry::Connecti
     }
     out_line!(
         out,
-        "  {:<22}  {:<22}  {:<14}  {:>10}  {:>10}  {:>10}  {:<6}  stale",
+        "  {:<22}  {:<22}  {:<14}  {:>10}  {:>10}  {:>10}  {:<6}  {:<9}  stale",
         "local",
         "remote",
         "pids",
         "via ring",
         "via kernel",
         "received",
-        "peer"
+        "peer",
+        "receiving"
     );
     for c in sockets {
         let pids: Vec<String> = c.holders.iter().map(|p| p.to_string()).collect();
         out_line!(
             out,
-            "  {:<22}  {:<22}  {:<14}  {:>10}  {:>10}  {:>10}  {:<6}  {}",
+            "  {:<22}  {:<22}  {:<14}  {:>10}  {:>10}  {:>10}  {:<6}  {:<9}  {}",
             c.local.to_string(),
             c.remote.to_string(),
             if pids.is_empty() { "-".into() } else { pids.join(",") },
@@ -370,6 +371,7 @@ fn print_sockets(out: &mut String, sockets: &[lanes::sockets::registry::Connecti
             human_bytes(c.kernel_bytes_sent),
             human_bytes(c.bytes_received),
             if c.peer_attached { "yes" } else { "no" },
+            if c.peer_attached { c.receiving.label() } else { "-" },
             if c.stale { "yes" } else { "no" }
         );
     }

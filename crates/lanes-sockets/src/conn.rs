@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use lanes::sockets::direction::ring_unread_between;
 use lanes::sockets::endpoint::{
-    this_process, FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED,
+    this_process, FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_RX_RETIRED, FLAG_TX_CLOSED,
 };
 use lanes::sockets::{ConnectionKey, Endpoint};
 
@@ -46,7 +46,15 @@ pub struct FlipBackoff {
     pub backoff: u32,
     /// Ring bytes were read since the last switch.
     pub paid: bool,
+    /// Tries that did not pay, less half for each that did: at [`RETIRE_AFTER`] the
+    /// direction is retired from the ring for good (`stream::maybe_ring_mode`).
+    pub fruitless: u32,
 }
+
+/// Fruitless tries after which a direction is retired from the ring: with the back-off
+/// doubling to 64 kernel reads, several hundred reads in a row found nobody waiting for
+/// ring bytes.
+pub const RETIRE_AFTER: u32 = 12;
 
 /// A [`FlipBackoff`] the threads of a process share: a hint, so a torn update between two
 /// threads costs at most one try too many or too few.
@@ -54,15 +62,26 @@ pub struct FlipCell(AtomicU64);
 
 impl FlipCell {
     fn new() -> Self {
-        FlipCell(AtomicU64::new(Self::pack(FlipBackoff { skip: 0, backoff: 0, paid: true })))
+        FlipCell(AtomicU64::new(Self::pack(FlipBackoff { skip: 0, backoff: 0, paid: true, fruitless: 0 })))
     }
+    /// Three 21-bit fields and the paid bit (skip and back-off stay at most 64).
     fn pack(f: FlipBackoff) -> u64 {
-        u64::from(f.skip) | u64::from(f.backoff.min(0x7fff_ffff)) << 32 | u64::from(f.paid) << 63
+        const M: u32 = (1 << 21) - 1;
+        u64::from(f.skip.min(M))
+            | u64::from(f.backoff.min(M)) << 21
+            | u64::from(f.fruitless.min(M)) << 42
+            | u64::from(f.paid) << 63
     }
     #[inline]
     pub fn get(&self) -> FlipBackoff {
+        const M: u64 = (1 << 21) - 1;
         let v = self.0.load(Ordering::Relaxed);
-        FlipBackoff { skip: v as u32, backoff: (v >> 32) as u32 & 0x7fff_ffff, paid: v >> 63 != 0 }
+        FlipBackoff {
+            skip: (v & M) as u32,
+            backoff: (v >> 21 & M) as u32,
+            fruitless: (v >> 42 & M) as u32,
+            paid: v >> 63 != 0,
+        }
     }
     #[inline]
     pub fn set(&self, f: FlipBackoff) {
@@ -194,6 +213,20 @@ impl Conn {
     /// Whether our side is O_NONBLOCK.
     pub fn nonblocking(&self) -> bool {
         self.own.nonblocking().load(Ordering::Relaxed) != 0
+    }
+
+    /// This end retired the peer's direction from the ring ([`FLAG_RX_RETIRED`]): receives
+    /// and waits are the kernel's alone.
+    #[inline]
+    pub fn rx_retired(&self) -> bool {
+        self.own.has_flag(FLAG_RX_RETIRED)
+    }
+
+    /// The peer retired this end's sending direction from the ring: sends are the kernel's
+    /// alone.
+    #[inline]
+    pub fn tx_retired(&self) -> bool {
+        self.peer().is_some_and(|p| p.has_flag(FLAG_RX_RETIRED))
     }
 }
 
@@ -592,14 +625,17 @@ mod tests {
     #[test]
     fn a_flip_back_off_reads_back_as_stored() {
         let cell = FlipCell::new();
-        assert_eq!(cell.get(), FlipBackoff { skip: 0, backoff: 0, paid: true }, "the first read tries");
+        assert_eq!(cell.get(), FlipBackoff { skip: 0, backoff: 0, paid: true, fruitless: 0 }, "the first read tries");
         for f in [
-            FlipBackoff { skip: 64, backoff: 64, paid: false },
-            FlipBackoff { skip: 0, backoff: 7, paid: true },
-            FlipBackoff { skip: u32::MAX, backoff: 0x7fff_ffff, paid: true },
+            FlipBackoff { skip: 64, backoff: 64, paid: false, fruitless: 11 },
+            FlipBackoff { skip: 0, backoff: 7, paid: true, fruitless: 0 },
+            FlipBackoff { skip: (1 << 21) - 1, backoff: (1 << 21) - 1, paid: true, fruitless: (1 << 21) - 1 },
         ] {
             cell.set(f);
             assert_eq!(cell.get(), f);
         }
+        // Out-of-range values saturate rather than spill into the next field.
+        cell.set(FlipBackoff { skip: u32::MAX, backoff: 1, paid: false, fruitless: 2 });
+        assert_eq!(cell.get(), FlipBackoff { skip: (1 << 21) - 1, backoff: 1, paid: false, fruitless: 2 });
     }
 }

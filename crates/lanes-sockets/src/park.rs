@@ -18,10 +18,16 @@
 //! the reader and stays parked. Readers in other processes are not counted here: only the
 //! record's sole holder unparks (a process that gets the socket later adds itself as a
 //! holder, sequentially consistent, before it reads).
+//!
+//! **Retiring.** A direction whose tries to take the ring back keep not paying (see
+//! `stream::flip_due`) is retired ([`retire`], [`FLAG_RX_RETIRED`]): parked for good. Since it
+//! is never unparked again, nobody needs a hold: receives and waits call the kernel at once,
+//! the peer's sends too once it sees the flag, and with both directions retired the
+//! connection is kernel TCP with the library's cost reduced to a table lookup per call.
 
 use std::sync::atomic::Ordering;
 
-use lanes::sockets::endpoint::{lock_shared, this_process, FLAG_RX_PARKED};
+use lanes::sockets::endpoint::{lock_shared, this_process, FLAG_RX_PARKED, FLAG_RX_RETIRED};
 use lanes::sockets::Endpoint;
 
 use crate::conn::Conn;
@@ -69,9 +75,22 @@ pub fn park(conn: &Conn, peer: &Endpoint) {
     }
 }
 
+/// Retires the peer's direction from the ring for good: parks it (if it is not parked
+/// yet) and flags it [`FLAG_RX_RETIRED`], after which it is never unparked, so its bytes are
+/// the kernel's alone and every reader and waiter may call the kernel directly, without a
+/// hold. True if this call retired it.
+pub fn retire(conn: &Conn, peer: &Endpoint) -> bool {
+    park(conn, peer);
+    let _lock = lock_shared(conn.own.rx_lock());
+    is_parked(conn) && conn.own.set_flags(FLAG_RX_RETIRED) & FLAG_RX_RETIRED == 0
+}
+
 /// Ends the parking, unless a reader of this process relies on it or another process holds
-/// the socket too; true if the direction is not parked now.
+/// the socket too, or the direction is retired; true if the direction is not parked now.
 pub fn unpark(conn: &Conn, peer: &Endpoint) -> bool {
+    if conn.rx_retired() {
+        return false;
+    }
     let word = peer.tx_word();
     if !is_parked(conn) && !word.load().parked() {
         return true;

@@ -113,6 +113,10 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
         Reason::RegistrationRefused => {
             format!("{sock}the daemon refused to pair a connection to another host: {detail}")
         }
+        Reason::RingDidNotPay => format!(
+            "{sock}the ring never paid (no receiver was waiting when bytes came: no CPU free to spin, or a \
+             receiver always busy): its receiving direction is kernel TCP for good, at kernel TCP's cost"
+        ),
     }
 }
 
@@ -133,9 +137,20 @@ fn count_and_say(why: Reason, key: Option<&ConnectionKey>, detail: &str) {
         f.note(why, key.map(|k| (k.local, k.remote)));
     }
     let bit = 1u32 << (Reason::ALL.iter().position(|r| *r == why).unwrap_or(31) as u32);
+    if quietly_counted(why) {
+        return;
+    }
     if SAID.fetch_or(bit, Ordering::Relaxed) & bit == 0 && !crate::sandbox::filtered() {
         notice(config().quiet, format_args!("{}", line(why, key, detail)));
     }
+}
+
+/// Reasons counted for `lanes status` but not said on stderr: a retired connection is the
+/// accelerator working as designed on a busy machine, not a set-up that failed, and every
+/// process of a fork-per-connection server (each PostgreSQL backend) would say it again in
+/// the server's log.
+fn quietly_counted(why: Reason) -> bool {
+    why == Reason::RingDidNotPay
 }
 
 /// As [`note_with`], without details.

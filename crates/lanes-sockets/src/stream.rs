@@ -15,7 +15,7 @@ use lanes::sockets::endpoint::{
 };
 
 use crate::config::config;
-use crate::conn::{Conn, FlipBackoff};
+use crate::conn::{Conn, FlipBackoff, RETIRE_AFTER};
 use crate::real::{errno, real, set_errno};
 
 /// Bytes in a list of buffers.
@@ -174,6 +174,17 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     }
     if total == 0 || conn.own.has_flag(FLAG_TX_CLOSED) {
         return kernel_send(call, fd, iov, flags);
+    }
+    if conn.tx_retired() {
+        // The peer retired this direction from the ring: the program's own call, counted.
+        if conn.own.has_flag(FLAG_NODELAY_FORCED) && conn.rx_retired() {
+            release_nodelay(conn, fd);
+        }
+        let r = kernel_send(call, fd, iov, flags);
+        if r > 0 {
+            conn.own.tx_counts().1.fetch_add(r as u64, Ordering::Relaxed);
+        }
+        return r;
     }
     if call.takes_flags() && flags & libc::MSG_OOB != 0 {
         // Urgent data: this direction goes through the kernel from now on (see
@@ -653,15 +664,40 @@ impl Drop for LowatSync<'_> {
 /// made each read two system calls, slower than plain TCP. So tries back off (1, 2, 4 ...
 /// 64 reads, per socket) while the switches do not pay (no ring bytes read between two),
 /// and a switch that pays (a receiver busy or spinning when its data came) resets it.
-fn flip_due(conn: &Conn) -> bool {
+/// After [`RETIRE_AFTER`] fruitless tries (a paying one takes half of them back) the
+/// direction is retired instead (see [`maybe_ring_mode`]).
+fn flip_due(conn: &Conn) -> FlipTry {
     let f = conn.flip.get();
     if f.skip > 0 {
         conn.flip.set(FlipBackoff { skip: f.skip - 1, ..f });
-        return false;
+        return FlipTry::NotDue;
+    }
+    let fruitless = if f.paid { f.fruitless / 2 } else { f.fruitless + 1 };
+    if fruitless >= RETIRE_AFTER && retiring_allowed() {
+        return FlipTry::Retire;
     }
     let backoff = if f.paid { 0 } else { (f.backoff * 2).clamp(1, FLIP_BACKOFF_MAX) };
-    conn.flip.set(FlipBackoff { skip: backoff, backoff, paid: false });
-    true
+    conn.flip.set(FlipBackoff { skip: backoff, backoff, paid: false, fruitless });
+    FlipTry::Try
+}
+
+/// What [`flip_due`] says to do after a kernel read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FlipTry {
+    /// Stay parked.
+    NotDue,
+    /// Try to switch the direction back to the ring.
+    Try,
+    /// Retire the direction from the ring for good.
+    Retire,
+}
+
+/// Whether directions may be retired: `LANES_SOCKETS_RETIRE=0` keeps every one parked and
+/// tried again forever (a diagnostic, and for tests that need a direction to keep coming
+/// back to the ring however long it did not pay).
+fn retiring_allowed() -> bool {
+    static R: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *R.get_or_init(|| std::env::var_os("LANES_SOCKETS_RETIRE").is_none_or(|v| v != "0"))
 }
 
 /// The most kernel reads that pass between two tries (see [`flip_due`]).
@@ -685,16 +721,32 @@ fn flip_again(conn: &Conn) {
 
 /// After a kernel read: switches the peer's sending direction back to the ring if
 /// everything is read and a try is due ([`flip_due`]); until the next try, the direction is
-/// parked (reads and waits are the kernel's alone, see `park`).
+/// parked (reads and waits are the kernel's alone, see `park`). A direction whose tries
+/// keep not paying is retired from the ring for good (`park::retire`): a connection the
+/// ring cannot speed up (nobody is ever waiting when its bytes come: more runnable threads
+/// than CPUs) then costs nothing over kernel TCP.
 pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
-    if !ring_allowed(conn) {
+    if !ring_allowed(conn) || conn.rx_retired() {
         return;
     }
     let Some(peer) = conn.peer() else { return };
-    if !flip_due(conn) {
-        want_ring(&conn.own, false);
-        crate::park::park(conn, peer);
-        return;
+    match flip_due(conn) {
+        FlipTry::NotDue => {
+            want_ring(&conn.own, false);
+            crate::park::park(conn, peer);
+            return;
+        }
+        FlipTry::Retire => {
+            want_ring(&conn.own, false);
+            if crate::park::retire(conn, peer) {
+                crate::reasons::note(crate::reasons::Reason::RingDidNotPay, Some(&conn.key));
+                if conn.tx_retired() {
+                    release_nodelay(conn, fd);
+                }
+            }
+            return;
+        }
+        FlipTry::Try => {}
     }
     if !crate::park::unpark(conn, peer) {
         return;
@@ -714,9 +766,31 @@ pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
     want_ring(&conn.own, hand_back);
 }
 
+/// Both directions of the connection are retired from the ring: Nagle's algorithm, forced
+/// off for the ring's sake ([`force_nodelay`]), is the program's own choice again, so a
+/// stream of small writes is coalesced as the program asked (once: the first end to see
+/// both retired puts its own socket back).
+pub fn release_nodelay(conn: &Conn, fd: c_int) {
+    if crate::sandbox::filtered() || !conn.own.has_flag(FLAG_NODELAY_FORCED) {
+        return;
+    }
+    let before = conn.own.clear_flags(FLAG_NODELAY_FORCED);
+    if before & FLAG_NODELAY_FORCED != 0 && before & FLAG_APP_NODELAY == 0 {
+        set_kernel_nodelay(fd, false);
+    }
+}
+
 /// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured), for
 /// the program's `call`.
 pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut msg: Option<&mut msghdr>) -> ssize_t {
+    if conn.rx_retired() {
+        // The kernel holds every byte of this direction, for good: the program's own call.
+        let r = kernel_recv(call, fd, iov, flags, &mut msg);
+        if r > 0 && flags & libc::MSG_PEEK == 0 {
+            kernel_bytes_read(conn, r);
+        }
+        return r;
+    }
     if flags & libc::MSG_OOB != 0 {
         // The urgent byte never travels through the ring (see FLAG_TX_URGENT): the kernel
         // has it, or answers EINVAL/EAGAIN as it would. It is not a byte of the stream.

@@ -42,6 +42,9 @@ impl<'a> Sleepers<'a> {
         let mut s = Sleepers { prepared: SmallVec::new(), _parked: SmallVec::new() };
         for c in conns {
             let Some(peer) = c.peer() else { continue };
+            if c.rx_retired() {
+                continue; // the kernel's alone, for good: nothing to hold or prepare
+            }
             if let Some(hold) = park::hold(c) {
                 s._parked.push(hold);
                 continue;
@@ -98,7 +101,7 @@ pub fn poll_core(
         .iter()
         .enumerate()
         .filter(|(_, p)| p.events & libc::POLLIN != 0)
-        .filter_map(|(i, p)| lookup(p.fd).filter(|c| c.peer().is_some()).map(|c| (i, p.fd, c)))
+        .filter_map(|(i, p)| lookup(p.fd).filter(|c| ring_capable(c)).map(|c| (i, p.fd, c)))
         .collect();
     if accel.is_empty() {
         return sleep(fds, timeout);
@@ -254,8 +257,15 @@ pub fn any_accelerated_in_sets(nfds: c_int, sets: [*mut libc::fd_set; 2]) -> boo
     (0..nfds.clamp(0, libc::FD_SETSIZE as c_int)).any(|fd| {
         // SAFETY: the caller's sets, null or valid for nfds bits.
         sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
-            && lookup(fd).is_some_and(|c| c.peer().is_some())
+            && lookup(fd).is_some_and(|c| ring_capable(&c))
     })
+}
+
+/// An accelerated socket whose ring may hold bytes to read: it has a peer, and its
+/// receiving direction is not retired (see `park`).
+#[inline]
+fn ring_capable(c: &Conn) -> bool {
+    c.peer().is_some() && !c.rx_retired()
 }
 
 // ---- epoll -------------------------------------------------------------------------------
@@ -356,6 +366,7 @@ impl Shadow {
                     it.conn = lookup(*fd); // connected after it was added
                 }
                 match &it.conn {
+                    Some(c) if c.rx_retired() => {} // the kernel's alone, for good
                     Some(c) if c.peer().is_some() => watched.push(Watched::Ring(*fd, c.clone())),
                     _ => self.unresolved.push(*fd),
                 }
@@ -797,7 +808,7 @@ fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mu
 /// those of nested sets (not those shut for reading: their bytes come through the kernel
 /// already, and ring bytes left unread there would never let the wait sleep).
 fn sleep_set(watched: &[Watched]) -> SmallVec<[Arc<Conn>; 8]> {
-    let open = |c: &Arc<Conn>| !c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED);
+    let open = |c: &Arc<Conn>| !c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED) && !c.rx_retired();
     let mut conns = SmallVec::new();
     for w in watched {
         match w {

@@ -358,7 +358,7 @@ const PROCESSES_AND_THREADS: &[&str] = &[
     "posix-spawn",
     "threads",
 ];
-const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain", "ring-then-kernel"];
+const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain", "ring-then-kernel", "pingpong-slow"];
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).
 const LONG_STREAMS: &[&str] = &["stream-4g"];
 const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader", "peer-killed-unread", "peer-killed-unreaped"];
@@ -606,6 +606,60 @@ fn the_library_really_accelerates() {
         assert!(
             tries.iter().any(|&(attached, ring)| attached >= 2 && ring > 0),
             "{case}: in no run did both ends attach and bytes go through the ring (ends attached, ring bytes): {tries:?}"
+        );
+    }
+}
+
+/// A connection the ring cannot speed up is retired from it, and then behaves, and costs, as
+/// kernel TCP: a blocking ping-pong whose every answer comes after a pause, with spinning off
+/// (`LANES_POLL_US=0`: each receiver is asleep in the kernel when its bytes come, as on a
+/// machine with more runnable threads than CPUs), retires
+/// both directions (the records say so while it runs, the reasons files count it), every
+/// echo stays right (the transcript is the kernel's), and Nagle's algorithm, forced off while
+/// the ring could carry bytes, is the program's choice again in both kernel sockets.
+#[test]
+fn a_connection_the_ring_does_not_pay_for_is_retired_to_the_kernel() {
+    let lib = library();
+    let sc = Sockconf::build("retire");
+    let case = "pingpong-slow";
+    let mut plain = sockconf_command(&sc.plain, &sc.dir.sub("kernel"), None, false);
+    plain.arg(case);
+    let kernel = run_bounded(plain, case, RUN_LIMIT);
+    assert!(kernel.ok(), "{}", kernel.describe(case));
+    let run_dir = sc.dir.sub("preload");
+    let fabric = run_dir.join("fabric");
+    let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), true);
+    cmd.arg(case);
+    let mut p = Program::spawn(cmd, case);
+    let (mut retired, mut attached) = (0usize, 0usize);
+    let start = Instant::now();
+    while !p.exited() && start.elapsed() < RUN_LIMIT {
+        let conns = lanes::sockets::registry::list_connections(&fabric);
+        attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
+        let now = conns.iter().filter(|c| c.receiving == lanes::sockets::registry::Receiving::Retired).count();
+        retired = retired.max(now);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let f = p.wait(RUN_LIMIT);
+    assert!(f.ok(), "{}", f.describe(case));
+    assert_eq!(f.stdout, kernel.stdout, "the transcript under the library differs from kernel TCP's");
+    assert!(f.stdout.contains("round trips 2000, wrong echoes 0"), "{}", f.stdout);
+    assert_eq!(attached, 2, "both ends attached (ends seen at once)");
+    assert_eq!(retired, 2, "both directions retired (ends seen retired at once); stderr:\n{}", f.stderr);
+    assert!(!f.stderr.contains("liblanes_sockets:"), "retiring is counted for status, not said:\n{}", f.stderr);
+    let why = lanes::sockets::reasons::list_reasons(&fabric);
+    let counted: u64 = why
+        .iter()
+        .flat_map(|p| p.reasons.iter())
+        .filter(|r| r.reason == lanes::sockets::reasons::Reason::RingDidNotPay)
+        .map(|r| r.sockets)
+        .sum();
+    assert_eq!(counted, 2, "each direction's retiring counted once: {why:?}");
+    for side in ["client", "server"] {
+        assert!(
+            f.stderr.contains(&format!("raw-nodelay {side} 0")),
+            "the {side}'s kernel socket got Nagle's algorithm back:\n{}",
+            f.stderr
         );
     }
 }

@@ -193,3 +193,60 @@ void say_rstat(const char *what, struct rstat st)
     if (st.bad_at >= 0)
         say("first mismatch at byte %lld", st.bad_at);
 }
+
+/* The kernel's own TCP_NODELAY of fd (the system call, past any preloaded getsockopt), on
+ * standard error: outside the transcript, for tests that look at what the library left. */
+static void report_raw_nodelay(const char *side, int fd)
+{
+    int v = -1;
+    socklen_t l = sizeof v;
+    long r = syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_NODELAY, &v, &l);
+    fprintf(stderr, "raw-nodelay %s %d\n", side, r == 0 ? v : -1);
+}
+
+#define LONG_TRIPS 2000
+#define LONG_PAUSE_US 100
+#define LONG_MSG 100
+
+/* The blocking ping-pong of pingpong-slow, server side: echoes every message after a pause,
+ * so the peer is always asleep in its receive when the echo comes (the ring never pays). */
+void long_pingpong_server(void)
+{
+    int s = accept_one();
+    char buf[LONG_MSG];
+    int trips = 0;
+    ssize_t n;
+    while ((n = read_full(s, buf, LONG_MSG)) == LONG_MSG) {
+        usleep(LONG_PAUSE_US);
+        if (write(s, buf, LONG_MSG) != LONG_MSG)
+            break;
+        trips++;
+    }
+    say("echoed %d, then %s", trips, res(n));
+    report_raw_nodelay("server", s);
+    close(s);
+}
+
+/* The client: LONG_TRIPS messages, each with its own pattern and sent after a pause, each
+ * echo checked. */
+void long_pingpong_client(void)
+{
+    int fd = tcp_socket(0);
+    struct sockaddr_storage ss;
+    socklen_t l = loop_addr(C.family, C.port, &ss);
+    say("connect %s", res(connect(fd, (struct sockaddr *)&ss, l)));
+    char out[LONG_MSG], in[LONG_MSG];
+    int trips = 0, bad = 0;
+    for (int i = 0; i < LONG_TRIPS; i++) {
+        for (int j = 0; j < LONG_MSG; j++)
+            out[j] = (char)(i * 7 + j);
+        usleep(LONG_PAUSE_US);
+        if (write(fd, out, LONG_MSG) != LONG_MSG || read_full(fd, in, LONG_MSG) != LONG_MSG)
+            break;
+        bad += memcmp(in, out, LONG_MSG) != 0;
+        trips++;
+    }
+    say("round trips %d, wrong echoes %d", trips, bad);
+    report_raw_nodelay("client", fd);
+    say("close %s", res(close(fd)));
+}

@@ -148,6 +148,8 @@ const struct casedef cases[] = {
      "4 GiB with random write and read sizes, every byte checked"},
     {"stream-duplex", AF_INET, true, duplex_server, duplex_client, NULL,
      "16 MiB each way at once, non-blocking, poll-driven, checked"},
+    {"pingpong-slow", AF_INET, true, long_pingpong_server, long_pingpong_client, NULL,
+     "2000 blocking round trips of 100 bytes, each side pausing 100 us before it writes, checked"},
     {"send-eagain", AF_INET, true, send_eagain_server, send_eagain_client, NULL,
      "non-blocking writes until EAGAIN; the peer gets exactly that; POLLOUT after draining"},
     {"ring-then-kernel", AF_INET, true, ring_kernel_server, ring_kernel_client, NULL,

@@ -118,6 +118,12 @@ pub const FLAG_RX_PARKED: u32 = 2048;
 /// A cross-host socket: its peer is on another host of the cluster; the record carries the
 /// pairing the daemons agreed on (`super::remote`), and no ring is used.
 pub const FLAG_REMOTE: u32 = 4096;
+/// This end retired the peer's sending direction from the ring for good: it was parked
+/// ([`FLAG_RX_PARKED`]) and its tries to take the ring back kept not paying, so it is never
+/// unparked again. Its bytes are the kernel's alone from then on, and both ends call the
+/// kernel for that direction without the ring's bookkeeping (the sender once it sees this
+/// flag on its peer's record), as if the library were not there.
+pub const FLAG_RX_RETIRED: u32 = 1 << 20;
 
 /// Which connection a record belongs to: the network namespace and both addresses, as this
 /// end sees them. IPv4-mapped IPv6 addresses are keyed as IPv4, so a dual-stack listener
@@ -417,10 +423,10 @@ impl Endpoint {
     pub fn set_flags(&self, bits: u32) -> u32 {
         self.flags().fetch_or(bits, Ordering::SeqCst)
     }
-    /// Clears `bits`.
+    /// Clears `bits`; returns the flags before.
     #[inline]
-    pub fn clear_flags(&self, bits: u32) {
-        self.flags().fetch_and(!bits, Ordering::SeqCst);
+    pub fn clear_flags(&self, bits: u32) -> u32 {
+        self.flags().fetch_and(!bits, Ordering::SeqCst)
     }
     /// Whether any of `bits` is set.
     #[inline]

@@ -67,11 +67,15 @@ pub enum Reason {
     RemotePeerNeverPaired,
     /// This host's daemon refused to register a connection to another host.
     RegistrationRefused,
+    /// The ring never paid: nobody was waiting when the bytes came (more runnable threads
+    /// than CPUs, a receiver that is always busy), so the direction was retired from the
+    /// ring and its bytes are the kernel's for good, at the kernel's cost.
+    RingDidNotPay,
 }
 
 impl Reason {
     /// Every reason, in the order of their lines in the file (new ones only ever appended).
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Reason::PeerWithoutLibrary,
         Reason::PrivilegeDrop,
         Reason::ExcludedPort,
@@ -84,6 +88,7 @@ impl Reason {
         Reason::NoDaemon,
         Reason::RemotePeerNeverPaired,
         Reason::RegistrationRefused,
+        Reason::RingDidNotPay,
     ];
 
     fn index(self) -> usize {
@@ -105,6 +110,7 @@ impl Reason {
             Reason::NoDaemon => "cross-host: no daemon on this host",
             Reason::RemotePeerNeverPaired => "cross-host: peer never paired",
             Reason::RegistrationRefused => "cross-host: daemon refused it",
+            Reason::RingDidNotPay => "ring did not pay (retired)",
         }
     }
 }

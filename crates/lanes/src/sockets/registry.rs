@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-use super::endpoint::{sockets_dir, ConnectionKey, Endpoint, FLAG_ATTACHED, FLAG_REMOTE};
+use super::endpoint::{
+    sockets_dir, ConnectionKey, Endpoint, FLAG_ATTACHED, FLAG_REMOTE, FLAG_RX_PARKED, FLAG_RX_RETIRED,
+};
 use super::remote::Pairing;
 
 /// One accelerated socket, as its record describes it.
@@ -23,11 +25,36 @@ pub struct ConnectionInfo {
     pub bytes_received: u64,
     /// Whether this end found and attached its peer's record (the connection is accelerated).
     pub peer_attached: bool,
+    /// How the peer's bytes reach this end now.
+    pub receiving: Receiving,
     /// No live holder: left behind by a killed process.
     pub stale: bool,
     /// A cross-host socket (its peer on another host of the cluster): its pairing. Its
     /// bytes go through the kernel (no data path across hosts yet).
     pub cross_host: Option<Pairing>,
+}
+
+/// How the peer's bytes reach an end, as its record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Receiving {
+    /// Through the ring whenever the receiver waits for them (kernel TCP while it sleeps).
+    Ring,
+    /// Through the kernel for now (parked: the ring did not pay lately; tried again later).
+    Parked,
+    /// Through the kernel for good (retired: the ring never paid).
+    Retired,
+}
+
+impl Receiving {
+    /// One word for `lanes status`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Receiving::Ring => "ring",
+            Receiving::Parked => "parked",
+            Receiving::Retired => "retired",
+        }
+    }
 }
 
 /// Every socket record in the fabric directory (unreadable or corrupt ones are skipped).
@@ -49,6 +76,13 @@ pub fn list_connections(fabric_dir: &Path) -> Vec<ConnectionInfo> {
                 kernel_bytes_sent: kernel.load(Ordering::Relaxed),
                 bytes_received: ep.rx_bytes(),
                 peer_attached: ep.has_flag(FLAG_ATTACHED),
+                receiving: if ep.has_flag(FLAG_RX_RETIRED) {
+                    Receiving::Retired
+                } else if ep.has_flag(FLAG_RX_PARKED) {
+                    Receiving::Parked
+                } else {
+                    Receiving::Ring
+                },
                 cross_host: if ep.has_flag(FLAG_REMOTE) { ep.pairing() } else { None },
             })
         })
