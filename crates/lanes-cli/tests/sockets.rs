@@ -188,7 +188,7 @@ fn wait_lanes(mut p: Program, limit: Duration) -> (Finished, Vec<u32>) {
 }
 
 const PROGRAMS: [&str; 4] = ["sockperf", "iperf3", "redis-server", "redis-benchmark"];
-const ROWS: [&str; 9] = [
+const ROWS: [&str; 10] = [
     "sockperf-latency",
     "sockperf-throughput",
     "iperf3",
@@ -198,6 +198,7 @@ const ROWS: [&str; 9] = [
     "pgbench-tpcb",
     "pgbench-select",
     "nginx",
+    "nginx-close",
 ];
 
 #[test]

@@ -131,6 +131,43 @@ impl Mapping {
         false
     }
 
+    /// Backs `len` bytes from `offset` (page aligned, inside the mapping, writable) with
+    /// memory now (`MADV_POPULATE_WRITE`), so that writing them later cannot fault for want
+    /// of room: a sparse file on a full file system answers here with `StorageFull`, where a
+    /// first store into the page would have raised SIGBUS.
+    pub fn populate_for_writing(&self, offset: usize, len: usize) -> io::Result<()> {
+        let page = crate::page_size();
+        let inside = offset.checked_add(len).is_some_and(|end| end <= self.len);
+        if !inside || offset % page != 0 || self.access != Access::ReadWrite {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot populate {len} bytes at {offset} of a {}-byte mapping", self.len),
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        loop {
+            // SAFETY: the range is inside this mapping (checked above); populating changes no
+            // byte of it, it only allocates and maps the pages.
+            let r = unsafe { libc::madvise(self.ptr.as_ptr().add(offset).cast(), len, libc::MADV_POPULATE_WRITE) };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+                Some(libc::ENOMEM) | Some(libc::EFAULT) | Some(libc::ENOSPC) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::StorageFull,
+                        format!("{len} bytes could not be backed: the file system is full ({e})"),
+                    ))
+                }
+                _ => return Err(e),
+            }
+        }
+    }
+
     /// Gives up ownership: the pages stay mapped for ever (used for caller-registered memory,
     /// which belongs to the caller after the segment is gone).
     pub fn leak(self) {
@@ -145,5 +182,41 @@ impl Drop for Mapping {
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn populating_backs_a_sparse_range_and_refuses_one_outside_the_mapping() {
+        let page = crate::page_size();
+        let file = tempfile_in_shm();
+        file.set_len(4 * page as u64).unwrap();
+        let map = Mapping::map(file.as_fd(), 0, 4 * page, Access::ReadWrite).unwrap();
+        let blocks = || std::os::unix::fs::MetadataExt::blocks(&file.metadata().unwrap());
+        assert_eq!(blocks(), 0, "sparse until backed");
+        map.populate_for_writing(page, 2 * page).unwrap();
+        assert_eq!(blocks() * 512, 2 * page as u64, "exactly the range asked for is backed");
+        for (offset, len) in [(page, 4 * page), (1, page), (5 * page, 0)] {
+            let e = map.populate_for_writing(offset, len).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{offset}+{len}: {e}");
+        }
+        let ro = Mapping::map(file.as_fd(), 0, page, Access::ReadOnly).unwrap();
+        assert_eq!(ro.populate_for_writing(0, page).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    }
+
+    /// An unnamed file on /dev/shm (tmpfs, so blocks are pages actually held).
+    fn tempfile_in_shm() -> std::fs::File {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .mode(0o600)
+            .open("/dev/shm")
+            .expect("an unnamed file on /dev/shm")
     }
 }

@@ -3,10 +3,11 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use lanes::sockets::direction::ring_unread_between;
+use lanes::sockets::endpoint::StreamHistory;
 use lanes::sockets::endpoint::{
     this_process, FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_RX_RETIRED, FLAG_TX_CLOSED,
 };
@@ -35,6 +36,9 @@ pub struct Conn {
     /// When this process next tries to switch the peer's direction back to the ring (see
     /// `stream::maybe_ring_mode`).
     pub(crate) flip: FlipCell,
+    /// This process backed our ring with memory (`Endpoint::populate_ring`), as it must
+    /// before it first writes there.
+    pub(crate) ring_backed: AtomicBool,
 }
 
 /// The back-off of tries to switch a direction back to the ring (`stream::flip_due`).
@@ -101,6 +105,7 @@ impl Conn {
             peer_published: AtomicU64::new(UNSEEN),
             parked_readers: AtomicU32::new(0),
             flip: FlipCell::new(),
+            ring_backed: AtomicBool::new(false),
         })
     }
 
@@ -333,6 +338,11 @@ pub fn all() -> Vec<(i32, Arc<Conn>)> {
 /// `newfd` now refers to the same socket as `oldfd` (dup family, F_DUPFD).
 pub fn duplicated(oldfd: i32, newfd: i32) {
     forget(newfd);
+    if Deferred::is(oldfd) {
+        // The copies must share one record (and one count): set up now, or never.
+        Deferred::set_up(oldfd);
+        Deferred::give_up(oldfd);
+    }
     if let Some(c) = lookup(oldfd) {
         insert(newfd, c);
     } else {
@@ -349,6 +359,10 @@ pub fn forget(fd: i32) -> bool {
     if fd >= 0 && (fd as usize) < FAST_FDS {
         match MAYBE[fd as usize].load(Ordering::Relaxed) {
             0 => return false,
+            MAYBE_DEFERRED | MAYBE_SETTING_UP => {
+                MAYBE[fd as usize].store(0, Ordering::SeqCst);
+                return false;
+            }
             MAYBE_REMOTE => {
                 MAYBE[fd as usize].store(0, Ordering::Relaxed);
                 crate::remote::forget(fd);
@@ -494,9 +508,9 @@ fn is_tcp_stream(fd: i32) -> bool {
     r == 0 && v == libc::IPPROTO_TCP
 }
 
-/// A TCP socket just got connected (connect returned, or accept gave it): publish our
-/// record, look for the peer's, and tell the peer we exist. Every failure leaves the
-/// socket to the kernel alone.
+/// A TCP socket just got connected (connect returned, or accept gave it). A local one's
+/// set-up is put off until it has shown it lives long enough to pay for it (see
+/// [`Deferred`]); one to another host, or past the deferred table, is set up now.
 pub fn on_connected(fd: i32) {
     let remote_candidate =
         fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_REMOTE;
@@ -504,6 +518,19 @@ pub fn on_connected(fd: i32) {
         return;
     }
     let (Some(local), Some(remote)) = (name_of(fd, false), name_of(fd, true)) else { return };
+    if deferral_allowed() && (fd as usize) < FAST_FDS && wanted(local, remote) == Wanted::Yes {
+        if let Some(cookie) = sock_diag::own_cookie(fd) {
+            Deferred::start(fd, cookie);
+        }
+        return;
+    }
+    set_up(fd, local, remote, StreamHistory::default(), None);
+}
+
+/// Publishes our record for a connected TCP socket that has moved `history` through the
+/// kernel so far, looks for the peer's, and tells the peer we exist. `cookie`: the socket's,
+/// if known already. Every failure leaves the socket to the kernel alone.
+fn set_up(fd: i32, local: SocketAddr, remote: SocketAddr, history: StreamHistory, cookie: Option<u64>) {
     let cfg = config();
     let key = ConnectionKey::new(cfg.netns, local, remote);
     match wanted(local, remote) {
@@ -517,8 +544,8 @@ pub fn on_connected(fd: i32) {
     if reasons::check_uid(&key).is_none() {
         return;
     }
-    let Some(cookie) = sock_diag::own_cookie(fd) else { return };
-    let own = match Endpoint::create(&cfg.fabric_dir, &key, cookie, cfg.ring_bytes) {
+    let Some(cookie) = cookie.or_else(|| sock_diag::own_cookie(fd)) else { return };
+    let own = match Endpoint::create_after(&cfg.fabric_dir, &key, cookie, cfg.ring_bytes, history) {
         Ok(own) => own,
         Err(why) => {
             // No record, so the peer never finds one: both ends stay on the kernel socket.
@@ -530,7 +557,8 @@ pub fn on_connected(fd: i32) {
     let fl = unsafe { (real().fcntl)(fd, libc::F_GETFL, 0) };
     own.nonblocking().store(u32::from(fl >= 0 && fl & libc::O_NONBLOCK != 0), Ordering::Relaxed);
     let conn = Conn::new(own, key);
-    // An accepted socket inherits the listener's low-water mark.
+    // An accepted socket inherits the listener's low-water mark (and a program may have
+    // set one since).
     let inherited = if crate::sandbox::filtered() { None } else { crate::stream::kernel_lowat(fd) };
     if let Some(lowat) = inherited.filter(|&l| l > 1) {
         crate::stream::set_lowat(&conn, fd, lowat);
@@ -540,6 +568,189 @@ pub fn on_connected(fd: i32) {
         p.set_flags(FLAG_PEER_FOUND);
     }
     insert(fd, conn);
+}
+
+/// Whether local set-ups are put off (`LANES_SOCKETS_DEFER=0`: every connection is set up
+/// when it connects, as tests of the ring's own semantics need).
+fn deferral_allowed() -> bool {
+    static D: OnceLock<bool> = OnceLock::new();
+    *D.get_or_init(|| std::env::var_os("LANES_SOCKETS_DEFER").is_none_or(|v| v != "0"))
+}
+
+/// Data calls a local connection makes through the kernel before it is set up: a short one
+/// (an HTTP/1.0 request and its answer, a health check) never is, and costs what kernel TCP
+/// costs, where a record per connection (a file, two mappings, about twenty system calls on
+/// each end) made it several times slower.
+pub const DEFERRED_CALLS: u32 = 8;
+
+/// `MAYBE[fd]` of a local connection whose set-up is put off ([`Deferred`]).
+const MAYBE_DEFERRED: u8 = 4;
+/// `MAYBE[fd]` while a deferred set-up runs: other threads' calls wait for it.
+const MAYBE_SETTING_UP: u8 = 5;
+
+/// The bookkeeping of a local connection whose set-up is put off: until its
+/// [`DEFERRED_CALLS`]th data call, the library counts the bytes it writes and reads through
+/// the kernel (every such call is the program's own), and the record then starts from those
+/// counts (`StreamHistory`), so the ring's rule holds as if the record had been there from
+/// the start: a receiver takes the ring only once it has read every byte the sender wrote
+/// through the kernel. What would make the counts wrong ends the deferral first: `fork`,
+/// `exec` and `dup` set the connection up (the copies then share its record); urgent data
+/// and `shutdown` leave it to the kernel for good; a call of another thread still in the
+/// kernel puts the set-up off to a later call. The socket's cookie, noted when it connected,
+/// must still be the fd's at set-up: a number reused behind the library's back is never
+/// taken for the old socket.
+pub struct Deferred;
+
+static DEFER_WRITTEN: [AtomicU64; FAST_FDS] = [const { AtomicU64::new(0) }; FAST_FDS];
+static DEFER_READ: [AtomicU64; FAST_FDS] = [const { AtomicU64::new(0) }; FAST_FDS];
+static DEFER_COOKIE: [AtomicU64; FAST_FDS] = [const { AtomicU64::new(0) }; FAST_FDS];
+static DEFER_CALLS: [AtomicU32; FAST_FDS] = [const { AtomicU32::new(0) }; FAST_FDS];
+static DEFER_IN_KERNEL: [AtomicU32; FAST_FDS] = [const { AtomicU32::new(0) }; FAST_FDS];
+/// One past the highest fd ever deferred: scans of the table (fork, exec, close_range) stop
+/// there.
+static DEFER_END: AtomicUsize = AtomicUsize::new(0);
+
+/// Which count a data call on a deferred connection adds to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moved {
+    /// Bytes written (the call's result).
+    Written,
+    /// Bytes read (the call's result).
+    Read,
+    /// Nothing of the stream (a peek, a zero-length call).
+    Nothing,
+    /// Urgent data: the connection stays kernel TCP for good.
+    Urgent,
+}
+
+impl Deferred {
+    fn start(fd: i32, cookie: u64) {
+        let i = fd as usize;
+        DEFER_WRITTEN[i].store(0, Ordering::Relaxed);
+        DEFER_READ[i].store(0, Ordering::Relaxed);
+        DEFER_CALLS[i].store(0, Ordering::Relaxed);
+        DEFER_COOKIE[i].store(cookie, Ordering::Relaxed);
+        DEFER_END.fetch_max(i + 1, Ordering::Relaxed);
+        MAYBE[i].store(MAYBE_DEFERRED, Ordering::SeqCst);
+    }
+
+    /// Whether `fd` is a deferred connection (a hint, for calls that must end the deferral).
+    #[inline]
+    pub fn is(fd: i32) -> bool {
+        fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_DEFERRED
+    }
+
+    /// A data call on `fd`: if it is a deferred connection, makes `call` (the program's own)
+    /// and counts what it `moved`, then sets the connection up if this was its
+    /// [`DEFERRED_CALLS`]th call. None: not deferred (the caller goes on as for any fd).
+    #[inline]
+    pub fn call(fd: i32, moved: Moved, call: impl FnOnce() -> isize) -> Option<isize> {
+        if fd < 0 || (fd as usize) >= FAST_FDS {
+            return None;
+        }
+        let i = fd as usize;
+        loop {
+            match MAYBE[i].load(Ordering::SeqCst) {
+                MAYBE_DEFERRED => break,
+                MAYBE_SETTING_UP => std::hint::spin_loop(),
+                _ => return None,
+            }
+        }
+        // Counted in before the state is checked again (a set-up checks the count after it
+        // claimed the state, both sequentially consistent): either this call sees the set-up
+        // and goes the accelerated way, or the set-up sees this call and waits for a later one.
+        DEFER_IN_KERNEL[i].fetch_add(1, Ordering::SeqCst);
+        if MAYBE[i].load(Ordering::SeqCst) != MAYBE_DEFERRED {
+            DEFER_IN_KERNEL[i].fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        if moved == Moved::Urgent {
+            // The urgent mark is the kernel's, and the ring's protocol would have to know
+            // where it is: kernel TCP for good.
+            MAYBE[i].store(0, Ordering::SeqCst);
+        }
+        let r = call();
+        let e = crate::real::errno();
+        if r > 0 {
+            match moved {
+                Moved::Written => DEFER_WRITTEN[i].fetch_add(r as u64, Ordering::Relaxed),
+                Moved::Read => DEFER_READ[i].fetch_add(r as u64, Ordering::Relaxed),
+                Moved::Nothing | Moved::Urgent => 0,
+            };
+        }
+        DEFER_IN_KERNEL[i].fetch_sub(1, Ordering::SeqCst);
+        if DEFER_CALLS[i].fetch_add(1, Ordering::Relaxed) + 1 >= DEFERRED_CALLS {
+            Self::set_up(fd);
+        }
+        crate::real::set_errno(e);
+        Some(r)
+    }
+
+    /// Sets a deferred connection up now, unless a call of another thread is in the kernel
+    /// with it (then a later call does). errno is the caller's to keep.
+    pub fn set_up(fd: i32) {
+        if !Self::is(fd) {
+            return;
+        }
+        let i = fd as usize;
+        if MAYBE[i].compare_exchange(MAYBE_DEFERRED, MAYBE_SETTING_UP, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            return;
+        }
+        if DEFER_IN_KERNEL[i].load(Ordering::SeqCst) != 0 {
+            MAYBE[i].store(MAYBE_DEFERRED, Ordering::SeqCst);
+            return;
+        }
+        let history = StreamHistory {
+            written: DEFER_WRITTEN[i].load(Ordering::Relaxed),
+            read: DEFER_READ[i].load(Ordering::Relaxed),
+        };
+        let cookie = DEFER_COOKIE[i].load(Ordering::Relaxed);
+        // Kernel TCP unless everything below holds (set_up inserts the fd, state 1).
+        MAYBE[i].store(0, Ordering::SeqCst);
+        if crate::sandbox::filtered() {
+            return; // no system calls of ours under a seccomp filter (see `sandbox`)
+        }
+        if sock_diag::own_cookie(fd) != Some(cookie) {
+            return; // not the socket that connected: its history is unknown
+        }
+        let (Some(local), Some(remote)) = (name_of(fd, false), name_of(fd, true)) else { return };
+        set_up(fd, local, remote, history, Some(cookie));
+    }
+
+    /// Sets up every deferred connection of this process (before fork and exec: the copies
+    /// must share a record, as they share the socket).
+    pub fn set_up_all() {
+        let end = DEFER_END.load(Ordering::Relaxed);
+        for (fd, state) in MAYBE.iter().enumerate().take(end) {
+            if state.load(Ordering::Relaxed) == MAYBE_DEFERRED {
+                Self::set_up(fd as i32);
+                // A set-up refused for a call in the kernel: kernel TCP for good (a copy
+                // would count apart).
+                let _ = state.compare_exchange(MAYBE_DEFERRED, 0, Ordering::SeqCst, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Every deferred connection of this process stays kernel TCP (a forked child's copies).
+    pub fn give_up_all() {
+        for fd in 0..DEFER_END.load(Ordering::Relaxed) {
+            Self::give_up(fd as i32);
+        }
+    }
+
+    /// Every deferred connection's fd (close_range).
+    pub fn fds() -> impl Iterator<Item = i32> {
+        (0..DEFER_END.load(Ordering::Relaxed))
+            .filter(|&fd| matches!(MAYBE[fd].load(Ordering::Relaxed), MAYBE_DEFERRED | MAYBE_SETTING_UP))
+            .map(|fd| fd as i32)
+    }
+
+    /// The connection stays kernel TCP for good (shutdown: the stream is ending anyway).
+    pub fn give_up(fd: i32) {
+        if fd >= 0 && (fd as usize) < FAST_FDS {
+            let _ = MAYBE[fd as usize].compare_exchange(MAYBE_DEFERRED, 0, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
 }
 
 /// An fd we have not seen, inherited across exec: if its socket has a record with its

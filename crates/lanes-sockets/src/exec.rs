@@ -222,7 +222,13 @@ fn environ() -> *const *const c_char {
 /// # Safety
 /// `envp` is null or a valid environment; a path target is a NUL-terminated string.
 pub unsafe fn before_exec(target: Target, envp: *const *const c_char, new_env: &mut NewEnv) -> *const *const c_char {
-    if !config().enabled || !holds_inherited_socket() {
+    if !config().enabled {
+        return envp;
+    }
+    // The new image finds an inherited socket by its record: one whose set-up was put off
+    // gets it now.
+    conn::Deferred::set_up_all();
+    if !holds_inherited_socket() {
         return envp;
     }
     let loads = match open_target(target) {

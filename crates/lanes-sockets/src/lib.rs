@@ -37,7 +37,7 @@ use libc::{
     socklen_t, ssize_t, timespec,
 };
 
-use conn::{lookup, lookup_or_complete, Conn};
+use conn::{lookup, lookup_or_complete, Conn, Deferred, Moved};
 use lanes::sockets::endpoint::{FLAG_APP_NODELAY, FLAG_NODELAY_FORCED, FLAG_RX_LOWAT};
 use real::{errno, real, set_errno};
 use stream::Call;
@@ -137,6 +137,24 @@ unsafe fn iov_slice<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
     Some(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
 }
 
+/// What a receive with `flags` on a deferred connection moves of the stream.
+fn moved_in(flags: c_int) -> Moved {
+    if flags & (libc::MSG_PEEK | libc::MSG_OOB) != 0 {
+        Moved::Nothing
+    } else {
+        Moved::Read
+    }
+}
+
+/// What a send with `flags` on a deferred connection moves of the stream.
+fn moved_out(flags: c_int) -> Moved {
+    if flags & libc::MSG_OOB != 0 {
+        Moved::Urgent
+    } else {
+        Moved::Written
+    }
+}
+
 fn recv_on(c: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> ssize_t {
     stream::recv(c, fd, call, iov, flags, None)
 }
@@ -233,7 +251,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         -1,
         || {
             if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-                let fds = conn::all().into_iter().map(|(fd, _)| fd).chain(remote::fds());
+                let fds = conn::all().into_iter().map(|(fd, _)| fd).chain(remote::fds()).chain(Deferred::fds());
                 for fd in fds.collect::<Vec<_>>() {
                     if (first..=last).contains(&(fd as c_uint)) {
                         before_close(fd);
@@ -255,6 +273,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     intercept(
         -1,
         || {
+            Deferred::give_up(fd);
             let c = lookup_or_complete(fd)?;
             if how == libc::SHUT_WR || how == libc::SHUT_RDWR {
                 conn::shut_tx(&c);
@@ -280,7 +299,10 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
     // stream holds: the program's own call gives exactly that.
     intercept(
         -1,
-        || lookup_or_complete(fd).filter(|_| n > 0).map(|c| recv_on(&c, fd, Call::Plain, &one(buf, n), 0)),
+        || match lookup_or_complete(fd) {
+            Some(c) => (n > 0).then(|| recv_on(&c, fd, Call::Plain, &one(buf, n), 0)),
+            None => Deferred::call(fd, Moved::Read, call),
+        },
         call,
     )
 }
@@ -291,7 +313,14 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().recv)(fd, buf, n, flags) };
-    intercept(-1, || lookup_or_complete(fd).map(|c| recv_on(&c, fd, Call::Socket, &one(buf, n), flags)), call)
+    intercept(
+        -1,
+        || match lookup_or_complete(fd) {
+            Some(c) => Some(recv_on(&c, fd, Call::Socket, &one(buf, n), flags)),
+            None => Deferred::call(fd, moved_in(flags), call),
+        },
+        call,
+    )
 }
 
 /// # Safety
@@ -310,7 +339,7 @@ pub unsafe extern "C" fn recvfrom(
     intercept(
         -1,
         || {
-            let c = lookup_or_complete(fd)?;
+            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_in(flags), call) };
             let r = recv_on(&c, fd, Call::Socket, &one(buf, n), flags);
             if r >= 0 && !addr.is_null() && !alen.is_null() {
                 // A connected TCP socket reports no source address.
@@ -332,7 +361,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
     intercept(
         -1,
         || {
-            let c = lookup_or_complete(fd)?;
+            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_in(flags), call) };
             if msg.is_null() {
                 return None;
             }
@@ -362,7 +391,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
     intercept(
         -1,
         || {
-            let c = lookup_or_complete(fd)?;
+            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, Moved::Read, call) };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
             // Nothing to read: the kernel answers at once, as for read (see there).
@@ -382,7 +411,10 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     let call = || unsafe { (real().write)(fd, buf, n) };
     intercept(
         -1,
-        || lookup_or_complete(fd).map(|c| stream::send(&c, fd, Call::Plain, &one(buf as *mut c_void, n), 0)),
+        || match lookup_or_complete(fd) {
+            Some(c) => Some(stream::send(&c, fd, Call::Plain, &one(buf as *mut c_void, n), 0)),
+            None => Deferred::call(fd, Moved::Written, call),
+        },
         call,
     )
 }
@@ -395,7 +427,10 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
     let call = || unsafe { (real().send)(fd, buf, n, flags) };
     intercept(
         -1,
-        || lookup_or_complete(fd).map(|c| stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
+        || match lookup_or_complete(fd) {
+            Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
+            None => Deferred::call(fd, moved_out(flags), call),
+        },
         call,
     )
 }
@@ -416,7 +451,10 @@ pub unsafe extern "C" fn sendto(
     // A connected TCP socket ignores the address, as the kernel does.
     intercept(
         -1,
-        || lookup_or_complete(fd).map(|c| stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
+        || match lookup_or_complete(fd) {
+            Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
+            None => Deferred::call(fd, moved_out(flags), call),
+        },
         call,
     )
 }
@@ -430,7 +468,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
     intercept(
         -1,
         || {
-            let c = lookup_or_complete(fd)?;
+            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_out(flags), call) };
             if msg.is_null() {
                 return None;
             }
@@ -458,7 +496,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
     intercept(
         -1,
         || {
-            let c = lookup_or_complete(fd)?;
+            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, Moved::Written, call) };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
             Some(stream::send(&c, fd, Call::Vector, v, 0))
@@ -489,7 +527,7 @@ pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_
     intercept(
         -1,
         || {
-            let c = lookup_or_complete(out_fd)?;
+            let Some(c) = lookup_or_complete(out_fd) else { return Deferred::call(out_fd, Moved::Written, call) };
             // SAFETY: the caller's arguments, count lowered (sendfile may move fewer bytes).
             let transfer = || unsafe { (real().sendfile)(out_fd, in_fd, offset, count) };
             Some(kernel_transfer_out(&c, count, transfer))
@@ -542,7 +580,10 @@ pub unsafe extern "C" fn splice(
                 }
                 return Some(r);
             }
-            let c = lookup_or_complete(fd_out)?;
+            if Deferred::is(fd_in) {
+                return Deferred::call(fd_in, Moved::Read, call);
+            }
+            let Some(c) = lookup_or_complete(fd_out) else { return Deferred::call(fd_out, Moved::Written, call) };
             let len = len.min(lanes::sockets::direction::MAX_KERNEL_CHUNK);
             // SAFETY: the caller's arguments, len lowered.
             Some(kernel_transfer_out(&c, len, || unsafe {
@@ -925,10 +966,16 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     intercept(
         -1,
         || {
+            // Parent and child must share a record, as they share the socket.
+            Deferred::set_up_all();
             let pid = call();
             let e = errno();
             if pid > 0 {
                 conn::adopt_for_child(pid);
+            } else if pid == 0 {
+                // A connection another thread deferred after the set-ups above: the two
+                // processes would count apart, so it stays kernel TCP in this one.
+                Deferred::give_up_all();
             }
             set_errno(e);
             Some(pid)

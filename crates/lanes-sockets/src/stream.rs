@@ -11,7 +11,7 @@ use lanes::platform::SharedSlice;
 use lanes::sockets::direction::{ring_unread_between, DirectionWord};
 use lanes::sockets::endpoint::{
     lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_NODELAY_FORCED, FLAG_RESET, FLAG_RING_WANTED,
-    FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED, FLAG_TX_URGENT,
+    FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED, FLAG_TX_NO_RING, FLAG_TX_URGENT,
 };
 
 use crate::config::config;
@@ -195,7 +195,8 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     // The ring is not used while the peer counts its bytes against a low-water mark, nor
     // after urgent data (flags read once per call: a direction switched to the kernel
     // stays there until the receiver, which honours them too, switches it back).
-    let kernel_only = conn.own.has_flag(FLAG_TX_URGENT) || conn.peer().is_some_and(|p| p.has_flag(FLAG_RX_LOWAT));
+    let mut kernel_only =
+        conn.own.has_flag(FLAG_TX_URGENT | FLAG_TX_NO_RING) || conn.peer().is_some_and(|p| p.has_flag(FLAG_RX_LOWAT));
     let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
     let word = conn.own.tx_word();
     let (ring_count, kernel_count) = conn.own.tx_counts();
@@ -216,6 +217,13 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
         if let Some(peer) = peer {
             let _lock = lock_shared(conn.own.tx_lock());
             let state = word.load();
+            if state.ring_mode() && !ring_backed(conn) {
+                // No memory for the ring: this direction is the kernel's for good (the
+                // reservation below takes it out of ring mode).
+                kernel_only = true;
+                drop(_lock);
+                continue;
+            }
             if state.ring_mode() {
                 let cap = conn.own.ring_bytes();
                 // The receiver's consumed count lives on a cache line it writes at every
@@ -285,6 +293,29 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
         }
     }
     sent as ssize_t
+}
+
+/// Whether our ring is backed with memory, backing it first if this process has not yet
+/// (the record is created sparse). If it cannot be (the fabric directory's file system is
+/// full), the sending direction is flagged [`FLAG_TX_NO_RING`] and said why: false.
+fn ring_backed(conn: &Conn) -> bool {
+    if conn.ring_backed.load(Ordering::Relaxed) {
+        return true;
+    }
+    if conn.own.has_flag(FLAG_TX_NO_RING) {
+        return false;
+    }
+    match conn.own.populate_ring() {
+        Ok(()) => {
+            conn.ring_backed.store(true, Ordering::Relaxed);
+            true
+        }
+        Err(e) => {
+            conn.own.set_flags(FLAG_TX_NO_RING);
+            crate::reasons::note_with(crate::reasons::Reason::NoRoom, Some(&conn.key), &e.to_string());
+            false
+        }
+    }
 }
 
 /// `sendmsg` with ancillary data: control messages do not travel in rings, so the bytes go
@@ -580,7 +611,7 @@ pub fn force_nodelay(conn: &Conn, fd: c_int) {
 pub fn ring_allowed(conn: &Conn) -> bool {
     !conn.rx_shut.load(Ordering::Relaxed)
         && !conn.own.has_flag(FLAG_RX_CLOSED | FLAG_RX_LOWAT)
-        && conn.peer().is_some_and(|p| !p.has_flag(FLAG_TX_CLOSED | FLAG_TX_URGENT))
+        && conn.peer().is_some_and(|p| !p.has_flag(FLAG_TX_CLOSED | FLAG_TX_URGENT | FLAG_TX_NO_RING))
 }
 
 /// `SIOCATMARK` of the kernel socket: whether its next byte is the urgent mark (the

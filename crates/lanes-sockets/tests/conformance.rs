@@ -140,7 +140,9 @@ fn sockconf_command(bin: &Path, run_dir: &Path, preload: Option<&Path>, small_ri
         c.env("LD_PRELOAD", lib);
     }
     if small_ring {
-        c.env("LANES_POLL_US", "0").env("LANES_SOCKETS_RING", "4096");
+        // Every connection set up at once (none put off): the cases exercise the ring's
+        // own semantics however few calls they make.
+        c.env("LANES_POLL_US", "0").env("LANES_SOCKETS_RING", "4096").env("LANES_SOCKETS_DEFER", "0");
     }
     c
 }
@@ -546,7 +548,8 @@ fn a_config_file_chooses_what_is_accelerated() {
         let conf = run_dir.join("lanes.toml");
         std::fs::write(&conf, toml).expect("lanes.toml");
         let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
-        cmd.env("LANES_CONFIG", &conf).envs(env.iter().copied()).arg("stream-duplex");
+        // Set up at once: what is looked at is what the configuration chose.
+        cmd.env("LANES_CONFIG", &conf).env("LANES_SOCKETS_DEFER", "0").envs(env.iter().copied()).arg("stream-duplex");
         let mut p = Program::spawn(cmd, name);
         let mut records = 0usize;
         let start = Instant::now();
@@ -661,6 +664,32 @@ fn a_connection_the_ring_does_not_pay_for_is_retired_to_the_kernel() {
             "the {side}'s kernel socket got Nagle's algorithm back:\n{}",
             f.stderr
         );
+    }
+}
+
+/// A connection that ends within its first few data calls is never set up (no record, no
+/// mapping: it costs what kernel TCP costs), and behaves as kernel TCP: the echo, the
+/// non-blocking connect and sixteen connections at once, under the library on both ends,
+/// give the kernel's transcripts and leave nothing in the fabric directory.
+#[test]
+fn short_connections_are_left_to_the_kernel_without_a_record() {
+    let lib = library();
+    let sc = Sockconf::build("short");
+    for case in ["connect-echo", "connect-nonblock", "many-conns"] {
+        let mut plain = sockconf_command(&sc.plain, &sc.dir.sub(&format!("{case}-kernel")), None, false);
+        plain.arg(case);
+        let kernel = run_bounded(plain, case, RUN_LIMIT);
+        assert!(kernel.ok(), "{}", kernel.describe(case));
+        let run_dir = sc.dir.sub(&format!("{case}-preload"));
+        let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
+        cmd.arg(case);
+        let f = run_bounded(cmd, case, RUN_LIMIT);
+        assert!(f.ok(), "{}", f.describe(case));
+        assert_eq!(f.stdout, kernel.stdout, "{case}: the transcript under the library differs from kernel TCP's");
+        // The first record a process makes creates the fabric directory (records go when
+        // their connection closes, the directory stays): none was ever made.
+        let fabric = run_dir.join("fabric");
+        assert!(!fabric.exists(), "{case}: a record was made for a short connection (found {})", fabric.display());
     }
 }
 

@@ -166,7 +166,8 @@ enum BenchWhat {
     Dma(dma::DmaArgs),
     /// Unchanged programs over kernel TCP against liblanes_sockets.so on both ends,
     /// interleaved A/B: sockperf latency and 64 B msg/s, iperf3, redis-benchmark GET p50, a
-    /// blocking ping-pong (also with a CPU hog per core), pgbench TPC-B and select-only, nginx.
+    /// blocking ping-pong (also with a CPU hog per core), pgbench TPC-B and select-only, nginx
+    /// with keep-alive and with a connection per request.
     Sockets(sockets::SocketsArgs),
     /// The UDP streaming API (UDP GSO/GRO, sendmmsg/recvmmsg) against per-datagram
     /// send/recv: MB/s, CPU% of both sides, system calls per GB and loss per datagram size.

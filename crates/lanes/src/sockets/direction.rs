@@ -246,6 +246,12 @@ impl<'a> DirectionWord<'a> {
             .is_ok()
     }
 
+    /// Record creation: the direction starts in kernel mode with `written` kernel bytes
+    /// already sent (before the record existed), before anyone else can see the word.
+    pub fn start_after_kernel_bytes(&self, written: u64) {
+        self.word.store(DirectionState::INITIAL.with_kernel(written).0, Ordering::Release);
+    }
+
     /// Receiver: lifts the parking; the direction stays in kernel mode until
     /// [`Self::try_ring_mode`] switches it.
     pub fn unpark(&self) {

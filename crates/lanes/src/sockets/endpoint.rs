@@ -115,6 +115,10 @@ pub const FLAG_RX_LOWAT: u32 = 1024;
 /// its readers read and wait in the kernel alone while this is set. Set only while the
 /// direction is parked, cleared before it is unparked.
 pub const FLAG_RX_PARKED: u32 = 2048;
+/// This end's ring could not be backed with memory (the fabric directory's file system is
+/// full): its sending direction stays in kernel mode for good, and the peer never switches it
+/// to the ring.
+pub const FLAG_TX_NO_RING: u32 = 1 << 21;
 /// A cross-host socket: its peer is on another host of the cluster; the record carries the
 /// pairing the daemons agreed on (`super::remote`), and no ring is used.
 pub const FLAG_REMOTE: u32 = 4096;
@@ -124,6 +128,14 @@ pub const FLAG_REMOTE: u32 = 4096;
 /// kernel for that direction without the ring's bookkeeping (the sender once it sees this
 /// flag on its peer's record), as if the library were not there.
 pub const FLAG_RX_RETIRED: u32 = 1 << 20;
+
+/// What a socket moved through the kernel before its record existed (its set-up was put off,
+/// see the socket library's `conn`): bytes the program wrote, and bytes it read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamHistory {
+    pub written: u64,
+    pub read: u64,
+}
 
 /// Which connection a record belongs to: the network namespace and both addresses, as this
 /// end sees them. IPv4-mapped IPv6 addresses are keyed as IPv4, so a dual-stack listener
@@ -253,6 +265,19 @@ impl Endpoint {
     /// stale record of an earlier connection with the same addresses (that socket no longer
     /// exists, or the kernel could not have given the addresses to this one).
     pub fn create(fabric_dir: &Path, key: &ConnectionKey, cookie: u64, ring_bytes: usize) -> io::Result<Endpoint> {
+        Self::create_after(fabric_dir, key, cookie, ring_bytes, StreamHistory::default())
+    }
+
+    /// As [`Endpoint::create`], for a socket that has already moved bytes through the kernel
+    /// (`history`): its counts start there, so that a receiver switches a direction to the
+    /// ring only once it has read every byte the sender ever wrote through the kernel.
+    pub fn create_after(
+        fabric_dir: &Path,
+        key: &ConnectionKey,
+        cookie: u64,
+        ring_bytes: usize,
+        history: StreamHistory,
+    ) -> io::Result<Endpoint> {
         let ring_bytes = ring_bytes.clamp(MIN_RING_BYTES, MAX_RING_BYTES).next_power_of_two();
         let dir = sockets_dir(fabric_dir);
         ensure_private_dir(fabric_dir)?;
@@ -262,9 +287,13 @@ impl Endpoint {
         let me = this_process()?;
         for _attempt in 0..4 {
             let unnamed = UnnamedFile::create(&dir)?;
-            // Reserved before it is mapped: a full filesystem is an error here, not a SIGBUS
-            // when a ring page is first touched.
-            reserve(unnamed.file(), len as u64)
+            // The header is reserved before it is mapped (a full file system is an error
+            // here, not a SIGBUS at the first store); the ring stays sparse until its sender
+            // first writes it ([`Endpoint::populate_ring`]): most connections never use it,
+            // and reserving a megabyte per connection made every short one cost more than
+            // all of kernel TCP's work for it.
+            reserve(unnamed.file(), RING_OFFSET as u64)
+                .and_then(|()| unnamed.file().set_len(len as u64))
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
             let map = Mapping::map(unnamed.file().as_fd(), 0, len, Access::ReadWrite)?;
             let mut header = [0u8; 128];
@@ -279,6 +308,11 @@ impl Endpoint {
             // unnamed file yet.
             map.slice().copy_from(0, &header)?;
             let ep = Endpoint { map, path: dir.join(&name), ring_bytes, cookie, key: *key };
+            if history != StreamHistory::default() {
+                ep.tx_word().start_after_kernel_bytes(history.written);
+                ep.tx_counts().1.store(history.written, Ordering::Relaxed);
+                ep.rx_kernel_read().store(history.read, Ordering::Relaxed);
+            }
             ep.add_holder(me);
             match unnamed.publish(&name) {
                 Ok(_) => return Ok(ep),
@@ -289,6 +323,13 @@ impl Endpoint {
             }
         }
         Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("record {name} keeps reappearing")))
+    }
+
+    /// Backs this end's ring with memory, before its first byte is written there: the record
+    /// is created sparse (see [`Endpoint::create`]). An error (the fabric directory's file
+    /// system is full) means the ring must not be written.
+    pub fn populate_ring(&self) -> io::Result<()> {
+        self.map.populate_for_writing(RING_OFFSET, self.ring_bytes)
     }
 
     /// Opens the record filed under `key`, validating its header.
@@ -747,14 +788,22 @@ mod tests {
     }
 
     #[test]
-    fn a_full_filesystem_is_an_error_at_create_not_a_sigbus_later() {
+    fn a_full_filesystem_is_an_error_at_create_or_before_the_first_ring_write_never_a_sigbus() {
         let Some(fs) = SmallTmpfs::mount("endpoint-full", "64k") else { return };
-        // 4 KiB of header and 64 KiB of ring cannot fit in 64 KiB: refused before mapping.
-        let e = Endpoint::create(&fs.0, &key(), 42, 65536).unwrap_err();
+        let blocks = |ep: &Endpoint| std::fs::metadata(&ep.path).map(|m| std::os::unix::fs::MetadataExt::blocks(&m));
+        // The ring stays sparse: a record with a 64 KiB ring is created in 64 KiB (only
+        // its header is reserved), and backing its ring is refused, before any byte of it
+        // is written.
+        let big = Endpoint::create(&fs.0, &key(), 42, 65536).unwrap();
+        assert!(blocks(&big).unwrap() <= 16, "only the header is backed: {:?} blocks", blocks(&big));
+        let e = big.populate_ring().unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
-        assert_eq!(std::fs::read_dir(sockets_dir(&fs.0)).unwrap().count(), 0, "nothing left behind");
-        // A record that fits is reserved in full: its whole ring is writable.
+        drop(big);
+        std::fs::remove_file(sockets_dir(&fs.0).join(key().file_name())).unwrap();
+        // A ring that fits is backed in full once asked: all of it is writable.
         let small = Endpoint::create(&fs.0, &key(), 43, 4096).unwrap();
+        small.populate_ring().unwrap();
+        assert!(blocks(&small).unwrap() >= 16, "header and ring backed: {:?} blocks", blocks(&small));
         assert_eq!(small.ring().len(), small.ring_bytes());
         small.ring().fill(0, small.ring_bytes(), 0xa5).unwrap();
         // Fill what is left: the next record is refused, the mapped one still works.
@@ -764,5 +813,22 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
         small.ring().fill(0, small.ring_bytes(), 0x5a).unwrap();
         drop(small);
+    }
+
+    #[test]
+    fn a_record_set_up_late_starts_from_what_the_socket_moved_through_the_kernel() {
+        let dir = lanes_testkit::TestDir::new("endpoint-history");
+        let history = StreamHistory { written: 1000, read: 300 };
+        let ep = Endpoint::create_after(dir.root(), &key(), 7, 4096, history).unwrap();
+        let word = ep.tx_word().load();
+        assert!(!word.ring_mode(), "a new direction starts in kernel mode");
+        assert_eq!(word.kernel_reserved(), 1000, "bytes written before the record count as kernel bytes");
+        assert!(word.kernel_caught_up(1000) && !word.kernel_caught_up(999));
+        assert_eq!(ep.tx_counts().1.load(Ordering::Relaxed), 1000);
+        assert_eq!(ep.rx_kernel_read().load(Ordering::Relaxed), 300);
+        // Another process opening it sees the same.
+        let again = Endpoint::open(dir.root(), &key()).unwrap();
+        assert_eq!(again.tx_word().load().kernel_reserved(), 1000);
+        assert_eq!(again.rx_kernel_read().load(Ordering::Relaxed), 300);
     }
 }

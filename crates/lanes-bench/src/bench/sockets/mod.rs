@@ -50,7 +50,8 @@ pub struct SocketsArgs {
     #[arg(long)]
     quick: bool,
     /// Rows to run, comma-separated (default all): sockperf-latency, sockperf-throughput,
-    /// iperf3, redis-get, pingpong, pingpong-hog, pgbench-tpcb, pgbench-select, nginx.
+    /// iperf3, redis-get, pingpong, pingpong-hog, pgbench-tpcb, pgbench-select, nginx,
+    /// nginx-close.
     #[arg(long, value_name = "LIST")]
     only: Option<String>,
     /// Concurrent redis-benchmark clients (its -c).
@@ -117,6 +118,10 @@ fn units() -> BTreeMap<String, String> {
         ("pgbench-tpcb", "pgbench TPC-B transactions per second, -c 8 -j 2, scale 1, fsync off"),
         ("pgbench-select", "pgbench select-only (-S) transactions per second, -c 8 -j 2, scale 1"),
         ("nginx", "HTTP requests per second wrk completed (-t 2 -c 16, a 612-byte page), nginx 2 workers"),
+        (
+            "nginx-close",
+            "the same with `-H \"Connection: close\"`: every request on a new connection (its set-up and tear-down)",
+        ),
         ("values.kernel", "median over the rounds, without the library"),
         ("values.lanes", "median over the rounds, with the library on both ends"),
         ("ratio", "times better with the library: kernel / lanes for latency, lanes / kernel for rates"),

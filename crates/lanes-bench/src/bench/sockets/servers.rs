@@ -334,6 +334,16 @@ const WRK_THREADS: &str = "2";
 const WRK_CONNECTIONS: &str = "16";
 
 pub(crate) fn nginx_wrk(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {
+    nginx_wrk_with(p, server, client, &[])
+}
+
+/// As [`nginx_wrk`], every request on a new connection (`Connection: close`): what a
+/// connection's set-up and tear-down cost, which keep-alive hides.
+pub(crate) fn nginx_wrk_close(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {
+    nginx_wrk_with(p, server, client, &["-H", "Connection: close"])
+}
+
+fn nginx_wrk_with(p: &Params, server: &Launch, client: &Launch, extra: &[&str]) -> Result<Sample, String> {
     let dir = nginx_dir(server.port)?;
     let nginx = find_program("nginx").ok_or("nginx not found")?;
     let mut cmd = unpinned(server).command(nginx.to_str().ok_or("nginx's path is not UTF-8")?)?;
@@ -341,7 +351,7 @@ pub(crate) fn nginx_wrk(p: &Params, server: &Launch, client: &Launch) -> Result<
     let _srv = Server::start(cmd, "nginx", server.port)?;
     let mut cmd = unpinned(client).command("wrk")?;
     let url = format!("http://127.0.0.1:{}/index.html", client.port);
-    cmd.args(["-t", WRK_THREADS, "-c", WRK_CONNECTIONS, "-d", &format!("{}s", p.seconds), &url]);
+    cmd.args(["-t", WRK_THREADS, "-c", WRK_CONNECTIONS, "-d", &format!("{}s", p.seconds)]).args(extra).arg(&url);
     parse_wrk(&run_client(cmd, "wrk", p.limit())?)
 }
 

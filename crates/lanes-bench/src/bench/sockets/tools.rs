@@ -115,6 +115,16 @@ pub(crate) static TOOLS: &[Tool] = &[
         hog: false,
         run: servers::nginx_wrk,
     },
+    Tool {
+        key: "nginx-close",
+        title: "nginx 2 workers, wrk -c 16, a connection per request, req/s",
+        needs: &[("nginx", "nginx-light"), ("wrk", "wrk")],
+        unit: "req/s",
+        lower_is_better: false,
+        target: 1.0,
+        hog: false,
+        run: servers::nginx_wrk_close,
+    },
 ];
 
 /// sockperf colours some lines; the escapes go before parsing.
