@@ -726,12 +726,19 @@ fn wake_if_asleep(p: &Peer, r: usize) {
 }
 
 /// Waits until `p`'s ring `r` has room for a record of `len` payload bytes (`None`: a read
-/// straight into it), for at most [`FULL_WAIT`]: publishing what waits in it, waking its
+/// straight into it), for at most `patience`: publishing what waits in it, waking its
 /// receiver and driving the fabric's progress meanwhile (across hosts the receiver's tail
 /// lands only when someone does, and this thread need not wait for the service thread to
 /// be scheduled). Returns the tail that leaves room, `Ok(None)` when there is none (or the
 /// pair stopped being usable), `Err` when the pair is broken (said with [`Peer::fail`]).
-fn wait_for_room(sh: &Shared, p: &Peer, r: usize, prod: &mut Producer, len: Option<usize>) -> Result<Option<u64>, ()> {
+fn wait_for_room(
+    sh: &Shared,
+    p: &Peer,
+    r: usize,
+    prod: &mut Producer,
+    len: Option<usize>,
+    patience: Duration,
+) -> Result<Option<u64>, ()> {
     let tail_at = Layout::return_offset(r) as usize + Layout::TAIL;
     let mut full_since: Option<Instant> = None;
     let mut driver: Option<lanes::ProgressDriver> = None;
@@ -753,7 +760,7 @@ fn wait_for_room(sh: &Shared, p: &Peer, r: usize, prod: &mut Producer, len: Opti
         }
         publish(p, r, prod);
         let since = *full_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > FULL_WAIT || !p.usable() {
+        if since.elapsed() >= patience || !p.usable() {
             return Ok(None);
         }
         wake_if_asleep(p, r);
@@ -775,10 +782,10 @@ fn read_into_ring(sh: &Shared, j: usize, st: &mut TxState, p: &Arc<Peer>) -> Ste
     let c = &sh.counters;
     let r = j % p.tx.len();
     let mut prod = lock(&p.tx[r]);
-    let tail = match wait_for_room(sh, p, r, &mut prod, None) {
+    let tail = match wait_for_room(sh, p, r, &mut prod, None, FULL_WAIT) {
         Ok(Some(tail)) => tail,
-        // No room: the packet is read into the buffer and dropped as a full ring's if it is
-        // for this peer.
+        // No room for the largest packet: this one is read into the buffer and, if it is
+        // for this peer, sent only if it fits now.
         Ok(None) => {
             drop(prod);
             return read_into_buffer(sh, j, st, Some(p));
@@ -829,7 +836,7 @@ fn read_into_ring(sh: &Shared, j: usize, st: &mut TxState, p: &Arc<Peer>) -> Ste
         sent(sh, p, n);
         drop(prod);
         for other in st.table.iter().filter(|o| !Arc::ptr_eq(o, p)) {
-            send(sh, other, j, rec);
+            send(sh, other, j, rec, FULL_WAIT);
         }
         return Step::Packet;
     }
@@ -847,8 +854,8 @@ fn read_into_ring(sh: &Shared, j: usize, st: &mut TxState, p: &Arc<Peer>) -> Ste
 }
 
 /// Reads one packet from TUN queue `j` into the thread's buffer and sends it (no usable
-/// peer to read into, or `full`: that peer's ring had no room, so a packet for it is
-/// dropped and counted).
+/// peer to read into, or `full`: that peer's ring had no room for the largest packet, so a
+/// packet for it goes only if it fits at once, else it is dropped and counted).
 fn read_into_buffer(sh: &Shared, j: usize, st: &mut TxState, full: Option<&Arc<Peer>>) -> Step {
     let c = &sh.counters;
     let n = match sh.tun.read(j, &mut st.buf) {
@@ -884,13 +891,13 @@ fn read_error(sh: &Shared, j: usize, st: &mut TxState, e: std::io::Error) -> Ste
     }
 }
 
-/// Sends record `rec` to `dest` (a packet for `full`, whose ring had no room, is dropped
-/// and counted).
+/// Sends record `rec` to `dest` (to `full`, whose ring had no room for the largest packet,
+/// without waiting).
 fn deliver(sh: &Shared, j: usize, table: &Table, dest: Dest, rec: &[u8], full: Option<&Arc<Peer>>) {
     let c = &sh.counters;
     let send_to = |p: &Arc<Peer>| match full {
-        Some(f) if Arc::ptr_eq(f, p) => bump(&c.drop_full, 1),
-        _ => send(sh, p, j, rec),
+        Some(f) if Arc::ptr_eq(f, p) => send(sh, p, j, rec, Duration::ZERO),
+        _ => send(sh, p, j, rec, FULL_WAIT),
     };
     match dest {
         Dest::Node(id) => match table.iter().find(|p| p.node == id) {
@@ -995,8 +1002,8 @@ fn after_delivery(sh: &Shared, q: usize) -> usize {
     try_lock(&sh.tx[q]).map_or(0, |mut st| read_tun(sh, q, &mut st).0)
 }
 
-/// Sends one record to `p` on ring `j mod rings`, waiting up to [`FULL_WAIT`] for room.
-fn send(sh: &Shared, p: &Peer, j: usize, rec: &[u8]) {
+/// Sends one record to `p` on ring `j mod rings`, waiting up to `patience` for room.
+fn send(sh: &Shared, p: &Peer, j: usize, rec: &[u8], patience: Duration) {
     let c = &sh.counters;
     if !p.usable() {
         bump(&c.drop_no_peer, 1);
@@ -1008,7 +1015,7 @@ fn send(sh: &Shared, p: &Peer, j: usize, rec: &[u8]) {
     }
     let r = j % p.tx.len();
     let mut prod = lock(&p.tx[r]);
-    let tail = match wait_for_room(sh, p, r, &mut prod, Some(rec.len())) {
+    let tail = match wait_for_room(sh, p, r, &mut prod, Some(rec.len()), patience) {
         Ok(Some(tail)) => tail,
         Ok(None) => return bump(&c.drop_full, 1),
         Err(()) => return,
