@@ -39,6 +39,11 @@ const REPLY_SPIN_MAX: Duration = Duration::from_micros(300);
 /// A gap this long between two looks of a spin: the spinner was descheduled, so its CPU is
 /// wanted elsewhere; the spin stops.
 const PREEMPTED_GAP: Duration = Duration::from_micros(50);
+/// Bytes appended to a ring after which they are published without waiting for the end of
+/// the batch: a large packet goes at once (the receiver, on the other core, starts on it
+/// while the next is read; across hosts the data and the head travel as one write either
+/// way), small ones (ACKs, small datagrams) share one head store and one wake-up.
+const PUBLISH_AFTER: u64 = 64 << 10;
 /// Packets a thread reads from a TUN queue in one go before it looks elsewhere.
 const TX_BATCH: usize = 64;
 /// The longest sleep of a receive thread (a wake-up lost across hosts costs this).
@@ -815,7 +820,7 @@ fn read_into_ring(sh: &Shared, j: usize, st: &mut TxState, p: &Arc<Peer>) -> Ste
     let dest = route(&prefix[VNET_HDR_LEN..seen], sh.cfg.ipv4, sh.cfg.ipv6);
     if dest == Dest::Node(p.node) {
         sent(sh, p, n);
-        if prod.unpublished() >= sh.cfg.ring_bytes / 4 {
+        if prod.unpublished() >= PUBLISH_AFTER {
             publish(p, r, &mut prod);
         }
         return Step::Packet;
