@@ -629,7 +629,7 @@ fn tx_loop(sh: &Shared, j: usize) {
 /// A packet is read straight into the ring of the node the previous one went to (`guess`;
 /// with one peer, always the right one), appended unpublished; its first bytes, read back
 /// from this side's own copy, route it. One for that node stays, and the batch's records
-/// are published by one head store when the batch ends (or a quarter of the ring waits);
+/// are published by one head store when the batch ends (or [`PUBLISH_AFTER`] bytes wait);
 /// one for another node (or for all) is copied out and sent as a record of its own.
 fn read_tun(sh: &Shared, j: usize, st: &mut TxState) -> (usize, bool) {
     let mut read = 0;
