@@ -23,8 +23,11 @@ use crate::route::{route, Dest};
 use crate::status::{self, Counters, IfaceStatus, PeerStatus};
 use crate::tun::Tun;
 
-/// How long a sender waits for room in a full ring before it drops the packet.
-const FULL_WAIT: Duration = Duration::from_millis(1);
+/// How long a sender waits for room in a full ring before it drops the packet: long enough
+/// for a receive thread that was descheduled (a few scheduler slices on a busy machine) to
+/// drain it, since a drop costs the TCP flow far more (a retransmission and a halved
+/// window); the TUN queue holds what the kernel sends meanwhile.
+const FULL_WAIT: Duration = Duration::from_millis(20);
 /// The longest a receive thread spins for more packets before it sleeps; its budget adapts
 /// between this and [`RX_SPIN_MIN`] (see `rx_loop`).
 const RX_SPIN_MAX: Duration = Duration::from_micros(100);
@@ -36,6 +39,11 @@ const REPLY_SPIN_MAX: Duration = Duration::from_micros(300);
 /// A gap this long between two looks of a spin: the spinner was descheduled, so its CPU is
 /// wanted elsewhere; the spin stops.
 const PREEMPTED_GAP: Duration = Duration::from_micros(50);
+/// Bytes appended to a ring after which they are published without waiting for the end of
+/// the batch: a large packet goes at once (the receiver, on the other core, starts on it
+/// while the next is read; across hosts the data and the head travel as one write either
+/// way), small ones (ACKs, small datagrams) share one head store and one wake-up.
+const PUBLISH_AFTER: u64 = 64 << 10;
 /// Packets a thread reads from a TUN queue in one go before it looks elsewhere.
 const TX_BATCH: usize = 64;
 /// The longest sleep of a receive thread (a wake-up lost across hosts costs this).
@@ -155,12 +163,15 @@ struct TxState {
     generation: u64,
     table: Table,
     said: bool,
+    /// The peer whose ring packets are read into (the last packet's node): its records
+    /// appended since the last head store are published when the batch ends or the
+    /// destination changes.
+    guess: Option<Arc<Peer>>,
 }
 
-/// What draining receive queue `q` takes (under `Shared::rx[q]`): its buffer and the
-/// consumers of ring `q` of every peer.
+/// What draining receive queue `q` takes (under `Shared::rx[q]`): the consumers of ring
+/// `q` of every peer.
 struct RxState {
-    buf: Vec<u8>,
     generation: u64,
     table: Table,
     list: Vec<RxPeer>,
@@ -288,13 +299,17 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
     let empty: Table = Arc::new(Vec::new());
     let tx = (0..cfg.queues)
         .map(|_| {
-            Mutex::new(TxState { buf: vec![0u8; 2 * MAX_RECORD], generation: 0, table: empty.clone(), said: false })
+            Mutex::new(TxState {
+                buf: vec![0u8; 2 * MAX_RECORD],
+                generation: 0,
+                table: empty.clone(),
+                said: false,
+                guess: None,
+            })
         })
         .collect();
     let rx = (0..cfg.queues)
-        .map(|_| {
-            Mutex::new(RxState { buf: vec![0u8; MAX_RECORD], generation: 0, table: empty.clone(), list: Vec::new() })
-        })
+        .map(|_| Mutex::new(RxState { generation: 0, table: empty.clone(), list: Vec::new() }))
         .collect();
     let sh = Arc::new(Shared {
         cfg,
@@ -610,56 +625,304 @@ fn tx_loop(sh: &Shared, j: usize) {
 /// Reads up to [`TX_BATCH`] packets from TUN queue `j` (it does not block) and sends each
 /// to its node. Returns how many it read, and whether the read failed (not for want of
 /// packets).
+///
+/// A packet is read straight into the ring of the node the previous one went to (`guess`;
+/// with one peer, always the right one), appended unpublished; its first bytes, read back
+/// from this side's own copy, route it. One for that node stays, and the batch's records
+/// are published by one head store when the batch ends (or [`PUBLISH_AFTER`] bytes wait);
+/// one for another node (or for all) is copied out and sent as a record of its own.
 fn read_tun(sh: &Shared, j: usize, st: &mut TxState) -> (usize, bool) {
-    let TxState { buf, generation, table, said } = st;
-    let (v4, v6) = (sh.cfg.ipv4, sh.cfg.ipv6);
-    let c = &sh.counters;
     let mut read = 0;
+    let mut failed = false;
     while read < TX_BATCH {
-        let n = match sh.tun.read(j, buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                if !*said && !sh.stop.load(Ordering::Acquire) {
-                    log(format!("reading queue {j}: {e}"));
-                    *said = true;
-                }
-                return (read, true);
-            }
+        if sh.refresh(&mut st.generation, &mut st.table) {
+            keep_guess_current(j, st);
+        }
+        let target = ring_target(j, st);
+        let step = match target {
+            Some(p) => read_into_ring(sh, j, st, &p),
+            None => read_into_buffer(sh, j, st, None),
         };
-        read += 1;
-        sh.refresh(generation, table);
-        if n > MAX_RECORD {
-            bump(&c.drop_too_big, 1);
-            continue;
-        }
-        if n <= VNET_HDR_LEN {
-            bump(&c.drop_no_route, 1);
-            continue;
-        }
-        let rec = &buf[..n];
-        match route(&rec[VNET_HDR_LEN..], v4, v6) {
-            Dest::Node(id) => match table.iter().find(|p| p.node == id) {
-                Some(p) => send(sh, p, j, rec),
-                None => {
-                    bump(&c.drop_no_peer, 1);
-                    answer_unreachable(sh, j, &rec[VNET_HDR_LEN..]);
-                }
-            },
-            Dest::All if table.is_empty() => bump(&c.drop_no_peer, 1),
-            Dest::All => {
-                for p in table.iter() {
-                    send(sh, p, j, rec);
-                }
+        match step {
+            Step::Packet => read += 1,
+            Step::Empty => break,
+            Step::Again => {}
+            Step::Failed => {
+                failed = true;
+                break;
             }
-            Dest::NoRoute | Dest::Malformed => bump(&c.drop_no_route, 1),
         }
+    }
+    if let Some(p) = &st.guess {
+        publish(p, j % p.tx.len(), &mut lock(&p.tx[j % p.tx.len()]));
     }
     if read > 0 {
         sh.last_send_ns.store(sh.now_ns(), Ordering::Relaxed);
     }
-    (read, false)
+    (read, failed)
+}
+
+/// What one read of a TUN queue came to.
+enum Step {
+    /// A packet was read (sent, or dropped and counted).
+    Packet,
+    /// The queue holds none.
+    Empty,
+    /// Interrupted, or the ring could not be used: look again.
+    Again,
+    /// The read failed (said once).
+    Failed,
+}
+
+/// The guess is dropped (its records published) once its pair is no longer in the table.
+fn keep_guess_current(j: usize, st: &mut TxState) {
+    if let Some(g) = &st.guess {
+        if !st.table.iter().any(|p| Arc::ptr_eq(p, g)) {
+            set_guess(j, st, None);
+        }
+    }
+}
+
+/// The peer to read the next packet into: the guess while it is usable, else the first
+/// usable peer.
+fn ring_target(j: usize, st: &mut TxState) -> Option<Arc<Peer>> {
+    if let Some(g) = &st.guess {
+        if g.usable() {
+            return Some(g.clone());
+        }
+    }
+    let first = st.table.iter().find(|p| p.usable()).cloned();
+    set_guess(j, st, first.clone());
+    first
+}
+
+/// Makes `p` the guess, publishing what waits in the previous guess's ring.
+fn set_guess(j: usize, st: &mut TxState, p: Option<Arc<Peer>>) {
+    if let Some(old) = &st.guess {
+        if p.as_ref().is_some_and(|p| Arc::ptr_eq(p, old)) {
+            return;
+        }
+        let r = j % old.tx.len();
+        publish(old, r, &mut lock(&old.tx[r]));
+    }
+    st.guess = p;
+}
+
+/// Publishes the records appended to `p`'s ring `r`, and wakes its receiver if it sleeps.
+fn publish(p: &Peer, r: usize, prod: &mut Producer) {
+    if prod.unpublished() == 0 {
+        return;
+    }
+    if let Err(e) = prod.publish() {
+        return p.fail(format!("ring {r}: {e}"));
+    }
+    // The head's store before the sleep flag's load, as the receiver stores the flag
+    // before it loads the heads: one of the two sees the other.
+    fence(Ordering::SeqCst);
+    wake_if_asleep(p, r);
+}
+
+/// Triggers `p`'s receive interrupt for ring `r` if its receive thread said it sleeps.
+fn wake_if_asleep(p: &Peer, r: usize) {
+    let sleeping_at = Layout::return_offset(r) as usize + Layout::SLEEPING;
+    if p.local_map.load_acquire_u32(sleeping_at).is_ok_and(|s| s != 0) {
+        let _ = p.wake[r].trigger();
+    }
+}
+
+/// Waits until `p`'s ring `r` has room for a record of `len` payload bytes (`None`: a read
+/// straight into it), for at most `patience`: publishing what waits in it, waking its
+/// receiver and driving the fabric's progress meanwhile (across hosts the receiver's tail
+/// lands only when someone does, and this thread need not wait for the service thread to
+/// be scheduled). Returns the tail that leaves room, `Ok(None)` when there is none (or the
+/// pair stopped being usable), `Err` when the pair is broken (said with [`Peer::fail`]).
+fn wait_for_room(
+    sh: &Shared,
+    p: &Peer,
+    r: usize,
+    prod: &mut Producer,
+    len: Option<usize>,
+    patience: Duration,
+) -> Result<Option<u64>, ()> {
+    let tail_at = Layout::return_offset(r) as usize + Layout::TAIL;
+    let mut full_since: Option<Instant> = None;
+    let mut driver: Option<lanes::ProgressDriver> = None;
+    loop {
+        let tail = match p.local_map.load_acquire_u64(tail_at) {
+            Ok(t) => t,
+            Err(e) => {
+                p.fail(format!("reading its tail: {e}"));
+                return Err(());
+            }
+        };
+        match prod.has_room(tail, len) {
+            Ok(true) => return Ok(Some(tail)),
+            Ok(false) => {}
+            Err(e) => {
+                p.fail(format!("ring {r}: {e}"));
+                return Err(());
+            }
+        }
+        publish(p, r, prod);
+        let since = *full_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= patience || !p.usable() {
+            return Ok(None);
+        }
+        wake_if_asleep(p, r);
+        driver.get_or_insert_with(|| sh.fabric.progress_driver()).poll();
+        if since.elapsed() < Duration::from_micros(20) {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The first bytes of a record that routing reads: the virtio-net header and an IPv6
+/// header (whose destination ends at byte 40).
+const ROUTE_PREFIX: usize = VNET_HDR_LEN + 40;
+
+/// Reads one packet from TUN queue `j` straight into `p`'s ring (see [`read_tun`]).
+fn read_into_ring(sh: &Shared, j: usize, st: &mut TxState, p: &Arc<Peer>) -> Step {
+    let c = &sh.counters;
+    let r = j % p.tx.len();
+    let mut prod = lock(&p.tx[r]);
+    let tail = match wait_for_room(sh, p, r, &mut prod, None, FULL_WAIT) {
+        Ok(Some(tail)) => tail,
+        // No room for the largest packet: this one is read into the buffer and, if it is
+        // for this peer, sent only if it fits now.
+        Ok(None) => {
+            drop(prod);
+            return read_into_buffer(sh, j, st, Some(p));
+        }
+        Err(()) => return Step::Again,
+    };
+    let n = match prod.append_from_fd(tail, sh.tun.fd(j)) {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => return read_error(sh, j, st, e),
+        Err(e) => {
+            p.fail(format!("ring {r}: {e}"));
+            return Step::Again;
+        }
+    };
+    if n > MAX_RECORD || n <= VNET_HDR_LEN {
+        prod.cancel_last();
+        bump(if n > MAX_RECORD { &c.drop_too_big } else { &c.drop_no_route }, 1);
+        return Step::Packet;
+    }
+    let mut prefix = [0u8; ROUTE_PREFIX];
+    let seen = n.min(ROUTE_PREFIX);
+    if let Err(e) = prod.peek_last(0, &mut prefix[..seen]) {
+        prod.cancel_last();
+        p.fail(format!("ring {r}: {e}"));
+        return Step::Packet;
+    }
+    let dest = route(&prefix[VNET_HDR_LEN..seen], sh.cfg.ipv4, sh.cfg.ipv6);
+    if dest == Dest::Node(p.node) {
+        sent(sh, p, n);
+        if prod.unpublished() >= PUBLISH_AFTER {
+            publish(p, r, &mut prod);
+        }
+        return Step::Packet;
+    }
+    if matches!(dest, Dest::NoRoute | Dest::Malformed) {
+        prod.cancel_last();
+        bump(&c.drop_no_route, 1);
+        return Step::Packet;
+    }
+    // For another node, or for all: the record is copied out of this ring.
+    let rec = &mut st.buf[..n];
+    if let Err(e) = prod.peek_last(0, rec) {
+        prod.cancel_last();
+        p.fail(format!("ring {r}: {e}"));
+        return Step::Packet;
+    }
+    if dest == Dest::All {
+        sent(sh, p, n);
+        drop(prod);
+        for other in st.table.iter().filter(|o| !Arc::ptr_eq(o, p)) {
+            send(sh, other, j, rec, FULL_WAIT);
+        }
+        return Step::Packet;
+    }
+    prod.cancel_last();
+    drop(prod);
+    let rec = &st.buf[..n];
+    deliver(sh, j, &st.table, dest, rec, None);
+    if let Dest::Node(id) = dest {
+        let next = st.table.iter().find(|o| o.node == id).cloned();
+        if next.is_some() {
+            set_guess(j, st, next);
+        }
+    }
+    Step::Packet
+}
+
+/// Reads one packet from TUN queue `j` into the thread's buffer and sends it (no usable
+/// peer to read into, or `full`: that peer's ring had no room for the largest packet, so a
+/// packet for it goes only if it fits at once, else it is dropped and counted).
+fn read_into_buffer(sh: &Shared, j: usize, st: &mut TxState, full: Option<&Arc<Peer>>) -> Step {
+    let c = &sh.counters;
+    let n = match sh.tun.read(j, &mut st.buf) {
+        Ok(n) => n,
+        Err(e) => return read_error(sh, j, st, e),
+    };
+    if n > MAX_RECORD {
+        bump(&c.drop_too_big, 1);
+        return Step::Packet;
+    }
+    if n <= VNET_HDR_LEN {
+        bump(&c.drop_no_route, 1);
+        return Step::Packet;
+    }
+    let rec = &st.buf[..n];
+    let dest = route(&rec[VNET_HDR_LEN..], sh.cfg.ipv4, sh.cfg.ipv6);
+    deliver(sh, j, &st.table, dest, rec, full);
+    Step::Packet
+}
+
+/// What a failed read of TUN queue `j` means.
+fn read_error(sh: &Shared, j: usize, st: &mut TxState, e: std::io::Error) -> Step {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock => Step::Empty,
+        std::io::ErrorKind::Interrupted => Step::Again,
+        _ => {
+            if !st.said && !sh.stop.load(Ordering::Acquire) {
+                log(format!("reading queue {j}: {e}"));
+                st.said = true;
+            }
+            Step::Failed
+        }
+    }
+}
+
+/// Sends record `rec` to `dest` (to `full`, whose ring had no room for the largest packet,
+/// without waiting).
+fn deliver(sh: &Shared, j: usize, table: &Table, dest: Dest, rec: &[u8], full: Option<&Arc<Peer>>) {
+    let c = &sh.counters;
+    let send_to = |p: &Arc<Peer>| match full {
+        Some(f) if Arc::ptr_eq(f, p) => send(sh, p, j, rec, Duration::ZERO),
+        _ => send(sh, p, j, rec, FULL_WAIT),
+    };
+    match dest {
+        Dest::Node(id) => match table.iter().find(|p| p.node == id) {
+            Some(p) => send_to(p),
+            None => {
+                bump(&c.drop_no_peer, 1);
+                answer_unreachable(sh, j, &rec[VNET_HDR_LEN..]);
+            }
+        },
+        Dest::All if table.is_empty() => bump(&c.drop_no_peer, 1),
+        Dest::All => table.iter().for_each(send_to),
+        Dest::NoRoute | Dest::Malformed => bump(&c.drop_no_route, 1),
+    }
+}
+
+/// Counts a record of `n` bytes sent to `p`.
+fn sent(sh: &Shared, p: &Peer, n: usize) {
+    bump(&sh.counters.tx_packets, 1);
+    bump(&sh.counters.tx_bytes, (n - VNET_HDR_LEN) as u64);
+    bump(&p.tx_packets, 1);
 }
 
 /// Writes an ICMP or ICMPv6 "destination unreachable" for `pkt` (to a node without the
@@ -744,59 +1007,34 @@ fn after_delivery(sh: &Shared, q: usize) -> usize {
     try_lock(&sh.tx[q]).map_or(0, |mut st| read_tun(sh, q, &mut st).0)
 }
 
-/// Sends one record to `p` on ring `j mod rings`, waiting up to [`FULL_WAIT`] for room.
-fn send(sh: &Shared, p: &Peer, j: usize, rec: &[u8]) {
+/// Sends one record to `p` on ring `j mod rings`, waiting up to `patience` for room.
+fn send(sh: &Shared, p: &Peer, j: usize, rec: &[u8], patience: Duration) {
     let c = &sh.counters;
     if !p.usable() {
         bump(&c.drop_no_peer, 1);
         return;
     }
-    let r = j % p.tx.len();
-    let tail_at = Layout::return_offset(r) as usize + Layout::TAIL;
-    let sleeping_at = Layout::return_offset(r) as usize + Layout::SLEEPING;
-    let wake_if_asleep = || {
-        if p.local_map.load_acquire_u32(sleeping_at).is_ok_and(|s| s != 0) {
-            let _ = p.wake[r].trigger();
-        }
-    };
-    let mut full_since: Option<Instant> = None;
-    {
-        let mut prod = p.tx[r].lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            let tail = match p.local_map.load_acquire_u64(tail_at) {
-                Ok(t) => t,
-                Err(e) => return p.fail(format!("reading its tail: {e}")),
-            };
-            match prod.push(tail, &[rec]) {
-                Ok(()) => break,
-                Err(PushError::Full) => {
-                    let since = *full_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > FULL_WAIT {
-                        bump(&c.drop_full, 1);
-                        return;
-                    }
-                    wake_if_asleep();
-                    if since.elapsed() < Duration::from_micros(20) {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
-                Err(PushError::TooBig(_)) => {
-                    bump(&c.drop_too_big, 1);
-                    return;
-                }
-                Err(e) => return p.fail(format!("ring {r}: {e}")),
-            }
-        }
+    if rec.len() > MAX_RECORD {
+        bump(&c.drop_too_big, 1);
+        return;
     }
-    bump(&c.tx_packets, 1);
-    bump(&c.tx_bytes, (rec.len() - VNET_HDR_LEN) as u64);
-    bump(&p.tx_packets, 1);
-    // The head's store before the sleep flag's load, as the receiver stores the flag
-    // before it loads the heads: one of the two sees the other.
+    let r = j % p.tx.len();
+    let mut prod = lock(&p.tx[r]);
+    let tail = match wait_for_room(sh, p, r, &mut prod, Some(rec.len()), patience) {
+        Ok(Some(tail)) => tail,
+        Ok(None) => return bump(&c.drop_full, 1),
+        Err(()) => return,
+    };
+    match prod.push(tail, &[rec]) {
+        Ok(()) => {}
+        Err(PushError::TooBig(_)) => return bump(&c.drop_too_big, 1),
+        Err(PushError::Full) => return bump(&c.drop_full, 1),
+        Err(e) => return p.fail(format!("ring {r}: {e}")),
+    }
+    drop(prod);
+    sent(sh, p, rec.len());
     fence(Ordering::SeqCst);
-    wake_if_asleep();
+    wake_if_asleep(p, r);
 }
 
 struct RxPeer {
@@ -805,10 +1043,10 @@ struct RxPeer {
     published: u64,
 }
 
-/// Copies what every peer's ring `q` holds (up to 64 records each) to TUN queue `q` and
-/// publishes the new tails; returns how many records it took.
+/// Writes what every peer's ring `q` holds (up to 64 records each) to TUN queue `q`,
+/// straight from the ring, and publishes the new tails; returns how many records it took.
 fn drain_rx(sh: &Shared, q: usize, st: &mut RxState) -> usize {
-    let RxState { buf, generation, table, list } = st;
+    let RxState { generation, table, list } = st;
     let c = &sh.counters;
     if sh.refresh(generation, table) {
         let layout = Layout { rings: sh.cfg.queues, ring_bytes: sh.cfg.ring_bytes };
@@ -832,10 +1070,15 @@ fn drain_rx(sh: &Shared, q: usize, st: &mut RxState) -> usize {
             continue;
         }
         for _ in 0..64 {
-            match rp.cons.pop(&rp.peer.local_map, buf) {
-                Ok(Some(n)) => {
+            match rp.cons.peek(&rp.peer.local_map) {
+                Ok(Some(rec)) => {
                     got += 1;
-                    if n <= VNET_HDR_LEN || sh.tun.write(q, &buf[..n]).is_err() {
+                    let n = rec.len;
+                    // Straight from the ring into the device: no copy through a buffer.
+                    let written = n > VNET_HDR_LEN
+                        && matches!(rp.peer.local_map.write_to_fd(sh.tun.fd(q), rec.ranges()), Ok(Ok(_)));
+                    rp.cons.take(&rec);
+                    if !written {
                         bump(&c.drop_rejected, 1);
                     } else {
                         bump(&c.rx_packets, 1);

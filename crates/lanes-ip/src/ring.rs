@@ -207,23 +207,120 @@ impl std::fmt::Display for PushError {
 }
 
 /// The sending end of one ring: a map of the ring (head line and records) in the peer's
-/// segment, and the head this side published.
+/// segment, the head this side published, and the records appended after it but not yet
+/// published (a batch, published by one head store).
 #[derive(Debug)]
 pub struct Producer {
     map: Map,
     cap: u64,
     head: u64,
+    /// The end of the appended records (`head` when none waits to be published).
+    end: u64,
+    /// Where the last appended record starts, while [`Producer::cancel_last`] may drop it.
+    last: Option<u64>,
 }
+
+/// Bytes a read straight into the ring may fill: one more than the largest record, so that
+/// a larger packet shows as one (and is dropped) rather than being cut short.
+const READ_ROOM: usize = MAX_RECORD + 1;
 
 impl Producer {
     /// The ring `map` covers (`Layout::ring_len` bytes from `Layout::ring_offset`), fresh.
     pub fn new(map: Map, ring_bytes: u64) -> Producer {
-        Producer { map, cap: ring_bytes, head: 0 }
+        Producer { map, cap: ring_bytes, head: 0, end: 0, last: None }
     }
 
-    /// Bytes produced so far.
+    /// Bytes produced so far (published).
     pub fn head(&self) -> u64 {
         self.head
+    }
+
+    /// Bytes appended and not yet published.
+    pub fn unpublished(&self) -> u64 {
+        self.end - self.head
+    }
+
+    /// Whether a record of `len` payload bytes fits after the appended ones, the ring
+    /// consumed up to `tail`; `None` for a read straight into the ring
+    /// ([`Producer::append_from_fd`]), which needs room for the largest record.
+    pub fn has_room(&self, tail: u64, len: Option<usize>) -> Result<bool, PushError> {
+        if !span_ok(tail, self.head, self.cap) {
+            return Err(PushError::BadTail { tail, head: self.head });
+        }
+        Ok(self.cap - (self.end - tail) >= record_span(len.unwrap_or(READ_ROOM)))
+    }
+
+    /// The map offsets of `len` payload bytes of a record that starts at ring position
+    /// `start` (bytes produced), in one or two pieces (a record runs on at the ring's
+    /// start). Returns the pieces and how many there are.
+    fn payload_ranges(&self, start: u64, len: usize) -> ([(usize, usize); 2], usize) {
+        let pos = (start + REC_HDR as u64) % self.cap;
+        let first = len.min((self.cap - pos) as usize);
+        let ranges = [(RING_CTRL + pos as usize, first), (RING_CTRL, len - first)];
+        (ranges, if first < len { 2 } else { 1 })
+    }
+
+    /// Reads one record's payload (a packet) from `fd` straight into the ring after the
+    /// appended records, and appends it unpublished: no copy through a private buffer. The
+    /// caller checked [`Producer::has_room`] (a `Full` error otherwise). The outer error
+    /// is the ring's or the map's, the inner one the read's (nothing appended); `Ok(Ok(n))`
+    /// appended `n` bytes, which may be more than [`MAX_RECORD`] (the caller drops such a
+    /// record with [`Producer::cancel_last`]).
+    pub fn append_from_fd(
+        &mut self,
+        tail: u64,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<std::io::Result<usize>, PushError> {
+        if !self.has_room(tail, None)? {
+            return Err(PushError::Full);
+        }
+        let (ranges, count) = self.payload_ranges(self.end, READ_ROOM);
+        let n = match self.map.read_from_fd(fd, &ranges[..count]).map_err(PushError::Fabric)? {
+            Ok(0) => return Ok(Err(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => n,
+            Err(e) => return Ok(Err(e)),
+        };
+        let mut hdr = [0u8; REC_HDR];
+        hdr[..4].copy_from_slice(&(n as u32).to_le_bytes());
+        // A header never straddles the end: positions and the ring are multiples of 8.
+        self.map.write_bytes(RING_CTRL + (self.end % self.cap) as usize, &hdr).map_err(PushError::Fabric)?;
+        self.last = Some(self.end);
+        self.end += record_span(n);
+        Ok(Ok(n))
+    }
+
+    /// Copies bytes `offset..offset + dst.len()` of the last appended record's payload into
+    /// `dst`, as this side wrote them (no round trip across hosts).
+    pub fn peek_last(&self, offset: usize, dst: &mut [u8]) -> Result<(), PushError> {
+        let start = self.last.ok_or(PushError::Fabric(lanes::Error::IllegalOperation("no record was appended")))?;
+        let (ranges, count) = self.payload_ranges(start, offset + dst.len());
+        let mut to = 0;
+        let mut skip = offset;
+        for &(at, len) in &ranges[..count] {
+            let from = skip.min(len);
+            skip -= from;
+            let take = len - from;
+            self.map.peek_bytes(at + from, &mut dst[to..to + take]).map_err(PushError::Fabric)?;
+            to += take;
+        }
+        Ok(())
+    }
+
+    /// Drops the last appended record (not published: the receiver never reads it).
+    pub fn cancel_last(&mut self) {
+        if let Some(start) = self.last.take() {
+            self.end = start;
+        }
+    }
+
+    /// Publishes every appended record with one release store of the head.
+    pub fn publish(&mut self) -> Result<(), PushError> {
+        self.last = None;
+        if self.end == self.head {
+            return Ok(());
+        }
+        self.head = self.end;
+        self.map.store_release_u64(0, self.head).map_err(PushError::Fabric)
     }
 
     /// Waits until this ring's writes are delivered; `Err` if one failed (or was dropped)
@@ -233,7 +330,7 @@ impl Producer {
     }
 
     /// Appends `parts` as one record if the ring, consumed up to `tail`, has room; then
-    /// publishes the new head with a release store.
+    /// publishes it (and the records appended before it) with a release store of the head.
     pub fn push(&mut self, tail: u64, parts: &[&[u8]]) -> Result<(), PushError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > MAX_RECORD {
@@ -243,21 +340,21 @@ impl Producer {
             return Err(PushError::BadTail { tail, head: self.head });
         }
         let need = record_span(len);
-        if self.cap - (self.head - tail) < need {
+        if self.cap - (self.end - tail) < need {
             return Err(PushError::Full);
         }
         let mut hdr = [0u8; REC_HDR];
         hdr[..4].copy_from_slice(&(len as u32).to_le_bytes());
         // A header never straddles the end: positions and the ring are multiples of 8.
-        let pos = self.head % self.cap;
+        let pos = self.end % self.cap;
         self.put(pos, &hdr)?;
         let mut at = (pos + REC_HDR as u64) % self.cap;
         for p in parts {
             self.put(at, p)?;
             at = (at + p.len() as u64) % self.cap;
         }
-        self.head += need;
-        self.map.store_release_u64(0, self.head).map_err(PushError::Fabric)
+        self.end += need;
+        self.publish()
     }
 
     /// Writes `bytes` at ring position `pos`, in two pieces when they run past the end.
@@ -326,9 +423,10 @@ impl Consumer {
         self.tail != self.head || map.load_acquire_u64(self.head_off).is_ok_and(|h| h != self.tail)
     }
 
-    /// Copies the next record's payload into `buf` (at least [`MAX_RECORD`] bytes) and
-    /// returns its length; `None` when the ring is empty.
-    pub fn pop(&mut self, map: &Map, buf: &mut [u8]) -> Result<Option<usize>, RingError> {
+    /// The next record, checked, without taking it: its payload's length and where its
+    /// bytes are in `map` (one or two pieces: it may run on at the ring's start); `None` when
+    /// the ring is empty. [`Consumer::take`] takes it.
+    pub fn peek(&mut self, map: &Map) -> Result<Option<Record>, RingError> {
         if self.tail == self.head {
             let head = map.load_acquire_u64(self.head_off).map_err(RingError::Fabric)?;
             if !span_ok(self.tail, head, self.cap) {
@@ -344,17 +442,49 @@ impl Consumer {
         let mut hdr = [0u8; REC_HDR];
         map.read_bytes(self.data_off + pos as usize, &mut hdr).map_err(RingError::Fabric)?;
         let len = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
-        if len == 0 || len > MAX_RECORD || len > buf.len() || record_span(len) > published {
+        if len == 0 || len > MAX_RECORD || record_span(len) > published {
             return Err(RingError::BadLength { len: len as u64, published });
         }
         let start = (pos + REC_HDR as u64) % self.cap;
         let first = len.min((self.cap - start) as usize);
-        map.read_bytes(self.data_off + start as usize, &mut buf[..first]).map_err(RingError::Fabric)?;
-        if first < len {
-            map.read_bytes(self.data_off, &mut buf[first..len]).map_err(RingError::Fabric)?;
+        let ranges = [(self.data_off + start as usize, first), (self.data_off, len - first)];
+        Ok(Some(Record { len, ranges, pieces: if first < len { 2 } else { 1 } }))
+    }
+
+    /// Takes the record [`Consumer::peek`] returned.
+    pub fn take(&mut self, record: &Record) {
+        self.tail += record_span(record.len);
+    }
+
+    /// Copies the next record's payload into `buf` (at least [`MAX_RECORD`] bytes) and
+    /// returns its length; `None` when the ring is empty.
+    pub fn pop(&mut self, map: &Map, buf: &mut [u8]) -> Result<Option<usize>, RingError> {
+        if buf.len() < MAX_RECORD {
+            return Err(RingError::BadLength { len: MAX_RECORD as u64, published: buf.len() as u64 });
         }
-        self.tail += record_span(len);
-        Ok(Some(len))
+        let Some(rec) = self.peek(map)? else { return Ok(None) };
+        let mut at = 0;
+        for &(off, n) in rec.ranges() {
+            map.read_bytes(off, &mut buf[at..at + n]).map_err(RingError::Fabric)?;
+            at += n;
+        }
+        self.take(&rec);
+        Ok(Some(rec.len))
+    }
+}
+
+/// A record in a ring, checked: its payload's length and where the payload lies in the map.
+#[derive(Clone, Copy, Debug)]
+pub struct Record {
+    pub len: usize,
+    ranges: [(usize, usize); 2],
+    pieces: usize,
+}
+
+impl Record {
+    /// The payload's pieces (map offset, length), in order.
+    pub fn ranges(&self) -> &[(usize, usize)] {
+        &self.ranges[..self.pieces]
     }
 }
 
@@ -441,6 +571,65 @@ mod tests {
     }
 
     #[test]
+    fn records_read_from_a_file_into_the_ring_cross_whole_and_in_order() {
+        use std::os::fd::AsFd;
+        use std::os::unix::net::UnixDatagram;
+        let p = pair("from-fd", 1);
+        let mut tx = p.producer(0);
+        let map = p.local_map();
+        let mut rx = Consumer::new(p.layout, 0);
+        // Datagrams stand for TUN packets: one per read, one per write.
+        let (tun_in, ring_in) = UnixDatagram::pair().unwrap();
+        let (ring_out, tun_out) = UnixDatagram::pair().unwrap();
+        let record = |i: usize| {
+            let mut r = vec![i as u8; VNET_HDR_LEN];
+            r.extend(packet(i).iter().take(60_000));
+            r
+        };
+        let mut back = vec![0u8; MAX_RECORD + 64];
+        let (mut sent, mut got, mut appended) = (0, 0, 0);
+        while got < 120 {
+            // A few records per published batch; every fifth one appended is taken back.
+            for _ in 0..3 {
+                if !tx.has_room(rx.tail(), None).unwrap() {
+                    break;
+                }
+                tun_in.send(&record(sent)).unwrap();
+                let n = tx.append_from_fd(rx.tail(), ring_in.as_fd()).unwrap().unwrap();
+                assert_eq!(n, record(sent).len());
+                let mut first = [0u8; VNET_HDR_LEN + 4];
+                let seen = n.min(first.len());
+                tx.peek_last(0, &mut first[..seen]).unwrap();
+                assert_eq!(&first[..seen], &record(sent)[..seen]);
+                appended += 1;
+                if appended % 5 == 0 {
+                    tx.cancel_last();
+                }
+                sent += 1;
+            }
+            let head = tx.head();
+            assert!(rx.peek(&map).unwrap().is_none() || rx.tail() < head, "nothing unpublished is seen");
+            tx.publish().unwrap();
+            while let Some(rec) = rx.peek(&map).unwrap() {
+                assert_eq!(map.write_to_fd(ring_out.as_fd(), rec.ranges()).unwrap().unwrap(), rec.len);
+                rx.take(&rec);
+                let n = tun_out.recv(&mut back).unwrap();
+                // Every fifth record appended was taken back.
+                let want = got / 4 * 5 + got % 4;
+                assert_eq!(&back[..n], &record(want)[..], "record {got}");
+                got += 1;
+            }
+        }
+        assert!(tx.head() > 4 * p.layout.ring_bytes, "the ring wrapped several times");
+        // Nothing in the file: the read's error, nothing appended.
+        ring_in.set_nonblocking(true).unwrap();
+        let before = tx.unpublished();
+        let e = tx.append_from_fd(rx.tail(), ring_in.as_fd()).unwrap().unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+        assert_eq!(tx.unpublished(), before);
+    }
+
+    #[test]
     fn a_full_ring_refuses_and_a_huge_record_is_too_big() {
         let p = pair("full", 1);
         let mut tx = p.producer(0);
@@ -452,6 +641,9 @@ mod tests {
         assert_eq!(n as u64, p.layout.ring_bytes / record_span(MAX_RECORD));
         assert!(matches!(tx.push(0, &[&big]), Err(PushError::Full)));
         assert!(matches!(tx.push(0, &[&big, &[0]]), Err(PushError::TooBig(_))));
+        assert!(!tx.has_room(0, None).unwrap());
+        let (_a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        assert!(matches!(tx.append_from_fd(0, std::os::fd::AsFd::as_fd(&b)), Err(PushError::Full)));
     }
 
     #[test]

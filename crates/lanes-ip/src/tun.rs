@@ -186,6 +186,13 @@ impl Tun {
         (&self.queues[q]).read(buf)
     }
 
+    /// Queue `q`'s descriptor, for reads and writes straight between the device and a ring
+    /// (`Map::read_from_fd`, `Map::write_to_fd`; non-blocking, as [`Tun::read`]).
+    pub fn fd(&self, q: usize) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.queues[q].as_fd()
+    }
+
     /// Waits up to `timeout` until queue `q` holds a packet; false if it timed out (or a
     /// signal interrupted the wait).
     pub fn wait_readable(&self, q: usize, timeout: std::time::Duration) -> io::Result<bool> {

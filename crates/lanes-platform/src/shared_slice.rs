@@ -389,7 +389,60 @@ impl<'a> SharedSlice<'a> {
         unsafe { std::ptr::write_bytes(p, byte, len) };
         Ok(())
     }
+
+    /// The iovecs of `ranges` (offset, length) of this slice, every one checked (and
+    /// writable when `store`); at most [`IO_RANGES`].
+    fn iovecs(&self, ranges: &[(usize, usize)], store: bool) -> Result<Vec<libc::iovec>, SliceError> {
+        if ranges.len() > IO_RANGES {
+            return Err(SliceError::OutOfBounds { offset: 0, len: ranges.len(), size: IO_RANGES });
+        }
+        ranges
+            .iter()
+            .map(|&(offset, len)| {
+                let p = self.at(offset, len, 1, store)?;
+                Ok(libc::iovec { iov_base: p.cast(), iov_len: len })
+            })
+            .collect()
+    }
+
+    /// One `readv(2)` from `fd` into `ranges` (offset, length) of this slice, filled in
+    /// order: the bytes go from the file straight into this memory, with no copy through a
+    /// private buffer (a TUN device's packet into a ring). The outer error is a range that
+    /// does not fit or is not writable (nothing was read); the inner one is the system
+    /// call's.
+    pub fn read_from_fd(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        ranges: &[(usize, usize)],
+    ) -> Result<std::io::Result<usize>, SliceError> {
+        use std::os::fd::AsRawFd;
+        let iov = self.iovecs(ranges, true)?;
+        // SAFETY: every iovec is a checked, writable range of this slice, valid for 'a; the
+        // kernel writes them as a peer would (no Rust reference to the bytes exists).
+        let n = unsafe { libc::readv(fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+        Ok(if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) })
+    }
+
+    /// One `writev(2)` of `ranges` (offset, length) of this slice to `fd`, in order: the
+    /// bytes go from this memory straight to the file (a ring's packet into a TUN device).
+    /// A peer writing the ranges meanwhile changes what is written, never what is read
+    /// outside them. Errors as for [`SharedSlice::read_from_fd`].
+    pub fn write_to_fd(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        ranges: &[(usize, usize)],
+    ) -> Result<std::io::Result<usize>, SliceError> {
+        use std::os::fd::AsRawFd;
+        let iov = self.iovecs(ranges, false)?;
+        // SAFETY: every iovec is a checked range of this slice, valid for reads for 'a; the
+        // kernel only reads them.
+        let n = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+        Ok(if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) })
+    }
 }
+
+/// The most ranges one [`SharedSlice::read_from_fd`] or [`SharedSlice::write_to_fd`] takes.
+pub const IO_RANGES: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -429,6 +482,36 @@ mod tests {
         assert_eq!(s.read::<u64>(24), Ok(5));
         assert_eq!(s.atomic_u32(32).unwrap().swap(9, std::sync::atomic::Ordering::AcqRel), 0);
         assert_eq!(s.read::<u32>(32), Ok(9));
+    }
+
+    #[test]
+    fn file_io_moves_bytes_in_checked_ranges_only() {
+        use std::os::fd::AsFd;
+        let map = Mapping::anonymous(4096).unwrap();
+        let s = guarded(&map, 64, 100);
+        let (mut r, w) = std::os::unix::net::UnixStream::pair().unwrap();
+        let data: Vec<u8> = (0..30u8).collect();
+        std::io::Write::write_all(&mut &w, &data).unwrap();
+        // 10 bytes at 90, then 20 at 0: a record that wraps around a ring's end.
+        assert_eq!(s.read_from_fd(r.as_fd(), &[(90, 10), (0, 40)]).unwrap().unwrap(), 30);
+        let mut got = [0u8; 10];
+        s.copy_to(90, &mut got).unwrap();
+        assert_eq!(&got, &data[..10]);
+        let mut got = [0u8; 20];
+        s.copy_to(0, &mut got).unwrap();
+        assert_eq!(&got, &data[10..]);
+        assert_eq!(s.write_to_fd(w.as_fd(), &[(90, 10), (0, 20)]).unwrap().unwrap(), 30);
+        let mut back = [0u8; 30];
+        std::io::Read::read_exact(&mut r, &mut back).unwrap();
+        assert_eq!(&back[..], &data[..]);
+        // A range past the end, or a store into a read-only slice: refused before any I/O.
+        let oob = Some(SliceError::OutOfBounds { offset: 95, len: 10, size: 100 });
+        assert_eq!(s.read_from_fd(r.as_fd(), &[(0, 4), (95, 10)]).err(), oob);
+        assert_eq!(s.write_to_fd(w.as_fd(), &[(95, 10)]).err(), oob);
+        assert_eq!(s.read_only().read_from_fd(r.as_fd(), &[(0, 4)]).err(), Some(SliceError::ReadOnly));
+        let mut all = vec![0u8; map.len()];
+        map.slice().copy_to(0, &mut all).unwrap();
+        assert!(all[..64].iter().chain(&all[164..]).all(|&b| b == 0xEE), "nothing outside the slice changed");
     }
 
     #[test]

@@ -220,6 +220,10 @@ pub trait TrackedMap: std::fmt::Debug + Send + Sync {
     /// `store` wrote `len` bytes at `offset` of the window (in its bytes): track them.
     fn tracked(&self, offset: usize, len: usize, store: impl FnOnce()) -> Result<()>;
 
+    /// `store` wrote into `ranges` (offset, length) of the window, in order, and returns how
+    /// many bytes it wrote: track those (a read from a file straight into the window).
+    fn tracked_ranges(&self, ranges: &[(usize, usize)], store: impl FnOnce() -> usize) -> Result<usize>;
+
     /// A release store of `bytes` at `offset` (`store` puts them in the window): a barrier,
     /// then the word as its own write.
     fn release(&self, offset: usize, bytes: &[u8], store: impl FnOnce()) -> Result<()>;
@@ -285,6 +289,9 @@ mod direct_only {
             match *self {}
         }
         fn tracked(&self, _offset: usize, _len: usize, _store: impl FnOnce()) -> Result<()> {
+            match *self {}
+        }
+        fn tracked_ranges(&self, _ranges: &[(usize, usize)], _store: impl FnOnce() -> usize) -> Result<usize> {
             match *self {}
         }
         fn release(&self, _offset: usize, _bytes: &[u8], _store: impl FnOnce()) -> Result<()> {

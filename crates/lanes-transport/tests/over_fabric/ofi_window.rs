@@ -202,6 +202,44 @@ fn flushed_writes_are_visible_and_byte_exact() {
     }
 }
 
+#[test]
+fn a_file_read_straight_into_the_window_is_delivered_and_peeked_without_a_round_trip() {
+    use std::os::fd::AsFd;
+    let p = Pair::new("from-fd");
+    for off in [999usize, 2500, LEN - 1] {
+        p.buf.write(off, &[0xaa]).expect("owner write");
+    }
+    let seg = p.segment();
+    let map = seg.map(0, LEN as u64, MapAccess::ReadWrite).expect("map");
+    let (tx, rx) = std::os::unix::net::UnixDatagram::pair().expect("socket pair");
+    let data: Vec<u8> = (0..1500u32).map(|i| (i * 13 + 1) as u8).collect();
+    tx.send(&data).expect("send");
+    // 1000 bytes at the end of the window, the rest from 1000 (room for 2000 more): what the
+    // read filled is written through, nothing after it.
+    let ranges = [(LEN - 1001, 1000), (1000, 2500)];
+    assert_eq!(map.read_from_fd(rx.as_fd(), &ranges).expect("map").expect("read"), 1500);
+    let mut peeked = vec![0u8; 500];
+    map.peek_bytes(1000, &mut peeked).expect("peek");
+    assert_eq!(&peeked[..], &data[1000..], "the window holds what was read, without a fetch");
+    map.flush_checked().expect("delivered");
+    assert_eq!(p.owner_bytes(LEN - 1001, 1000), data[..1000]);
+    assert_eq!(p.owner_bytes(1000, 500), data[1000..]);
+    assert_eq!(p.owner_bytes(999, 1), [0xaa], "the byte before the second range is not sent");
+    assert_eq!(p.owner_bytes(1500, 1000), vec![0u8; 1000], "no byte past what was read is sent");
+    assert_eq!(p.owner_bytes(2500, 1), [0xaa]);
+    assert_eq!(p.owner_bytes(LEN - 1, 1), [0xaa]);
+    // Back out of the window (read through first, so the owner's byte at LEN - 1 comes too).
+    assert_eq!(map.write_to_fd(tx.as_fd(), &[(LEN - 1001, 1001)]).expect("map").expect("write"), 1001);
+    let mut back = vec![0u8; 2000];
+    let n = rx.recv(&mut back).expect("recv");
+    assert_eq!(&back[..1000], &data[..1000]);
+    assert_eq!(&back[1000..n], &[0xaa]);
+    // A range outside the window or a read-only map: refused before any I/O.
+    assert!(matches!(map.read_from_fd(rx.as_fd(), &[(LEN - 10, 11)]), Err(Error::OutOfRange { .. })));
+    let ro = seg.map(0, 4096, MapAccess::ReadOnly).expect("read-only map");
+    assert!(matches!(ro.read_from_fd(rx.as_fd(), &[(0, 10)]), Err(Error::ReadOnly)));
+}
+
 /// Resets the release word at 0, then writes `ranges` (offset, length) of `map` with byte
 /// `k` and then the word with `k`, for `k` in 1..=`rounds`, while a thread watches the owner's buffer: no
 /// word may be seen before the data written ahead of it. Returns once the owner holds

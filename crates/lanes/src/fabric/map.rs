@@ -229,6 +229,76 @@ impl Map {
         }
     }
 
+    /// Copies `dst.len()` bytes of the window at `offset` into `dst` as this process holds
+    /// them, without fetching: on shared memory the segment's bytes (as [`Map::read_bytes`]);
+    /// on a map of an object on another host, what this process last wrote or read there (no
+    /// round trip).
+    #[inline]
+    pub fn peek_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let p = self.at(offset, dst.len(), 1)?;
+        p.copy_to(0, dst).expect(CHECKED);
+        Ok(())
+    }
+
+    /// The window, checked against `ranges` (offset, length): their bounds, and writability
+    /// when `store`. The ranges' count is checked by the slice's I/O.
+    fn io_ranges(&self, ranges: &[(usize, usize)], store: bool) -> Result<SharedSlice<'_>> {
+        if store && !self.writable {
+            return Err(Error::ReadOnly);
+        }
+        for &(offset, len) in ranges {
+            self.at(offset, len, 1)?;
+        }
+        Ok(self.window.slice())
+    }
+
+    /// One `readv(2)` from `fd` straight into `ranges` (window offset, length), filled in
+    /// order, as stores of the bytes read (a packet from a TUN device into a ring, with no
+    /// private buffer between). On a map of an object on another host the bytes read are
+    /// logged as written and posted at the next barrier. The outer error is the map's (a
+    /// range outside the window, a read-only map, a lost connection: nothing was read); the
+    /// inner one the system call's.
+    pub fn read_from_fd(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        ranges: &[(usize, usize)],
+    ) -> Result<std::io::Result<usize>> {
+        let window = self.io_ranges(ranges, true)?;
+        let read = || window.read_from_fd(fd, ranges).map_err(|e| Error::shared(e, "map"));
+        match &self.window {
+            Window::Direct(_) => read(),
+            Window::Tracked(m) => {
+                let mut outcome = Ok(Ok(0));
+                m.tracked_ranges(ranges, || {
+                    outcome = read();
+                    match &outcome {
+                        Ok(Ok(n)) => *n,
+                        _ => 0,
+                    }
+                })?;
+                outcome
+            }
+        }
+    }
+
+    /// One `writev(2)` of `ranges` (window offset, length) to `fd`, in order, straight from
+    /// the window (a ring's packet into a TUN device). On a map of an object on another host
+    /// each range is read through first, as [`Map::read_bytes`]. Errors as for
+    /// [`Map::read_from_fd`].
+    pub fn write_to_fd(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        ranges: &[(usize, usize)],
+    ) -> Result<std::io::Result<usize>> {
+        let window = self.io_ranges(ranges, false)?;
+        if let Window::Tracked(m) = &self.window {
+            for &(offset, len) in ranges {
+                m.read_with(offset, len, || ())?;
+            }
+        }
+        window.write_to_fd(fd, ranges).map_err(|e| Error::shared(e, "map"))
+    }
+
     /// Fills `len` bytes at `offset` with `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
         let p = self.writable_at(offset, len, 1)?;

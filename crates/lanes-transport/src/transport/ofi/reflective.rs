@@ -1238,6 +1238,28 @@ impl FanoutWindow {
         Ok(())
     }
 
+    /// A tracked write of at most the bytes of `ranges`, filled in order by `store`, which
+    /// says how many it wrote (as [`FanoutWindow::tracked`] for each range it reached).
+    pub fn tracked_ranges(&self, ranges: &[(usize, usize)], store: impl FnOnce() -> usize) -> Result<usize> {
+        let w = &self.inner;
+        w.fan.check()?;
+        let mut raw = self.lock_raw_if_used();
+        let mut st = lock(&w.fan.state);
+        let n = store();
+        let mut left = n;
+        for &(offset, len) in ranges {
+            let len = len.min(left);
+            if len > 0 {
+                if let Some(r) = raw.as_deref_mut() {
+                    w.take_from_copy(r, offset, len);
+                }
+                w.fan.log(&mut st, w.start + offset, w.start + offset + len);
+            }
+            left -= len;
+        }
+        Ok(n)
+    }
+
     /// A release store: everything before it is posted, then the word as its own write.
     pub fn release(&self, offset: usize, bytes: &[u8], store: impl FnOnce()) -> Result<()> {
         let w = &self.inner;

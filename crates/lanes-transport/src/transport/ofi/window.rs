@@ -322,6 +322,25 @@ impl MirrorWindow {
         Ok(())
     }
 
+    /// A tracked write of at most the bytes of `ranges` (window offset, length; checked by
+    /// the caller): `store` puts them into the window, filling the ranges in order, and says
+    /// how many it wrote; those are logged. Fails once the connection is lost.
+    pub fn tracked_ranges(&self, ranges: &[(usize, usize)], store: impl FnOnce() -> usize) -> Result<usize> {
+        let m = &self.shared;
+        let mut st = lock(&m.state);
+        m.check()?;
+        let n = store();
+        let mut left = n;
+        for &(offset, len) in ranges {
+            let len = len.min(left);
+            if len > 0 {
+                m.stored(&mut st, offset, len);
+            }
+            left -= len;
+        }
+        Ok(n)
+    }
+
     /// A release store of `bytes.len()` bytes at `offset`: a barrier, then `store` puts the
     /// word into the window and it is posted as its own write (or, where the provider fills
     /// ranges in order and the owner sees them so, as the last range of one write with the
@@ -1128,6 +1147,11 @@ impl TrackedMap for TrackedWindow {
     #[inline]
     fn tracked(&self, offset: usize, len: usize, store: impl FnOnce()) -> Result<()> {
         each!(self, w => w.tracked(offset, len, store))
+    }
+
+    #[inline]
+    fn tracked_ranges(&self, ranges: &[(usize, usize)], store: impl FnOnce() -> usize) -> Result<usize> {
+        each!(self, w => w.tracked_ranges(ranges, store))
     }
 
     #[inline]
