@@ -7,8 +7,14 @@
 //! no pair is said: a peer without the library, a host outside the cluster, remote
 //! acceleration off, forged registrations, a killed peer, a daemon restarted.
 //!
+//! The data path across hosts (`lanes::sockets::fabric_stream`, stage 3) is tested here
+//! too, between processes of hosts a and b that use it directly (role `fabric-stream`): the
+//! socket library does not use it yet.
+//!
 //! Root only (network namespaces); skipped with the reason otherwise, unless `CI` is set.
 
+#[path = "cross_host/fabric_stream_role.rs"]
+mod fabric_stream_role;
 mod support;
 
 use std::collections::HashMap;
@@ -37,6 +43,10 @@ fn child_entry() {
     lanes_testkit::child_entry(|role, io| match role {
         "sockets" => {
             run_sockets(io);
+            true
+        }
+        "fabric-stream" => {
+            fabric_stream_role::run(io);
             true
         }
         _ => false,
@@ -587,4 +597,170 @@ fn a_restarted_daemon_keeps_its_pairs_and_a_killed_peer_is_withdrawn() {
     assert_eq!(rec.state, PairingState::PeerGone);
     server.exit();
     wait_for(&c, "a's halves withdrawn with the server", || daemon_sockets(&c, 0).halves.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// The ring across hosts (stage 3), between processes that use it directly
+// ---------------------------------------------------------------------------------------
+
+/// A `fabric-stream` child on host `k`, acting as the host's first node.
+fn stream_child(c: &Cluster, k: usize, name: &str) -> Proc {
+    let mut env = c.env(k);
+    env.push(("LANES_NODE_ID".into(), lanes_testkit::cluster::NODES[k].to_string()));
+    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Proc::spawn_in(&c.prefix(k), name, "fabric-stream", &envs)
+}
+
+/// A server on a and a client on b with `n` connections between them, each with the ring
+/// across hosts when `ring` is not 0 (else plain kernel TCP); None (the reason printed)
+/// in a build without the ofi transport.
+fn stream_pair(c: &Cluster, n: usize, ring: usize, port: u16) -> Option<(Proc, Proc)> {
+    if !lanes::OFI_TRANSPORT {
+        assert!(std::env::var_os("CI").is_none(), "the CI builds with --features lanes/ofi");
+        eprintln!("skipped: the ring across hosts needs the ofi transport (--features lanes/ofi)");
+        return None;
+    }
+    let mut server = stream_child(c, 0, "stream server on a");
+    server.ok(&format!("listen {port}"));
+    let mut client = stream_child(c, 1, "stream client on b");
+    let accept = format!("accept {n} {ring}");
+    server.start(&accept);
+    let connected = client.ok(&format!("connect {n} {}:{port} {ring}", Netns::address(0)));
+    let accepted = server.finish(&accept).unwrap_or_else(|e| panic!("{accept}: {e:?}\n{}", c.logs()));
+    if ring != 0 {
+        assert_eq!(field(&connected, "fabric"), n as u64, "client: {connected}\n{}", c.logs());
+        assert_eq!(field(&accepted, "fabric"), n as u64, "server: {accepted}\n{}", c.logs());
+    }
+    Some((server, client))
+}
+
+fn field(s: &str, key: &str) -> u64 {
+    lanes_testkit::process::field(s, key)
+}
+
+/// Streams in both directions at once on one connection between a and b, checksummed,
+/// through the ring across hosts (tcp;ofi_rxm) and the anchor: every byte arrives, in
+/// order; the ring carried bytes both ways (what went into a ring came out of it); a
+/// request/response load follows on the same connection.
+#[test]
+fn the_ring_across_hosts_carries_checksummed_streams_both_ways() {
+    let Some(c) = Cluster::netns("xh-ring") else { return };
+    let Some((mut server, mut client)) = stream_pair(&c, 1, 1 << 20, PORT) else { return };
+    const BYTES: u64 = 96 << 20;
+    let cmd = format!("stream 0 server {BYTES}");
+    server.start(&cmd);
+    let on_b = client.call_within(&format!("stream 0 client {BYTES}"), Duration::from_secs(240));
+    let on_b = on_b.unwrap_or_else(|e| panic!("client: {e:?}\n{}", c.logs()));
+    let on_a = server.finish_within(&cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("server: {e:?}"));
+    eprintln!("a: {on_a}\nb: {on_b}");
+    for got in [&on_a, &on_b] {
+        assert_eq!(field(got, "received"), BYTES, "{got}");
+        assert_eq!(field(got, "sent_fabric") + field(got, "sent_kernel"), BYTES, "{got}");
+    }
+    assert_eq!(field(&on_a, "sent_fabric"), field(&on_b, "received_fabric"), "a's ring bytes: {on_a} / {on_b}");
+    assert_eq!(field(&on_b, "sent_fabric"), field(&on_a, "received_fabric"), "b's ring bytes: {on_a} / {on_b}");
+    assert!(field(&on_a, "sent_fabric") > 0 && field(&on_b, "sent_fabric") > 0, "{on_a} / {on_b}");
+
+    // Request/response on a fresh pair of connections (the first ones are finished).
+    drop((server, client));
+    let Some((mut server, mut client)) = stream_pair(&c, 1, 64 << 10, PORT + 1) else { return };
+    server.start("serve 0");
+    let rr = client.call_within("requests 0 4000", Duration::from_secs(180));
+    let rr = rr.unwrap_or_else(|e| panic!("requests: {e:?}\n{}", c.logs()));
+    let served = server.finish_within("serve 0", Duration::from_secs(60)).unwrap();
+    eprintln!("requests: {rr}\nserved: {served}");
+    assert_eq!(field(&rr, "rounds"), 4000, "{rr}");
+    assert!(field(&rr, "received_fabric") + field(&served, "received_fabric") > 0, "{rr} / {served}");
+    client.exit();
+    server.exit();
+}
+
+/// Many connections between a and b at once, each with its ring across hosts, each
+/// checksummed both ways. (Each connection to an object of another host holds a session
+/// with this host's daemon, which serves 64 at once, and a stream makes three: so 16.)
+#[test]
+fn many_connections_each_with_a_ring_across_hosts() {
+    let Some(c) = Cluster::netns("xh-many") else { return };
+    const N: usize = 16;
+    let Some((mut server, mut client)) = stream_pair(&c, N, 64 << 10, PORT) else { return };
+    const BYTES: u64 = 2 << 20;
+    server.start(&format!("stream-all server {BYTES}"));
+    let on_b = client.call_within(&format!("stream-all client {BYTES}"), Duration::from_secs(240));
+    let on_b = on_b.unwrap_or_else(|e| panic!("client: {e:?}\n{}", c.logs()));
+    let on_a = server.finish_within("stream-all", Duration::from_secs(60)).unwrap();
+    eprintln!("a: {on_a}\nb: {on_b}");
+    for got in [&on_a, &on_b] {
+        assert_eq!(field(got, "received"), BYTES * N as u64, "{got}");
+    }
+    assert!(field(&on_a, "received_fabric") > 0 && field(&on_b, "received_fabric") > 0, "{on_a} / {on_b}");
+    client.exit();
+    server.exit();
+}
+
+/// A peer killed mid-stream (b sends and never reads, so its kernel holds unread bytes of
+/// a's and resets the connection): a reads what landed, then ECONNRESET, never a clean
+/// end; its next send fails. The same scenario on plain kernel TCP gives the same.
+#[test]
+fn a_peer_killed_mid_stream_is_a_reset_as_on_kernel_tcp() {
+    let Some(c) = Cluster::netns("xh-kill") else { return };
+    let mut outcomes = Vec::new();
+    for (ring, port) in [(0usize, PORT), (1 << 20, PORT + 1)] {
+        let Some((mut server, mut client)) = stream_pair(&c, 1, ring, port) else { return };
+        client.start("flood 0");
+        server.start("drain 0");
+        std::thread::sleep(Duration::from_millis(1500));
+        client.kill9();
+        let got = server.finish_within("drain 0", Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e:?}"));
+        eprintln!("ring {ring}: {got}");
+        assert!(field(&got, "received") > 0, "{got}");
+        if ring != 0 {
+            assert!(field(&got, "received_fabric") > 0, "the ring carried b's bytes: {got}");
+        }
+        assert!(got.contains("recv=ECONNRESET"), "ring {ring}: {got}");
+        assert!(got.contains("send=EPIPE") || got.contains("send=ECONNRESET"), "ring {ring}: {got}");
+        outcomes.push(got);
+        server.exit();
+    }
+    let errors = |s: &str| -> String {
+        s.split_whitespace().filter(|w| w.starts_with("recv=") || w.starts_with("send=")).collect::<Vec<_>>().join(" ")
+    };
+    assert_eq!(errors(&outcomes[0]), errors(&outcomes[1]), "as kernel TCP: {outcomes:?}");
+}
+
+/// Throughput of one connection between a and b, a to b, through the ring across hosts
+/// (tcp;ofi_rxm) against plain kernel TCP on the same link, in alternating rounds; prints
+/// the figures and their ratio (no assertion on them). Run by hand:
+/// `cargo test -p lanes-sockets --features lanes/ofi --test cross_host -- --ignored --nocapture throughput`.
+#[test]
+#[ignore = "a benchmark: prints figures"]
+fn throughput_of_the_ring_across_hosts_against_kernel_tcp() {
+    let Some(c) = Cluster::netns("xh-bench") else { return };
+    const BYTES: u64 = 256 << 20;
+    const ROUNDS: usize = 3;
+    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..ROUNDS * 2 {
+        let which = round % 2;
+        let ring = if which == 0 { 0 } else { 1 << 20 };
+        let port = PORT + 10 + round as u16;
+        let Some((mut server, mut client)) = stream_pair(&c, 1, ring, port) else { return };
+        server.start("sink 0");
+        let t = Instant::now();
+        let sent = client.call_within(&format!("source 0 {BYTES}"), Duration::from_secs(300)).unwrap();
+        let got = server.finish_within("sink 0", Duration::from_secs(60)).unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        assert_eq!(field(&got, "received"), BYTES, "{got}");
+        let mbs = BYTES as f64 / secs / 1e6;
+        eprintln!("round {round}: {} {mbs:.0} MB/s ({sent})", if which == 0 { "kernel" } else { "fabric" });
+        rates[which].push(mbs);
+        client.exit();
+        server.exit();
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let (k, f) = (median(&mut rates[0]), median(&mut rates[1]));
+    println!("one connection a -> b, {} MiB per round, {ROUNDS} rounds each, alternating:", BYTES >> 20);
+    println!("  kernel TCP        {k:8.0} MB/s");
+    println!("  ring over fabric  {f:8.0} MB/s   ratio {:.2}", f / k);
 }

@@ -46,9 +46,9 @@
 //! Failures are never silent: a peer process that disappears without finishing its sender
 //! cleanly (killed) is reported as `ECONNRESET` once its landed ring bytes are read (its
 //! kernel might have delivered bytes our ring never got); a fabric error after bytes moved
-//! over the fabric resets the connection (the anchor is closed with `SO_LINGER` 0 by the
-//! caller's close; here both directions are shut down and `ECONNRESET` returned), since
-//! moving the rest over the anchor byte-exact (fail-over, stage 4) is not built.
+//! over the fabric resets the connection (the kernel sends the peer a reset; both ends see
+//! `ECONNRESET`), since moving the rest over the anchor byte-exact (fail-over, stage 4) is
+//! not built.
 //!
 //! The stream works on a blocking anchor, with the blocking calls `send`/`recv` of this
 //! type; the socket library's interposition (non-blocking sockets, readiness) is not wired
@@ -95,8 +95,9 @@ const RECEIVE_SPIN: Duration = Duration::from_micros(100);
 const ROOM_SPIN: Duration = Duration::from_micros(100);
 /// Each step of a wait that sleeps (ring room, an answer, landed bytes).
 const WAIT_STEP: Duration = Duration::from_millis(1);
-/// How long a sender whose receiver was refused the ring holds its kernel sends back.
-const RING_WANTED_PAUSE: Duration = Duration::from_millis(2);
+/// How long at most a sender whose receiver wants the ring back holds its kernel sends
+/// back (until the receiver, caught up, took it).
+const RING_WANTED_PAUSE: Duration = Duration::from_millis(20);
 /// The bound on waiting for an answer or for announced ring bytes to land while the peer's
 /// process lives: past it the fabric is taken as failed (a reset, see the module's notes).
 const FABRIC_BOUND: Duration = Duration::from_secs(20);
@@ -555,22 +556,11 @@ impl Shared {
         self.outbound.flush_checked().map_err(fabric_io)
     }
 
-    /// The fabric failed after bytes moved over it: reset both directions (never a
-    /// silent loss). Returns the error to report.
+    /// The fabric failed after bytes moved over it: reset the connection (never a silent
+    /// loss). Returns the error to report.
     fn fail(&self) -> io::Error {
-        self.broken.store(true, Ordering::Release);
-        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-        // SAFETY: setsockopt and shutdown on the caller's descriptor with a linger struct
-        // that outlives the call.
-        unsafe {
-            libc::setsockopt(
-                self.fd,
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&linger as *const libc::linger).cast(),
-                size_of::<libc::linger>() as libc::socklen_t,
-            );
-            libc::shutdown(self.fd, libc::SHUT_RDWR);
+        if !self.broken.swap(true, Ordering::AcqRel) {
+            reset_anchor(self.fd);
         }
         reset_error()
     }
@@ -611,6 +601,11 @@ impl Shared {
                 continue;
             }
             if self.write_ring(tx.published, &buf[..n]).is_err() {
+                if self.peer_gone() {
+                    // Nobody reads these bytes: the anchor's kernel says what it would.
+                    word.to_kernel_mode();
+                    break;
+                }
                 return Err(self.fail());
             }
             tx.published += n as u64;
@@ -627,7 +622,7 @@ impl Shared {
         }
         if self.ring_wanted.load(Ordering::Acquire) {
             let until = Instant::now() + RING_WANTED_PAUSE;
-            while self.ring_wanted.load(Ordering::Acquire) && Instant::now() < until {
+            while !self.word().load().ring_mode() && Instant::now() < until {
                 self.serve();
                 std::thread::sleep(Duration::from_micros(100));
             }
@@ -691,13 +686,22 @@ impl Shared {
     fn tell_consumed(&self, rx: &mut Receiver) -> io::Result<()> {
         if rx.consumed != rx.consumed_told {
             let told = self.outbound.store_release_u64(OFF_CONSUMED, rx.consumed);
-            // A peer whose sender finished, or that is gone, needs no room any more.
-            if told.is_err() && self.peer_sends() {
+            // A peer whose sender finished, or that is gone, needs no room any more (a dead
+            // one is reported at the next receive, once its landed bytes are read).
+            if told.is_err() && self.peer_gone() {
+                rx.mode = RxMode::Reset { reported: false };
+            } else if told.is_err() && self.peer_sends() {
                 return Err(self.fail());
             }
             rx.consumed_told = rx.consumed;
         }
         Ok(())
+    }
+
+    /// Whether the peer is gone: its process (as the fabric knows), or its end of the
+    /// anchor (its kernel closed or reset it: a death the fabric may hear of later).
+    fn peer_gone(&self) -> bool {
+        !self.peer_alive() || anchor_ended(self.fd)
     }
 
     /// Whether the peer may still send through the ring: alive, its sender not finished.
@@ -733,7 +737,9 @@ impl Shared {
                 return Ok(None);
             }
             if !asked {
-                self.outbound.store_release_u64(OFF_REQUEST, request.encode()).map_err(|_| self.fail())?;
+                if self.outbound.store_release_u64(OFF_REQUEST, request.encode()).is_err() {
+                    return if self.peer_gone() { Ok(None) } else { Err(self.fail()) };
+                }
                 // Landed before the doorbell rings: the sender reads it when woken.
                 self.outbound.flush();
                 let _ = self.peer_request_bell.trigger();
@@ -868,6 +874,7 @@ impl Shared {
                         return Ok(0);
                     }
                     rx.mode = RxMode::Reset { reported: true };
+                    take_kernel_reset(self.fd);
                     return Err(reset_error());
                 }
             }
@@ -886,6 +893,45 @@ impl Shared {
         }
         true
     }
+}
+
+/// Resets the anchor without closing the caller's descriptor: `connect(AF_UNSPEC)` on an
+/// established TCP socket makes the kernel send a reset (the peer's calls fail with
+/// `ECONNRESET`, as ours do from now on), and the pending error is taken.
+fn reset_anchor(fd: RawFd) {
+    // SAFETY: a zeroed sockaddr with family AF_UNSPEC, passed with its size; no memory is
+    // kept by the call.
+    unsafe {
+        let mut unspec: libc::sockaddr = std::mem::zeroed();
+        unspec.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+        libc::connect(fd, &unspec, size_of::<libc::sockaddr>() as libc::socklen_t);
+    }
+    let mut err: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_ERROR writes one int and its length into our locals.
+    unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, (&mut err as *mut libc::c_int).cast(), &mut len) };
+}
+
+/// Whether the peer's end of `fd` is closed or reset (without reading anything).
+fn anchor_ended(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: poll on one pollfd that outlives the call, no waiting.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Reports the peer's death as the kernel would have, once: waits (at most a second) for
+/// the dead peer's kernel to end the anchor, then takes the anchor's pending error (the
+/// reset), so that, as on kernel TCP, the next send fails with `EPIPE` rather than
+/// reporting the reset a second time.
+fn take_kernel_reset(fd: RawFd) {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    // SAFETY: poll on one pollfd that outlives the call.
+    unsafe { libc::poll(&mut p, 1, 1000) };
+    let mut err: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_ERROR writes one int and its length into our locals.
+    unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, (&mut err as *mut libc::c_int).cast(), &mut len) };
 }
 
 /// Whether the kernel holds no byte to read on `fd` (FIONREAD 0; an error counts as not
