@@ -727,6 +727,36 @@ fn a_peer_killed_mid_stream_is_a_reset_as_on_kernel_tcp() {
     assert_eq!(errors(&outcomes[0]), errors(&outcomes[1]), "as kernel TCP: {outcomes:?}");
 }
 
+/// The fabric to b lost mid-stream (b's daemon killed: a's daemon calls b Lost and cuts
+/// b's fabric connections, while the anchor's kernel connection stands): without fail-over
+/// (stage 4) the streams may not finish, but neither end ever sees a clean end short of
+/// the bytes sent, or a wrong byte: each either gets every byte or `ECONNRESET`.
+#[test]
+fn a_fabric_lost_mid_stream_is_never_a_silent_loss() {
+    let Some(mut c) = Cluster::netns("xh-lost") else { return };
+    let Some((mut server, mut client)) = stream_pair(&c, 1, 1 << 20, PORT) else { return };
+    const BYTES: u64 = 256 << 20;
+    let cmd = format!("stream 0 server {BYTES}");
+    server.start(&cmd);
+    client.start(&format!("stream 0 client {BYTES}"));
+    std::thread::sleep(Duration::from_millis(1500));
+    c.daemon(1).kill9();
+    let on_b = client.finish_within("stream", Duration::from_secs(120));
+    let on_a = server.finish_within("stream", Duration::from_secs(60));
+    eprintln!("a: {on_a:?}\nb: {on_b:?}");
+    for got in [&on_a, &on_b] {
+        match got {
+            Ok(text) => assert_eq!(field(text, "received"), BYTES, "a clean end short of the bytes: {text}"),
+            Err(e) => {
+                let text = format!("{e:?}");
+                assert!(text.contains("Connection reset"), "not a reset: {text}");
+                assert!(!text.contains("differs"), "a wrong byte: {text}");
+            }
+        }
+    }
+    c.start_daemon(1);
+}
+
 /// Throughput of one connection between a and b, a to b, through the ring across hosts
 /// (tcp;ofi_rxm) against plain kernel TCP on the same link, in alternating rounds; prints
 /// the figures and their ratio (no assertion on them). Run by hand:

@@ -592,6 +592,12 @@ impl Shared {
             }
             let room = self.peer_ring_bytes - in_ring as usize;
             if room == 0 {
+                if anchor_reset(self.fd) {
+                    // The peer's kernel reset the connection: it answers our send. (Switching
+                    // on its own is safe: the receiver reads the kernel only after asking.)
+                    word.to_kernel_mode();
+                    break;
+                }
                 pace.get_or_insert_with(|| Pace::new(&self.exports.fabric))
                     .step(ROOM_SPIN, || std::thread::sleep(WAIT_STEP));
                 continue;
@@ -689,13 +695,24 @@ impl Shared {
             // A peer whose sender finished, or that is gone, needs no room any more (a dead
             // one is reported at the next receive, once its landed bytes are read).
             if told.is_err() && self.peer_gone() {
-                rx.mode = RxMode::Reset { reported: false };
+                self.lose_peer(rx);
             } else if told.is_err() && self.peer_sends() {
                 return Err(self.fail());
             }
             rx.consumed_told = rx.consumed;
         }
         Ok(())
+    }
+
+    /// The peer is gone for this end's receiver: its landed ring bytes are read, then
+    /// `ECONNRESET`. When the anchor still stands (the fabric says the peer's process or
+    /// host is lost, but its kernel did not end the connection), it is reset here: what
+    /// the peer believes it sent cannot be known, and it must not see a clean end either.
+    fn lose_peer(&self, rx: &mut Receiver) {
+        rx.mode = RxMode::Reset { reported: false };
+        if !anchor_ended(self.fd) {
+            let _ = self.fail();
+        }
     }
 
     /// Whether the peer is gone: its process (as the fabric knows), or its end of the
@@ -733,7 +750,11 @@ impl Shared {
                 let kernel = matches!(request, Request::Kernel { .. });
                 return Ok(Some(Answer { seq: request.seq(), accepted: kernel, count: finished & COUNT_MASK }));
             }
-            if !self.peer_alive() {
+            if self.peer_gone() {
+                // Its sender may have finished just before its kernel ended the anchor.
+                if self.inbound(OFF_TX_FINISHED) & FINISHED_BIT != 0 {
+                    continue;
+                }
                 return Ok(None);
             }
             if !asked {
@@ -803,7 +824,7 @@ impl Shared {
                     let seq = rx.next_seq;
                     match self.ask(rx, Request::Kernel { seq })? {
                         Some(a) => rx.mode = RxMode::Kernel { ring_until: a.count },
-                        None => rx.mode = RxMode::Reset { reported: false },
+                        None => self.lose_peer(rx),
                     }
                 }
                 RxMode::Kernel { ring_until } => {
@@ -818,8 +839,8 @@ impl Shared {
                             return self.read_ring(rx, available.min(want), buf);
                         }
                         let p = pace.get_or_insert_with(|| Pace::new(&self.exports.fabric));
-                        if !self.peer_alive() {
-                            rx.mode = RxMode::Reset { reported: false };
+                        if self.peer_gone() {
+                            self.lose_peer(rx);
                         } else if p.elapsed() > FABRIC_BOUND {
                             return Err(self.fail());
                         } else {
@@ -842,7 +863,7 @@ impl Shared {
                                 self.ring_refusals.fetch_add(1, Ordering::Relaxed);
                             }
                             None => {
-                                rx.mode = RxMode::Reset { reported: false };
+                                self.lose_peer(rx);
                                 continue;
                             }
                         }
@@ -918,6 +939,14 @@ fn anchor_ended(fd: RawFd) -> bool {
     // SAFETY: poll on one pollfd that outlives the call, no waiting.
     let r = unsafe { libc::poll(&mut p, 1, 0) };
     r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Whether `fd` was reset or shut down both ways (a half-closed peer may still read).
+fn anchor_reset(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: 0, revents: 0 };
+    // SAFETY: poll on one pollfd that outlives the call, no waiting.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// Reports the peer's death as the kernel would have, once: waits (at most a second) for
