@@ -757,6 +757,92 @@ fn a_fabric_lost_mid_stream_is_never_a_silent_loss() {
     c.start_daemon(1);
 }
 
+/// The sockconf transcript suite (tests/sockconf, conformance.rs) across two hosts: every
+/// case that runs as two programs, its server on a (listening on a's addresses) and its
+/// client on b, first without the library (the reference), then with it on both sides
+/// (`remote = "on"`, daemons running: the connections pair): every transcript must equal
+/// the reference, byte for byte. (Their bytes go through the kernel: the library does not
+/// use the ring across hosts yet.)
+#[test]
+fn the_sockconf_transcripts_across_two_hosts_equal_kernel_tcp() {
+    let Some(c) = Cluster::netns_with_ipv6("xh-sockconf") else { return };
+    let dir = lanes_testkit::TestDir::new("xh-sockconf");
+    let bin = dir.path("sockconf");
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sockconf");
+    let mut sources: Vec<_> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "c") && !p.ends_with("forkserve.c"))
+        .collect();
+    sources.sort();
+    let o = std::process::Command::new("cc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .args(&sources)
+        .arg("-o")
+        .arg(&bin)
+        .output()
+        .expect("cc (scripts/test.sh installs gcc)");
+    assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+    let listed = std::process::Command::new(&bin).arg("--list").output().unwrap();
+    let cases: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter(|l| l.split('\t').nth(1) == Some("split"))
+        .map(|l| l.split('\t').next().unwrap().to_string())
+        .collect();
+    assert!(cases.len() > 20, "{cases:?}");
+    // What the workers need of the cluster (which itself stays on this thread).
+    let prefixes = [c.prefix(0), c.prefix(1)];
+    let envs = [c.env(0), c.env(1)];
+    let run = |case: &str, port: u16, with_library: bool, seq: usize| -> (String, Option<String>) {
+        let tmp = dir.sub(&format!("run-{seq}"));
+        let side = |k: usize, role: &str| {
+            let prefix = &prefixes[k];
+            let mut cmd = std::process::Command::new(&prefix[0]);
+            cmd.args(&prefix[1..]).arg(&bin).args([case, "--role", role, "--port", &port.to_string()]);
+            cmd.args(["--host4", &Netns::address(0), "--host6", &Netns::address6(0)]);
+            for v in support::SCRUBBED.iter().chain(lanes_testkit::LANES_ENV) {
+                cmd.env_remove(v);
+            }
+            cmd.envs(envs[k].iter().cloned()).env("TMPDIR", &tmp);
+            if with_library {
+                cmd.env("LD_PRELOAD", support::library()).env("LANES_SOCKETS_REMOTE", "on");
+            }
+            lanes_testkit::program::Program::spawn(cmd, &format!("{case} {role}"))
+        };
+        let server = side(0, "server");
+        let client = side(1, "client");
+        let cl = client.wait(Duration::from_secs(60));
+        let sv = server.wait(Duration::from_secs(60));
+        let trouble = (!cl.ok() || !sv.ok()).then(|| format!("{}{}", sv.describe("server"), cl.describe("client")));
+        let _ = std::fs::remove_dir_all(&tmp);
+        (format!("{}{}", sv.stdout, cl.stdout), trouble)
+    };
+    let jobs: Vec<(usize, String)> = cases.iter().cloned().enumerate().collect();
+    let queue = Mutex::new(jobs);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| loop {
+                let Some((i, case)) = queue.lock().unwrap().pop() else { break };
+                let port = 20000 + 2 * i as u16;
+                let (reference, t) = run(&case, port, false, 2 * i);
+                let bad = ["TIMEOUT", "FATAL", "MISMATCH"].iter().find(|w| reference.contains(*w));
+                if t.is_some() || bad.is_some() {
+                    failures.lock().unwrap().push(format!("{case}: the reference run failed: {t:?}\n{reference}"));
+                    continue;
+                }
+                let (got, t) = run(&case, port + 1, true, 2 * i + 1);
+                if got != reference || t.is_some() {
+                    let d = support::diff(&reference, &got, 40);
+                    failures.lock().unwrap().push(format!("{case} (library on both hosts): {t:?}\n{d}"));
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
 /// Throughput of one connection between a and b, a to b, through the ring across hosts
 /// (tcp;ofi_rxm) against plain kernel TCP on the same link, in alternating rounds; prints
 /// the figures and their ratio (no assertion on them). Run by hand:
