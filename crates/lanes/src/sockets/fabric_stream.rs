@@ -32,10 +32,9 @@
 //! - **ring**: the receiver is caught up (every kernel byte read, `KR`; nothing readable in
 //!   the kernel) and would take the ring back. The sender switches back to ring mode only
 //!   if it reserved exactly `KR` kernel bytes (none of its bytes is in the kernel), else it
-//!   refuses and pauses its kernel sends for a moment so that the receiver can catch up.
-//!   A receiver reading a steady kernel stream is never caught up; every 256 KiB it reads
-//!   from the kernel it says it wants the ring (a word, no answer), and the sender pauses
-//!   the same way.
+//!   refuses. A receiver reading a steady kernel stream is never caught up; every 256 KiB
+//!   it reads from the kernel it says it wants the ring (a word, no answer), and the
+//!   sender holds its kernel sends back for a moment so that the receiver can catch up.
 //!
 //! The one-host rules hold unchanged: only the receiver switches a direction to the ring,
 //! the receiver reads ring bytes before kernel bytes, and a sender never sends through the
@@ -307,7 +306,6 @@ struct Shared {
     rx: Mutex<Receiver>,
     serve_lock: Mutex<u32>,
     finished: AtomicBool,
-    ring_wanted: AtomicBool,
     broken: AtomicBool,
     stop: AtomicBool,
     receive_spin_ns: AtomicU64,
@@ -373,6 +371,19 @@ impl FabricStream {
     /// the stream lives), starts the service thread and tells the peer this end is ready.
     /// An error leaves nothing behind: the connection then stays on its anchor.
     pub fn connect(exports: StreamExports, peer: StreamHandles, fd: RawFd, timeout: Duration) -> Result<FabricStream> {
+        Self::connect_counting_from(exports, peer, fd, timeout, 0)
+    }
+
+    /// [`Self::connect`] with every count (R, K, H, KR, both directions) starting at
+    /// `start` instead of 0, as both ends agree: the tests' way to cross the counters'
+    /// wrap-around at 2^28 without moving that many bytes.
+    fn connect_counting_from(
+        exports: StreamExports,
+        peer: StreamHandles,
+        fd: RawFd,
+        timeout: Duration,
+        start: u64,
+    ) -> Result<FabricStream> {
         let fabric = exports.fabric.clone();
         let t = Timeout::After(timeout);
         let peer_segment = fabric.connect_segment(peer.node, peer.segment, t)?;
@@ -392,13 +403,13 @@ impl FabricStream {
             peer_request_bell,
             peer_answer_bell,
             peer_ring_bytes,
-            state: AtomicU64::new(0),
-            tx: Mutex::new(Sender { published: 0, wanted_seen: 0 }),
+            state: AtomicU64::new(((start & COUNT_MASK) << 28) | (start & COUNT_MASK)),
+            tx: Mutex::new(Sender { published: start, wanted_seen: 0 }),
             rx: Mutex::new(Receiver {
-                mode: RxMode::Kernel { ring_until: 0 },
-                consumed: 0,
-                consumed_told: 0,
-                kernel_read: 0,
+                mode: RxMode::Kernel { ring_until: start & COUNT_MASK },
+                consumed: start,
+                consumed_told: start,
+                kernel_read: start,
                 next_seq: 1,
                 ring_backoff: 0,
                 ring_skip: 0,
@@ -407,7 +418,6 @@ impl FabricStream {
             }),
             serve_lock: Mutex::new(0),
             finished: AtomicBool::new(false),
-            ring_wanted: AtomicBool::new(false),
             broken: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             receive_spin_ns: AtomicU64::new(RECEIVE_SPIN.as_nanos() as u64),
@@ -425,6 +435,11 @@ impl FabricStream {
             .spawn(move || for_thread.service())
             .map_err(|e| Error::io("starting the fabric stream's service thread", e))?;
         let stream = FabricStream { shared, service: Some(service) };
+        // Our inbound counts start where the peer's do; nothing writes them before it
+        // reads our ready (it sends through the ring only when our receiver asks, and
+        // reads our ring only after we sent through it).
+        stream.shared.exports.inbound.store_release_u64(OFF_PUBLISHED, start)?;
+        stream.shared.exports.inbound.store_release_u64(OFF_CONSUMED, start)?;
         stream.shared.outbound.store_release_u64(OFF_READY, READY_MAGIC)?;
         stream.shared.outbound.flush_checked()?;
         Ok(stream)
@@ -532,9 +547,6 @@ impl Shared {
         }
         let answer = carry_out(&self.word(), request, self.finished.load(Ordering::Acquire));
         *last = request.seq();
-        if let Request::Ring { .. } = request {
-            self.ring_wanted.store(!answer.accepted, Ordering::Release);
-        }
         drop(last);
         if self.outbound.store_release_u64(OFF_ANSWER, answer.encode()).is_err() {
             self.broken.store(true, Ordering::Release);
@@ -619,20 +631,16 @@ impl Shared {
             return Ok(n);
         }
         drop(pace);
-        // Kernel mode. A receiver refused the ring, or reading our kernel bytes, wants it
-        // back once it caught up: hold our kernel bytes back a moment so that it can.
+        // Kernel mode. A receiver reading our kernel bytes wants the ring back once it
+        // caught up: hold our kernel bytes back a moment so that it can.
         let wanted = self.inbound(OFF_RING_WANTED);
         if wanted != tx.wanted_seen {
             tx.wanted_seen = wanted;
-            self.ring_wanted.store(true, Ordering::Release);
-        }
-        if self.ring_wanted.load(Ordering::Acquire) {
             let until = Instant::now() + RING_WANTED_PAUSE;
             while !self.word().load().ring_mode() && Instant::now() < until {
                 self.serve();
                 std::thread::sleep(Duration::from_micros(100));
             }
-            self.ring_wanted.store(false, Ordering::Release);
             if self.word().load().ring_mode() {
                 drop(tx);
                 return self.send(buf);
@@ -877,7 +885,7 @@ impl Shared {
                     rx.kernel_read += r as u64;
                     self.received_kernel.fetch_add(r as u64, Ordering::Relaxed);
                     rx.kernel_since_wanted += r as u64;
-                    if rx.kernel_since_wanted >= RING_WANTED_EVERY && self.may_ask_ring(rx) {
+                    if rx.kernel_since_wanted >= RING_WANTED_EVERY && rx.ring_skip == 0 && self.peer_may_give_ring() {
                         rx.kernel_since_wanted = 0;
                         rx.wanted_told += 1;
                         // A hint, not a request: a lost or late one changes no rule.
@@ -902,10 +910,15 @@ impl Shared {
         }
     }
 
-    /// Whether a caught-up receiver may ask for the ring now: the peer is ready, its sender
-    /// has not finished, and the back-off after fruitless ring stints has run out.
+    /// Whether the peer is ready and its sender has not finished.
+    fn peer_may_give_ring(&self) -> bool {
+        self.inbound(OFF_READY) == READY_MAGIC && self.inbound(OFF_TX_FINISHED) & FINISHED_BIT == 0
+    }
+
+    /// Whether a caught-up receiver may ask for the ring now: the peer may give it, and the
+    /// back-off after fruitless ring stints has run out.
     fn may_ask_ring(&self, rx: &mut Receiver) -> bool {
-        if self.inbound(OFF_READY) != READY_MAGIC || self.inbound(OFF_TX_FINISHED) & FINISHED_BIT != 0 {
+        if !self.peer_may_give_ring() {
             return false;
         }
         if rx.ring_skip > 0 {

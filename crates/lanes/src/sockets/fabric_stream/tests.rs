@@ -66,6 +66,10 @@ struct Pair {
 
 impl Pair {
     fn new(name: &str, ring: usize) -> Pair {
+        Self::counting_from(name, ring, 0)
+    }
+
+    fn counting_from(name: &str, ring: usize, start: u64) -> Pair {
         let dir = std::env::temp_dir().join(format!("lanes-fabric-stream-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let fa = Fabric::open_with(FabricConfig::new(&dir, NodeId::new(4).unwrap())).unwrap();
@@ -76,8 +80,10 @@ impl Pair {
         let (ea, eb) = (StreamExports::create(&fa, ring).unwrap(), StreamExports::create(&fb, ring).unwrap());
         let (ha, hb) = (ea.handles(), eb.handles());
         let (fda, fdb) = (sa.as_raw_fd(), sb.as_raw_fd());
-        let t = std::thread::spawn(move || FabricStream::connect(eb, ha, fdb, Duration::from_secs(5)).unwrap());
-        let a = FabricStream::connect(ea, hb, fda, Duration::from_secs(5)).unwrap();
+        let t = std::thread::spawn(move || {
+            FabricStream::connect_counting_from(eb, ha, fdb, Duration::from_secs(5), start).unwrap()
+        });
+        let a = FabricStream::connect_counting_from(ea, hb, fda, Duration::from_secs(5), start).unwrap();
         let b = t.join().unwrap();
         Pair { a: Some(a), b: Some(b), _sockets: (sa, sb), dir }
     }
@@ -152,6 +158,30 @@ fn streams_in_both_directions_at_once_are_byte_exact_and_use_the_ring() {
     assert_eq!(ca.sent_fabric, cb.received_fabric, "what went into the ring came out of it");
     assert_eq!(cb.sent_fabric, ca.received_fabric);
     assert!(ca.sent_fabric > 0 && cb.sent_fabric > 0, "the ring carried bytes: {ca:?} {cb:?}");
+}
+
+#[test]
+fn the_counts_wrap_around_at_two_to_the_28_byte_exact() {
+    // Every count starts 1000 bytes short of the wrap: both paths cross it.
+    let pair = Pair::counting_from("wrap", 4096, (1 << 28) - 1000);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    const TOTAL: u64 = 4 << 20;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            send_pattern(a, 5, TOTAL);
+            a.shutdown_write().unwrap();
+        });
+        s.spawn(|| {
+            send_pattern(b, 6, TOTAL);
+            b.shutdown_write().unwrap();
+        });
+        let got_b = s.spawn(|| receive_pattern(b, 5));
+        assert_eq!(receive_pattern(a, 6), TOTAL);
+        assert_eq!(got_b.join().unwrap(), TOTAL);
+    });
+    let (ca, cb) = (a.counts(), b.counts());
+    eprintln!("a: {ca:?}\nb: {cb:?}");
+    assert!(ca.sent_fabric > 1000 && ca.sent_kernel > 1000, "both paths crossed the wrap: {ca:?} {cb:?}");
 }
 
 #[test]
