@@ -11,7 +11,8 @@
 //! once, checksummed, then the end of the stream), `stream-all client|server BYTES` (every
 //! connection at once), `requests ID ROUNDS` and `serve ID` (request/response), `flood ID`
 //! (sends until an error), `drain ID` (reads and checks until an error, sending meanwhile),
-//! `source ID BYTES` and `sink ID` (one direction), `exit`.
+//! `source ID BYTES` and `sink ID` (one direction), `spin ID US` (the receive spin before
+//! a receiver sleeps), `exit`.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -320,6 +321,12 @@ pub fn run(io: &ChildIo) {
                     Err(e) => errno_name(&e),
                 };
                 Ok(format!("received={at} recv={recv_error} send={send} {}", counts_text(&conn.counts())))
+            }
+            ["spin", id, us] => {
+                let conn = conns.get(num(id)? as usize).ok_or("no such connection")?;
+                let f = conn.fabric.as_ref().ok_or("no fabric path")?;
+                f.set_receive_spin(Duration::from_micros(num(us)?));
+                Ok(String::new())
             }
             ["source", id, bytes] => {
                 let conn = conns.get(num(id)? as usize).ok_or("no such connection")?;

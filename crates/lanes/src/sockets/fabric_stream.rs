@@ -32,9 +32,10 @@
 //! - **ring**: the receiver is caught up (every kernel byte read, `KR`; nothing readable in
 //!   the kernel) and would take the ring back. The sender switches back to ring mode only
 //!   if it reserved exactly `KR` kernel bytes (none of its bytes is in the kernel), else it
-//!   refuses. A receiver reading a steady kernel stream is never caught up; every 256 KiB
-//!   it reads from the kernel it says it wants the ring (a word, no answer), and the
-//!   sender holds its kernel sends back for a moment so that the receiver can catch up.
+//!   refuses. A receiver reading a steady kernel stream is never caught up; every 1 MiB
+//!   it reads from the kernel (more after ring stints that delivered less) it says it
+//!   wants the ring (a word, no answer), and the sender holds its kernel sends back for a
+//!   moment so that the receiver can catch up.
 //!
 //! The one-host rules hold unchanged: only the receiver switches a direction to the ring,
 //! the receiver reads ring bytes before kernel bytes, and a sender never sends through the
@@ -102,8 +103,10 @@ const RING_WANTED_PAUSE: Duration = Duration::from_millis(20);
 const FABRIC_BOUND: Duration = Duration::from_secs(20);
 /// Ring bytes a receiver consumes before it tells the sender, within one receive call.
 const CONSUMED_BATCH: u64 = 64 * 1024;
-/// Kernel bytes a receiver reads between two "ring wanted" words.
-const RING_WANTED_EVERY: u64 = 256 * 1024;
+/// Kernel bytes a receiver reads between two "ring wanted" words, at first; each stint
+/// in the ring that ends with less than this delivered doubles it, up to the largest.
+const RING_WANTED_EVERY: u64 = 1 << 20;
+const RING_WANTED_EVERY_MAX: u64 = 64 << 20;
 
 /// What a receiver asks of its peer's sender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,9 +285,11 @@ struct Receiver {
     /// nothing doubles it, up to 64).
     ring_backoff: u32,
     ring_skip: u32,
-    /// Kernel bytes read since the last "ring wanted" word, and the words written.
+    /// Kernel bytes read since the last "ring wanted" word, the words written, and the
+    /// kernel bytes between two words now.
     kernel_since_wanted: u64,
     wanted_told: u64,
+    wanted_every: u64,
 }
 
 struct Sender {
@@ -415,6 +420,7 @@ impl FabricStream {
                 ring_skip: 0,
                 kernel_since_wanted: 0,
                 wanted_told: 0,
+                wanted_every: RING_WANTED_EVERY,
             }),
             serve_lock: Mutex::new(0),
             finished: AtomicBool::new(false),
@@ -827,6 +833,12 @@ impl Shared {
                     pace = None;
                     // About to sleep: ask for kernel mode, and sleep only once answered.
                     rx.ring_backoff = if delivered == 0 { (rx.ring_backoff * 2).clamp(1, 64) } else { 0 };
+                    // A short stint did not pay for the pause that brought it: ask less often.
+                    rx.wanted_every = if delivered < RING_WANTED_EVERY {
+                        (rx.wanted_every * 2).min(RING_WANTED_EVERY_MAX)
+                    } else {
+                        RING_WANTED_EVERY
+                    };
                     rx.ring_skip = rx.ring_backoff;
                     self.kernel_requests.fetch_add(1, Ordering::Relaxed);
                     let seq = rx.next_seq;
@@ -885,7 +897,7 @@ impl Shared {
                     rx.kernel_read += r as u64;
                     self.received_kernel.fetch_add(r as u64, Ordering::Relaxed);
                     rx.kernel_since_wanted += r as u64;
-                    if rx.kernel_since_wanted >= RING_WANTED_EVERY && rx.ring_skip == 0 && self.peer_may_give_ring() {
+                    if rx.kernel_since_wanted >= rx.wanted_every && rx.ring_skip == 0 && self.peer_may_give_ring() {
                         rx.kernel_since_wanted = 0;
                         rx.wanted_told += 1;
                         // A hint, not a request: a lost or late one changes no rule.
