@@ -603,6 +603,9 @@ fn a_restarted_daemon_keeps_its_pairs_and_a_killed_peer_is_withdrawn() {
 // The ring across hosts (stage 3), between processes that use it directly
 // ---------------------------------------------------------------------------------------
 
+/// How long a client and a server may take to set their connections up.
+const SET_UP: Duration = Duration::from_secs(120);
+
 /// A `fabric-stream` child on host `k`, acting as the host's first node.
 fn stream_child(c: &Cluster, k: usize, name: &str) -> Proc {
     let mut env = c.env(k);
@@ -625,8 +628,10 @@ fn stream_pair(c: &Cluster, n: usize, ring: usize, port: u16) -> Option<(Proc, P
     let mut client = stream_child(c, 1, "stream client on b");
     let accept = format!("accept {n} {ring}");
     server.start(&accept);
-    let connected = client.ok(&format!("connect {n} {}:{port} {ring}", Netns::address(0)));
-    let accepted = server.finish(&accept).unwrap_or_else(|e| panic!("{accept}: {e:?}\n{}", c.logs()));
+    // Each connection's set-up asks both daemons for three grants: generous bounds.
+    let connect = format!("connect {n} {}:{port} {ring}", Netns::address(0));
+    let connected = client.call_within(&connect, SET_UP).unwrap_or_else(|e| panic!("{connect}: {e:?}\n{}", c.logs()));
+    let accepted = server.finish_within(&accept, SET_UP).unwrap_or_else(|e| panic!("{accept}: {e:?}\n{}", c.logs()));
     if ring != 0 {
         assert_eq!(field(&connected, "fabric"), n as u64, "client: {connected}\n{}", c.logs());
         assert_eq!(field(&accepted, "fabric"), n as u64, "server: {accepted}\n{}", c.logs());
@@ -638,20 +643,57 @@ fn field(s: &str, key: &str) -> u64 {
     lanes_testkit::process::field(s, key)
 }
 
+/// Hosts the daemons called Lost so far (their logs).
+fn hosts_lost(c: &Cluster) -> usize {
+    c.logs().matches("-> lost").count()
+}
+
+/// Runs `attempt` (given an attempt number, for fresh ports) until it succeeds; an attempt
+/// that fails while a daemon called a host Lost (a machine so loaded that heartbeats
+/// stopped for seconds: the fabric's grants are then revoked and, without fail-over, the
+/// streams reset, as the fabric-lost test checks) is run again, twice at most. Any other
+/// failure fails the test.
+fn unless_a_host_was_lost<T>(c: &Cluster, what: &str, mut attempt: impl FnMut(u16) -> Result<T, String>) -> T {
+    for n in 0..3u16 {
+        let lost_before = hosts_lost(c);
+        match attempt(n) {
+            Ok(v) => return v,
+            Err(e) if hosts_lost(c) > lost_before && n < 2 => {
+                eprintln!("{what}: a host was called Lost meanwhile (a loaded machine), again: {e}");
+            }
+            Err(e) => panic!("{what}: {e}\n{}", c.logs()),
+        }
+    }
+    unreachable!()
+}
+
 /// Streams in both directions at once on one connection between a and b, checksummed,
 /// through the ring across hosts (tcp;ofi_rxm) and the anchor: every byte arrives, in
 /// order; the ring carried bytes both ways (what went into a ring came out of it); a
-/// request/response load follows on the same connection.
+/// request/response load follows on a fresh connection.
 #[test]
 fn the_ring_across_hosts_carries_checksummed_streams_both_ways() {
     let Some(c) = Cluster::netns("xh-ring") else { return };
-    let Some((mut server, mut client)) = stream_pair(&c, 1, 1 << 20, PORT) else { return };
+    if !lanes::OFI_TRANSPORT {
+        stream_pair(&c, 1, 1 << 20, PORT);
+        return;
+    }
     const BYTES: u64 = 96 << 20;
-    let cmd = format!("stream 0 server {BYTES}");
-    server.start(&cmd);
-    let on_b = client.call_within(&format!("stream 0 client {BYTES}"), Duration::from_secs(240));
-    let on_b = on_b.unwrap_or_else(|e| panic!("client: {e:?}\n{}", c.logs()));
-    let on_a = server.finish_within(&cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("server: {e:?}"));
+    let (on_a, on_b) = unless_a_host_was_lost(&c, "streams both ways", |n| {
+        let (mut server, mut client) = stream_pair(&c, 1, 1 << 20, PORT + 2 * n).expect("ofi");
+        // Receivers that spin 5 ms before they sleep: the directions still switch, but the
+        // ring carries bytes both ways however loaded the machine.
+        server.ok("spin 0 5000");
+        client.ok("spin 0 5000");
+        let cmd = format!("stream 0 server {BYTES}");
+        server.start(&cmd);
+        let on_b = client.call_within(&format!("stream 0 client {BYTES}"), Duration::from_secs(240));
+        let on_a = server.finish_within(&cmd, Duration::from_secs(60));
+        match (on_a, on_b) {
+            (Ok(a), Ok(b)) => Ok((a, b)),
+            (a, b) => Err(format!("server: {a:?}\nclient: {b:?}")),
+        }
+    });
     eprintln!("a: {on_a}\nb: {on_b}");
     for got in [&on_a, &on_b] {
         assert_eq!(field(got, "received"), BYTES, "{got}");
@@ -661,18 +703,19 @@ fn the_ring_across_hosts_carries_checksummed_streams_both_ways() {
     assert_eq!(field(&on_b, "sent_fabric"), field(&on_a, "received_fabric"), "b's ring bytes: {on_a} / {on_b}");
     assert!(field(&on_a, "sent_fabric") > 0 && field(&on_b, "sent_fabric") > 0, "{on_a} / {on_b}");
 
-    // Request/response on a fresh pair of connections (the first ones are finished).
-    drop((server, client));
-    let Some((mut server, mut client)) = stream_pair(&c, 1, 64 << 10, PORT + 1) else { return };
-    server.start("serve 0");
-    let rr = client.call_within("requests 0 4000", Duration::from_secs(180));
-    let rr = rr.unwrap_or_else(|e| panic!("requests: {e:?}\n{}", c.logs()));
-    let served = server.finish_within("serve 0", Duration::from_secs(60)).unwrap();
+    let (rr, served) = unless_a_host_was_lost(&c, "request/response", |n| {
+        let (mut server, mut client) = stream_pair(&c, 1, 64 << 10, PORT + 10 + 2 * n).expect("ofi");
+        server.start("serve 0");
+        let rr = client.call_within("requests 0 4000", Duration::from_secs(180));
+        let served = server.finish_within("serve 0", Duration::from_secs(60));
+        match (rr, served) {
+            (Ok(r), Ok(s)) => Ok((r, s)),
+            (r, s) => Err(format!("requests: {r:?}\nserve: {s:?}")),
+        }
+    });
     eprintln!("requests: {rr}\nserved: {served}");
     assert_eq!(field(&rr, "rounds"), 4000, "{rr}");
     assert!(field(&rr, "received_fabric") + field(&served, "received_fabric") > 0, "{rr} / {served}");
-    client.exit();
-    server.exit();
 }
 
 /// Many connections between a and b at once, each with its ring across hosts, each
@@ -681,20 +724,27 @@ fn the_ring_across_hosts_carries_checksummed_streams_both_ways() {
 #[test]
 fn many_connections_each_with_a_ring_across_hosts() {
     let Some(c) = Cluster::netns("xh-many") else { return };
+    if !lanes::OFI_TRANSPORT {
+        stream_pair(&c, 1, 1 << 20, PORT);
+        return;
+    }
     const N: usize = 16;
-    let Some((mut server, mut client)) = stream_pair(&c, N, 64 << 10, PORT) else { return };
     const BYTES: u64 = 2 << 20;
-    server.start(&format!("stream-all server {BYTES}"));
-    let on_b = client.call_within(&format!("stream-all client {BYTES}"), Duration::from_secs(240));
-    let on_b = on_b.unwrap_or_else(|e| panic!("client: {e:?}\n{}", c.logs()));
-    let on_a = server.finish_within("stream-all", Duration::from_secs(60)).unwrap();
+    let (on_a, on_b) = unless_a_host_was_lost(&c, "many connections", |n| {
+        let (mut server, mut client) = stream_pair(&c, N, 64 << 10, PORT + 2 * n).expect("ofi");
+        server.start(&format!("stream-all server {BYTES}"));
+        let on_b = client.call_within(&format!("stream-all client {BYTES}"), Duration::from_secs(240));
+        let on_a = server.finish_within("stream-all", Duration::from_secs(60));
+        match (on_a, on_b) {
+            (Ok(a), Ok(b)) => Ok((a, b)),
+            (a, b) => Err(format!("server: {a:?}\nclient: {b:?}")),
+        }
+    });
     eprintln!("a: {on_a}\nb: {on_b}");
     for got in [&on_a, &on_b] {
         assert_eq!(field(got, "received"), BYTES * N as u64, "{got}");
     }
     assert!(field(&on_a, "received_fabric") > 0 && field(&on_b, "received_fabric") > 0, "{on_a} / {on_b}");
-    client.exit();
-    server.exit();
 }
 
 /// A peer killed mid-stream (b sends and never reads, so its kernel holds unread bytes of
@@ -706,6 +756,9 @@ fn a_peer_killed_mid_stream_is_a_reset_as_on_kernel_tcp() {
     let mut outcomes = Vec::new();
     for (ring, port) in [(0usize, PORT), (1 << 20, PORT + 1)] {
         let Some((mut server, mut client)) = stream_pair(&c, 1, ring, port) else { return };
+        if ring != 0 {
+            server.ok("spin 0 5000");
+        }
         client.start("flood 0");
         server.start("drain 0");
         std::thread::sleep(Duration::from_millis(1500));

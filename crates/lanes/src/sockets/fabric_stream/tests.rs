@@ -137,6 +137,10 @@ fn receive_pattern(s: &FabricStream, seed: u64) -> u64 {
 fn streams_in_both_directions_at_once_are_byte_exact_and_use_the_ring() {
     let pair = Pair::new("both", 64 * 1024);
     let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    // Receivers that spin 5 ms before they sleep: the directions still switch (a sender
+    // descheduled that long on a loaded machine), but the ring carries bytes both ways.
+    a.set_receive_spin(Duration::from_millis(5));
+    b.set_receive_spin(Duration::from_millis(5));
     const TOTAL: u64 = 24 << 20;
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -165,6 +169,9 @@ fn the_counts_wrap_around_at_two_to_the_28_byte_exact() {
     // Every count starts 1000 bytes short of the wrap: both paths cross it.
     let pair = Pair::counting_from("wrap", 4096, (1 << 28) - 1000);
     let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    // Receivers that stay on the ring once there, however loaded the machine.
+    a.set_receive_spin(Duration::from_secs(10));
+    b.set_receive_spin(Duration::from_secs(10));
     const TOTAL: u64 = 4 << 20;
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -248,7 +255,12 @@ fn a_peer_that_vanishes_without_finishing_is_a_reset_after_its_landed_bytes() {
                 let n = b.recv(&mut buf).unwrap();
                 buf[..n].to_vec()
             });
-            std::thread::sleep(Duration::from_millis(50));
+            // Sent once b's ring request made a's direction ring mode.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !a.shared.word().load().ring_mode() {
+                assert!(Instant::now() < deadline, "b never took the ring");
+                std::thread::sleep(Duration::from_millis(1));
+            }
             a.send_all(b"landed").unwrap();
             r.join().unwrap()
         });
