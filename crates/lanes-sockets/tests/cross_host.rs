@@ -811,7 +811,7 @@ fn a_fabric_lost_mid_stream_is_never_a_silent_loss() {
 }
 
 /// The sockconf transcript suite (tests/sockconf, conformance.rs) across two hosts: every
-/// case that runs as two programs, its server on a (listening on a's addresses) and its
+/// case that runs as two programs but stream-4g, its server on a (listening on a's addresses) and its
 /// client on b, first without the library (the reference), then with it on both sides
 /// (`remote = "on"`, daemons running: the connections pair): every transcript must equal
 /// the reference, byte for byte. (Their bytes go through the kernel: the library does not
@@ -837,10 +837,13 @@ fn the_sockconf_transcripts_across_two_hosts_equal_kernel_tcp() {
         .expect("cc (scripts/test.sh installs gcc)");
     assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
     let listed = std::process::Command::new(&bin).arg("--list").output().unwrap();
+    // stream-4g is left to the one-host suite: 4 GiB through the hosts' link takes seconds
+    // per run, too close to sockconf's own watchdog on a loaded machine.
     let cases: Vec<String> = String::from_utf8_lossy(&listed.stdout)
         .lines()
         .filter(|l| l.split('\t').nth(1) == Some("split"))
         .map(|l| l.split('\t').next().unwrap().to_string())
+        .filter(|case| case != "stream-4g")
         .collect();
     assert!(cases.len() > 20, "{cases:?}");
     // What the workers need of the cluster (which itself stays on this thread).

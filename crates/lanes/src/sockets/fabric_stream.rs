@@ -270,9 +270,9 @@ enum RxMode {
     Ring { delivered: u64 },
     /// Reading the ring up to `ring_until` (modulo 2^28), then the anchor.
     Kernel { ring_until: u64 },
-    /// The peer vanished or the fabric failed: `ECONNRESET` was reported (or is due once
-    /// the landed ring bytes are read); then the end of the stream.
-    Reset { reported: bool },
+    /// The peer vanished or the fabric failed: the landed ring bytes, then `ECONNRESET`
+    /// unless a call reported it already, then the end of the stream.
+    Reset,
 }
 
 struct Receiver {
@@ -312,6 +312,8 @@ struct Shared {
     serve_lock: Mutex<u32>,
     finished: AtomicBool,
     broken: AtomicBool,
+    /// A call reported the connection's reset (`ECONNRESET`).
+    reset_reported: AtomicBool,
     stop: AtomicBool,
     receive_spin_ns: AtomicU64,
     sent_fabric: AtomicU64,
@@ -425,6 +427,7 @@ impl FabricStream {
             serve_lock: Mutex::new(0),
             finished: AtomicBool::new(false),
             broken: AtomicBool::new(false),
+            reset_reported: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             receive_spin_ns: AtomicU64::new(RECEIVE_SPIN.as_nanos() as u64),
             sent_fabric: AtomicU64::new(0),
@@ -575,12 +578,27 @@ impl Shared {
     }
 
     /// The fabric failed after bytes moved over it: reset the connection (never a silent
-    /// loss). Returns the error to report.
+    /// loss). Returns the error to report now.
     fn fail(&self) -> io::Error {
+        self.break_connection();
+        self.reset_once()
+    }
+
+    /// Resets the anchor (once) and marks the connection broken.
+    fn break_connection(&self) {
         if !self.broken.swap(true, Ordering::AcqRel) {
             reset_anchor(self.fd);
         }
-        reset_error()
+    }
+
+    /// The error of a call on a reset connection, as the kernel gives it: `ECONNRESET` to
+    /// the first call that reports it, `EPIPE` to the sends after (receives see the end).
+    fn reset_once(&self) -> io::Error {
+        if self.reset_reported.swap(true, Ordering::AcqRel) {
+            io::Error::from_raw_os_error(libc::EPIPE)
+        } else {
+            reset_error()
+        }
     }
 
     fn send(&self, buf: &[u8]) -> io::Result<usize> {
@@ -591,7 +609,7 @@ impl Shared {
         let mut pace: Option<Pace<'_>> = None;
         loop {
             if self.broken.load(Ordering::Acquire) {
-                return Err(reset_error());
+                return Err(self.reset_once());
             }
             self.serve();
             let word = self.word();
@@ -723,9 +741,10 @@ impl Shared {
     /// host is lost, but its kernel did not end the connection), it is reset here: what
     /// the peer believes it sent cannot be known, and it must not see a clean end either.
     fn lose_peer(&self, rx: &mut Receiver) {
-        rx.mode = RxMode::Reset { reported: false };
+        rx.mode = RxMode::Reset;
         if !anchor_ended(self.fd) {
-            let _ = self.fail();
+            // Reported by the receive that reads the landed bytes to the end.
+            self.break_connection();
         }
     }
 
@@ -805,8 +824,8 @@ impl Shared {
     fn recv_locked(&self, rx: &mut Receiver, buf: &mut [u8]) -> io::Result<usize> {
         let mut pace: Option<Pace<'_>> = None;
         loop {
-            if self.broken.load(Ordering::Acquire) && !matches!(rx.mode, RxMode::Reset { .. }) {
-                rx.mode = RxMode::Reset { reported: false };
+            if self.broken.load(Ordering::Acquire) && !matches!(rx.mode, RxMode::Reset) {
+                rx.mode = RxMode::Reset;
             }
             match rx.mode {
                 RxMode::Ring { delivered } => {
@@ -905,16 +924,15 @@ impl Shared {
                     }
                     return Ok(r as usize);
                 }
-                RxMode::Reset { reported } => {
+                RxMode::Reset => {
                     // Landed ring bytes first, then the reset once, then the end.
                     let available = self.ring_available(rx);
                     if available > 0 && available <= self.exports.ring_bytes as u64 {
                         return self.read_ring(rx, available, buf);
                     }
-                    if reported {
+                    if self.reset_reported.swap(true, Ordering::AcqRel) {
                         return Ok(0);
                     }
-                    rx.mode = RxMode::Reset { reported: true };
                     take_kernel_reset(self.fd);
                     return Err(reset_error());
                 }

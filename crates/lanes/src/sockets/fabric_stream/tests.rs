@@ -103,7 +103,12 @@ fn pattern(seed: u64, at: u64) -> u8 {
 
 /// Sends `total` bytes of the pattern in pieces of varying size.
 fn send_pattern(s: &FabricStream, seed: u64, total: u64) {
-    let mut at = 0u64;
+    send_pattern_from(s, seed, 0, total)
+}
+
+/// Sends bytes `from..total` of the pattern.
+fn send_pattern_from(s: &FabricStream, seed: u64, from: u64, total: u64) {
+    let mut at = from;
     let mut piece = 1usize;
     let mut buf = vec![0u8; 300_000];
     while at < total {
@@ -173,13 +178,18 @@ fn the_counts_wrap_around_at_two_to_the_28_byte_exact() {
     a.set_receive_spin(Duration::from_secs(10));
     b.set_receive_spin(Duration::from_secs(10));
     const TOTAL: u64 = 4 << 20;
+    // Before any receiver asks for the ring, both directions are in kernel mode: these
+    // 2000 bytes take K (and then KR) across the wrap; the ring's R and H cross it after.
+    const FIRST: u64 = 2000;
+    send_pattern_from(a, 5, 0, FIRST);
+    send_pattern_from(b, 6, 0, FIRST);
     std::thread::scope(|s| {
         s.spawn(|| {
-            send_pattern(a, 5, TOTAL);
+            send_pattern_from(a, 5, FIRST, TOTAL);
             a.shutdown_write().unwrap();
         });
         s.spawn(|| {
-            send_pattern(b, 6, TOTAL);
+            send_pattern_from(b, 6, FIRST, TOTAL);
             b.shutdown_write().unwrap();
         });
         let got_b = s.spawn(|| receive_pattern(b, 5));
@@ -188,7 +198,9 @@ fn the_counts_wrap_around_at_two_to_the_28_byte_exact() {
     });
     let (ca, cb) = (a.counts(), b.counts());
     eprintln!("a: {ca:?}\nb: {cb:?}");
-    assert!(ca.sent_fabric > 1000 && ca.sent_kernel > 1000, "both paths crossed the wrap: {ca:?} {cb:?}");
+    for c in [ca, cb] {
+        assert!(c.sent_fabric > 1000 && c.sent_kernel > 1000, "both paths crossed the wrap: {ca:?} {cb:?}");
+    }
 }
 
 #[test]
