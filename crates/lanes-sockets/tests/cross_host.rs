@@ -810,6 +810,54 @@ fn a_fabric_lost_mid_stream_is_never_a_silent_loss() {
     c.start_daemon(1);
 }
 
+/// Round trips of small messages on one connection between a and b (request/response: the
+/// receiver's sleep costs a request and its answer over the fabric, the design's open
+/// question), through the ring across hosts and over plain kernel TCP, in alternating
+/// rounds; prints the figures (no assertion on them). Run by hand:
+/// `cargo test --release -p lanes-sockets --features lanes/ofi --test cross_host -- --ignored --nocapture round_trips`.
+#[test]
+#[ignore = "a benchmark: prints figures"]
+fn round_trips_over_the_ring_across_hosts_against_kernel_tcp() {
+    let Some(c) = Cluster::netns("xh-rtt") else { return };
+    const ROUNDS: usize = 3;
+    const TRIPS: u64 = 5000;
+    const LABELS: [&str; 3] = ["kernel TCP", "ring across hosts", "ring, receivers spin 1 s"];
+    let mut times: [Vec<f64>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    for size in [64u64, 4096] {
+        for t in times.iter_mut() {
+            t.clear();
+        }
+        for round in 0..ROUNDS * 3 {
+            let which = round % 3;
+            let ring = if which == 0 { 0 } else { 1 << 20 };
+            let port = PORT + 40 + round as u16 + 20 * (size == 4096) as u16;
+            let Some((mut server, mut client)) = stream_pair(&c, 1, ring, port) else { return };
+            if which == 2 {
+                server.ok("spin 0 1000000");
+                client.ok("spin 0 1000000");
+            }
+            server.start("echo 0");
+            let got = client.call_within(&format!("ping 0 {TRIPS} {size}"), Duration::from_secs(300)).unwrap();
+            server.finish_within("echo 0", Duration::from_secs(60)).unwrap();
+            let us = field(&got, "round_trip_ns") as f64 / 1000.0;
+            eprintln!("{size} B, round {round}: {} {us:.1} us ({got})", LABELS[which]);
+            times[which].push(us);
+            client.exit();
+            server.exit();
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            v[v.len() / 2]
+        };
+        let kernel = median(&mut times[0]);
+        println!("round trips of {size} B between a and b, {TRIPS} per round, {ROUNDS} rounds each (medians):");
+        for (i, label) in LABELS.iter().enumerate() {
+            let m = median(&mut times[i]);
+            println!("  {label:26} {m:8.1} us   ratio to kernel {:.2}", m / kernel);
+        }
+    }
+}
+
 /// The sockconf transcript suite (tests/sockconf, conformance.rs) across two hosts: every
 /// case that runs as two programs but stream-4g, its server on a (listening on a's addresses) and its
 /// client on b, first without the library (the reference), then with it on both sides

@@ -11,8 +11,8 @@
 //! once, checksummed, then the end of the stream), `stream-all client|server BYTES` (every
 //! connection at once), `requests ID ROUNDS` and `serve ID` (request/response), `flood ID`
 //! (sends until an error), `drain ID` (reads and checks until an error, sending meanwhile),
-//! `source ID BYTES` and `sink ID` (one direction), `spin ID US` (the receive spin before
-//! a receiver sleeps), `exit`.
+//! `source ID BYTES` and `sink ID` (one direction), `ping ID ROUNDS SIZE` and `echo ID`
+//! (round trips, timed), `spin ID US` (the receive spin before a receiver sleeps), `exit`.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -321,6 +321,37 @@ pub fn run(io: &ChildIo) {
                     Err(e) => errno_name(&e),
                 };
                 Ok(format!("received={at} recv={recv_error} send={send} {}", counts_text(&conn.counts())))
+            }
+            ["ping", id, rounds, size] => {
+                let conn = conns.get(num(id)? as usize).ok_or("no such connection")?;
+                let (rounds, size) = (num(rounds)?, num(size)? as usize);
+                let mut buf = vec![0x33u8; size];
+                let start = std::time::Instant::now();
+                for i in 0..rounds {
+                    conn.send_all(&buf).map_err(|e| format!("round {i}: {e}"))?;
+                    let mut at = 0;
+                    while at < size {
+                        match conn.recv(&mut buf[at..]).map_err(|e| format!("round {i}: {e}"))? {
+                            0 => return Err(format!("end of stream in round {i}")),
+                            n => at += n,
+                        }
+                    }
+                }
+                let ns = start.elapsed().as_nanos() as u64 / rounds.max(1);
+                conn.shutdown_write().map_err(|e| e.to_string())?;
+                Ok(format!("round_trip_ns={ns} {}", counts_text(&conn.counts())))
+            }
+            ["echo", id] => {
+                let conn = conns.get(num(id)? as usize).ok_or("no such connection")?;
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match conn.recv(&mut buf).map_err(|e| e.to_string())? {
+                        0 => break,
+                        n => conn.send_all(&buf[..n]).map_err(|e| e.to_string())?,
+                    }
+                }
+                conn.shutdown_write().map_err(|e| e.to_string())?;
+                Ok(counts_text(&conn.counts()))
             }
             ["spin", id, us] => {
                 let conn = conns.get(num(id)? as usize).ok_or("no such connection")?;
