@@ -149,12 +149,20 @@ fn sum(list: &[StreamCounts]) -> StreamCounts {
 }
 
 /// Both directions of `conn` at once; bytes received.
+/// Both directions of `conn` at once; bytes received. On a failure, what each direction
+/// came to: `send: ...; recv: received=N` (a clean end) or `recv: <error>`.
 fn stream_both(conn: &Conn, id: usize, client: bool, bytes: u64) -> Result<u64, String> {
     std::thread::scope(|s| {
         let sender = s.spawn(|| send_pattern(conn, seed(id, client), bytes));
         let got = receive_pattern(conn, seed(id, !client));
-        sender.join().map_err(|_| "sender panicked".to_string())??;
-        got
+        let sent = sender.join().map_err(|_| "sender panicked".to_string())?;
+        match (sent, got) {
+            (Ok(()), Ok(n)) => Ok(n),
+            (sent, got) => {
+                let recv = got.map_or_else(|e| e, |n| format!("received={n}"));
+                Err(format!("send: {}; recv: {recv}", sent.err().unwrap_or_else(|| "ok".into())))
+            }
+        }
     })
 }
 

@@ -716,24 +716,25 @@ impl Shared {
         rx.consumed += n as u64;
         self.received_fabric.fetch_add(n as u64, Ordering::Relaxed);
         if rx.consumed - rx.consumed_told >= CONSUMED_BATCH {
-            self.tell_consumed(rx)?;
+            self.tell_consumed(rx);
         }
         Ok(n)
     }
 
-    fn tell_consumed(&self, rx: &mut Receiver) -> io::Result<()> {
+    /// Tells the sender how far the ring is read. A failure is reported by the next
+    /// receive (the bytes this one read are the program's): a peer whose sender finished
+    /// needs no room any more; a peer that is gone, or a fabric that failed, is a reset.
+    fn tell_consumed(&self, rx: &mut Receiver) {
         if rx.consumed != rx.consumed_told {
             let told = self.outbound.store_release_u64(OFF_CONSUMED, rx.consumed);
-            // A peer whose sender finished, or that is gone, needs no room any more (a dead
-            // one is reported at the next receive, once its landed bytes are read).
             if told.is_err() && self.peer_gone() {
                 self.lose_peer(rx);
             } else if told.is_err() && self.peer_sends() {
-                return Err(self.fail());
+                self.break_connection();
+                rx.mode = RxMode::Reset;
             }
             rx.consumed_told = rx.consumed;
         }
-        Ok(())
     }
 
     /// The peer is gone for this end's receiver: its landed ring bytes are read, then
@@ -816,9 +817,17 @@ impl Shared {
         let mut rx = lock(&self.rx);
         let r = self.recv_locked(&mut rx, buf);
         if r.is_ok() {
-            self.tell_consumed(&mut rx)?;
+            self.tell_consumed(&mut rx);
         }
-        r
+        match r {
+            // Only a reset another call reported already gives EPIPE (a kernel receive
+            // never does): for a receive that is the end of the stream.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {
+                rx.mode = RxMode::Reset;
+                Ok(0)
+            }
+            r => r,
+        }
     }
 
     fn recv_locked(&self, rx: &mut Receiver, buf: &mut [u8]) -> io::Result<usize> {
@@ -888,7 +897,7 @@ impl Shared {
                         continue;
                     }
                     if self.may_ask_ring(rx) && kernel_empty(self.fd) {
-                        self.tell_consumed(rx)?;
+                        self.tell_consumed(rx);
                         self.ring_requests.fetch_add(1, Ordering::Relaxed);
                         let seq = rx.next_seq;
                         let request = Request::Ring { seq, kernel_read: rx.kernel_read };
