@@ -5,6 +5,8 @@
  *   sockconf CASE                            server and client of CASE in one program (fork)
  *   sockconf CASE --role server --port P     the server half alone, listening on port P
  *   sockconf CASE --role client --port P     the client half alone, connecting to port P
+ *   ... --host4 A --host6 B                  split across hosts: the server's addresses
+ *                                            (it listens on them, the client connects)
  *
  * Each case prints a canonical transcript on stdout: return values, errno names, revents,
  * byte counts, checksums and event order, server lines first, then client lines. Nothing in
@@ -172,7 +174,7 @@ static int run_split(const struct casedef *c, bool server)
 static void usage(void)
 {
     fprintf(stderr, "usage: sockconf --list\n"
-                    "       sockconf CASE [--role server|client --port P]\n");
+                    "       sockconf CASE [--role server|client --port P [--host4 A] [--host6 B]]\n");
     exit(64);
 }
 
@@ -202,6 +204,10 @@ int main(int argc, char **argv)
             want_role = argv[++i];
         else if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
             port = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--host4") == 0 && i + 1 < argc)
+            C.host4 = argv[++i];
+        else if (strcmp(argv[i], "--host6") == 0 && i + 1 < argc)
+            C.host6 = argv[++i];
         else
             usage();
     }

@@ -60,6 +60,9 @@ struct ctx {
     bool split;
     bool peer_killed; /* the server killed the client on purpose */
     const char *self; /* path of this program, for exec */
+    /* Split mode across hosts (--host4, --host6): the server's addresses, which the server
+     * listens on and the client connects to; NULL: loopback. */
+    const char *host4, *host6;
 };
 
 /* A child of a case side with its own transcript, appended to ours by sub_finish. */

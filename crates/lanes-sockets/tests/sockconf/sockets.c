@@ -6,20 +6,27 @@
 
 struct ctx C;
 
+/* The address of port `port` on this host (loopback), or, for the server's port in split
+ * mode across hosts, on the server's host. */
 socklen_t loop_addr(int family, int port, struct sockaddr_storage *ss)
 {
     memset(ss, 0, sizeof *ss);
+    bool server = C.split && port == C.port && port > 0;
     if (family == AF_INET6) {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
         a->sin6_family = AF_INET6;
         a->sin6_port = htons((uint16_t)port);
         a->sin6_addr = in6addr_loopback;
+        if (server && C.host6 && inet_pton(AF_INET6, C.host6, &a->sin6_addr) != 1)
+            die("--host6 %s", C.host6);
         return sizeof *a;
     }
     struct sockaddr_in *a = (struct sockaddr_in *)ss;
     a->sin_family = AF_INET;
     a->sin_port = htons((uint16_t)port);
     a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (server && C.host4 && inet_pton(AF_INET, C.host4, &a->sin_addr) != 1)
+        die("--host4 %s", C.host4);
     return sizeof *a;
 }
 

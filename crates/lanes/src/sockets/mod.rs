@@ -15,6 +15,7 @@
 
 pub mod direction;
 pub mod endpoint;
+pub mod fabric_stream;
 pub mod reasons;
 pub mod registry;
 pub mod remote;

@@ -1,0 +1,1028 @@
+//! One TCP connection's bytes over the fabric between hosts: the ring across hosts of
+//! docs/design/cross-host-sockets.md, sections 3 and 4, over the fabric API (segments,
+//! maps and interrupts), beside the connection's kernel socket (the *anchor*).
+//!
+//! Each end exports one *inbound* segment, which only its peer writes:
+//!
+//! | offset | contents (written by the peer, over the fabric) |
+//! |---|---|
+//! | 0 | ready: the peer's set-up is complete, it serves requests and answers them |
+//! | 64 | `R`: ring bytes the peer published into this end's ring (a full 64-bit count) |
+//! | 128 | the peer's answer to this end's last request as a receiver |
+//! | 192 | the peer's request to this end as the sender of the other direction |
+//! | 256 | `H`: ring bytes the peer consumed of this end's sending direction |
+//! | 320 | the peer's sender finished cleanly (shutdown or close) at `R` |
+//! | 384 | the peer reads nothing more (its receiving side is closed) |
+//! | 448 | the peer, reading this end's bytes from the kernel, would take the ring back (a count) |
+//! | 4096 | the ring of the direction peer → this end |
+//!
+//! So per direction the ring lives on the receiver's host, written by the sender with
+//! ordered RMA writes (bytes, then `R`), and the direction's state word
+//! ([`super::direction`]) stays in the sender's process, where only local compare-and-swaps
+//! change it. The receiver cannot CAS it: it *asks* (a [`Request`] with a sequence number,
+//! written into the sender's inbound segment, and the sender's request doorbell rung), and
+//! the sender (its service thread, or a sending thread at its next send) carries the
+//! request out with a local CAS and answers with an [`Answer`] naming the request (written
+//! into the receiver's inbound segment, the receiver's answer doorbell rung):
+//!
+//! - **kernel**: the receiver found its ring empty and will sleep in the kernel. The
+//!   sender switches to kernel mode and answers with `R` at the switch: the receiver reads
+//!   its ring up to that count (waiting for writes still in flight to land), then only the
+//!   anchor. A sleeper has the anchor to wake it, so no wake-up is lost;
+//! - **ring**: the receiver is caught up (every kernel byte read, `KR`; nothing readable in
+//!   the kernel) and would take the ring back. The sender switches back to ring mode only
+//!   if it reserved exactly `KR` kernel bytes (none of its bytes is in the kernel), else it
+//!   refuses. A receiver reading a steady kernel stream is never caught up; every 1 MiB
+//!   it reads from the kernel (more after ring stints that delivered less) it says it
+//!   wants the ring (a word, no answer), and the sender holds its kernel sends back for a
+//!   moment so that the receiver can catch up.
+//!
+//! The one-host rules hold unchanged: only the receiver switches a direction to the ring,
+//! the receiver reads ring bytes before kernel bytes, and a sender never sends through the
+//! kernel while its word says ring. A direction starts in kernel mode; a receiver asks for
+//! the ring only once its peer wrote *ready*, so an end whose set-up failed is never asked
+//! and every byte stays on the anchor.
+//!
+//! Failures are never silent: a peer process that disappears without finishing its sender
+//! cleanly (killed) is reported as `ECONNRESET` once its landed ring bytes are read (its
+//! kernel might have delivered bytes our ring never got); a fabric error after bytes moved
+//! over the fabric resets the connection (the kernel sends the peer a reset; both ends see
+//! `ECONNRESET`), since moving the rest over the anchor byte-exact (fail-over, stage 4) is
+//! not built.
+//!
+//! The stream works on a blocking anchor, with the blocking calls `send`/`recv` of this
+//! type; the socket library's interposition (non-blocking sockets, readiness) is not wired
+//! to it yet.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::direction::{DirectionWord, MAX_RING_BYTES};
+use crate::error::{Error, Result};
+use crate::fabric::{
+    Fabric, LocalInterrupt, LocalSegment, Map, MapAccess, ProgressDriver, RemoteInterrupt, RemoteSegment, RemoteState,
+    Timeout,
+};
+
+/// Where the ring starts in an inbound segment.
+pub const HEADER_BYTES: usize = 4096;
+/// The smallest ring.
+pub const MIN_RING: usize = 4096;
+
+const OFF_READY: usize = 0;
+const OFF_PUBLISHED: usize = 64;
+const OFF_ANSWER: usize = 128;
+const OFF_REQUEST: usize = 192;
+const OFF_CONSUMED: usize = 256;
+const OFF_TX_FINISHED: usize = 320;
+const OFF_RX_CLOSED: usize = 384;
+const OFF_RING_WANTED: usize = 448;
+
+const READY_MAGIC: u64 = u64::from_le_bytes(*b"LNFSRDY1");
+const FINISHED_BIT: u64 = 1 << 63;
+const COUNT_MASK: u64 = (1 << 28) - 1;
+const KIND_RING: u64 = 1 << 31;
+const ACCEPTED: u64 = 1 << 31;
+
+/// How long a receiver that found its ring empty spins (driving the fabric's progress)
+/// before it asks for kernel mode.
+const RECEIVE_SPIN: Duration = Duration::from_micros(100);
+/// How long a sender waiting for ring room spins before it sleeps in short steps.
+const ROOM_SPIN: Duration = Duration::from_micros(100);
+/// Each step of a wait that sleeps (ring room, an answer, landed bytes).
+const WAIT_STEP: Duration = Duration::from_millis(1);
+/// How long at most a sender whose receiver wants the ring back holds its kernel sends
+/// back (until the receiver, caught up, took it).
+const RING_WANTED_PAUSE: Duration = Duration::from_millis(20);
+/// The bound on waiting for an answer or for announced ring bytes to land while the peer's
+/// process lives: past it the fabric is taken as failed (a reset, see the module's notes).
+const FABRIC_BOUND: Duration = Duration::from_secs(20);
+/// Ring bytes a receiver consumes before it tells the sender, within one receive call.
+const CONSUMED_BATCH: u64 = 64 * 1024;
+/// Kernel bytes a receiver reads between two "ring wanted" words, at first; each stint
+/// in the ring that ends with less than this delivered doubles it, up to the largest.
+const RING_WANTED_EVERY: u64 = 1 << 20;
+const RING_WANTED_EVERY_MAX: u64 = 64 << 20;
+
+/// What a receiver asks of its peer's sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Switch to kernel mode: the receiver will sleep in the kernel.
+    Kernel { seq: u32 },
+    /// Switch back to ring mode if exactly `kernel_read` kernel bytes were reserved.
+    Ring { seq: u32, kernel_read: u64 },
+}
+
+impl Request {
+    /// The word written into the sender's inbound segment (0 is no request).
+    pub fn encode(self) -> u64 {
+        match self {
+            Request::Kernel { seq } => u64::from(seq) << 32,
+            Request::Ring { seq, kernel_read } => u64::from(seq) << 32 | KIND_RING | (kernel_read & COUNT_MASK),
+        }
+    }
+
+    /// The request a word holds; None for 0 (none yet) or sequence 0.
+    pub fn decode(word: u64) -> Option<Request> {
+        let seq = (word >> 32) as u32;
+        if seq == 0 {
+            return None;
+        }
+        Some(if word & KIND_RING != 0 {
+            Request::Ring { seq, kernel_read: word & COUNT_MASK }
+        } else {
+            Request::Kernel { seq }
+        })
+    }
+
+    /// The request's sequence number.
+    pub fn seq(self) -> u32 {
+        match self {
+            Request::Kernel { seq } | Request::Ring { seq, .. } => seq,
+        }
+    }
+}
+
+/// The sender's answer to a [`Request`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The request answered.
+    pub seq: u32,
+    /// Whether the direction is now in the mode asked for.
+    pub accepted: bool,
+    /// For kernel mode: `R` at the switch (ring bytes published, modulo 2^28); for the
+    /// ring: `K` (kernel bytes reserved, modulo 2^28).
+    pub count: u64,
+}
+
+impl Answer {
+    /// The word written into the receiver's inbound segment.
+    pub fn encode(self) -> u64 {
+        u64::from(self.seq) << 32 | if self.accepted { ACCEPTED } else { 0 } | (self.count & COUNT_MASK)
+    }
+
+    /// The answer a word holds; None for sequence 0 (no answer yet).
+    pub fn decode(word: u64) -> Option<Answer> {
+        let seq = (word >> 32) as u32;
+        (seq != 0).then_some(Answer { seq, accepted: word & ACCEPTED != 0, count: word & COUNT_MASK })
+    }
+}
+
+/// Carries out a receiver's request on the sender's state word, with local CASes only
+/// (the sans-IO heart of the sender's side). `sender_finished`: the sender will send
+/// nothing more, so the ring is not taken back.
+pub fn carry_out(word: &DirectionWord<'_>, request: Request, sender_finished: bool) -> Answer {
+    match request {
+        Request::Kernel { seq } => {
+            word.to_kernel_mode();
+            // The word is in kernel mode from here on (only a ring request, which comes
+            // from this same receiver after this answer, brings it back): its R is final
+            // for the ring segment the receiver must read first.
+            Answer { seq, accepted: true, count: word.load().published() }
+        }
+        Request::Ring { seq, kernel_read } => {
+            // The receiver asks only with its ring read up to the R of the last kernel
+            // switch, and nothing was published since (kernel mode): consumed == R.
+            let published = word.load().published();
+            let accepted = !sender_finished && word.try_ring_mode(published, kernel_read, || true);
+            Answer { seq, accepted, count: word.load().kernel_reserved() }
+        }
+    }
+}
+
+/// The ids a peer needs to reach one end's objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamHandles {
+    /// The node the objects belong to.
+    pub node: u32,
+    /// The inbound segment (header and ring).
+    pub segment: u32,
+    /// The doorbell the peer rings after writing a request.
+    pub request_bell: u32,
+    /// The doorbell the peer rings after writing an answer.
+    pub answer_bell: u32,
+}
+
+/// One end's exported objects, made before the peer's handles are known.
+pub struct StreamExports {
+    fabric: Fabric,
+    segment: LocalSegment,
+    inbound: Map,
+    request_bell: LocalInterrupt,
+    answer_bell: LocalInterrupt,
+    ring_bytes: usize,
+}
+
+impl StreamExports {
+    /// Exports an inbound segment with a ring of `ring_bytes` (a power of two, clamped
+    /// between [`MIN_RING`] and the direction word's largest ring) and two doorbells.
+    pub fn create(fabric: &Fabric, ring_bytes: usize) -> Result<StreamExports> {
+        let ring_bytes = ring_bytes.clamp(MIN_RING, MAX_RING_BYTES).next_power_of_two();
+        let segment = fabric.create_segment_auto_id((HEADER_BYTES + ring_bytes) as u64)?;
+        segment.prepare()?;
+        segment.set_available()?;
+        let inbound = segment.map(0, (HEADER_BYTES + ring_bytes) as u64, MapAccess::ReadWrite)?;
+        let request_bell = fabric.create_interrupt(None)?;
+        let answer_bell = fabric.create_interrupt(None)?;
+        Ok(StreamExports { fabric: fabric.clone(), segment, inbound, request_bell, answer_bell, ring_bytes })
+    }
+
+    /// What the peer connects to.
+    pub fn handles(&self) -> StreamHandles {
+        StreamHandles {
+            node: self.segment.node_id(),
+            segment: self.segment.id(),
+            request_bell: self.request_bell.number(),
+            answer_bell: self.answer_bell.number(),
+        }
+    }
+}
+
+impl Drop for StreamExports {
+    fn drop(&mut self) {
+        let _ = self.request_bell.remove();
+        let _ = self.answer_bell.remove();
+        let _ = self.segment.remove(true);
+    }
+}
+
+/// Bytes moved so far, by path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamCounts {
+    pub sent_fabric: u64,
+    pub sent_kernel: u64,
+    pub received_fabric: u64,
+    pub received_kernel: u64,
+    /// Receiver requests for kernel mode and for the ring made by this end.
+    pub kernel_requests: u64,
+    pub ring_requests: u64,
+    /// Ring requests the peer refused.
+    pub ring_refusals: u64,
+}
+
+#[derive(Debug)]
+enum RxMode {
+    /// Reading the ring; the kernel holds nothing of this direction.
+    Ring { delivered: u64 },
+    /// Reading the ring up to `ring_until` (modulo 2^28), then the anchor.
+    Kernel { ring_until: u64 },
+    /// The peer vanished or the fabric failed: the landed ring bytes, then `ECONNRESET`
+    /// unless a call reported it already, then the end of the stream.
+    Reset,
+}
+
+struct Receiver {
+    mode: RxMode,
+    consumed: u64,
+    consumed_told: u64,
+    kernel_read: u64,
+    next_seq: u32,
+    /// Sleeps left before the next ring request (a stint in ring mode that delivered
+    /// nothing doubles it, up to 64).
+    ring_backoff: u32,
+    ring_skip: u32,
+    /// Kernel bytes read since the last "ring wanted" word, the words written, and the
+    /// kernel bytes between two words now.
+    kernel_since_wanted: u64,
+    wanted_told: u64,
+    wanted_every: u64,
+}
+
+struct Sender {
+    published: u64,
+    /// The last "ring wanted" word of the receiver this sender paused for.
+    wanted_seen: u64,
+}
+
+struct Shared {
+    exports: StreamExports,
+    fd: RawFd,
+    _peer_segment: RemoteSegment,
+    outbound: Map,
+    peer_request_bell: RemoteInterrupt,
+    peer_answer_bell: RemoteInterrupt,
+    peer_ring_bytes: usize,
+    state: AtomicU64,
+    tx: Mutex<Sender>,
+    rx: Mutex<Receiver>,
+    serve_lock: Mutex<u32>,
+    finished: AtomicBool,
+    broken: AtomicBool,
+    /// A call reported the connection's reset (`ECONNRESET`).
+    reset_reported: AtomicBool,
+    stop: AtomicBool,
+    receive_spin_ns: AtomicU64,
+    sent_fabric: AtomicU64,
+    sent_kernel: AtomicU64,
+    received_fabric: AtomicU64,
+    received_kernel: AtomicU64,
+    kernel_requests: AtomicU64,
+    ring_requests: AtomicU64,
+    ring_refusals: AtomicU64,
+}
+
+/// The pacing of a wait: spins first, driving the fabric's progress from this thread (so
+/// remote writes are placed without a wake-up of the transport's service thread), then
+/// sleeps in short steps with the driver dropped (the service thread places them then).
+struct Pace<'a> {
+    fabric: &'a Fabric,
+    start: Instant,
+    driver: Option<ProgressDriver>,
+}
+
+impl<'a> Pace<'a> {
+    fn new(fabric: &'a Fabric) -> Self {
+        Pace { fabric, start: Instant::now(), driver: None }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// One step: a progress poll while within `spin`, else `sleep` (with no driver held).
+    fn step(&mut self, spin: Duration, sleep: impl FnOnce()) {
+        if self.start.elapsed() < spin {
+            self.driver.get_or_insert_with(|| self.fabric.progress_driver()).poll();
+        } else {
+            self.driver = None;
+            sleep();
+        }
+    }
+}
+
+/// A connection's two directions over the fabric and its anchor (see the module's notes).
+pub struct FabricStream {
+    shared: Arc<Shared>,
+    service: Option<JoinHandle<()>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn reset_error() -> io::Error {
+    io::Error::from_raw_os_error(libc::ECONNRESET)
+}
+
+fn fabric_io(e: Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl FabricStream {
+    /// Connects `exports` to the peer's objects (`peer`, waiting up to `timeout` for them)
+    /// beside the anchor `fd` (a connected, blocking TCP socket the caller keeps open while
+    /// the stream lives), starts the service thread and tells the peer this end is ready.
+    /// An error leaves nothing behind: the connection then stays on its anchor.
+    pub fn connect(exports: StreamExports, peer: StreamHandles, fd: RawFd, timeout: Duration) -> Result<FabricStream> {
+        Self::connect_counting_from(exports, peer, fd, timeout, 0)
+    }
+
+    /// [`Self::connect`] with every count (R, K, H, KR, both directions) starting at
+    /// `start` instead of 0, as both ends agree: the tests' way to cross the counters'
+    /// wrap-around at 2^28 without moving that many bytes.
+    fn connect_counting_from(
+        exports: StreamExports,
+        peer: StreamHandles,
+        fd: RawFd,
+        timeout: Duration,
+        start: u64,
+    ) -> Result<FabricStream> {
+        let fabric = exports.fabric.clone();
+        let t = Timeout::After(timeout);
+        let peer_segment = fabric.connect_segment(peer.node, peer.segment, t)?;
+        let size = peer_segment.size() as usize;
+        let peer_ring_bytes = size.saturating_sub(HEADER_BYTES);
+        if !peer_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING_BYTES).contains(&peer_ring_bytes) {
+            return Err(Error::IllegalOperation("the peer's inbound segment has an impossible ring size"));
+        }
+        let outbound = peer_segment.map(0, size as u64, MapAccess::ReadWrite)?;
+        let peer_request_bell = fabric.connect_interrupt(peer.node, peer.request_bell, t)?;
+        let peer_answer_bell = fabric.connect_interrupt(peer.node, peer.answer_bell, t)?;
+        let shared = Arc::new(Shared {
+            exports,
+            fd,
+            _peer_segment: peer_segment,
+            outbound,
+            peer_request_bell,
+            peer_answer_bell,
+            peer_ring_bytes,
+            state: AtomicU64::new(((start & COUNT_MASK) << 28) | (start & COUNT_MASK)),
+            tx: Mutex::new(Sender { published: start, wanted_seen: 0 }),
+            rx: Mutex::new(Receiver {
+                mode: RxMode::Kernel { ring_until: start & COUNT_MASK },
+                consumed: start,
+                consumed_told: start,
+                kernel_read: start,
+                next_seq: 1,
+                ring_backoff: 0,
+                ring_skip: 0,
+                kernel_since_wanted: 0,
+                wanted_told: 0,
+                wanted_every: RING_WANTED_EVERY,
+            }),
+            serve_lock: Mutex::new(0),
+            finished: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
+            reset_reported: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            receive_spin_ns: AtomicU64::new(RECEIVE_SPIN.as_nanos() as u64),
+            sent_fabric: AtomicU64::new(0),
+            sent_kernel: AtomicU64::new(0),
+            received_fabric: AtomicU64::new(0),
+            received_kernel: AtomicU64::new(0),
+            kernel_requests: AtomicU64::new(0),
+            ring_requests: AtomicU64::new(0),
+            ring_refusals: AtomicU64::new(0),
+        });
+        let for_thread = shared.clone();
+        let service = std::thread::Builder::new()
+            .name("lanes-fabric-stream".into())
+            .spawn(move || for_thread.service())
+            .map_err(|e| Error::io("starting the fabric stream's service thread", e))?;
+        let stream = FabricStream { shared, service: Some(service) };
+        // Our inbound counts start where the peer's do; nothing writes them before it
+        // reads our ready (it sends through the ring only when our receiver asks, and
+        // reads our ring only after we sent through it).
+        stream.shared.exports.inbound.store_release_u64(OFF_PUBLISHED, start)?;
+        stream.shared.exports.inbound.store_release_u64(OFF_CONSUMED, start)?;
+        stream.shared.outbound.store_release_u64(OFF_READY, READY_MAGIC)?;
+        stream.shared.outbound.flush_checked()?;
+        Ok(stream)
+    }
+
+    /// Bytes moved so far, by path.
+    pub fn counts(&self) -> StreamCounts {
+        let s = &self.shared;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StreamCounts {
+            sent_fabric: get(&s.sent_fabric),
+            sent_kernel: get(&s.sent_kernel),
+            received_fabric: get(&s.received_fabric),
+            received_kernel: get(&s.received_kernel),
+            kernel_requests: get(&s.kernel_requests),
+            ring_requests: get(&s.ring_requests),
+            ring_refusals: get(&s.ring_refusals),
+        }
+    }
+
+    /// Sets how long a receive that found the ring empty spins before the receiver asks
+    /// for kernel mode and sleeps there (default 100 us).
+    pub fn set_receive_spin(&self, spin: Duration) {
+        self.shared.receive_spin_ns.store(spin.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+    }
+
+    /// Sends some of `buf` (at least one byte, unless `buf` is empty), blocking while
+    /// neither the ring nor the kernel has room. Kernel errors are the anchor's own.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        self.shared.send(buf)
+    }
+
+    /// Sends all of `buf`.
+    pub fn send_all(&self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.send(buf)?;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    /// Receives up to `buf.len()` bytes, blocking until at least one is there; 0 at the end
+    /// of the stream.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.shared.recv(buf)
+    }
+
+    /// Ends this end's sending direction: the peer reads every ring byte, then the
+    /// anchor's end of stream (`shutdown(SHUT_WR)` on the anchor).
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        self.shared.finish_sending()?;
+        // SAFETY: shutdown on the caller's descriptor, no memory involved.
+        if unsafe { libc::shutdown(self.shared.fd, libc::SHUT_WR) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FabricStream {
+    fn drop(&mut self) {
+        let s = &self.shared;
+        // A close: the sender finishes cleanly, and the receiver reads nothing more (its
+        // peer's sender then goes to the anchor, whose kernel answers as for a closed
+        // socket).
+        let _ = s.finish_sending();
+        let _ = s.outbound.store_release_u64(OFF_RX_CLOSED, 1);
+        s.outbound.flush();
+        let _ = s.peer_request_bell.trigger();
+        s.stop.store(true, Ordering::Release);
+        let _ = s.exports.request_bell.remove();
+        if let Some(t) = self.service.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    fn word(&self) -> DirectionWord<'_> {
+        DirectionWord::new(&self.state)
+    }
+
+    fn inbound(&self, off: usize) -> u64 {
+        self.exports.inbound.load_acquire_u64(off).unwrap_or(0)
+    }
+
+    fn peer_alive(&self) -> bool {
+        !matches!(self._peer_segment.state(), RemoteState::Lost(_))
+    }
+
+    /// The service thread: carries out requests as they arrive, until the stream ends.
+    fn service(&self) {
+        while !self.stop.load(Ordering::Acquire) {
+            let _ = self.exports.request_bell.wait(Timeout::After(Duration::from_millis(50)));
+            self.serve();
+        }
+    }
+
+    /// Carries out the pending request, if one is new; answers it.
+    fn serve(&self) {
+        let Some(request) = Request::decode(self.inbound(OFF_REQUEST)) else { return };
+        let mut last = lock(&self.serve_lock);
+        if request.seq() == *last {
+            return;
+        }
+        let answer = carry_out(&self.word(), request, self.finished.load(Ordering::Acquire));
+        *last = request.seq();
+        drop(last);
+        if self.outbound.store_release_u64(OFF_ANSWER, answer.encode()).is_err() {
+            self.broken.store(true, Ordering::Release);
+        }
+        // Landed before the doorbell rings: the receiver reads the answer when woken.
+        self.outbound.flush();
+        let _ = self.peer_answer_bell.trigger();
+    }
+
+    fn finish_sending(&self) -> io::Result<()> {
+        let tx = lock(&self.tx);
+        if self.finished.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.word().to_kernel_mode();
+        let r = self.word().load().published();
+        drop(tx);
+        self.outbound.store_release_u64(OFF_TX_FINISHED, FINISHED_BIT | r).map_err(fabric_io)?;
+        self.outbound.flush_checked().map_err(fabric_io)
+    }
+
+    /// The fabric failed after bytes moved over it: reset the connection (never a silent
+    /// loss). Returns the error to report now.
+    fn fail(&self) -> io::Error {
+        self.break_connection();
+        self.reset_once()
+    }
+
+    /// Resets the anchor (once) and marks the connection broken.
+    fn break_connection(&self) {
+        if !self.broken.swap(true, Ordering::AcqRel) {
+            reset_anchor(self.fd);
+        }
+    }
+
+    /// The error of a call on a reset connection, as the kernel gives it: `ECONNRESET` to
+    /// the first call that reports it, `EPIPE` to the sends after (receives see the end).
+    fn reset_once(&self) -> io::Error {
+        if self.reset_reported.swap(true, Ordering::AcqRel) {
+            io::Error::from_raw_os_error(libc::EPIPE)
+        } else {
+            reset_error()
+        }
+    }
+
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = lock(&self.tx);
+        let mut pace: Option<Pace<'_>> = None;
+        loop {
+            if self.broken.load(Ordering::Acquire) {
+                return Err(self.reset_once());
+            }
+            self.serve();
+            let word = self.word();
+            if !word.load().ring_mode() {
+                break;
+            }
+            if self.inbound(OFF_RX_CLOSED) != 0 || !self.peer_alive() {
+                // Nobody reads the ring: the anchor's kernel answers as it would.
+                word.to_kernel_mode();
+                break;
+            }
+            let consumed = self.inbound(OFF_CONSUMED);
+            let in_ring = tx.published.wrapping_sub(consumed);
+            if in_ring > self.peer_ring_bytes as u64 {
+                return Err(self.fail());
+            }
+            let room = self.peer_ring_bytes - in_ring as usize;
+            if room == 0 {
+                if anchor_reset(self.fd) {
+                    // The peer's kernel reset the connection: it answers our send. (Switching
+                    // on its own is safe: the receiver reads the kernel only after asking.)
+                    word.to_kernel_mode();
+                    break;
+                }
+                pace.get_or_insert_with(|| Pace::new(&self.exports.fabric))
+                    .step(ROOM_SPIN, || std::thread::sleep(WAIT_STEP));
+                continue;
+            }
+            let n = room.min(buf.len());
+            if !word.publish(n) {
+                continue;
+            }
+            if self.write_ring(tx.published, &buf[..n]).is_err() {
+                if self.peer_gone() {
+                    // Nobody reads these bytes: the anchor's kernel says what it would.
+                    word.to_kernel_mode();
+                    break;
+                }
+                return Err(self.fail());
+            }
+            tx.published += n as u64;
+            self.sent_fabric.fetch_add(n as u64, Ordering::Relaxed);
+            return Ok(n);
+        }
+        drop(pace);
+        // Kernel mode. A receiver reading our kernel bytes wants the ring back once it
+        // caught up: hold our kernel bytes back a moment so that it can.
+        let wanted = self.inbound(OFF_RING_WANTED);
+        if wanted != tx.wanted_seen {
+            tx.wanted_seen = wanted;
+            let until = Instant::now() + RING_WANTED_PAUSE;
+            while !self.word().load().ring_mode() && Instant::now() < until {
+                self.serve();
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            if self.word().load().ring_mode() {
+                drop(tx);
+                return self.send(buf);
+            }
+        }
+        let word = self.word();
+        let reservation = word.reserve_kernel(buf.len());
+        let len = reservation.bytes;
+        // SAFETY: the first `len` bytes of the caller's buffer, valid for reads.
+        let r = unsafe { libc::send(self.fd, buf.as_ptr().cast(), len, libc::MSG_NOSIGNAL) };
+        let err = io::Error::last_os_error();
+        word.settle_kernel(reservation, r.max(0) as usize);
+        drop(tx);
+        if r < 0 {
+            return Err(err);
+        }
+        self.sent_kernel.fetch_add(r as u64, Ordering::Relaxed);
+        Ok(r as usize)
+    }
+
+    /// Writes `bytes` into the peer's ring at `published`, then the new count (ordered
+    /// writes: the bytes land first).
+    fn write_ring(&self, published: u64, bytes: &[u8]) -> Result<()> {
+        let cap = self.peer_ring_bytes;
+        let at = (published as usize) & (cap - 1);
+        let first = bytes.len().min(cap - at);
+        self.outbound.write_bytes(HEADER_BYTES + at, &bytes[..first])?;
+        if first < bytes.len() {
+            self.outbound.write_bytes(HEADER_BYTES, &bytes[first..])?;
+        }
+        self.outbound.store_release_u64(OFF_PUBLISHED, published + bytes.len() as u64)
+    }
+
+    /// Copies ring bytes from `consumed` into `buf`; how many.
+    fn read_ring(&self, rx: &mut Receiver, available: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let cap = self.exports.ring_bytes;
+        let n = (available as usize).min(buf.len());
+        let at = (rx.consumed as usize) & (cap - 1);
+        let first = n.min(cap - at);
+        let inbound = &self.exports.inbound;
+        let copied = inbound.read_bytes(HEADER_BYTES + at, &mut buf[..first]).and_then(|()| {
+            if first < n {
+                inbound.read_bytes(HEADER_BYTES, &mut buf[first..n])
+            } else {
+                Ok(())
+            }
+        });
+        copied.map_err(fabric_io)?;
+        rx.consumed += n as u64;
+        self.received_fabric.fetch_add(n as u64, Ordering::Relaxed);
+        if rx.consumed - rx.consumed_told >= CONSUMED_BATCH {
+            self.tell_consumed(rx);
+        }
+        Ok(n)
+    }
+
+    /// Tells the sender how far the ring is read. A failure is reported by the next
+    /// receive (the bytes this one read are the program's): a peer whose sender finished
+    /// needs no room any more; a peer that is gone, or a fabric that failed, is a reset.
+    fn tell_consumed(&self, rx: &mut Receiver) {
+        if rx.consumed != rx.consumed_told {
+            let told = self.outbound.store_release_u64(OFF_CONSUMED, rx.consumed);
+            if told.is_err() && self.peer_gone() {
+                self.lose_peer(rx);
+            } else if told.is_err() && self.peer_sends() {
+                self.break_connection();
+                rx.mode = RxMode::Reset;
+            }
+            rx.consumed_told = rx.consumed;
+        }
+    }
+
+    /// The peer is gone for this end's receiver: its landed ring bytes are read, then
+    /// `ECONNRESET`. When the anchor still stands (the fabric says the peer's process or
+    /// host is lost, but its kernel did not end the connection), it is reset here: what
+    /// the peer believes it sent cannot be known, and it must not see a clean end either.
+    fn lose_peer(&self, rx: &mut Receiver) {
+        rx.mode = RxMode::Reset;
+        if !anchor_ended(self.fd) {
+            // Reported by the receive that reads the landed bytes to the end.
+            self.break_connection();
+        }
+    }
+
+    /// Whether the peer is gone: its process (as the fabric knows), or its end of the
+    /// anchor (its kernel closed or reset it: a death the fabric may hear of later).
+    fn peer_gone(&self) -> bool {
+        !self.peer_alive() || anchor_ended(self.fd)
+    }
+
+    /// Whether the peer may still send through the ring: alive, its sender not finished.
+    fn peer_sends(&self) -> bool {
+        self.inbound(OFF_TX_FINISHED) & FINISHED_BIT == 0 && self.peer_alive()
+    }
+
+    /// Ring bytes landed and not yet read.
+    fn ring_available(&self, rx: &Receiver) -> u64 {
+        self.inbound(OFF_PUBLISHED).wrapping_sub(rx.consumed)
+    }
+
+    /// Asks the sender, waits for its answer (or the peer's death, or the peer's sender
+    /// finishing, which answers a kernel request too).
+    fn ask(&self, rx: &mut Receiver, request: Request) -> io::Result<Option<Answer>> {
+        rx.next_seq = rx.next_seq.wrapping_add(1).max(1);
+        let mut asked = false;
+        let mut pace = Pace::new(&self.exports.fabric);
+        loop {
+            if let Some(a) = Answer::decode(self.inbound(OFF_ANSWER)) {
+                if asked && a.seq == request.seq() {
+                    return Ok(Some(a));
+                }
+            }
+            // A sender that finished answers every request: kernel mode at its final R,
+            // the ring refused.
+            let finished = self.inbound(OFF_TX_FINISHED);
+            if finished & FINISHED_BIT != 0 {
+                let kernel = matches!(request, Request::Kernel { .. });
+                return Ok(Some(Answer { seq: request.seq(), accepted: kernel, count: finished & COUNT_MASK }));
+            }
+            if self.peer_gone() {
+                // Its sender may have finished just before its kernel ended the anchor.
+                if self.inbound(OFF_TX_FINISHED) & FINISHED_BIT != 0 {
+                    continue;
+                }
+                return Ok(None);
+            }
+            if !asked {
+                if self.outbound.store_release_u64(OFF_REQUEST, request.encode()).is_err() {
+                    return if self.peer_gone() { Ok(None) } else { Err(self.fail()) };
+                }
+                // Landed before the doorbell rings: the sender reads it when woken.
+                self.outbound.flush();
+                let _ = self.peer_request_bell.trigger();
+                asked = true;
+                continue;
+            }
+            if pace.elapsed() > FABRIC_BOUND {
+                return Err(self.fail());
+            }
+            pace.step(RECEIVE_SPIN, || {
+                let _ = self.exports.answer_bell.wait(Timeout::After(WAIT_STEP));
+            });
+        }
+    }
+
+    fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut rx = lock(&self.rx);
+        let r = self.recv_locked(&mut rx, buf);
+        if r.is_ok() {
+            self.tell_consumed(&mut rx);
+        }
+        match r {
+            // Only a reset another call reported already gives EPIPE (a kernel receive
+            // never does): for a receive that is the end of the stream.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {
+                rx.mode = RxMode::Reset;
+                Ok(0)
+            }
+            r => r,
+        }
+    }
+
+    fn recv_locked(&self, rx: &mut Receiver, buf: &mut [u8]) -> io::Result<usize> {
+        let mut pace: Option<Pace<'_>> = None;
+        loop {
+            if self.broken.load(Ordering::Acquire) && !matches!(rx.mode, RxMode::Reset) {
+                rx.mode = RxMode::Reset;
+            }
+            match rx.mode {
+                RxMode::Ring { delivered } => {
+                    let available = self.ring_available(rx);
+                    if available > 0 {
+                        if available > self.exports.ring_bytes as u64 {
+                            return Err(self.fail());
+                        }
+                        let n = self.read_ring(rx, available, buf)?;
+                        rx.mode = RxMode::Ring { delivered: delivered + n as u64 };
+                        return Ok(n);
+                    }
+                    let finished = self.inbound(OFF_TX_FINISHED);
+                    if finished & FINISHED_BIT != 0 {
+                        rx.mode = RxMode::Kernel { ring_until: finished & COUNT_MASK };
+                        continue;
+                    }
+                    let spin = Duration::from_nanos(self.receive_spin_ns.load(Ordering::Relaxed));
+                    let p = pace.get_or_insert_with(|| Pace::new(&self.exports.fabric));
+                    if p.elapsed() < spin && self.peer_alive() {
+                        p.step(spin, || {});
+                        continue;
+                    }
+                    pace = None;
+                    // About to sleep: ask for kernel mode, and sleep only once answered.
+                    rx.ring_backoff = if delivered == 0 { (rx.ring_backoff * 2).clamp(1, 64) } else { 0 };
+                    // A short stint did not pay for the pause that brought it: ask less often.
+                    rx.wanted_every = if delivered < RING_WANTED_EVERY {
+                        (rx.wanted_every * 2).min(RING_WANTED_EVERY_MAX)
+                    } else {
+                        RING_WANTED_EVERY
+                    };
+                    rx.ring_skip = rx.ring_backoff;
+                    self.kernel_requests.fetch_add(1, Ordering::Relaxed);
+                    let seq = rx.next_seq;
+                    match self.ask(rx, Request::Kernel { seq })? {
+                        Some(a) => rx.mode = RxMode::Kernel { ring_until: a.count },
+                        None => self.lose_peer(rx),
+                    }
+                }
+                RxMode::Kernel { ring_until } => {
+                    if rx.consumed & COUNT_MASK != ring_until {
+                        // Ring bytes before the kernel's: wait for them to land.
+                        let available = self.ring_available(rx);
+                        if available > 0 {
+                            let want = ring_until.wrapping_sub(rx.consumed) & COUNT_MASK;
+                            if available > self.exports.ring_bytes as u64 {
+                                return Err(self.fail());
+                            }
+                            return self.read_ring(rx, available.min(want), buf);
+                        }
+                        let p = pace.get_or_insert_with(|| Pace::new(&self.exports.fabric));
+                        if self.peer_gone() {
+                            self.lose_peer(rx);
+                        } else if p.elapsed() > FABRIC_BOUND {
+                            return Err(self.fail());
+                        } else {
+                            p.step(RECEIVE_SPIN, || std::thread::sleep(WAIT_STEP));
+                        }
+                        continue;
+                    }
+                    if self.may_ask_ring(rx) && kernel_empty(self.fd) {
+                        self.tell_consumed(rx);
+                        self.ring_requests.fetch_add(1, Ordering::Relaxed);
+                        let seq = rx.next_seq;
+                        let request = Request::Ring { seq, kernel_read: rx.kernel_read };
+                        match self.ask(rx, request)? {
+                            Some(a) if a.accepted => {
+                                rx.mode = RxMode::Ring { delivered: 0 };
+                                pace = None;
+                                continue;
+                            }
+                            Some(_) => {
+                                self.ring_refusals.fetch_add(1, Ordering::Relaxed);
+                            }
+                            None => {
+                                self.lose_peer(rx);
+                                continue;
+                            }
+                        }
+                    }
+                    drop(pace.take());
+                    // SAFETY: a read into the caller's buffer, valid for writes.
+                    let r = unsafe { libc::recv(self.fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+                    if r < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    rx.kernel_read += r as u64;
+                    self.received_kernel.fetch_add(r as u64, Ordering::Relaxed);
+                    rx.kernel_since_wanted += r as u64;
+                    if rx.kernel_since_wanted >= rx.wanted_every && rx.ring_skip == 0 && self.peer_may_give_ring() {
+                        rx.kernel_since_wanted = 0;
+                        rx.wanted_told += 1;
+                        // A hint, not a request: a lost or late one changes no rule.
+                        let _ = self.outbound.store_release_u64(OFF_RING_WANTED, rx.wanted_told);
+                    }
+                    return Ok(r as usize);
+                }
+                RxMode::Reset => {
+                    // Landed ring bytes first, then the reset once, then the end.
+                    let available = self.ring_available(rx);
+                    if available > 0 && available <= self.exports.ring_bytes as u64 {
+                        return self.read_ring(rx, available, buf);
+                    }
+                    if self.reset_reported.swap(true, Ordering::AcqRel) {
+                        return Ok(0);
+                    }
+                    take_kernel_reset(self.fd);
+                    return Err(reset_error());
+                }
+            }
+        }
+    }
+
+    /// Whether the peer is ready and its sender has not finished.
+    fn peer_may_give_ring(&self) -> bool {
+        self.inbound(OFF_READY) == READY_MAGIC && self.inbound(OFF_TX_FINISHED) & FINISHED_BIT == 0
+    }
+
+    /// Whether a caught-up receiver may ask for the ring now: the peer may give it, and the
+    /// back-off after fruitless ring stints has run out.
+    fn may_ask_ring(&self, rx: &mut Receiver) -> bool {
+        if !self.peer_may_give_ring() {
+            return false;
+        }
+        if rx.ring_skip > 0 {
+            rx.ring_skip -= 1;
+            return false;
+        }
+        true
+    }
+}
+
+/// Resets the anchor without closing the caller's descriptor: `connect(AF_UNSPEC)` on an
+/// established TCP socket makes the kernel send a reset (the peer's calls fail with
+/// `ECONNRESET`, as ours do from now on), and the pending error is taken.
+fn reset_anchor(fd: RawFd) {
+    // SAFETY: a zeroed sockaddr with family AF_UNSPEC, passed with its size; no memory is
+    // kept by the call.
+    unsafe {
+        let mut unspec: libc::sockaddr = std::mem::zeroed();
+        unspec.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+        libc::connect(fd, &unspec, size_of::<libc::sockaddr>() as libc::socklen_t);
+    }
+    let mut err: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_ERROR writes one int and its length into our locals.
+    unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, (&mut err as *mut libc::c_int).cast(), &mut len) };
+}
+
+/// Whether the peer's end of `fd` is closed or reset (without reading anything).
+fn anchor_ended(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: poll on one pollfd that outlives the call, no waiting.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Whether `fd` was reset or shut down both ways (a half-closed peer may still read).
+fn anchor_reset(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: 0, revents: 0 };
+    // SAFETY: poll on one pollfd that outlives the call, no waiting.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Reports the peer's death as the kernel would have, once: waits (at most a second) for
+/// the dead peer's kernel to end the anchor, then takes the anchor's pending error (the
+/// reset), so that, as on kernel TCP, the next send fails with `EPIPE` rather than
+/// reporting the reset a second time.
+fn take_kernel_reset(fd: RawFd) {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    // SAFETY: poll on one pollfd that outlives the call.
+    unsafe { libc::poll(&mut p, 1, 1000) };
+    let mut err: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_ERROR writes one int and its length into our locals.
+    unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, (&mut err as *mut libc::c_int).cast(), &mut len) };
+}
+
+/// Whether the kernel holds no byte to read on `fd` (FIONREAD 0; an error counts as not
+/// empty, so the receiver reads and sees it).
+fn kernel_empty(fd: RawFd) -> bool {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int into `n`.
+    let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+    r == 0 && n == 0
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,295 @@
+//! The stream between two nodes of one host (the shm transport, where maps are direct):
+//! the protocol's rules, byte-exact streams, request/response, the end of a stream and a
+//! peer that vanishes. The same code between hosts over ofi is tested by
+//! crates/lanes-sockets/tests/cross_host.rs.
+
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU64;
+
+use super::*;
+use crate::config::{FabricConfig, NodeId};
+use crate::sockets::direction::DirectionState;
+
+#[test]
+fn requests_and_answers_round_trip_and_zero_is_none() {
+    assert_eq!(Request::decode(0), None);
+    for r in [Request::Kernel { seq: 1 }, Request::Ring { seq: u32::MAX, kernel_read: (1 << 28) + 5 }] {
+        let back = Request::decode(r.encode()).unwrap();
+        match (r, back) {
+            (Request::Ring { seq, kernel_read }, Request::Ring { seq: s2, kernel_read: k2 }) => {
+                assert_eq!((seq, kernel_read & COUNT_MASK), (s2, k2));
+            }
+            _ => assert_eq!(r, back),
+        }
+    }
+    assert_eq!(Answer::decode(0), None);
+    let a = Answer { seq: 7, accepted: true, count: 12345 };
+    assert_eq!(Answer::decode(a.encode()), Some(a));
+    let a = Answer { seq: 8, accepted: false, count: COUNT_MASK };
+    assert_eq!(Answer::decode(a.encode()), Some(a));
+}
+
+#[test]
+fn the_sender_switches_only_as_the_receiver_asks_and_only_when_caught_up() {
+    let w = AtomicU64::new(DirectionState::INITIAL.0);
+    let word = DirectionWord::new(&w);
+    // Kernel bytes in flight: the ring is refused, and the answer says how many were reserved.
+    let r = word.reserve_kernel(100);
+    word.settle_kernel(r, 100);
+    let a = carry_out(&word, Request::Ring { seq: 1, kernel_read: 40 }, false);
+    assert_eq!(a, Answer { seq: 1, accepted: false, count: 100 });
+    assert!(!word.load().ring_mode());
+    // Caught up: accepted.
+    let a = carry_out(&word, Request::Ring { seq: 2, kernel_read: 100 }, false);
+    assert!(a.accepted && word.load().ring_mode());
+    assert!(word.publish(30));
+    // A kernel request answers with R at the switch; a sender that publishes after it fails.
+    let a = carry_out(&word, Request::Kernel { seq: 3 }, false);
+    assert_eq!(a, Answer { seq: 3, accepted: true, count: 30 });
+    assert!(!word.publish(1), "no ring byte after the switch the receiver was told of");
+    // Asked again while already in kernel mode: the same R.
+    assert_eq!(carry_out(&word, Request::Kernel { seq: 4 }, false).count, 30);
+    // A finished sender never takes the ring back.
+    let a = carry_out(&word, Request::Ring { seq: 5, kernel_read: 100 }, true);
+    assert!(!a.accepted && !word.load().ring_mode());
+}
+
+/// Two nodes of one fabric directory, a TCP connection between them on 127.0.0.1 and a
+/// stream over both; the fabric directory is removed at the end.
+struct Pair {
+    a: Option<FabricStream>,
+    b: Option<FabricStream>,
+    _sockets: (TcpStream, TcpStream),
+    dir: std::path::PathBuf,
+}
+
+impl Pair {
+    fn new(name: &str, ring: usize) -> Pair {
+        Self::counting_from(name, ring, 0)
+    }
+
+    fn counting_from(name: &str, ring: usize, start: u64) -> Pair {
+        let dir = std::env::temp_dir().join(format!("lanes-fabric-stream-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let fa = Fabric::open_with(FabricConfig::new(&dir, NodeId::new(4).unwrap())).unwrap();
+        let fb = Fabric::open_with(FabricConfig::new(&dir, NodeId::new(8).unwrap())).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sa = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (sb, _) = l.accept().unwrap();
+        let (ea, eb) = (StreamExports::create(&fa, ring).unwrap(), StreamExports::create(&fb, ring).unwrap());
+        let (ha, hb) = (ea.handles(), eb.handles());
+        let (fda, fdb) = (sa.as_raw_fd(), sb.as_raw_fd());
+        let t = std::thread::spawn(move || {
+            FabricStream::connect_counting_from(eb, ha, fdb, Duration::from_secs(5), start).unwrap()
+        });
+        let a = FabricStream::connect_counting_from(ea, hb, fda, Duration::from_secs(5), start).unwrap();
+        let b = t.join().unwrap();
+        Pair { a: Some(a), b: Some(b), _sockets: (sa, sb), dir }
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        self.a = None;
+        self.b = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn pattern(seed: u64, at: u64) -> u8 {
+    (at.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8
+}
+
+/// Sends `total` bytes of the pattern in pieces of varying size.
+fn send_pattern(s: &FabricStream, seed: u64, total: u64) {
+    send_pattern_from(s, seed, 0, total)
+}
+
+/// Sends bytes `from..total` of the pattern.
+fn send_pattern_from(s: &FabricStream, seed: u64, from: u64, total: u64) {
+    let mut at = from;
+    let mut piece = 1usize;
+    let mut buf = vec![0u8; 300_000];
+    while at < total {
+        let n = (piece.min(buf.len()) as u64).min(total - at) as usize;
+        for (i, b) in buf[..n].iter_mut().enumerate() {
+            *b = pattern(seed, at + i as u64);
+        }
+        s.send_all(&buf[..n]).unwrap();
+        at += n as u64;
+        piece = piece * 7 % 299_993 + 1;
+    }
+}
+
+/// Receives until the end of the stream, checking every byte; how many.
+fn receive_pattern(s: &FabricStream, seed: u64) -> u64 {
+    let mut at = 0u64;
+    let mut buf = vec![0u8; 70_000];
+    loop {
+        let n = s.recv(&mut buf).unwrap();
+        if n == 0 {
+            return at;
+        }
+        for (i, b) in buf[..n].iter().enumerate() {
+            assert_eq!(*b, pattern(seed, at + i as u64), "byte {} of the stream", at + i as u64);
+        }
+        at += n as u64;
+    }
+}
+
+#[test]
+fn streams_in_both_directions_at_once_are_byte_exact_and_use_the_ring() {
+    let pair = Pair::new("both", 64 * 1024);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    // Receivers that spin 5 ms before they sleep: the directions still switch (a sender
+    // descheduled that long on a loaded machine), but the ring carries bytes both ways.
+    a.set_receive_spin(Duration::from_millis(5));
+    b.set_receive_spin(Duration::from_millis(5));
+    const TOTAL: u64 = 24 << 20;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            send_pattern(a, 1, TOTAL);
+            a.shutdown_write().unwrap();
+        });
+        s.spawn(|| {
+            send_pattern(b, 2, TOTAL);
+            b.shutdown_write().unwrap();
+        });
+        let got_b = s.spawn(|| receive_pattern(b, 1));
+        assert_eq!(receive_pattern(a, 2), TOTAL);
+        assert_eq!(got_b.join().unwrap(), TOTAL);
+    });
+    let (ca, cb) = (a.counts(), b.counts());
+    eprintln!("a: {ca:?}\nb: {cb:?}");
+    assert_eq!(ca.sent_fabric + ca.sent_kernel, TOTAL);
+    assert_eq!(cb.received_fabric + cb.received_kernel, TOTAL);
+    assert_eq!(ca.sent_fabric, cb.received_fabric, "what went into the ring came out of it");
+    assert_eq!(cb.sent_fabric, ca.received_fabric);
+    assert!(ca.sent_fabric > 0 && cb.sent_fabric > 0, "the ring carried bytes: {ca:?} {cb:?}");
+}
+
+#[test]
+fn the_counts_wrap_around_at_two_to_the_28_byte_exact() {
+    // Every count starts 1000 bytes short of the wrap: both paths cross it.
+    let pair = Pair::counting_from("wrap", 4096, (1 << 28) - 1000);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    // Receivers that stay on the ring once there, however loaded the machine.
+    a.set_receive_spin(Duration::from_secs(10));
+    b.set_receive_spin(Duration::from_secs(10));
+    const TOTAL: u64 = 4 << 20;
+    // Before any receiver asks for the ring, both directions are in kernel mode: these
+    // 2000 bytes take K (and then KR) across the wrap; the ring's R and H cross it after.
+    const FIRST: u64 = 2000;
+    send_pattern_from(a, 5, 0, FIRST);
+    send_pattern_from(b, 6, 0, FIRST);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            send_pattern_from(a, 5, FIRST, TOTAL);
+            a.shutdown_write().unwrap();
+        });
+        s.spawn(|| {
+            send_pattern_from(b, 6, FIRST, TOTAL);
+            b.shutdown_write().unwrap();
+        });
+        let got_b = s.spawn(|| receive_pattern(b, 5));
+        assert_eq!(receive_pattern(a, 6), TOTAL);
+        assert_eq!(got_b.join().unwrap(), TOTAL);
+    });
+    let (ca, cb) = (a.counts(), b.counts());
+    eprintln!("a: {ca:?}\nb: {cb:?}");
+    for c in [ca, cb] {
+        assert!(c.sent_fabric > 1000 && c.sent_kernel > 1000, "both paths crossed the wrap: {ca:?} {cb:?}");
+    }
+}
+
+#[test]
+fn request_and_response_alternate_through_the_ring_and_the_kernel() {
+    let pair = Pair::new("rr", 4096);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    const ROUNDS: u64 = 3000;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut buf = [0u8; 512];
+            loop {
+                let mut got = 0;
+                let n = b.recv(&mut buf[..8]).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got += n;
+                while got < 8 {
+                    got += b.recv(&mut buf[got..8]).unwrap();
+                }
+                let i = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                // Answers of varying size, bigger than the ring now and then.
+                let len = (i % 17) as usize * 700 + 8;
+                let answer: Vec<u8> = (0..len as u64).map(|k| pattern(i, k)).collect();
+                b.send_all(&answer).unwrap();
+            }
+            b.shutdown_write().unwrap();
+        });
+        for i in 0..ROUNDS {
+            a.send_all(&i.to_le_bytes()).unwrap();
+            let len = (i % 17) as usize * 700 + 8;
+            let mut got = vec![0u8; len];
+            let mut at = 0;
+            while at < len {
+                let n = a.recv(&mut got[at..]).unwrap();
+                assert!(n > 0, "end of stream in round {i}");
+                at += n;
+            }
+            assert!(got.iter().enumerate().all(|(k, b)| *b == pattern(i, k as u64)), "round {i}");
+            // Now and then the client thinks a while: the server's receiver sleeps in the kernel.
+            if i % 500 == 499 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        a.shutdown_write().unwrap();
+        assert_eq!(a.recv(&mut [0u8; 16]).unwrap(), 0);
+    });
+    let (ca, cb) = (a.counts(), b.counts());
+    eprintln!("a: {ca:?}\nb: {cb:?}");
+    assert!(ca.sent_fabric + cb.sent_fabric > 0, "some requests or answers went through the ring");
+    assert!(cb.kernel_requests > 0, "the server slept in the kernel now and then");
+}
+
+#[test]
+fn a_peer_that_vanishes_without_finishing_is_a_reset_after_its_landed_bytes() {
+    let mut pair = Pair::new("vanish", 64 * 1024);
+    {
+        let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+        // b takes the ring (its first receive asks) and spins there, then a sends through it.
+        b.set_receive_spin(Duration::from_secs(20));
+        let reader = std::thread::scope(|s| {
+            let r = s.spawn(|| {
+                let mut buf = [0u8; 1000];
+                let n = b.recv(&mut buf).unwrap();
+                buf[..n].to_vec()
+            });
+            // Sent once b's ring request made a's direction ring mode.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !a.shared.word().load().ring_mode() {
+                assert!(Instant::now() < deadline, "b never took the ring");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            a.send_all(b"landed").unwrap();
+            r.join().unwrap()
+        });
+        assert_eq!(reader, b"landed");
+        assert!(b.counts().received_fabric > 0, "{:?}", b.counts());
+        a.send_all(b"more").unwrap();
+    }
+    // a's process "dies": its inbound segment disappears, it finishes nothing.
+    let a = pair.a.take().unwrap();
+    let _ = a.shared.exports.segment.remove(true);
+    a.shared.stop.store(true, Ordering::Release);
+    std::mem::forget(a);
+    let b = pair.b.as_ref().unwrap();
+    let mut buf = [0u8; 100];
+    let n = b.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"more", "landed bytes first");
+    let e = b.recv(&mut buf).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
+    assert_eq!(b.recv(&mut buf).unwrap(), 0, "then the end of the stream");
+}
