@@ -252,7 +252,18 @@ fn pgbench_run(p: &Params, server: &Launch, client: &Launch, select_only: bool) 
     if select_only {
         args.push("-S");
     }
-    parse_pgbench(&pg.pgbench(&unpinned(client), &args, p.limit())?)
+    // The server takes connections while it is still starting (recovering from the last
+    // round's fast stop) and refuses them with "the database system is starting up": the
+    // measurement waits for it to be ready, as pg_isready would.
+    let ready_by = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match pg.pgbench(&unpinned(client), &args, p.limit()) {
+            Err(e) if e.contains("the database system is starting up") && std::time::Instant::now() < ready_by => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            out => return parse_pgbench(&out?),
+        }
+    }
 }
 
 pub(crate) fn pgbench_tpcb(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {
