@@ -218,11 +218,14 @@ fn pin(s: &UdpSock) {
 }
 
 /// `connect()` on `fd` succeeded (or dissolved the association): the socket's addresses
-/// changed, so what its sender found is stale; a receiver's record stays (the kernel's
-/// lookup, which senders ask again, decides who may deliver to it).
+/// changed, so what its sender found is stale, and so is what senders found about it as a
+/// receiver (they ask the kernel again at their next datagram).
 pub fn connected(fd: c_int) {
     if let Some(s) = lookup(fd) {
         tx::forget_targets(&s);
+        if let Some(rec) = s.record.get() {
+            rec.bump_epoch();
+        }
     }
 }
 

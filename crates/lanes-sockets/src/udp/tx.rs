@@ -36,6 +36,8 @@ struct Target {
     /// Our source address as that receiver sees it.
     src: SocketAddr,
     checked: Instant,
+    /// The record's addressing epoch when the kernel named it.
+    epoch: u32,
     /// Datagrams went to `record`'s address through the kernel while no record was known:
     /// a receiver found later must read them before any of ours in its ring.
     kernel_sent: bool,
@@ -120,7 +122,7 @@ fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Ta
     }
     let src = SocketAddr::new(src_ip, local.port());
     let checked = Instant::now();
-    let missing = Target { record: None, src, checked, kernel_sent };
+    let missing = Target { record: None, src, checked, kernel_sent, epoch: 0 };
     if wanted(src, dst) != Wanted::Yes || crate::sandbox::filtered() {
         return Some(missing);
     }
@@ -130,6 +132,7 @@ fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Ta
     if record.state().closed() || record.holders().is_empty() {
         return Some(missing);
     }
+    let epoch = record.epoch();
     let record = Arc::new(record);
     if kernel_sent {
         // Datagrams this socket sent there before went through the kernel: the receiver
@@ -139,7 +142,12 @@ fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Ta
         }
         record.end_kernel_send();
     }
-    Some(Target { record: Some(record), src, checked, kernel_sent: false })
+    // The kernel is asked after the epoch is read: a connect in between moves the epoch.
+    let again = lanes::platform::net::udp_receiver(src, dst);
+    if again.map(|i| i.cookie) != Some(record.cookie()) {
+        return Some(missing);
+    }
+    Some(Target { record: Some(record), src, checked, kernel_sent: false, epoch })
 }
 
 /// The largest payload the kernel sends as one datagram of this family.
@@ -191,7 +199,7 @@ pub unsafe fn send(
         let stale = match tx.targets.get(&dst) {
             None => true,
             Some(t) => match &t.record {
-                Some(r) => r.state().closed() || t.checked.elapsed() > RECHECK_FOUND,
+                Some(r) => r.state().closed() || r.epoch() != t.epoch || t.checked.elapsed() > RECHECK_FOUND,
                 None => t.checked.elapsed() > RECHECK_MISSING,
             },
         };

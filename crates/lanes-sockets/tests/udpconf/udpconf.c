@@ -232,6 +232,29 @@ static void case_connected(void) {
     close(s); close(other);
 }
 
+/* A receiver that connects after a sender found it: that sender's datagrams stop arriving. */
+static void case_connect_later(void) {
+    int r = udp(AF_INET), s = udp(AF_INET), other = udp(AF_INET);
+    bind_to(r, AF_INET, "127.0.0.1");
+    bind_to(s, AF_INET, "127.0.0.1");
+    int senders[] = {s, other};
+    socklen_t tl, sl; struct sockaddr_storage to = target(r, AF_INET, "127.0.0.1", &tl);
+    struct sockaddr_storage back = target(s, AF_INET, "127.0.0.1", &sl);
+    recv_one("empty", r, 10, MSG_DONTWAIT, senders, 2);
+    send_n(other, &to, tl, 3, 1);
+    recv_one("before connect", r, 10, MSG_DONTWAIT, senders, 2);
+    SHOW("connect r", connect(r, (void *)&back, sl));
+    send_n(other, &to, tl, 4, 2);
+    send_n(s, &to, tl, 5, 3);
+    recv_one("after connect", r, 10, MSG_DONTWAIT, senders, 2);
+    recv_one("nothing more", r, 10, MSG_DONTWAIT, senders, 2);
+    struct sockaddr_in unspec = {.sin_family = AF_UNSPEC};
+    SHOW("disconnect r", connect(r, (void *)&unspec, sizeof unspec));
+    send_n(other, &to, tl, 6, 4);
+    recv_one("after disconnect", r, 10, MSG_DONTWAIT, senders, 2);
+    close(r); close(s); close(other);
+}
+
 static void case_dual_stack(void) {
     int r6 = udp(AF_INET6), s4 = udp(AF_INET), s6 = udp(AF_INET6);
     int off = 0;
@@ -500,7 +523,7 @@ static void case_leave_record(void) {
 struct test { const char *name; void (*run)(void); };
 static const struct test tests[] = {
     {"basic4", case_basic4}, {"basic6", case_basic6}, {"trunc-peek", case_trunc_peek},
-    {"connected", case_connected}, {"dual-stack", case_dual_stack}, {"mmsg", case_mmsg},
+    {"connected", case_connected}, {"connect-later", case_connect_later}, {"dual-stack", case_dual_stack}, {"mmsg", case_mmsg},
     {"rcvbuf", case_rcvbuf}, {"readiness", case_readiness}, {"blocking", case_blocking},
     {"pktinfo", case_pktinfo}, {"dup-fork", case_dup_fork}, {"mixed", case_mixed},
     {"leave-record", case_leave_record},

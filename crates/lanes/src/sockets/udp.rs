@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | 0 | creator, once | magic, version, ring size, socket cookie, netns, bound address |
 //! | 128 | holders | identities of the holders (8 slots: pid and start time) |
-//! | 192 | receiver | flags, the kernel socket's `SO_RCVBUF` |
+//! | 192 | receiver | flags, the kernel socket's `SO_RCVBUF`, the addressing epoch |
 //! | 256 | senders, receiver | the state word ([`UdpState`]) |
 //! | 320 | senders (under the send lock) | send lock, tail position |
 //! | 384 | receiver (under the receive lock) | head position, datagrams consumed, receive lock |
@@ -80,6 +80,7 @@ const OFF_LOCAL: usize = 32;
 const OFF_HOLDERS: usize = 128;
 const OFF_FLAGS: usize = 192;
 const OFF_RCVBUF: usize = 196;
+const OFF_EPOCH: usize = 200;
 const OFF_STATE: usize = 256;
 const OFF_TX_LOCK: usize = 320;
 const OFF_TAIL: usize = 328;
@@ -333,6 +334,17 @@ impl UdpRecord {
     pub fn set_rcvbuf(&self, bytes: u32) {
         self.u32_at(OFF_RCVBUF).store(bytes, Ordering::Relaxed);
     }
+    /// Changes whenever the socket's addresses change (connect, bind): a sender checks it at
+    /// every datagram and asks the kernel again who takes its datagrams when it moved.
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        self.u32_at(OFF_EPOCH).load(Ordering::Acquire)
+    }
+    /// The socket's addresses changed.
+    pub fn bump_epoch(&self) {
+        self.u32_at(OFF_EPOCH).fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Bytes charged against the receive buffer by datagrams in the ring.
     pub fn charged(&self) -> u64 {
         self.u64_at(OFF_RMEM).load(Ordering::Acquire)
