@@ -297,6 +297,29 @@ mod tests {
         assert_eq!(tcp_socket(c.local_addr().unwrap(), nobody), None);
     }
 
+    /// The UDP lookup is the kernel's delivery decision: the bound socket for anyone, a
+    /// connected one only for its peer, a dual-stack one for IPv4 senders.
+    #[test]
+    fn the_kernel_names_the_udp_socket_a_datagram_would_reach() {
+        use std::net::UdpSocket;
+        let r = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (to, from, stranger) = (r.local_addr().unwrap(), s.local_addr().unwrap(), other.local_addr().unwrap());
+        let found = udp_receiver(from, to).expect("the bound socket");
+        assert_eq!(Some(found.cookie), own_cookie(r.as_raw_fd()));
+        assert_eq!(udp_receiver(stranger, to).map(|i| i.cookie), Some(found.cookie));
+        r.connect(from).unwrap();
+        assert_eq!(udp_receiver(from, to).map(|i| i.cookie), Some(found.cookie));
+        assert_eq!(udp_receiver(stranger, to), None, "a connected socket takes nothing from others");
+        let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(udp_receiver(from, nobody), None);
+        let Ok(dual) = UdpSocket::bind("[::]:0") else { return }; // no IPv6 here
+        let port = dual.local_addr().unwrap().port();
+        let v4: SocketAddr = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
+        assert_eq!(udp_receiver(from, v4).map(|i| i.cookie), own_cookie(dual.as_raw_fd()));
+    }
+
     /// A dual-stack listener's socket for an IPv4 client has IPv4-mapped addresses; asked
     /// by its IPv4 addresses (as records key it), the kernel finds it all the same.
     #[test]

@@ -508,6 +508,32 @@ static int plain_sender(const char *host, int port, int count, const char *tag) 
     return 0;
 }
 
+/* Datagrams waiting for a socket that an exec'd image inherits are that image's. */
+static void case_exec(void) {
+    int r = udp(AF_INET), s = udp(AF_INET);
+    bind_to(r, AF_INET, "127.0.0.1");
+    socklen_t tl; struct sockaddr_storage to = target(r, AF_INET, "127.0.0.1", &tl);
+    recv_one("empty", r, 10, MSG_DONTWAIT, &s, 1);
+    for (int i = 0; i < 3; i++) send_n(s, &to, tl, 30 + i, i);
+    char fd[16]; snprintf(fd, sizeof fd, "%d", r);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self_path, self_path, "--exec-reader", fd, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    printf("reader exit %d\n", WEXITSTATUS(status));
+    send_n(s, &to, tl, 40, 9);
+    recv_one("parent again", r, 100, MSG_DONTWAIT, &s, 1);
+    close(r); close(s);
+}
+
+static int exec_reader(int fd) {
+    for (int i = 0; i < 4; i++) recv_one("inherited", fd, 100, MSG_DONTWAIT, NULL, 0);
+    return 0;
+}
+
 /* Leaves a receiving socket open at exit, so the test can read what its record counted. */
 static void case_leave_record(void) {
     int r = udp(AF_INET), s = udp(AF_INET);
@@ -525,7 +551,7 @@ static const struct test tests[] = {
     {"basic4", case_basic4}, {"basic6", case_basic6}, {"trunc-peek", case_trunc_peek},
     {"connected", case_connected}, {"connect-later", case_connect_later}, {"dual-stack", case_dual_stack}, {"mmsg", case_mmsg},
     {"rcvbuf", case_rcvbuf}, {"readiness", case_readiness}, {"blocking", case_blocking},
-    {"pktinfo", case_pktinfo}, {"dup-fork", case_dup_fork}, {"mixed", case_mixed},
+    {"pktinfo", case_pktinfo}, {"dup-fork", case_dup_fork}, {"exec", case_exec}, {"mixed", case_mixed},
     {"leave-record", case_leave_record},
 };
 
@@ -533,6 +559,7 @@ int main(int argc, char **argv) {
     self_path = argv[0];
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 6 && strcmp(argv[1], "--plain-sender") == 0) return plain_sender(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
+    if (argc == 3 && strcmp(argv[1], "--exec-reader") == 0) return exec_reader(atoi(argv[2]));
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
         int wanted = argc == 1 && strcmp(tests[i].name, "leave-record") != 0;
         for (int a = 1; a < argc; a++) wanted |= strcmp(argv[a], tests[i].name) == 0;
