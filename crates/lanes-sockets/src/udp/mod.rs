@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use lanes::sockets::endpoint::this_process;
-use lanes::sockets::udp::{UdpRecord, RING_BYTES};
+use lanes::sockets::udp::{BindEpoch, UdpRecord, RING_BYTES};
 use libc::{c_int, sockaddr, socklen_t};
 
 use crate::config::config;
@@ -229,12 +229,24 @@ pub fn connected(fd: c_int) {
     }
 }
 
-/// `bind()` on `fd` succeeded: it may now get a record.
+/// `bind()` on `fd` succeeded: it may now get a record; an explicit port tells every
+/// sender to look again who takes its datagrams ([`BindEpoch`]).
 pub fn bound(fd: c_int) {
     if let Some(s) = lookup(fd) {
         s.no_record.store(false, Ordering::Relaxed);
         tx::forget_targets(&s);
+        if name_of(fd, false).is_some_and(|a| a.port() != 0) && !crate::sandbox::filtered() {
+            if let Some(e) = bind_epoch() {
+                e.bump();
+            }
+        }
     }
+}
+
+/// The fabric directory's bind counter, opened once per process.
+pub fn bind_epoch() -> Option<&'static BindEpoch> {
+    static EPOCH: OnceLock<Option<BindEpoch>> = OnceLock::new();
+    EPOCH.get_or_init(|| BindEpoch::open(&config().fabric_dir).ok()).as_ref()
 }
 
 /// Options whose effect the ring reproduces (or which do not concern receiving): any other

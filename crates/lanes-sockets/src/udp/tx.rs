@@ -18,6 +18,8 @@ use crate::real::{errno, set_errno};
 /// How long a receiver found stays trusted without asking the kernel again (a receiver
 /// that closes through the library says so at once; one that was killed does not).
 const RECHECK_FOUND: Duration = Duration::from_millis(200);
+/// How soon after a drop (a full ring) the kernel is asked again.
+const RECHECK_AFTER_DROP: Duration = Duration::from_millis(10);
 /// How long "no receiver with the library there" stays believed.
 const RECHECK_MISSING: Duration = Duration::from_millis(20);
 
@@ -38,6 +40,8 @@ struct Target {
     checked: Instant,
     /// The record's addressing epoch when the kernel named it.
     epoch: u32,
+    /// The fabric directory's bind counter then (`super::bind_epoch`).
+    binds: u64,
     /// Datagrams went to `record`'s address through the kernel while no record was known:
     /// a receiver found later must read them before any of ours in its ring.
     kernel_sent: bool,
@@ -112,6 +116,7 @@ fn v6_only(fd: c_int) -> bool {
 /// would give it, and the receiving socket's record if the kernel's lookup names a socket
 /// that has one (None: it has no library, or there is nobody).
 fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Target> {
+    let binds = super::bind_epoch().map_or(0, |e| e.get());
     let local = canonical(local_address(s, fd)?);
     if s.family == libc::AF_INET6 && dst.is_ipv4() && v6_only(fd) {
         return None;
@@ -122,7 +127,7 @@ fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Ta
     }
     let src = SocketAddr::new(src_ip, local.port());
     let checked = Instant::now();
-    let missing = Target { record: None, src, checked, kernel_sent, epoch: 0 };
+    let missing = Target { record: None, src, checked, kernel_sent, epoch: 0, binds };
     if wanted(src, dst) != Wanted::Yes || crate::sandbox::filtered() {
         return Some(missing);
     }
@@ -147,7 +152,7 @@ fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Ta
     if again.map(|i| i.cookie) != Some(record.cookie()) {
         return Some(missing);
     }
-    Some(Target { record: Some(record), src, checked, kernel_sent: false, epoch })
+    Some(Target { record: Some(record), src, checked, kernel_sent: false, epoch, binds })
 }
 
 /// The largest payload the kernel sends as one datagram of this family.
@@ -196,8 +201,10 @@ pub unsafe fn send(
     }
     let target = {
         let Ok(mut tx) = s.tx.lock() else { return kernel() };
+        let binds = super::bind_epoch().map_or(0, |e| e.get());
         let stale = match tx.targets.get(&dst) {
             None => true,
+            Some(t) if t.binds != binds => true,
             Some(t) => match &t.record {
                 Some(r) => r.state().closed() || r.epoch() != t.epoch || t.checked.elapsed() > RECHECK_FOUND,
                 None => t.checked.elapsed() > RECHECK_MISSING,
@@ -236,7 +243,18 @@ pub unsafe fn send(
             .map(|v| unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) })
             .collect();
         match record.offer(src, &parts, len, ipv6) {
-            Offer::Delivered | Offer::Dropped => return len as ssize_t,
+            Offer::Delivered => return len as ssize_t,
+            Offer::Dropped => {
+                // A full queue is also what a receiver killed without closing leaves: ask
+                // the kernel again soon whether that socket still exists.
+                if let Ok(mut tx) = s.tx.lock() {
+                    let soon = Instant::now().checked_sub(RECHECK_FOUND - RECHECK_AFTER_DROP);
+                    if let (Some(t), Some(soon)) = (tx.targets.get_mut(&dst), soon) {
+                        t.checked = t.checked.min(soon);
+                    }
+                }
+                return len as ssize_t;
+            }
             Offer::Kernel => {}
         }
     }

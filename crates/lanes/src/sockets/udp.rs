@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::endpoint::{decode_addr, encode_addr, lock_shared, sockets_dir, this_process, SharedLockGuard};
-use crate::platform::files::{ensure_private_dir, open_existing, reserve, UnnamedFile};
+use crate::platform::files::{ensure_private_dir, open_existing, open_or_create, reserve, UnnamedFile};
 use crate::platform::liveness::ProcessIdentity;
 use crate::platform::mapping::{Access, Mapping};
 use crate::platform::SharedSlice;
@@ -641,6 +641,45 @@ impl UdpRecord {
     }
 }
 
+/// A counter every library process of the user moves when one of its UDP sockets binds an
+/// explicit port (`<fabric dir>/sockets/udp-binds`): a sender compares it at every datagram
+/// and asks the kernel again who takes its datagrams when it moved, so a socket bound where
+/// a killed receiver was gets the datagrams at once (when the binder has the library).
+pub struct BindEpoch {
+    map: Mapping,
+}
+
+impl BindEpoch {
+    const LEN: usize = 4096;
+
+    /// Opens (making it if needed) the fabric directory's counter.
+    pub fn open(fabric_dir: &Path) -> io::Result<BindEpoch> {
+        let dir = sockets_dir(fabric_dir);
+        ensure_private_dir(fabric_dir)?;
+        ensure_private_dir(&dir)?;
+        let file = open_or_create(&dir.join("udp-binds"))?;
+        if file.metadata()?.len() < Self::LEN as u64 {
+            reserve(&file, Self::LEN as u64)?;
+        }
+        if file.metadata()?.len() < Self::LEN as u64 {
+            return Err(invalid("udp-binds shorter than a page"));
+        }
+        Ok(BindEpoch { map: Mapping::map(file.as_fd(), 0, Self::LEN, Access::ReadWrite)? })
+    }
+
+    /// The counter now.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        // The mapping is one page; offset 0 is aligned.
+        self.map.slice().header_u64(0).load(Ordering::Acquire)
+    }
+
+    /// A socket bound an explicit port.
+    pub fn bump(&self) {
+        self.map.slice().header_u64(0).fetch_add(1, Ordering::AcqRel);
+    }
+}
+
 /// One accelerated UDP socket as `lanes status` lists it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct UdpInfo {
@@ -664,7 +703,10 @@ pub fn list_udp(fabric_dir: &Path) -> Vec<UdpInfo> {
         .filter_map(|e| {
             let (netns, cookie) = parse_name(e.file_name().to_str()?)?;
             let rec = UdpRecord::open(fabric_dir, netns, cookie).ok()?;
-            let holders: Vec<u32> = rec.holders().iter().map(|h| h.pid()).collect();
+            let mut holders: Vec<u32> = rec.holders().iter().map(|h| h.pid()).collect();
+            // A forked child may be in two slots (its parent and itself added it at once).
+            holders.sort_unstable();
+            holders.dedup();
             let (ring_datagrams, ring_bytes, drops, kernel_datagrams) = rec.counts();
             Some(UdpInfo {
                 local: rec.local(),
