@@ -129,7 +129,8 @@ pub unsafe fn recv(
     out: &Out,
     kernel: &mut dyn FnMut(c_int) -> ssize_t,
 ) -> Option<ssize_t> {
-    if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
+    // A null buffer with a length: the kernel's EFAULT.
+    if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 || iov.iter().any(|v| v.iov_base.is_null() && v.iov_len > 0) {
         return None;
     }
     let rec = ensure_record(s, fd)?.clone();
