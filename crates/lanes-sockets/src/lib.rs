@@ -814,6 +814,7 @@ fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, f: unsafe extern "C" fn(c_int
                 match cmd {
                     libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => conn::duplicated(fd, r),
                     libc::F_SETFL => {
+                        udp::set_nonblocking(fd, arg as c_int & libc::O_NONBLOCK != 0);
                         if let Some(c) = lookup(fd) {
                             c.own.nonblocking().store(
                                 u32::from(arg as c_int & libc::O_NONBLOCK != 0),
@@ -855,6 +856,14 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
         -1,
         || {
             if let Some(u) = udp::lookup(fd) {
+                if req == libc::FIONBIO && arg != 0 {
+                    let r = call();
+                    if r == 0 {
+                        // SAFETY: FIONBIO's argument points to an int.
+                        udp::set_nonblocking(fd, unsafe { *(arg as *const c_int) } != 0);
+                    }
+                    return Some(r);
+                }
                 if req != libc::FIONREAD || arg == 0 {
                     return None;
                 }

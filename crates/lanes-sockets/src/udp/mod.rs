@@ -41,6 +41,8 @@ pub struct UdpSock {
     /// Receives so far (every so many, the kernel is read first, so datagrams of senders
     /// without the library are not starved by a busy ring).
     receives: AtomicU32,
+    /// Its last blocking kernel receive returned at once (datagrams were waiting).
+    busy: AtomicBool,
     /// The sending side's knowledge: its own address and the receivers it found.
     tx: Mutex<tx::TxState>,
 }
@@ -53,6 +55,7 @@ impl UdpSock {
             record: OnceLock::new(),
             no_record: AtomicBool::new(false),
             receives: AtomicU32::new(0),
+            busy: AtomicBool::new(true),
             tx: Mutex::new(tx::TxState::default()),
         })
     }
@@ -346,7 +349,11 @@ fn ensure_record(s: &UdpSock, fd: c_int) -> Option<&Arc<UdpRecord>> {
         }
         let cookie = crate::sock_diag::own_cookie(fd)?;
         let cfg = config();
-        UdpRecord::create(&cfg.fabric_dir, cfg.netns, cookie, local, rcvbuf).ok()
+        let rec = UdpRecord::create(&cfg.fabric_dir, cfg.netns, cookie, local, rcvbuf).ok()?;
+        // SAFETY: F_GETFL takes no memory.
+        let fl = unsafe { (crate::real::real().fcntl)(fd, libc::F_GETFL, 0) };
+        rec.nonblocking().store(u32::from(fl >= 0 && fl & libc::O_NONBLOCK != 0), Ordering::Relaxed);
+        Some(rec)
     })();
     match made {
         Some(rec) => {
@@ -357,6 +364,13 @@ fn ensure_record(s: &UdpSock, fd: c_int) -> Option<&Arc<UdpRecord>> {
             s.no_record.store(true, Ordering::Relaxed);
             None
         }
+    }
+}
+
+/// `O_NONBLOCK` of `fd` was set or cleared (fcntl, FIONBIO).
+pub fn set_nonblocking(fd: c_int, on: bool) {
+    if let Some(rec) = lookup(fd).as_deref().and_then(UdpSock::record) {
+        rec.nonblocking().store(u32::from(on), Ordering::Relaxed);
     }
 }
 

@@ -2,6 +2,8 @@
 //! (boundaries, `MSG_PEEK`, `MSG_TRUNC` in and out, source addresses, blocking that sleeps
 //! in the kernel, `SO_RCVTIMEO`, `EINTR`).
 
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use libc::{c_int, iovec, sockaddr, socklen_t, ssize_t};
@@ -9,11 +11,16 @@ use libc::{c_int, iovec, sockaddr, socklen_t, ssize_t};
 use lanes::sockets::udp::{Datagram, UdpRecord};
 
 use super::{ensure_record, pin, sockaddr_for, UdpSock};
-use crate::real::{errno, real, set_errno};
+use crate::real::{errno, set_errno};
 use crate::spin;
 
 /// How often a spinning receive asks the kernel (datagrams of senders without the library).
 const KERNEL_CHECK_EVERY: Duration = Duration::from_micros(10);
+/// A blocking kernel receive that returned sooner than this found a datagram waiting: the
+/// socket is busy.
+const BUSY_WAKE: Duration = Duration::from_micros(20);
+/// How often a blocking receive that may not spin looks whether the ring can take over.
+const FLIP_EVERY: Duration = Duration::from_millis(1);
 /// Every this many receives that find the ring busy, the kernel is read first.
 const KERNEL_FIRST_EVERY: u32 = 16;
 
@@ -38,13 +45,20 @@ impl Out {
     }
 }
 
-fn nonblocking(fd: c_int, flags: c_int) -> bool {
-    if flags & libc::MSG_DONTWAIT != 0 {
-        return true;
+/// Whether this thread's next look at an empty kernel queue (to switch the ring back on)
+/// is due: at most one a millisecond without spinning.
+fn flip_due() -> bool {
+    thread_local! {
+        static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
     }
-    // SAFETY: F_GETFL takes no memory.
-    let fl = unsafe { (real().fcntl)(fd, libc::F_GETFL, 0) };
-    fl >= 0 && fl & libc::O_NONBLOCK != 0
+    let now = Instant::now();
+    LAST.with(|l| {
+        let due = l.get().is_none_or(|t| now.duration_since(t) >= FLIP_EVERY);
+        if due {
+            l.set(Some(now));
+        }
+        due
+    })
 }
 
 /// Copies the front datagram `d` out as the kernel's UDP receive would.
@@ -157,22 +171,32 @@ pub unsafe fn recv(
             Look::Empty => {}
         }
         let seen = rec.state();
-        let r = kernel(flags | libc::MSG_DONTWAIT);
-        if kernel_answered(r) {
-            return Some(r);
+        let nonblocking = flags & libc::MSG_DONTWAIT != 0 || rec.nonblocking().load(Ordering::Relaxed) != 0;
+        let spin = if nonblocking { None } else { spin::Spin::begin(None) };
+        // A blocking receive that may not spin makes the program's one call (it sleeps in
+        // the kernel, which returns what it holds at once) while the socket is idle; a busy
+        // one (its last sleep returned at once) looks first whether the kernel queue is
+        // empty, so the ring can take over again, and an idle one does so at most once a
+        // millisecond.
+        let busy = s.busy.load(Ordering::Relaxed);
+        if nonblocking || spin.is_some() || (seen.kernel_mode() && (busy || flip_due())) {
+            let r = kernel(flags | libc::MSG_DONTWAIT);
+            if kernel_answered(r) {
+                return Some(r);
+            }
+            // The kernel queue was empty after `seen`: the ring may take over again.
+            if seen.kernel_mode() {
+                rec.try_ring_mode(seen);
+            }
+            if rec.ring_readable() {
+                continue;
+            }
+            if nonblocking {
+                set_errno(libc::EAGAIN);
+                return Some(-1);
+            }
         }
-        // The kernel queue was empty after `seen`: the ring may take over again.
-        if seen.kernel_mode() {
-            rec.try_ring_mode(seen);
-        }
-        if rec.ring_readable() {
-            continue;
-        }
-        if nonblocking(fd, flags) {
-            set_errno(libc::EAGAIN);
-            return Some(-1);
-        }
-        if let Some(mut spin) = spin::Spin::begin(None) {
+        if let Some(mut spin) = spin {
             let mut last_kernel = Instant::now();
             let mut found = false;
             while spin.go_on() {
@@ -203,8 +227,10 @@ pub unsafe fn recv(
         let r = kernel(flags);
         let e = errno();
         rec.finish_sleep();
+        let took = slept.elapsed();
+        s.busy.store(took < BUSY_WAKE, Ordering::Relaxed);
         if r >= 0 {
-            spin::woke_after(slept.elapsed());
+            spin::woke_after(took);
         }
         set_errno(e);
         return Some(r);

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | 0 | creator, once | magic, version, ring size, socket cookie, netns, bound address |
 //! | 128 | holders | identities of the holders (8 slots: pid and start time) |
-//! | 192 | receiver | flags, the kernel socket's `SO_RCVBUF`, the addressing epoch |
+//! | 192 | receiver | flags, the kernel socket's `SO_RCVBUF`, the addressing epoch, `O_NONBLOCK` |
 //! | 256 | senders, receiver | the state word ([`UdpState`]) |
 //! | 320 | senders (under the send lock) | send lock, tail position |
 //! | 384 | receiver (under the receive lock) | head position, datagrams consumed, receive lock |
@@ -81,6 +81,7 @@ const OFF_HOLDERS: usize = 128;
 const OFF_FLAGS: usize = 192;
 const OFF_RCVBUF: usize = 196;
 const OFF_EPOCH: usize = 200;
+const OFF_NONBLOCK: usize = 204;
 const OFF_STATE: usize = 256;
 const OFF_TX_LOCK: usize = 320;
 const OFF_TAIL: usize = 328;
@@ -343,6 +344,12 @@ impl UdpRecord {
     /// The socket's addresses changed.
     pub fn bump_epoch(&self) {
         self.u32_at(OFF_EPOCH).fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The socket's O_NONBLOCK, shared by every process holding it (as the kernel's flag is).
+    #[inline]
+    pub fn nonblocking(&self) -> &AtomicU32 {
+        self.u32_at(OFF_NONBLOCK)
     }
 
     /// Bytes charged against the receive buffer by datagrams in the ring.
