@@ -13,6 +13,12 @@ declare -A apt_for=(
     # Real programs under the socket accelerator (tests and `lanes bench sockets`).
     [iperf3]=iperf3
     [sockperf]=sockperf
+    # UDP under the library (crates/lanes-sockets/tests/udp.rs): iperf 2, a DNS server,
+    # its client and a load tool.
+    [iperf]=iperf
+    [dnsmasq]=dnsmasq-base
+    [dig]=bind9-dnsutils
+    [dnsperf]=dnsperf
     [redis-server]=redis-server
     [redis-benchmark]=redis-tools
     [nginx]=nginx-light

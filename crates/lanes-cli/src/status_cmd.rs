@@ -83,11 +83,13 @@ pub fn status(json: bool) -> Result<(), String> {
     let st = lanes::status(&dir).map_err(|e| e.to_string())?;
     let mut out = String::new();
     let sockets = lanes::sockets::registry::list_connections(&dir);
+    let udp = lanes::sockets::udp::list_udp(&dir);
     let kernel = lanes::sockets::reasons::list_reasons(&dir);
     let cluster = cluster(&dir);
     let ip = lanes_ip::status::list(&dir);
     if json {
         let mut v = with_key(&st, "sockets", &sockets)?;
+        v = with_key(&v, "sockets_udp", &udp)?;
         v = with_key(&v, "sockets_kernel", &kernel)?;
         v = with_key(&v, "ip", &ip)?;
         if let Some(d) = &cluster {
@@ -126,6 +128,7 @@ pub fn status(json: bool) -> Result<(), String> {
     print_ip(&mut out, &ip);
     let (remote, local): (Vec<_>, Vec<_>) = sockets.into_iter().partition(|c| c.cross_host.is_some());
     print_sockets(&mut out, &local);
+    print_udp(&mut out, &udp);
     print_cross_host(&mut out, &remote, cluster.as_ref().and_then(|d| d.sockets.as_ref()));
     print_kernel_sockets(&mut out, &kernel);
     write_stdout(&out)
@@ -340,6 +343,41 @@ fn print_segments(out: &mut String, st: &lanes::FabricStatus) {
     }
 }
 
+/// Accelerated UDP sockets (their receiving records); nothing when there are none.
+fn print_udp(out: &mut String, sockets: &[lanes::sockets::udp::UdpInfo]) {
+    if sockets.is_empty() {
+        return;
+    }
+    out_line!(out, "\naccelerated UDP sockets (liblanes_sockets.so; one line per receiving socket)");
+    out_line!(
+        out,
+        "  {:<46} {:<12} {:>12} {:>10} {:>10} {:>14} {:<6} {}",
+        "bound to",
+        "pids",
+        "via ring",
+        "ring bytes",
+        "dropped",
+        "kernel (known)",
+        "mode",
+        "stale"
+    );
+    for u in sockets {
+        let pids: Vec<String> = u.holders.iter().map(|p| p.to_string()).collect();
+        out_line!(
+            out,
+            "  {:<46} {:<12} {:>12} {:>10} {:>10} {:>14} {:<6} {}",
+            u.local.to_string(),
+            if pids.is_empty() { "-".into() } else { pids.join(",") },
+            u.ring_datagrams,
+            human_bytes(u.ring_bytes),
+            u.drops,
+            u.kernel_datagrams,
+            if u.kernel_mode { "kernel" } else { "ring" },
+            if u.stale { "yes" } else { "no" }
+        );
+    }
+}
+
 /// Accelerated sockets: one line per socket end (each end of a connection has its record).
 fn print_sockets(out: &mut String, sockets: &[lanes::sockets::registry::ConnectionInfo]) {
     out_line!(out, "\naccelerated sockets (liblanes_sockets.so; one line per end)");
@@ -382,7 +420,8 @@ pub fn cleanup(json: bool) -> Result<(), String> {
     let r = lanes::cleanup(&dir).map_err(|e| e.to_string())?;
     let mut out = String::new();
     let sockets = lanes::sockets::registry::cleanup_connections(&dir)
-        .map_err(|e| format!("cleaning socket records in {}: {e}", dir.display()))?;
+        .map_err(|e| format!("cleaning socket records in {}: {e}", dir.display()))?
+        + lanes::sockets::udp::cleanup_udp(&dir);
     // The reasons files of processes that ended (see `lanes::sockets::reasons`).
     lanes::sockets::reasons::cleanup_reasons(&dir);
     let interfaces = lanes_ip::status::cleanup(&dir);

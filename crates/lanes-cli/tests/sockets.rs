@@ -188,9 +188,10 @@ fn wait_lanes(mut p: Program, limit: Duration) -> (Finished, Vec<u32>) {
 }
 
 const PROGRAMS: [&str; 4] = ["sockperf", "iperf3", "redis-server", "redis-benchmark"];
-const ROWS: [&str; 10] = [
+const ROWS: [&str; 11] = [
     "sockperf-latency",
     "sockperf-throughput",
+    "sockperf-udp-latency",
     "iperf3",
     "redis-get",
     "pingpong",

@@ -57,7 +57,7 @@ struct InetDiagMsg {
     inode: u32,
 }
 
-/// A TCP socket as `NETLINK_SOCK_DIAG` describes it.
+/// A TCP or UDP socket as `NETLINK_SOCK_DIAG` describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SockInfo {
     /// The kernel's cookie: unique per socket for the life of the system.
@@ -67,7 +67,7 @@ pub struct SockInfo {
     pub inode: u32,
     /// The socket's owner.
     pub uid: u32,
-    /// The TCP state (`TCP_ESTABLISHED` is 1).
+    /// The TCP state (`TCP_ESTABLISHED` is 1); UDP: 7 unconnected, 1 connected.
     pub state: u8,
 }
 
@@ -92,6 +92,20 @@ fn put_addr(dst: &mut [u32; 4], ip: IpAddr) {
 /// `remote`, or None if the kernel knows no such socket. Both addresses must be of one
 /// family (IPv4-mapped IPv6 addresses as IPv4, as sockets report them).
 pub fn tcp_socket(local: SocketAddr, remote: SocketAddr) -> Option<SockInfo> {
+    diag_lookup(libc::IPPROTO_TCP, local, remote)
+}
+
+/// The UDP socket of this network namespace that the kernel would deliver a datagram from
+/// `src` to `dst` to (its own lookup: bound address, connected peer, `SO_REUSEPORT` group),
+/// or None if there is none. Both addresses of one family, IPv4-mapped ones as IPv4; the
+/// socket found may be an IPv6 one bound to `::` that takes IPv4 too.
+pub fn udp_receiver(src: SocketAddr, dst: SocketAddr) -> Option<SockInfo> {
+    // The kernel's UDP lookup by sock_diag takes the request's source as the packet's
+    // source and its destination as the packet's destination (udp_dump_one).
+    diag_lookup(libc::IPPROTO_UDP, src, dst)
+}
+
+fn diag_lookup(protocol: libc::c_int, local: SocketAddr, remote: SocketAddr) -> Option<SockInfo> {
     let family = match local {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
@@ -104,7 +118,7 @@ pub fn tcp_socket(local: SocketAddr, remote: SocketAddr) -> Option<SockInfo> {
     req.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
     req.header.nlmsg_flags = libc::NLM_F_REQUEST as u16;
     req.body.family = family as u8;
-    req.body.protocol = libc::IPPROTO_TCP as u8;
+    req.body.protocol = protocol as u8;
     req.body.states = !0;
     req.body.id.sport = local.port().to_be();
     req.body.id.dport = remote.port().to_be();
@@ -281,6 +295,29 @@ mod tests {
         assert_ne!(other.cookie, info.cookie);
         let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(tcp_socket(c.local_addr().unwrap(), nobody), None);
+    }
+
+    /// The UDP lookup is the kernel's delivery decision: the bound socket for anyone, a
+    /// connected one only for its peer, a dual-stack one for IPv4 senders.
+    #[test]
+    fn the_kernel_names_the_udp_socket_a_datagram_would_reach() {
+        use std::net::UdpSocket;
+        let r = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (to, from, stranger) = (r.local_addr().unwrap(), s.local_addr().unwrap(), other.local_addr().unwrap());
+        let found = udp_receiver(from, to).expect("the bound socket");
+        assert_eq!(Some(found.cookie), own_cookie(r.as_raw_fd()));
+        assert_eq!(udp_receiver(stranger, to).map(|i| i.cookie), Some(found.cookie));
+        r.connect(from).unwrap();
+        assert_eq!(udp_receiver(from, to).map(|i| i.cookie), Some(found.cookie));
+        assert_eq!(udp_receiver(stranger, to), None, "a connected socket takes nothing from others");
+        let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(udp_receiver(from, nobody), None);
+        let Ok(dual) = UdpSocket::bind("[::]:0") else { return }; // no IPv6 here
+        let port = dual.local_addr().unwrap().port();
+        let v4: SocketAddr = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
+        assert_eq!(udp_receiver(from, v4).map(|i| i.cookie), own_cookie(dual.as_raw_fd()));
     }
 
     /// A dual-stack listener's socket for an IPv4 client has IPv4-mapped addresses; asked

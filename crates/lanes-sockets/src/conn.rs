@@ -343,6 +343,7 @@ pub fn duplicated(oldfd: i32, newfd: i32) {
         Deferred::set_up(oldfd);
         Deferred::give_up(oldfd);
     }
+    crate::udp::duplicated(oldfd, newfd);
     if let Some(c) = lookup(oldfd) {
         insert(newfd, c);
     } else {
@@ -356,6 +357,7 @@ pub fn duplicated(oldfd: i32, newfd: i32) {
 /// left unread (the caller then makes the kernel reset the connection, as closing a TCP
 /// socket with unread data does).
 pub fn forget(fd: i32) -> bool {
+    crate::udp::forget(fd);
     if fd >= 0 && (fd as usize) < FAST_FDS {
         match MAYBE[fd as usize].load(Ordering::Relaxed) {
             0 => return false,

@@ -1,14 +1,15 @@
 //! `liblanes_sockets.so`: unmodified programs' TCP connections between processes of this
 //! host move over shared-memory rings when both ends carry the library
-//! (`LD_PRELOAD`, or `lanes run`), and stay ordinary kernel TCP otherwise.
+//! (`LD_PRELOAD`, or `lanes run`), and stay ordinary kernel TCP otherwise. UDP datagrams
+//! between such processes move through the receiving socket's datagram ring (`udp`).
 //!
 //! Every accelerated socket keeps its kernel connection; the rings (see
 //! `lanes::sockets`) carry the bytes while the receiver is busy or spinning, and the kernel
 //! carries them, and does all the waiting, otherwise. Discovery uses records in the fabric
 //! directory that the kernel must vouch for (`sock_diag`); nothing is ever written into a
 //! stream. This file holds the exported C functions only: each checks the recursion guard,
-//! dispatches accelerated sockets to the modules `stream` and `wait`, and hands everything
-//! else to the C library's own function.
+//! dispatches accelerated sockets to the modules `stream`, `udp` and `wait`, and hands
+//! everything else to the C library's own function.
 //!
 //! Variadic C functions (`fcntl`, `ioctl`) are defined with one integer-sized third
 //! argument: on the x86-64 and AArch64 Linux calling conventions a variadic caller passes
@@ -25,6 +26,7 @@ mod sandbox;
 mod sock_diag;
 mod spin;
 mod stream;
+mod udp;
 mod wait;
 
 use std::cell::Cell;
@@ -65,7 +67,10 @@ extern "C" fn before_fork() {
 }
 
 extern "C" fn after_fork_in_child() {
-    guarded(conn::adopt_after_fork);
+    guarded(|| {
+        conn::adopt_after_fork();
+        udp::adopt_after_fork();
+    });
 }
 
 fn init() {
@@ -79,6 +84,8 @@ fn init() {
             // Records of processes that exited without closing their sockets (exit closes
             // fds in the kernel, not through us) or were killed: nobody holds them.
             let _ = lanes::sockets::registry::cleanup_connections(&config::config().fabric_dir);
+            lanes::sockets::udp::cleanup_udp(&config::config().fabric_dir);
+            udp::adopt_inherited_all();
             lanes::sockets::reasons::cleanup_reasons(&config::config().fabric_dir);
         }
     });
@@ -173,11 +180,42 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
             let r = call();
             let e = errno();
             if r == 0 {
+                udp::connected(fd);
                 conn::on_connected(fd);
             } else if e == libc::EINPROGRESS {
                 conn::connect_pending(fd);
             }
             set_errno(e);
+            Some(r)
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As socket(2).
+#[no_mangle]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().socket)(domain, ty, protocol) };
+    intercept(-1, || on_new_fd(call, |fd| udp::created(fd, domain, ty, protocol)), call)
+}
+
+/// # Safety
+/// As bind(2).
+#[no_mangle]
+pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().bind)(fd, addr, len) };
+    intercept(
+        -1,
+        || {
+            let r = call();
+            if r == 0 {
+                let e = errno();
+                udp::bound(fd);
+                set_errno(e);
+            }
             Some(r)
         },
         call,
@@ -251,7 +289,12 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         -1,
         || {
             if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-                let fds = conn::all().into_iter().map(|(fd, _)| fd).chain(remote::fds()).chain(Deferred::fds());
+                let fds = conn::all()
+                    .into_iter()
+                    .map(|(fd, _)| fd)
+                    .chain(remote::fds())
+                    .chain(Deferred::fds())
+                    .chain(udp::fds());
                 for fd in fds.collect::<Vec<_>>() {
                     if (first..=last).contains(&(fd as c_uint)) {
                         before_close(fd);
@@ -299,9 +342,17 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
     // stream holds: the program's own call gives exactly that.
     intercept(
         -1,
-        || match lookup_or_complete(fd) {
-            Some(c) => (n > 0).then(|| recv_on(&c, fd, Call::Plain, &one(buf, n), 0)),
-            None => Deferred::call(fd, Moved::Read, call),
+        || {
+            if let Some(u) = udp::lookup(fd) {
+                // SAFETY: the caller's buffer.
+                let mut kernel = |f| unsafe { (real().recv)(fd, buf, n, f) };
+                // SAFETY: the caller's buffer.
+                return unsafe { udp::recv(&u, fd, &one(buf, n), 0, &udp::Out::none(), &mut kernel) };
+            }
+            match lookup_or_complete(fd) {
+                Some(c) => (n > 0).then(|| recv_on(&c, fd, Call::Plain, &one(buf, n), 0)),
+                None => Deferred::call(fd, Moved::Read, call),
+            }
         },
         call,
     )
@@ -315,9 +366,17 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
     let call = || unsafe { (real().recv)(fd, buf, n, flags) };
     intercept(
         -1,
-        || match lookup_or_complete(fd) {
-            Some(c) => Some(recv_on(&c, fd, Call::Socket, &one(buf, n), flags)),
-            None => Deferred::call(fd, moved_in(flags), call),
+        || {
+            if let Some(u) = udp::lookup(fd) {
+                // SAFETY: the caller's buffer.
+                let mut kernel = |f| unsafe { (real().recv)(fd, buf, n, f) };
+                // SAFETY: the caller's buffer.
+                return unsafe { udp::recv(&u, fd, &one(buf, n), flags, &udp::Out::none(), &mut kernel) };
+            }
+            match lookup_or_complete(fd) {
+                Some(c) => Some(recv_on(&c, fd, Call::Socket, &one(buf, n), flags)),
+                None => Deferred::call(fd, moved_in(flags), call),
+            }
         },
         call,
     )
@@ -339,6 +398,13 @@ pub unsafe extern "C" fn recvfrom(
     intercept(
         -1,
         || {
+            if let Some(u) = udp::lookup(fd) {
+                // SAFETY: the caller's arguments.
+                let mut kernel = |f| unsafe { (real().recvfrom)(fd, buf, n, f, addr, alen) };
+                let out = udp::Out { name: addr, namelen: alen, ..udp::Out::none() };
+                // SAFETY: the caller's buffers.
+                return unsafe { udp::recv(&u, fd, &one(buf, n), flags, &out, &mut kernel) };
+            }
             let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_in(flags), call) };
             let r = recv_on(&c, fd, Call::Socket, &one(buf, n), flags);
             if r >= 0 && !addr.is_null() && !alen.is_null() {
@@ -361,10 +427,30 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
     intercept(
         -1,
         || {
-            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_in(flags), call) };
             if msg.is_null() {
                 return None;
             }
+            if let Some(u) = udp::lookup(fd) {
+                // SAFETY: non-null msghdr from the caller.
+                let m = unsafe { &mut *msg };
+                if m.msg_controllen != 0 && !m.msg_control.is_null() {
+                    // It may be asking for ancillary data an option left to the kernel produces.
+                    return None;
+                }
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?.to_vec();
+                let out = udp::Out {
+                    name: m.msg_name.cast(),
+                    namelen: &mut m.msg_namelen,
+                    msg_flags: &mut m.msg_flags,
+                    controllen: &mut m.msg_controllen,
+                };
+                // SAFETY: the caller's message.
+                let mut kernel = |f| unsafe { (real().recvmsg)(fd, msg, f) };
+                // SAFETY: the caller's buffers.
+                return unsafe { udp::recv(&u, fd, &iov, flags, &out, &mut kernel) };
+            }
+            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_in(flags), call) };
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &mut *msg };
             // SAFETY: the caller's iovec array.
@@ -391,6 +477,18 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
     intercept(
         -1,
         || {
+            if let Some(u) = udp::lookup(fd) {
+                // SAFETY: the caller's iovec array.
+                let v = unsafe { iov_slice(iov, cnt) }?;
+                // SAFETY: an all-zero msghdr is valid.
+                let mut m: msghdr = unsafe { std::mem::zeroed() };
+                m.msg_iov = iov as *mut iovec;
+                m.msg_iovlen = cnt as _;
+                // SAFETY: our msghdr over the caller's iovec array.
+                let mut kernel = |f| unsafe { (real().recvmsg)(fd, &mut m, f) };
+                // SAFETY: the caller's buffers.
+                return unsafe { udp::recv(&u, fd, v, 0, &udp::Out::none(), &mut kernel) };
+            }
             let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, Moved::Read, call) };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
@@ -411,9 +509,18 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     let call = || unsafe { (real().write)(fd, buf, n) };
     intercept(
         -1,
-        || match lookup_or_complete(fd) {
-            Some(c) => Some(stream::send(&c, fd, Call::Plain, &one(buf as *mut c_void, n), 0)),
-            None => Deferred::call(fd, Moved::Written, call),
+        || {
+            if let Some(u) = udp::lookup(fd) {
+                let mut kernel = call;
+                // SAFETY: the caller's buffer.
+                return Some(unsafe {
+                    udp::send(&u, fd, std::ptr::null(), 0, &one(buf as *mut c_void, n), 0, false, &mut kernel)
+                });
+            }
+            match lookup_or_complete(fd) {
+                Some(c) => Some(stream::send(&c, fd, Call::Plain, &one(buf as *mut c_void, n), 0)),
+                None => Deferred::call(fd, Moved::Written, call),
+            }
         },
         call,
     )
@@ -427,9 +534,18 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
     let call = || unsafe { (real().send)(fd, buf, n, flags) };
     intercept(
         -1,
-        || match lookup_or_complete(fd) {
-            Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
-            None => Deferred::call(fd, moved_out(flags), call),
+        || {
+            if let Some(u) = udp::lookup(fd) {
+                let mut kernel = call;
+                // SAFETY: the caller's buffer.
+                return Some(unsafe {
+                    udp::send(&u, fd, std::ptr::null(), 0, &one(buf as *mut c_void, n), flags, false, &mut kernel)
+                });
+            }
+            match lookup_or_complete(fd) {
+                Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
+                None => Deferred::call(fd, moved_out(flags), call),
+            }
         },
         call,
     )
@@ -448,12 +564,21 @@ pub unsafe extern "C" fn sendto(
 ) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().sendto)(fd, buf, n, flags, addr, alen) };
-    // A connected TCP socket ignores the address, as the kernel does.
     intercept(
         -1,
-        || match lookup_or_complete(fd) {
-            Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
-            None => Deferred::call(fd, moved_out(flags), call),
+        || {
+            if let Some(u) = udp::lookup(fd) {
+                let mut kernel = call;
+                // SAFETY: the caller's buffer and address.
+                return Some(unsafe {
+                    udp::send(&u, fd, addr, alen, &one(buf as *mut c_void, n), flags, false, &mut kernel)
+                });
+            }
+            // A connected TCP socket ignores the address, as the kernel does.
+            match lookup_or_complete(fd) {
+                Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
+                None => Deferred::call(fd, moved_out(flags), call),
+            }
         },
         call,
     )
@@ -468,10 +593,30 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
     intercept(
         -1,
         || {
-            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_out(flags), call) };
             if msg.is_null() {
                 return None;
             }
+            if let Some(u) = udp::lookup(fd) {
+                // SAFETY: non-null msghdr from the caller.
+                let m = unsafe { &*msg };
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?;
+                let mut kernel = call;
+                // SAFETY: the caller's message.
+                return Some(unsafe {
+                    udp::send(
+                        &u,
+                        fd,
+                        m.msg_name as *const sockaddr,
+                        m.msg_namelen,
+                        iov,
+                        flags,
+                        m.msg_controllen != 0,
+                        &mut kernel,
+                    )
+                });
+            }
+            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_out(flags), call) };
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &*msg };
             // SAFETY: the caller's iovec array.
@@ -488,6 +633,61 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 }
 
 /// # Safety
+/// As sendmmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().sendmmsg)(fd, msgs, n, flags) };
+    intercept(
+        -1,
+        || {
+            let u = udp::lookup(fd)?;
+            if msgs.is_null() {
+                return None;
+            }
+            // SAFETY: one message of the caller's.
+            let mut kernel = |m: *const msghdr| unsafe { (real().sendmsg)(fd, m, flags) };
+            // SAFETY: the caller's array of n messages.
+            Some(unsafe { udp::sendmmsg(&u, fd, msgs, n as usize, flags, &mut kernel) })
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As recvmmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    n: c_uint,
+    flags: c_int,
+    timeout: *mut timespec,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().recvmmsg)(fd, msgs, n, flags, timeout) };
+    intercept(
+        -1,
+        || {
+            let u = udp::lookup(fd)?;
+            if msgs.is_null() || n == 0 {
+                return None;
+            }
+            // Ancillary data asked for: an option left to the kernel may produce it.
+            // SAFETY: the caller's array of n messages.
+            if (0..n as usize).any(|i| unsafe { (*msgs.add(i)).msg_hdr.msg_controllen } != 0) {
+                return None;
+            }
+            // SAFETY: one message of the caller's.
+            let mut kernel = |m: *mut msghdr, f: c_int| unsafe { (real().recvmsg)(fd, m, f) };
+            // SAFETY: the caller's array of n messages.
+            unsafe { udp::recvmmsg(&u, fd, msgs, n as usize, flags, duration_ts(timeout), &mut kernel) }
+        },
+        call,
+    )
+}
+
+/// # Safety
 /// As writev(2).
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
@@ -496,6 +696,13 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
     intercept(
         -1,
         || {
+            if let Some(u) = udp::lookup(fd) {
+                // SAFETY: the caller's iovec array.
+                let v = unsafe { iov_slice(iov, cnt) }?;
+                let mut kernel = call;
+                // SAFETY: the caller's buffers.
+                return Some(unsafe { udp::send(&u, fd, std::ptr::null(), 0, v, 0, false, &mut kernel) });
+            }
             let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, Moved::Written, call) };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
@@ -649,6 +856,7 @@ fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, f: unsafe extern "C" fn(c_int
                 match cmd {
                     libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => conn::duplicated(fd, r),
                     libc::F_SETFL => {
+                        udp::set_nonblocking(fd, arg as c_int & libc::O_NONBLOCK != 0);
                         if let Some(c) = lookup(fd) {
                             c.own.nonblocking().store(
                                 u32::from(arg as c_int & libc::O_NONBLOCK != 0),
@@ -689,6 +897,23 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
     intercept(
         -1,
         || {
+            if let Some(u) = udp::lookup(fd) {
+                if req == libc::FIONBIO && arg != 0 {
+                    let r = call();
+                    if r == 0 {
+                        // SAFETY: FIONBIO's argument points to an int.
+                        udp::set_nonblocking(fd, unsafe { *(arg as *const c_int) } != 0);
+                    }
+                    return Some(r);
+                }
+                if req != libc::FIONREAD || arg == 0 {
+                    return None;
+                }
+                let n = udp::readable_bytes(&u)?;
+                // SAFETY: FIONREAD's argument points to an int.
+                unsafe { *(arg as *mut c_int) = n };
+                return Some(0);
+            }
             let c = lookup_or_complete(fd)?;
             match req {
                 libc::FIONREAD if arg != 0 => {
@@ -751,7 +976,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
             }
             // SAFETY: the caller's array of n entries.
             let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-            if !slice.iter().any(|p| lookup_or_complete(p.fd).is_some()) {
+            if !slice.iter().any(|p| lookup_or_complete(p.fd).is_some() || udp::waitable(p.fd).is_some()) {
                 return None;
             }
             // SAFETY: f is the caller's array.
@@ -778,7 +1003,7 @@ pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, ts: *const timespec,
             }
             // SAFETY: the caller's array of n entries.
             let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-            if !slice.iter().any(|p| lookup_or_complete(p.fd).is_some()) {
+            if !slice.iter().any(|p| lookup_or_complete(p.fd).is_some() || udp::waitable(p.fd).is_some()) {
                 return None;
             }
             let mut sleep = |f: &mut [pollfd], t: Option<Duration>| {
@@ -972,6 +1197,7 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
             let e = errno();
             if pid > 0 {
                 conn::adopt_for_child(pid);
+                udp::adopt_for_child(pid);
             } else if pid == 0 {
                 // A connection another thread deferred after the set-ups above: the two
                 // processes would count apart, so it stays kernel TCP in this one.
@@ -1170,6 +1396,21 @@ pub unsafe extern "C" fn getsockopt(
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
     // SAFETY: the caller's arguments, via the raw system call (no recursion into ourselves).
     let call = || unsafe { libc::syscall(libc::SYS_setsockopt, fd, level, name, val, len) as c_int };
+    if udp::lookup(fd).is_some() {
+        return intercept(
+            -1,
+            || {
+                let r = call();
+                if r == 0 {
+                    let e = errno();
+                    udp::option_set(fd, level, name);
+                    set_errno(e);
+                }
+                Some(r)
+            },
+            call,
+        );
+    }
     if level == libc::SOL_SOCKET && name == libc::SO_RCVLOWAT {
         return intercept(
             -1,

@@ -33,6 +33,10 @@ macro_rules! real_functions {
 
 real_functions! {
     connect: fn(c_int, *const sockaddr, socklen_t) -> c_int;
+    socket: fn(c_int, c_int, c_int) -> c_int;
+    bind: fn(c_int, *const sockaddr, socklen_t) -> c_int;
+    sendmmsg: fn(c_int, *mut libc::mmsghdr, c_uint, c_int) -> c_int;
+    recvmmsg: fn(c_int, *mut libc::mmsghdr, c_uint, c_int, *mut timespec) -> c_int;
     accept: fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
     accept4: fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int;
     close: fn(c_int) -> c_int;

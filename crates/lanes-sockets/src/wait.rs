@@ -20,6 +20,7 @@ use crate::conn::{lookup, Conn};
 use crate::park;
 use crate::real::{errno, real, set_errno};
 use crate::spin;
+use crate::udp::UdpSock;
 use lanes::sockets::direction::SleepTicket;
 use lanes::sockets::endpoint::{FLAG_RX_LOWAT, FLAG_TX_URGENT};
 
@@ -33,13 +34,24 @@ struct Sleepers<'a> {
     /// Sockets whose peer's direction is parked: their bytes come through the kernel for
     /// as long as these are held.
     _parked: SmallVec<[park::ParkedHold<'a>; 8]>,
+    /// UDP sockets switched to kernel mode (`crate::udp`).
+    udp: SmallVec<[&'a UdpSock; 4]>,
 }
 
 impl<'a> Sleepers<'a> {
     /// Switches each to kernel mode as a sleeper; None if one has ring bytes (then none
     /// stays prepared).
-    fn prepare(conns: impl IntoIterator<Item = &'a Arc<Conn>>) -> Option<Sleepers<'a>> {
-        let mut s = Sleepers { prepared: SmallVec::new(), _parked: SmallVec::new() };
+    fn prepare(
+        conns: impl IntoIterator<Item = &'a Arc<Conn>>,
+        udp: impl IntoIterator<Item = &'a Arc<UdpSock>>,
+    ) -> Option<Sleepers<'a>> {
+        let mut s = Sleepers { prepared: SmallVec::new(), _parked: SmallVec::new(), udp: SmallVec::new() };
+        for u in udp {
+            if !u.prepare_sleep() {
+                return None; // datagrams wait; drop undoes the others
+            }
+            s.udp.push(&**u);
+        }
         for c in conns {
             let Some(peer) = c.peer() else { continue };
             if c.rx_retired() {
@@ -66,6 +78,9 @@ impl<'a> Sleepers<'a> {
 
 impl Drop for Sleepers<'_> {
     fn drop(&mut self) {
+        for u in self.udp.drain(..) {
+            u.finish_sleep();
+        }
         for (c, ticket) in self.prepared.drain(..) {
             if let Some(p) = c.peer() {
                 p.tx_word().finish_sleep(ticket, crate::stream::ring_allowed(c));
@@ -103,7 +118,13 @@ pub fn poll_core(
         .filter(|(_, p)| p.events & libc::POLLIN != 0)
         .filter_map(|(i, p)| lookup(p.fd).filter(|c| ring_capable(c)).map(|c| (i, p.fd, c)))
         .collect();
-    if accel.is_empty() {
+    let datagrams: SmallVec<[(usize, Arc<UdpSock>); 4]> = fds
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.events & libc::POLLIN != 0)
+        .filter_map(|(i, p)| crate::udp::waitable(p.fd).map(|u| (i, u)))
+        .collect();
+    if accel.is_empty() && datagrams.is_empty() {
         return sleep(fds, timeout);
     }
     // revents are the call's output: what the program left there from an earlier call
@@ -115,7 +136,7 @@ pub fn poll_core(
     // Refused when a CPU is not free for it (see `spin`); without a spin, the sleeping call
     // is the only one that asks the kernel, as the program's own call would be.
     // Nothing to spin for if every ring is parked (empty, and kept so).
-    let rings = accel.iter().any(|(_, _, c)| !park::is_parked(c));
+    let rings = accel.iter().any(|(_, _, c)| !park::is_parked(c)) || !datagrams.is_empty();
     let mut spin: Option<spin::Spin> =
         if timeout == Some(Duration::ZERO) || !rings { None } else { spin::Spin::begin(timeout) };
     let spinning = spin.is_some();
@@ -148,6 +169,14 @@ pub fn poll_core(
                 fds[*i].revents |= libc::POLLIN;
             }
         }
+        for (i, u) in &datagrams {
+            if u.ring_ready() {
+                if fds[*i].revents == 0 {
+                    ready += 1;
+                }
+                fds[*i].revents |= libc::POLLIN;
+            }
+        }
         if ready > 0 {
             if let Some(s) = spin.take() {
                 s.hit();
@@ -161,7 +190,8 @@ pub fn poll_core(
             std::hint::spin_loop();
             continue;
         }
-        let Some(_sleepers) = Sleepers::prepare(accel.iter().map(|(_, _, c)| c)) else {
+        let Some(_sleepers) = Sleepers::prepare(accel.iter().map(|(_, _, c)| c), datagrams.iter().map(|(_, u)| u))
+        else {
             ask_now = true; // ring bytes arrived: report the kernel's ready fds with them
             continue;
         };
@@ -257,7 +287,7 @@ pub fn any_accelerated_in_sets(nfds: c_int, sets: [*mut libc::fd_set; 2]) -> boo
     (0..nfds.clamp(0, libc::FD_SETSIZE as c_int)).any(|fd| {
         // SAFETY: the caller's sets, null or valid for nfds bits.
         sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
-            && lookup(fd).is_some_and(|c| ring_capable(&c))
+            && (lookup(fd).is_some_and(|c| ring_capable(&c)) || crate::udp::waitable(fd).is_some())
     })
 }
 
@@ -284,6 +314,8 @@ struct Item {
     conn: Option<Arc<Conn>>,
     /// The registered fd is itself an epoll set of ours (nesting).
     nested: Option<Arc<Mutex<Shadow>>>,
+    /// The registered fd is a UDP socket with a ring (`crate::udp`).
+    udp: Option<Arc<UdpSock>>,
     /// How often the fd number had been closed when this was registered ([`closes_of`]):
     /// after another close the kernel may have dropped the registration (it does when no
     /// duplicate is left), and only the kernel can answer for it.
@@ -304,6 +336,7 @@ impl Item {
 enum Watched {
     Ring(c_int, Arc<Conn>),
     Set(c_int, Arc<Mutex<Shadow>>),
+    Datagrams(c_int, Arc<UdpSock>),
 }
 
 /// The application's view of one epoll set: the kernel set holds every fd with a token
@@ -346,7 +379,7 @@ impl Shadow {
             let accelerated = |c: &Conn| c.peer().is_some();
             self.stale = self.unresolved.iter().any(|fd| match self.items.get(fd) {
                 Some(Item { conn: Some(c), .. }) => accelerated(c),
-                Some(_) => lookup(*fd).is_some_and(|c| accelerated(&c)),
+                Some(_) => lookup(*fd).is_some_and(|c| accelerated(&c)) || crate::udp::waitable(*fd).is_some(),
                 None => false,
             });
         }
@@ -360,6 +393,13 @@ impl Shadow {
                 }
                 if let Some(inner) = &it.nested {
                     watched.push(Watched::Set(*fd, inner.clone()));
+                    continue;
+                }
+                if it.udp.is_none() {
+                    it.udp = crate::udp::waitable(*fd); // bound after it was added
+                }
+                if let Some(u) = &it.udp {
+                    watched.push(Watched::Datagrams(*fd, u.clone()));
                     continue;
                 }
                 if it.conn.is_none() {
@@ -608,13 +648,17 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
         }
         // Programs flip EPOLLOUT on and off per request with MOD (redis does): keep what
         // is known about the fd, and the watch list, unless its input interest changed.
-        let (conn, nested, keeps_watch) = match sh.items.get(&fd) {
-            Some(prev) if op == libc::EPOLL_CTL_MOD => {
-                (prev.conn.clone(), prev.nested.clone(), prev.wants_input() == (ev.events & libc::EPOLLIN as u32 != 0))
-            }
-            _ => (lookup(fd), shadow_of(fd), false),
+        let (conn, nested, udp, keeps_watch) = match sh.items.get(&fd) {
+            Some(prev) if op == libc::EPOLL_CTL_MOD => (
+                prev.conn.clone(),
+                prev.nested.clone(),
+                prev.udp.clone(),
+                prev.wants_input() == (ev.events & libc::EPOLLIN as u32 != 0),
+            ),
+            _ => (lookup(fd), shadow_of(fd), crate::udp::waitable(fd), false),
         };
-        let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0);
+        let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0)
+            + udp.as_ref().map_or(0, |u| u.signature());
         sh.items.insert(
             fd,
             Item {
@@ -624,6 +668,7 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
                 last_published: last,
                 conn,
                 nested,
+                udp,
                 closes: closes_of(fd),
             },
         );
@@ -731,8 +776,8 @@ fn wait_loop(
             std::hint::spin_loop();
             continue;
         }
-        let sleeping = sleep_set(&watched);
-        let Some(sleepers) = Sleepers::prepare(&sleeping) else {
+        let (sleeping, datagrams) = sleep_set(&watched);
+        let Some(sleepers) = Sleepers::prepare(&sleeping, &datagrams) else {
             // Ring bytes arrived (in a ring unparked meanwhile): report the kernel's events
             // with them.
             (ask_now, rings) = (true, true);
@@ -785,6 +830,12 @@ fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mu
                 }
                 (*fd, c.peer().map(|p| p.tx_word().load().published()).unwrap_or(0))
             }
+            Watched::Datagrams(fd, u) => {
+                if !u.ring_ready() {
+                    continue;
+                }
+                (*fd, u.signature())
+            }
             Watched::Set(fd, inner) => {
                 if !shadow_ring_ready(inner) {
                     continue;
@@ -807,23 +858,29 @@ fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mu
 /// The accelerated sockets a sleeping wait must switch to kernel mode: its own rings and
 /// those of nested sets (not those shut for reading: their bytes come through the kernel
 /// already, and ring bytes left unread there would never let the wait sleep).
-fn sleep_set(watched: &[Watched]) -> SmallVec<[Arc<Conn>; 8]> {
+#[allow(clippy::type_complexity)]
+fn sleep_set(watched: &[Watched]) -> (SmallVec<[Arc<Conn>; 8]>, SmallVec<[Arc<UdpSock>; 4]>) {
     let open = |c: &Arc<Conn>| !c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED) && !c.rx_retired();
     let mut conns = SmallVec::new();
+    let mut datagrams = SmallVec::new();
     for w in watched {
         match w {
             Watched::Ring(_, c) if open(c) => conns.push(c.clone()),
             Watched::Ring(..) => {}
+            Watched::Datagrams(_, u) => datagrams.push(u.clone()),
             Watched::Set(_, inner) => {
                 let list = lock(inner).watch_list();
-                conns.extend(list.iter().filter_map(|w| match w {
-                    Watched::Ring(_, c) if open(c) => Some(c.clone()),
-                    _ => None, // deeper nesting: the kernel wakes us through it
-                }));
+                for w in list.iter() {
+                    match w {
+                        Watched::Ring(_, c) if open(c) => conns.push(c.clone()),
+                        Watched::Datagrams(_, u) => datagrams.push(u.clone()),
+                        _ => {} // deeper nesting: the kernel wakes us through it
+                    }
+                }
             }
         }
     }
-    conns
+    (conns, datagrams)
 }
 
 /// Whether an (inner) set has an accelerated socket with ring bytes to report.
@@ -833,11 +890,17 @@ fn shadow_ring_ready(shadow: &Mutex<Shadow>) -> bool {
         && sh.items.values().any(|it| {
             !it.disarmed
                 && it.wants_input()
-                && it.conn.as_ref().is_some_and(|c| {
-                    c.ring_input_ready()
-                        && (!it.edge_triggered()
-                            || c.peer().map(|p| p.tx_word().load().published()) != Some(it.last_published))
-                })
+                && it
+                    .udp
+                    .as_ref()
+                    .is_some_and(|u| u.ring_ready() && (!it.edge_triggered() || u.signature() != it.last_published))
+                || !it.disarmed
+                    && it.wants_input()
+                    && it.conn.as_ref().is_some_and(|c| {
+                        c.ring_input_ready()
+                            && (!it.edge_triggered()
+                                || c.peer().map(|p| p.tx_word().load().published()) != Some(it.last_published))
+                    })
         })
 }
 
@@ -846,7 +909,10 @@ fn shadow_ring_signature(shadow: &Mutex<Shadow>) -> u64 {
     let sh = lock(shadow);
     sh.items
         .values()
-        .filter_map(|it| it.conn.as_ref()?.peer().map(|p| p.tx_word().load().published()))
+        .filter_map(|it| match &it.udp {
+            Some(u) => Some(u.signature()),
+            None => it.conn.as_ref()?.peer().map(|p| p.tx_word().load().published()),
+        })
         .fold(0u64, |acc, p| acc.wrapping_mul(31).wrapping_add(p))
 }
 

@@ -12,6 +12,9 @@
 //! A socket whose peer is on another host of the cluster gets a record too ([`remote`]):
 //! it carries the pairing the two hosts' daemons agreed on (no data path across hosts yet:
 //! such a connection's bytes go through the kernel).
+//!
+//! UDP sockets that receive get a [`udp`] record: a datagram ring that senders of this
+//! host with the library write into, under a state word with the same sleep rule.
 
 pub mod direction;
 pub mod endpoint;
@@ -19,6 +22,7 @@ pub mod fabric_stream;
 pub mod reasons;
 pub mod registry;
 pub mod remote;
+pub mod udp;
 
 pub use direction::{DirectionState, KernelReservation};
 pub use endpoint::{ConnectionKey, Endpoint, PeerRecord};

@@ -2,7 +2,8 @@
 //! (`liblanes_sockets.so` preloaded into both ends), interleaved A/B in one invocation.
 //!
 //! Each measurement is a server and a client on loopback, on a fresh port: sockperf
-//! ping-pong (average latency), sockperf 64-byte throughput (messages/s), iperf3 with 128 KiB
+//! ping-pong over TCP and over UDP (average latency), sockperf 64-byte throughput
+//! (messages/s), iperf3 with 128 KiB
 //! writes (Gbit/s received), redis-benchmark GET (p50), both pinned to two different CPUs;
 //! a blocking 100-byte ping-pong (round trips/s) pinned the same way, quiet and with a
 //! busy-loop process on every CPU; and, floating over all CPUs, pgbench TPC-B and
@@ -50,8 +51,8 @@ pub struct SocketsArgs {
     #[arg(long)]
     quick: bool,
     /// Rows to run, comma-separated (default all): sockperf-latency, sockperf-throughput,
-    /// iperf3, redis-get, pingpong, pingpong-hog, pgbench-tpcb, pgbench-select, nginx,
-    /// nginx-close.
+    /// sockperf-udp-latency, iperf3, redis-get, pingpong, pingpong-hog, pgbench-tpcb,
+    /// pgbench-select, nginx, nginx-close.
     #[arg(long, value_name = "LIST")]
     only: Option<String>,
     /// Concurrent redis-benchmark clients (its -c).
@@ -111,6 +112,7 @@ fn units() -> BTreeMap<String, String> {
     [
         ("sockperf-latency", "one-way latency in microseconds (sockperf: half the round trip), average"),
         ("sockperf-throughput", "64-byte messages per second the client sent (sockperf tp)"),
+        ("sockperf-udp-latency", "one-way UDP latency in microseconds (sockperf: half the round trip), average"),
         ("iperf3", "Gbit/s received by the server (iperf3 end.sum_received), 128 KiB writes, one stream"),
         ("redis-get", "GET latency p50 in microseconds as redis-benchmark reports it (64-byte values)"),
         ("pingpong", "blocking 100-byte round trips per second (write, then read the echo), one connection"),

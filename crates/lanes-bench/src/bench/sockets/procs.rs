@@ -133,18 +133,28 @@ fn pin_and_tie(cmd: &mut Command, cpu: Option<usize>) {
 
 /// Whether some socket listens on TCP `port` (IPv4 or IPv6), from /proc/net: no connection
 /// is made, which matters for servers that serve one client and exit (`iperf3 -1`).
+/// Whether a TCP socket listens on `port`, or a UDP socket is bound to it (a UDP server is
+/// ready once bound).
 fn listening(port: u16) -> bool {
     let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+    let udp_bound = ["/proc/net/udp", "/proc/net/udp6"].iter().any(|f| {
         std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let mut w = l.split_whitespace();
-                let local = w.nth(1).unwrap_or("");
-                let state = w.nth(1).unwrap_or("");
-                state == "0A" && format!("{local} ").ends_with(&want)
+            t.lines()
+                .skip(1)
+                .any(|l| l.split_whitespace().nth(1).is_some_and(|local| format!("{local} ").ends_with(&want)))
+        })
+    });
+    udp_bound
+        || ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+            std::fs::read_to_string(f).is_ok_and(|t| {
+                t.lines().skip(1).any(|l| {
+                    let mut w = l.split_whitespace();
+                    let local = w.nth(1).unwrap_or("");
+                    let state = w.nth(1).unwrap_or("");
+                    state == "0A" && format!("{local} ").ends_with(&want)
+                })
             })
         })
-    })
 }
 
 fn tail(text: &str, lines: usize) -> String {

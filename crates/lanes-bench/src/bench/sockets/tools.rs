@@ -46,6 +46,16 @@ pub(crate) static TOOLS: &[Tool] = &[
         run: sockperf_throughput,
     },
     Tool {
+        key: "sockperf-udp-latency",
+        title: "sockperf UDP ping-pong 64 B, avg latency",
+        needs: &[("sockperf", "sockperf")],
+        unit: "us",
+        lower_is_better: true,
+        target: 30.0,
+        hog: false,
+        run: sockperf_udp_pingpong,
+    },
+    Tool {
         key: "iperf3",
         title: "iperf3 -l 128K, received",
         needs: &[("iperf3", "iperf3")],
@@ -264,6 +274,18 @@ fn sockperf_pingpong(p: &Params, server: &Launch, client: &Launch) -> Result<Sam
 fn sockperf_throughput(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {
     let _srv = sockperf_server(p, server)?;
     parse_sockperf_throughput(&sockperf_client(p, client, "tp")?)
+}
+
+/// sockperf's UDP ping-pong (its default protocol): the server's socket is bound when it
+/// is ready.
+fn sockperf_udp_pingpong(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {
+    let mut cmd = server.command("sockperf")?;
+    cmd.args(["sr", "-i", "127.0.0.1", "-p", &server.port.to_string()]);
+    let _srv = Server::start(cmd, "sockperf UDP server", server.port)?;
+    let mut cmd = client.command("sockperf")?;
+    let (port, secs) = (client.port.to_string(), p.seconds.to_string());
+    cmd.args(["pp", "-i", "127.0.0.1", "-p", &port, "-t", &secs, "-m", "64", "--mps", SOCKPERF_MAX_RATE]);
+    parse_sockperf_pingpong(&run_client(cmd, "sockperf UDP pp", p.limit())?)
 }
 
 fn iperf3(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {

@@ -1,0 +1,368 @@
+//! UDP under `liblanes_sockets.so`: call sequences compared with kernel UDP, and real
+//! programs run with and without the library.
+//!
+//! `tests/udpconf/udpconf.c` prints a transcript of UDP calls (return values, errno names,
+//! lengths, flags, checksums, source addresses relative to the sockets involved): it runs
+//! twice without the library (the transcript must not vary by itself), then with it under
+//! three spin settings; every transcript must equal the first. One of its cases leaves a
+//! receiving socket's record behind, whose counts must show datagrams that came through
+//! the ring (so the comparison covered the library's path, not only the kernel's).
+//!
+//! Programs (Debian packages installed by scripts/test.sh): sockperf UDP ping-pong and
+//! throughput (library on both sides, each side alone, neither), iperf (v2) UDP, dnsmasq
+//! answering dig and dnsperf, socat echoing lines. What is checked is their own verdicts
+//! (no loss, duplication or reordering where the tool counts it; answers; echoed bytes),
+//! and, for sockperf's throughput run with the library on both sides (spinning allowed
+//! whatever the load), that the ring carried datagrams; with one side alone none may.
+//! Every wait is bounded.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use support::{clean_command, diff, free_ports, library, run_bounded, Finished, Program, TestDir};
+
+const RUN_LIMIT: Duration = Duration::from_secs(90);
+const STOP_LIMIT: Duration = Duration::from_secs(20);
+
+fn udpconf(dir: &TestDir) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/udpconf/udpconf.c");
+    let out = dir.path("udpconf");
+    let o = Command::new("cc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cc ({e}): run scripts/test.sh to install gcc"));
+    assert!(o.status.success(), "cc {}: {}", src.display(), String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+fn run_udpconf(bin: &Path, fabric: &Path, lib: Option<&Path>, env: &[(&str, &str)], args: &[&str]) -> Finished {
+    let mut c = clean_command(bin);
+    c.args(args).env("LANES_DIR", fabric);
+    if let Some(lib) = lib {
+        c.env("LD_PRELOAD", lib);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let f = run_bounded(c, "udpconf", RUN_LIMIT);
+    assert!(f.ok(), "{}", f.describe("udpconf"));
+    f
+}
+
+#[test]
+fn call_sequences_match_kernel_udp() {
+    let dir = TestDir::named("udp", "conf");
+    let bin = udpconf(&dir);
+    let lib = library();
+    let fabric = dir.sub("fabric");
+    let reference = run_udpconf(&bin, &fabric, None, &[], &[]).stdout;
+    assert!(reference.contains("== mixed") && reference.lines().count() > 150, "transcript:\n{reference}");
+    let again = run_udpconf(&bin, &fabric, None, &[], &[]).stdout;
+    assert_eq!(again, reference, "the kernel's own transcript varies:\n{}", diff(&reference, &again, 40));
+    for (label, env) in [
+        ("library", &[][..]),
+        ("library, LANES_POLL_US=0", &[("LANES_POLL_US", "0")][..]),
+        ("library, spinning always", &[("LANES_SPIN_GATE", "0"), ("LANES_POLL_US", "2000")][..]),
+    ] {
+        let got = run_udpconf(&bin, &fabric, Some(&lib), env, &[]).stdout;
+        assert!(got == reference, "{label}: transcript differs from kernel UDP's:\n{}", diff(&reference, &got, 60));
+    }
+    // The ring carried the datagrams of a case (its receiver's record is left behind).
+    let fabric = dir.sub("fabric-record");
+    let got = run_udpconf(&bin, &fabric, Some(&lib), &[], &["leave-record"]).stdout;
+    let kernel = run_udpconf(&bin, &dir.sub("fabric-none"), None, &[], &["leave-record"]).stdout;
+    assert_eq!(got, kernel);
+    let records = lanes::sockets::udp::list_udp(&fabric);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!((records[0].ring_datagrams, records[0].drops, records[0].kernel_datagrams), (10, 0, 0), "{records:?}");
+    assert!(records[0].stale, "its process exited");
+}
+
+// ---- programs ----------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Side {
+    Neither,
+    Both,
+    ServerOnly,
+    ClientOnly,
+}
+
+impl Side {
+    fn server(self) -> bool {
+        matches!(self, Side::Both | Side::ServerOnly)
+    }
+    fn client(self) -> bool {
+        matches!(self, Side::Both | Side::ClientOnly)
+    }
+    fn tag(self) -> &'static str {
+        match self {
+            Side::Neither => "none",
+            Side::Both => "both",
+            Side::ServerOnly => "server",
+            Side::ClientOnly => "client",
+        }
+    }
+}
+
+fn program(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.extend(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from));
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is not installed: run scripts/test.sh to install it"))
+}
+
+struct World {
+    dir: TestDir,
+    lib: PathBuf,
+    failures: Vec<String>,
+}
+
+impl World {
+    fn new(name: &str) -> World {
+        World { dir: TestDir::named("udp", name), lib: library(), failures: Vec::new() }
+    }
+    fn fabric(&self, name: &str) -> PathBuf {
+        self.dir.sub(&format!("fabric-{name}"))
+    }
+    fn cmd(&self, prog: &str, with_lib: bool, fabric: &Path) -> Command {
+        let mut c = clean_command(program(prog));
+        c.env("LANES_DIR", fabric).env("TMPDIR", &self.dir.0);
+        if with_lib {
+            c.env("LD_PRELOAD", &self.lib);
+        }
+        c
+    }
+    /// As `cmd`, spinning whatever the machine's load (`LANES_SPIN_GATE=0`): a receiver
+    /// that may not spin sleeps in the kernel as soon as its ring is empty, and on a busy
+    /// test machine whether its ring ever carries a datagram is then a matter of timing.
+    fn spinning_cmd(&self, prog: &str, with_lib: bool, fabric: &Path) -> Command {
+        let mut c = self.cmd(prog, with_lib, fabric);
+        c.env("LANES_SPIN_GATE", "0");
+        c
+    }
+    fn fail(&mut self, what: String) {
+        eprintln!("FAILED: {what}");
+        self.failures.push(what);
+    }
+    fn expect_ok(&mut self, f: &Finished, what: &str) -> bool {
+        if f.ok() {
+            return true;
+        }
+        self.fail(f.describe(what));
+        false
+    }
+    fn expect_output(&mut self, f: &Finished, what: &str, needle: &str) {
+        if !f.stdout.contains(needle) && !f.stderr.contains(needle) {
+            self.fail(format!("{what}: no \"{needle}\" in the output\n{}", f.describe(what)));
+        }
+    }
+    fn finish(self, test: &str) {
+        assert!(
+            self.failures.is_empty(),
+            "{test}: {} failure(s):\n\n{}",
+            self.failures.len(),
+            self.failures.join("\n\n")
+        );
+    }
+}
+
+/// The most datagrams any UDP record of `fabric` showed through its ring, sampled while a
+/// run goes on (records go when their sockets close).
+struct RingSampler(support::Sampler<u64>);
+
+impl RingSampler {
+    fn start(fabric: &Path) -> RingSampler {
+        let fabric_dir = fabric.to_path_buf();
+        RingSampler(support::Sampler::start(fabric, Duration::from_millis(20), move |max: &mut u64, _| {
+            for r in lanes::sockets::udp::list_udp(&fabric_dir) {
+                *max = (*max).max(r.ring_datagrams);
+            }
+        }))
+    }
+    fn finish(self) -> u64 {
+        self.0.finish()
+    }
+}
+
+/// Whether some UDP socket of this network namespace is bound to `port`.
+fn udp_bound(port: u16) -> bool {
+    ["/proc/net/udp", "/proc/net/udp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 1 && c[1].rsplit_once(':').is_some_and(|(_, p)| u16::from_str_radix(p, 16) == Ok(port))
+            })
+        })
+    })
+}
+
+fn start_server(w: &mut World, cmd: Command, port: u16, what: &str) -> Option<Program> {
+    let mut p = Program::spawn(cmd, what);
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(15) {
+        if udp_bound(port) {
+            return Some(p);
+        }
+        if p.exited() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let f = p.stop(libc::SIGKILL, STOP_LIMIT);
+    w.fail(format!("{what}: never bound UDP port {port}\n{}", f.describe(what)));
+    None
+}
+
+const SOCKPERF_CLEAN: &str = "# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0";
+
+#[test]
+fn sockperf_udp() {
+    let mut w = World::new("sockperf");
+    for side in [Side::Neither, Side::Both, Side::ServerOnly, Side::ClientOnly] {
+        let what = format!("sockperf UDP (library: {})", side.tag());
+        let fabric = w.fabric(side.tag());
+        let port = free_ports(1)[0];
+        let rings = RingSampler::start(&fabric);
+        let mut cmd = w.spinning_cmd("sockperf", side.server(), &fabric);
+        cmd.args(["sr", "-i", "127.0.0.1", "-p", &port.to_string()]);
+        let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: sr")) else { continue };
+        let mut cmd = w.cmd("sockperf", side.client(), &fabric);
+        cmd.args(["pp", "-i", "127.0.0.1", "-p", &port.to_string(), "-t", "2", "--mps", "3000000"]);
+        let pp = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&pp, &format!("{what}: pp")) {
+            w.expect_output(&pp, &format!("{what}: pp"), "Summary: Latency is");
+            w.expect_output(&pp, &format!("{what}: pp"), SOCKPERF_CLEAN);
+        }
+        let mut cmd = w.spinning_cmd("sockperf", side.client(), &fabric);
+        cmd.args(["tp", "-i", "127.0.0.1", "-p", &port.to_string(), "-m", "64", "-t", "2"]);
+        let tp = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&tp, &format!("{what}: tp")) {
+            w.expect_output(&tp, &format!("{what}: tp"), "Summary: Message Rate is");
+        }
+        let s = server.stop(libc::SIGINT, STOP_LIMIT);
+        if w.expect_ok(&s, &format!("{what}: sr, stopped with SIGINT")) {
+            w.expect_output(&s, &format!("{what}: sr"), "messages received and handled");
+        }
+        let ring = rings.finish();
+        match side {
+            // A throughput run against a spinning receiver: its ring must carry some.
+            Side::Both if ring == 0 => w.fail(format!("{what}: no datagram went through a ring")),
+            Side::ServerOnly | Side::ClientOnly | Side::Neither if ring > 0 => {
+                w.fail(format!("{what}: {ring} datagrams went through a ring with one side alone"))
+            }
+            _ => {}
+        }
+    }
+    w.finish("sockperf_udp");
+}
+
+#[test]
+fn iperf2_udp() {
+    let mut w = World::new("iperf");
+    for side in [Side::Neither, Side::Both] {
+        let what = format!("iperf -u (library: {})", side.tag());
+        let fabric = w.fabric(side.tag());
+        let port = free_ports(1)[0].to_string();
+        let mut cmd = w.cmd("iperf", side.server(), &fabric);
+        cmd.args(["-s", "-u", "-p", &port]);
+        let Some(server) = start_server(&mut w, cmd, port.parse().expect("port"), &format!("{what}: server")) else {
+            continue;
+        };
+        let mut cmd = w.cmd("iperf", side.client(), &fabric);
+        cmd.args(["-c", "127.0.0.1", "-u", "-p", &port, "-t", "2", "-b", "20M", "-l", "1400"]);
+        let c = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&c, &format!("{what}: client")) {
+            // The server's report came back to the client over UDP.
+            w.expect_output(&c, &format!("{what}: client"), "Server Report");
+        }
+        server.stop(libc::SIGKILL, STOP_LIMIT);
+    }
+    w.finish("iperf2_udp");
+}
+
+#[test]
+fn dnsmasq_dig_dnsperf() {
+    let mut w = World::new("dns");
+    let queries = w.dir.path("queries");
+    let list: String = (0..500).map(|i| format!("host{i}.lanes.test A\n")).collect();
+    std::fs::write(&queries, list).expect("query file");
+    for side in [Side::Neither, Side::Both, Side::ServerOnly, Side::ClientOnly] {
+        let what = format!("dnsmasq (library: {})", side.tag());
+        let fabric = w.fabric(side.tag());
+        let port = free_ports(1)[0].to_string();
+        let mut cmd = w.cmd("dnsmasq", side.server(), &fabric);
+        cmd.args([
+            "--no-daemon",
+            "--port",
+            &port,
+            "--listen-address=127.0.0.1",
+            "--bind-interfaces",
+            "--no-resolv",
+            "--no-hosts",
+            "--address=/lanes.test/10.1.2.3",
+            "--user=root",
+            "--pid-file=",
+        ]);
+        let Some(server) = start_server(&mut w, cmd, port.parse().expect("port"), &format!("{what}: server")) else {
+            continue;
+        };
+        let mut cmd = w.cmd("dig", side.client(), &fabric);
+        cmd.args(["@127.0.0.1", "-p", &port, "+short", "+tries=1", "+time=5", "a.lanes.test"]);
+        let d = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&d, &format!("{what}: dig")) && d.stdout.trim() != "10.1.2.3" {
+            w.fail(format!("{what}: dig answered {:?}", d.stdout));
+        }
+        let mut cmd = w.cmd("dnsperf", side.client(), &fabric);
+        cmd.args(["-s", "127.0.0.1", "-p", &port, "-d"]).arg(&queries).args(["-n", "4", "-t", "5"]);
+        let p = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&p, &format!("{what}: dnsperf")) {
+            let completed = p.stdout.lines().map(str::trim).find(|l| l.starts_with("Queries completed:"));
+            if !completed.is_some_and(|l| l.ends_with("(100.00%)") && l.contains(" 2000 ")) {
+                w.fail(format!("{what}: dnsperf did not complete its 2000 queries\n{}", p.describe("dnsperf")));
+            }
+        }
+        server.stop(libc::SIGTERM, STOP_LIMIT);
+    }
+    w.finish("dnsmasq_dig_dnsperf");
+}
+
+#[test]
+fn socat_udp_echo() {
+    let mut w = World::new("socat");
+    for side in [Side::Neither, Side::Both, Side::ServerOnly, Side::ClientOnly] {
+        let what = format!("socat UDP echo (library: {})", side.tag());
+        let fabric = w.fabric(side.tag());
+        let port = free_ports(1)[0].to_string();
+        let mut cmd = w.cmd("socat", side.server(), &fabric);
+        cmd.args(["-T", "10", &format!("UDP4-LISTEN:{port},bind=127.0.0.1"), "PIPE"]);
+        let Some(server) = start_server(&mut w, cmd, port.parse().expect("port"), &format!("{what}: server")) else {
+            continue;
+        };
+        // Lines written with pauses: each is one datagram, echoed by the server.
+        let script = format!(
+            "for i in $(seq 1 300); do echo \"line $i\"; sleep 0.002; done | socat -t 2 - UDP4:127.0.0.1:{port}"
+        );
+        let mut cmd = clean_command("sh");
+        cmd.args(["-c", &script]).env("LANES_DIR", &fabric).env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        if side.client() {
+            cmd.env("LD_PRELOAD", &w.lib);
+        }
+        let c = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        let want: String = (1..=300).map(|i| format!("line {i}\n")).collect();
+        if w.expect_ok(&c, &format!("{what}: client")) && c.stdout != want {
+            w.fail(format!("{what}: echoed {} bytes, not the {} sent, in order", c.stdout.len(), want.len()));
+        }
+        server.stop(libc::SIGKILL, STOP_LIMIT);
+    }
+    w.finish("socat_udp_echo");
+}
