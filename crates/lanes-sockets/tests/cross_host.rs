@@ -744,7 +744,10 @@ fn many_connections_each_with_a_ring_across_hosts() {
     for got in [&on_a, &on_b] {
         assert_eq!(field(got, "received"), BYTES * N as u64, "{got}");
     }
-    assert!(field(&on_a, "received_fabric") > 0 && field(&on_b, "received_fabric") > 0, "{on_a} / {on_b}");
+    // Every byte is checked above; which direction gets its ring depends on scheduling (on
+    // a loaded 2-CPU machine one direction's requests were all refused in a CI run), so
+    // only that the fabric carried some of them is asked.
+    assert!(field(&on_a, "received_fabric") + field(&on_b, "received_fabric") > 0, "{on_a} / {on_b}");
 }
 
 /// A peer killed mid-stream (b sends and never reads, so its kernel holds unread bytes of
