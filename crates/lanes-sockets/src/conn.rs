@@ -608,6 +608,9 @@ static DEFER_READ: [AtomicU64; FAST_FDS] = [const { AtomicU64::new(0) }; FAST_FD
 static DEFER_COOKIE: [AtomicU64; FAST_FDS] = [const { AtomicU64::new(0) }; FAST_FDS];
 static DEFER_CALLS: [AtomicU32; FAST_FDS] = [const { AtomicU32::new(0) }; FAST_FDS];
 static DEFER_IN_KERNEL: [AtomicU32; FAST_FDS] = [const { AtomicU32::new(0) }; FAST_FDS];
+/// Bumped when an fd number starts a deferral: a call that was in the kernel when its socket
+/// was closed and the number reused adds nothing to the new socket's counts.
+static DEFER_GENERATION: [AtomicU32; FAST_FDS] = [const { AtomicU32::new(0) }; FAST_FDS];
 /// One past the highest fd ever deferred: scans of the table (fork, exec, close_range) stop
 /// there.
 static DEFER_END: AtomicUsize = AtomicUsize::new(0);
@@ -628,6 +631,9 @@ pub enum Moved {
 impl Deferred {
     fn start(fd: i32, cookie: u64) {
         let i = fd as usize;
+        // First, so a call of the number's previous socket still in the kernel stops counting
+        // before the counts are cleared for this one.
+        DEFER_GENERATION[i].fetch_add(1, Ordering::SeqCst);
         DEFER_WRITTEN[i].store(0, Ordering::Relaxed);
         DEFER_READ[i].store(0, Ordering::Relaxed);
         DEFER_CALLS[i].store(0, Ordering::Relaxed);
@@ -662,6 +668,7 @@ impl Deferred {
         // claimed the state, both sequentially consistent): either this call sees the set-up
         // and goes the accelerated way, or the set-up sees this call and waits for a later one.
         DEFER_IN_KERNEL[i].fetch_add(1, Ordering::SeqCst);
+        let generation = DEFER_GENERATION[i].load(Ordering::SeqCst);
         if MAYBE[i].load(Ordering::SeqCst) != MAYBE_DEFERRED {
             DEFER_IN_KERNEL[i].fetch_sub(1, Ordering::SeqCst);
             return None;
@@ -673,7 +680,7 @@ impl Deferred {
         }
         let r = call();
         let e = crate::real::errno();
-        if r > 0 {
+        if r > 0 && DEFER_GENERATION[i].load(Ordering::SeqCst) == generation {
             match moved {
                 Moved::Written => DEFER_WRITTEN[i].fetch_add(r as u64, Ordering::Relaxed),
                 Moved::Read => DEFER_READ[i].fetch_add(r as u64, Ordering::Relaxed),
