@@ -271,7 +271,7 @@ pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
     if fd < 0 {
         return None;
     }
-    if (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) != 1 {
+    if (fd as usize) < FAST_FDS && !matches!(MAYBE[fd as usize].load(Ordering::Relaxed), 1 | MAYBE_RETIRED) {
         return None;
     }
     let generation = GENERATION.load(Ordering::Acquire);
@@ -328,6 +328,30 @@ pub fn lookup_or_complete(fd: i32) -> Option<Arc<Conn>> {
         on_connected(fd);
     }
     lookup(fd)
+}
+
+/// `MAYBE[fd]` of an accelerated socket whose both directions are retired from the ring
+/// (see `park`): its data calls and waits are the kernel's alone, so they skip the table
+/// ([`lookup_live`] answers None); close, dup, fork and the options still find it.
+const MAYBE_RETIRED: u8 = 6;
+
+/// Both directions of `fd`'s socket are retired: from now on its data calls pass straight to
+/// the kernel (the library's cost for it is one look at `MAYBE`). Its counts of kernel bytes
+/// stop there (`lanes status` shows them as they were).
+pub fn mark_retired(fd: i32) {
+    if fd >= 0 && (fd as usize) < FAST_FDS {
+        let _ = MAYBE[fd as usize].compare_exchange(1, MAYBE_RETIRED, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// As [`lookup_or_complete`], for data calls and waits: None for a socket whose both
+/// directions are retired ([`mark_retired`]).
+#[inline]
+pub fn lookup_live(fd: i32) -> Option<Arc<Conn>> {
+    if fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_RETIRED {
+        return None;
+    }
+    lookup_or_complete(fd)
 }
 
 /// Every accelerated fd of this process.

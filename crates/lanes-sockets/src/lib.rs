@@ -39,7 +39,7 @@ use libc::{
     socklen_t, ssize_t, timespec,
 };
 
-use conn::{lookup, lookup_or_complete, Conn, Deferred, Moved};
+use conn::{lookup, lookup_live, lookup_or_complete, Conn, Deferred, Moved};
 use lanes::sockets::endpoint::{FLAG_APP_NODELAY, FLAG_NODELAY_FORCED, FLAG_RX_LOWAT};
 use real::{errno, real, set_errno};
 use stream::Call;
@@ -349,7 +349,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
                 // SAFETY: the caller's buffer.
                 return unsafe { udp::recv(&u, fd, &one(buf, n), 0, &udp::Out::none(), &mut kernel) };
             }
-            match lookup_or_complete(fd) {
+            match lookup_live(fd) {
                 Some(c) => (n > 0).then(|| recv_on(&c, fd, Call::Plain, &one(buf, n), 0)),
                 None => Deferred::call(fd, Moved::Read, call),
             }
@@ -373,7 +373,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
                 // SAFETY: the caller's buffer.
                 return unsafe { udp::recv(&u, fd, &one(buf, n), flags, &udp::Out::none(), &mut kernel) };
             }
-            match lookup_or_complete(fd) {
+            match lookup_live(fd) {
                 Some(c) => Some(recv_on(&c, fd, Call::Socket, &one(buf, n), flags)),
                 None => Deferred::call(fd, moved_in(flags), call),
             }
@@ -405,7 +405,7 @@ pub unsafe extern "C" fn recvfrom(
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, &one(buf, n), flags, &out, &mut kernel) };
             }
-            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_in(flags), call) };
+            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, moved_in(flags), call) };
             let r = recv_on(&c, fd, Call::Socket, &one(buf, n), flags);
             if r >= 0 && !addr.is_null() && !alen.is_null() {
                 // A connected TCP socket reports no source address.
@@ -450,7 +450,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, &iov, flags, &out, &mut kernel) };
             }
-            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_in(flags), call) };
+            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, moved_in(flags), call) };
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &mut *msg };
             // SAFETY: the caller's iovec array.
@@ -489,7 +489,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, v, 0, &udp::Out::none(), &mut kernel) };
             }
-            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, Moved::Read, call) };
+            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, Moved::Read, call) };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
             // Nothing to read: the kernel answers at once, as for read (see there).
@@ -517,7 +517,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
                     udp::send(&u, fd, std::ptr::null(), 0, &one(buf as *mut c_void, n), 0, false, &mut kernel)
                 });
             }
-            match lookup_or_complete(fd) {
+            match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Plain, &one(buf as *mut c_void, n), 0)),
                 None => Deferred::call(fd, Moved::Written, call),
             }
@@ -542,7 +542,7 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
                     udp::send(&u, fd, std::ptr::null(), 0, &one(buf as *mut c_void, n), flags, false, &mut kernel)
                 });
             }
-            match lookup_or_complete(fd) {
+            match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
                 None => Deferred::call(fd, moved_out(flags), call),
             }
@@ -575,7 +575,7 @@ pub unsafe extern "C" fn sendto(
                 });
             }
             // A connected TCP socket ignores the address, as the kernel does.
-            match lookup_or_complete(fd) {
+            match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
                 None => Deferred::call(fd, moved_out(flags), call),
             }
@@ -616,7 +616,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
                     )
                 });
             }
-            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, moved_out(flags), call) };
+            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, moved_out(flags), call) };
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &*msg };
             // SAFETY: the caller's iovec array.
@@ -703,7 +703,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
                 // SAFETY: the caller's buffers.
                 return Some(unsafe { udp::send(&u, fd, std::ptr::null(), 0, v, 0, false, &mut kernel) });
             }
-            let Some(c) = lookup_or_complete(fd) else { return Deferred::call(fd, Moved::Written, call) };
+            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, Moved::Written, call) };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
             Some(stream::send(&c, fd, Call::Vector, v, 0))
@@ -734,7 +734,7 @@ pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_
     intercept(
         -1,
         || {
-            let Some(c) = lookup_or_complete(out_fd) else { return Deferred::call(out_fd, Moved::Written, call) };
+            let Some(c) = lookup_live(out_fd) else { return Deferred::call(out_fd, Moved::Written, call) };
             // SAFETY: the caller's arguments, count lowered (sendfile may move fewer bytes).
             let transfer = || unsafe { (real().sendfile)(out_fd, in_fd, offset, count) };
             Some(kernel_transfer_out(&c, count, transfer))
@@ -767,7 +767,7 @@ pub unsafe extern "C" fn splice(
     intercept(
         -1,
         || {
-            if let Some(c) = lookup_or_complete(fd_in) {
+            if let Some(c) = lookup_live(fd_in) {
                 // Reading through the kernel from now on: ring bytes still waiting are
                 // handed over first, through the output.
                 if c.ring_readable() {
@@ -790,7 +790,7 @@ pub unsafe extern "C" fn splice(
             if Deferred::is(fd_in) {
                 return Deferred::call(fd_in, Moved::Read, call);
             }
-            let Some(c) = lookup_or_complete(fd_out) else { return Deferred::call(fd_out, Moved::Written, call) };
+            let Some(c) = lookup_live(fd_out) else { return Deferred::call(fd_out, Moved::Written, call) };
             let len = len.min(lanes::sockets::direction::MAX_KERNEL_CHUNK);
             // SAFETY: the caller's arguments, len lowered.
             Some(kernel_transfer_out(&c, len, || unsafe {
@@ -976,7 +976,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
             }
             // SAFETY: the caller's array of n entries.
             let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-            if !slice.iter().any(|p| lookup_or_complete(p.fd).is_some() || udp::waitable(p.fd).is_some()) {
+            if !slice.iter().any(|p| lookup_live(p.fd).is_some() || udp::waitable(p.fd).is_some()) {
                 return None;
             }
             // SAFETY: f is the caller's array.
@@ -1003,7 +1003,7 @@ pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, ts: *const timespec,
             }
             // SAFETY: the caller's array of n entries.
             let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-            if !slice.iter().any(|p| lookup_or_complete(p.fd).is_some() || udp::waitable(p.fd).is_some()) {
+            if !slice.iter().any(|p| lookup_live(p.fd).is_some() || udp::waitable(p.fd).is_some()) {
                 return None;
             }
             let mut sleep = |f: &mut [pollfd], t: Option<Duration>| {

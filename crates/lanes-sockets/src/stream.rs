@@ -177,8 +177,10 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     }
     if conn.tx_retired() {
         // The peer retired this direction from the ring: the program's own call, counted.
-        if conn.own.has_flag(FLAG_NODELAY_FORCED) && conn.rx_retired() {
+        if conn.rx_retired() {
+            // Both directions: the next calls do not come here at all.
             release_nodelay(conn, fd);
+            crate::conn::mark_retired(fd);
         }
         let r = kernel_send(call, fd, iov, flags);
         if r > 0 {
@@ -744,10 +746,12 @@ fn ring_read(conn: &Conn) {
 }
 
 /// A try found kernel bytes unread and asked the sender to let them drain: try again at
-/// the next read.
+/// the next read. The try is not over, so it is not counted fruitless (a stream's receiver
+/// retries at each read until the kernel drains; counting each retry retired a one-way
+/// stream within a dozen reads).
 fn flip_again(conn: &Conn) {
     let f = conn.flip.get();
-    conn.flip.set(FlipBackoff { skip: 0, ..f });
+    conn.flip.set(FlipBackoff { skip: 0, fruitless: f.fruitless.saturating_sub(1), ..f });
 }
 
 /// After a kernel read: switches the peer's sending direction back to the ring if
@@ -816,6 +820,11 @@ pub fn release_nodelay(conn: &Conn, fd: c_int) {
 pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut msg: Option<&mut msghdr>) -> ssize_t {
     if conn.rx_retired() {
         // The kernel holds every byte of this direction, for good: the program's own call.
+        if conn.tx_retired() {
+            // Both directions: the next calls do not come here at all.
+            release_nodelay(conn, fd);
+            crate::conn::mark_retired(fd);
+        }
         let r = kernel_recv(call, fd, iov, flags, &mut msg);
         if r > 0 && flags & libc::MSG_PEEK == 0 {
             kernel_bytes_read(conn, r);

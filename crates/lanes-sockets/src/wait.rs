@@ -116,7 +116,7 @@ pub fn poll_core(
         .iter()
         .enumerate()
         .filter(|(_, p)| p.events & libc::POLLIN != 0)
-        .filter_map(|(i, p)| lookup(p.fd).filter(|c| ring_capable(c)).map(|c| (i, p.fd, c)))
+        .filter_map(|(i, p)| crate::conn::lookup_live(p.fd).filter(|c| ring_capable(c)).map(|c| (i, p.fd, c)))
         .collect();
     let datagrams: SmallVec<[(usize, Arc<UdpSock>); 4]> = fds
         .iter()
@@ -287,7 +287,7 @@ pub fn any_accelerated_in_sets(nfds: c_int, sets: [*mut libc::fd_set; 2]) -> boo
     (0..nfds.clamp(0, libc::FD_SETSIZE as c_int)).any(|fd| {
         // SAFETY: the caller's sets, null or valid for nfds bits.
         sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
-            && (lookup(fd).is_some_and(|c| ring_capable(&c)) || crate::udp::waitable(fd).is_some())
+            && (crate::conn::lookup_live(fd).is_some_and(|c| ring_capable(&c)) || crate::udp::waitable(fd).is_some())
     })
 }
 
