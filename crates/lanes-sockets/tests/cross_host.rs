@@ -769,8 +769,11 @@ fn a_peer_killed_mid_stream_is_a_reset_as_on_kernel_tcp() {
         let got = server.finish_within("drain 0", Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e:?}"));
         eprintln!("ring {ring}: {got}");
         assert!(field(&got, "received") > 0, "{got}");
-        if ring != 0 {
-            assert!(field(&got, "received_fabric") > 0, "the ring carried b's bytes: {got}");
+        // Whether the ring carried some of b's bytes before the kill depends on scheduling
+        // (in a CI run its one ring request was still pending when b died): what is asked is
+        // that the killed peer reads as a reset, with the ring or without it.
+        if ring != 0 && field(&got, "received_fabric") == 0 {
+            eprintln!("ring {ring}: the ring carried none of b's bytes before the kill this time");
         }
         assert!(got.contains("recv=ECONNRESET"), "ring {ring}: {got}");
         assert!(got.contains("send=EPIPE") || got.contains("send=ECONNRESET"), "ring {ring}: {got}");
