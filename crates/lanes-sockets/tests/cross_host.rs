@@ -701,7 +701,10 @@ fn the_ring_across_hosts_carries_checksummed_streams_both_ways() {
     }
     assert_eq!(field(&on_a, "sent_fabric"), field(&on_b, "received_fabric"), "a's ring bytes: {on_a} / {on_b}");
     assert_eq!(field(&on_b, "sent_fabric"), field(&on_a, "received_fabric"), "b's ring bytes: {on_a} / {on_b}");
-    assert!(field(&on_a, "sent_fabric") > 0 && field(&on_b, "sent_fabric") > 0, "{on_a} / {on_b}");
+    // Every byte is checked above; which direction gets its ring depends on scheduling (in
+    // a CI run one direction's only ring request was refused), so only that the fabric
+    // carried some of them is asked.
+    assert!(field(&on_a, "sent_fabric") + field(&on_b, "sent_fabric") > 0, "{on_a} / {on_b}");
 
     let (rr, served) = unless_a_host_was_lost(&c, "request/response", |n| {
         let (mut server, mut client) = stream_pair(&c, 1, 64 << 10, PORT + 10 + 2 * n).expect("ofi");
