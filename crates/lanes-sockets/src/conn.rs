@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -17,6 +17,8 @@ use crate::config::{config, record_failed, wanted, Wanted};
 use crate::real::real;
 use crate::reasons::{self, Reason};
 use crate::sock_diag;
+// The socket's own address or its peer's, as the kernel reports it: one reader for TCP and UDP.
+use crate::udp::name_of;
 
 /// One accelerated socket (one open file description) as this process sees it.
 pub struct Conn {
@@ -483,45 +485,6 @@ pub fn adopt_after_fork() {
         // Only the forking thread lives on here, and it is in fork, not reading.
         c.parked_readers.store(0, std::sync::atomic::Ordering::SeqCst);
     }
-}
-
-fn sockaddr_of(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match storage.ss_family as i32 {
-        libc::AF_INET => {
-            // SAFETY: the family says this is a sockaddr_in.
-            let a: libc::sockaddr_in =
-                unsafe { std::ptr::read_unaligned((storage as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::V4(SocketAddrV4::new(u32::from_be(a.sin_addr.s_addr).into(), u16::from_be(a.sin_port))))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says this is a sockaddr_in6.
-            let a: libc::sockaddr_in6 =
-                unsafe { std::ptr::read_unaligned((storage as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                a.sin6_addr.s6_addr.into(),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
-}
-
-fn name_of(fd: i32, peer: bool) -> Option<SocketAddr> {
-    // SAFETY: zeroed sockaddr_storage is valid.
-    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    let p = (&mut st as *mut libc::sockaddr_storage).cast();
-    // SAFETY: st and len are valid for writes of the sizes given.
-    let r = unsafe {
-        if peer {
-            libc::getpeername(fd, p, &mut len)
-        } else {
-            libc::getsockname(fd, p, &mut len)
-        }
-    };
-    (r == 0).then(|| sockaddr_of(&st)).flatten()
 }
 
 fn is_tcp_stream(fd: i32) -> bool {
