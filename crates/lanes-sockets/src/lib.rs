@@ -63,7 +63,7 @@ fn guarded(f: impl FnOnce()) {
 extern "C" fn before_fork() {
     // Epoll registrations this process still owes the kernel go in before the child
     // shares the kernel sets.
-    guarded(wait::flush_pending);
+    guarded(wait::flush_all);
 }
 
 extern "C" fn after_fork_in_child() {
@@ -976,7 +976,8 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
             }
             // SAFETY: the caller's array of n entries.
             let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-            if !slice.iter().any(|p| lookup_live(p.fd).is_some() || udp::waitable(p.fd).is_some()) {
+            if !slice.iter().any(|p| lookup_live(p.fd).is_some() || udp::waitable(p.fd).is_some() || wait::is_set(p.fd))
+            {
                 return None;
             }
             // SAFETY: f is the caller's array.
@@ -1003,7 +1004,8 @@ pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, ts: *const timespec,
             }
             // SAFETY: the caller's array of n entries.
             let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-            if !slice.iter().any(|p| lookup_live(p.fd).is_some() || udp::waitable(p.fd).is_some()) {
+            if !slice.iter().any(|p| lookup_live(p.fd).is_some() || udp::waitable(p.fd).is_some() || wait::is_set(p.fd))
+            {
                 return None;
             }
             let mut sleep = |f: &mut [pollfd], t: Option<Duration>| {
@@ -1151,13 +1153,23 @@ pub unsafe extern "C" fn epoll_pwait(
             (real().epoll_pwait)(epfd, evs, max, timeout, mask)
         }
     };
+    let kernel = |evs: *mut epoll_event, max: c_int, t: Option<Duration>| {
+        // SAFETY: evs valid for max entries (ours or the caller's), mask null or the caller's.
+        unsafe {
+            if mask.is_null() {
+                (real().epoll_wait)(epfd, evs, max, wait::ms_ceil(t))
+            } else {
+                (real().epoll_pwait)(epfd, evs, max, wait::ms_ceil(t), mask)
+            }
+        }
+    };
+    let t = (timeout >= 0).then(|| Duration::from_millis(timeout as u64));
     // SAFETY: the caller's arguments.
-    intercept(-1, || Some(unsafe { wait::wait(epfd, evs, max, timeout, mask) }), call)
+    intercept(-1, || Some(unsafe { wait::wait(epfd, evs, max, t, &kernel) }), call)
 }
 
 /// # Safety
-/// As epoll_pwait2(2). Not a wait of ours (ring bytes do not end it, see the limits in
-/// docs/ARCHITECTURE.md), but the set's registrations owed to the kernel are made first.
+/// As epoll_pwait2(2).
 #[no_mangle]
 pub unsafe extern "C" fn epoll_pwait2(
     epfd: c_int,
@@ -1166,13 +1178,28 @@ pub unsafe extern "C" fn epoll_pwait2(
     timeout: *const timespec,
     mask: *const sigset_t,
 ) -> c_int {
-    // SAFETY: the caller's arguments; the kernel's sigset size on Linux (_NSIG / 8).
-    let call = || unsafe { libc::syscall(libc::SYS_epoll_pwait2, epfd, evs, max, timeout, mask, 8usize) as c_int };
+    let pwait2 = |evs: *mut epoll_event, max: c_int, t: *const timespec| {
+        // SAFETY: evs valid for max entries (ours or the caller's), t and mask null or
+        // valid; the kernel's sigset size on Linux (_NSIG / 8).
+        unsafe { libc::syscall(libc::SYS_epoll_pwait2, epfd, evs, max, t, mask, 8usize) as c_int }
+    };
+    let call = || pwait2(evs, max, timeout);
+    let kernel = |evs: *mut epoll_event, max: c_int, t: Option<Duration>| {
+        let ts = wait::timespec_of(t);
+        pwait2(evs, max, ts.as_ref().map_or(std::ptr::null(), |t| t as *const timespec))
+    };
     intercept(
         -1,
         || {
-            wait::flush_pending();
-            None
+            if !timeout.is_null() {
+                // SAFETY: non-null timespec from the caller.
+                let t = unsafe { *timeout };
+                if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
+                    return None; // the kernel's EINVAL
+                }
+            }
+            // SAFETY: the caller's arguments.
+            Some(unsafe { wait::wait(epfd, evs, max, duration_ts(timeout), &kernel) })
         },
         call,
     )

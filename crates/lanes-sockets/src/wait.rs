@@ -9,7 +9,8 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -110,8 +111,19 @@ pub fn poll_core(
     timeout: Option<Duration>,
     sleep: &mut dyn FnMut(&mut [pollfd], Option<Duration>) -> c_int,
 ) -> c_int {
-    // An epoll fd among them is ready or not by its kernel registrations: make those owed.
-    flush_pending();
+    // Our epoll sets among them are ready by their kernel registrations (those owed are
+    // made first) and by their sockets' rings, as a nested set is in an epoll wait.
+    let sets: SmallVec<[(usize, Arc<Mutex<Shadow>>); 2]> =
+        fds.iter().enumerate().filter_map(|(i, p)| set_of(p.fd).map(|s| (i, s))).collect();
+    for (_, set) in &sets {
+        flush_set(set);
+    }
+    let set_watch: SmallVec<[Watched; 2]> = sets
+        .iter()
+        .filter(|(i, _)| fds[*i].events & libc::POLLIN != 0)
+        .map(|(i, set)| Watched::Set(fds[*i].fd, set.clone()))
+        .collect();
+    let set_rings = set_watch.iter().any(|w| matches!(w, Watched::Set(_, set) if !lock(set).watch_list().is_empty()));
     let accel: SmallVec<[(usize, c_int, Arc<Conn>); 8]> = fds
         .iter()
         .enumerate()
@@ -124,7 +136,9 @@ pub fn poll_core(
         .filter(|(_, p)| p.events & libc::POLLIN != 0)
         .filter_map(|(i, p)| crate::udp::waitable(p.fd).map(|u| (i, u)))
         .collect();
-    if accel.is_empty() && datagrams.is_empty() {
+    let asleep_in_sets = || KernelSleep::begin(sets.iter().map(|(_, set)| &**set));
+    if accel.is_empty() && datagrams.is_empty() && !set_rings {
+        let _asleep = asleep_in_sets();
         return sleep(fds, timeout);
     }
     // revents are the call's output: what the program left there from an earlier call
@@ -136,7 +150,7 @@ pub fn poll_core(
     // Refused when a CPU is not free for it (see `spin`); without a spin, the sleeping call
     // is the only one that asks the kernel, as the program's own call would be.
     // Nothing to spin for if every ring is parked (empty, and kept so).
-    let rings = accel.iter().any(|(_, _, c)| !park::is_parked(c)) || !datagrams.is_empty();
+    let rings = accel.iter().any(|(_, _, c)| !park::is_parked(c)) || !datagrams.is_empty() || set_rings;
     let mut spin: Option<spin::Spin> =
         if timeout == Some(Duration::ZERO) || !rings { None } else { spin::Spin::begin(timeout) };
     let spinning = spin.is_some();
@@ -177,6 +191,14 @@ pub fn poll_core(
                 fds[*i].revents |= libc::POLLIN;
             }
         }
+        for (i, set) in &sets {
+            if fds[*i].events & libc::POLLIN != 0 && shadow_ring_ready(set) {
+                if fds[*i].revents == 0 {
+                    ready += 1;
+                }
+                fds[*i].revents |= libc::POLLIN;
+            }
+        }
         if ready > 0 {
             if let Some(s) = spin.take() {
                 s.hit();
@@ -190,14 +212,19 @@ pub fn poll_core(
             std::hint::spin_loop();
             continue;
         }
-        let Some(_sleepers) = Sleepers::prepare(accel.iter().map(|(_, _, c)| c), datagrams.iter().map(|(_, u)| u))
-        else {
+        // The sets' sockets sleep with the call's own, as in a wait on a set holding those sets.
+        let (set_conns, set_datagrams) = sleep_set(&set_watch);
+        let Some(_sleepers) = Sleepers::prepare(
+            accel.iter().map(|(_, _, c)| c).chain(&set_conns),
+            datagrams.iter().map(|(_, u)| u).chain(&set_datagrams),
+        ) else {
             ask_now = true; // ring bytes arrived: report the kernel's ready fds with them
             continue;
         };
         if let Some(s) = spin.take() {
             s.miss();
         }
+        let _asleep = asleep_in_sets();
         let slept = Instant::now();
         let r = sleep(fds, remaining(deadline));
         if r > 0 {
@@ -287,7 +314,9 @@ pub fn any_accelerated_in_sets(nfds: c_int, sets: [*mut libc::fd_set; 2]) -> boo
     (0..nfds.clamp(0, libc::FD_SETSIZE as c_int)).any(|fd| {
         // SAFETY: the caller's sets, null or valid for nfds bits.
         sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
-            && (crate::conn::lookup_live(fd).is_some_and(|c| ring_capable(&c)) || crate::udp::waitable(fd).is_some())
+            && (crate::conn::lookup_live(fd).is_some_and(|c| ring_capable(&c))
+                || crate::udp::waitable(fd).is_some()
+                || is_set(fd))
     })
 }
 
@@ -344,7 +373,7 @@ enum Watched {
 /// the rings' readiness.
 #[derive(Default)]
 struct Shadow {
-    items: HashMap<c_int, Item>,
+    items: FdMap<Item>,
     /// The rings and nested sets a wait watches, rebuilt only when `stale`: a wait must not
     /// scan every item (servers register thousands).
     watched: Arc<[Watched]>,
@@ -357,20 +386,62 @@ struct Shadow {
     /// The set's epoll fd.
     epfd: c_int,
     /// Fds this library has registered in the kernel set.
-    in_kernel: HashSet<c_int>,
+    in_kernel: HashSet<c_int, BuildHasherDefault<FdHasher>>,
     /// Accelerated sockets whose kernel registration lags the application's (see
     /// [`ctl`]): made good before anything asks the kernel about the set.
     dirty: Vec<c_int>,
+    /// Threads of this process asleep in the kernel on this set (an epoll wait, or poll or
+    /// select on its fd): while any is, registrations are made at once, since a sleeper
+    /// must be woken by what another thread adds meanwhile.
+    kernel_sleepers: usize,
+    /// The set was registered in another set of ours: a sleeper on that one depends on
+    /// this set's kernel registrations too, so they are never deferred.
+    nested_in: bool,
 }
+
+/// Hashes an fd number by one multiplication: fds are small and dense, and SipHash was a
+/// visible share of a busy program's epoll calls.
+#[derive(Default, Clone, Copy)]
+struct FdHasher(u64);
+
+impl std::hash::Hasher for FdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_i32(&mut self, n: i32) {
+        // The multiplication spreads the number into the high bits, which the table's tags use.
+        self.0 = u64::from(n as u32).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type FdMap<V> = HashMap<c_int, V, BuildHasherDefault<FdHasher>>;
 
 impl Shadow {
     /// Makes the kernel registration of `fd` if one is owed.
     fn settle(&mut self, fd: c_int) {
         if self.dirty.contains(&fd) {
             self.dirty.retain(|d| *d != fd);
-            PENDING.fetch_sub(1, Ordering::Relaxed);
+            owed_done(fd);
             sync_kernel(self, fd);
         }
+    }
+
+    /// Makes every kernel registration of this set that is owed.
+    fn flush(&mut self) {
+        for fd in std::mem::take(&mut self.dirty) {
+            owed_done(fd);
+            sync_kernel(self, fd);
+        }
+    }
+
+    /// Whether a registration in this set may wait until the set is next asked about.
+    fn may_defer(&self) -> bool {
+        self.kernel_sleepers == 0 && !self.nested_in && !self.closed
     }
 
     /// The current watch list, rebuilt if items changed or one became accelerated.
@@ -417,9 +488,9 @@ impl Shadow {
     }
 }
 
-fn shadows() -> &'static Mutex<HashMap<c_int, Arc<Mutex<Shadow>>>> {
-    static S: OnceLock<Mutex<HashMap<c_int, Arc<Mutex<Shadow>>>>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(HashMap::new()))
+fn shadows() -> &'static Mutex<FdMap<Arc<Mutex<Shadow>>>> {
+    static S: OnceLock<Mutex<FdMap<Arc<Mutex<Shadow>>>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(FdMap::default()))
 }
 
 fn salt() -> u64 {
@@ -445,6 +516,7 @@ pub fn created(epfd: c_int) {
     if epfd >= 0 {
         if let Ok(mut s) = shadows().lock() {
             s.insert(epfd, Arc::new(Mutex::new(Shadow { epfd, ..Shadow::default() })));
+            mark_set(epfd, true);
             SHADOWS_GENERATION.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -469,7 +541,7 @@ pub fn closed(fd: c_int) {
     }
     // A registration still owed to the kernel is made before the fd goes (the kernel keeps
     // it while a duplicate is open), so it can never land on a reused number.
-    if PENDING.load(Ordering::Acquire) > 0 {
+    if owed_anywhere(fd) {
         let sets: Vec<Arc<Mutex<Shadow>>> = match shadows().lock() {
             Ok(s) => s.values().cloned().collect(),
             Err(_) => Vec::new(),
@@ -478,9 +550,13 @@ pub fn closed(fd: c_int) {
             lock(&set).settle(fd);
         }
     }
+    if !is_set(fd) {
+        return;
+    }
     let gone = shadows().lock().ok().and_then(|mut s| {
         let gone = s.remove(&fd);
         if gone.is_some() {
+            mark_set(fd, false);
             SHADOWS_GENERATION.fetch_add(1, Ordering::AcqRel);
         }
         gone
@@ -488,19 +564,73 @@ pub fn closed(fd: c_int) {
     if let Some(shadow) = gone {
         let mut sh = lock(&shadow);
         sh.closed = true;
-        PENDING.fetch_sub(std::mem::take(&mut sh.dirty).len(), Ordering::Relaxed);
+        for owed in std::mem::take(&mut sh.dirty) {
+            owed_done(owed);
+        }
     }
 }
 
 /// Kernel registrations owed, in all sets (a hint: skips the search when zero).
 static PENDING: AtomicUsize = AtomicUsize::new(0);
-/// Threads of this process asleep in a kernel epoll wait: while any is, registrations are
-/// made at once (a sleeper must be woken by what another thread adds meanwhile).
-static KERNEL_SLEEPERS: AtomicUsize = AtomicUsize::new(0);
+/// For each fd number below [`COUNTED_FDS`], in how many sets its registration is owed:
+/// a close looks through the sets only for such an fd.
+static OWED: [AtomicU16; COUNTED_FDS] = [const { AtomicU16::new(0) }; COUNTED_FDS];
+/// Which fd numbers below [`COUNTED_FDS`] are epoll sets of ours, a bit each: poll and
+/// select find a set among their fds without the table's lock.
+static SET_FDS: [AtomicU64; COUNTED_FDS / 64] = [const { AtomicU64::new(0) }; COUNTED_FDS / 64];
 
-/// Makes the kernel registrations owed, in every set: before a wait asks the kernel,
-/// before fork.
-pub fn flush_pending() {
+fn owed_added(fd: c_int) {
+    PENDING.fetch_add(1, Ordering::Release);
+    if let Some(c) = usize::try_from(fd).ok().and_then(|i| OWED.get(i)) {
+        c.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn owed_done(fd: c_int) {
+    PENDING.fetch_sub(1, Ordering::Release);
+    if let Some(c) = usize::try_from(fd).ok().and_then(|i| OWED.get(i)) {
+        c.fetch_sub(1, Ordering::Release);
+    }
+}
+
+fn owed_anywhere(fd: c_int) -> bool {
+    match usize::try_from(fd).ok().and_then(|i| OWED.get(i)) {
+        Some(c) => c.load(Ordering::Acquire) > 0,
+        None => PENDING.load(Ordering::Acquire) > 0,
+    }
+}
+
+fn mark_set(fd: c_int, set: bool) {
+    if let Some(word) = usize::try_from(fd).ok().and_then(|i| SET_FDS.get(i / 64)) {
+        let bit = 1u64 << (fd as usize % 64);
+        if set {
+            word.fetch_or(bit, Ordering::Release);
+        } else {
+            word.fetch_and(!bit, Ordering::Release);
+        }
+    }
+}
+
+/// Whether `fd` is an epoll set of ours (for numbers past the bitmap, the table answers).
+pub fn is_set(fd: c_int) -> bool {
+    match usize::try_from(fd).ok().and_then(|i| SET_FDS.get(i / 64)) {
+        Some(word) => word.load(Ordering::Acquire) & (1u64 << (fd as usize % 64)) != 0,
+        None => fd >= 0 && shadows().lock().is_ok_and(|s| s.contains_key(&fd)),
+    }
+}
+
+/// The set of an fd that [`is_set`].
+fn set_of(fd: c_int) -> Option<Arc<Mutex<Shadow>>> {
+    if is_set(fd) {
+        shadow_of(fd)
+    } else {
+        None
+    }
+}
+
+/// Makes the kernel registrations owed in every set: before fork, so the child shares
+/// complete kernel sets.
+pub fn flush_all() {
     if PENDING.load(Ordering::Acquire) == 0 {
         return;
     }
@@ -509,11 +639,40 @@ pub fn flush_pending() {
         Err(_) => return,
     };
     for set in sets {
-        let mut sh = lock(&set);
-        let fds = std::mem::take(&mut sh.dirty);
-        PENDING.fetch_sub(fds.len(), Ordering::Relaxed);
-        for fd in fds {
-            sync_kernel(&mut sh, fd);
+        lock(&set).flush();
+    }
+}
+
+/// Makes the registrations owed in `set` before the kernel is asked about it.
+fn flush_set(set: &Mutex<Shadow>) {
+    if PENDING.load(Ordering::Acquire) > 0 {
+        lock(set).flush();
+    }
+}
+
+/// A thread about to sleep in the kernel on some of our sets: their owed registrations are
+/// made, and further ones made at once, until it is dropped.
+struct KernelSleep<'a> {
+    sets: SmallVec<[&'a Mutex<Shadow>; 2]>,
+}
+
+impl<'a> KernelSleep<'a> {
+    fn begin(sets: impl IntoIterator<Item = &'a Mutex<Shadow>>) -> KernelSleep<'a> {
+        let sets: SmallVec<[&'a Mutex<Shadow>; 2]> = sets.into_iter().collect();
+        for set in &sets {
+            let mut sh = lock(set);
+            sh.kernel_sleepers += 1;
+            sh.flush();
+        }
+        KernelSleep { sets }
+    }
+}
+
+impl Drop for KernelSleep<'_> {
+    fn drop(&mut self) {
+        for set in &self.sets {
+            let mut sh = lock(set);
+            sh.kernel_sleepers = sh.kernel_sleepers.saturating_sub(1);
         }
     }
 }
@@ -609,13 +768,13 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
         && ev.events & (libc::EPOLLEXCLUSIVE | libc::EPOLLWAKEUP) as u32 == 0
         && (op == libc::EPOLL_CTL_DEL || !event.is_null())
         && matches!(op, libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL)
-        && KERNEL_SLEEPERS.load(Ordering::Acquire) == 0
         && lookup(fd).is_some();
     let mut sh = lock(&shadow);
     // The shadow answers as the kernel would only while it knows the fd's registration:
     // an ADD of an fd it has no item for, a MOD or DEL of one whose fd was not closed since.
     let known = sh.items.get(&fd).map(|it| it.closes.is_some() && it.closes == closes_of(fd));
     let deferrable = deferrable
+        && sh.may_defer()
         && match op {
             libc::EPOLL_CTL_ADD => known.is_none(),
             _ => known == Some(true),
@@ -623,7 +782,7 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
     let r = if deferrable {
         if !sh.dirty.contains(&fd) {
             sh.dirty.push(fd);
-            PENDING.fetch_add(1, Ordering::Release);
+            owed_added(fd);
         }
         0
     } else {
@@ -659,6 +818,7 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
         };
         let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0)
             + udp.as_ref().map_or(0, |u| u.signature());
+        let inner = nested.clone();
         sh.items.insert(
             fd,
             Item {
@@ -673,37 +833,38 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
             },
         );
         sh.stale |= !keeps_watch;
+        drop(sh);
+        // A sleeper on this set now depends on the inner set's kernel registrations: they
+        // are all made, and never deferred again (outer before inner, as waits lock them).
+        if let Some(inner) = inner {
+            let mut i = lock(&inner);
+            i.nested_in = true;
+            i.flush();
+        }
     }
     r
 }
 
-/// epoll_wait / epoll_pwait.
+/// The program's own kernel wait (epoll_wait, epoll_pwait or epoll_pwait2 with its signal
+/// mask) on the set, into a buffer of so many events, with a timeout (None: none).
+pub type KernelWait<'a> = dyn Fn(*mut epoll_event, c_int, Option<Duration>) -> c_int + 'a;
+
+/// epoll_wait, epoll_pwait and epoll_pwait2: `kernel` is the program's own call.
 ///
 /// # Safety
-/// `events` valid for `maxevents` entries; `sigmask` null or valid.
+/// `events` valid for `maxevents` entries, as for epoll_wait.
 pub unsafe fn wait(
     epfd: c_int,
     events: *mut epoll_event,
     maxevents: c_int,
-    timeout_ms: c_int,
-    sigmask: *const libc::sigset_t,
+    timeout: Option<Duration>,
+    kernel: &KernelWait<'_>,
 ) -> c_int {
-    let real_wait = |evs: *mut epoll_event, max: c_int, t: c_int| -> c_int {
-        // SAFETY: evs valid for max entries (ours or the caller's); sigmask null or valid.
-        unsafe {
-            if sigmask.is_null() {
-                (real().epoll_wait)(epfd, evs, max, t)
-            } else {
-                (real().epoll_pwait)(epfd, evs, max, t, sigmask)
-            }
-        }
-    };
-    let Some(shadow) = shadow_of(epfd) else { return real_wait(events, maxevents, timeout_ms) };
+    let Some(shadow) = shadow_of(epfd) else { return kernel(events, maxevents, timeout) };
     if maxevents <= 0 || events.is_null() {
-        return real_wait(events, maxevents, timeout_ms);
+        return kernel(events, maxevents, timeout);
     }
     let max = maxevents as usize;
-    let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
     // The kernel's events land in a per-thread buffer (programs pass maxevents in the
     // thousands; allocating that per call would cost more than the wait).
     thread_local! {
@@ -713,7 +874,7 @@ pub unsafe fn wait(
     if buf.len() < max {
         buf.resize(max, epoll_event { events: 0, u64: 0 });
     }
-    let result = wait_loop(epfd, events, max, timeout, &shadow, &mut buf, &real_wait);
+    let result = wait_loop(epfd, events, max, timeout, &shadow, &mut buf, kernel);
     BUF.with(|b| *b.borrow_mut() = buf);
     result
 }
@@ -726,10 +887,10 @@ fn wait_loop(
     timeout: Option<Duration>,
     shadow: &Arc<Mutex<Shadow>>,
     buf: &mut [epoll_event],
-    real_wait: &dyn Fn(*mut epoll_event, c_int, c_int) -> c_int,
+    kernel: &KernelWait<'_>,
 ) -> c_int {
     let deadline = timeout.map(|t| Instant::now() + t);
-    flush_pending();
+    flush_set(shadow);
     let watched = lock(shadow).watch_list();
     // Parked rings stay empty: with nothing else to watch, the kernel's answer is the wait's.
     let mut rings = watched.iter().any(|w| !matches!(w, Watched::Ring(_, c) if park::is_parked(c)));
@@ -755,8 +916,8 @@ fn wait_loop(
         let mut kernel_events = 0;
         if ask_kernel && out.len() < max {
             last_kernel_check = Some(now);
-            flush_pending();
-            let r = real_wait(buf.as_mut_ptr(), (max - out.len()) as c_int, 0);
+            flush_set(shadow);
+            let r = kernel(buf.as_mut_ptr(), (max - out.len()) as c_int, Some(Duration::ZERO));
             if r < 0 {
                 return r;
             }
@@ -786,14 +947,12 @@ fn wait_loop(
         if let Some(s) = spin.take() {
             s.miss();
         }
-        // From now on registrations are made at once (see KERNEL_SLEEPERS); those owed are
-        // made before the kernel is asked.
-        KERNEL_SLEEPERS.fetch_add(1, Ordering::AcqRel);
-        flush_pending();
+        // From now on registrations in the set are made at once; those owed are made first.
+        let asleep = KernelSleep::begin([&**shadow]);
         let slept = Instant::now();
-        let r = real_wait(buf.as_mut_ptr(), max as c_int, ms_ceil(remaining(deadline)));
+        let r = kernel(buf.as_mut_ptr(), max as c_int, remaining(deadline));
         let e = errno();
-        KERNEL_SLEEPERS.fetch_sub(1, Ordering::AcqRel);
+        drop(asleep);
         drop(sleepers);
         if r > 0 {
             spin::woke_after(slept.elapsed());

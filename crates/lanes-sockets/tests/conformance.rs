@@ -341,6 +341,7 @@ const EPOLL: &[&str] = &[
     "epoll-mixed",
     "epoll-nested",
     "epoll-two-sets",
+    "epoll-polled",
     "epoll-pwait",
     "epoll-fork",
 ];

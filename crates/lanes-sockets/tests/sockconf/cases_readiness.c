@@ -349,6 +349,49 @@ void epoll_nested_client(void)
     close(fd);
 }
 
+/* An epoll set's own fd waited for by poll, ppoll, select and epoll_pwait2, with the
+ * socket's data arriving during each wait (programs poll the fd of a library's set). */
+const char *const polled_script[] = {"poll", "ppol", "slct", "pwt2"};
+void epoll_polled_client(void)
+{
+    int fd = connect_one();
+    int ep = epoll_create1(0);
+    char b[8];
+    say("ADD socket %s", res(ep_ctl(ep, EPOLL_CTL_ADD, fd, EPOLLIN, 1)));
+    struct pollfd p = {ep, POLLIN, 0};
+    say_poll("poll the set, nothing yet", &p, 0);
+    sync_send('a');
+    say_poll("poll the set 5 s", &p, 5000);
+    say("wait 0 %s", epw(ep, 0));
+    say("read_full %s", got(read_full(fd, b, 4), b));
+    say_poll("poll the set after the read", &p, 0);
+    sync_send('b');
+    struct timespec five = {5, 0};
+    p.revents = 0;
+    int r = ppoll(&p, 1, &five, NULL);
+    const char *rs = res(r);
+    say("ppoll the set 5 s %s revents %s", rs, revstr(p.revents));
+    say("read_full %s", got(read_full(fd, b, 4), b));
+    sync_send('c');
+    fd_set readable;
+    FD_ZERO(&readable);
+    FD_SET(ep, &readable);
+    struct timeval tv = {5, 0};
+    r = select(ep + 1, &readable, NULL, NULL, &tv);
+    rs = res(r);
+    say("select the set 5 s %s readable %s", rs, yes(FD_ISSET(ep, &readable)));
+    say("read_full %s", got(read_full(fd, b, 4), b));
+    sync_send('d');
+    struct epoll_event ev[4];
+    r = epoll_pwait2(ep, ev, 4, &five, NULL);
+    rs = res(r);
+    say("epoll_pwait2 5 s %s tag %llu", rs, r == 1 ? (unsigned long long)ev[0].data.u64 : 0ULL);
+    say("read_full %s", got(read_full(fd, b, 4), b));
+    sync_send('z');
+    close(ep);
+    close(fd);
+}
+
 const char *const twosets_script[] = {"data", "more"};
 void epoll_twosets_client(void)
 {

@@ -21,6 +21,7 @@ static void set_del(void) { script = del_script; }
 static void set_mixed(void) { script = mixed_script; }
 static void set_nested(void) { script = nested_script; }
 static void set_twosets(void) { script = twosets_script; }
+static void set_polled(void) { script = polled_script; }
 static void set_eforked(void) { script = eforked_script; }
 static void set_late(void) { script = late_script; }
 static void set_chk(void) { script = chk_script; }
@@ -107,6 +108,8 @@ const struct casedef cases[] = {
      "an epoll set inside another, level and edge"},
     {"epoll-two-sets", AF_INET, true, script_server, epoll_twosets_client, set_twosets,
      "one socket in a level-triggered and an edge-triggered set"},
+    {"epoll-polled", AF_INET, true, script_server, epoll_polled_client, set_polled,
+     "an epoll set's fd waited for by poll, ppoll, select and epoll_pwait2"},
     {"epoll-pwait", AF_INET, true, pwait_server, pwait_client, NULL,
      "epoll_pwait and ppoll with a signal mask, epoll_pwait2"},
     {"epoll-fork", AF_INET, true, script_server, epoll_fork_client, set_eforked,
