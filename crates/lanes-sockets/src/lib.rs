@@ -146,7 +146,8 @@ unsafe fn iov_slice<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
 
 /// What a receive with `flags` on a deferred connection moves of the stream.
 fn moved_in(flags: c_int) -> Moved {
-    if flags & (libc::MSG_PEEK | libc::MSG_OOB) != 0 {
+    // A peek leaves the bytes queued; urgent data and the error queue are not the stream.
+    if flags & (libc::MSG_PEEK | libc::MSG_OOB | libc::MSG_ERRQUEUE) != 0 {
         Moved::Nothing
     } else {
         Moved::Read
@@ -427,7 +428,8 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
     intercept(
         -1,
         || {
-            if msg.is_null() {
+            if msg.is_null() || flags & libc::MSG_ERRQUEUE != 0 {
+                // The error queue is the kernel's, its control messages too.
                 return None;
             }
             if let Some(u) = udp::lookup(fd) {

@@ -196,9 +196,12 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     }
     // The ring is not used while the peer counts its bytes against a low-water mark, nor
     // after urgent data (flags read once per call: a direction switched to the kernel
-    // stays there until the receiver, which honours them too, switches it back).
-    let mut kernel_only =
-        conn.own.has_flag(FLAG_TX_URGENT | FLAG_TX_NO_RING) || conn.peer().is_some_and(|p| p.has_flag(FLAG_RX_LOWAT));
+    // stays there until the receiver, which honours them too, switches it back), nor for a
+    // MSG_ZEROCOPY send: the kernel reports each one's completion on the error queue, and
+    // programs wait for those before they reuse the buffer.
+    let mut kernel_only = conn.own.has_flag(FLAG_TX_URGENT | FLAG_TX_NO_RING)
+        || conn.peer().is_some_and(|p| p.has_flag(FLAG_RX_LOWAT))
+        || call.takes_flags() && flags & libc::MSG_ZEROCOPY != 0;
     let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
     let word = conn.own.tx_word();
     let (ring_count, kernel_count) = conn.own.tx_counts();
@@ -818,6 +821,11 @@ pub fn release_nodelay(conn: &Conn, fd: c_int) {
 /// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured), for
 /// the program's `call`.
 pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut msg: Option<&mut msghdr>) -> ssize_t {
+    if flags & libc::MSG_ERRQUEUE != 0 {
+        // The socket's error queue (MSG_ZEROCOPY completions, timestamps, IP_RECVERR) is
+        // the kernel's and holds no byte of the stream: never the ring, never counted.
+        return kernel_recv(call, fd, iov, flags, &mut msg);
+    }
     if conn.rx_retired() {
         // The kernel holds every byte of this direction, for good: the program's own call.
         if conn.tx_retired() {

@@ -8,6 +8,7 @@
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <linux/errqueue.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <errno.h>
@@ -251,6 +252,8 @@ void seccomp_server(void) ;
 void seccomp_client(void) ;
 void trunc_server(void) ;
 void trunc_client(void) ;
+void zerocopy_server(void) ;
+void zerocopy_client(void) ;
 void killed_unreaped_server(void) ;
 void killed_unread_server(void) ;
 void killed_unread_client(void) ;

@@ -68,6 +68,8 @@ const struct casedef cases[] = {
      "under a seccomp filter that kills on recvmsg/sendmsg/recvfrom/sendto/ioctl: read, write, ppoll"},
     {"msg-trunc", AF_INET, true, trunc_server, trunc_client, NULL,
      "MSG_TRUNC discards bytes; with MSG_PEEK; with MSG_WAITALL cut by the peer's close"},
+    {"msg-zerocopy", AF_INET, true, zerocopy_server, zerocopy_client, NULL,
+     "MSG_ZEROCOPY completions and MSG_ERRQUEUE receives with the stream's bytes waiting"},
     {"msg-nosignal", AF_INET, true, closer_server, nosignal_client, NULL,
      "send MSG_NOSIGNAL after the peer closed: EPIPE eventually, no SIGPIPE"},
     {"sigpipe", AF_INET, true, closer_server, sigpipe_client, NULL,
