@@ -552,6 +552,9 @@ fn set_up(fd: i32, local: SocketAddr, remote: SocketAddr, history: StreamHistory
     if let Some(lowat) = inherited.filter(|&l| l > 1) {
         crate::stream::set_lowat(&conn, fd, lowat);
     }
+    if crate::stream::inherited_kernel_features(fd) {
+        crate::stream::kernel_features_on(&conn);
+    }
     // The peer may have published first: then we attach it now and tell it about us.
     if let Some(p) = conn.attach_peer() {
         p.set_flags(FLAG_PEER_FOUND);

@@ -459,8 +459,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
             let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?.to_vec();
             m.msg_namelen = 0;
             let control = m.msg_controllen;
-            m.msg_controllen = 0;
-            let r = stream::recv(&c, fd, Call::Msg, &iov, flags, Some(m));
+            let r = stream::recv(&c, fd, Call::Msg, &iov, flags, Some(stream::RecvMsg::new(m)));
             if r < 0 {
                 m.msg_controllen = control;
             }
@@ -1462,6 +1461,21 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
                     if let Some(lowat) = lowat {
                         stream::set_lowat(&c, fd, lowat);
                     }
+                    set_errno(e);
+                }
+                Some(r)
+            },
+            call,
+        );
+    }
+    if stream::is_kernel_feature(level, name, val, len) {
+        return intercept(
+            -1,
+            || {
+                let r = call();
+                if r == 0 {
+                    let e = errno();
+                    stream::use_kernel_features(fd);
                     set_errno(e);
                 }
                 Some(r)

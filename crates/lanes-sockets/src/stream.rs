@@ -10,8 +10,8 @@ use libc::{c_int, iovec, msghdr, ssize_t};
 use lanes::platform::SharedSlice;
 use lanes::sockets::direction::{ring_unread_between, DirectionWord};
 use lanes::sockets::endpoint::{
-    lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_NODELAY_FORCED, FLAG_RESET, FLAG_RING_WANTED,
-    FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED, FLAG_TX_NO_RING, FLAG_TX_URGENT,
+    lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_KERNEL_FEATURES, FLAG_NODELAY_FORCED, FLAG_RESET,
+    FLAG_RING_WANTED, FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED, FLAG_TX_NO_RING, FLAG_TX_URGENT,
 };
 
 use crate::config::config;
@@ -199,8 +199,8 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     // stays there until the receiver, which honours them too, switches it back), nor for a
     // MSG_ZEROCOPY send: the kernel reports each one's completion on the error queue, and
     // programs wait for those before they reuse the buffer.
-    let mut kernel_only = conn.own.has_flag(FLAG_TX_URGENT | FLAG_TX_NO_RING)
-        || conn.peer().is_some_and(|p| p.has_flag(FLAG_RX_LOWAT))
+    let mut kernel_only = conn.own.has_flag(FLAG_TX_URGENT | FLAG_TX_NO_RING | FLAG_KERNEL_FEATURES)
+        || conn.peer().is_some_and(|p| p.has_flag(FLAG_RX_LOWAT | FLAG_KERNEL_FEATURES))
         || call.takes_flags() && flags & libc::MSG_ZEROCOPY != 0;
     let nonblocking = conn.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
     let word = conn.own.tx_word();
@@ -490,7 +490,23 @@ pub fn want_ring(own: &Endpoint, wanted: bool) {
 
 /// The kernel-path receive, as the system call the program made. `flags` beyond the
 /// program's own are only ever added for calls that take flags ([`Call::takes_flags`]).
-fn kernel_recv(call: Call, fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Option<&mut msghdr>) -> ssize_t {
+/// A program's recvmsg header with the length of the control buffer it passed: the header
+/// says 0 (ring bytes carry no control messages) until a kernel receive, which gets the
+/// whole buffer and sets the length it used, as the kernel's own recvmsg would.
+pub struct RecvMsg<'a> {
+    pub hdr: &'a mut msghdr,
+    pub control: usize,
+}
+
+impl<'a> RecvMsg<'a> {
+    /// The program's header, its control length set aside.
+    pub fn new(hdr: &'a mut msghdr) -> RecvMsg<'a> {
+        let control = std::mem::replace(&mut hdr.msg_controllen, 0);
+        RecvMsg { hdr, control }
+    }
+}
+
+fn kernel_recv(call: Call, fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Option<RecvMsg<'_>>) -> ssize_t {
     match (call, msg) {
         (Call::Plain, _) => {
             let (b, n) = single(iov);
@@ -504,13 +520,17 @@ fn kernel_recv(call: Call, fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Opt
             // SAFETY: the caller's buffer (or a part of it).
             unsafe { (real().recv)(fd, b, n, flags) }
         }
-        (Call::Msg, Some(m)) => {
+        (Call::Msg, Some(RecvMsg { hdr: m, control })) => {
             let saved = (m.msg_iov, m.msg_iovlen);
             m.msg_iov = iov.as_ptr() as *mut iovec;
             m.msg_iovlen = iov.len();
+            m.msg_controllen = *control;
             // SAFETY: the caller's msghdr with our iovecs into its own buffers.
             let r = unsafe { (real().recvmsg)(fd, *m as *mut msghdr, flags) };
             (m.msg_iov, m.msg_iovlen) = saved;
+            if r < 0 {
+                m.msg_controllen = 0;
+            }
             r
         }
         (Call::Msg, None) => {
@@ -612,11 +632,96 @@ pub fn force_nodelay(conn: &Conn, fd: c_int) {
     }
 }
 
-/// Whether the peer's sending direction may be in ring mode: nothing shut or closed.
+/// Whether the peer's sending direction may be in ring mode: nothing shut or closed, no
+/// feature of the kernel's own queues in use at either end.
 pub fn ring_allowed(conn: &Conn) -> bool {
     !conn.rx_shut.load(Ordering::Relaxed)
-        && !conn.own.has_flag(FLAG_RX_CLOSED | FLAG_RX_LOWAT)
-        && conn.peer().is_some_and(|p| !p.has_flag(FLAG_TX_CLOSED | FLAG_TX_URGENT | FLAG_TX_NO_RING))
+        && !conn.own.has_flag(FLAG_RX_CLOSED | FLAG_RX_LOWAT | FLAG_KERNEL_FEATURES)
+        && conn
+            .peer()
+            .is_some_and(|p| !p.has_flag(FLAG_TX_CLOSED | FLAG_TX_URGENT | FLAG_TX_NO_RING | FLAG_KERNEL_FEATURES))
+}
+
+/// Whether a `setsockopt` turns on a feature only the kernel's own queues have (see
+/// [`FLAG_KERNEL_FEATURES`]): a peek offset, or receive or transmit timestamps.
+pub fn is_kernel_feature(level: c_int, name: c_int, val: *const libc::c_void, len: libc::socklen_t) -> bool {
+    if level != libc::SOL_SOCKET
+        || !matches!(
+            name,
+            libc::SO_PEEK_OFF
+                | libc::SO_TIMESTAMP
+                | libc::SO_TIMESTAMPNS
+                | libc::SO_TIMESTAMPING
+                | SO_TIMESTAMP_NEW
+                | SO_TIMESTAMPNS_NEW
+                | SO_TIMESTAMPING_NEW
+        )
+    {
+        return false;
+    }
+    if val.is_null() || (len as usize) < std::mem::size_of::<c_int>() {
+        return false; // the kernel refuses it
+    }
+    // SAFETY: the caller's value, at least an int long.
+    let v = unsafe { std::ptr::read_unaligned(val as *const c_int) };
+    // A peek offset of -1 (the default) turns it off; 0 turns a timestamp option off.
+    if name == libc::SO_PEEK_OFF {
+        v >= 0
+    } else {
+        v != 0
+    }
+}
+
+/// The `_NEW` timestamp options (asm-generic/socket.h; the libc crate lacks them).
+const SO_TIMESTAMP_NEW: c_int = 63;
+const SO_TIMESTAMPNS_NEW: c_int = 64;
+const SO_TIMESTAMPING_NEW: c_int = 65;
+
+/// Any socket of this process had a kernel-only feature turned on (see
+/// [`use_kernel_features`]): set-ups then ask the kernel whether theirs inherited one.
+static KERNEL_FEATURES_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The program turned on a feature only the kernel's queues have on `fd` (which it
+/// accepted): a connection whose set-up is put off stays kernel TCP; an accelerated one
+/// stops using the ring both ways (FLAG_KERNEL_FEATURES).
+pub fn use_kernel_features(fd: c_int) {
+    KERNEL_FEATURES_SEEN.store(true, Ordering::Relaxed);
+    crate::conn::Deferred::give_up(fd);
+    if let Some(c) = crate::conn::lookup(fd) {
+        kernel_features_on(&c);
+    }
+}
+
+/// At a connection's set-up: whether its kernel socket has a kernel-only feature on
+/// (inherited from its listener, or set before connect). Asked only once the process
+/// turned one on somewhere.
+pub fn inherited_kernel_features(fd: c_int) -> bool {
+    if !KERNEL_FEATURES_SEEN.load(Ordering::Relaxed) || crate::sandbox::filtered() {
+        return false;
+    }
+    let get = |name: c_int| {
+        let mut v: c_int = 0;
+        let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+        // SAFETY: v and len are valid for the kernel to write.
+        let r =
+            unsafe { libc::syscall(libc::SYS_getsockopt, fd, libc::SOL_SOCKET, name, &mut v as *mut c_int, &mut len) };
+        (r == 0).then_some(v)
+    };
+    get(libc::SO_PEEK_OFF).is_some_and(|v| v >= 0)
+        || [libc::SO_TIMESTAMP, libc::SO_TIMESTAMPNS, libc::SO_TIMESTAMPING]
+            .into_iter()
+            .any(|n| get(n).is_some_and(|v| v != 0))
+}
+
+/// Both directions of `conn` leave the ring for good (FLAG_KERNEL_FEATURES): each sender
+/// goes to the kernel at its next send, after the ring bytes it already published.
+pub fn kernel_features_on(conn: &Conn) {
+    conn.own.set_flags(FLAG_KERNEL_FEATURES);
+    want_ring(&conn.own, false);
+    conn.own.tx_word().to_kernel_mode();
+    if let Some(p) = conn.peer() {
+        p.tx_word().to_kernel_mode();
+    }
 }
 
 /// `SIOCATMARK` of the kernel socket: whether its next byte is the urgent mark (the
@@ -764,7 +869,19 @@ fn flip_again(conn: &Conn) {
 /// ring cannot speed up (nobody is ever waiting when its bytes come: more runnable threads
 /// than CPUs) then costs nothing over kernel TCP.
 pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
-    if !ring_allowed(conn) || conn.rx_retired() {
+    if conn.rx_retired() {
+        return;
+    }
+    if !ring_allowed(conn) {
+        // With a kernel-only feature at either end the direction never returns to the ring:
+        // once its ring is read to the end, it is retired (its calls are the kernel's).
+        if let Some(peer) =
+            conn.peer().filter(|p| p.has_flag(FLAG_KERNEL_FEATURES) || conn.own.has_flag(FLAG_KERNEL_FEATURES))
+        {
+            if crate::park::retire(conn, peer) && conn.tx_retired() {
+                release_nodelay(conn, fd);
+            }
+        }
         return;
     }
     let Some(peer) = conn.peer() else { return };
@@ -820,7 +937,7 @@ pub fn release_nodelay(conn: &Conn, fd: c_int) {
 
 /// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured), for
 /// the program's `call`.
-pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut msg: Option<&mut msghdr>) -> ssize_t {
+pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut msg: Option<RecvMsg<'_>>) -> ssize_t {
     if flags & libc::MSG_ERRQUEUE != 0 {
         // The socket's error queue (MSG_ZEROCOPY completions, timestamps, IP_RECVERR) is
         // the kernel's and holds no byte of the stream: never the ring, never counted.
@@ -872,8 +989,8 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
     // The spin of this wait: not begun, spinning, or over (refused, or run out).
     let mut spin: Option<crate::spin::Spin> = None;
     let mut spin_over = false;
-    if let Some(m) = msg.as_deref_mut() {
-        m.msg_flags = 0;
+    if let Some(m) = msg.as_mut() {
+        m.hdr.msg_flags = 0;
     }
     loop {
         let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
@@ -1087,7 +1204,7 @@ fn kernel_rest(
     iov: &[iovec],
     got: usize,
     flags: c_int,
-    msg: &mut Option<&mut msghdr>,
+    msg: &mut Option<RecvMsg<'_>>,
 ) -> usize {
     let Some(peer) = conn.peer() else { return 0 };
     let state = peer.tx_word().load();

@@ -325,8 +325,17 @@ const DATA_CALLS: &[&str] = &[
     "zero-length",
     "seccomp-rw",
 ];
-const FLAGS: &[&str] =
-    &["msg-peek", "msg-dontwait", "msg-waitall", "msg-oob", "msg-trunc", "msg-zerocopy", "msg-nosignal", "sigpipe"];
+const FLAGS: &[&str] = &[
+    "msg-peek",
+    "msg-dontwait",
+    "msg-waitall",
+    "msg-oob",
+    "msg-trunc",
+    "msg-zerocopy",
+    "kernel-features",
+    "msg-nosignal",
+    "sigpipe",
+];
 /// Urgent data and the receive low-water mark on connections that carried data both ways
 /// first (in ring mode under the library), read with every readiness call.
 const URGENT_AND_LOWAT: &[&str] = &["oob-ring", "rcvlowat", "rcvlowat-unread"];

@@ -756,6 +756,79 @@ void zerocopy_client(void)
     close(fd);
 }
 
+/* Features only the kernel's own queues have, turned on after the connection carried
+ * data both ways (in ring mode under the library): a peek offset moves with peeks and
+ * reads; receive timestamps come as control messages; the stream continues both ways. */
+void kernel_features_server(void)
+{
+    int s = accept_one();
+    char b[64];
+    for (int i = 0; i < 20; i++)
+        if (read_full(s, b, 2) != 2 || write_all(s, "ok", 2) != 2)
+            die("exchange");
+    sync_expect('a');
+    say("write %s", res(write(s, "abcdefgh", 8)));
+    sync_expect('b');
+    say("write %s", res(write(s, "ts", 2)));
+    say("read_full %s", got(read_full(s, b, 3), b));
+    sync_expect('c');
+    say("close %s", res(close(s)));
+}
+
+static void await_readable(int fd, int n)
+{
+    long long t0 = now_ms();
+    int avail = 0;
+    while (now_ms() - t0 < 5000 && (ioctl(fd, FIONREAD, &avail) != 0 || avail < n))
+        sleep_ms(1);
+}
+
+void kernel_features_client(void)
+{
+    /* The kernel turns receive timestamps on system-wide a moment after the first socket
+     * asks (a deferred static key): a socket of its own asks long before the one read. */
+    int one = 1, early = socket(AF_INET, SOCK_STREAM, 0);
+    if (early < 0 || setsockopt(early, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) != 0)
+        die("timestamps");
+    int fd = connect_one();
+    char b[64];
+    for (int i = 0; i < 20; i++)
+        if (write_all(fd, "hi", 2) != 2 || read_full(fd, b, 2) != 2)
+            die("exchange");
+    int off = 0;
+    say("SO_PEEK_OFF 0 %s", res(setsockopt(fd, SOL_SOCKET, SO_PEEK_OFF, &off, sizeof off)));
+    sync_send('a');
+    await_readable(fd, 8);
+    say("peek 3 %s", got(recv(fd, b, 3, MSG_PEEK), b));
+    say("peek 3 again, from the offset %s", got(recv(fd, b, 3, MSG_PEEK), b));
+    socklen_t len = sizeof off;
+    say("SO_PEEK_OFF %s value %d", res(getsockopt(fd, SOL_SOCKET, SO_PEEK_OFF, &off, &len)), off);
+    say("read 2 %s", got(read(fd, b, 2), b));
+    say("peek 2, the offset moved back by the read %s", got(recv(fd, b, 2, MSG_PEEK), b));
+    say("read 6 %s", got(read_full(fd, b, 6), b));
+    say("SO_TIMESTAMPNS %s", res(setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one)));
+    sync_send('b');
+    await_readable(fd, 2);
+    struct iovec v = {b, 2};
+    char cb[256];
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &v;
+    m.msg_iovlen = 1;
+    m.msg_control = cb;
+    m.msg_controllen = sizeof cb;
+    ssize_t r = recvmsg(fd, &m, 0);
+    bool stamped = false;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
+        stamped |= cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS;
+    say("recvmsg %s, a timestamp control message: %s", got(r, b), yes(stamped));
+    say("write %s", res(write(fd, "bye", 3)));
+    sync_send('c');
+    say("read at end %s", res(read(fd, b, sizeof b)));
+    close(fd);
+    close(early);
+}
+
 /* The peer is SIGKILLed while bytes sent to it are unread: its kernel resets the connection
  * (RST, not FIN), so the survivor's next read fails with ECONNRESET, later ones return 0,
  * and writes fail with EPIPE. With `reap_after`, the survivor reads before it reaps the

@@ -254,6 +254,8 @@ void trunc_server(void) ;
 void trunc_client(void) ;
 void zerocopy_server(void) ;
 void zerocopy_client(void) ;
+void kernel_features_server(void) ;
+void kernel_features_client(void) ;
 void killed_unreaped_server(void) ;
 void killed_unread_server(void) ;
 void killed_unread_client(void) ;

@@ -70,6 +70,8 @@ const struct casedef cases[] = {
      "MSG_TRUNC discards bytes; with MSG_PEEK; with MSG_WAITALL cut by the peer's close"},
     {"msg-zerocopy", AF_INET, true, zerocopy_server, zerocopy_client, NULL,
      "MSG_ZEROCOPY completions and MSG_ERRQUEUE receives with the stream's bytes waiting"},
+    {"kernel-features", AF_INET, true, kernel_features_server, kernel_features_client, NULL,
+     "SO_PEEK_OFF and SO_TIMESTAMPNS turned on mid-stream: peeks from the offset, timestamps"},
     {"msg-nosignal", AF_INET, true, closer_server, nosignal_client, NULL,
      "send MSG_NOSIGNAL after the peer closed: EPIPE eventually, no SIGPIPE"},
     {"sigpipe", AF_INET, true, closer_server, sigpipe_client, NULL,

@@ -128,6 +128,11 @@ pub const FLAG_REMOTE: u32 = 4096;
 /// kernel for that direction without the ring's bookkeeping (the sender once it sees this
 /// flag on its peer's record), as if the library were not there.
 pub const FLAG_RX_RETIRED: u32 = 1 << 20;
+/// This end's program turned on a socket feature only the kernel's own queues have: a peek
+/// offset (`SO_PEEK_OFF`) or timestamps (`SO_TIMESTAMP*`). Both directions go through the
+/// kernel for good (ring bytes already published are still read first), and the two ends
+/// retire them once the ring is read to the end.
+pub const FLAG_KERNEL_FEATURES: u32 = 1 << 22;
 
 /// What a socket moved through the kernel before its record existed (its set-up was put off,
 /// see the socket library's `conn`): bytes the program wrote, and bytes it read.
