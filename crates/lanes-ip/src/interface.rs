@@ -261,17 +261,31 @@ fn log(msg: impl std::fmt::Display) {
 
 /// Sets the interface up as the node `fabric` names and runs it until SIGTERM or SIGINT;
 /// then takes it down (the kernel removes the device with the process's descriptors).
-pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
+/// With `user`, the process becomes that account once the device is set up, and its fabric
+/// directory is the one that account's programs use (unless lanes.toml or `LANES_DIR`
+/// names one).
+pub fn run(cfg: IpConfig, mut fabric: FabricConfig, user: Option<crate::caps::Account>) -> Result<(), String> {
     let signals = lanes::platform::signals::TerminationSignals::install()
         .map_err(|e| format!("catching SIGTERM and SIGINT: {e}"))?;
     let node = fabric.node_id.get();
     let (v4, v6) = cfg.addresses(node)?;
     let tun = Tun::create(&cfg.name, cfg.queues).map_err(|e| e.to_string())?;
     let offloads = tun.set_offloads(cfg.offloads).map_err(|e| e.to_string())?;
-    tun.configure(v4, cfg.ipv4.netmask(), v6, cfg.ipv6.len, cfg.mtu).map_err(|e| e.to_string())?;
+    let link_local = IpConfig::link_local(node);
+    tun.configure(v4, cfg.ipv4.netmask(), v6, cfg.ipv6.len, link_local, cfg.mtu).map_err(|e| e.to_string())?;
     tun.set_carrier(false).map_err(|e| e.to_string())?;
     // Everything that needs CAP_NET_ADMIN is done; no thread exists yet, so all go.
-    crate::caps::drop_all().map_err(|e| e.to_string())?;
+    let was = crate::caps::uid();
+    crate::caps::drop_all(user.as_ref()).map_err(|e| e.to_string())?;
+    if let Some(u) = &user {
+        if u.uid != was {
+            let file = lanes::config::ConfigFile::load_from_env().map_err(|e| e.to_string())?;
+            fabric.dir = lanes::config::fabric_dir(file.as_ref());
+            log(format!("running as user {} (uid {}), fabric directory {}", u.name, u.uid, fabric.dir.display()));
+        }
+    } else if was == 0 {
+        log("running as root without capabilities (--user NAME runs it as an unprivileged account instead)");
+    }
     let cluster = fabric.cluster.clone();
     let f = Fabric::open_with(fabric).map_err(|e| format!("opening the fabric as node {node}: {e}"))?;
     let mut interrupts = Vec::new();
@@ -288,7 +302,7 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     hello.prepare().and_then(|()| hello.set_available()).map_err(|e| e.to_string())?;
     log(format!(
-        "{} up as node {node}: {v4}/{}, {v6}/{}, mtu {}, {} queues, offloads {}",
+        "{} up as node {node}: {v4}/{}, {v6}/{}, {link_local}/64, mtu {}, {} queues, offloads {}",
         cfg.name,
         cfg.ipv4.len,
         cfg.ipv6.len,
