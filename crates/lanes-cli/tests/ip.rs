@@ -413,7 +413,9 @@ fn sysctl_in(c: &Cluster, k: usize, setting: &str) {
 }
 
 /// Link-local addresses, broadcast and multicast as a user tries them: each node's
-/// link-local address is `fe80::<node>` (so answers to it are routed), `ping -6
+/// link-local address is `fe80::<node>` (so answers to it are routed), the others stay
+/// when an administrator takes lanes0 down and up (and the log says how to give the
+/// link-local one back), `ping -6
 /// ff02::1%lanes0` and `ping -b` of the prefix's broadcast address are answered by every
 /// other node, and an iperf 2 UDP multicast stream reaches both nodes that joined the group.
 #[test]
@@ -442,6 +444,23 @@ fn link_local_broadcast_and_multicast_reach_every_node() {
     let ll = format!("fe80::{:x}%lanes0", node(1));
     let f = c.run(0, "ping", &["-c", "2", "-i", "0.2", "-W", "2", &ll], Duration::from_secs(10));
     expect_ok(&f, "ping of a link-local address");
+    // An administrator taking lanes0 down and up again: the IPv4 and IPv6 addresses stay
+    // (the kernel's default drops the IPv6 ones, and the interface has no capability left
+    // to restore them); the link-local one the kernel drops anyway, which the interface's
+    // log says with the command that gives it back.
+    for state in ["down", "up"] {
+        netns::ip(&["-n", &c.net.ns(0), "link", "set", "lanes0", state]).expect("ip link set lanes0");
+    }
+    c.wait_carrier(0, true, Duration::from_secs(10));
+    for to in [v4(1), v6(1)] {
+        let f = c.run(0, "ping", &["-c", "2", "-i", "0.2", "-W", "2", &to], Duration::from_secs(10));
+        expect_ok(&f, &format!("ping {to} after lanes0 went down and up"));
+    }
+    let said = c.ups[0].as_mut().expect("node 4 runs").stderr_line(Duration::from_secs(5), |l| {
+        l.contains("lost its link-local address fe80::4") && l.contains("ip addr add fe80::4/64 dev lanes0")
+    });
+    assert!(said.is_some(), "no word of the lost link-local address");
+    netns::ip(&["-n", &c.net.ns(0), "addr", "add", "fe80::4/64", "dev", "lanes0"]).expect("the link-local address");
     // All nodes: ping sends from its link-local address; each other node answers to it.
     let f = c.run(0, "ping", &["-6", "-c", "3", "-i", "0.3", "-W", "2", "ff02::1%lanes0"], Duration::from_secs(15));
     for k in 1..3 {

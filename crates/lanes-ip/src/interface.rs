@@ -274,6 +274,9 @@ pub fn run(cfg: IpConfig, mut fabric: FabricConfig, user: Option<crate::caps::Ac
     let link_local = IpConfig::link_local(node);
     tun.configure(v4, cfg.ipv4.netmask(), v6, cfg.ipv6.len, link_local, cfg.mtu).map_err(|e| e.to_string())?;
     tun.set_carrier(false).map_err(|e| e.to_string())?;
+    if let Err(e) = tun.keep_ipv6_addresses_on_down() {
+        log(format!("{e}: taking {} down and up will remove its IPv6 addresses", cfg.name));
+    }
     // Everything that needs CAP_NET_ADMIN is done; no thread exists yet, so all go.
     let was = crate::caps::uid();
     crate::caps::drop_all(user.as_ref()).map_err(|e| e.to_string())?;
@@ -367,6 +370,7 @@ pub fn run(cfg: IpConfig, mut fabric: FabricConfig, user: Option<crate::caps::Ac
     let mut pending: BTreeMap<u32, Pending> = BTreeMap::new();
     let mut refused: BTreeMap<u32, String> = BTreeMap::new();
     let mut carrier = false;
+    let mut link_local_missing = false;
     let mut tick = 0u64;
     let mut last_status = Instant::now() - Duration::from_secs(10);
     let listed: BTreeSet<u32> = cluster
@@ -440,7 +444,8 @@ pub fn run(cfg: IpConfig, mut fabric: FabricConfig, user: Option<crate::caps::Ac
             match connect_pair(&sh, &f, n) {
                 Ok(half) => {
                     let Some(p) = pending.remove(&n) else { continue };
-                    log(format!("node {n} connected ({} rings to it)", half.tx.len()));
+                    let rings = half.tx.len();
+                    log(format!("node {n} connected ({rings} ring{} to it)", if rings == 1 { "" } else { "s" }));
                     let peer = Peer {
                         node: n,
                         hello: p.hello,
@@ -483,6 +488,17 @@ pub fn run(cfg: IpConfig, mut fabric: FabricConfig, user: Option<crate::caps::Ac
         }
         if last_status.elapsed() >= Duration::from_secs(1) {
             last_status = Instant::now();
+            // The kernel removes link-local addresses when the link is taken down, whatever
+            // keep_addr_on_down says, and this process can no longer add one: say how.
+            let missing = !crate::tun::has_ipv6_address(&sh.cfg.name, link_local);
+            if missing && !link_local_missing {
+                log(format!(
+                    "{name} lost its link-local address {link_local} (taken down and up?): `ip addr add \
+                     {link_local}/64 dev {name}` as root, or restarting `lanes ip up`, gives it back",
+                    name = sh.cfg.name
+                ));
+            }
+            link_local_missing = missing;
             base.carrier = carrier;
             base.counters = sh.counters.snapshot();
             let table = sh.table.read().unwrap_or_else(|e| e.into_inner()).clone();

@@ -223,6 +223,15 @@ impl Tun {
         (&self.queues[q]).write(buf)
     }
 
+    /// Keeps the interface's IPv6 addresses when it is taken down (`ip link set lanes0
+    /// down`, then up): the kernel's default removes them, and once set up this process has
+    /// no capability left to give them back (`keep_addr_on_down`, a sysctl that
+    /// CAP_NET_ADMIN may write).
+    pub fn keep_ipv6_addresses_on_down(&self) -> io::Result<()> {
+        let path = format!("/proc/sys/net/ipv6/conf/{}/keep_addr_on_down", self.name);
+        std::fs::write(&path, "1").map_err(|e| io::Error::new(e.kind(), format!("writing {path}: {e}")))
+    }
+
     /// Gives the interface its addresses (IPv4, IPv6 and link-local `link_local`/64), MTU,
     /// and brings it up (needs CAP_NET_ADMIN).
     pub fn configure(
@@ -273,6 +282,25 @@ impl Tun {
         }
         Ok(())
     }
+}
+
+/// Whether interface `name` has IPv6 address `a`, by /proc/net/if_inet6 (this network
+/// namespace's addresses: 32 hex digits, index, prefix length, scope, flags, name per
+/// line). True when the file cannot be read: nothing is known to be missing.
+pub fn has_ipv6_address(name: &str, a: Ipv6Addr) -> bool {
+    match std::fs::read_to_string("/proc/net/if_inet6") {
+        Ok(text) => lists_ipv6_address(&text, name, a),
+        Err(_) => true,
+    }
+}
+
+/// Whether /proc/net/if_inet6's `text` lists `a` on `name`.
+fn lists_ipv6_address(text: &str, name: &str, a: Ipv6Addr) -> bool {
+    let want: String = a.octets().iter().map(|b| format!("{b:02x}")).collect();
+    text.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() == 6 && f[0] == want && f[5] == name
+    })
 }
 
 // From <linux/if_link.h>, which the libc crate does not carry.
@@ -369,6 +397,18 @@ mod tests {
         assert_eq!(m[36..40], attr(12, libc::AF_INET6 as u16));
         assert_eq!(m[40..44], attr(5, IFLA_INET6_ADDR_GEN_MODE));
         assert_eq!(m[44..48], [IN6_ADDR_GEN_MODE_NONE, 0, 0, 0]);
+    }
+
+    #[test]
+    fn addresses_are_found_in_proc_net_if_inet6_by_address_and_name() {
+        let text = "fe800000000000000000000000000004 05 40 20 80   lanes0\n\
+                    fd6c616e657300000000000000000004 05 40 00 80   lanes0\n\
+                    00000000000000000000000000000001 01 80 10 80       lo\n";
+        let ll: Ipv6Addr = "fe80::4".parse().unwrap();
+        assert!(lists_ipv6_address(text, "lanes0", ll));
+        assert!(!lists_ipv6_address(text, "lanes1", ll));
+        assert!(!lists_ipv6_address(text, "lanes0", "fe80::8".parse().unwrap()));
+        assert!(!lists_ipv6_address("", "lanes0", ll));
     }
 
     #[test]
