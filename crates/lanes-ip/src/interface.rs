@@ -305,12 +305,13 @@ pub fn run(cfg: IpConfig, mut fabric: FabricConfig, user: Option<crate::caps::Ac
         .map_err(|e| e.to_string())?;
     hello.prepare().and_then(|()| hello.set_available()).map_err(|e| e.to_string())?;
     log(format!(
-        "{} up as node {node}: {v4}/{}, {v6}/{}, {link_local}/64, mtu {}, {} queues, offloads {}",
+        "{} up as node {node}: {v4}/{}, {v6}/{}, {link_local}/64, mtu {}, {} queue{}, offloads {}",
         cfg.name,
         cfg.ipv4.len,
         cfg.ipv6.len,
         cfg.mtu,
         cfg.queues,
+        if cfg.queues == 1 { "" } else { "s" },
         offloads.describe()
     ));
     let empty: Table = Arc::new(Vec::new());
