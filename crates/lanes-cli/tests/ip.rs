@@ -181,6 +181,24 @@ fn ping_both_ways_over_ipv4_and_ipv6_and_status_lists_the_interfaces() {
         assert!(st.stdout.contains(&format!("{}/16", v4(k))), "{}", st.stdout);
     }
     assert!(st.stdout.contains("peers 8:connected, 12:connected"), "{}", st.stdout);
+    // A second `lanes ip up` where lanes0 exists is refused, naming the cause, and joins
+    // none of its queues (which would take a share of its packets); so is a second one as
+    // a node that runs already.
+    let mut second = c.lanes(0, &["ip", "up"]);
+    second.env("LANES_NODE_ID", "16");
+    let f = run_bounded(second, "a second lanes ip up", Duration::from_secs(10));
+    assert!(!f.ok() && f.stderr.contains("exists already"), "{}", f.describe("a second lanes ip up"));
+    let helper = Netns::three();
+    let mut twin = Command::new("ip");
+    twin.args(["netns", "exec", &helper.ns(0), LANES, "ip", "up"]);
+    for v in lanes_testkit::LANES_ENV {
+        twin.env_remove(v);
+    }
+    twin.env("LANES_DIR", c.dir.fabric()).env("LANES_NODE_ID", node(1).to_string());
+    let f = run_bounded(twin, "lanes ip up as a node that runs", Duration::from_secs(10));
+    assert!(!f.ok() && f.stderr.contains("another `lanes ip up` run as node 8"), "{}", f.describe("a twin node"));
+    drop(helper);
+    expect_ok(&c.ping(0, &v4(1)), "ping after the refused starts");
     // `lanes ip down` stops node 12's interface; the others keep their link to each other.
     let down = run_bounded(c.lanes(2, &["ip", "down"]), "lanes ip down", Duration::from_secs(15));
     expect_ok(&down, "lanes ip down");

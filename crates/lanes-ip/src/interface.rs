@@ -294,7 +294,9 @@ pub fn run(cfg: IpConfig, mut fabric: FabricConfig, user: Option<crate::caps::Ac
     let mut interrupts = Vec::new();
     for q in 0..cfg.queues {
         let no = ring::INTERRUPT_BASE + q as u32;
-        let int = f.create_interrupt(Some(no)).map_err(|e| format!("receive interrupt {no:#x}: {e}"))?;
+        let int = f.create_interrupt(Some(no)).map_err(|e| {
+            format!("receive interrupt {no:#x}: {e} (does another `lanes ip up` run as node {node} on this fabric?)")
+        })?;
         // The receive thread spins itself (driving the fabric's progress) before it waits.
         int.set_poll_time(Duration::ZERO);
         interrupts.push(int);

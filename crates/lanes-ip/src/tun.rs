@@ -142,11 +142,27 @@ impl Tun {
                 io::Error::new(e.kind(), format!("opening /dev/net/tun: {e} ({hint})"))
             })?;
             let mut req = IfReq::new(name)?;
-            req.set_short((libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR | libc::IFF_MULTI_QUEUE) as i16);
-            ioctl(&f, libc::TUNSETIFF, &mut req, || {
-                let hint = if q == 0 { " (CAP_NET_ADMIN is needed; does another device have that name?)" } else { "" };
-                format!("creating TUN interface {name} (queue {q}){hint}")
-            })?;
+            let mut flags = libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR | libc::IFF_MULTI_QUEUE;
+            // The first queue makes the device, never joins one of that name (which would
+            // take a share of its packets): the others join it.
+            if q == 0 {
+                flags |= libc::IFF_TUN_EXCL;
+            }
+            req.set_short(flags as i16);
+            // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req` is, exclusively
+            // borrowed and alive for the call.
+            if unsafe { libc::ioctl(f.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) } < 0 {
+                let e = io::Error::last_os_error();
+                let hint = match (q, e.raw_os_error()) {
+                    (0, Some(libc::EBUSY)) => {
+                        " (an interface of that name exists already: does another `lanes ip up` run in this \
+                         network namespace?)"
+                    }
+                    (0, Some(libc::EPERM)) => " (CAP_NET_ADMIN is needed)",
+                    _ => "",
+                };
+                return Err(io::Error::new(e.kind(), format!("creating TUN interface {name} (queue {q}): {e}{hint}")));
+            }
             set_nonblocking(&f).map_err(|e| io::Error::new(e.kind(), format!("TUN queue {q} of {name}: {e}")))?;
             files.push(f);
         }
