@@ -75,10 +75,13 @@ pub fn run(a: IpArgs) -> Result<(), String> {
         IpWhat::Down { node } => {
             let node = node.unwrap_or(fabric.node_id.get());
             let up = lanes_ip::status::list(&fabric.dir);
-            let s = up
-                .iter()
-                .find(|s| s.node == node && s.alive)
-                .ok_or_else(|| format!("ip down: no `lanes ip up` runs as node {node} on {}", fabric.dir.display()))?;
+            let s = up.iter().find(|s| s.node == node && s.alive).ok_or_else(|| {
+                format!(
+                    "ip down: no `lanes ip up` runs as node {node} on {} (one started with --user works in that \
+                         user's fabric directory: run this as that user, or with LANES_DIR naming it)",
+                    fabric.dir.display()
+                )
+            })?;
             // SAFETY: kill(2) with a pid read from the status file and a constant signal.
             if unsafe { libc::kill(s.pid as i32, libc::SIGTERM) } != 0 {
                 return Err(format!("ip down: signalling pid {}: {}", s.pid, std::io::Error::last_os_error()));

@@ -743,6 +743,14 @@ fn ip_up_with_user_runs_as_that_user_without_capabilities() {
         let log = c.ups[k].as_ref().expect("running").stderr_so_far();
         assert!(log.contains("running as user nobody"), "{log}");
     }
+    // `lanes ip down` looks in the fabric directory it is given: not nobody's, it says
+    // where to look; with nobody's, it stops node 4.
+    let f = run_bounded(c.lanes(0, &["ip", "down"]), "lanes ip down", Duration::from_secs(15));
+    assert!(!f.ok() && f.stderr.contains("user's fabric directory"), "{}", f.describe("lanes ip down"));
+    let mut down = c.lanes(0, &["ip", "down"]);
+    down.env("LANES_DIR", &dir);
+    expect_ok(&run_bounded(down, "lanes ip down", Duration::from_secs(15)), "lanes ip down in nobody's directory");
+    expect_ok(&c.ups[0].take().expect("node 4 runs").wait(Duration::from_secs(5)), "lanes ip up --user nobody");
     // A user that does not exist is refused before anything is made.
     let f =
         run_bounded(c.lanes(2, &["ip", "up", "--user", "no-such-user-lanes"]), "lanes ip up", Duration::from_secs(10));
