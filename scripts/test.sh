@@ -31,9 +31,14 @@ declare -A apt_for=(
     # The ofi transport (feature lanes/ofi): fi_info and fi_pingpong.
     [fi_info]=libfabric-bin
     # The IP interface's tests (crates/lanes-cli/tests/ip.rs): ping and a checksummed
-    # transfer over lanes0.
+    # transfer over lanes0; the programs a user would try over it (curl against python's
+    # http.server, dig against dnsmasq, iperf 2 multicast: above).
     [ping]=iputils-ping
     [socat]=socat
+    [tracepath]=iputils-tracepath
+    [traceroute]=traceroute
+    [rsync]=rsync
+    [python3]=python3
     # Network namespaces: the cluster tests (crates/lanes/tests/cluster.rs) and the
     # multi-host hosts.
     [ip]=iproute2

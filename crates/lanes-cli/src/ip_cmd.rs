@@ -29,6 +29,11 @@ enum IpWhat {
         /// The interface's name (default: [ip] name, else lanes0).
         #[arg(long)]
         name: Option<String>,
+        /// Once the interface is set up, run as this account (a name or uid) instead of
+        /// root, in its fabric directory: the user whose cluster daemon and programs share
+        /// the fabric. Needs root (CAP_SETUID and CAP_SETGID) unless it is that user already.
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
     },
     /// Stop the `lanes ip up` of a node of this host (default: this process's node), which
     /// removes its interface.
@@ -42,7 +47,7 @@ enum IpWhat {
 pub fn run(a: IpArgs) -> Result<(), String> {
     let fabric = FabricConfig::from_env().map_err(|e| e.to_string())?;
     match a.what {
-        IpWhat::Up { mtu, queues, offloads, name } => {
+        IpWhat::Up { mtu, queues, offloads, name, user } => {
             let file = lanes::config::ConfigFile::load_from_env().map_err(|e| e.to_string())?;
             let mut section = file.as_ref().and_then(|f| f.ip().cloned()).unwrap_or_default();
             if mtu.is_some() {
@@ -61,15 +66,22 @@ pub fn run(a: IpArgs) -> Result<(), String> {
                 Some(o) => return Err(format!("--offloads {o:?}: on or off")),
             }
             let cfg = lanes_ip::IpConfig::from_section(Some(&section)).map_err(|e| format!("[ip] {e}"))?;
-            lanes_ip::run(cfg, fabric).map_err(|e| format!("ip up: {e}"))
+            let user = user
+                .map(|u| lanes_ip::caps::Account::lookup(&u))
+                .transpose()
+                .map_err(|e| format!("ip up --user: {e}"))?;
+            lanes_ip::run(cfg, fabric, user).map_err(|e| format!("ip up: {e}"))
         }
         IpWhat::Down { node } => {
             let node = node.unwrap_or(fabric.node_id.get());
             let up = lanes_ip::status::list(&fabric.dir);
-            let s = up
-                .iter()
-                .find(|s| s.node == node && s.alive)
-                .ok_or_else(|| format!("ip down: no `lanes ip up` runs as node {node} on {}", fabric.dir.display()))?;
+            let s = up.iter().find(|s| s.node == node && s.alive).ok_or_else(|| {
+                format!(
+                    "ip down: no `lanes ip up` runs as node {node} on {} (one started with --user works in that \
+                         user's fabric directory: run this as that user, or with LANES_DIR naming it)",
+                    fabric.dir.display()
+                )
+            })?;
             // SAFETY: kill(2) with a pid read from the status file and a constant signal.
             if unsafe { libc::kill(s.pid as i32, libc::SIGTERM) } != 0 {
                 return Err(format!("ip down: signalling pid {}: {}", s.pid, std::io::Error::last_os_error()));

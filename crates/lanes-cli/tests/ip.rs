@@ -1,7 +1,11 @@
 //! `lanes ip up` as a user runs it: nodes in network namespaces of this host sharing one
 //! fabric directory, each running the interface as a different node, and unchanged
-//! programs over lanes0: ping (IPv4 and IPv6), iperf3 TCP and UDP, a checksummed transfer,
-//! a peer killed mid-transfer and restarted, hostile objects in the fabric directory.
+//! programs over lanes0: ping (IPv4 and IPv6, link-local, broadcast and all-nodes
+//! multicast), iperf3 TCP and UDP, iperf 2 UDP multicast, ssh and scp, curl against
+//! python's http.server, dnsmasq and dig, rsync, tracepath and traceroute, a checksummed
+//! transfer with and without offloads (and the segment sizes that crossed), the interface
+//! running as an unprivileged user, a peer killed mid-transfer and restarted, hostile
+//! objects in the fabric directory.
 //! Root only (network namespaces, CAP_NET_ADMIN); skipped with the reason otherwise.
 
 use std::os::unix::fs::FileTypeExt;
@@ -177,6 +181,24 @@ fn ping_both_ways_over_ipv4_and_ipv6_and_status_lists_the_interfaces() {
         assert!(st.stdout.contains(&format!("{}/16", v4(k))), "{}", st.stdout);
     }
     assert!(st.stdout.contains("peers 8:connected, 12:connected"), "{}", st.stdout);
+    // A second `lanes ip up` where lanes0 exists is refused, naming the cause, and joins
+    // none of its queues (which would take a share of its packets); so is a second one as
+    // a node that runs already.
+    let mut second = c.lanes(0, &["ip", "up"]);
+    second.env("LANES_NODE_ID", "16");
+    let f = run_bounded(second, "a second lanes ip up", Duration::from_secs(10));
+    assert!(!f.ok() && f.stderr.contains("exists already"), "{}", f.describe("a second lanes ip up"));
+    let helper = Netns::three();
+    let mut twin = Command::new("ip");
+    twin.args(["netns", "exec", &helper.ns(0), LANES, "ip", "up"]);
+    for v in lanes_testkit::LANES_ENV {
+        twin.env_remove(v);
+    }
+    twin.env("LANES_DIR", c.dir.fabric()).env("LANES_NODE_ID", node(1).to_string());
+    let f = run_bounded(twin, "lanes ip up as a node that runs", Duration::from_secs(10));
+    assert!(!f.ok() && f.stderr.contains("another `lanes ip up` run as node 8"), "{}", f.describe("a twin node"));
+    drop(helper);
+    expect_ok(&c.ping(0, &v4(1)), "ping after the refused starts");
     // `lanes ip down` stops node 12's interface; the others keep their link to each other.
     let down = run_bounded(c.lanes(2, &["ip", "down"]), "lanes ip down", Duration::from_secs(15));
     expect_ok(&down, "lanes ip down");
@@ -400,6 +422,340 @@ fn ssh_and_scp_over_lanes0() {
     assert_eq!(sha256_of(&out), want, "the file scp wrote differs");
     let s = server.stop(libc::SIGTERM, Duration::from_secs(10));
     assert!(s.status.is_some(), "{}", s.describe("sshd"));
+    c.down();
+}
+
+/// Runs `sysctl -w SETTING` in host `k`'s namespace.
+fn sysctl_in(c: &Cluster, k: usize, setting: &str) {
+    expect_ok(&c.run(k, "sysctl", &["-qw", setting], Duration::from_secs(10)), &format!("sysctl {setting}"));
+}
+
+/// Link-local addresses, broadcast and multicast as a user tries them: each node's
+/// link-local address is `fe80::<node>` (so answers to it are routed), the others stay
+/// when an administrator takes lanes0 down and up (and the log says how to give the
+/// link-local one back), `ping -6
+/// ff02::1%lanes0` and `ping -b` of the prefix's broadcast address are answered by every
+/// other node, and an iperf 2 UDP multicast stream reaches both nodes that joined the group.
+#[test]
+fn link_local_broadcast_and_multicast_reach_every_node() {
+    if skip("multicast", &["ping", "iperf", "sysctl"]) {
+        return;
+    }
+    let mut c = Cluster::new("ip-mcast");
+    for k in 0..3 {
+        c.up(k, &[]);
+    }
+    for k in 0..3 {
+        c.wait_carrier(k, true, Duration::from_secs(10));
+    }
+    for k in 0..3 {
+        let out = netns::ip(&["-n", &c.net.ns(k), "-6", "addr", "show", "dev", "lanes0", "scope", "link"])
+            .expect("lanes0's link-local addresses");
+        assert!(out.contains(&format!("fe80::{:x}/64", node(k))), "node {}: {out}", node(k));
+        assert_eq!(
+            out.matches("inet6").count(),
+            1,
+            "node {}: one link-local address, not the kernel's: {out}",
+            node(k)
+        );
+    }
+    let ll = format!("fe80::{:x}%lanes0", node(1));
+    let f = c.run(0, "ping", &["-c", "2", "-i", "0.2", "-W", "2", &ll], Duration::from_secs(10));
+    expect_ok(&f, "ping of a link-local address");
+    // An administrator taking lanes0 down and up again: the IPv4 and IPv6 addresses stay
+    // (the kernel's default drops the IPv6 ones, and the interface has no capability left
+    // to restore them); the link-local one the kernel drops anyway, which the interface's
+    // log says with the command that gives it back.
+    for state in ["down", "up"] {
+        netns::ip(&["-n", &c.net.ns(0), "link", "set", "lanes0", state]).expect("ip link set lanes0");
+    }
+    c.wait_carrier(0, true, Duration::from_secs(10));
+    for to in [v4(1), v6(1)] {
+        let f = c.run(0, "ping", &["-c", "2", "-i", "0.2", "-W", "2", &to], Duration::from_secs(10));
+        expect_ok(&f, &format!("ping {to} after lanes0 went down and up"));
+    }
+    let said = c.ups[0].as_mut().expect("node 4 runs").stderr_line(Duration::from_secs(5), |l| {
+        l.contains("lost its link-local address fe80::4") && l.contains("ip addr add fe80::4/64 dev lanes0")
+    });
+    assert!(said.is_some(), "no word of the lost link-local address");
+    netns::ip(&["-n", &c.net.ns(0), "addr", "add", "fe80::4/64", "dev", "lanes0"]).expect("the link-local address");
+    // All nodes: ping sends from its link-local address; each other node answers to it.
+    let f = c.run(0, "ping", &["-6", "-c", "3", "-i", "0.3", "-W", "2", "ff02::1%lanes0"], Duration::from_secs(15));
+    for k in 1..3 {
+        let from = format!("from fe80::{:x}%lanes0", node(k));
+        assert!(f.stdout.contains(&from), "no answer {from}: {}", f.describe("ping -6 ff02::1%lanes0"));
+    }
+    // IPv4 broadcast: every node that answers broadcast pings (not the kernel's default).
+    for k in 0..3 {
+        sysctl_in(&c, k, "net.ipv4.icmp_echo_ignore_broadcasts=0");
+    }
+    let f = c.run(0, "ping", &["-b", "-c", "3", "-i", "0.3", "-W", "2", "10.253.255.255"], Duration::from_secs(15));
+    for k in 1..3 {
+        let from = format!("from {}:", v4(k));
+        assert!(f.stdout.contains(&from), "no answer {from}: {}", f.describe("ping -b 10.253.255.255"));
+    }
+    // iperf 2 UDP multicast: nodes 8 and 12 join 239.35.0.1 on lanes0; node 4 sends to it
+    // (through a route to lanes0, which a host whose default route is elsewhere needs).
+    netns::ip(&["-n", &c.net.ns(0), "route", "add", "224.0.0.0/4", "dev", "lanes0"]).expect("a multicast route");
+    let port = lanes_testkit::free_port().to_string();
+    let servers: Vec<Program> = (1..3)
+        .map(|k| {
+            let cmd = c.in_ns(k, "iperf", &["-s", "-u", "-B", "239.35.0.1%lanes0", "-p", &port, "-i", "1"]);
+            Program::spawn(cmd, &format!("iperf -s (node {})", node(k)))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let f = c.run(
+        0,
+        "iperf",
+        &["-c", "239.35.0.1", "-u", "-T", "1", "-t", "2", "-b", "20M", "-p", &port],
+        Duration::from_secs(20),
+    );
+    expect_ok(&f, "iperf -c 239.35.0.1 -u");
+    std::thread::sleep(Duration::from_millis(500));
+    for (k, server) in (1..3).zip(servers) {
+        let out = server.stop(libc::SIGTERM, Duration::from_secs(5));
+        // The report: "... 0.012 ms 0/3402 (0%)": lost/total datagrams.
+        let report = out.stdout.lines().rev().find(|l| l.contains('%') && l.contains('/')).unwrap_or_default();
+        let counts = report.rsplit_once('(').map(|(l, _)| l.trim()).and_then(|l| l.rsplit(' ').next());
+        let (lost, total) = counts
+            .and_then(|c| c.split_once('/'))
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+            .unwrap_or_else(|| panic!("node {}: no iperf report\n{}", node(k), out.describe("iperf -s")));
+        eprintln!("node {}: multicast datagrams lost {lost} of {total}", node(k));
+        assert!(total > 1000 && lost * 20 < total, "node {}: {report}", node(k));
+    }
+    c.down();
+}
+
+/// Everyday programs between two nodes as a user runs them: curl fetching a file from
+/// python's http.server over IPv4 and IPv6 (checksummed), dnsmasq answering dig over UDP
+/// and TCP, rsync to an rsync daemon (every file checksummed), tracepath finding lanes0's
+/// MTU as the path MTU, traceroute's ICMP probes reaching the node in one hop.
+#[test]
+fn curl_dig_rsync_tracepath_and_traceroute_over_lanes0() {
+    let programs = ["curl", "python3", "dnsmasq", "dig", "rsync", "tracepath", "traceroute", "sha256sum"];
+    if skip("everyday_programs", &programs) {
+        return;
+    }
+    let mut c = Cluster::new("ip-programs");
+    c.up(0, &[]);
+    c.up(1, &[]);
+    c.wait_carrier(0, true, Duration::from_secs(10));
+    c.wait_carrier(1, true, Duration::from_secs(10));
+    let payload = pattern_file(&c.dir, 16);
+    let want = sha256_of(&payload);
+    let served = payload.parent().expect("a directory").to_str().expect("utf-8").to_string();
+
+    let port = lanes_testkit::free_port().to_string();
+    let http = Program::spawn(
+        c.in_ns(1, "python3", &["-m", "http.server", "--bind", "::", "--directory", &served, &port]),
+        "python3 -m http.server",
+    );
+    for (i, host) in [v4(1), format!("[{}]", v6(1))].iter().enumerate() {
+        let out = c.dir.path(&format!("fetched-{i}"));
+        let url = format!("http://{host}:{port}/payload");
+        let out_s = out.to_str().expect("utf-8");
+        let fetch = || c.run(0, "curl", &["-sS", "-f", "-m", "30", "-o", out_s, &url], Duration::from_secs(40));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let f = loop {
+            let f = fetch();
+            if f.ok() || Instant::now() > deadline {
+                break f;
+            }
+            std::thread::sleep(Duration::from_millis(200)); // the server may not listen yet
+        };
+        expect_ok(&f, &format!("curl {url}"));
+        assert_eq!(sha256_of(&out), want, "curl {url}: the file differs");
+    }
+    drop(http);
+
+    let port = lanes_testkit::free_port().to_string();
+    let listen4 = format!("--listen-address={}", v4(1));
+    let listen6 = format!("--listen-address={}", v6(1));
+    let dns = Program::spawn(
+        c.in_ns(
+            1,
+            "dnsmasq",
+            &[
+                "--no-daemon",
+                "--port",
+                &port,
+                &listen4,
+                &listen6,
+                "--bind-interfaces",
+                "--no-resolv",
+                "--no-hosts",
+                "--address=/node8.lanes.test/10.253.0.8",
+                "--user=root",
+                "--pid-file=",
+            ],
+        ),
+        "dnsmasq",
+    );
+    for (server, transport) in [(v6(1), "+notcp"), (v4(1), "+tcp")] {
+        let at = format!("@{server}");
+        let args = ["+short", "+time=2", "+tries=5", transport, "-p", &port, &at, "node8.lanes.test", "A"];
+        let f = c.run(0, "dig", &args, Duration::from_secs(20));
+        expect_ok(&f, &format!("dig {at} {transport}"));
+        assert_eq!(f.stdout.trim(), "10.253.0.8", "{}", f.describe("dig"));
+    }
+    drop(dns);
+
+    let src = c.dir.path("tree");
+    std::fs::create_dir_all(src.join("sub")).expect("a tree");
+    std::fs::copy(&payload, src.join("sub/payload")).expect("a file in the tree");
+    for i in 0..20usize {
+        let bytes: Vec<u8> = (0..i * 3001).map(|b| (b * 7 + i) as u8).collect();
+        std::fs::write(src.join(format!("f{i}")), bytes).expect("a file");
+    }
+    let dst = c.dir.path("copy");
+    std::fs::create_dir_all(&dst).expect("the destination");
+    let conf = c.dir.path("rsyncd.conf");
+    std::fs::write(
+        &conf,
+        format!("use chroot = no\n[dst]\npath = {}\nread only = no\nuid = root\ngid = root\n", dst.display()),
+    )
+    .expect("rsyncd.conf");
+    let port = lanes_testkit::free_port().to_string();
+    let conf_arg = format!("--config={}", conf.display());
+    let port_arg = format!("--port={port}");
+    let address = format!("--address={}", v6(1));
+    let rsyncd = Program::spawn(
+        c.in_ns(1, "rsync", &["--daemon", "--no-detach", &conf_arg, &port_arg, &address]),
+        "rsync --daemon",
+    );
+    let from = format!("{}/", src.display());
+    let to = format!("rsync://[{}]:{port}/dst/", v6(1));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let f = loop {
+        let f = c.run(0, "rsync", &["-a", &from, &to], Duration::from_secs(60));
+        if f.ok() || Instant::now() > deadline {
+            break f;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    expect_ok(&f, "rsync to the rsync daemon");
+    drop(rsyncd);
+    let mut files = vec!["sub/payload".to_string()];
+    files.extend((0..20).map(|i| format!("f{i}")));
+    for name in files {
+        assert_eq!(sha256_of(&dst.join(&name)), sha256_of(&src.join(&name)), "rsync: {name} differs");
+    }
+
+    for (args, what) in [(vec!["-n", &v4(1) as &str], "tracepath"), (vec!["-6", "-n", &v6(1)], "tracepath -6")] {
+        let f = c.run(0, "tracepath", &args, Duration::from_secs(30));
+        expect_ok(&f, what);
+        assert!(f.stdout.contains("pmtu 65520") && f.stdout.contains("hops 1"), "{}", f.describe(what));
+    }
+    let f = c.run(0, "traceroute", &["-I", "-n", "-q", "1", "-w", "2", &v4(1)], Duration::from_secs(30));
+    expect_ok(&f, "traceroute -I");
+    assert!(f.stdout.lines().any(|l| l.trim_start().starts_with(&format!("1  {}", v4(1)))), "{}", f.stdout);
+    c.down();
+}
+
+/// With offloads at MTU 1500 a TCP stream crosses as segments of up to 64 KiB (the
+/// kernel's TSO, carried whole and segmented by the receiving stack), as the interfaces'
+/// own counters show; without offloads every packet fits the MTU.
+#[test]
+fn with_offloads_large_tcp_segments_cross_whole() {
+    if skip("offload_segments", &["socat"]) {
+        return;
+    }
+    for offloads in ["on", "off"] {
+        let mut c = Cluster::new(&format!("ip-tso-{offloads}"));
+        for k in 0..2 {
+            c.up(k, &["--mtu", "1500", "--offloads", offloads]);
+        }
+        c.wait_carrier(0, true, Duration::from_secs(10));
+        c.wait_carrier(1, true, Duration::from_secs(10));
+        let port = lanes_testkit::free_port();
+        let rx = Program::spawn(
+            c.in_ns(1, "socat", &["-u", &format!("TCP-LISTEN:{port},reuseaddr"), "OPEN:/dev/null"]),
+            "socat receiver",
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let to = format!("TCP:{}:{port}", v4(1));
+        let tx =
+            c.run(0, "sh", &["-c", &format!("head -c 67108864 /dev/zero | socat -u - {to}")], Duration::from_secs(60));
+        expect_ok(&tx, "socat sender");
+        expect_ok(&rx.wait(Duration::from_secs(20)), "socat receiver");
+        // The status file is rewritten every second.
+        std::thread::sleep(Duration::from_millis(1200));
+        let st = lanes_ip::status::list(&c.dir.fabric());
+        let sender = st.iter().find(|s| s.node == node(0)).expect("node 4's status");
+        let (packets, bytes) = (sender.counters.tx_packets, sender.counters.tx_bytes);
+        assert!(bytes > 64 << 20, "offloads {offloads}: {bytes} bytes sent");
+        let average = bytes / packets.max(1);
+        eprintln!("offloads {offloads}: {packets} packets, {average} bytes on average");
+        if offloads == "on" {
+            // How large the kernel makes them depends on the rate (TSO autosizing); that
+            // they average twice the MTU is what only whole segments can do.
+            assert!(average > 3000, "offloads on: {packets} packets of {average} bytes on average");
+        } else {
+            assert!(average <= 1500, "offloads off: {packets} packets of {average} bytes on average");
+        }
+        c.down();
+    }
+}
+
+/// `lanes ip up --user nobody` as root: once lanes0 is set up the process is that user with
+/// no capability at all (`/proc/PID/status`), works in that user's fabric directory, and
+/// the link carries packets.
+#[test]
+fn ip_up_with_user_runs_as_that_user_without_capabilities() {
+    if skip("user_switch", &["ping"]) {
+        return;
+    }
+    let Ok(nobody) = lanes_ip::caps::Account::lookup("nobody") else {
+        eprintln!("skipping user_switch: no user nobody");
+        return;
+    };
+    let mut c = Cluster::new("ip-user");
+    // Both nodes as nobody, in nobody's fabric directory (a fresh one: LANES_DIR names it,
+    // owned by nobody as its programs would make it).
+    let dir = c.dir.path("nobody-fabric");
+    std::fs::create_dir_all(&dir).expect("nobody's fabric directory");
+    let c_dir = std::ffi::CString::new(dir.to_str().expect("utf-8")).expect("no NUL");
+    // SAFETY: chown(2) of a path we made, NUL-terminated, alive for the call.
+    assert_eq!(unsafe { libc::chown(c_dir.as_ptr(), nobody.uid, nobody.gid) }, 0);
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("mode 0700");
+    for k in 0..2 {
+        let mut cmd = c.lanes(k, &["ip", "up", "--user", "nobody"]);
+        cmd.env("LANES_DIR", &dir);
+        c.ups[k] = Some(Program::spawn(cmd, &format!("lanes ip up --user nobody (node {})", node(k))));
+    }
+    c.wait_carrier(0, true, Duration::from_secs(10));
+    c.wait_carrier(1, true, Duration::from_secs(10));
+    expect_ok(&c.ping(0, &v4(1)), "ping between nodes running as nobody");
+    for k in 0..2 {
+        let pid = c.ups[k].as_ref().expect("running").pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
+        let field = |name: &str| {
+            status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.split_whitespace().collect::<Vec<_>>())
+        };
+        let uid = nobody.uid.to_string();
+        assert_eq!(field("Uid:"), Some(vec![uid.as_str(); 4]), "{status}");
+        for caps in ["CapEff:", "CapPrm:", "CapInh:", "CapAmb:", "CapBnd:"] {
+            assert_eq!(field(caps), Some(vec!["0000000000000000"]), "{caps} {status}");
+        }
+        assert_eq!(field("NoNewPrivs:"), Some(vec!["1"]), "{status}");
+        let log = c.ups[k].as_ref().expect("running").stderr_so_far();
+        assert!(log.contains("running as user nobody"), "{log}");
+    }
+    // `lanes ip down` looks in the fabric directory it is given: not nobody's, it says
+    // where to look; with nobody's, it stops node 4.
+    let f = run_bounded(c.lanes(0, &["ip", "down"]), "lanes ip down", Duration::from_secs(15));
+    assert!(!f.ok() && f.stderr.contains("user's fabric directory"), "{}", f.describe("lanes ip down"));
+    let mut down = c.lanes(0, &["ip", "down"]);
+    down.env("LANES_DIR", &dir);
+    expect_ok(&run_bounded(down, "lanes ip down", Duration::from_secs(15)), "lanes ip down in nobody's directory");
+    expect_ok(&c.ups[0].take().expect("node 4 runs").wait(Duration::from_secs(5)), "lanes ip up --user nobody");
+    // A user that does not exist is refused before anything is made.
+    let f =
+        run_bounded(c.lanes(2, &["ip", "up", "--user", "no-such-user-lanes"]), "lanes ip up", Duration::from_secs(10));
+    assert!(!f.ok() && f.stderr.contains("no user \"no-such-user-lanes\""), "{}", f.describe("lanes ip up --user"));
+    assert!(netns::ip(&["-n", &c.net.ns(2), "link", "show", "lanes0"]).is_err(), "lanes0 made for a missing user");
     c.down();
 }
 

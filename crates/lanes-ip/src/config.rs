@@ -1,5 +1,6 @@
 //! The interface's configuration: `[ip]` of lanes.toml with its defaults, and the addresses
-//! a node id gives (the id is the host part of an IPv4 and an IPv6 prefix).
+//! a node id gives (the id is the host part of an IPv4 and an IPv6 prefix, and of the
+//! link-local prefix fe80::/64).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -8,6 +9,11 @@ use lanes::config::{ConfigFile, IpSection};
 pub use lanes::config::ip::{
     Prefix4, Prefix6, DEFAULT_IPV4, DEFAULT_IPV6, DEFAULT_MTU, DEFAULT_RING_KIB, MAX_MTU, MIN_MTU,
 };
+
+/// The link-local prefix: node N's link-local address is `fe80::N` (hex), so that a packet
+/// to a peer's link-local address (an answer to a link-local multicast such as
+/// `ping ff02::1%lanes0`) names its node.
+pub const LINK_LOCAL: Prefix6 = Prefix6 { net: Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), len: 64 };
 
 /// The most queues (and rings per pair of nodes).
 pub const MAX_QUEUES: usize = crate::ring::MAX_RINGS;
@@ -61,6 +67,11 @@ impl IpConfig {
     pub fn addresses(&self, node: u32) -> Result<(Ipv4Addr, Ipv6Addr), String> {
         Ok((self.ipv4.address_of(node)?, self.ipv6.address_of(node)))
     }
+
+    /// This node's link-local address, `fe80::<node>`.
+    pub fn link_local(node: u32) -> Ipv6Addr {
+        LINK_LOCAL.address_of(node)
+    }
 }
 
 #[cfg(test)]
@@ -82,6 +93,8 @@ mod tests {
         assert_eq!(c.ipv6.host_of("fd6c:616e:6573::c".parse().unwrap()), Some(12));
         assert_eq!(c.ipv6.host_of("fd6c:616e:6574::c".parse().unwrap()), None);
         assert_eq!(c.ipv4.broadcast(), "10.253.255.255".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(IpConfig::link_local(12), "fe80::c".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(LINK_LOCAL.host_of("fe80::c".parse().unwrap()), Some(12));
     }
 
     #[test]

@@ -261,23 +261,42 @@ fn log(msg: impl std::fmt::Display) {
 
 /// Sets the interface up as the node `fabric` names and runs it until SIGTERM or SIGINT;
 /// then takes it down (the kernel removes the device with the process's descriptors).
-pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
+/// With `user`, the process becomes that account once the device is set up, and its fabric
+/// directory is the one that account's programs use (unless lanes.toml or `LANES_DIR`
+/// names one).
+pub fn run(cfg: IpConfig, mut fabric: FabricConfig, user: Option<crate::caps::Account>) -> Result<(), String> {
     let signals = lanes::platform::signals::TerminationSignals::install()
         .map_err(|e| format!("catching SIGTERM and SIGINT: {e}"))?;
     let node = fabric.node_id.get();
     let (v4, v6) = cfg.addresses(node)?;
     let tun = Tun::create(&cfg.name, cfg.queues).map_err(|e| e.to_string())?;
     let offloads = tun.set_offloads(cfg.offloads).map_err(|e| e.to_string())?;
-    tun.configure(v4, cfg.ipv4.netmask(), v6, cfg.ipv6.len, cfg.mtu).map_err(|e| e.to_string())?;
+    let link_local = IpConfig::link_local(node);
+    tun.configure(v4, cfg.ipv4.netmask(), v6, cfg.ipv6.len, link_local, cfg.mtu).map_err(|e| e.to_string())?;
     tun.set_carrier(false).map_err(|e| e.to_string())?;
+    if let Err(e) = tun.keep_ipv6_addresses_on_down() {
+        log(format!("{e}: taking {} down and up will remove its IPv6 addresses", cfg.name));
+    }
     // Everything that needs CAP_NET_ADMIN is done; no thread exists yet, so all go.
-    crate::caps::drop_all().map_err(|e| e.to_string())?;
+    let was = crate::caps::uid();
+    crate::caps::drop_all(user.as_ref()).map_err(|e| e.to_string())?;
+    if let Some(u) = &user {
+        if u.uid != was {
+            let file = lanes::config::ConfigFile::load_from_env().map_err(|e| e.to_string())?;
+            fabric.dir = lanes::config::fabric_dir(file.as_ref());
+            log(format!("running as user {} (uid {}), fabric directory {}", u.name, u.uid, fabric.dir.display()));
+        }
+    } else if was == 0 {
+        log("running as root without capabilities (--user NAME runs it as an unprivileged account instead)");
+    }
     let cluster = fabric.cluster.clone();
     let f = Fabric::open_with(fabric).map_err(|e| format!("opening the fabric as node {node}: {e}"))?;
     let mut interrupts = Vec::new();
     for q in 0..cfg.queues {
         let no = ring::INTERRUPT_BASE + q as u32;
-        let int = f.create_interrupt(Some(no)).map_err(|e| format!("receive interrupt {no:#x}: {e}"))?;
+        let int = f.create_interrupt(Some(no)).map_err(|e| {
+            format!("receive interrupt {no:#x}: {e} (does another `lanes ip up` run as node {node} on this fabric?)")
+        })?;
         // The receive thread spins itself (driving the fabric's progress) before it waits.
         int.set_poll_time(Duration::ZERO);
         interrupts.push(int);
@@ -288,12 +307,13 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     hello.prepare().and_then(|()| hello.set_available()).map_err(|e| e.to_string())?;
     log(format!(
-        "{} up as node {node}: {v4}/{}, {v6}/{}, mtu {}, {} queues, offloads {}",
+        "{} up as node {node}: {v4}/{}, {v6}/{}, {link_local}/64, mtu {}, {} queue{}, offloads {}",
         cfg.name,
         cfg.ipv4.len,
         cfg.ipv6.len,
         cfg.mtu,
         cfg.queues,
+        if cfg.queues == 1 { "" } else { "s" },
         offloads.describe()
     ));
     let empty: Table = Arc::new(Vec::new());
@@ -353,6 +373,7 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
     let mut pending: BTreeMap<u32, Pending> = BTreeMap::new();
     let mut refused: BTreeMap<u32, String> = BTreeMap::new();
     let mut carrier = false;
+    let mut link_local_missing = false;
     let mut tick = 0u64;
     let mut last_status = Instant::now() - Duration::from_secs(10);
     let listed: BTreeSet<u32> = cluster
@@ -426,7 +447,8 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
             match connect_pair(&sh, &f, n) {
                 Ok(half) => {
                     let Some(p) = pending.remove(&n) else { continue };
-                    log(format!("node {n} connected ({} rings to it)", half.tx.len()));
+                    let rings = half.tx.len();
+                    log(format!("node {n} connected ({rings} ring{} to it)", if rings == 1 { "" } else { "s" }));
                     let peer = Peer {
                         node: n,
                         hello: p.hello,
@@ -469,6 +491,17 @@ pub fn run(cfg: IpConfig, fabric: FabricConfig) -> Result<(), String> {
         }
         if last_status.elapsed() >= Duration::from_secs(1) {
             last_status = Instant::now();
+            // The kernel removes link-local addresses when the link is taken down, whatever
+            // keep_addr_on_down says, and this process can no longer add one: say how.
+            let missing = !crate::tun::has_ipv6_address(&sh.cfg.name, link_local);
+            if missing && !link_local_missing {
+                log(format!(
+                    "{name} lost its link-local address {link_local} (taken down and up?): `ip addr add \
+                     {link_local}/64 dev {name}` as root, or restarting `lanes ip up`, gives it back",
+                    name = sh.cfg.name
+                ));
+            }
+            link_local_missing = missing;
             base.carrier = carrier;
             base.counters = sh.counters.snapshot();
             let table = sh.table.read().unwrap_or_else(|e| e.into_inner()).clone();

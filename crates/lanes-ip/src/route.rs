@@ -1,9 +1,9 @@
-//! Which node a packet goes to: the host part of its destination address, or every node
-//! for broadcast and multicast.
+//! Which node a packet goes to: the host part of its destination address (in the IPv4 or
+//! IPv6 prefix, or the link-local fe80::/64), or every node for broadcast and multicast.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::config::{Prefix4, Prefix6};
+use crate::config::{Prefix4, Prefix6, LINK_LOCAL};
 
 /// Where a packet goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub fn route(pkt: &[u8], v4: Prefix4, v6: Prefix6) -> Dest {
             if dst.is_multicast() {
                 return Dest::All;
             }
-            v6.host_of(dst).map_or(Dest::NoRoute, Dest::Node)
+            v6.host_of(dst).or_else(|| LINK_LOCAL.host_of(dst)).map_or(Dest::NoRoute, Dest::Node)
         }
         _ => Dest::Malformed,
     }
@@ -73,6 +73,11 @@ mod tests {
         assert_eq!(route(&v6_packet("fd6c:616e:6573::c".parse().unwrap()), v4, v6), Dest::Node(12));
         assert_eq!(route(&v6_packet("ff02::1".parse().unwrap()), v4, v6), Dest::All);
         assert_eq!(route(&v6_packet("2001:db8::1".parse().unwrap()), v4, v6), Dest::NoRoute);
+        // Link-local: fe80::<node>; one the kernel made up (an interface id wider than a
+        // node id) names no node.
+        assert_eq!(route(&v6_packet("fe80::c".parse().unwrap()), v4, v6), Dest::Node(12));
+        assert_eq!(route(&v6_packet("fe80::4ee5:6ddc:1192:f2a5".parse().unwrap()), v4, v6), Dest::NoRoute);
+        assert_eq!(route(&v6_packet("fe80:1::c".parse().unwrap()), v4, v6), Dest::NoRoute);
     }
 
     #[test]
