@@ -117,6 +117,10 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
             "{sock}the ring never paid (no receiver was waiting when bytes came: no CPU free to spin, or a \
              receiver always busy): its receiving direction is kernel TCP for good, at kernel TCP's cost"
         ),
+        Reason::KernelFeature => format!(
+            "{sock}SO_PEEK_OFF or a timestamp option is on, which only the kernel's own queues have: the \
+             connection is kernel TCP for good"
+        ),
     }
 }
 

@@ -686,7 +686,10 @@ static KERNEL_FEATURES_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::
 /// stops using the ring both ways (FLAG_KERNEL_FEATURES).
 pub fn use_kernel_features(fd: c_int) {
     KERNEL_FEATURES_SEEN.store(true, Ordering::Relaxed);
-    crate::conn::Deferred::give_up(fd);
+    if crate::conn::Deferred::is(fd) {
+        crate::conn::Deferred::give_up(fd);
+        crate::reasons::note(crate::reasons::Reason::KernelFeature, None);
+    }
     if let Some(c) = crate::conn::lookup(fd) {
         kernel_features_on(&c);
     }
@@ -716,7 +719,9 @@ pub fn inherited_kernel_features(fd: c_int) -> bool {
 /// Both directions of `conn` leave the ring for good (FLAG_KERNEL_FEATURES): each sender
 /// goes to the kernel at its next send, after the ring bytes it already published.
 pub fn kernel_features_on(conn: &Conn) {
-    conn.own.set_flags(FLAG_KERNEL_FEATURES);
+    if conn.own.set_flags(FLAG_KERNEL_FEATURES) & FLAG_KERNEL_FEATURES == 0 {
+        crate::reasons::note(crate::reasons::Reason::KernelFeature, Some(&conn.key));
+    }
     want_ring(&conn.own, false);
     conn.own.tx_word().to_kernel_mode();
     if let Some(p) = conn.peer() {

@@ -71,11 +71,14 @@ pub enum Reason {
     /// than CPUs, a receiver that is always busy), so the direction was retired from the
     /// ring and its bytes are the kernel's for good, at the kernel's cost.
     RingDidNotPay,
+    /// The program turned on a socket feature only the kernel's own queues have
+    /// (`SO_PEEK_OFF`, `SO_TIMESTAMP*`): the connection is kernel TCP for good.
+    KernelFeature,
 }
 
 impl Reason {
     /// Every reason, in the order of their lines in the file (new ones only ever appended).
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::PeerWithoutLibrary,
         Reason::PrivilegeDrop,
         Reason::ExcludedPort,
@@ -89,6 +92,7 @@ impl Reason {
         Reason::RemotePeerNeverPaired,
         Reason::RegistrationRefused,
         Reason::RingDidNotPay,
+        Reason::KernelFeature,
     ];
 
     fn index(self) -> usize {
@@ -111,6 +115,7 @@ impl Reason {
             Reason::RemotePeerNeverPaired => "cross-host: peer never paired",
             Reason::RegistrationRefused => "cross-host: daemon refused it",
             Reason::RingDidNotPay => "ring did not pay (retired)",
+            Reason::KernelFeature => "peek offset or timestamps on",
         }
     }
 }
