@@ -536,7 +536,11 @@ pub unsafe fn send(
     let special_flags = libc::MSG_MORE | libc::MSG_OOB | libc::MSG_FASTOPEN | libc::MSG_ZEROCOPY;
     let bad_buffer = iov.iter().any(|b| b.iov_base.is_null() && b.iov_len > 0);
     let max = if travels_as_ipv6(dst.ip()) { 65527 } else { 65507 };
-    if v.exact && !v.members.is_empty() && !plain && flags & special_flags == 0 && len <= max && !bad_buffer {
+    // A member whose ring is off (asleep, most often) sends everything through the kernel:
+    // seen before the loopback is touched, it costs no system call.
+    let rings_on = v.members.iter().all(|m| !m.state().kernel_mode());
+    if v.exact && rings_on && !v.members.is_empty() && !plain && flags & special_flags == 0 && len <= max && !bad_buffer
+    {
         let parts: SmallVec<[&[u8]; 8]> = iov
             .iter()
             .filter(|b| b.iov_len > 0)
