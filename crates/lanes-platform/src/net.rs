@@ -297,6 +297,14 @@ pub fn interface_of_address(ip: IpAddr) -> Option<u32> {
     (found.len() == 1).then(|| found[0])
 }
 
+/// Whether interface `index` is a loopback device (what it sends comes back in as received
+/// by it); unknown counts as yes.
+pub fn interface_is_loopback(index: u32) -> bool {
+    let flags = std::fs::read_to_string(format!("/sys/class/net/{}/flags", interface_name(index)));
+    let flags = flags.ok().and_then(|f| u32::from_str_radix(f.trim().trim_start_matches("0x"), 16).ok());
+    flags.is_none_or(|f| f & libc::IFF_LOOPBACK as u32 != 0)
+}
+
 /// The name of interface `index` (its number if it has none).
 pub fn interface_name(index: u32) -> String {
     let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
@@ -445,6 +453,8 @@ mod tests {
         assert_eq!((got[1].local, got[1].remote), (b.local_addr().unwrap(), "[::1]:9".parse().unwrap()));
         assert_eq!(interface_of_address("127.0.0.1".parse().unwrap()), Some(1), "lo");
         assert_eq!(interface_name(1), "lo");
+        assert!(interface_is_loopback(1));
+        assert!(interface_is_loopback(u32::MAX), "an interface that is not there");
     }
 
     #[test]

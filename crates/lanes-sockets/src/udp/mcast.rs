@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use libc::{c_int, c_void, iovec, socklen_t, ssize_t};
 use smallvec::SmallVec;
 
-use lanes::platform::net::{interface_of_address, udp_sockets_on_port, UdpSocketEntry};
+use lanes::platform::net::{interface_is_loopback, interface_of_address, udp_sockets_on_port, UdpSocketEntry};
 use lanes::sockets::udp::{offer_to_all, travels_as_ipv6, Membership, Memberships, UdpRecord};
 
 use super::{canonical, name_of, pin, UdpSock};
@@ -421,6 +421,11 @@ fn view(s: &UdpSock, fd: c_int, dst: SocketAddr, records: &mut HashMap<u64, Arc<
     let mut view =
         GroupView { exact: false, members: Vec::new(), epochs: Vec::new(), src, checked: Instant::now(), binds };
     let Some(out_if) = chosen_if.or_else(|| interface_of_address(src_ip)) else { return Some(view) };
+    if interface_is_loopback(out_if) {
+        // What goes out of a loopback device comes back in with the loopback option off
+        // too: its members always get the kernel's copy.
+        return Some(view);
+    }
 
     // The members are on this host: only the port lists (`LANES_SOCKETS_INCLUDE`,
     // `_EXCLUDE`) can leave the group out.
@@ -515,7 +520,8 @@ pub unsafe fn send(
 ) -> ssize_t {
     let ipv6_socket = s.family == libc::AF_INET6;
     if !looping(fd, ipv6_socket).unwrap_or(true) {
-        // Nobody on this host gets it: the kernel's send is the whole story.
+        // Nobody on this host gets it but members on a loopback device it leaves by, from
+        // that device: the kernel's send is the whole story.
         return kernel();
     }
     let binds = super::bind_epoch().map_or(0, |e| e.get());

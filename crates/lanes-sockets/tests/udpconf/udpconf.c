@@ -849,6 +849,62 @@ static void case_mcast6(void) {
     close(s);
 }
 
+/* The interface a membership and a sender name (IP_MULTICAST_IF by address and by index,
+ * ip_mreqn), MCAST_JOIN_GROUP, a member connected to the sender and one connected
+ * elsewhere, and a sender that is a member itself. */
+static void case_mcast_more(void) {
+    const char *G = "239.255.42.5";
+    int port = free_port();
+    int lo_member = member(AF_INET, "0.0.0.0", port), any_member = member(AF_INET, "0.0.0.0", port);
+    int zero = 0;
+    setsockopt(lo_member, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof zero);
+    setsockopt(any_member, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof zero);
+    struct ip_mreqn mn; memset(&mn, 0, sizeof mn);
+    inet_pton(AF_INET, G, &mn.imr_multiaddr);
+    mn.imr_ifindex = 1; /* lo */
+    SHOW("join on lo by index", setsockopt(lo_member, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mn, sizeof mn));
+    struct group_req gr; memset(&gr, 0, sizeof gr);
+    gr.gr_interface = 0;
+    struct sockaddr_in *ga = (void *)&gr.gr_group;
+    ga->sin_family = AF_INET; inet_pton(AF_INET, G, &ga->sin_addr);
+    SHOW("MCAST_JOIN_GROUP on the route's interface", setsockopt(any_member, IPPROTO_IP, MCAST_JOIN_GROUP, &gr, sizeof gr));
+    SHOW("MCAST_JOIN_GROUP again", setsockopt(any_member, IPPROTO_IP, MCAST_JOIN_GROUP, &gr, sizeof gr));
+    int s = member(AF_INET, "0.0.0.0", port); /* the sender is bound to the port: a member too */
+    setsockopt(s, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof zero);
+    SHOW("sender joins", mreq4(s, IP_ADD_MEMBERSHIP, G));
+    int conn_other = member(AF_INET, "0.0.0.0", port), conn_sender = member(AF_INET, "0.0.0.0", port);
+    SHOW("member connected elsewhere joins", mreq4(conn_other, IP_ADD_MEMBERSHIP, G));
+    SHOW("member connected to the sender joins", mreq4(conn_sender, IP_ADD_MEMBERSHIP, G));
+    struct sockaddr_in elsewhere = {.sin_family = AF_INET, .sin_port = htons(9)};
+    inet_pton(AF_INET, "127.0.0.1", &elsewhere.sin_addr);
+    SHOW("connect elsewhere", connect(conn_other, (void *)&elsewhere, sizeof elsewhere));
+    struct sockaddr_in me = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr = route_source4(G)};
+    SHOW("connect to the sender", connect(conn_sender, (void *)&me, sizeof me));
+    int all[5] = {lo_member, any_member, s, conn_other, conn_sender};
+    const char *names[5] = {"joined on lo", "joined on the route's interface", "the sender itself",
+                            "connected elsewhere", "connected to the sender"};
+    for (int i = 0; i < 5; i++) recv_one("empty", all[i], 10, MSG_DONTWAIT, &s, 1);
+    socklen_t tl; struct sockaddr_storage to = group_at(AF_INET, G, port, &tl);
+    send_group(s, &to, tl, 6, 1);
+    for (int i = 0; i < 5; i++) drain(names[i], all[i], &s, 1);
+    struct in_addr loaddr; inet_pton(AF_INET, "127.0.0.1", &loaddr);
+    SHOW("sender IP_MULTICAST_IF lo by address", setsockopt(s, IPPROTO_IP, IP_MULTICAST_IF, &loaddr, sizeof loaddr));
+    send_group(s, &to, tl, 4, 2);
+    for (int i = 0; i < 5; i++) drain(names[i], all[i], &s, 1);
+    /* What lo sends comes back to it, loopback option or not. */
+    SHOW("loop off", setsockopt(s, IPPROTO_IP, IP_MULTICAST_LOOP, &zero, sizeof zero));
+    send_group(s, &to, tl, 2, 4);
+    for (int i = 0; i < 5; i++) drain(names[i], all[i], &s, 1);
+    int one = 1;
+    SHOW("loop on", setsockopt(s, IPPROTO_IP, IP_MULTICAST_LOOP, &one, sizeof one));
+    struct ip_mreqn out; memset(&out, 0, sizeof out);
+    out.imr_ifindex = 0;
+    SHOW("sender IP_MULTICAST_IF back to the route", setsockopt(s, IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out));
+    send_group(s, &to, tl, 3, 3);
+    for (int i = 0; i < 5; i++) drain(names[i], all[i], &s, 1);
+    for (int i = 0; i < 5; i++) close(all[i]);
+}
+
 /* A member without the library joins beside members with it: each gets every datagram
  * once, in order. */
 static void case_mcast_mixed(void) {
@@ -931,7 +987,7 @@ static const struct test tests[] = {
     {"connected", case_connected}, {"connect-later", case_connect_later}, {"dual-stack", case_dual_stack}, {"mmsg", case_mmsg},
     {"rcvbuf", case_rcvbuf}, {"readiness", case_readiness}, {"blocking", case_blocking},
     {"pktinfo", case_pktinfo}, {"dup-fork", case_dup_fork}, {"exec", case_exec}, {"killed-receiver", case_killed_receiver}, {"mixed", case_mixed}, {"stress", case_stress},
-    {"mcast4", case_mcast4}, {"mcast6", case_mcast6}, {"mcast-mixed", case_mcast_mixed},
+    {"mcast4", case_mcast4}, {"mcast6", case_mcast6}, {"mcast-more", case_mcast_more}, {"mcast-mixed", case_mcast_mixed},
     {"leave-record", case_leave_record}, {"mcast-leave-record", case_mcast_leave_record},
 };
 
