@@ -10,7 +10,8 @@
 //!
 //! Programs (Debian packages installed by scripts/test.sh): sockperf UDP ping-pong and
 //! throughput (library on both sides, each side alone, neither), iperf (v2) UDP, dnsmasq
-//! answering dig and dnsperf, socat echoing lines. What is checked is their own verdicts
+//! answering dig and dnsperf, socat echoing lines; multicast: socat group members, iperf 2
+//! with two servers in a group, sockperf to a group, ssmping and asmping. What is checked is their own verdicts
 //! (no loss, duplication or reordering where the tool counts it; answers; echoed bytes),
 //! and, for sockperf's throughput run with the library on both sides (spinning allowed
 //! whatever the load), that the ring carried datagrams; with one side alone none may.
@@ -555,4 +556,45 @@ fn sockperf_udp_multicast() {
         }
     }
     w.finish("sockperf_udp_multicast");
+}
+
+/// ssmping and asmping against ssmpingd: the server answers each ping by unicast and to a
+/// group the client joined (source-specific, 232.43.211.234, and any-source, 224.0.1.234);
+/// the client must count every answer of both kinds once, with the library on both sides,
+/// either or none.
+#[test]
+fn ssmping_source_specific_and_any_source() {
+    let mut w = World::new("ssmping");
+    let host = lanes::platform::net::host_addresses()
+        .ok()
+        .and_then(|a| a.into_iter().find(|ip| ip.is_ipv4()))
+        .expect("an IPv4 address of this host besides loopback (the groups are routed by it)");
+    for side in [Side::Neither, Side::Both, Side::ServerOnly, Side::ClientOnly] {
+        let what = format!("ssmping (library: {})", side.tag());
+        let fabric = w.fabric(side.tag());
+        // ssmpingd listens on its fixed port (4321): one run at a time.
+        let cmd = w.spinning_cmd("ssmpingd", side.server(), &fabric);
+        let Some(server) = start_server(&mut w, cmd, 4321, &format!("{what}: ssmpingd")) else { continue };
+        for (tool, args) in [
+            ("ssmping", vec!["-4", "-c", "4", &host.to_string()]),
+            ("asmping", vec!["-4", "-c", "4", "224.0.1.234", &host.to_string()]),
+        ] {
+            let mut cmd = w.spinning_cmd(tool, side.client(), &fabric);
+            cmd.args(&args);
+            let c = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+            if !w.expect_ok(&c, &format!("{what}: {tool}")) {
+                continue;
+            }
+            let count = |needle: &str| c.stdout.lines().filter(|l| l.trim_start().starts_with(needle)).count();
+            let lossless = c.stdout.matches("4 packets received, 0% packet loss").count();
+            if (count("unicast from"), count("multicast from"), lossless) != (4, 4, 2) {
+                w.fail(format!(
+                    "{what}: {tool} did not count 4 unicast and 4 multicast answers, each once\n{}",
+                    c.describe(tool)
+                ));
+            }
+        }
+        server.stop(libc::SIGKILL, STOP_LIMIT);
+    }
+    w.finish("ssmping_source_specific_and_any_source");
 }

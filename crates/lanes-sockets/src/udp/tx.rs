@@ -198,7 +198,13 @@ pub unsafe fn send(
         unsafe { read_sockaddr(dest, dlen) }
     };
     let Some(dst) = dst.map(canonical) else { return kernel() };
-    if dst.ip().is_multicast() && dst.port() != 0 && (s.family == libc::AF_INET6 || dst.is_ipv4()) {
+    if dst.ip().is_multicast() {
+        // An IPv6 socket's datagram to an IPv4 group (IPv4-mapped) takes the IPv4 path with
+        // options of either family: not modelled, the kernel's alone.
+        let same_family = (s.family == libc::AF_INET) == dst.is_ipv4();
+        if !same_family || dst.port() == 0 {
+            return kernel();
+        }
         // SAFETY: as guaranteed by the caller.
         return unsafe { super::mcast::send(s, fd, dst, iov, flags, plain, kernel) };
     }
