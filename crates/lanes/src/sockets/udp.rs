@@ -1110,6 +1110,15 @@ mod tests {
         let too_many = Memberships { list: vec![m.list[0].clone(); MC_SLOTS + 1], all: true };
         assert!(b.set_memberships(&too_many).is_err());
         assert_eq!(b.memberships(), Some(Memberships::default()), "a refused table leaves the old one");
+        // A forged table (a mode that is none, a count past the slots) is not trusted.
+        let forged = UdpRecord::open(&d, 1, 81).unwrap();
+        forged.map.slice().copy_from(OFF_MC_TABLE + 20, &[7]).unwrap();
+        assert_eq!(forged.memberships(), None);
+        forged.map.slice().copy_from(OFF_MC_TABLE + 20, &[2]).unwrap();
+        forged.u32_at(OFF_MC_COUNT).store(MC_SLOTS as u32 + 1, Ordering::Relaxed);
+        assert_eq!(forged.memberships(), None);
+        forged.u32_at(OFF_MC_COUNT).store(2, Ordering::Relaxed);
+        assert_eq!(forged.memberships(), Some(m.clone()));
         assert!(a.try_ring_mode(a.state()));
         assert_eq!(offer_to_all(&[&a, &b], src(), &[b"x"], 1, false), None, "b is in kernel mode: nobody");
         assert_eq!(a.counts().0, 0);
