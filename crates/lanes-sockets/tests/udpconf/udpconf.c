@@ -905,6 +905,23 @@ static void case_mcast_more(void) {
     for (int i = 0; i < 5; i++) close(all[i]);
 }
 
+/* Broadcast: refused without SO_BROADCAST; with it, looped back to this host's sockets
+ * on the port whatever IP_MULTICAST_LOOP says (so the library leaves it to the kernel). */
+static void case_broadcast(void) {
+    int port = free_port();
+    int r = member(AF_INET, "0.0.0.0", port), s = udp(AF_INET), one = 1, zero = 0;
+    recv_one("empty", r, 10, MSG_DONTWAIT, &s, 1);
+    socklen_t tl; struct sockaddr_storage to = group_at(AF_INET, "255.255.255.255", port, &tl);
+    send_group(s, &to, tl, 2, 1);
+    SHOW("SO_BROADCAST", setsockopt(s, SOL_SOCKET, SO_BROADCAST, &one, sizeof one));
+    send_group(s, &to, tl, 3, 2);
+    drain("wildcard member", r, &s, 1);
+    SHOW("loop off", setsockopt(s, IPPROTO_IP, IP_MULTICAST_LOOP, &zero, sizeof zero));
+    send_group(s, &to, tl, 3, 3);
+    drain("wildcard member, loop off", r, &s, 1);
+    close(r); close(s);
+}
+
 /* A member without the library joins beside members with it: each gets every datagram
  * once, in order. */
 static void case_mcast_mixed(void) {
@@ -988,6 +1005,7 @@ static const struct test tests[] = {
     {"rcvbuf", case_rcvbuf}, {"readiness", case_readiness}, {"blocking", case_blocking},
     {"pktinfo", case_pktinfo}, {"dup-fork", case_dup_fork}, {"exec", case_exec}, {"killed-receiver", case_killed_receiver}, {"mixed", case_mixed}, {"stress", case_stress},
     {"mcast4", case_mcast4}, {"mcast6", case_mcast6}, {"mcast-more", case_mcast_more}, {"mcast-mixed", case_mcast_mixed},
+    {"broadcast", case_broadcast},
     {"leave-record", case_leave_record}, {"mcast-leave-record", case_mcast_leave_record},
 };
 
