@@ -462,7 +462,6 @@ fn view(s: &UdpSock, fd: c_int, dst: SocketAddr, records: &mut HashMap<u64, Arc<
             continue;
         };
         let admits = m.of(dst.ip(), out_if).map(|ms| ms.admits(src_ip));
-
         found.push((rec, admits, m.all));
     }
     records.retain(|c, _| seen.contains(c));
@@ -533,7 +532,12 @@ pub unsafe fn send(
                 tx.groups.insert(dst, v);
             }
             None => {
-                tx.groups.remove(&dst);
+                // Nothing to be sure of (no address, no route): the kernel for all, and
+                // the members known before still read their rings first.
+                if let Some(old) = tx.groups.get_mut(&dst) {
+                    old.exact = false;
+                    old.checked = Instant::now();
+                }
             }
         }
     }
