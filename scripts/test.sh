@@ -19,6 +19,8 @@ declare -A apt_for=(
     [dnsmasq]=dnsmasq-base
     [dig]=bind9-dnsutils
     [dnsperf]=dnsperf
+    # Multicast under the library: a source-specific and an any-source ping (udp.rs).
+    [ssmping]=ssmping
     [redis-server]=redis-server
     [redis-benchmark]=redis-tools
     [nginx]=nginx-light

@@ -351,7 +351,7 @@ fn print_udp(out: &mut String, sockets: &[lanes::sockets::udp::UdpInfo]) {
     out_line!(out, "\naccelerated UDP sockets (liblanes_sockets.so; one line per receiving socket)");
     out_line!(
         out,
-        "  {:<46} {:<12} {:>12} {:>10} {:>10} {:>14} {:<6} {}",
+        "  {:<46} {:<12} {:>12} {:>10} {:>10} {:>14} {:<6} {:<5} {}",
         "bound to",
         "pids",
         "via ring",
@@ -359,13 +359,14 @@ fn print_udp(out: &mut String, sockets: &[lanes::sockets::udp::UdpInfo]) {
         "dropped",
         "kernel (known)",
         "mode",
-        "stale"
+        "stale",
+        "groups"
     );
     for u in sockets {
         let pids: Vec<String> = u.holders.iter().map(|p| p.to_string()).collect();
         out_line!(
             out,
-            "  {:<46} {:<12} {:>12} {:>10} {:>10} {:>14} {:<6} {}",
+            "  {:<46} {:<12} {:>12} {:>10} {:>10} {:>14} {:<6} {:<5} {}",
             u.local.to_string(),
             if pids.is_empty() { "-".into() } else { pids.join(",") },
             u.ring_datagrams,
@@ -373,7 +374,8 @@ fn print_udp(out: &mut String, sockets: &[lanes::sockets::udp::UdpInfo]) {
             u.drops,
             u.kernel_datagrams,
             if u.kernel_mode { "kernel" } else { "ring" },
-            if u.stale { "yes" } else { "no" }
+            if u.stale { "yes" } else { "no" },
+            if u.groups.is_empty() { "-".into() } else { u.groups.join(",") }
         );
     }
 }

@@ -188,10 +188,12 @@ fn wait_lanes(mut p: Program, limit: Duration) -> (Finished, Vec<u32>) {
 }
 
 const PROGRAMS: [&str; 4] = ["sockperf", "iperf3", "redis-server", "redis-benchmark"];
-const ROWS: [&str; 11] = [
+const ROWS: [&str; 13] = [
     "sockperf-latency",
     "sockperf-throughput",
     "sockperf-udp-latency",
+    "sockperf-udp-throughput",
+    "mcast-fanout",
     "iperf3",
     "redis-get",
     "pingpong",

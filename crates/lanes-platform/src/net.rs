@@ -1,7 +1,8 @@
 //! What the kernel vouches for about sockets and addresses: the TCP socket with given
 //! addresses and its cookie (`NETLINK_SOCK_DIAG`), a socket's own cookie (`SO_COOKIE`), who is
 //! at the other end of a Unix socket (`SO_PEERCRED`), whether a process holds a socket (its
-//! `/proc/<pid>/fd`), and this network namespace's interface addresses (`getifaddrs`).
+//! `/proc/<pid>/fd`), every UDP socket bound to a port (a `NETLINK_SOCK_DIAG` dump), and
+//! this network namespace's interfaces and their addresses (`getifaddrs`).
 //!
 //! The socket accelerator trusts a record in the fabric directory only when the kernel
 //! confirms the socket it describes (one host), and the cluster daemon registers a
@@ -163,6 +164,177 @@ fn diag_lookup(protocol: libc::c_int, local: SocketAddr, remote: SocketAddr) -> 
     result
 }
 
+/// A UDP socket as a `NETLINK_SOCK_DIAG` dump lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpSocketEntry {
+    /// AF_INET or AF_INET6.
+    pub family: u8,
+    /// Its bound address (IPv4-mapped IPv6 addresses as the kernel keeps them).
+    pub local: SocketAddr,
+    /// Its connected peer (port 0: not connected).
+    pub remote: SocketAddr,
+    /// The device it is bound to (`SO_BINDTODEVICE`), 0 for none.
+    pub bound_dev: u32,
+    pub cookie: u64,
+}
+
+fn get_addr(family: u8, words: &[u32; 4], port: u16) -> SocketAddr {
+    let mut b = [0u8; 16];
+    for (i, w) in words.iter().enumerate() {
+        b[4 * i..4 * i + 4].copy_from_slice(&w.to_ne_bytes());
+    }
+    let port = u16::from_be(port);
+    if family == libc::AF_INET as u8 {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])), port)
+    } else {
+        SocketAddr::new(IpAddr::V6(Ipv6Addr::from(b)), port)
+    }
+}
+
+/// Every UDP socket of this network namespace bound to local port `port` (both families),
+/// as the kernel lists them; None if the kernel could not be asked.
+pub fn udp_sockets_on_port(port: u16) -> Option<Vec<UdpSocketEntry>> {
+    let mut out = Vec::new();
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        udp_dump(family, port, &mut out)?;
+    }
+    Some(out)
+}
+
+fn udp_dump(family: libc::c_int, port: u16, out: &mut Vec<UdpSocketEntry>) -> Option<()> {
+    let mut req = Request {
+        header: libc::nlmsghdr { nlmsg_len: 0, nlmsg_type: 0, nlmsg_flags: 0, nlmsg_seq: 0, nlmsg_pid: 0 },
+        body: InetDiagReqV2::default(),
+    };
+    req.header.nlmsg_len = std::mem::size_of::<Request>() as u32;
+    req.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    req.header.nlmsg_flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
+    req.body.family = family as u8;
+    req.body.protocol = libc::IPPROTO_UDP as u8;
+    req.body.states = !0;
+    // SAFETY: plain socket creation.
+    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
+    if fd < 0 {
+        return None;
+    }
+    let result = (|| {
+        // SAFETY: req is a plain repr(C) value of the stated length.
+        let sent = unsafe { libc::send(fd, (&req as *const Request).cast(), std::mem::size_of::<Request>(), 0) };
+        if sent < 0 {
+            return None;
+        }
+        let hdr_len = std::mem::size_of::<libc::nlmsghdr>();
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            // SAFETY: buf is writable for its length.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n <= 0 {
+                return None;
+            }
+            let n = n as usize;
+            let mut at = 0;
+            while at + hdr_len <= n {
+                // SAFETY: at + hdr_len <= n bytes of buf were written; read_unaligned copes
+                // with alignment.
+                let hdr: libc::nlmsghdr = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at).cast()) };
+                let len = hdr.nlmsg_len as usize;
+                if len < hdr_len || at + len > n {
+                    return None;
+                }
+                match hdr.nlmsg_type as libc::c_int {
+                    libc::NLMSG_DONE => return Some(()),
+                    libc::NLMSG_ERROR => return None,
+                    _ if hdr.nlmsg_type == SOCK_DIAG_BY_FAMILY
+                        && len >= hdr_len + std::mem::size_of::<InetDiagMsg>() =>
+                    {
+                        // SAFETY: the message holds an inet_diag_msg (length checked).
+                        let msg: InetDiagMsg =
+                            unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at + hdr_len).cast()) };
+                        if u16::from_be(msg.id.sport) == port {
+                            out.push(UdpSocketEntry {
+                                family: msg.family,
+                                local: get_addr(msg.family, &msg.id.src, msg.id.sport),
+                                remote: get_addr(msg.family, &msg.id.dst, msg.id.dport),
+                                bound_dev: msg.id.interface,
+                                cookie: msg.id.cookie[0] as u64 | (msg.id.cookie[1] as u64) << 32,
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+                at += len.div_ceil(4) * 4;
+            }
+        }
+    })();
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// The index of the interface that has address `ip`, if exactly one has it.
+pub fn interface_of_address(ip: IpAddr) -> Option<u32> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut found: Vec<u32> = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() && ifaddr_ip(ifa.ifa_addr) == Some(ip) {
+            // SAFETY: ifa_name is the interface's NUL-terminated name.
+            let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
+            if index != 0 && !found.contains(&index) {
+                found.push(index);
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: head came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    (found.len() == 1).then(|| found[0])
+}
+
+/// Whether interface `index` is a loopback device (what it sends comes back in as received
+/// by it); unknown counts as yes.
+pub fn interface_is_loopback(index: u32) -> bool {
+    let flags = std::fs::read_to_string(format!("/sys/class/net/{}/flags", interface_name(index)));
+    let flags = flags.ok().and_then(|f| u32::from_str_radix(f.trim().trim_start_matches("0x"), 16).ok());
+    flags.is_none_or(|f| f & libc::IFF_LOOPBACK as u32 != 0)
+}
+
+/// The name of interface `index` (its number if it has none).
+pub fn interface_name(index: u32) -> String {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: buf has IF_NAMESIZE bytes, as if_indextoname needs.
+    let r = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
+    if r.is_null() {
+        return index.to_string();
+    }
+    // SAFETY: if_indextoname wrote a NUL-terminated name into buf.
+    unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
+}
+
+fn ifaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    // SAFETY: sa points at a sockaddr whose family says how long it is.
+    let family = unsafe { (*sa).sa_family } as libc::c_int;
+    match family {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let a: libc::sockaddr_in = unsafe { std::ptr::read_unaligned(sa.cast()) };
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let a: libc::sockaddr_in6 = unsafe { std::ptr::read_unaligned(sa.cast()) };
+            Some(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
+}
+
 /// The cookie of our own socket `fd`.
 pub fn own_cookie(fd: libc::c_int) -> Option<u64> {
     let mut cookie: u64 = 0;
@@ -246,22 +418,7 @@ pub fn host_addresses() -> io::Result<Vec<IpAddr>> {
         // SAFETY: cur is a node of the list getifaddrs returned, not yet freed.
         let ifa = unsafe { &*cur };
         if !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points at a sockaddr whose family says how long it is.
-            let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
-            let ip = match family {
-                libc::AF_INET => {
-                    // SAFETY: the family says this is a sockaddr_in.
-                    let a: libc::sockaddr_in = unsafe { std::ptr::read_unaligned(ifa.ifa_addr.cast()) };
-                    Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))))
-                }
-                libc::AF_INET6 => {
-                    // SAFETY: the family says this is a sockaddr_in6.
-                    let a: libc::sockaddr_in6 = unsafe { std::ptr::read_unaligned(ifa.ifa_addr.cast()) };
-                    Some(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)))
-                }
-                _ => None,
-            };
-            if let Some(ip) = ip.filter(|ip| is_host_address(*ip)) {
+            if let Some(ip) = ifaddr_ip(ifa.ifa_addr).filter(|ip| is_host_address(*ip)) {
                 out.push(ip);
             }
         }
@@ -279,6 +436,26 @@ mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_dump_lists_every_udp_socket_on_a_port() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = a.local_addr().unwrap().port();
+        let b = std::net::UdpSocket::bind(("::1", port)).unwrap();
+        b.connect(("::1", 9)).unwrap();
+        let mut got = udp_sockets_on_port(port).expect("the kernel answers");
+        got.sort_by_key(|e| e.family);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(
+            (got[0].local, got[0].remote.port(), got[0].cookie),
+            (a.local_addr().unwrap(), 0, own_cookie(a.as_raw_fd()).unwrap())
+        );
+        assert_eq!((got[1].local, got[1].remote), (b.local_addr().unwrap(), "[::1]:9".parse().unwrap()));
+        assert_eq!(interface_of_address("127.0.0.1".parse().unwrap()), Some(1), "lo");
+        assert_eq!(interface_name(1), "lo");
+        assert!(interface_is_loopback(1));
+        assert!(interface_is_loopback(u32::MAX), "an interface that is not there");
+    }
 
     #[test]
     fn the_kernel_describes_a_connected_socket() {

@@ -1431,7 +1431,8 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
                 let r = call();
                 if r == 0 {
                     let e = errno();
-                    udp::option_set(fd, level, name);
+                    // SAFETY: the kernel accepted val as an option of len bytes.
+                    unsafe { udp::option_set(fd, level, name, val, len) };
                     set_errno(e);
                 }
                 Some(r)

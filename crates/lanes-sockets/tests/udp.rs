@@ -10,7 +10,8 @@
 //!
 //! Programs (Debian packages installed by scripts/test.sh): sockperf UDP ping-pong and
 //! throughput (library on both sides, each side alone, neither), iperf (v2) UDP, dnsmasq
-//! answering dig and dnsperf, socat echoing lines. What is checked is their own verdicts
+//! answering dig and dnsperf, socat echoing lines; multicast: socat group members, iperf 2
+//! with two servers in a group, sockperf to a group, ssmping and asmping. What is checked is their own verdicts
 //! (no loss, duplication or reordering where the tool counts it; answers; echoed bytes),
 //! and, for sockperf's throughput run with the library on both sides (spinning allowed
 //! whatever the load), that the ring carried datagrams; with one side alone none may.
@@ -63,6 +64,7 @@ fn call_sequences_match_kernel_udp() {
     let fabric = dir.sub("fabric");
     let reference = run_udpconf(&bin, &fabric, None, &[], &[]).stdout;
     assert!(reference.contains("== mixed") && reference.lines().count() > 150, "transcript:\n{reference}");
+    assert!(reference.contains("on group, joined: 20 datagrams"), "multicast reached nobody:\n{reference}");
     let again = run_udpconf(&bin, &fabric, None, &[], &[]).stdout;
     assert_eq!(again, reference, "the kernel's own transcript varies:\n{}", diff(&reference, &again, 40));
     for (label, env) in [
@@ -82,6 +84,19 @@ fn call_sequences_match_kernel_udp() {
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!((records[0].ring_datagrams, records[0].drops, records[0].kernel_datagrams), (10, 0, 0), "{records:?}");
     assert!(records[0].stale, "its process exited");
+    // So did an IPv4 and an IPv6 group member's: the groups' datagrams came through their
+    // rings, and their records show the memberships.
+    let fabric = dir.sub("fabric-mcast-record");
+    let got = run_udpconf(&bin, &fabric, Some(&lib), &[], &["mcast-leave-record"]).stdout;
+    let kernel = run_udpconf(&bin, &dir.sub("fabric-mcast-none"), None, &[], &["mcast-leave-record"]).stdout;
+    assert_eq!(got, kernel);
+    assert!(got.contains("member: 10 datagrams") && got.contains("member6: 10 datagrams"), "{got}");
+    let records = lanes::sockets::udp::list_udp(&fabric);
+    assert_eq!(records.len(), 2, "{records:?}");
+    for (r, group) in records.iter().zip(["239.255.42.4@", "ff15::4c61:6e67@"]) {
+        assert_eq!((r.ring_datagrams, r.drops, r.kernel_datagrams), (10, 0, 0), "{records:?}");
+        assert!(r.groups.len() == 1 && r.groups[0].starts_with(group), "{records:?}");
+    }
 }
 
 // ---- programs ----------------------------------------------------------------------------
@@ -365,4 +380,221 @@ fn socat_udp_echo() {
         server.stop(libc::SIGKILL, STOP_LIMIT);
     }
     w.finish("socat_udp_echo");
+}
+
+// ---- multicast programs ------------------------------------------------------------------
+
+/// How many sockets of this host joined IPv4 group `group` on any interface, as the kernel
+/// counts them (`/proc/net/igmp`).
+fn group_users(group: std::net::Ipv4Addr) -> u32 {
+    let hex = format!("{:08X}", u32::from_ne_bytes(group.octets()));
+    std::fs::read_to_string("/proc/net/igmp")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            (c.len() >= 2 && c[0] == hex).then(|| c[1].parse::<u32>().unwrap_or(0))
+        })
+        .sum()
+}
+
+/// Waits (bounded) until `users` sockets joined `group`.
+fn wait_joined(w: &mut World, group: std::net::Ipv4Addr, users: u32, what: &str) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(15) {
+        if group_users(group) >= users {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.fail(format!("{what}: {group} never had {users} members (/proc/net/igmp)"));
+    false
+}
+
+/// Two socat group members and a socat sender, each with or without the library: every
+/// member writes every line once, in order, whoever carries the library.
+#[test]
+fn socat_multicast_members() {
+    let mut w = World::new("socat-mcast");
+    for (k, (sender_lib, member_libs)) in
+        [(false, [false, false]), (true, [true, true]), (true, [true, false]), (false, [true, true])]
+            .into_iter()
+            .enumerate()
+    {
+        let what = format!("socat multicast (library: sender {sender_lib}, members {member_libs:?})");
+        let fabric = w.fabric(&format!("case{k}"));
+        let group = std::net::Ipv4Addr::new(239, 255, 77, 10 + k as u8);
+        let port = free_ports(1)[0];
+        let before = group_users(group);
+        let mut members = Vec::new();
+        for (i, lib) in member_libs.into_iter().enumerate() {
+            let mut cmd = w.spinning_cmd("socat", lib, &fabric);
+            cmd.args(["-u", &format!("UDP4-RECV:{port},ip-add-membership={group}:0.0.0.0,reuseaddr"), "-"]);
+            members.push(Program::spawn(cmd, &format!("{what}: member {i}")));
+        }
+        if !wait_joined(&mut w, group, before + 2, &what) {
+            continue;
+        }
+        let script = format!(
+            "{{ for i in $(seq 1 300); do echo \"line $i\"; sleep 0.002; done; echo end; }} \
+             | socat -u - UDP4-DATAGRAM:{group}:{port}"
+        );
+        let mut cmd = clean_command("sh");
+        cmd.args(["-c", &script]).env("LANES_DIR", &fabric).env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        if sender_lib {
+            cmd.env("LD_PRELOAD", &w.lib);
+        }
+        let c = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        w.expect_ok(&c, &format!("{what}: sender"));
+        let want: String = (1..=300).map(|i| format!("line {i}\n")).chain(["end\n".to_string()]).collect();
+        for (i, mut m) in members.into_iter().enumerate() {
+            let ended = m.stdout_line(RUN_LIMIT, |l| l == "end").is_some();
+            let f = m.stop(libc::SIGTERM, STOP_LIMIT);
+            if !ended || f.stdout != want {
+                let lines = f.stdout.lines().count();
+                w.fail(format!(
+                    "{what}: member {i} wrote {lines} lines, not the 301 sent, once each in order\n{}",
+                    f.describe("member")
+                ));
+            }
+        }
+    }
+    w.finish("socat_multicast_members");
+}
+
+/// iperf 2 UDP to a group with two servers as members (`iperf -s -u -B GROUP`, TTL 0 on
+/// the client): each server's report must count every datagram, none lost or out of
+/// order, with and without the library.
+#[test]
+fn iperf2_udp_multicast() {
+    let mut w = World::new("iperf-mcast");
+    for (k, side) in [Side::Neither, Side::Both, Side::ClientOnly].into_iter().enumerate() {
+        let what = format!("iperf -u multicast (library: {})", side.tag());
+        let fabric = w.fabric(side.tag());
+        let group = std::net::Ipv4Addr::new(239, 255, 78, 10 + k as u8);
+        let port = free_ports(1)[0].to_string();
+        let before = group_users(group);
+        let mut servers = Vec::new();
+        for i in 0..2 {
+            let mut cmd = w.cmd("iperf", side.server(), &fabric);
+            cmd.args(["-s", "-u", "-B", &group.to_string(), "-p", &port]);
+            servers.push(Program::spawn(cmd, &format!("{what}: server {i}")));
+        }
+        if !wait_joined(&mut w, group, before + 2, &what) {
+            continue;
+        }
+        let mut cmd = w.cmd("iperf", side.client(), &fabric);
+        cmd.args(["-c", &group.to_string(), "-u", "-T", "0", "-p", &port, "-t", "2", "-b", "2M", "-l", "1200"]);
+        let c = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        if !w.expect_ok(&c, &format!("{what}: client")) {
+            continue;
+        }
+        let sent =
+            c.stdout.lines().find_map(|l| l.split("Sent ").nth(1)?.split_whitespace().next()?.parse::<u64>().ok());
+        for (i, mut s) in servers.into_iter().enumerate() {
+            // "0.0000-2.0020 sec  2.51 MBytes  10.5 Mbits/sec   0.001 ms 0/1787 (0%)"
+            let report = s.stdout_line(RUN_LIMIT, |l| l.contains("%)"));
+            let f = s.stop(libc::SIGKILL, STOP_LIMIT);
+            let counts = report.as_deref().and_then(|l| {
+                let lost_total = l.split_whitespace().rev().nth(1)?;
+                let (lost, total) = lost_total.split_once('/')?;
+                Some((lost.parse::<u64>().ok()?, total.parse::<u64>().ok()?))
+            });
+            // The client's count includes its final datagram, which the report leaves out.
+            let fine = matches!((counts, sent), (Some((0, total)), Some(sent)) if total + 1 == sent && total > 100);
+            if !fine {
+                w.fail(format!(
+                    "{what}: server {i} reported {report:?} for {sent:?} datagrams sent\n{}\n{}",
+                    f.describe("server"),
+                    c.describe("client")
+                ));
+            }
+        }
+    }
+    w.finish("iperf2_udp_multicast");
+}
+
+/// sockperf to a group: ping-pong (the server loops its answers back) must see no datagram
+/// dropped, duplicated or reordered with the library on both sides, either or none; a
+/// throughput run with both, against a spinning receiver, must use the ring.
+#[test]
+fn sockperf_udp_multicast() {
+    let mut w = World::new("sockperf-mcast");
+    for (k, side) in [Side::Neither, Side::Both, Side::ServerOnly, Side::ClientOnly].into_iter().enumerate() {
+        let what = format!("sockperf UDP multicast (library: {})", side.tag());
+        let fabric = w.fabric(side.tag());
+        let group = format!("239.255.79.{}", 10 + k);
+        let port = free_ports(1)[0];
+        let rings = RingSampler::start(&fabric);
+        let mut cmd = w.spinning_cmd("sockperf", side.server(), &fabric);
+        cmd.args(["sr", "-i", &group, "-p", &port.to_string(), "--mc-loopback-enable"]);
+        let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: sr")) else { continue };
+        let mut cmd = w.spinning_cmd("sockperf", side.client(), &fabric);
+        cmd.args(["pp", "-i", &group, "-p", &port.to_string(), "--mc-loopback-enable", "-t", "2"]);
+        let pp = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&pp, &format!("{what}: pp")) {
+            w.expect_output(&pp, &format!("{what}: pp"), "Summary: Latency is");
+            w.expect_output(&pp, &format!("{what}: pp"), SOCKPERF_CLEAN);
+        }
+        let mut cmd = w.spinning_cmd("sockperf", side.client(), &fabric);
+        cmd.args(["tp", "-i", &group, "-p", &port.to_string(), "--mc-loopback-enable", "-m", "64", "-t", "2"]);
+        let tp = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&tp, &format!("{what}: tp")) {
+            w.expect_output(&tp, &format!("{what}: tp"), "Summary: Message Rate is");
+        }
+        let s = server.stop(libc::SIGINT, STOP_LIMIT);
+        if w.expect_ok(&s, &format!("{what}: sr, stopped with SIGINT")) {
+            w.expect_output(&s, &format!("{what}: sr"), "messages received and handled");
+        }
+        let ring = rings.finish();
+        match side {
+            Side::Both if ring == 0 => w.fail(format!("{what}: no datagram went through a ring")),
+            Side::ServerOnly | Side::ClientOnly | Side::Neither if ring > 0 => {
+                w.fail(format!("{what}: {ring} datagrams went through a ring with one side alone"))
+            }
+            _ => {}
+        }
+    }
+    w.finish("sockperf_udp_multicast");
+}
+
+/// ssmping and asmping against ssmpingd: the server answers each ping by unicast and to a
+/// group the client joined (source-specific, 232.43.211.234, and any-source, 224.0.1.234);
+/// the client must count every answer of both kinds once, with the library on both sides,
+/// either or none.
+#[test]
+fn ssmping_source_specific_and_any_source() {
+    let mut w = World::new("ssmping");
+    let host = lanes::platform::net::host_addresses()
+        .ok()
+        .and_then(|a| a.into_iter().find(|ip| ip.is_ipv4()))
+        .expect("an IPv4 address of this host besides loopback (the groups are routed by it)");
+    for side in [Side::Neither, Side::Both, Side::ServerOnly, Side::ClientOnly] {
+        let what = format!("ssmping (library: {})", side.tag());
+        let fabric = w.fabric(side.tag());
+        // ssmpingd listens on its fixed port (4321): one run at a time.
+        let cmd = w.spinning_cmd("ssmpingd", side.server(), &fabric);
+        let Some(server) = start_server(&mut w, cmd, 4321, &format!("{what}: ssmpingd")) else { continue };
+        for (tool, args) in [
+            ("ssmping", vec!["-4", "-c", "4", &host.to_string()]),
+            ("asmping", vec!["-4", "-c", "4", "224.0.1.234", &host.to_string()]),
+        ] {
+            let mut cmd = w.spinning_cmd(tool, side.client(), &fabric);
+            cmd.args(&args);
+            let c = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+            if !w.expect_ok(&c, &format!("{what}: {tool}")) {
+                continue;
+            }
+            let count = |needle: &str| c.stdout.lines().filter(|l| l.trim_start().starts_with(needle)).count();
+            let lossless = c.stdout.matches("4 packets received, 0% packet loss").count();
+            if (count("unicast from"), count("multicast from"), lossless) != (4, 4, 2) {
+                w.fail(format!(
+                    "{what}: {tool} did not count 4 unicast and 4 multicast answers, each once\n{}",
+                    c.describe(tool)
+                ));
+            }
+        }
+        server.stop(libc::SIGKILL, STOP_LIMIT);
+    }
+    w.finish("ssmping_source_specific_and_any_source");
 }

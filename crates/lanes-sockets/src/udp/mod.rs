@@ -8,9 +8,11 @@
 //! `SO_REUSEPORT` group all count) and writes into that socket's ring only if the socket
 //! has a record with that cookie. Datagrams of senders without the library keep arriving
 //! through the kernel; the receive path reads both. Whatever the library does not model
-//! (ancillary data, options outside a short list, corking, multicast and broadcast) keeps
-//! the socket, or the datagram, on the kernel ([`pin`]). See docs/design/udp-acceleration.md.
+//! (ancillary data, options outside a short list, corking, broadcast) keeps the socket, or
+//! the datagram, on the kernel ([`pin`]). Multicast datagrams reach the rings of every
+//! local member or of none ([`mcast`]). See docs/design/udp-acceleration.md.
 
+mod mcast;
 mod rx;
 mod tx;
 
@@ -45,6 +47,8 @@ pub struct UdpSock {
     busy: AtomicBool,
     /// The sending side's knowledge: its own address and the receivers it found.
     tx: Mutex<tx::TxState>,
+    /// The interface its `IP_MULTICAST_IF` (`IPV6_MULTICAST_IF`) chose, if any.
+    mc_if: Mutex<Option<u32>>,
 }
 
 impl UdpSock {
@@ -57,6 +61,7 @@ impl UdpSock {
             receives: AtomicU32::new(0),
             busy: AtomicBool::new(true),
             tx: Mutex::new(tx::TxState::default()),
+            mc_if: Mutex::new(None),
         })
     }
 
@@ -279,9 +284,19 @@ fn modelled(level: c_int, name: c_int) -> bool {
     }
 }
 
-/// `setsockopt(fd, level, name)` succeeded in the kernel.
-pub fn option_set(fd: c_int, level: c_int, name: c_int) {
+/// `setsockopt(fd, level, name, val, len)` succeeded in the kernel.
+///
+/// # Safety
+/// `val` is valid for `len` bytes (or null).
+pub unsafe fn option_set(fd: c_int, level: c_int, name: c_int, val: *const libc::c_void, len: socklen_t) {
     let Some(s) = lookup(fd) else { return };
+    if mcast::membership_option(level, name) || mcast::modelled_option(level, name) {
+        if !s.pinned() {
+            // SAFETY: as guaranteed by the caller.
+            unsafe { mcast::option_set(&s, fd, level, name, val, len) };
+        }
+        return;
+    }
     if !modelled(level, name) {
         return pin(&s);
     }
@@ -348,8 +363,9 @@ fn ensure_record(s: &UdpSock, fd: c_int) -> Option<&Arc<UdpRecord>> {
             return None;
         }
         let cookie = crate::sock_diag::own_cookie(fd)?;
+        let memberships = mcast::kernel_memberships(s, fd)?;
         let cfg = config();
-        let rec = UdpRecord::create(&cfg.fabric_dir, cfg.netns, cookie, local, rcvbuf).ok()?;
+        let rec = UdpRecord::create(&cfg.fabric_dir, cfg.netns, cookie, local, rcvbuf, &memberships).ok()?;
         // SAFETY: F_GETFL takes no memory.
         let fl = unsafe { (crate::real::real().fcntl)(fd, libc::F_GETFL, 0) };
         rec.nonblocking().store(u32::from(fl >= 0 && fl & libc::O_NONBLOCK != 0), Ordering::Relaxed);

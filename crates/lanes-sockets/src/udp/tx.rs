@@ -30,6 +30,11 @@ pub struct TxState {
     peer: Option<Option<SocketAddr>>,
     /// Per destination: the receiver found there, if any.
     targets: HashMap<SocketAddr, Target>,
+    /// Per multicast destination: its members on this host.
+    pub(super) groups: HashMap<SocketAddr, super::mcast::GroupView>,
+    /// The records of sockets on the ports of those groups, by cookie (kept so a look
+    /// again does not map them again).
+    pub(super) group_records: HashMap<u64, Arc<UdpRecord>>,
 }
 
 struct Target {
@@ -52,6 +57,7 @@ pub fn forget_targets(s: &UdpSock) {
     if let Ok(mut tx) = s.tx.lock() {
         tx.peer = None;
         tx.targets.clear();
+        tx.groups.clear();
     }
 }
 
@@ -86,7 +92,7 @@ fn route_source(dst: IpAddr) -> Option<IpAddr> {
 
 /// Binds an unbound socket to the wildcard address and an ephemeral port, as the kernel's
 /// first send would; returns its address.
-fn local_address(s: &UdpSock, fd: c_int) -> Option<SocketAddr> {
+pub(super) fn local_address(s: &UdpSock, fd: c_int) -> Option<SocketAddr> {
     let local = name_of(fd, false)?;
     if local.port() != 0 {
         return Some(local);
@@ -192,6 +198,16 @@ pub unsafe fn send(
         unsafe { read_sockaddr(dest, dlen) }
     };
     let Some(dst) = dst.map(canonical) else { return kernel() };
+    if dst.ip().is_multicast() {
+        // An IPv6 socket's datagram to an IPv4 group (IPv4-mapped) takes the IPv4 path with
+        // options of either family: not modelled, the kernel's alone.
+        let same_family = (s.family == libc::AF_INET) == dst.is_ipv4();
+        if !same_family || dst.port() == 0 {
+            return kernel();
+        }
+        // SAFETY: as guaranteed by the caller.
+        return unsafe { super::mcast::send(s, fd, dst, iov, flags, plain, kernel) };
+    }
     let special = match dst.ip() {
         IpAddr::V4(v4) => v4.is_multicast() || v4.is_broadcast() || v4.is_unspecified() || v4.octets()[3] == 255,
         IpAddr::V6(v6) => v6.is_multicast() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80,

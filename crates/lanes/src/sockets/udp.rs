@@ -16,6 +16,8 @@
 //! | 384 | receiver (under the receive lock) | head position, datagrams consumed, receive lock |
 //! | 448 | senders add, receiver subtracts | bytes charged against `SO_RCVBUF` |
 //! | 512 | senders | statistics: ring datagrams and bytes, drops, kernel datagrams |
+//! | 576 | receiver | multicast: sequence (odd while written), flags, membership count |
+//! | 1024 | receiver | multicast memberships as the kernel holds them ([`Memberships`]) |
 //! | 4096 | senders | the ring |
 //!
 //! A datagram in the ring is a 32-byte header (payload length, the charge it was
@@ -39,7 +41,9 @@
 //! the ring before the kernel, so one sender's datagrams stay in order. The receiver goes
 //! back to ring mode only when the kernel queue was seen empty after the word was read,
 //! no kernel send is in flight and `K` did not move in between (the compare-and-swap
-//! checks it).
+//! checks it). Every change of the word to kernel mode (a sleeper, a kernel send, a close)
+//! is made under the send lock, so a multicast sender holding the send locks of every
+//! member either puts a datagram into all their rings or into none ([`offer_to_all`]).
 
 use std::fs::File;
 use std::io;
@@ -93,6 +97,17 @@ const OFF_RING_DATAGRAMS: usize = 512;
 const OFF_RING_PAYLOAD: usize = 520;
 const OFF_DROPS: usize = 528;
 const OFF_KERNEL_DATAGRAMS: usize = 536;
+const OFF_MC_SEQ: usize = 576;
+const OFF_MC_FLAGS: usize = 580;
+const OFF_MC_COUNT: usize = 584;
+const OFF_MC_TABLE: usize = 1024;
+const MC_ENTRY: usize = 96;
+/// Memberships a record holds (IPv4 sockets may have 20 by default); a socket with more
+/// stays on the kernel.
+pub const MC_SLOTS: usize = 24;
+/// Sources of one source-filtered membership a record holds; more: the kernel.
+pub const MC_SOURCES: usize = 4;
+const MC_ALL: u32 = 1;
 
 const P_MASK: u64 = 0xffff_ffff;
 const K_SHIFT: u32 = 32;
@@ -209,6 +224,57 @@ fn invalid(why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why.to_string())
 }
 
+/// One multicast membership of a socket on one interface, as the kernel keeps it
+/// (`MCAST_MSFILTER`): any-source (exclude mode, no sources), source-specific (include
+/// mode) or with sources blocked (exclude mode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Membership {
+    pub group: IpAddr,
+    pub ifindex: u32,
+    pub exclude: bool,
+    pub sources: Vec<IpAddr>,
+}
+
+impl Membership {
+    /// Whether a datagram from `src` passes this membership's source filter.
+    pub fn admits(&self, src: IpAddr) -> bool {
+        self.sources.contains(&src) != self.exclude
+    }
+}
+
+/// A socket's multicast memberships and its `IP_MULTICAST_ALL` (`IPV6_MULTICAST_ALL`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Memberships {
+    pub list: Vec<Membership>,
+    /// A socket without a membership of a group gets its datagrams anyway once any socket
+    /// of the host joined it on the interface (the kernel's default).
+    pub all: bool,
+}
+
+impl Memberships {
+    /// The socket's membership of `group` on interface `ifindex`, if any.
+    pub fn of(&self, group: IpAddr, ifindex: u32) -> Option<&Membership> {
+        self.list.iter().find(|m| m.group == group && m.ifindex == ifindex)
+    }
+}
+
+fn put_ip(b: &mut [u8], ip: IpAddr) {
+    let v6 = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    b[..16].copy_from_slice(&v6.octets());
+}
+
+fn get_ip(b: &[u8], v4: bool) -> Option<IpAddr> {
+    let v6 = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&b[..16]).ok()?);
+    if v4 {
+        v6.to_ipv4_mapped().map(IpAddr::V4)
+    } else {
+        Some(IpAddr::V6(v6))
+    }
+}
+
 /// One receiving socket's record, mapped: by the receiver (its own) and by senders.
 pub struct UdpRecord {
     map: Mapping,
@@ -225,9 +291,17 @@ impl std::fmt::Debug for UdpRecord {
 
 impl UdpRecord {
     /// Creates and publishes the record of the socket with kernel cookie `cookie`, bound to
-    /// `local`, whose kernel receive buffer is `rcvbuf`; it starts in kernel mode (the
-    /// receiver turns the ring on once it saw the kernel queue empty).
-    pub fn create(fabric_dir: &Path, netns: u64, cookie: u64, local: SocketAddr, rcvbuf: u32) -> io::Result<UdpRecord> {
+    /// `local`, whose kernel receive buffer is `rcvbuf` and multicast memberships
+    /// `memberships`; it starts in kernel mode (the receiver turns the ring on once it saw
+    /// the kernel queue empty).
+    pub fn create(
+        fabric_dir: &Path,
+        netns: u64,
+        cookie: u64,
+        local: SocketAddr,
+        rcvbuf: u32,
+        memberships: &Memberships,
+    ) -> io::Result<UdpRecord> {
         let dir = sockets_dir(fabric_dir);
         ensure_private_dir(fabric_dir)?;
         ensure_private_dir(&dir)?;
@@ -248,6 +322,7 @@ impl UdpRecord {
         let rec = UdpRecord { map, path: dir.join(&name), cookie, local };
         rec.word().store(KERNEL_BIT, Ordering::SeqCst);
         rec.set_rcvbuf(rcvbuf);
+        rec.set_memberships(memberships).map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         rec.add_holder(me);
         // A record of the same cookie cannot exist (cookies are unique for the system's
         // life) unless forged: replace it.
@@ -369,6 +444,92 @@ impl UdpRecord {
         self.u32_at(OFF_FLAGS)
     }
 
+    // ---- multicast memberships -------------------------------------------------------
+
+    /// Writes the socket's memberships (the kernel's, as the receiver just read them).
+    /// Fails (and writes nothing) when they do not fit the record: the socket must then
+    /// stay on the kernel.
+    pub fn set_memberships(&self, m: &Memberships) -> Result<(), &'static str> {
+        if m.list.len() > MC_SLOTS {
+            return Err("more multicast memberships than a record holds");
+        }
+        if m.list.iter().any(|e| e.sources.len() > MC_SOURCES) {
+            return Err("more sources per membership than a record holds");
+        }
+        let seq = self.u32_at(OFF_MC_SEQ);
+        let mut cur = seq.load(Ordering::Acquire);
+        loop {
+            if cur % 2 == 1 {
+                std::thread::yield_now();
+                cur = seq.load(Ordering::Acquire);
+                continue;
+            }
+            match seq.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        let mut table = vec![0u8; MC_SLOTS * MC_ENTRY];
+        for (i, e) in m.list.iter().enumerate() {
+            let b = &mut table[i * MC_ENTRY..(i + 1) * MC_ENTRY];
+            put_ip(&mut b[0..16], e.group);
+            b[16..20].copy_from_slice(&e.ifindex.to_le_bytes());
+            b[20] = if e.exclude { 2 } else { 1 };
+            b[21] = e.sources.len() as u8;
+            b[22] = u8::from(e.group.is_ipv4());
+            for (k, src) in e.sources.iter().enumerate() {
+                put_ip(&mut b[24 + 16 * k..40 + 16 * k], *src);
+            }
+        }
+        let _ = self.map.slice().copy_from(OFF_MC_TABLE, &table);
+        self.u32_at(OFF_MC_FLAGS).store(if m.all { MC_ALL } else { 0 }, Ordering::Relaxed);
+        self.u32_at(OFF_MC_COUNT).store(m.list.len() as u32, Ordering::Relaxed);
+        seq.store(cur + 2, Ordering::Release);
+        Ok(())
+    }
+
+    /// The socket's memberships; None if they are being rewritten all along or the table
+    /// is not one (forged): the caller must not trust the record for multicast.
+    pub fn memberships(&self) -> Option<Memberships> {
+        let seq = self.u32_at(OFF_MC_SEQ);
+        for _ in 0..64 {
+            let before = seq.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let mut table = vec![0u8; MC_SLOTS * MC_ENTRY];
+            self.map.slice().copy_to(OFF_MC_TABLE, &mut table).ok()?;
+            let flags = self.u32_at(OFF_MC_FLAGS).load(Ordering::Relaxed);
+            let count = self.u32_at(OFF_MC_COUNT).load(Ordering::Relaxed) as usize;
+            if seq.load(Ordering::Acquire) != before {
+                continue;
+            }
+            if count > MC_SLOTS {
+                return None;
+            }
+            let mut list = Vec::with_capacity(count);
+            for b in table.chunks_exact(MC_ENTRY).take(count) {
+                let v4 = b[22] == 1;
+                let nsrc = b[21] as usize;
+                if !(b[20] == 1 || b[20] == 2) || nsrc > MC_SOURCES {
+                    return None;
+                }
+                let group = get_ip(&b[0..16], v4)?;
+                let sources =
+                    (0..nsrc).map(|k| get_ip(&b[24 + 16 * k..40 + 16 * k], v4)).collect::<Option<Vec<_>>>()?;
+                list.push(Membership {
+                    group,
+                    ifindex: u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")),
+                    exclude: b[20] == 2,
+                    sources,
+                });
+            }
+            return Some(Memberships { list, all: flags & MC_ALL != 0 });
+        }
+        None
+    }
+
     // ---- senders ---------------------------------------------------------------------
 
     /// Puts the datagram made of `parts` (`len` bytes in all, at most [`MAX_PAYLOAD`]) from
@@ -382,11 +543,21 @@ impl UdpRecord {
         if w.kernel_mode() || w.closed() {
             return Offer::Kernel;
         }
-        let charge = kernel_charge(len, ipv6);
-        let _lock: SharedLockGuard<'_> = lock_shared(self.u64_at(OFF_TX_LOCK));
-        if self.state().kernel_mode() {
+        let _lock = self.lock_tx();
+        self.offer_locked(src, parts, len, ipv6)
+    }
+
+    /// Takes the send lock: while it is held the word does not change to kernel mode.
+    pub fn lock_tx(&self) -> SharedLockGuard<'_> {
+        lock_shared(self.u64_at(OFF_TX_LOCK))
+    }
+
+    /// [`Self::offer`] with the send lock held.
+    fn offer_locked(&self, src: SocketAddr, parts: &[&[u8]], len: usize, ipv6: bool) -> Offer {
+        if len > MAX_PAYLOAD || self.state().kernel_mode() {
             return Offer::Kernel;
         }
+        let charge = kernel_charge(len, ipv6);
         let rmem = self.u64_at(OFF_RMEM);
         if !kernel_accepts(rmem.load(Ordering::Acquire), charge, self.rcvbuf()) {
             self.u64_at(OFF_DROPS).fetch_add(1, Ordering::Relaxed);
@@ -453,6 +624,7 @@ impl UdpRecord {
     /// datagram before it) and counts the send in flight. False when too many are in flight
     /// already: try again. Every true is followed by [`Self::end_kernel_send`].
     pub fn begin_kernel_send(&self) -> bool {
+        let _lock = self.lock_tx();
         let mut cur = self.word().load(Ordering::Acquire);
         loop {
             let s = UdpState(cur);
@@ -559,6 +731,7 @@ impl UdpRecord {
     /// sleeper, only if the ring is empty (false: datagrams wait, do not sleep). Every
     /// true is followed by [`Self::finish_sleep`].
     pub fn prepare_sleep(&self) -> bool {
+        let mut lock = Some(self.lock_tx());
         let mut cur = self.word().load(Ordering::Acquire);
         loop {
             let s = UdpState(cur);
@@ -568,7 +741,9 @@ impl UdpRecord {
             if s.sleepers() == COUNT7 {
                 // As many sleepers as the count holds (the word is in kernel mode while
                 // they sleep): wait for one of them to leave.
+                drop(lock.take());
                 std::thread::yield_now();
+                lock = Some(self.lock_tx());
                 cur = self.word().load(Ordering::Acquire);
                 continue;
             }
@@ -598,6 +773,7 @@ impl UdpRecord {
     /// No more ring traffic (the socket closed, or stays on the kernel for good): senders
     /// use the kernel from now on.
     pub fn close(&self) {
+        let _lock = self.lock_tx();
         self.word().fetch_or(KERNEL_BIT | CLOSED_BIT, Ordering::AcqRel);
     }
 
@@ -646,6 +822,38 @@ impl UdpRecord {
             .filter(|h| h.is_running())
             .collect()
     }
+}
+
+/// Puts one multicast datagram into the ring of every record of `members`, or into none:
+/// with every member's send lock held (taken in cookie order, so two senders never wait
+/// for each other) no word can change to kernel mode; if one already is in kernel mode
+/// (its receiver sleeps, a kernel send went before) nothing is delivered and None says the
+/// datagram must go through the kernel to all of them. Otherwise each member gets the
+/// datagram or, its buffer full, drops and counts it, as the kernel's delivery does.
+pub fn offer_to_all(
+    members: &[&UdpRecord],
+    src: SocketAddr,
+    parts: &[&[u8]],
+    len: usize,
+    ipv6: bool,
+) -> Option<Vec<Offer>> {
+    if len > MAX_PAYLOAD {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by_key(|&i| members[i].cookie);
+    order.dedup_by_key(|i| members[*i].cookie);
+    if order.len() != members.len() {
+        return None; // a record twice: not a set of members
+    }
+    let _locks: Vec<SharedLockGuard<'_>> = order.iter().map(|&i| members[i].lock_tx()).collect();
+    if members.iter().any(|m| {
+        let s = m.state();
+        s.kernel_mode() || s.closed()
+    }) {
+        return None;
+    }
+    Some(members.iter().map(|m| m.offer_locked(src, parts, len, ipv6)).collect())
 }
 
 /// A counter every library process of the user moves when one of its UDP sockets binds an
@@ -700,6 +908,16 @@ pub struct UdpInfo {
     pub kernel_mode: bool,
     /// No live holder: left behind by a killed process.
     pub stale: bool,
+    /// Its multicast memberships (`group@interface`, with `+source` or `-source` filters).
+    pub groups: Vec<String>,
+}
+
+fn describe_membership(m: &Membership) -> String {
+    let mut out = format!("{}@{}", m.group, crate::platform::net::interface_name(m.ifindex));
+    for src in &m.sources {
+        out.push_str(&format!("{}{src}", if m.exclude { '-' } else { '+' }));
+    }
+    out
 }
 
 /// Every UDP record in the fabric directory (unreadable or corrupt ones are skipped).
@@ -724,6 +942,7 @@ pub fn list_udp(fabric_dir: &Path) -> Vec<UdpInfo> {
                 drops,
                 kernel_datagrams,
                 kernel_mode: rec.state().kernel_mode(),
+                groups: rec.memberships().map(|m| m.list.iter().map(describe_membership).collect()).unwrap_or_default(),
             })
         })
         .collect();
@@ -793,7 +1012,8 @@ mod tests {
     #[test]
     fn datagrams_keep_boundaries_sources_and_order_across_the_ring_end() {
         let d = dir("order");
-        let rec = UdpRecord::create(&d, 1, 77, "127.0.0.1:5000".parse().unwrap(), 1 << 30).unwrap();
+        let rec =
+            UdpRecord::create(&d, 1, 77, "127.0.0.1:5000".parse().unwrap(), 1 << 30, &Memberships::default()).unwrap();
         let reader = UdpRecord::open(&d, 1, 77).unwrap();
         assert_eq!(rec.offer(src(), &[b"x"], 1, false), Offer::Kernel, "a record starts in kernel mode");
         assert!(reader.try_ring_mode(reader.state()));
@@ -825,7 +1045,8 @@ mod tests {
     #[test]
     fn a_full_buffer_drops_and_counts_as_the_kernel_does() {
         let d = dir("drops");
-        let rec = UdpRecord::create(&d, 1, 78, "127.0.0.1:5000".parse().unwrap(), 212992).unwrap();
+        let rec =
+            UdpRecord::create(&d, 1, 78, "127.0.0.1:5000".parse().unwrap(), 212992, &Memberships::default()).unwrap();
         assert!(rec.try_ring_mode(rec.state()));
         let outcomes: Vec<Offer> = (0..300).map(|_| rec.offer(src(), &[b"hello"], 5, false)).collect();
         assert_eq!(outcomes.iter().filter(|o| **o == Offer::Delivered).count(), 256);
@@ -836,7 +1057,8 @@ mod tests {
     #[test]
     fn a_sleeper_or_a_kernel_send_turns_the_ring_off_until_the_receiver_turns_it_on() {
         let d = dir("modes");
-        let rec = UdpRecord::create(&d, 1, 79, "127.0.0.1:5000".parse().unwrap(), 212992).unwrap();
+        let rec =
+            UdpRecord::create(&d, 1, 79, "127.0.0.1:5000".parse().unwrap(), 212992, &Memberships::default()).unwrap();
         assert!(rec.try_ring_mode(rec.state()));
         assert_eq!(rec.offer(src(), &[b"a"], 1, false), Offer::Delivered);
         assert!(!rec.prepare_sleep(), "a datagram waits: no sleep");
@@ -864,9 +1086,54 @@ mod tests {
     }
 
     #[test]
+    fn memberships_round_trip_and_a_multicast_datagram_reaches_all_members_or_none() {
+        let d = dir("mcast");
+        let group: IpAddr = "239.1.2.3".parse().unwrap();
+        let m = Memberships {
+            list: vec![
+                Membership { group, ifindex: 1, exclude: true, sources: vec![] },
+                Membership {
+                    group: "ff15::7".parse().unwrap(),
+                    ifindex: 1,
+                    exclude: false,
+                    sources: vec!["fd00::2".parse().unwrap()],
+                },
+            ],
+            all: true,
+        };
+        let a = UdpRecord::create(&d, 1, 81, "0.0.0.0:5000".parse().unwrap(), 212992, &m).unwrap();
+        let b =
+            UdpRecord::create(&d, 1, 82, "239.1.2.3:5000".parse().unwrap(), 212992, &Memberships::default()).unwrap();
+        assert_eq!(UdpRecord::open(&d, 1, 81).unwrap().memberships(), Some(m.clone()));
+        assert!(m.of(group, 1).unwrap().admits("10.0.0.1".parse().unwrap()));
+        assert!(!m.list[1].admits("fd00::3".parse().unwrap()));
+        let too_many = Memberships { list: vec![m.list[0].clone(); MC_SLOTS + 1], all: true };
+        assert!(b.set_memberships(&too_many).is_err());
+        assert_eq!(b.memberships(), Some(Memberships::default()), "a refused table leaves the old one");
+        // A forged table (a mode that is none, a count past the slots) is not trusted.
+        let forged = UdpRecord::open(&d, 1, 81).unwrap();
+        forged.map.slice().copy_from(OFF_MC_TABLE + 20, &[7]).unwrap();
+        assert_eq!(forged.memberships(), None);
+        forged.map.slice().copy_from(OFF_MC_TABLE + 20, &[2]).unwrap();
+        forged.u32_at(OFF_MC_COUNT).store(MC_SLOTS as u32 + 1, Ordering::Relaxed);
+        assert_eq!(forged.memberships(), None);
+        forged.u32_at(OFF_MC_COUNT).store(2, Ordering::Relaxed);
+        assert_eq!(forged.memberships(), Some(m.clone()));
+        assert!(a.try_ring_mode(a.state()));
+        assert_eq!(offer_to_all(&[&a, &b], src(), &[b"x"], 1, false), None, "b is in kernel mode: nobody");
+        assert_eq!(a.counts().0, 0);
+        assert!(b.try_ring_mode(b.state()));
+        assert_eq!(offer_to_all(&[&b, &a], src(), &[b"y"], 1, false), Some(vec![Offer::Delivered; 2]));
+        assert_eq!((a.counts().0, b.counts().0), (1, 1));
+        assert_eq!(list_udp(&d)[0].groups, ["239.1.2.3@lo", "ff15::7@lo+fd00::2"]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn a_forged_ring_is_refused_not_followed() {
         let d = dir("corrupt");
-        let rec = UdpRecord::create(&d, 1, 80, "127.0.0.1:5000".parse().unwrap(), 212992).unwrap();
+        let rec =
+            UdpRecord::create(&d, 1, 80, "127.0.0.1:5000".parse().unwrap(), 212992, &Memberships::default()).unwrap();
         assert!(rec.try_ring_mode(rec.state()));
         assert_eq!(rec.offer(src(), &[b"abc"], 3, false), Offer::Delivered);
         rec.ring().copy_from(0, &(1u32 << 30).to_le_bytes()).unwrap();

@@ -2,8 +2,9 @@
 //! (`liblanes_sockets.so` preloaded into both ends), interleaved A/B in one invocation.
 //!
 //! Each measurement is a server and a client on loopback, on a fresh port: sockperf
-//! ping-pong over TCP and over UDP (average latency), sockperf 64-byte throughput
-//! (messages/s), iperf3 with 128 KiB
+//! ping-pong over TCP and over UDP (average latency), sockperf 64-byte throughput over TCP
+//! and UDP (messages/s), a UDP multicast fan-out to four local receivers (average delivery
+//! latency, duplicates and losses), iperf3 with 128 KiB
 //! writes (Gbit/s received), redis-benchmark GET (p50), both pinned to two different CPUs;
 //! a blocking 100-byte ping-pong (round trips/s) pinned the same way, quiet and with a
 //! busy-loop process on every CPU; and, floating over all CPUs, pgbench TPC-B and
@@ -14,10 +15,12 @@
 //! ```text
 //! mod.rs      arguments, the rounds, the table and the JSON
 //! tools.rs    the measurements' table; sockperf, iperf3, redis: command lines and parsers
+//! fanout.rs   the multicast fan-out (this executable as sender and four receivers)
 //! servers.rs  the blocking ping-pong (this executable), PostgreSQL and nginx
 //! procs.rs    starting, pinning, time-limiting and always stopping the programs; CPU hogs
 //! ```
 
+pub(crate) mod fanout;
 pub(crate) mod procs;
 pub(crate) mod servers;
 pub(crate) mod tools;
@@ -51,7 +54,8 @@ pub struct SocketsArgs {
     #[arg(long)]
     quick: bool,
     /// Rows to run, comma-separated (default all): sockperf-latency, sockperf-throughput,
-    /// sockperf-udp-latency, iperf3, redis-get, pingpong, pingpong-hog, pgbench-tpcb,
+    /// sockperf-udp-latency, sockperf-udp-throughput, mcast-fanout, iperf3, redis-get,
+    /// pingpong, pingpong-hog, pgbench-tpcb,
     /// pgbench-select, nginx, nginx-close.
     #[arg(long, value_name = "LIST")]
     only: Option<String>,
@@ -74,6 +78,12 @@ pub struct SocketsArgs {
     /// (internal) the blocking ping-pong's client to this loopback port, for --seconds.
     #[arg(long, hide = true, value_name = "PORT")]
     pingpong_client: Option<u16>,
+    /// (internal) a multicast fan-out receiver on this port.
+    #[arg(long, hide = true, value_name = "PORT")]
+    mcast_receiver: Option<u16>,
+    /// (internal) the multicast fan-out's sender to this port, for --seconds.
+    #[arg(long, hide = true, value_name = "PORT")]
+    mcast_sender: Option<u16>,
 }
 
 /// The report's `benchmark`.
@@ -113,6 +123,11 @@ fn units() -> BTreeMap<String, String> {
         ("sockperf-latency", "one-way latency in microseconds (sockperf: half the round trip), average"),
         ("sockperf-throughput", "64-byte messages per second the client sent (sockperf tp)"),
         ("sockperf-udp-latency", "one-way UDP latency in microseconds (sockperf: half the round trip), average"),
+        ("sockperf-udp-throughput", "64-byte UDP messages per second the client sent (sockperf tp)"),
+        (
+            "mcast-fanout",
+            "microseconds from send to receive of a 64-byte multicast datagram, averaged over 4 receiver processes",
+        ),
         ("iperf3", "Gbit/s received by the server (iperf3 end.sum_received), 128 KiB writes, one stream"),
         ("redis-get", "GET latency p50 in microseconds as redis-benchmark reports it (64-byte values)"),
         ("pingpong", "blocking 100-byte round trips per second (write, then read the echo), one connection"),
@@ -163,6 +178,12 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
     }
     if let Some(port) = a.pingpong_client {
         return servers::pingpong_client(port, a.seconds.unwrap_or(3));
+    }
+    if let Some(port) = a.mcast_receiver {
+        return fanout::receive(port);
+    }
+    if let Some(port) = a.mcast_sender {
+        return fanout::send(port, a.seconds.unwrap_or(3));
     }
     let seconds = a.seconds.unwrap_or(if a.quick { 1 } else { 3 });
     let rounds = a.rounds.unwrap_or(if a.quick { 2 } else { 3 });

@@ -56,6 +56,26 @@ pub(crate) static TOOLS: &[Tool] = &[
         run: sockperf_udp_pingpong,
     },
     Tool {
+        key: "sockperf-udp-throughput",
+        title: "sockperf UDP throughput 64 B, msg/s",
+        needs: &[("sockperf", "sockperf")],
+        unit: "msg/s",
+        lower_is_better: false,
+        target: 10.0,
+        hog: false,
+        run: sockperf_udp_throughput,
+    },
+    Tool {
+        key: "mcast-fanout",
+        title: "UDP multicast to 4 receivers, avg latency",
+        needs: &[],
+        unit: "us",
+        lower_is_better: true,
+        target: 10.0,
+        hog: false,
+        run: crate::bench::sockets::fanout::fanout,
+    },
+    Tool {
         key: "iperf3",
         title: "iperf3 -l 128K, received",
         needs: &[("iperf3", "iperf3")],
@@ -286,6 +306,18 @@ fn sockperf_udp_pingpong(p: &Params, server: &Launch, client: &Launch) -> Result
     let (port, secs) = (client.port.to_string(), p.seconds.to_string());
     cmd.args(["pp", "-i", "127.0.0.1", "-p", &port, "-t", &secs, "-m", "64", "--mps", SOCKPERF_MAX_RATE]);
     parse_sockperf_pingpong(&run_client(cmd, "sockperf UDP pp", p.limit())?)
+}
+
+/// sockperf's UDP throughput: the message rate the client sent (the server counts what
+/// arrived; UDP may drop what a slower receiver cannot take, in both modes).
+fn sockperf_udp_throughput(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {
+    let mut cmd = server.command("sockperf")?;
+    cmd.args(["sr", "-i", "127.0.0.1", "-p", &server.port.to_string()]);
+    let _srv = Server::start(cmd, "sockperf UDP server", server.port)?;
+    let mut cmd = client.command("sockperf")?;
+    let (port, secs) = (client.port.to_string(), p.seconds.to_string());
+    cmd.args(["tp", "-i", "127.0.0.1", "-p", &port, "-t", &secs, "-m", "64"]);
+    parse_sockperf_throughput(&run_client(cmd, "sockperf UDP tp", p.limit())?)
 }
 
 fn iperf3(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {
