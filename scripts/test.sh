@@ -56,6 +56,7 @@ declare -A apt_for_file=(
     [/usr/lib/python3.11/test/test_socket.py]=libpython3.11-testsuite
     [/usr/lib/python3/dist-packages/twisted/internet/test/test_tcp.py]=python3-twisted
     [/usr/lib/python3/dist-packages/tornado/test/runtests.py]=python3-tornado
+    [/usr/libexec/installed-tests/glib/socket]=libglib2.0-tests
 )
 missing=()
 for cmd in "${!apt_for[@]}"; do

@@ -12,6 +12,9 @@
 //! - Tornado's whole suite (`python3-tornado`): IOStream, HTTP server and client, TCP
 //!   server and client, websockets, all on loopback. Per-test results from unittest's
 //!   verbose lines.
+//! - GLib's installed tests of GSocket and its clients and services (`libglib2.0-tests`):
+//!   blocking and non-blocking sockets, timeouts, condition waits (poll), socket services,
+//!   proxies and D-Bus peers over TCP, in C. Per-test results from their TAP output.
 //!
 //! In these suites both ends of a connection are nearly always in one process (a test and
 //! its server thread or event loop), which carries the library: such connections are
@@ -27,8 +30,8 @@
 //! of the time.
 //!
 //! A suite that is not installed is skipped with a message (scripts/test.sh installs it).
-//! The interpreter is `/usr/bin/python3`, the one the Debian packages are for (a `python3`
-//! earlier in PATH may be another). Tests that need the internet, that hang on kernel TCP
+//! The Python suites run under `/usr/bin/python3`, the one the Debian packages are for (a
+//! `python3` earlier in PATH may be another). Tests that need the internet, that hang on kernel TCP
 //! here, or that race the wall clock without a socket are excluded by name below, each with
 //! its reason; tests that fail on kernel TCP are listed, not compared.
 
@@ -77,6 +80,10 @@ fn sample(fabric: &Path) -> Sampler<Seen> {
 /// One suite: how to run it and how to read its per-test results.
 struct Suite {
     name: &'static str,
+    /// The program that runs it (its arguments: `args`).
+    program: &'static str,
+    /// Set for both runs (the same environment but for the library).
+    env: &'static [(&'static str, &'static str)],
     /// The Debian package that installs it (scripts/test.sh's apt table).
     package: &'static str,
     /// A file the package installs: without it the suite is skipped.
@@ -100,8 +107,9 @@ fn run(t: &TestDir, suite: &Suite, with_lib: bool) -> (Finished, Results, Option
     // bytes (one letter more in one run's path skipped three of CPython's tests there).
     let dir = t.sub(&tag[..1]);
     let fabric = t.sub(&format!("f{}", &tag[..1]));
-    let mut cmd = clean_command(PYTHON);
+    let mut cmd = clean_command(suite.program);
     cmd.args(&suite.args).current_dir(&dir).env("LANES_DIR", &fabric).env("TMPDIR", &dir).env("HOME", &dir);
+    cmd.envs(suite.env.iter().copied());
     if with_lib {
         cmd.env("LD_PRELOAD", library());
     }
@@ -120,10 +128,10 @@ fn count(r: &Results, o: Outcome) -> usize {
 }
 
 fn check(suite: &Suite) {
-    if !Path::new(suite.installed).exists() || !Path::new(PYTHON).exists() {
+    if let Some(missing) = [suite.installed, suite.program].into_iter().find(|p| !Path::new(p).exists()) {
         eprintln!(
-            "SKIPPED: {} is not installed ({} missing): run scripts/test.sh, or apt-get install {}",
-            suite.name, suite.installed, suite.package
+            "SKIPPED: {} is not installed ({missing} missing): run scripts/test.sh, or apt-get install {}",
+            suite.name, suite.package
         );
         return;
     }
@@ -267,6 +275,33 @@ fn parse_trial(f: &Finished, _: &Path) -> Results {
     out
 }
 
+/// TAP (`ok 3 /path/name`, `not ok 4 /path/name`, `ok 5 /path # SKIP why`), the test
+/// programs' output one after another: a name is its path, unique across GLib's tests.
+fn parse_tap(f: &Finished, _: &Path) -> Results {
+    let mut out = Results::new();
+    for line in f.stdout.lines() {
+        let (rest, failed) = match line.strip_prefix("not ok ") {
+            Some(r) => (r, true),
+            None => match line.strip_prefix("ok ") {
+                Some(r) => (r, false),
+                None => continue,
+            },
+        };
+        // The number, then the name up to a directive.
+        let Some((_, named)) = rest.split_once(' ') else { continue };
+        let (name, directive) = named.split_once(" # ").map_or((named, ""), |(n, d)| (n, d));
+        let outcome = if directive.to_ascii_uppercase().starts_with("SKIP") {
+            Outcome::Skip
+        } else if failed {
+            Outcome::Fail
+        } else {
+            Outcome::Pass
+        };
+        out.insert(name.trim().to_string(), outcome);
+    }
+    out
+}
+
 /// unittest's verbose lines: `test_x (module.Class.test_x) ... ok` (a docstring's first
 /// line, or a test's own output, may come between the name and the result).
 fn parse_unittest(f: &Finished, _: &Path) -> Results {
@@ -359,6 +394,8 @@ fn cpython_socket_tests() {
     ]));
     check(&Suite {
         name: "cpython",
+        program: PYTHON,
+        env: &[],
         package: "libpython3.11-testsuite",
         installed: "/usr/lib/python3.11/test/test_socket.py",
         args,
@@ -387,6 +424,8 @@ fn twisted_tcp_tests() {
     ]));
     check(&Suite {
         name: "twisted",
+        program: PYTHON,
+        env: &[],
         package: "python3-twisted",
         installed: "/usr/lib/python3/dist-packages/twisted/internet/test/test_tcp.py",
         args,
@@ -401,6 +440,8 @@ fn twisted_tcp_tests() {
 fn tornado_tests() {
     check(&Suite {
         name: "tornado",
+        program: PYTHON,
+        env: &[],
         package: "python3-tornado",
         installed: "/usr/lib/python3/dist-packages/tornado/test/runtests.py",
         args: strings(&["-m", "tornado.test.runtests", "--verbose"]),
@@ -417,6 +458,37 @@ fn tornado_tests() {
             // 22 without the library): too tight to tell a slow machine from a fault.
             ("SimpleHTTPSClientTestCase.test_request_timeout", "a 0.1 s budget that includes loading CA certificates"),
         ],
+    });
+}
+
+/// GLib's installed tests of GSocket, GSocketClient, GSocketService, proxies, network
+/// addresses and D-Bus peer connections (C, GLib's own poll-based main loop).
+#[test]
+fn glib_socket_tests() {
+    const DIR: &str = "/usr/libexec/installed-tests/glib";
+    const TESTS: &[&str] = &[
+        "socket",
+        "socket-listener",
+        "socket-service",
+        "gsocketclient-slow",
+        "network-address",
+        "proxy-test",
+        "simple-proxy",
+        "gdbus-peer",
+        "gdbus-peer-object-manager",
+    ];
+    let script = format!("for t in {}; do {DIR}/$t --tap -k; done", TESTS.join(" "));
+    check(&Suite {
+        name: "glib",
+        program: "/bin/sh",
+        // Their connections are short: set up at connect, so the ring takes part.
+        env: &[("LANES_SOCKETS_DEFER", "0")],
+        package: "libglib2.0-tests",
+        installed: "/usr/libexec/installed-tests/glib/socket",
+        args: vec!["-c".to_string(), script],
+        parse: parse_tap,
+        min_passed: 100,
+        excluded: &[],
     });
 }
 
@@ -461,4 +533,14 @@ fn parsers_read_each_format() {
     assert_eq!(r.get("m.C.test_b"), Some(&Outcome::Fail));
     assert_eq!(r.get("m.C.test_c"), Some(&Outcome::Skip));
     assert_eq!(r.get("m.C.test_d"), Some(&Outcome::Pass));
+
+    let tap = finished(
+        "# Start of socket tests\nok 1 /socket/ipv4_sync\nnot ok 2 /socket/timed_wait\nok 3 /socket/ipv6 # SKIP no IPv6\n1..3\n",
+        "",
+    );
+    let r = parse_tap(&tap, Path::new("."));
+    assert_eq!(r.get("/socket/ipv4_sync"), Some(&Outcome::Pass));
+    assert_eq!(r.get("/socket/timed_wait"), Some(&Outcome::Fail));
+    assert_eq!(r.get("/socket/ipv6"), Some(&Outcome::Skip));
+    assert_eq!(r.len(), 3);
 }
