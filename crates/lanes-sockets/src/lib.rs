@@ -642,10 +642,13 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: c_uint
     intercept(
         -1,
         || {
-            let u = udp::lookup(fd)?;
             if msgs.is_null() {
                 return None;
             }
+            let Some(u) = udp::lookup(fd) else {
+                // SAFETY: the caller's array of n messages.
+                return unsafe { stream_sendmmsg(fd, msgs, n as usize, flags) };
+            };
             // SAFETY: one message of the caller's.
             let mut kernel = |m: *const msghdr| unsafe { (real().sendmsg)(fd, m, flags) };
             // SAFETY: the caller's array of n messages.
@@ -670,10 +673,13 @@ pub unsafe extern "C" fn recvmmsg(
     intercept(
         -1,
         || {
-            let u = udp::lookup(fd)?;
             if msgs.is_null() || n == 0 {
                 return None;
             }
+            let Some(u) = udp::lookup(fd) else {
+                // SAFETY: the caller's array of n messages.
+                return unsafe { stream_recvmmsg(fd, msgs, n as usize, flags, duration_ts(timeout)) };
+            };
             // Ancillary data asked for: an option left to the kernel may produce it.
             // SAFETY: the caller's array of n messages.
             if (0..n as usize).any(|i| unsafe { (*msgs.add(i)).msg_hdr.msg_controllen } != 0) {
@@ -686,6 +692,105 @@ pub unsafe extern "C" fn recvmmsg(
         },
         call,
     )
+}
+
+/// sendmmsg on a TCP socket: for an accelerated one, each message as sendmsg would send
+/// it, in order with the ring's bytes (the kernel's own sendmmsg would put them behind
+/// bytes the ring still holds). As the kernel does, it stops after a message sent in part
+/// or an error (which only the first message reports). A connection whose set-up is put
+/// off stays kernel TCP for good: its counts are of bytes, and sendmmsg returns messages.
+///
+/// # Safety
+/// `msgs` valid for `n` entries, as for sendmmsg.
+unsafe fn stream_sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: usize, flags: c_int) -> Option<c_int> {
+    let Some(c) = lookup_live(fd) else {
+        Deferred::give_up(fd);
+        return None;
+    };
+    let mut sent = 0;
+    for i in 0..n.min(libc::UIO_MAXIOV as usize) {
+        // SAFETY: the caller's array of n entries.
+        let m = unsafe { &mut *msgs.add(i) };
+        // SAFETY: the caller's iovec array.
+        let Some(iov) = (unsafe { iov_slice(m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen as c_int) }) else {
+            if i == 0 {
+                return None; // the kernel's own call, which fails on it as it would
+            }
+            break;
+        };
+        let want: usize = iov.iter().map(|v| v.iov_len).sum();
+        let r = if m.msg_hdr.msg_controllen != 0 {
+            stream::send_with_control(&c, fd, &m.msg_hdr, iov, flags)
+        } else {
+            stream::send(&c, fd, Call::Msg, iov, flags)
+        };
+        if r < 0 {
+            if i == 0 {
+                return Some(-1);
+            }
+            break;
+        }
+        m.msg_len = r as c_uint;
+        sent += 1;
+        if (r as usize) < want {
+            break;
+        }
+    }
+    Some(sent)
+}
+
+/// recvmmsg on a TCP socket: for an accelerated one, each entry as recvmsg would fill it,
+/// the ring's bytes first (the kernel's own recvmmsg would return the kernel's bytes behind
+/// them, or wait for them while they sit in the ring). After the first entry, receives do
+/// not wait once `MSG_WAITFORONE` is given or `timeout` has passed, as the kernel's. A
+/// connection whose set-up is put off stays kernel TCP for good (see [`stream_sendmmsg`]).
+///
+/// # Safety
+/// `msgs` valid for `n` entries, as for recvmmsg.
+unsafe fn stream_recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    n: usize,
+    flags: c_int,
+    timeout: Option<Duration>,
+) -> Option<c_int> {
+    let Some(c) = lookup_live(fd) else {
+        Deferred::give_up(fd);
+        return None;
+    };
+    if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
+        return None; // not the stream's bytes: the kernel's own call
+    }
+    let start = std::time::Instant::now();
+    let base = flags & !libc::MSG_WAITFORONE;
+    let mut got = 0;
+    for i in 0..n.min(libc::UIO_MAXIOV as usize) {
+        // SAFETY: the caller's array of n entries.
+        let m = unsafe { &mut *msgs.add(i) };
+        // SAFETY: the caller's iovec array.
+        let Some(iov) = (unsafe { iov_slice(m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen as c_int) }) else {
+            if i == 0 {
+                return None; // the kernel's own call, which fails on it as it would
+            }
+            break;
+        };
+        let iov = iov.to_vec();
+        let later = i > 0 && (flags & libc::MSG_WAITFORONE != 0 || timeout.is_some_and(|t| start.elapsed() >= t));
+        let f = if later { base | libc::MSG_DONTWAIT } else { base };
+        m.msg_hdr.msg_namelen = 0;
+        let control = m.msg_hdr.msg_controllen;
+        let r = stream::recv(&c, fd, Call::Msg, &iov, f, Some(stream::RecvMsg::new(&mut m.msg_hdr)));
+        if r < 0 {
+            m.msg_hdr.msg_controllen = control;
+            if i == 0 {
+                return Some(-1);
+            }
+            break;
+        }
+        m.msg_len = r as c_uint;
+        got += 1;
+    }
+    Some(got)
 }
 
 /// # Safety

@@ -321,6 +321,7 @@ const DATA_CALLS: &[&str] = &[
     "io-msg",
     "io-vec",
     "io-mmsg",
+    "io-mmsg-mixed",
     "fortified-calls",
     "zero-length",
     "seccomp-rw",

@@ -252,6 +252,8 @@ void seccomp_server(void) ;
 void seccomp_client(void) ;
 void trunc_server(void) ;
 void trunc_client(void) ;
+void mmsg_mixed_server(void) ;
+void mmsg_mixed_client(void) ;
 void zerocopy_server(void) ;
 void zerocopy_client(void) ;
 void kernel_features_server(void) ;

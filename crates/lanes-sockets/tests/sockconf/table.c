@@ -47,6 +47,8 @@ const struct casedef cases[] = {
      "recvmsg/sendmsg with several iovecs, checked; namelen, flags"},
     {"io-vec", AF_INET, true, io_server, io_client, set_vec, "readv/writev both ways, checked"},
     {"io-mmsg", AF_INET, true, io_server, io_client, set_mmsg, "recvmmsg/sendmmsg both ways, checked"},
+    {"io-mmsg-mixed", AF_INET, true, mmsg_mixed_server, mmsg_mixed_client, NULL,
+     "sendmmsg and write alternating, recvmmsg with written bytes waiting: in order"},
     {"msg-peek", AF_INET, true, peek_server, peek_client, NULL, "MSG_PEEK, then read"},
     {"msg-dontwait", AF_INET, true, dontwait_server, dontwait_client, NULL,
      "MSG_DONTWAIT on an empty blocking socket: EAGAIN"},
