@@ -52,6 +52,25 @@ thread_local! {
 
 static INIT: Once = Once::new();
 
+thread_local! {
+    /// Whether this thread is one of the fabric's own (0: not known yet, 1: no, 2: yes).
+    static FABRIC_THREAD: Cell<u8> = const { Cell::new(0) };
+}
+
+/// Whether this thread is one the fabric this library opened runs (its service threads,
+/// named `lanes-…`): its sockets are the provider's connections between the hosts, never
+/// the program's.
+#[inline]
+fn fabric_thread() -> bool {
+    FABRIC_THREAD.with(|f| {
+        if f.get() == 0 {
+            let ours = std::thread::current().name().is_some_and(|n| n.starts_with("lanes-"));
+            f.set(if ours { 2 } else { 1 });
+        }
+        f.get() == 2
+    })
+}
+
 /// Runs `f` with the guard set, then puts the guard back as it was (the fork handlers run
 /// inside our own `fork`, guard set, as well as inside the C library's forks).
 fn guarded(f: impl FnOnce()) {
@@ -70,6 +89,7 @@ extern "C" fn after_fork_in_child() {
     guarded(|| {
         conn::adopt_after_fork();
         udp::adopt_after_fork();
+        remote::after_fork_in_child();
     });
 }
 
@@ -95,7 +115,7 @@ fn init() {
 /// into C: the call fails with EIO.
 #[inline]
 fn intercept<R: Copy>(failed: R, accel: impl FnOnce() -> Option<R>, pass: impl FnOnce() -> R) -> R {
-    if INSIDE.with(|i| i.get()) {
+    if INSIDE.with(|i| i.get()) || fabric_thread() {
         return pass();
     }
     INSIDE.with(|i| i.set(true));

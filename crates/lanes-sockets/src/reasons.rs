@@ -117,6 +117,9 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
             "{sock}the ring never paid (no receiver was waiting when bytes came: no CPU free to spin, or a \
              receiver always busy): its receiving direction is kernel TCP for good, at kernel TCP's cost"
         ),
+        Reason::RemoteNoStream => {
+            format!("{sock}no fabric stream for a connection to another host ({detail}): it stays kernel TCP")
+        }
     }
 }
 

@@ -2,8 +2,11 @@
 //! and 2): the library finds out whether a connected TCP socket's peer is on another host
 //! of the cluster, and if so registers the socket's half with this host's daemon, which
 //! pairs it with the peer's half through the peer host's daemon. No byte is written into
-//! the stream and no call on the socket changes: there is no data path across hosts yet,
-//! so such a connection's bytes go through the kernel, paired or not.
+//! the stream and no call on the socket changes: the library exports the objects of the
+//! connection's fabric stream (`lanes::sockets::fabric_stream`) and names them in its
+//! registration, so that the pairing tells each end the other's, but nothing uses them yet:
+//! such a connection's bytes go through the kernel, paired or not. A process that cannot
+//! open its fabric or export the objects registers without them (`RemoteNoStream`).
 //!
 //! - **Which host.** A peer address lanes.toml gives another host is that host's, asked of
 //!   nobody. Any other address (not loopback nor one of this host's, which the one-host
@@ -30,11 +33,14 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use lanes::cluster::client;
-use lanes::cluster::proto::{AddressOwner, HalfRegistration};
+use lanes::cluster::proto::{AddressOwner, HalfRegistration, StreamHandles};
 use lanes::platform::liveness::ProcessIdentity;
+use lanes::sockets::endpoint::DEFAULT_RING_BYTES;
 use lanes::sockets::endpoint::{this_process, MIN_RING_BYTES};
+use lanes::sockets::fabric_stream::StreamExports;
 use lanes::sockets::remote::{Pairing, PairingState, FLAG_REMOTE};
 use lanes::sockets::{ConnectionKey, Endpoint};
+use lanes::Fabric;
 
 use crate::config::{config, record_failed};
 use crate::reasons::{self, Reason};
@@ -56,6 +62,49 @@ pub struct RemoteConn {
     host: String,
     /// The daemon took the half (so withdrawing it is worth a request).
     registered: AtomicBool,
+    /// The objects exported for the connection's fabric stream, named in the registration.
+    exports: Mutex<Option<StreamExports>>,
+}
+
+/// This process's fabric (or why it has none), opened at its first candidate; a forked
+/// child opens its own (the parent's threads and endpoint are not the child's).
+fn fabric() -> Result<Fabric, String> {
+    type Opened = (u32, Result<Fabric, String>);
+    static FABRIC: Mutex<Option<Opened>> = Mutex::new(None);
+    let me = std::process::id();
+    let mut g = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    match g.take() {
+        Some((pid, opened)) if pid == me => {
+            let answer = opened.clone();
+            *g = Some((pid, opened));
+            return answer;
+        }
+        // The parent's: never dropped here (that would close the parent's objects).
+        Some(parents) => std::mem::forget(parents),
+        None => {}
+    }
+    let opened = Fabric::open().map_err(|e| format!("opening the fabric: {e}"));
+    *g = Some((me, opened.clone()));
+    opened
+}
+
+/// The objects of a stream for a new candidate.
+fn exports() -> Result<StreamExports, String> {
+    StreamExports::create(&fabric()?, DEFAULT_RING_BYTES).map_err(|e| format!("exporting the stream's objects: {e}"))
+}
+
+/// In a forked child: the objects exported for the streams are the parent's; this process
+/// never drops them (that would remove the parent's objects).
+pub fn after_fork_in_child() {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let Ok(t) = table().try_read() else { return };
+    for c in t.values() {
+        if let Ok(mut e) = c.exports.try_lock() {
+            std::mem::forget(e.take());
+        }
+    }
 }
 
 static TABLE: OnceLock<RwLock<HashMap<i32, Arc<RemoteConn>>>> = OnceLock::new();
@@ -187,24 +236,43 @@ pub fn on_connected(fd: i32, key: ConnectionKey) {
         peer_host: host.clone(),
         generation: 0,
         peer_cookie: 0,
+        peer_handles: None,
     });
     own.set_flags(FLAG_REMOTE);
-    let c = Arc::new(RemoteConn { own, key, host, registered: AtomicBool::new(false) });
-    if register(&c, cookie) {
+    let (exports, handles) = match exports() {
+        Ok(e) => {
+            let h = e.handles();
+            own.set_own_handles(h);
+            (Some(e), Some(h))
+        }
+        Err(why) => {
+            reasons::note_with(Reason::RemoteNoStream, Some(&key), &why);
+            (None, None)
+        }
+    };
+    let c = Arc::new(RemoteConn { own, key, host, registered: AtomicBool::new(false), exports: Mutex::new(exports) });
+    if register(&c, cookie, handles) {
         insert(fd, c);
     }
 }
 
 /// Registers `c`'s half with the daemon; false if the daemon refused it (the record is
 /// then gone).
-fn register(c: &RemoteConn, cookie: u64) -> bool {
+fn register(c: &RemoteConn, cookie: u64, handles: Option<StreamHandles>) -> bool {
     let key = &c.key;
     if daemon_quiet() {
         reasons::note_with(Reason::NoDaemon, Some(key), "the daemon did not answer lately");
         return true;
     }
     let Ok(me) = this_process() else { return true };
-    let half = HalfRegistration { local: key.local, remote: key.remote, cookie, netns: key.netns, process: me.bits() };
+    let half = HalfRegistration {
+        local: key.local,
+        remote: key.remote,
+        cookie,
+        netns: key.netns,
+        process: me.bits(),
+        handles,
+    };
     match client::register_half(&config().fabric_dir, &half, CALL) {
         Ok(_) => {
             c.registered.store(true, Ordering::Relaxed);
@@ -320,6 +388,7 @@ pub fn adopt_inherited(fd: i32, own: Endpoint, key: ConnectionKey) {
         own.add_holder(me);
     }
     let host = own.pairing().map(|p| p.peer_host).unwrap_or_default();
-    let c = RemoteConn { own, key, host, registered: AtomicBool::new(true) };
+    // The objects were the image's before the exec: none here.
+    let c = RemoteConn { own, key, host, registered: AtomicBool::new(true), exports: Mutex::new(None) };
     insert(fd, Arc::new(c));
 }

@@ -2,8 +2,9 @@
 //! stages 1 and 2): hosts a, b and c are network namespaces on a bridge, each with its
 //! daemon and fabric directory (`lanes_testkit::cluster`); programs under the library (this
 //! test binary in role `sockets`, LD_PRELOAD set: an echo server, clients) connect across
-//! them. The connection's halves are registered with both hosts' daemons and paired, the
-//! stream stays byte-exact through the kernel (no data path across hosts yet), and what is
+//! them. The connection's halves are registered with both hosts' daemons and paired (the
+//! pairing carries each end's stream objects), the stream stays byte-exact through the
+//! kernel (the library does not use the objects yet), and what is
 //! no pair is said: a peer without the library, a host outside the cluster, remote
 //! acceleration off, forged registrations, a killed peer, a daemon restarted.
 //!
@@ -23,7 +24,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lanes::cluster::proto::{HalfRegistration, HalfStatus, SocketsStatus};
+use lanes::cluster::proto::{HalfRegistration, HalfStatus, SocketsStatus, StreamHandles};
 use lanes::platform::liveness::ProcessIdentity;
 use lanes::sockets::reasons::{list_reasons, Reason};
 use lanes::sockets::registry::list_connections;
@@ -65,7 +66,8 @@ fn pattern(id: u64, i: u64) -> u8 {
 /// Serves commands: `listen PORT echo|hold` (an echo server; `hold` keeps a connection
 /// open after its peer's end), `connect ID ADDR`, `exchange ID BYTES` (sends the pattern,
 /// reads it back, checks every byte), `own ID` (the socket's tuple and cookie), `close ID`,
-/// `register LOCAL REMOTE COOKIE PROCESS` (a registration, forged or not), `identity`.
+/// `register LOCAL REMOTE COOKIE PROCESS [NODE:SEGMENT:REQUEST:ANSWER]` (a registration,
+/// forged or not, naming stream objects or not), `identity`.
 fn run_sockets(io: &ChildIo) {
     let mut conns: HashMap<u64, TcpStream> = HashMap::new();
     let held: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
@@ -108,14 +110,25 @@ fn run_sockets(io: &ChildIo) {
                 Ok(format!("cookie={cookie} local={} remote={}", s.local_addr().unwrap(), s.peer_addr().unwrap()))
             }
             ["identity"] => Ok(format!("identity={}", ProcessIdentity::current().map_err(|e| e.to_string())?.bits())),
-            ["register", local, remote, cookie, process] => {
+            ["register", local, remote, cookie, process, ref objects @ ..] => {
                 let parse = |s: &str| s.parse::<std::net::SocketAddr>().map_err(|e| e.to_string());
+                // NODE:SEGMENT:REQUEST:ANSWER, the stream objects the half names.
+                let handles = match objects {
+                    [o] => {
+                        let n: Vec<u32> =
+                            o.split(':').map(|x| x.parse().map_err(|_| "objects")).collect::<Result<_, _>>()?;
+                        let [node, segment, request_bell, answer_bell] = n[..] else { return Err("objects".into()) };
+                        Some(StreamHandles { node, segment, request_bell, answer_bell })
+                    }
+                    _ => None,
+                };
                 let half = HalfRegistration {
                     local: parse(local)?,
                     remote: parse(remote)?,
                     cookie: cookie.parse().map_err(|_| "cookie")?,
                     netns: lanes::platform::net::netns_inode(),
                     process: process.parse().map_err(|_| "process")?,
+                    handles,
                 };
                 let dir = std::path::PathBuf::from(std::env::var("LANES_DIR").map_err(|_| "LANES_DIR")?);
                 match lanes::cluster::client::register_half(&dir, &half, CALL) {
@@ -257,6 +270,16 @@ fn record_to(c: &Cluster, k: usize, remote: &str) -> Option<lanes::sockets::remo
     list_connections(&c.fabric(k)).into_iter().find(|r| r.remote.to_string() == remote).and_then(|r| r.cross_host)
 }
 
+/// The record on host `k` of the socket whose peer is `remote` (ip:port).
+fn record_endpoint(c: &Cluster, k: usize, remote: &str) -> Option<lanes::sockets::Endpoint> {
+    std::fs::read_dir(lanes::sockets::endpoint::sockets_dir(&c.fabric(k)))
+        .ok()?
+        .flatten()
+        .filter_map(|e| lanes::sockets::ConnectionKey::parse(e.file_name().to_str()?))
+        .find(|k| k.remote.to_string() == remote)
+        .and_then(|key| lanes::sockets::Endpoint::open(&c.fabric(k), &key).ok())
+}
+
 /// The count of `reason` in the reasons file of process `pid` on host `k`.
 fn reason_count(c: &Cluster, k: usize, pid: u32, reason: Reason) -> u64 {
     list_reasons(&c.fabric(k))
@@ -309,6 +332,18 @@ fn connections_between_cluster_hosts_pair_and_others_stay_kernel_tcp() {
     assert_eq!((rec.state, rec.generation, rec.peer_host.as_str()), (PairingState::Paired, generation, "a"));
     let rec = record_to(&c, 0, &client_addr).expect("a's record");
     assert_eq!((rec.state, rec.generation, rec.peer_host.as_str()), (PairingState::Paired, generation, "b"));
+    // The pairing carried each end's stream objects to the other: each record names the
+    // objects the other end's library exported (when the build has the fabric stream).
+    if lanes::OFI_TRANSPORT {
+        let on_b = record_endpoint(&c, 1, &server_addr(0)).expect("b's record");
+        let on_a = record_endpoint(&c, 0, &client_addr).expect("a's record");
+        let (b_own, a_own) = (on_b.own_handles(), on_a.own_handles());
+        assert!(b_own.is_some() && a_own.is_some(), "{b_own:?} {a_own:?}");
+        assert_eq!(on_b.pairing().unwrap().peer_handles, a_own, "b's record names a's objects");
+        assert_eq!(on_a.pairing().unwrap().peer_handles, b_own, "a's record names b's objects");
+        assert_eq!(Cluster::host_of(a_own.unwrap().node), Some(0), "on a node of a's");
+        assert_eq!(Cluster::host_of(b_own.unwrap().node), Some(1), "on a node of b's");
+    }
     let status = lanes_status(&c, 1);
     let line = status.lines().find(|l| l.contains(&server_addr(0))).unwrap_or_else(|| panic!("{status}"));
     assert!(line.contains("paired") && line.contains(" a "), "{status}");
@@ -525,20 +560,40 @@ fn forged_registrations_are_refused_and_counted() {
     let own = forger.ok("own 1");
     let own_cookie = lanes_testkit::process::field(&own, "cookie");
     let server_identity = ProcessIdentity::of_pid(server.pid()).unwrap().bits();
-    let cases = [
+    // The forger's own socket (registered as its own), naming the server's stream objects:
+    // a peer would write into the server's memory.
+    let (fl, fr) = (field_text(&own, "local"), field_text(&own, "remote"));
+    let theirs = record_endpoint(&c, 0, &client_addr).and_then(|ep| ep.own_handles());
+    let mut cases = vec![
         (format!("register {sl} {sr} {cookie} {me}"), "registration: a socket the caller does not hold"),
         (format!("register {sl} {sr} {own_cookie} {me}"), "registration: no socket with this tuple and cookie"),
         (format!("register {sl} {sr} {cookie} {server_identity}"), "registration: a half of another process"),
     ];
-    for (cmd, why) in &cases {
+    if let Some(h) = theirs {
+        let objects = format!("{}:{}:{}:{}", h.node, h.segment, h.request_bell, h.answer_bell);
+        cases.push((
+            format!("register {fl} {fr} {own_cookie} {me} {objects}"),
+            "registration: stream objects not the caller's on this host",
+        ));
+        // Objects on another host's node.
+        cases.push((
+            format!("register {fl} {fr} {own_cookie} {me} {}:1:2:3", lanes_testkit::cluster::NODES[1]),
+            "registration: stream objects not the caller's on this host",
+        ));
+    }
+    for (i, (cmd, why)) in cases.iter().enumerate() {
         let answer = forger.ok(cmd);
         assert!(answer.starts_with("refused"), "{cmd}: {answer}");
-        assert_eq!(count(&daemon_sockets(&c, 0).refused, why), 1, "{cmd}: {answer}");
+        let before = cases[..i].iter().filter(|(_, w)| w == why).count() as u64;
+        assert_eq!(count(&daemon_sockets(&c, 0).refused, why), before + 1, "{cmd}: {answer}");
+        if why.contains("stream objects") {
+            assert!(answer.contains("stream objects"), "the refusal names its cause: {answer}");
+        }
     }
     let s = daemon_sockets(&c, 0);
     let h = s.halves.iter().find(|h| h.remote.to_string() == client_addr).unwrap();
     assert_eq!((h.state.as_str(), h.generation, h.pid), ("paired", generation, server.pid()), "{s:?}");
-    assert_eq!(s.refused.iter().map(|(_, n)| n).sum::<u64>(), 3, "{s:?}");
+    assert_eq!(s.refused.iter().map(|(_, n)| n).sum::<u64>(), cases.len() as u64, "{s:?}");
     let status = lanes_status(&c, 0);
     assert!(
         status.contains("refused by this host's daemon") && status.contains("a half of another process"),
@@ -641,6 +696,12 @@ fn stream_pair(c: &Cluster, n: usize, ring: usize, port: u16) -> Option<(Proc, P
 
 fn field(s: &str, key: &str) -> u64 {
     lanes_testkit::process::field(s, key)
+}
+
+/// The text after `key=` in `s`, to the next space.
+fn field_text(s: &str, key: &str) -> String {
+    let at = s.find(&format!("{key}=")).unwrap_or_else(|| panic!("no {key} in {s}")) + key.len() + 1;
+    s[at..].split_whitespace().next().unwrap_or("").to_string()
 }
 
 /// Hosts the daemons called Lost so far (their logs).

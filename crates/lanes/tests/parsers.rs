@@ -956,9 +956,9 @@ fn request() -> impl Strategy<Value = Request> {
         Just(Request::Cluster),
         Just(Request::Subscribe),
         wire_addr().prop_map(|a| Request::HostOf { address: a.ip() }),
-        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
-            |(local, remote, cookie, netns, process)| Request::RegisterHalf {
-                half: HalfRegistration { local, remote, cookie, netns, process }
+        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>(), stream_handles()).prop_map(
+            |(local, remote, cookie, netns, process, handles)| Request::RegisterHalf {
+                half: HalfRegistration { local, remote, cookie, netns, process, handles }
             }
         ),
         (wire_addr(), wire_addr(), any::<u64>()).prop_map(|(local, remote, cookie)| Request::WithdrawHalf {
@@ -976,15 +976,27 @@ fn wire_addr() -> impl Strategy<Value = SocketAddr> {
     socket_addr().prop_map(|a| SocketAddr::new(a.ip(), a.port()))
 }
 
+fn stream_handles() -> impl Strategy<Value = Option<lanes::cluster::proto::StreamHandles>> {
+    proptest::option::of((any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+        |(node, segment, request_bell, answer_bell)| lanes::cluster::proto::StreamHandles {
+            node,
+            segment,
+            request_bell,
+            answer_bell,
+        },
+    ))
+}
+
 fn wire_half() -> impl Strategy<Value = WireHalf> {
-    (wire_addr(), wire_addr(), any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
-        |(local, remote, cookie, uid, generation, peer_cookie)| WireHalf {
+    (wire_addr(), wire_addr(), any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>(), stream_handles()).prop_map(
+        |(local, remote, cookie, uid, generation, peer_cookie, handles)| WireHalf {
             local,
             remote,
             cookie,
             uid,
             generation,
             peer_cookie,
+            handles,
         },
     )
 }
@@ -1009,15 +1021,10 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
             remote,
             cookie
         }),
-        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
-            |(local, remote, cookie, peer_cookie, generation)| PeerMessage::SocketPaired {
-                local,
-                remote,
-                cookie,
-                peer_cookie,
-                generation
-            }
-        ),
+        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>(), stream_handles(), stream_handles())
+            .prop_map(|(local, remote, cookie, peer_cookie, generation, handles, peer_handles)| {
+                PeerMessage::SocketPaired { local, remote, cookie, peer_cookie, generation, handles, peer_handles }
+            }),
     ];
     prop_oneof![
         (

@@ -194,18 +194,10 @@ pub fn carry_out(word: &DirectionWord<'_>, request: Request, sender_finished: bo
     }
 }
 
-/// The ids a peer needs to reach one end's objects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamHandles {
-    /// The node the objects belong to.
-    pub node: u32,
-    /// The inbound segment (header and ring).
-    pub segment: u32,
-    /// The doorbell the peer rings after writing a request.
-    pub request_bell: u32,
-    /// The doorbell the peer rings after writing an answer.
-    pub answer_bell: u32,
-}
+/// The ids a peer needs to reach one end's objects: the node they belong to, the inbound
+/// segment (header and ring), the doorbell the peer rings after writing a request and the
+/// one it rings after writing an answer. The daemons carry them in their pairing.
+pub use crate::cluster::proto::StreamHandles;
 
 /// One end's exported objects, made before the peer's handles are known.
 pub struct StreamExports {

@@ -71,11 +71,15 @@ pub enum Reason {
     /// than CPUs, a receiver that is always busy), so the direction was retired from the
     /// ring and its bytes are the kernel's for good, at the kernel's cost.
     RingDidNotPay,
+    /// A connection to another host of the cluster, paired, that got no fabric stream:
+    /// the provider failed (opening the fabric, exporting or connecting its objects), or
+    /// this host's daemon serves no more sessions (64, three per stream).
+    RemoteNoStream,
 }
 
 impl Reason {
     /// Every reason, in the order of their lines in the file (new ones only ever appended).
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::PeerWithoutLibrary,
         Reason::PrivilegeDrop,
         Reason::ExcludedPort,
@@ -89,6 +93,7 @@ impl Reason {
         Reason::RemotePeerNeverPaired,
         Reason::RegistrationRefused,
         Reason::RingDidNotPay,
+        Reason::RemoteNoStream,
     ];
 
     fn index(self) -> usize {
@@ -111,6 +116,7 @@ impl Reason {
             Reason::RemotePeerNeverPaired => "cross-host: peer never paired",
             Reason::RegistrationRefused => "cross-host: daemon refused it",
             Reason::RingDidNotPay => "ring did not pay (retired)",
+            Reason::RemoteNoStream => "cross-host: no fabric stream",
         }
     }
 }
