@@ -22,6 +22,7 @@ mod park;
 mod real;
 mod reasons;
 mod remote;
+mod remote_io;
 mod sandbox;
 mod sock_diag;
 mod spin;
@@ -81,8 +82,12 @@ fn guarded(f: impl FnOnce()) {
 
 extern "C" fn before_fork() {
     // Epoll registrations this process still owes the kernel go in before the child
-    // shares the kernel sets.
-    guarded(wait::flush_pending);
+    // shares the kernel sets; connections to other hosts go back to the kernel (two
+    // processes cannot share a fabric stream).
+    guarded(|| {
+        wait::flush_pending();
+        remote::give_up_all();
+    });
 }
 
 extern "C" fn after_fork_in_child() {
@@ -337,6 +342,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
         -1,
         || {
             Deferred::give_up(fd);
+            remote_io::before_shutdown(fd, how);
             let c = lookup_or_complete(fd)?;
             if how == libc::SHUT_WR || how == libc::SHUT_RDWR {
                 conn::shut_tx(&c);
@@ -371,7 +377,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
             }
             match lookup_live(fd) {
                 Some(c) => (n > 0).then(|| recv_on(&c, fd, Call::Plain, &one(buf, n), 0)),
-                None => Deferred::call(fd, Moved::Read, call),
+                None => remote_io::recv(fd, &one(buf, n), 0).or_else(|| Deferred::call(fd, Moved::Read, call)),
             }
         },
         call,
@@ -395,7 +401,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
             }
             match lookup_live(fd) {
                 Some(c) => Some(recv_on(&c, fd, Call::Socket, &one(buf, n), flags)),
-                None => Deferred::call(fd, moved_in(flags), call),
+                None => remote_io::recv(fd, &one(buf, n), flags).or_else(|| Deferred::call(fd, moved_in(flags), call)),
             }
         },
         call,
@@ -425,8 +431,13 @@ pub unsafe extern "C" fn recvfrom(
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, &one(buf, n), flags, &out, &mut kernel) };
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, moved_in(flags), call) };
-            let r = recv_on(&c, fd, Call::Socket, &one(buf, n), flags);
+            let r = match lookup_live(fd) {
+                Some(c) => recv_on(&c, fd, Call::Socket, &one(buf, n), flags),
+                None => match remote_io::recv(fd, &one(buf, n), flags) {
+                    Some(r) => r,
+                    None => return Deferred::call(fd, moved_in(flags), call),
+                },
+            };
             if r >= 0 && !addr.is_null() && !alen.is_null() {
                 // A connected TCP socket reports no source address.
                 // SAFETY: the caller's length slot.
@@ -470,7 +481,20 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, &iov, flags, &out, &mut kernel) };
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, moved_in(flags), call) };
+            let Some(c) = lookup_live(fd) else {
+                // SAFETY: non-null msghdr from the caller.
+                let m = unsafe { &mut *msg };
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?.to_vec();
+                let Some(r) = remote_io::recv(fd, &iov, flags) else {
+                    return Deferred::call(fd, moved_in(flags), call);
+                };
+                if r >= 0 {
+                    // A connected TCP socket's message: no address, no ancillary data.
+                    (m.msg_namelen, m.msg_controllen, m.msg_flags) = (0, 0, 0);
+                }
+                return Some(r);
+            };
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &mut *msg };
             // SAFETY: the caller's iovec array.
@@ -509,7 +533,11 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, v, 0, &udp::Out::none(), &mut kernel) };
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, Moved::Read, call) };
+            let Some(c) = lookup_live(fd) else {
+                // SAFETY: the caller's iovec array.
+                let v = unsafe { iov_slice(iov, cnt) }?;
+                return remote_io::recv(fd, v, 0).or_else(|| Deferred::call(fd, Moved::Read, call));
+            };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
             // Nothing to read: the kernel answers at once, as for read (see there).
@@ -539,7 +567,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
             }
             match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Plain, &one(buf as *mut c_void, n), 0)),
-                None => Deferred::call(fd, Moved::Written, call),
+                None => remote_io::send(fd, &one(buf as *mut c_void, n), 0)
+                    .or_else(|| Deferred::call(fd, Moved::Written, call)),
             }
         },
         call,
@@ -564,7 +593,8 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
             }
             match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
-                None => Deferred::call(fd, moved_out(flags), call),
+                None => remote_io::send(fd, &one(buf as *mut c_void, n), flags)
+                    .or_else(|| Deferred::call(fd, moved_out(flags), call)),
             }
         },
         call,
@@ -597,7 +627,8 @@ pub unsafe extern "C" fn sendto(
             // A connected TCP socket ignores the address, as the kernel does.
             match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
-                None => Deferred::call(fd, moved_out(flags), call),
+                None => remote_io::send(fd, &one(buf as *mut c_void, n), flags)
+                    .or_else(|| Deferred::call(fd, moved_out(flags), call)),
             }
         },
         call,
@@ -636,7 +667,18 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
                     )
                 });
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, moved_out(flags), call) };
+            let Some(c) = lookup_live(fd) else {
+                // SAFETY: non-null msghdr from the caller.
+                let m = unsafe { &*msg };
+                if m.msg_controllen != 0 {
+                    // Ancillary data is the kernel's business, after the ring's bytes.
+                    remote::give_up(fd);
+                    return Deferred::call(fd, moved_out(flags), call);
+                }
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?;
+                return remote_io::send(fd, iov, flags).or_else(|| Deferred::call(fd, moved_out(flags), call));
+            };
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &*msg };
             // SAFETY: the caller's iovec array.
@@ -723,7 +765,11 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
                 // SAFETY: the caller's buffers.
                 return Some(unsafe { udp::send(&u, fd, std::ptr::null(), 0, v, 0, false, &mut kernel) });
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, Moved::Written, call) };
+            let Some(c) = lookup_live(fd) else {
+                // SAFETY: the caller's iovec array.
+                let v = unsafe { iov_slice(iov, cnt) }?;
+                return remote_io::send(fd, v, 0).or_else(|| Deferred::call(fd, Moved::Written, call));
+            };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
             Some(stream::send(&c, fd, Call::Vector, v, 0))
@@ -754,7 +800,10 @@ pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_
     intercept(
         -1,
         || {
-            let Some(c) = lookup_live(out_fd) else { return Deferred::call(out_fd, Moved::Written, call) };
+            let Some(c) = lookup_live(out_fd) else {
+                remote_io::before_kernel_transfer(out_fd);
+                return Deferred::call(out_fd, Moved::Written, call);
+            };
             // SAFETY: the caller's arguments, count lowered (sendfile may move fewer bytes).
             let transfer = || unsafe { (real().sendfile)(out_fd, in_fd, offset, count) };
             Some(kernel_transfer_out(&c, count, transfer))
@@ -810,7 +859,13 @@ pub unsafe extern "C" fn splice(
             if Deferred::is(fd_in) {
                 return Deferred::call(fd_in, Moved::Read, call);
             }
-            let Some(c) = lookup_live(fd_out) else { return Deferred::call(fd_out, Moved::Written, call) };
+            if let Some(r) = remote_io::splice_in(fd_in, fd_out, len) {
+                return Some(r);
+            }
+            let Some(c) = lookup_live(fd_out) else {
+                remote_io::before_kernel_transfer(fd_out);
+                return Deferred::call(fd_out, Moved::Written, call);
+            };
             let len = len.min(lanes::sockets::direction::MAX_KERNEL_CHUNK);
             // SAFETY: the caller's arguments, len lowered.
             Some(kernel_transfer_out(&c, len, || unsafe {
@@ -1280,6 +1335,11 @@ pub unsafe extern "C" fn setresuid(r: libc::uid_t, e: libc::uid_t, s: libc::uid_
 /// library avoid system calls of its own from then on (see `sandbox`).
 #[no_mangle]
 pub unsafe extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> c_int {
+    if !sandbox::filtered() && sandbox::filters(option, a2) && !INSIDE.with(|i| i.get()) {
+        // Under a filter the library makes no system call of its own: a fabric stream
+        // cannot be used any more.
+        guarded(remote::before_sandbox);
+    }
     // SAFETY: the caller's arguments, passed on as the C library's prctl reads them.
     let r = unsafe { (real().prctl)(option, a2, a3, a4, a5) };
     if r >= 0 {

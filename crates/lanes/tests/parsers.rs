@@ -961,11 +961,15 @@ fn request() -> impl Strategy<Value = Request> {
                 half: HalfRegistration { local, remote, cookie, netns, process, handles }
             }
         ),
-        (wire_addr(), wire_addr(), any::<u64>()).prop_map(|(local, remote, cookie)| Request::WithdrawHalf {
-            local,
-            remote,
-            cookie
-        }),
+        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(local, remote, cookie, fabric_sent, fabric_received)| Request::WithdrawHalf {
+                local,
+                remote,
+                cookie,
+                fabric_sent,
+                fabric_received
+            }
+        ),
         Just(Request::Sockets),
     ]
 }
@@ -1110,6 +1114,8 @@ fn reply() -> impl Strategy<Value = Reply> {
                     refused: refused.clone(),
                     stale: 7,
                     requests: refused,
+                    fabric_sent: 8,
+                    fabric_received: 9,
                 }
             }
         ),

@@ -621,6 +621,12 @@ pub struct SocketsStatus {
     pub stale: u64,
     /// Local requests served, per kind (`host-of`, `register`, `withdraw`).
     pub requests: Vec<(String, u64)>,
+    /// Bytes this host's withdrawn halves sent and received over the fabric, as their
+    /// processes told at the withdrawal.
+    #[serde(default)]
+    pub fabric_sent: u64,
+    #[serde(default)]
+    pub fabric_received: u64,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -693,6 +699,11 @@ pub enum Request {
         local: SocketAddr,
         remote: SocketAddr,
         cookie: u64,
+        /// Bytes the connection sent and received over the fabric (its stream's counts).
+        #[serde(default)]
+        fabric_sent: u64,
+        #[serde(default)]
+        fabric_received: u64,
     },
     /// This host's cross-host socket halves and the daemon's counts.
     Sockets,
@@ -981,7 +992,13 @@ mod tests {
         let local = vec![
             Request::HostOf { address: "10.77.0.1".parse().unwrap() },
             Request::RegisterHalf { half: registration },
-            Request::WithdrawHalf { local: v4("10.77.0.2:40000"), remote: v4("10.77.0.1:5201"), cookie: 1 },
+            Request::WithdrawHalf {
+                local: v4("10.77.0.2:40000"),
+                remote: v4("10.77.0.1:5201"),
+                cookie: 1,
+                fabric_sent: 2,
+                fabric_received: 3,
+            },
             Request::Sockets,
         ];
         let replies = vec![

@@ -58,11 +58,21 @@ pub(super) struct CrossHost {
     pub(super) pairing: Pairing,
     requests: BTreeMap<String, u64>,
     last_sweep: Instant,
+    /// Bytes withdrawn halves sent and received over the fabric, as their processes told.
+    fabric_sent: u64,
+    fabric_received: u64,
 }
 
 impl CrossHost {
     pub(super) fn new(book: AddressBook, me: &str, now: Instant) -> CrossHost {
-        CrossHost { book, pairing: Pairing::new(me), requests: BTreeMap::new(), last_sweep: now }
+        CrossHost {
+            book,
+            pairing: Pairing::new(me),
+            requests: BTreeMap::new(),
+            last_sweep: now,
+            fabric_sent: 0,
+            fabric_received: 0,
+        }
     }
 
     fn count_request(&mut self, kind: &str) {
@@ -278,14 +288,22 @@ impl Shared {
         Ok(())
     }
 
-    /// The process `cred` withdraws its half: only a half of its user.
-    pub(super) fn withdraw_half(&self, cred: Option<PeerCred>, local: SocketAddr, remote: SocketAddr, cookie: u64) {
+    /// The process `cred` withdraws its half: only a half of its user. `fabric`: the bytes
+    /// it says the connection sent and received over the fabric (added to the totals).
+    pub(super) fn withdraw_half(
+        &self,
+        cred: Option<PeerCred>,
+        (local, remote, cookie): (SocketAddr, SocketAddr, u64),
+        fabric: (u64, u64),
+    ) {
         let mut st = self.lock();
         st.cross.count_request("withdraw");
         let tuple = (local, remote);
         let mine =
             st.cross.pairing.local(&tuple).is_some_and(|h| h.cookie == cookie && Some(h.uid) == cred.map(|c| c.uid));
         if mine {
+            st.cross.fabric_sent = st.cross.fabric_sent.saturating_add(fabric.0);
+            st.cross.fabric_received = st.cross.fabric_received.saturating_add(fabric.1);
             let outs = st.cross.pairing.withdraw(&tuple);
             self.carry_out(&mut st, outs);
         }
@@ -301,6 +319,8 @@ impl Shared {
             refused: st.cross.pairing.refusals(),
             stale: st.cross.pairing.stale(),
             requests: st.cross.requests.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            fabric_sent: st.cross.fabric_sent,
+            fabric_received: st.cross.fabric_received,
         }
     }
 
