@@ -989,6 +989,9 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
                 unsafe { *(arg as *mut c_int) = n };
                 return Some(0);
             }
+            if let Some(r) = remote_io::ioctl(fd, req, arg) {
+                return Some(r);
+            }
             let c = lookup_or_complete(fd)?;
             match req {
                 libc::FIONREAD if arg != 0 => {

@@ -175,6 +175,31 @@ fn send_on(s: &FabricStream, fd: c_int, iov: &[iovec], flags: c_int) -> Option<s
     Some(total as ssize_t)
 }
 
+/// `ioctl(fd, req, arg)` on a connection with a live stream: `FIONREAD` counts the ring's
+/// bytes waiting before the kernel's, and `SIOCATMARK` is not at a mark while ring bytes
+/// (which come before it) wait. None: the C library's call alone.
+pub fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> Option<c_int> {
+    if arg == 0 || (req != libc::FIONREAD && req != crate::stream::SIOCATMARK) {
+        return None;
+    }
+    let s = remote::live_stream(fd).filter(|s| !s.kernel_only())?;
+    let ring = s.ring_readable();
+    // SAFETY: the caller's arguments.
+    let r = unsafe { (crate::real::real().ioctl)(fd, req, arg) };
+    if r == 0 && ring > 0 {
+        let out = arg as *mut c_int;
+        // SAFETY: the kernel accepted the pointer and wrote an int there.
+        unsafe {
+            if req == libc::FIONREAD {
+                *out = (i64::from(*out) + ring as i64).min(i64::from(c_int::MAX)) as c_int;
+            } else {
+                *out = 0;
+            }
+        }
+    }
+    Some(r)
+}
+
 /// Before the program's `shutdown(fd, how)`: a stream's sending direction ends in the
 /// ring first, so the peer reads every ring byte before the kernel's end.
 pub fn before_shutdown(fd: c_int, how: c_int) {

@@ -586,9 +586,11 @@ fn redis_across_hosts_under_lanes_run() {
     assert!(ready.is_some(), "redis-server never ready: {}", server.stdout_so_far());
     let host = Netns::address(0);
     let bench = Program::spawn(
-        lanes_run(&c, 1, "redis-benchmark", &["-h", &host, "-p", port, "-c", "2", "-n", "20000", "-t", "ping", "-q"]),
+        lanes_run(&c, 1, "redis-benchmark", &["-h", &host, "-p", port, "-c", "2", "-n", "100000", "-t", "ping", "-q"]),
         "redis-benchmark on b",
     );
+    // 100000 requests: long enough to be seen paired on a loaded machine (once, at a load
+    // average of 11, 20000 were over before both hosts were seen paired).
     wait_for(&c, "the benchmark's connections paired on both hosts", || {
         let paired = |k: usize| daemon_sockets(&c, k).halves.iter().filter(|h| h.state == "paired").count();
         paired(0) >= 2 && paired(1) >= 2
@@ -873,9 +875,10 @@ fn a_killed_peer_reads_as_a_reset_through_the_library_as_on_kernel_tcp() {
     assert_eq!(errors(&outcomes[0]), errors(&outcomes[1]), "as kernel TCP: {outcomes:?}");
 }
 
-/// iperf3 across hosts under `lanes run` (server on a, client on b, 64 MiB), after the same
+/// iperf3 across hosts under `lanes run` (server on a, client on b, 3 s), after the same
 /// run on kernel TCP: both runs complete as iperf3 reports them, and the bytes the
 /// programs' connections moved over the fabric are counted by the daemons when they close.
+/// (A run of 64 MiB could finish before the streams were set up in the background.)
 #[test]
 fn iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric() {
     use lanes_testkit::program::{on_path, Program};
@@ -888,7 +891,6 @@ fn iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric() {
     if !with_fabric_stream("iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric") {
         return;
     }
-    const BYTES: u64 = 64 << 20;
     let host = Netns::address(0);
     // The same run without the library first: what iperf3 reports on kernel TCP.
     let mut reports = Vec::new();
@@ -902,9 +904,8 @@ fn iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric() {
         };
         let server = Program::spawn(on(0, &["-s", "-1", "-p", port]), "iperf3 -s on a");
         std::thread::sleep(Duration::from_millis(500));
-        let client =
-            Program::spawn(on(1, &["-c", &host, "-p", port, "-n", &BYTES.to_string(), "-J"]), "iperf3 -c on b")
-                .wait(Duration::from_secs(180));
+        let client = Program::spawn(on(1, &["-c", &host, "-p", port, "-t", "3", "-J"]), "iperf3 -c on b")
+            .wait(Duration::from_secs(180));
         let s = server.wait(Duration::from_secs(60));
         assert!(client.ok(), "{}{}", client.describe("iperf3 -c"), s.describe("iperf3 -s"));
         assert!(s.ok(), "{}", s.describe("iperf3 -s"));
@@ -917,7 +918,7 @@ fn iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric() {
     // iperf3's receiver stops counting when the test's end comes over the control
     // connection, on kernel TCP as well: what it received is at most what was sent.
     for (sent, received) in &reports {
-        assert!(*sent >= BYTES && *received > 0 && received <= sent, "{reports:?}");
+        assert!(*received > 0 && received <= sent, "{reports:?}");
     }
     wait_for(&c, "every half withdrawn", || {
         daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()

@@ -662,6 +662,21 @@ impl FabricStream {
         self.shared.abandoned.store(true, Ordering::Relaxed);
     }
 
+    /// Ring bytes landed that a receive returns before any of the kernel's (0 while another
+    /// thread receives).
+    pub fn ring_readable(&self) -> u64 {
+        let s = &self.shared;
+        if s.abandoned.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let Ok(rx) = s.rx.try_lock() else { return 0 };
+        let available = s.ring_available(&rx).min(s.exports.ring_bytes as u64);
+        match rx.mode {
+            RxMode::Ring { .. } | RxMode::Reset => available,
+            RxMode::Kernel { ring_until } => available.min(ring_until.wrapping_sub(rx.consumed) & COUNT_MASK),
+        }
+    }
+
     /// Whether a receive would find bytes without the kernel's help now (ring bytes, or a
     /// reset to report): readiness for reading that the kernel cannot see.
     pub fn readable_without_kernel(&self) -> bool {
@@ -1153,11 +1168,17 @@ impl Shared {
                     rx.kernel_read += r as u64;
                     self.received_kernel.fetch_add(r as u64, Ordering::Relaxed);
                     rx.kernel_since_wanted += r as u64;
-                    if rx.kernel_since_wanted >= rx.wanted_every && rx.ring_skip == 0 && self.peer_may_give_ring() {
+                    if rx.kernel_since_wanted >= rx.wanted_every && !self.given_up.load(Ordering::Acquire) {
                         rx.kernel_since_wanted = 0;
-                        rx.wanted_told += 1;
-                        // A hint, not a request: a lost or late one changes no rule.
-                        let _ = self.outbound.store_release_u64(OFF_RING_WANTED, rx.wanted_told);
+                        if rx.ring_skip > 0 {
+                            // A steady stream never sleeps: its back-off runs out in these
+                            // steps instead.
+                            rx.ring_skip -= 1;
+                        } else if self.peer_may_give_ring() {
+                            rx.wanted_told += 1;
+                            // A hint, not a request: a lost or late one changes no rule.
+                            let _ = self.outbound.store_release_u64(OFF_RING_WANTED, rx.wanted_told);
+                        }
                     }
                     return Ok(r as usize);
                 }
