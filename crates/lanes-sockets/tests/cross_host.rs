@@ -300,13 +300,32 @@ fn exchange(s: &TcpStream, id: u64, n: u64) -> Result<String, String> {
         }
         for (k, b) in buf[..m].iter().enumerate() {
             if *b != pattern(id, got + k as u64) {
-                return Err(format!("byte {} differs", got + k as u64));
+                let at = got + k as u64;
+                return Err(format!("byte {at} differs{}", whence(id, at, &buf[k..m])));
             }
         }
         got += m as u64;
     }
     writer.join().map_err(|_| "writer panicked")?.map_err(|e| format!("write: {e}"))?;
     Ok(format!("bytes={got}"))
+}
+
+/// Where in the pattern bytes read at `at` come from, if from within 8 MiB of it: the
+/// shape of a stream's fault (a chunk lost, repeated, or read out of order).
+fn whence(id: u64, at: u64, got: &[u8]) -> String {
+    let probe = &got[..got.len().min(64)];
+    let matches = |from: u64| probe.iter().enumerate().all(|(k, b)| *b == pattern(id, from + k as u64));
+    let lo = at.saturating_sub(8 << 20);
+    (lo..at + (8 << 20)).find(|&from| matches(from)).map_or_else(
+        || format!(" (read {} bytes, none from the pattern nearby)", got.len()),
+        |from| {
+            format!(
+                " (read {} bytes there, which are the pattern's at {from}: {} bytes off)",
+                got.len(),
+                from as i64 - at as i64
+            )
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1391,7 +1410,9 @@ fn through_the_library_against_kernel_tcp() {
         }
         for (i, (label, cmd)) in tests.iter().enumerate() {
             let t = Instant::now();
-            let got = client.call_within(cmd, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{cmd}: {e:?}"));
+            let got = client
+                .call_within(cmd, Duration::from_secs(600))
+                .unwrap_or_else(|e| panic!("{cmd}: {e:?}\n{}\n{}", server.output_snapshot(), c.logs()));
             let figure = if i == 0 {
                 BYTES as f64 / t.elapsed().as_secs_f64() / 1e6
             } else {
