@@ -823,22 +823,28 @@ fn a_checksummed_stream_through_the_library_moves_over_the_fabric() {
     if !with_fabric_stream("a_checksummed_stream_through_the_library_moves_over_the_fabric") {
         return;
     }
-    let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
-    server.ok(&format!("listen {PORT} echo"));
-    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
-    let client_addr = client.ok(&format!("connect 1 {}", server_addr(0))).trim_start_matches("local=").to_string();
-    wait_paired(&c, (1, &client_addr), (0, &server_addr(0)));
-    let got = client.call_within("exchange 1 67108864", Duration::from_secs(300));
-    let got = got.unwrap_or_else(|e| panic!("exchange: {e:?}\n{}", c.logs()));
-    assert_eq!(got, "bytes=67108864");
-    let (b_sent, b_received) = fabric_bytes(&c, 1, &server_addr(0));
+    // A host called Lost (a machine so loaded that heartbeats stopped for seconds) revokes
+    // the fabric's grants and, without fail-over, resets the streams: then again.
+    let (mut server, mut client, server_at, client_addr) = unless_a_host_was_lost(&c, "the stream", |n| {
+        let port = PORT + 20 + n;
+        let server_at = format!("{}:{port}", Netns::address(0));
+        let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
+        server.ok(&format!("listen {port} echo"));
+        let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+        let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+        wait_paired(&c, (1, &client_addr), (0, &server_at));
+        let got = client.call_within("exchange 1 67108864", Duration::from_secs(300)).map_err(|e| format!("{e:?}"))?;
+        assert_eq!(got, "bytes=67108864");
+        Ok((server, client, server_at, client_addr))
+    });
+    let (b_sent, b_received) = fabric_bytes(&c, 1, &server_at);
     let (a_sent, a_received) = fabric_bytes(&c, 0, &client_addr);
     eprintln!("over the fabric: b sent {b_sent} received {b_received}; a sent {a_sent} received {a_received}");
     assert!(b_sent + b_received + a_sent + a_received > 0, "no byte went over the fabric\n{}", c.logs());
     // What one end received over the fabric the other sent over it (the counts are
     // written after each call: the last call's may be missing).
     let status = lanes_status(&c, 1);
-    let line = status.lines().find(|l| l.contains(&server_addr(0))).unwrap_or_else(|| panic!("{status}"));
+    let line = status.lines().find(|l| l.contains(&server_at)).unwrap_or_else(|| panic!("{status}"));
     assert!(status.contains("fabric out") && line.contains("paired"), "{status}");
     assert_eq!(client.ok("exchange 1 1048576"), "bytes=1048576", "and on, byte-exact");
     client.ok("close 1");
@@ -912,28 +918,36 @@ fn iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric() {
     }
     let host = Netns::address(0);
     // The same run without the library first: what iperf3 reports on kernel TCP.
-    let mut reports = Vec::new();
-    for (with_library, port) in [(false, "15301"), (true, "15302")] {
-        let on = |k: usize, args: &[&str]| {
-            let mut cmd = lanes_run(&c, k, "iperf3", args);
-            if !with_library {
-                cmd.env("LANES_SOCKETS", "0");
+    // A host called Lost (heartbeats stopped for seconds on a loaded machine) resets the
+    // streams without fail-over: then both runs again, on fresh ports.
+    let reports = unless_a_host_was_lost(&c, "iperf3", |n| {
+        let mut reports = Vec::new();
+        for with_library in [false, true] {
+            let port = (15301 + 2 * n + u16::from(with_library)).to_string();
+            let port = port.as_str();
+            let on = |k: usize, args: &[&str]| {
+                let mut cmd = lanes_run(&c, k, "iperf3", args);
+                if !with_library {
+                    cmd.env("LANES_SOCKETS", "0");
+                }
+                cmd
+            };
+            let server = Program::spawn(on(0, &["-s", "-1", "-p", port]), "iperf3 -s on a");
+            std::thread::sleep(Duration::from_millis(500));
+            let client = Program::spawn(on(1, &["-c", &host, "-p", port, "-t", "3", "-J"]), "iperf3 -c on b")
+                .wait(Duration::from_secs(180));
+            let s = server.wait(Duration::from_secs(60));
+            if !client.ok() || !s.ok() {
+                return Err(format!("{}{}", client.describe("iperf3 -c"), s.describe("iperf3 -s")));
             }
-            cmd
-        };
-        let server = Program::spawn(on(0, &["-s", "-1", "-p", port]), "iperf3 -s on a");
-        std::thread::sleep(Duration::from_millis(500));
-        let client = Program::spawn(on(1, &["-c", &host, "-p", port, "-t", "3", "-J"]), "iperf3 -c on b")
-            .wait(Duration::from_secs(180));
-        let s = server.wait(Duration::from_secs(60));
-        assert!(client.ok(), "{}{}", client.describe("iperf3 -c"), s.describe("iperf3 -s"));
-        assert!(s.ok(), "{}", s.describe("iperf3 -s"));
-        let report: serde_json::Value = serde_json::from_str(&client.stdout).expect("iperf3 -J output");
-        let sent = report["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
-        let received = report["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-        eprintln!("iperf3, library {with_library}: sent {sent} received {received}");
-        reports.push((sent, received));
-    }
+            let report: serde_json::Value = serde_json::from_str(&client.stdout).expect("iperf3 -J output");
+            let sent = report["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
+            let received = report["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+            eprintln!("iperf3, library {with_library}: sent {sent} received {received}");
+            reports.push((sent, received));
+        }
+        Ok(reports)
+    });
     // iperf3's receiver stops counting when the test's end comes over the control
     // connection, on kernel TCP as well: what it received is at most what was sent.
     for (sent, received) in &reports {

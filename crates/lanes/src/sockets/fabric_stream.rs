@@ -795,19 +795,23 @@ impl Shared {
 
     /// Carries out the pending request, if one is new; answers it.
     fn serve(&self) {
-        let Some(request) = Request::decode(self.inbound(OFF_REQUEST)) else { return };
+        // The request is read under the lock: a thread that read it before another served
+        // it, and then waited (descheduled) while the receiver made its next request and
+        // that one was served too, would carry the old one out again, a stale "ring" while
+        // the receiver reads the kernel (seen as a wrong byte on a loaded machine).
         let mut last = lock(&self.serve_lock);
+        let Some(request) = Request::decode(self.inbound(OFF_REQUEST)) else { return };
         if request.seq() == *last {
             return;
         }
         let answer = carry_out(&self.word(), request, self.finished.load(Ordering::Acquire));
         *last = request.seq();
-        drop(last);
         if self.outbound.store_release_u64(OFF_ANSWER, answer.encode()).is_err() {
             self.broken.store(true, Ordering::Release);
         }
         // Landed before the doorbell rings: the receiver reads the answer when woken.
         self.outbound.flush();
+        drop(last);
         let _ = self.peer_answer_bell.trigger();
     }
 
