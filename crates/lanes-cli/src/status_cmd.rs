@@ -147,20 +147,24 @@ fn print_cross_host(
     }
     out_line!(
         out,
-        "\ncross-host connections (paired through the daemons; their bytes go through the kernel: no data path \
-         across hosts yet)"
+        "\ncross-host connections (paired through the daemons; bytes sent and received over the fabric and \
+         through the kernel)"
     );
     if sockets.is_empty() {
         out_line!(out, "  (none)");
     } else {
         out_line!(
             out,
-            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:<14}  stale",
+            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:<14}  stale",
             "local",
             "remote",
             "peer host",
             "pairing",
             "generation",
+            "fabric out",
+            "kernel out",
+            "fabric in",
+            "kernel in",
             "pids"
         );
     }
@@ -169,12 +173,16 @@ fn print_cross_host(
         let pids: Vec<String> = c.holders.iter().map(|p| p.to_string()).collect();
         out_line!(
             out,
-            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:<14}  {}",
+            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:<14}  {}",
             c.local.to_string(),
             c.remote.to_string(),
             p.peer_host,
             p.state.label(),
             p.generation,
+            c.ring_bytes_sent,
+            c.kernel_bytes_sent,
+            c.ring_bytes_received,
+            c.bytes_received.saturating_sub(c.ring_bytes_received),
             if pids.is_empty() { "-".into() } else { pids.join(",") },
             if c.stale { "yes" } else { "no" }
         );

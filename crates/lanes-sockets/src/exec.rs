@@ -226,8 +226,9 @@ pub unsafe fn before_exec(target: Target, envp: *const *const c_char, new_env: &
         return envp;
     }
     // The new image finds an inherited socket by its record: one whose set-up was put off
-    // gets it now.
+    // gets it now. A connection to another host goes back to the kernel.
     conn::Deferred::set_up_all();
+    crate::remote::before_exec();
     if !holds_inherited_socket() {
         return envp;
     }

@@ -22,6 +22,7 @@ mod park;
 mod real;
 mod reasons;
 mod remote;
+mod remote_io;
 mod sandbox;
 mod sock_diag;
 mod spin;
@@ -52,6 +53,25 @@ thread_local! {
 
 static INIT: Once = Once::new();
 
+thread_local! {
+    /// Whether this thread is one of the fabric's own (0: not known yet, 1: no, 2: yes).
+    static FABRIC_THREAD: Cell<u8> = const { Cell::new(0) };
+}
+
+/// Whether this thread is one the fabric this library opened runs (its service threads,
+/// named `lanes-…`): its sockets are the provider's connections between the hosts, never
+/// the program's.
+#[inline]
+fn fabric_thread() -> bool {
+    FABRIC_THREAD.with(|f| {
+        if f.get() == 0 {
+            let ours = std::thread::current().name().is_some_and(|n| n.starts_with("lanes-"));
+            f.set(if ours { 2 } else { 1 });
+        }
+        f.get() == 2
+    })
+}
+
 /// Runs `f` with the guard set, then puts the guard back as it was (the fork handlers run
 /// inside our own `fork`, guard set, as well as inside the C library's forks).
 fn guarded(f: impl FnOnce()) {
@@ -62,14 +82,19 @@ fn guarded(f: impl FnOnce()) {
 
 extern "C" fn before_fork() {
     // Epoll registrations this process still owes the kernel go in before the child
-    // shares the kernel sets.
-    guarded(wait::flush_all);
+    // shares the kernel sets; connections to other hosts go back to the kernel (two
+    // processes cannot share a fabric stream).
+    guarded(|| {
+        wait::flush_all();
+        remote::give_up_all();
+    });
 }
 
 extern "C" fn after_fork_in_child() {
     guarded(|| {
         conn::adopt_after_fork();
         udp::adopt_after_fork();
+        remote::after_fork_in_child();
     });
 }
 
@@ -95,7 +120,7 @@ fn init() {
 /// into C: the call fails with EIO.
 #[inline]
 fn intercept<R: Copy>(failed: R, accel: impl FnOnce() -> Option<R>, pass: impl FnOnce() -> R) -> R {
-    if INSIDE.with(|i| i.get()) {
+    if INSIDE.with(|i| i.get()) || fabric_thread() {
         return pass();
     }
     INSIDE.with(|i| i.set(true));
@@ -318,6 +343,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
         -1,
         || {
             Deferred::give_up(fd);
+            remote_io::before_shutdown(fd, how);
             let c = lookup_or_complete(fd)?;
             if how == libc::SHUT_WR || how == libc::SHUT_RDWR {
                 conn::shut_tx(&c);
@@ -352,7 +378,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
             }
             match lookup_live(fd) {
                 Some(c) => (n > 0).then(|| recv_on(&c, fd, Call::Plain, &one(buf, n), 0)),
-                None => Deferred::call(fd, Moved::Read, call),
+                None => remote_io::recv(fd, &one(buf, n), 0).or_else(|| Deferred::call(fd, Moved::Read, call)),
             }
         },
         call,
@@ -376,7 +402,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
             }
             match lookup_live(fd) {
                 Some(c) => Some(recv_on(&c, fd, Call::Socket, &one(buf, n), flags)),
-                None => Deferred::call(fd, moved_in(flags), call),
+                None => remote_io::recv(fd, &one(buf, n), flags).or_else(|| Deferred::call(fd, moved_in(flags), call)),
             }
         },
         call,
@@ -406,8 +432,13 @@ pub unsafe extern "C" fn recvfrom(
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, &one(buf, n), flags, &out, &mut kernel) };
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, moved_in(flags), call) };
-            let r = recv_on(&c, fd, Call::Socket, &one(buf, n), flags);
+            let r = match lookup_live(fd) {
+                Some(c) => recv_on(&c, fd, Call::Socket, &one(buf, n), flags),
+                None => match remote_io::recv(fd, &one(buf, n), flags) {
+                    Some(r) => r,
+                    None => return Deferred::call(fd, moved_in(flags), call),
+                },
+            };
             if r >= 0 && !addr.is_null() && !alen.is_null() {
                 // A connected TCP socket reports no source address.
                 // SAFETY: the caller's length slot.
@@ -452,7 +483,20 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, &iov, flags, &out, &mut kernel) };
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, moved_in(flags), call) };
+            let Some(c) = lookup_live(fd) else {
+                // SAFETY: non-null msghdr from the caller.
+                let m = unsafe { &mut *msg };
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?.to_vec();
+                let Some(r) = remote_io::recv(fd, &iov, flags) else {
+                    return Deferred::call(fd, moved_in(flags), call);
+                };
+                if r >= 0 {
+                    // A connected TCP socket's message: no address, no ancillary data.
+                    (m.msg_namelen, m.msg_controllen, m.msg_flags) = (0, 0, 0);
+                }
+                return Some(r);
+            };
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &mut *msg };
             // SAFETY: the caller's iovec array.
@@ -490,7 +534,11 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, v, 0, &udp::Out::none(), &mut kernel) };
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, Moved::Read, call) };
+            let Some(c) = lookup_live(fd) else {
+                // SAFETY: the caller's iovec array.
+                let v = unsafe { iov_slice(iov, cnt) }?;
+                return remote_io::recv(fd, v, 0).or_else(|| Deferred::call(fd, Moved::Read, call));
+            };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
             // Nothing to read: the kernel answers at once, as for read (see there).
@@ -520,7 +568,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
             }
             match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Plain, &one(buf as *mut c_void, n), 0)),
-                None => Deferred::call(fd, Moved::Written, call),
+                None => remote_io::send(fd, &one(buf as *mut c_void, n), 0)
+                    .or_else(|| Deferred::call(fd, Moved::Written, call)),
             }
         },
         call,
@@ -545,7 +594,8 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
             }
             match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
-                None => Deferred::call(fd, moved_out(flags), call),
+                None => remote_io::send(fd, &one(buf as *mut c_void, n), flags)
+                    .or_else(|| Deferred::call(fd, moved_out(flags), call)),
             }
         },
         call,
@@ -578,7 +628,8 @@ pub unsafe extern "C" fn sendto(
             // A connected TCP socket ignores the address, as the kernel does.
             match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
-                None => Deferred::call(fd, moved_out(flags), call),
+                None => remote_io::send(fd, &one(buf as *mut c_void, n), flags)
+                    .or_else(|| Deferred::call(fd, moved_out(flags), call)),
             }
         },
         call,
@@ -617,7 +668,18 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
                     )
                 });
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, moved_out(flags), call) };
+            let Some(c) = lookup_live(fd) else {
+                // SAFETY: non-null msghdr from the caller.
+                let m = unsafe { &*msg };
+                if m.msg_controllen != 0 {
+                    // Ancillary data is the kernel's business, after the ring's bytes.
+                    remote::give_up(fd);
+                    return Deferred::call(fd, moved_out(flags), call);
+                }
+                // SAFETY: the caller's iovec array.
+                let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?;
+                return remote_io::send(fd, iov, flags).or_else(|| Deferred::call(fd, moved_out(flags), call));
+            };
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &*msg };
             // SAFETY: the caller's iovec array.
@@ -809,7 +871,11 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
                 // SAFETY: the caller's buffers.
                 return Some(unsafe { udp::send(&u, fd, std::ptr::null(), 0, v, 0, false, &mut kernel) });
             }
-            let Some(c) = lookup_live(fd) else { return Deferred::call(fd, Moved::Written, call) };
+            let Some(c) = lookup_live(fd) else {
+                // SAFETY: the caller's iovec array.
+                let v = unsafe { iov_slice(iov, cnt) }?;
+                return remote_io::send(fd, v, 0).or_else(|| Deferred::call(fd, Moved::Written, call));
+            };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
             Some(stream::send(&c, fd, Call::Vector, v, 0))
@@ -840,7 +906,10 @@ pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_
     intercept(
         -1,
         || {
-            let Some(c) = lookup_live(out_fd) else { return Deferred::call(out_fd, Moved::Written, call) };
+            let Some(c) = lookup_live(out_fd) else {
+                remote_io::before_kernel_transfer(out_fd);
+                return Deferred::call(out_fd, Moved::Written, call);
+            };
             // SAFETY: the caller's arguments, count lowered (sendfile may move fewer bytes).
             let transfer = || unsafe { (real().sendfile)(out_fd, in_fd, offset, count) };
             Some(kernel_transfer_out(&c, count, transfer))
@@ -896,7 +965,13 @@ pub unsafe extern "C" fn splice(
             if Deferred::is(fd_in) {
                 return Deferred::call(fd_in, Moved::Read, call);
             }
-            let Some(c) = lookup_live(fd_out) else { return Deferred::call(fd_out, Moved::Written, call) };
+            if let Some(r) = remote_io::splice_in(fd_in, fd_out, len) {
+                return Some(r);
+            }
+            let Some(c) = lookup_live(fd_out) else {
+                remote_io::before_kernel_transfer(fd_out);
+                return Deferred::call(fd_out, Moved::Written, call);
+            };
             let len = len.min(lanes::sockets::direction::MAX_KERNEL_CHUNK);
             // SAFETY: the caller's arguments, len lowered.
             Some(kernel_transfer_out(&c, len, || unsafe {
@@ -1019,6 +1094,9 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
                 // SAFETY: FIONREAD's argument points to an int.
                 unsafe { *(arg as *mut c_int) = n };
                 return Some(0);
+            }
+            if let Some(r) = remote_io::ioctl(fd, req, arg) {
+                return Some(r);
             }
             let c = lookup_or_complete(fd)?;
             match req {
@@ -1393,6 +1471,11 @@ pub unsafe extern "C" fn setresuid(r: libc::uid_t, e: libc::uid_t, s: libc::uid_
 /// library avoid system calls of its own from then on (see `sandbox`).
 #[no_mangle]
 pub unsafe extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> c_int {
+    if !sandbox::filtered() && sandbox::filters(option, a2) && !INSIDE.with(|i| i.get()) {
+        // Under a filter the library makes no system call of its own: a fabric stream
+        // cannot be used any more.
+        guarded(remote::before_sandbox);
+    }
     // SAFETY: the caller's arguments, passed on as the C library's prctl reads them.
     let r = unsafe { (real().prctl)(option, a2, a3, a4, a5) };
     if r >= 0 {

@@ -121,6 +121,9 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
             "{sock}SO_PEEK_OFF or a timestamp option is on, which only the kernel's own queues have: the \
              connection is kernel TCP for good"
         ),
+        Reason::RemoteNoStream => {
+            format!("{sock}no fabric stream for a connection to another host ({detail}): it stays kernel TCP")
+        }
     }
 }
 

@@ -1,9 +1,18 @@
-//! Connections to other hosts of the cluster (docs/design/cross-host-sockets.md, stages 1
-//! and 2): the library finds out whether a connected TCP socket's peer is on another host
-//! of the cluster, and if so registers the socket's half with this host's daemon, which
-//! pairs it with the peer's half through the peer host's daemon. No byte is written into
-//! the stream and no call on the socket changes: there is no data path across hosts yet,
-//! so such a connection's bytes go through the kernel, paired or not.
+//! Connections to other hosts of the cluster (docs/design/cross-host-sockets.md): the
+//! library finds out whether a connected TCP socket's peer is on another host of the
+//! cluster, and if so exports the objects of a fabric stream for it
+//! (`lanes::sockets::fabric_stream`) and registers the socket's half, naming them, with
+//! this host's daemon, which pairs it with the peer's half through the peer host's daemon
+//! and writes the peer's objects into the record. No byte is written into the stream.
+//!
+//! - **The stream.** The first call on the socket that moves bytes after the pairing
+//!   (`stream`) has the exports connected to the peer's objects in a thread of its own
+//!   (three connects through the daemons; the program's calls go on through the kernel
+//!   meanwhile), and the first such call after that starts the stream, its kernel counts
+//!   where the kernel's are (`kernel_history`); from then on the calls of `remote_io` move
+//!   the bytes through it. A connection that cannot get a stream (no fabric, the
+//!   provider's or the daemon's refusal) stays kernel TCP for good, the reason counted
+//!   (`RemoteNoStream`).
 //!
 //! - **Which host.** A peer address lanes.toml gives another host is that host's, asked of
 //!   nobody. Any other address (not loopback nor one of this host's, which the one-host
@@ -19,9 +28,13 @@
 //!   local one (dup, fork, exec adoption). When the last one closes it, the half is
 //!   withdrawn (one more request) and the record removed; a half that waited all its life
 //!   is counted as `RemotePeerNeverPaired`.
-//! - **The fd table.** Candidates are not accelerated sockets: `conn::lookup` never
-//!   returns them, so every call on them is the C library's, exactly as before. Their fds
-//!   are marked in `conn`'s table of maybes (3), so close, dup and fork find them.
+//! - **The fd table.** Candidates are not one-host sockets: `conn::lookup` never returns
+//!   them. Their fds are marked in `conn`'s table of maybes (3), so close, dup and fork
+//!   find them; until a stream is live, every call on them is the C library's.
+//! - **Giving up.** A fork (the child would share the stream's state), an exec, a seccomp
+//!   filter, peeking, urgent data, `sendfile` and `splice` give the connection back to the
+//!   kernel for good first (`FabricStream::give_up`, byte-exact; before an exec or a
+//!   filter, ring bytes nobody can read any more reset the connection).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -30,11 +43,16 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use lanes::cluster::client;
-use lanes::cluster::proto::{AddressOwner, HalfRegistration};
+use lanes::cluster::proto::{AddressOwner, HalfRegistration, StreamHandles};
 use lanes::platform::liveness::ProcessIdentity;
+use lanes::sockets::endpoint::DEFAULT_RING_BYTES;
 use lanes::sockets::endpoint::{this_process, MIN_RING_BYTES};
+use lanes::sockets::fabric_stream::{
+    kernel_history, syn_acked, FabricStream, KernelHistory, PendingStream, StreamExports,
+};
 use lanes::sockets::remote::{Pairing, PairingState, FLAG_REMOTE};
 use lanes::sockets::{ConnectionKey, Endpoint};
+use lanes::Fabric;
 
 use crate::config::{config, record_failed};
 use crate::reasons::{self, Reason};
@@ -49,6 +67,24 @@ const BACK_OFF: Duration = Duration::from_secs(10);
 /// Addresses whose host is remembered at once; past it, the "nobody's" answers go first.
 const MAX_ANSWERS: usize = 4096;
 
+/// How long setting a stream up may take (three connects through the daemons).
+const STREAM_SET_UP: Duration = Duration::from_secs(5);
+
+/// Where a candidate's fabric stream stands.
+enum Slot {
+    /// Exported, waiting for the pairing to name the peer's objects.
+    Waiting(StreamExports),
+    /// Connecting to the peer's objects, in a thread of its own (three connects through
+    /// the daemons: the program's calls go on through the kernel meanwhile).
+    Connecting,
+    /// Connected; started by the next call that moves bytes.
+    Ready(PendingStream),
+    /// Set up: the connection's bytes go through it; what the kernel had carried before.
+    Live(Arc<FabricStream>, KernelHistory),
+    /// Kernel TCP for good (no objects, a failed set-up, given up before it was live).
+    Kernel,
+}
+
 /// A cross-host candidate: its record and where its peer is.
 pub struct RemoteConn {
     own: Endpoint,
@@ -56,6 +92,185 @@ pub struct RemoteConn {
     host: String,
     /// The daemon took the half (so withdrawing it is worth a request).
     registered: AtomicBool,
+    slot: Mutex<Slot>,
+    /// What the kernel counted as acked before anything was written (see
+    /// `fabric_stream::kernel_history`).
+    syn_acked: u64,
+}
+
+impl RemoteConn {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live stream: once the pairing named the peer's objects, the first call that
+    /// moves bytes has them connected in the background, and the first one after that
+    /// starts the stream (its kernel counts where the kernel's are then).
+    fn stream(self: &Arc<Self>, fd: i32) -> Option<Arc<FabricStream>> {
+        let mut slot = self.slot();
+        match &*slot {
+            Slot::Live(s, _) => return Some(s.clone()),
+            Slot::Kernel | Slot::Connecting => return None,
+            Slot::Waiting(_) => {
+                self.connect_in_background(&mut slot);
+                return None;
+            }
+            Slot::Ready(_) => {}
+        }
+        let Slot::Ready(pending) = std::mem::replace(&mut *slot, Slot::Kernel) else { return None };
+        // Shut down or reset already: nothing more for a stream to carry.
+        let history = kernel_history(fd, self.syn_acked)?;
+        match pending.start(fd, history) {
+            Ok(s) => {
+                let s = Arc::new(s);
+                *slot = Slot::Live(s.clone(), history);
+                Some(s)
+            }
+            Err(e) => {
+                reasons::note_with(Reason::RemoteNoStream, Some(&self.key), &e.to_string());
+                None
+            }
+        }
+    }
+
+    /// A waiting candidate whose pairing named the peer's objects: connects to them in a
+    /// thread of its own (named as the fabric's threads, so its sockets are the provider's).
+    fn connect_in_background(self: &Arc<Self>, slot: &mut Slot) {
+        let Some(pairing) = self.own.pairing() else { return };
+        let peer = match pairing.state {
+            PairingState::Paired => pairing.peer_handles,
+            PairingState::PeerGone => None,
+            PairingState::Waiting | PairingState::Unregistered => return,
+        };
+        let Slot::Waiting(exports) = std::mem::replace(slot, Slot::Kernel) else { return };
+        let Some(peer) = peer else { return };
+        *slot = Slot::Connecting;
+        let me = self.clone();
+        let spawned = std::thread::Builder::new().name("lanes-stream-setup".into()).spawn(move || {
+            let connected = PendingStream::connect(exports, peer, STREAM_SET_UP);
+            let mut slot = me.slot();
+            // Given up or closed meanwhile: what was connected is dropped.
+            if matches!(*slot, Slot::Connecting) {
+                match connected {
+                    Ok(p) => *slot = Slot::Ready(p),
+                    Err(e) => {
+                        *slot = Slot::Kernel;
+                        drop(slot);
+                        reasons::note_with(Reason::RemoteNoStream, Some(&me.key), &e.to_string());
+                    }
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            *slot = Slot::Kernel;
+            reasons::note_with(Reason::RemoteNoStream, Some(&self.key), &format!("no set-up thread: {e}"));
+        }
+    }
+
+    /// The stream if it is live (no set-up).
+    fn live(&self) -> Option<Arc<FabricStream>> {
+        match &*self.slot() {
+            Slot::Live(s, _) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    /// Writes the stream's byte counts into the record, for `lanes status`: bytes by
+    /// fabric, and by kernel (what the kernel carried before the stream, and beside it).
+    pub fn publish_counts(&self) {
+        if let Slot::Live(s, history) = &*self.slot() {
+            self.publish(s, history);
+        }
+    }
+
+    fn publish(&self, s: &FabricStream, history: &KernelHistory) {
+        let c = s.counts();
+        let (ring, kernel) = self.own.tx_counts();
+        ring.store(c.sent_fabric, Ordering::Relaxed);
+        kernel.store(history.written + c.sent_kernel, Ordering::Relaxed);
+        self.own.rx_consumed().store(c.received_fabric, Ordering::Relaxed);
+        self.own.rx_kernel_read().store(history.read + c.received_kernel, Ordering::Relaxed);
+    }
+
+    /// Gives the connection back to the kernel for good: a live stream's rest is read
+    /// first; one not set up yet never is.
+    fn give_up(&self) {
+        let mut slot = self.slot();
+        match &*slot {
+            Slot::Live(s, _) => {
+                let _ = s.give_up();
+            }
+            _ => *slot = Slot::Kernel,
+        }
+    }
+}
+
+/// This process's fabric (or why it has none), opened at its first candidate; a forked
+/// child opens its own (the parent's threads and endpoint are not the child's).
+fn fabric() -> Result<Fabric, String> {
+    type Opened = (u32, Result<Fabric, String>);
+    static FABRIC: Mutex<Option<Opened>> = Mutex::new(None);
+    let me = std::process::id();
+    let mut g = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    match g.take() {
+        Some((pid, opened)) if pid == me => {
+            let answer = opened.clone();
+            *g = Some((pid, opened));
+            return answer;
+        }
+        // The parent's: never dropped here (that would close the parent's objects).
+        Some(parents) => std::mem::forget(parents),
+        None => {}
+    }
+    let opened = Fabric::open().map_err(|e| format!("opening the fabric: {e}"));
+    *g = Some((me, opened.clone()));
+    opened
+}
+
+/// The objects of a stream for a new candidate.
+fn exports() -> Result<StreamExports, String> {
+    StreamExports::create(&fabric()?, DEFAULT_RING_BYTES).map_err(|e| format!("exporting the stream's objects: {e}"))
+}
+
+/// The live stream of candidate `fd`, set up at the first call that moves bytes after the
+/// pairing; None: the C library's call serves (not a candidate, not paired yet, kernel TCP
+/// for good).
+pub fn stream(fd: i32) -> Option<(Arc<RemoteConn>, Arc<FabricStream>)> {
+    if crate::sandbox::filtered() {
+        return None;
+    }
+    let c = get(fd)?;
+    let s = c.stream(fd)?;
+    Some((c, s))
+}
+
+/// The stream of `fd` if it is live already (readiness; no set-up).
+pub fn live_stream(fd: i32) -> Option<Arc<FabricStream>> {
+    if crate::sandbox::filtered() {
+        return None;
+    }
+    get(fd)?.live()
+}
+
+/// Gives candidate `fd`'s connection back to the kernel for good (see `RemoteConn::give_up`).
+pub fn give_up(fd: i32) {
+    if let Some(c) = get(fd) {
+        c.give_up();
+    }
+}
+
+/// Gives every candidate's connection back to the kernel (before a fork or an exec).
+pub fn give_up_all() {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let conns: Vec<Arc<RemoteConn>> = match table().try_read() {
+        Ok(t) => t.values().cloned().collect(),
+        Err(_) => return,
+    };
+    for c in conns {
+        c.give_up();
+    }
 }
 
 static TABLE: OnceLock<RwLock<HashMap<i32, Arc<RemoteConn>>>> = OnceLock::new();
@@ -187,24 +402,52 @@ pub fn on_connected(fd: i32, key: ConnectionKey) {
         peer_host: host.clone(),
         generation: 0,
         peer_cookie: 0,
+        peer_handles: None,
     });
     own.set_flags(FLAG_REMOTE);
-    let c = Arc::new(RemoteConn { own, key, host, registered: AtomicBool::new(false) });
-    if register(&c, cookie) {
+    // Nothing was written yet: what the kernel counts as acked is its SYN's, if ours.
+    let syn = syn_acked(fd).unwrap_or(0);
+    let (slot, handles) = match exports() {
+        Ok(e) => {
+            let h = e.handles();
+            own.set_own_handles(h);
+            (Slot::Waiting(e), Some(h))
+        }
+        Err(why) => {
+            reasons::note_with(Reason::RemoteNoStream, Some(&key), &why);
+            (Slot::Kernel, None)
+        }
+    };
+    let c = Arc::new(RemoteConn {
+        own,
+        key,
+        host,
+        registered: AtomicBool::new(false),
+        slot: Mutex::new(slot),
+        syn_acked: syn,
+    });
+    if register(&c, cookie, handles) {
         insert(fd, c);
     }
 }
 
 /// Registers `c`'s half with the daemon; false if the daemon refused it (the record is
 /// then gone).
-fn register(c: &RemoteConn, cookie: u64) -> bool {
+fn register(c: &RemoteConn, cookie: u64, handles: Option<StreamHandles>) -> bool {
     let key = &c.key;
     if daemon_quiet() {
         reasons::note_with(Reason::NoDaemon, Some(key), "the daemon did not answer lately");
         return true;
     }
     let Ok(me) = this_process() else { return true };
-    let half = HalfRegistration { local: key.local, remote: key.remote, cookie, netns: key.netns, process: me.bits() };
+    let half = HalfRegistration {
+        local: key.local,
+        remote: key.remote,
+        cookie,
+        netns: key.netns,
+        process: me.bits(),
+        handles,
+    };
     match client::register_half(&config().fabric_dir, &half, CALL) {
         Ok(_) => {
             c.registered.store(true, Ordering::Relaxed);
@@ -242,12 +485,33 @@ pub fn forget(fd: i32) {
             if c.is_some() {
                 COUNT.fetch_sub(1, Ordering::Relaxed);
             }
-            let still_here = c.as_ref().is_some_and(|c| t.values().any(|o| Arc::ptr_eq(o, c)));
-            c.filter(|_| !still_here)
+            let other = c.as_ref().and_then(|c| t.iter().find(|(_, o)| Arc::ptr_eq(o, c)).map(|(fd, _)| *fd));
+            if let (Some(c), Some(other)) = (&c, other) {
+                // A duplicate stays open: the stream uses it from now on.
+                if let Some(s) = c.live() {
+                    s.set_anchor(other);
+                }
+            }
+            c.filter(|_| other.is_none())
         }
         Err(_) => None,
     };
     let Some(c) = removed else { return };
+    // Before the kernel's close: the peer reads every ring byte before the kernel's end.
+    let slot = std::mem::replace(&mut *c.slot(), Slot::Kernel);
+    if let Slot::Live(s, history) = slot {
+        c.publish(&s, &history);
+        if crate::sandbox::filtered() {
+            // Given up before the filter: closing it would take system calls of ours.
+            std::mem::forget(s);
+            return;
+        }
+        if s.readable_without_kernel() && !s.kernel_only() {
+            // Closing with unread data resets a TCP connection; ring bytes are unread data.
+            reset_on_close(fd);
+        }
+        s.close();
+    }
     let others = match this_process() {
         Ok(me) => c.own.remove_holder(me),
         Err(_) => c.own.holders().len(),
@@ -255,6 +519,21 @@ pub fn forget(fd: i32) {
     if others == 0 {
         release(&c);
     }
+}
+
+/// Makes the kernel's close of `fd` send a reset (`SO_LINGER` with no time).
+fn reset_on_close(fd: i32) {
+    let lin = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: a valid linger structure, passed with its size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&lin as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
 }
 
 /// The last holder closed the socket.
@@ -270,6 +549,8 @@ fn release(c: &RemoteConn) {
         reasons::note_with(Reason::RemotePeerNeverPaired, Some(&c.key), &detail);
     }
     let held = c.registered.load(Ordering::Relaxed) || pairing.is_some_and(|p| p.state != PairingState::Unregistered);
+    let (fabric_sent, _) = c.own.tx_counts();
+    let fabric = (fabric_sent.load(Ordering::Relaxed), c.own.rx_consumed().load(Ordering::Relaxed));
     c.own.unlink();
     // Under a seccomp filter the library makes no system call of its own (a socket to the
     // daemon and a send could be what kills the program): the daemon's sweep withdraws
@@ -278,7 +559,7 @@ fn release(c: &RemoteConn) {
         // A failure is no harm: the daemon withdraws halves whose socket is gone.
         let k = &c.key;
         if let Err(lanes::cluster::Error::Timeout { .. }) =
-            client::withdraw_half(&config().fabric_dir, k.local, k.remote, c.own.cookie(), CALL)
+            client::withdraw_half(&config().fabric_dir, k.local, k.remote, c.own.cookie(), fabric, CALL)
         {
             back_off();
         }
@@ -297,6 +578,63 @@ pub fn adopt_for_child(child: ProcessIdentity) {
     for fd in fds() {
         if let Some(c) = get(fd) {
             c.own.add_holder(child);
+        }
+    }
+}
+
+/// In a forked child: the streams (given up before the fork) and the objects exported for
+/// them are the parent's: this process leaves them alone (never drops them: that would
+/// remove the parent's objects and join threads that do not exist here), and its calls on
+/// those connections are the kernel's.
+pub fn after_fork_in_child() {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let Ok(t) = table().try_read() else { return };
+    for c in t.values() {
+        let Ok(mut slot) = c.slot.try_lock() else { continue };
+        if let Slot::Live(s, _) = &*slot {
+            s.abandon();
+        }
+        std::mem::forget(std::mem::replace(&mut *slot, Slot::Kernel));
+    }
+}
+
+/// Before an exec (not in a vfork child, which runs in its parent's memory): every
+/// connection goes back to the kernel, whose image the new one is. Ring bytes left unread
+/// cannot reach the new image: such a connection is reset at both ends (`ECONNRESET`),
+/// never silently short.
+pub fn before_exec() {
+    let vforked = this_process().map_or(true, |me| me.pid() != std::process::id());
+    if !vforked {
+        give_up_for_good("an exec", Reason::ExecWithoutLibrary);
+    }
+}
+
+/// Before the program installs a seccomp filter (or prepares for one): as before an exec,
+/// since reading a ring needs system calls of the library's own.
+pub fn before_sandbox() {
+    give_up_for_good("a seccomp filter", Reason::Sandbox);
+}
+
+/// Every connection back to the kernel for good; one whose ring holds bytes nobody can
+/// read after `what` is reset at both ends.
+fn give_up_for_good(what: &str, reason: Reason) {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let conns: Vec<Arc<RemoteConn>> = match table().try_read() {
+        Ok(t) => t.values().cloned().collect(),
+        Err(_) => return,
+    };
+    for c in conns {
+        c.give_up();
+        if let Some(s) = c.live() {
+            if !s.kernel_only() {
+                s.reset();
+                let why = format!("bytes from another host waited in the fabric stream at {what}: reset");
+                reasons::note_with(reason, Some(&c.key), &why);
+            }
         }
     }
 }
@@ -320,6 +658,9 @@ pub fn adopt_inherited(fd: i32, own: Endpoint, key: ConnectionKey) {
         own.add_holder(me);
     }
     let host = own.pairing().map(|p| p.peer_host).unwrap_or_default();
-    let c = RemoteConn { own, key, host, registered: AtomicBool::new(true) };
+    // The image before the exec gave the connection up (its stream's objects were its own):
+    // kernel TCP for good.
+    let c =
+        RemoteConn { own, key, host, registered: AtomicBool::new(true), slot: Mutex::new(Slot::Kernel), syn_acked: 0 };
     insert(fd, Arc::new(c));
 }

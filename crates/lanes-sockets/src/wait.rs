@@ -6,6 +6,11 @@
 //! kernel, switches every accelerated socket it waits for to kernel mode (counting itself
 //! a sleeper): from then on their bytes travel through the kernel, which wakes the call
 //! with its own semantics (timeouts, signal masks, EINTR).
+//!
+//! Connections to other hosts with a live fabric stream (`crate::remote`) are ready for
+//! reading when their ring holds bytes; before the call sleeps, each asks its peer's sender
+//! for kernel mode and reads its ring first (`FabricStream::prepare_to_wait`), so the
+//! kernel's readiness is theirs while the call sleeps.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -24,6 +29,7 @@ use crate::spin;
 use crate::udp::UdpSock;
 use lanes::sockets::direction::SleepTicket;
 use lanes::sockets::endpoint::{FLAG_RX_LOWAT, FLAG_TX_URGENT};
+use lanes::sockets::fabric_stream::FabricStream;
 
 /// How often a spinning wait asks the kernel about the other descriptors.
 const KERNEL_CHECK_EVERY: Duration = Duration::from_micros(10);
@@ -45,7 +51,13 @@ impl<'a> Sleepers<'a> {
     fn prepare(
         conns: impl IntoIterator<Item = &'a Arc<Conn>>,
         udp: impl IntoIterator<Item = &'a Arc<UdpSock>>,
+        streams: impl IntoIterator<Item = &'a Arc<FabricStream>>,
     ) -> Option<Sleepers<'a>> {
+        for st in streams {
+            if st.prepare_to_wait() {
+                return None; // ring bytes (or a reset) to report
+            }
+        }
         let mut s = Sleepers { prepared: SmallVec::new(), _parked: SmallVec::new(), udp: SmallVec::new() };
         for u in udp {
             if !u.prepare_sleep() {
@@ -136,8 +148,17 @@ pub fn poll_core(
         .filter(|(_, p)| p.events & libc::POLLIN != 0)
         .filter_map(|(i, p)| crate::udp::waitable(p.fd).map(|u| (i, u)))
         .collect();
+    let streams: SmallVec<[(usize, Arc<FabricStream>); 4]> = if crate::remote::any() {
+        fds.iter()
+            .enumerate()
+            .filter(|(_, p)| p.events & libc::POLLIN != 0)
+            .filter_map(|(i, p)| crate::remote::live_stream(p.fd).filter(|s| !s.kernel_only()).map(|s| (i, s)))
+            .collect()
+    } else {
+        SmallVec::new()
+    };
     let asleep_in_sets = || KernelSleep::begin(sets.iter().map(|(_, set)| &**set));
-    if accel.is_empty() && datagrams.is_empty() && !set_rings {
+    if accel.is_empty() && datagrams.is_empty() && streams.is_empty() && !set_rings {
         let _asleep = asleep_in_sets();
         return sleep(fds, timeout);
     }
@@ -150,7 +171,8 @@ pub fn poll_core(
     // Refused when a CPU is not free for it (see `spin`); without a spin, the sleeping call
     // is the only one that asks the kernel, as the program's own call would be.
     // Nothing to spin for if every ring is parked (empty, and kept so).
-    let rings = accel.iter().any(|(_, _, c)| !park::is_parked(c)) || !datagrams.is_empty() || set_rings;
+    let rings =
+        accel.iter().any(|(_, _, c)| !park::is_parked(c)) || !datagrams.is_empty() || !streams.is_empty() || set_rings;
     let mut spin: Option<spin::Spin> =
         if timeout == Some(Duration::ZERO) || !rings { None } else { spin::Spin::begin(timeout) };
     let spinning = spin.is_some();
@@ -191,6 +213,14 @@ pub fn poll_core(
                 fds[*i].revents |= libc::POLLIN;
             }
         }
+        for (i, st) in &streams {
+            if st.readable_without_kernel() {
+                if fds[*i].revents == 0 {
+                    ready += 1;
+                }
+                fds[*i].revents |= libc::POLLIN;
+            }
+        }
         for (i, set) in &sets {
             if fds[*i].events & libc::POLLIN != 0 && shadow_ring_ready(set) {
                 if fds[*i].revents == 0 {
@@ -213,10 +243,11 @@ pub fn poll_core(
             continue;
         }
         // The sets' sockets sleep with the call's own, as in a wait on a set holding those sets.
-        let (set_conns, set_datagrams) = sleep_set(&set_watch);
+        let (set_conns, set_datagrams, set_streams) = sleep_set(&set_watch);
         let Some(_sleepers) = Sleepers::prepare(
             accel.iter().map(|(_, _, c)| c).chain(&set_conns),
             datagrams.iter().map(|(_, u)| u).chain(&set_datagrams),
+            streams.iter().map(|(_, st)| st).chain(&set_streams),
         ) else {
             ask_now = true; // ring bytes arrived: report the kernel's ready fds with them
             continue;
@@ -316,7 +347,8 @@ pub fn any_accelerated_in_sets(nfds: c_int, sets: [*mut libc::fd_set; 2]) -> boo
         sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
             && (crate::conn::lookup_live(fd).is_some_and(|c| ring_capable(&c))
                 || crate::udp::waitable(fd).is_some()
-                || is_set(fd))
+                || is_set(fd)
+                || crate::remote::live_stream(fd).is_some_and(|s| !s.kernel_only()))
     })
 }
 
@@ -345,6 +377,8 @@ struct Item {
     nested: Option<Arc<Mutex<Shadow>>>,
     /// The registered fd is a UDP socket with a ring (`crate::udp`).
     udp: Option<Arc<UdpSock>>,
+    /// The registered fd is a connection to another host with a live stream.
+    stream: Option<Arc<FabricStream>>,
     /// How often the fd number had been closed when this was registered ([`closes_of`]):
     /// after another close the kernel may have dropped the registration (it does when no
     /// duplicate is left), and only the kernel can answer for it.
@@ -366,6 +400,7 @@ enum Watched {
     Ring(c_int, Arc<Conn>),
     Set(c_int, Arc<Mutex<Shadow>>),
     Datagrams(c_int, Arc<UdpSock>),
+    Stream(c_int, Arc<FabricStream>),
 }
 
 /// The application's view of one epoll set: the kernel set holds every fd with a token
@@ -450,7 +485,11 @@ impl Shadow {
             let accelerated = |c: &Conn| c.peer().is_some();
             self.stale = self.unresolved.iter().any(|fd| match self.items.get(fd) {
                 Some(Item { conn: Some(c), .. }) => accelerated(c),
-                Some(_) => lookup(*fd).is_some_and(|c| accelerated(&c)) || crate::udp::waitable(*fd).is_some(),
+                Some(_) => {
+                    lookup(*fd).is_some_and(|c| accelerated(&c))
+                        || crate::udp::waitable(*fd).is_some()
+                        || crate::remote::live_stream(*fd).is_some()
+                }
                 None => false,
             });
         }
@@ -471,6 +510,15 @@ impl Shadow {
                 }
                 if let Some(u) = &it.udp {
                     watched.push(Watched::Datagrams(*fd, u.clone()));
+                    continue;
+                }
+                if it.stream.is_none() {
+                    it.stream = crate::remote::live_stream(*fd); // set up after it was added
+                }
+                if let Some(st) = &it.stream {
+                    if !st.kernel_only() {
+                        watched.push(Watched::Stream(*fd, st.clone()));
+                    }
                     continue;
                 }
                 if it.conn.is_none() {
@@ -807,17 +855,19 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
         }
         // Programs flip EPOLLOUT on and off per request with MOD (redis does): keep what
         // is known about the fd, and the watch list, unless its input interest changed.
-        let (conn, nested, udp, keeps_watch) = match sh.items.get(&fd) {
+        let (conn, nested, udp, stream, keeps_watch) = match sh.items.get(&fd) {
             Some(prev) if op == libc::EPOLL_CTL_MOD => (
                 prev.conn.clone(),
                 prev.nested.clone(),
                 prev.udp.clone(),
+                prev.stream.clone(),
                 prev.wants_input() == (ev.events & libc::EPOLLIN as u32 != 0),
             ),
-            _ => (lookup(fd), shadow_of(fd), crate::udp::waitable(fd), false),
+            _ => (lookup(fd), shadow_of(fd), crate::udp::waitable(fd), crate::remote::live_stream(fd), false),
         };
         let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0)
-            + udp.as_ref().map_or(0, |u| u.signature());
+            + udp.as_ref().map_or(0, |u| u.signature())
+            + stream.as_ref().map_or(0, |s| s.arrivals());
         let inner = nested.clone();
         sh.items.insert(
             fd,
@@ -829,6 +879,7 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
                 conn,
                 nested,
                 udp,
+                stream,
                 closes: closes_of(fd),
             },
         );
@@ -937,8 +988,8 @@ fn wait_loop(
             std::hint::spin_loop();
             continue;
         }
-        let (sleeping, datagrams) = sleep_set(&watched);
-        let Some(sleepers) = Sleepers::prepare(&sleeping, &datagrams) else {
+        let (sleeping, datagrams, streams) = sleep_set(&watched);
+        let Some(sleepers) = Sleepers::prepare(&sleeping, &datagrams, &streams) else {
             // Ring bytes arrived (in a ring unparked meanwhile): report the kernel's events
             // with them.
             (ask_now, rings) = (true, true);
@@ -995,6 +1046,12 @@ fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mu
                 }
                 (*fd, u.signature())
             }
+            Watched::Stream(fd, st) => {
+                if !st.readable_without_kernel() {
+                    continue;
+                }
+                (*fd, st.arrivals())
+            }
             Watched::Set(fd, inner) => {
                 if !shadow_ring_ready(inner) {
                     continue;
@@ -1018,28 +1075,33 @@ fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mu
 /// those of nested sets (not those shut for reading: their bytes come through the kernel
 /// already, and ring bytes left unread there would never let the wait sleep).
 #[allow(clippy::type_complexity)]
-fn sleep_set(watched: &[Watched]) -> (SmallVec<[Arc<Conn>; 8]>, SmallVec<[Arc<UdpSock>; 4]>) {
+fn sleep_set(
+    watched: &[Watched],
+) -> (SmallVec<[Arc<Conn>; 8]>, SmallVec<[Arc<UdpSock>; 4]>, SmallVec<[Arc<FabricStream>; 4]>) {
     let open = |c: &Arc<Conn>| !c.own.has_flag(lanes::sockets::endpoint::FLAG_RX_CLOSED) && !c.rx_retired();
     let mut conns = SmallVec::new();
     let mut datagrams = SmallVec::new();
+    let mut streams = SmallVec::new();
     for w in watched {
         match w {
             Watched::Ring(_, c) if open(c) => conns.push(c.clone()),
             Watched::Ring(..) => {}
             Watched::Datagrams(_, u) => datagrams.push(u.clone()),
+            Watched::Stream(_, st) => streams.push(st.clone()),
             Watched::Set(_, inner) => {
                 let list = lock(inner).watch_list();
                 for w in list.iter() {
                     match w {
                         Watched::Ring(_, c) if open(c) => conns.push(c.clone()),
                         Watched::Datagrams(_, u) => datagrams.push(u.clone()),
+                        Watched::Stream(_, st) => streams.push(st.clone()),
                         _ => {} // deeper nesting: the kernel wakes us through it
                     }
                 }
             }
         }
     }
-    (conns, datagrams)
+    (conns, datagrams, streams)
 }
 
 /// Whether an (inner) set has an accelerated socket with ring bytes to report.
@@ -1055,6 +1117,11 @@ fn shadow_ring_ready(shadow: &Mutex<Shadow>) -> bool {
                     .is_some_and(|u| u.ring_ready() && (!it.edge_triggered() || u.signature() != it.last_published))
                 || !it.disarmed
                     && it.wants_input()
+                    && it.stream.as_ref().is_some_and(|s| {
+                        s.readable_without_kernel() && (!it.edge_triggered() || s.arrivals() != it.last_published)
+                    })
+                || !it.disarmed
+                    && it.wants_input()
                     && it.conn.as_ref().is_some_and(|c| {
                         c.ring_input_ready()
                             && (!it.edge_triggered()
@@ -1068,9 +1135,10 @@ fn shadow_ring_signature(shadow: &Mutex<Shadow>) -> u64 {
     let sh = lock(shadow);
     sh.items
         .values()
-        .filter_map(|it| match &it.udp {
-            Some(u) => Some(u.signature()),
-            None => it.conn.as_ref()?.peer().map(|p| p.tx_word().load().published()),
+        .filter_map(|it| match (&it.udp, &it.stream) {
+            (Some(u), _) => Some(u.signature()),
+            (None, Some(s)) => Some(s.arrivals()),
+            (None, None) => it.conn.as_ref()?.peer().map(|p| p.tx_word().load().published()),
         })
         .fold(0u64, |acc, p| acc.wrapping_mul(31).wrapping_add(p))
 }

@@ -2,14 +2,16 @@
 //! stages 1 and 2): hosts a, b and c are network namespaces on a bridge, each with its
 //! daemon and fabric directory (`lanes_testkit::cluster`); programs under the library (this
 //! test binary in role `sockets`, LD_PRELOAD set: an echo server, clients) connect across
-//! them. The connection's halves are registered with both hosts' daemons and paired, the
-//! stream stays byte-exact through the kernel (no data path across hosts yet), and what is
-//! no pair is said: a peer without the library, a host outside the cluster, remote
-//! acceleration off, forged registrations, a killed peer, a daemon restarted.
+//! them. The connection's halves are registered with both hosts' daemons and paired (the
+//! pairing carries each end's stream objects), the library moves the bytes over the
+//! connection's fabric stream, byte-exact, and what is no pair is said: a peer without the
+//! library, a host outside the cluster, remote acceleration off, forged registrations, a
+//! killed peer, a daemon restarted. Real programs (redis, iperf3, the sockconf suite) run
+//! across the hosts.
 //!
-//! The data path across hosts (`lanes::sockets::fabric_stream`, stage 3) is tested here
-//! too, between processes of hosts a and b that use it directly (role `fabric-stream`): the
-//! socket library does not use it yet.
+//! The data path across hosts (`lanes::sockets::fabric_stream`) is also tested as a
+//! component, between processes of hosts a and b that use it directly (role
+//! `fabric-stream`).
 //!
 //! Root only (network namespaces); skipped with the reason otherwise, unless `CI` is set.
 
@@ -23,7 +25,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lanes::cluster::proto::{HalfRegistration, HalfStatus, SocketsStatus};
+use lanes::cluster::proto::{HalfRegistration, HalfStatus, SocketsStatus, StreamHandles};
 use lanes::platform::liveness::ProcessIdentity;
 use lanes::sockets::reasons::{list_reasons, Reason};
 use lanes::sockets::registry::list_connections;
@@ -62,13 +64,18 @@ fn pattern(id: u64, i: u64) -> u8 {
     (i.wrapping_mul(31).wrapping_add(id * 7) ^ (i >> 11)) as u8
 }
 
-/// Serves commands: `listen PORT echo|hold` (an echo server; `hold` keeps a connection
-/// open after its peer's end), `connect ID ADDR`, `exchange ID BYTES` (sends the pattern,
-/// reads it back, checks every byte), `own ID` (the socket's tuple and cookie), `close ID`,
-/// `register LOCAL REMOTE COOKIE PROCESS` (a registration, forged or not), `identity`.
+/// Serves commands: `listen PORT echo|hold|drain` (an echo server; `hold` keeps a
+/// connection open after its peer's end; `drain` sends 64 KiB its peer never reads, then
+/// reads the flood pattern checking it until an error or the end, and tries a send),
+/// `drained` (the outcome of the first drained connection), `connect ID ADDR`,
+/// `exchange ID BYTES` (sends the pattern, reads it back, checks every byte), `flood ID`
+/// (sends the flood pattern until a send fails, in the background), `own ID` (the
+/// socket's tuple and cookie), `close ID`, `register LOCAL REMOTE COOKIE PROCESS
+/// [NODE:SEGMENT:REQUEST:ANSWER]` (a registration, forged or not), `identity`.
 fn run_sockets(io: &ChildIo) {
     let mut conns: HashMap<u64, TcpStream> = HashMap::new();
     let held: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
+    let drained: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
     io.serve(|line| {
         let w: Vec<&str> = line.split_whitespace().collect();
         let r: Result<String, String> = (|| match w[..] {
@@ -77,11 +84,74 @@ fn run_sockets(io: &ChildIo) {
                 let l = TcpListener::bind(("::", port.parse::<u16>().map_err(|e| e.to_string())?))
                     .map_err(|e| format!("bind: {e}"))?;
                 let hold = mode == "hold";
+                let drain = mode == "drain";
                 let held = held.clone();
+                let drained = drained.clone();
                 std::thread::spawn(move || {
                     for s in l.incoming().flatten() {
                         let held = held.clone();
-                        std::thread::spawn(move || echo(s, hold.then_some(held)));
+                        let drained = drained.clone();
+                        if drain {
+                            std::thread::spawn(move || {
+                                let outcome = drain_flood(&s);
+                                drained.lock().unwrap().push(outcome);
+                                held.lock().unwrap().push(s);
+                            });
+                        } else {
+                            std::thread::spawn(move || echo(s, hold.then_some(held)));
+                        }
+                    }
+                });
+                Ok(String::new())
+            }
+            ["drained"] => {
+                let started = Instant::now();
+                loop {
+                    if let Some(o) = drained.lock().unwrap().first() {
+                        break Ok(o.clone());
+                    }
+                    if started.elapsed() > Duration::from_secs(60) {
+                        break Err("no drained connection within 60 s".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            ["ping", id, rounds, size, pause_us] => {
+                let s = conns.get(&id.parse().map_err(|_| "id")?).ok_or("no such connection")?;
+                let num = |x: &str| x.parse::<u64>().map_err(|_| format!("not a number: {x}"));
+                let (rounds, size, pause) = (num(rounds)?, num(size)? as usize, num(pause_us)?);
+                let mut out = vec![0u8; size];
+                let mut back = vec![0u8; size];
+                let started = Instant::now();
+                for i in 0..rounds {
+                    for (k, b) in out.iter_mut().enumerate() {
+                        *b = pattern(i, k as u64);
+                    }
+                    if pause > 0 {
+                        std::thread::sleep(Duration::from_micros(pause));
+                    }
+                    (&*s).write_all(&out).map_err(|e| format!("round {i}: {e}"))?;
+                    (&*s).read_exact(&mut back).map_err(|e| format!("round {i}: {e}"))?;
+                    if back != out {
+                        return Err(format!("round {i}: the echo differs"));
+                    }
+                }
+                Ok(format!("round_trip_ns={}", started.elapsed().as_nanos() as u64 / rounds.max(1)))
+            }
+            ["flood", id] => {
+                let s = conns.get(&id.parse().map_err(|_| "id")?).ok_or("no such connection")?;
+                let mut w = s.try_clone().map_err(|e| e.to_string())?;
+                std::thread::spawn(move || {
+                    let mut at = 0u64;
+                    let mut chunk = vec![0u8; 64 * 1024];
+                    loop {
+                        for (k, b) in chunk.iter_mut().enumerate() {
+                            *b = pattern(FLOOD, at + k as u64);
+                        }
+                        if w.write_all(&chunk).is_err() {
+                            break;
+                        }
+                        at += chunk.len() as u64;
                     }
                 });
                 Ok(String::new())
@@ -108,14 +178,25 @@ fn run_sockets(io: &ChildIo) {
                 Ok(format!("cookie={cookie} local={} remote={}", s.local_addr().unwrap(), s.peer_addr().unwrap()))
             }
             ["identity"] => Ok(format!("identity={}", ProcessIdentity::current().map_err(|e| e.to_string())?.bits())),
-            ["register", local, remote, cookie, process] => {
+            ["register", local, remote, cookie, process, ref objects @ ..] => {
                 let parse = |s: &str| s.parse::<std::net::SocketAddr>().map_err(|e| e.to_string());
+                // NODE:SEGMENT:REQUEST:ANSWER, the stream objects the half names.
+                let handles = match objects {
+                    [o] => {
+                        let n: Vec<u32> =
+                            o.split(':').map(|x| x.parse().map_err(|_| "objects")).collect::<Result<_, _>>()?;
+                        let [node, segment, request_bell, answer_bell] = n[..] else { return Err("objects".into()) };
+                        Some(StreamHandles { node, segment, request_bell, answer_bell })
+                    }
+                    _ => None,
+                };
                 let half = HalfRegistration {
                     local: parse(local)?,
                     remote: parse(remote)?,
                     cookie: cookie.parse().map_err(|_| "cookie")?,
                     netns: lanes::platform::net::netns_inode(),
                     process: process.parse().map_err(|_| "process")?,
+                    handles,
                 };
                 let dir = std::path::PathBuf::from(std::env::var("LANES_DIR").map_err(|_| "LANES_DIR")?);
                 match lanes::cluster::client::register_half(&dir, &half, CALL) {
@@ -131,6 +212,48 @@ fn run_sockets(io: &ChildIo) {
             Err(e) => test_err_line(&e),
         }
     });
+}
+
+/// The pattern id of `flood`.
+const FLOOD: u64 = 77;
+
+fn errno_name(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ECONNRESET) => "ECONNRESET".into(),
+        Some(libc::EPIPE) => "EPIPE".into(),
+        Some(n) => format!("errno-{n}"),
+        None => e.to_string().replace(' ', "-"),
+    }
+}
+
+/// `listen … drain`: 64 KiB the peer never reads (its kernel then resets the connection
+/// when it dies), then the flood pattern read and checked to an error or the end, then
+/// one send; the outcome in words.
+fn drain_flood(s: &TcpStream) -> String {
+    let mut w = s;
+    if let Err(e) = w.write_all(&[7u8; 64 * 1024]) {
+        return format!("received=0 recv=none send-first={}", errno_name(&e));
+    }
+    let mut r = s;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut at = 0u64;
+    let recv = loop {
+        match r.read(&mut buf) {
+            Ok(0) => break "end".to_string(),
+            Ok(n) => {
+                if let Some(k) = (0..n).find(|&k| buf[k] != pattern(FLOOD, at + k as u64)) {
+                    break format!("corrupt-at-{}", at + k as u64);
+                }
+                at += n as u64;
+            }
+            Err(e) => break errno_name(&e),
+        }
+    };
+    let send = match w.write_all(&[7u8; 1024]) {
+        Ok(()) => "none".to_string(),
+        Err(e) => errno_name(&e),
+    };
+    format!("received={at} recv={recv} send={send}")
 }
 
 /// Echoes `s` until its peer's end; then closes it, or keeps it in `hold`.
@@ -177,13 +300,32 @@ fn exchange(s: &TcpStream, id: u64, n: u64) -> Result<String, String> {
         }
         for (k, b) in buf[..m].iter().enumerate() {
             if *b != pattern(id, got + k as u64) {
-                return Err(format!("byte {} differs", got + k as u64));
+                let at = got + k as u64;
+                return Err(format!("byte {at} differs{}", whence(id, at, &buf[k..m])));
             }
         }
         got += m as u64;
     }
     writer.join().map_err(|_| "writer panicked")?.map_err(|e| format!("write: {e}"))?;
     Ok(format!("bytes={got}"))
+}
+
+/// Where in the pattern bytes read at `at` come from, if from within 8 MiB of it: the
+/// shape of a stream's fault (a chunk lost, repeated, or read out of order).
+fn whence(id: u64, at: u64, got: &[u8]) -> String {
+    let probe = &got[..got.len().min(64)];
+    let matches = |from: u64| probe.iter().enumerate().all(|(k, b)| *b == pattern(id, from + k as u64));
+    let lo = at.saturating_sub(8 << 20);
+    (lo..at + (8 << 20)).find(|&from| matches(from)).map_or_else(
+        || format!(" (read {} bytes, none from the pattern nearby)", got.len()),
+        |from| {
+            format!(
+                " (read {} bytes there, which are the pattern's at {from}: {} bytes off)",
+                got.len(),
+                from as i64 - at as i64
+            )
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -257,6 +399,31 @@ fn record_to(c: &Cluster, k: usize, remote: &str) -> Option<lanes::sockets::remo
     list_connections(&c.fabric(k)).into_iter().find(|r| r.remote.to_string() == remote).and_then(|r| r.cross_host)
 }
 
+/// The record on host `k` of the socket whose peer is `remote` (ip:port).
+fn record_endpoint(c: &Cluster, k: usize, remote: &str) -> Option<lanes::sockets::Endpoint> {
+    std::fs::read_dir(lanes::sockets::endpoint::sockets_dir(&c.fabric(k)))
+        .ok()?
+        .flatten()
+        .filter_map(|e| lanes::sockets::ConnectionKey::parse(e.file_name().to_str()?))
+        .find(|k| k.remote.to_string() == remote)
+        .and_then(|key| lanes::sockets::Endpoint::open(&c.fabric(k), &key).ok())
+}
+
+/// Bytes host `k`'s record of the socket whose peer is `remote` says went over the fabric
+/// (sent, received), as the library last wrote them.
+fn fabric_bytes(c: &Cluster, k: usize, remote: &str) -> (u64, u64) {
+    list_connections(&c.fabric(k))
+        .into_iter()
+        .find(|r| r.remote.to_string() == remote)
+        .map_or((0, 0), |r| (r.ring_bytes_sent, r.ring_bytes_received))
+}
+
+/// Bytes the withdrawn halves of hosts a and b said they moved over the fabric (their
+/// daemons' totals: sent plus received).
+fn fabric_totals(c: &Cluster) -> u64 {
+    (0..2).map(|k| daemon_sockets(c, k)).map(|s| s.fabric_sent + s.fabric_received).sum()
+}
+
 /// The count of `reason` in the reasons file of process `pid` on host `k`.
 fn reason_count(c: &Cluster, k: usize, pid: u32, reason: Reason) -> u64 {
     list_reasons(&c.fabric(k))
@@ -309,6 +476,18 @@ fn connections_between_cluster_hosts_pair_and_others_stay_kernel_tcp() {
     assert_eq!((rec.state, rec.generation, rec.peer_host.as_str()), (PairingState::Paired, generation, "a"));
     let rec = record_to(&c, 0, &client_addr).expect("a's record");
     assert_eq!((rec.state, rec.generation, rec.peer_host.as_str()), (PairingState::Paired, generation, "b"));
+    // The pairing carried each end's stream objects to the other: each record names the
+    // objects the other end's library exported (when the build has the fabric stream).
+    if lanes::OFI_TRANSPORT {
+        let on_b = record_endpoint(&c, 1, &server_addr(0)).expect("b's record");
+        let on_a = record_endpoint(&c, 0, &client_addr).expect("a's record");
+        let (b_own, a_own) = (on_b.own_handles(), on_a.own_handles());
+        assert!(b_own.is_some() && a_own.is_some(), "{b_own:?} {a_own:?}");
+        assert_eq!(on_b.pairing().unwrap().peer_handles, a_own, "b's record names a's objects");
+        assert_eq!(on_a.pairing().unwrap().peer_handles, b_own, "a's record names b's objects");
+        assert_eq!(Cluster::host_of(a_own.unwrap().node), Some(0), "on a node of a's");
+        assert_eq!(Cluster::host_of(b_own.unwrap().node), Some(1), "on a node of b's");
+    }
     let status = lanes_status(&c, 1);
     let line = status.lines().find(|l| l.contains(&server_addr(0))).unwrap_or_else(|| panic!("{status}"));
     assert!(line.contains("paired") && line.contains(" a "), "{status}");
@@ -426,9 +605,11 @@ fn redis_across_hosts_under_lanes_run() {
     assert!(ready.is_some(), "redis-server never ready: {}", server.stdout_so_far());
     let host = Netns::address(0);
     let bench = Program::spawn(
-        lanes_run(&c, 1, "redis-benchmark", &["-h", &host, "-p", port, "-c", "2", "-n", "20000", "-t", "ping", "-q"]),
+        lanes_run(&c, 1, "redis-benchmark", &["-h", &host, "-p", port, "-c", "2", "-n", "100000", "-t", "ping", "-q"]),
         "redis-benchmark on b",
     );
+    // 100000 requests: long enough to be seen paired on a loaded machine (once, at a load
+    // average of 11, 20000 were over before both hosts were seen paired).
     wait_for(&c, "the benchmark's connections paired on both hosts", || {
         let paired = |k: usize| daemon_sockets(&c, k).halves.iter().filter(|h| h.state == "paired").count();
         paired(0) >= 2 && paired(1) >= 2
@@ -525,20 +706,40 @@ fn forged_registrations_are_refused_and_counted() {
     let own = forger.ok("own 1");
     let own_cookie = lanes_testkit::process::field(&own, "cookie");
     let server_identity = ProcessIdentity::of_pid(server.pid()).unwrap().bits();
-    let cases = [
+    // The forger's own socket (registered as its own), naming the server's stream objects:
+    // a peer would write into the server's memory.
+    let (fl, fr) = (field_text(&own, "local"), field_text(&own, "remote"));
+    let theirs = record_endpoint(&c, 0, &client_addr).and_then(|ep| ep.own_handles());
+    let mut cases = vec![
         (format!("register {sl} {sr} {cookie} {me}"), "registration: a socket the caller does not hold"),
         (format!("register {sl} {sr} {own_cookie} {me}"), "registration: no socket with this tuple and cookie"),
         (format!("register {sl} {sr} {cookie} {server_identity}"), "registration: a half of another process"),
     ];
-    for (cmd, why) in &cases {
+    if let Some(h) = theirs {
+        let objects = format!("{}:{}:{}:{}", h.node, h.segment, h.request_bell, h.answer_bell);
+        cases.push((
+            format!("register {fl} {fr} {own_cookie} {me} {objects}"),
+            "registration: stream objects not the caller's on this host",
+        ));
+        // Objects on another host's node.
+        cases.push((
+            format!("register {fl} {fr} {own_cookie} {me} {}:1:2:3", lanes_testkit::cluster::NODES[1]),
+            "registration: stream objects not the caller's on this host",
+        ));
+    }
+    for (i, (cmd, why)) in cases.iter().enumerate() {
         let answer = forger.ok(cmd);
         assert!(answer.starts_with("refused"), "{cmd}: {answer}");
-        assert_eq!(count(&daemon_sockets(&c, 0).refused, why), 1, "{cmd}: {answer}");
+        let before = cases[..i].iter().filter(|(_, w)| w == why).count() as u64;
+        assert_eq!(count(&daemon_sockets(&c, 0).refused, why), before + 1, "{cmd}: {answer}");
+        if why.contains("stream objects") {
+            assert!(answer.contains("stream objects"), "the refusal names its cause: {answer}");
+        }
     }
     let s = daemon_sockets(&c, 0);
     let h = s.halves.iter().find(|h| h.remote.to_string() == client_addr).unwrap();
     assert_eq!((h.state.as_str(), h.generation, h.pid), ("paired", generation, server.pid()), "{s:?}");
-    assert_eq!(s.refused.iter().map(|(_, n)| n).sum::<u64>(), 3, "{s:?}");
+    assert_eq!(s.refused.iter().map(|(_, n)| n).sum::<u64>(), cases.len() as u64, "{s:?}");
     let status = lanes_status(&c, 0);
     assert!(
         status.contains("refused by this host's daemon") && status.contains("a half of another process"),
@@ -600,6 +801,167 @@ fn a_restarted_daemon_keeps_its_pairs_and_a_killed_peer_is_withdrawn() {
 }
 
 // ---------------------------------------------------------------------------------------
+// The library's connections over their fabric stream
+// ---------------------------------------------------------------------------------------
+
+/// Whether this build has the fabric stream (else the reason is printed).
+fn with_fabric_stream(test: &str) -> bool {
+    if !lanes::OFI_TRANSPORT {
+        assert!(std::env::var_os("CI").is_none(), "the CI builds with --features lanes/ofi");
+        eprintln!("skipped {test}: the fabric stream needs the ofi transport (--features lanes/ofi)");
+    }
+    lanes::OFI_TRANSPORT
+}
+
+/// A checksummed stream both ways (64 MiB out, echoed back) between programs under the
+/// library on a and b, paired: every byte comes back in order, some went over the fabric
+/// (both ends' records together: which direction the ring carried depends on scheduling),
+/// `lanes status` shows the counts, and at the close both daemons' totals have them.
+#[test]
+fn a_checksummed_stream_through_the_library_moves_over_the_fabric() {
+    let Some(c) = Cluster::netns("xh-lib-stream") else { return };
+    if !with_fabric_stream("a_checksummed_stream_through_the_library_moves_over_the_fabric") {
+        return;
+    }
+    // A host called Lost (a machine so loaded that heartbeats stopped for seconds) revokes
+    // the fabric's grants and, without fail-over, resets the streams: then again.
+    let (mut server, mut client, server_at, client_addr) = unless_a_host_was_lost(&c, "the stream", |n| {
+        let port = PORT + 20 + n;
+        let server_at = format!("{}:{port}", Netns::address(0));
+        let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
+        server.ok(&format!("listen {port} echo"));
+        let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+        let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+        wait_paired(&c, (1, &client_addr), (0, &server_at));
+        let got = client.call_within("exchange 1 67108864", Duration::from_secs(300)).map_err(|e| format!("{e:?}"))?;
+        assert_eq!(got, "bytes=67108864");
+        Ok((server, client, server_at, client_addr))
+    });
+    let (b_sent, b_received) = fabric_bytes(&c, 1, &server_at);
+    let (a_sent, a_received) = fabric_bytes(&c, 0, &client_addr);
+    eprintln!("over the fabric: b sent {b_sent} received {b_received}; a sent {a_sent} received {a_received}");
+    assert!(b_sent + b_received + a_sent + a_received > 0, "no byte went over the fabric\n{}", c.logs());
+    // What one end received over the fabric the other sent over it (the counts are
+    // written after each call: the last call's may be missing).
+    let status = lanes_status(&c, 1);
+    let line = status.lines().find(|l| l.contains(&server_at)).unwrap_or_else(|| panic!("{status}"));
+    assert!(status.contains("fabric out") && line.contains("paired"), "{status}");
+    assert_eq!(client.ok("exchange 1 1048576"), "bytes=1048576", "and on, byte-exact");
+    client.ok("close 1");
+    wait_for(&c, "both halves withdrawn", || {
+        daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+    });
+    let b = daemon_sockets(&c, 1);
+    assert!(b.fabric_sent + b.fabric_received > 0, "b's daemon heard of no fabric bytes: {b:?}");
+    for k in [0, 1] {
+        let refused = daemon_sockets(&c, k).refused;
+        assert!(refused.is_empty(), "host {k}: {refused:?}");
+    }
+    client.exit();
+    server.exit();
+}
+
+/// A peer killed mid-stream (b floods a and never reads, so its kernel holds unread bytes
+/// and resets the connection when it dies): a, under the library with the stream live,
+/// reads what came and then the same errors as the same scenario on plain kernel TCP
+/// (`ECONNRESET`, then a failing send), never a clean end nor a wrong byte.
+#[test]
+fn a_killed_peer_reads_as_a_reset_through_the_library_as_on_kernel_tcp() {
+    let Some(c) = Cluster::netns("xh-lib-kill") else { return };
+    if !with_fabric_stream("a_killed_peer_reads_as_a_reset_through_the_library_as_on_kernel_tcp") {
+        return;
+    }
+    let mut outcomes = Vec::new();
+    for (with_library, port) in [(false, PORT), (true, PORT + 1)] {
+        let remote = with_library.then_some("on");
+        let mut server = sockets_child(&c, Some(0), remote, "drain on a");
+        server.ok(&format!("listen {port} drain"));
+        let mut client = sockets_child(&c, Some(1), remote, "flood from b");
+        let addr = format!("{}:{port}", Netns::address(0));
+        let client_addr = client.ok(&format!("connect 1 {addr}")).trim_start_matches("local=").to_string();
+        if with_library {
+            wait_paired(&c, (1, &client_addr), (0, &addr));
+        }
+        client.ok("flood 1");
+        std::thread::sleep(Duration::from_millis(1500));
+        let fabric = fabric_bytes(&c, 0, &client_addr);
+        client.kill9();
+        let got = server.call_within("drained", Duration::from_secs(90)).unwrap_or_else(|e| panic!("{e:?}"));
+        eprintln!("library {with_library}: {got} (a's fabric bytes before the kill: {fabric:?})");
+        assert!(field(&got, "received") > 0, "{got}");
+        assert!(got.contains("recv=ECONNRESET"), "library {with_library}: {got}");
+        assert!(got.contains("send=EPIPE") || got.contains("send=ECONNRESET"), "library {with_library}: {got}");
+        outcomes.push(got);
+        server.exit();
+    }
+    let errors = |s: &str| -> String {
+        s.split_whitespace().filter(|w| w.starts_with("recv=") || w.starts_with("send=")).collect::<Vec<_>>().join(" ")
+    };
+    assert_eq!(errors(&outcomes[0]), errors(&outcomes[1]), "as kernel TCP: {outcomes:?}");
+}
+
+/// iperf3 across hosts under `lanes run` (server on a, client on b, 3 s), after the same
+/// run on kernel TCP: both runs complete as iperf3 reports them, and the bytes the
+/// programs' connections moved over the fabric are counted by the daemons when they close.
+/// (A run of 64 MiB could finish before the streams were set up in the background.)
+#[test]
+fn iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric() {
+    use lanes_testkit::program::{on_path, Program};
+    if !on_path("iperf3") {
+        assert!(std::env::var_os("CI").is_none(), "iperf3 is missing (scripts/test.sh installs it)");
+        eprintln!("skipping: iperf3 is not installed");
+        return;
+    }
+    let Some(c) = Cluster::netns("xh-iperf3") else { return };
+    if !with_fabric_stream("iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric") {
+        return;
+    }
+    let host = Netns::address(0);
+    // The same run without the library first: what iperf3 reports on kernel TCP.
+    // A host called Lost (heartbeats stopped for seconds on a loaded machine) resets the
+    // streams without fail-over: then both runs again, on fresh ports.
+    let reports = unless_a_host_was_lost(&c, "iperf3", |n| {
+        let mut reports = Vec::new();
+        for with_library in [false, true] {
+            let port = (15301 + 2 * n + u16::from(with_library)).to_string();
+            let port = port.as_str();
+            let on = |k: usize, args: &[&str]| {
+                let mut cmd = lanes_run(&c, k, "iperf3", args);
+                if !with_library {
+                    cmd.env("LANES_SOCKETS", "0");
+                }
+                cmd
+            };
+            let server = Program::spawn(on(0, &["-s", "-1", "-p", port]), "iperf3 -s on a");
+            std::thread::sleep(Duration::from_millis(500));
+            let client = Program::spawn(on(1, &["-c", &host, "-p", port, "-t", "3", "-J"]), "iperf3 -c on b")
+                .wait(Duration::from_secs(180));
+            let s = server.wait(Duration::from_secs(60));
+            if !client.ok() || !s.ok() {
+                return Err(format!("{}{}", client.describe("iperf3 -c"), s.describe("iperf3 -s")));
+            }
+            let report: serde_json::Value = serde_json::from_str(&client.stdout).expect("iperf3 -J output");
+            let sent = report["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
+            let received = report["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+            eprintln!("iperf3, library {with_library}: sent {sent} received {received}");
+            reports.push((sent, received));
+        }
+        Ok(reports)
+    });
+    // iperf3's receiver stops counting when the test's end comes over the control
+    // connection, on kernel TCP as well: what it received is at most what was sent.
+    for (sent, received) in &reports {
+        assert!(*received > 0 && received <= sent, "{reports:?}");
+    }
+    wait_for(&c, "every half withdrawn", || {
+        daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+    });
+    let fabric = fabric_totals(&c);
+    eprintln!("iperf3: over the fabric (both hosts, sent + received): {fabric}");
+    assert!(fabric > 0, "no byte of iperf3's went over the fabric\n{}", c.logs());
+}
+
+// ---------------------------------------------------------------------------------------
 // The ring across hosts (stage 3), between processes that use it directly
 // ---------------------------------------------------------------------------------------
 
@@ -641,6 +1003,12 @@ fn stream_pair(c: &Cluster, n: usize, ring: usize, port: u16) -> Option<(Proc, P
 
 fn field(s: &str, key: &str) -> u64 {
     lanes_testkit::process::field(s, key)
+}
+
+/// The text after `key=` in `s`, to the next space.
+fn field_text(s: &str, key: &str) -> String {
+    let at = s.find(&format!("{key}=")).unwrap_or_else(|| panic!("no {key} in {s}")) + key.len() + 1;
+    s[at..].split_whitespace().next().unwrap_or("").to_string()
 }
 
 /// Hosts the daemons called Lost so far (their logs).
@@ -876,9 +1244,9 @@ fn round_trips_over_the_ring_across_hosts_against_kernel_tcp() {
 /// The sockconf transcript suite (tests/sockconf, conformance.rs) across two hosts: every
 /// case that runs as two programs but stream-4g, its server on a (listening on a's addresses) and its
 /// client on b, first without the library (the reference), then with it on both sides
-/// (`remote = "on"`, daemons running: the connections pair): every transcript must equal
-/// the reference, byte for byte. (Their bytes go through the kernel: the library does not
-/// use the ring across hosts yet.)
+/// (`remote = "on"`, daemons running: the connections pair and get their fabric streams):
+/// every transcript must equal the reference, byte for byte, and the suite's connections
+/// must have moved bytes over the fabric (the daemons' totals of the withdrawn halves).
 #[test]
 fn the_sockconf_transcripts_across_two_hosts_equal_kernel_tcp() {
     let Some(c) = Cluster::netns_with_ipv6("xh-sockconf") else { return };
@@ -960,6 +1328,14 @@ fn the_sockconf_transcripts_across_two_hosts_equal_kernel_tcp() {
     });
     let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    if lanes::OFI_TRANSPORT {
+        wait_for(&c, "every half withdrawn", || {
+            daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+        });
+        let fabric = fabric_totals(&c);
+        eprintln!("the suite's connections moved {fabric} bytes over the fabric (sent + received, both hosts)");
+        assert!(fabric > 0, "no byte of the suite went over the fabric\n{}", c.logs());
+    }
 }
 
 /// Throughput of one connection between a and b, a to b, through the ring across hosts
@@ -1006,4 +1382,75 @@ fn throughput_of_the_ring_across_hosts_against_kernel_tcp() {
         let m = median(&mut rates[i]);
         println!("  {label:26} {m:8.0} MB/s   ratio to kernel {:.2}", m / kernel);
     }
+}
+
+/// Programs' connections through the library between a and b (remote on, paired, fabric
+/// streams) against the same programs on kernel TCP (no library), in alternating rounds:
+/// an echoed stream (BYTES out and back, both directions at once) and round trips of 64 B
+/// (back to back, and with a 100 us pause before each, as sockconf's pingpong-slow);
+/// prints medians and their ratios (no assertion on them). Run by hand:
+/// `cargo test --release -p lanes-sockets --features lanes/ofi --test cross_host -- --ignored --nocapture through_the_library`.
+#[test]
+#[ignore = "a benchmark: prints figures"]
+fn through_the_library_against_kernel_tcp() {
+    let Some(c) = Cluster::netns("xh-lib-bench") else { return };
+    if !with_fabric_stream("through_the_library_against_kernel_tcp") {
+        return;
+    }
+    const BYTES: u64 = 128 << 20;
+    const ROUNDS: usize = 3;
+    const TRIPS: u64 = 2000;
+    let tests: [(&str, String); 3] = [
+        ("echoed stream, MB/s each way", format!("exchange 1 {BYTES}")),
+        ("64 B round trips, us", format!("ping 1 {TRIPS} 64 0")),
+        ("64 B round trips after 100 us, us", format!("ping 1 {TRIPS} 64 100")),
+    ];
+    let mut results: Vec<[Vec<f64>; 2]> =
+        vec![[Vec::new(), Vec::new()], [Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+    let mut fabric = 0u64;
+    for round in 0..ROUNDS * 2 {
+        let with_library = round % 2 == 1;
+        let port = PORT + 100 + round as u16;
+        let remote = with_library.then_some("on");
+        let mut server = sockets_child(&c, Some(0), remote, "server on a");
+        server.ok(&format!("listen {port} echo"));
+        let mut client = sockets_child(&c, Some(1), remote, "client on b");
+        let addr = format!("{}:{port}", Netns::address(0));
+        let client_addr = client.ok(&format!("connect 1 {addr}")).trim_start_matches("local=").to_string();
+        if with_library {
+            wait_paired(&c, (1, &client_addr), (0, &addr));
+            // The stream is set up by the first calls after the pairing.
+            assert_eq!(client.ok("exchange 1 65536"), "bytes=65536");
+        }
+        for (i, (label, cmd)) in tests.iter().enumerate() {
+            let t = Instant::now();
+            let got = client
+                .call_within(cmd, Duration::from_secs(600))
+                .unwrap_or_else(|e| panic!("{cmd}: {e:?}\n{}\n{}", server.output_snapshot(), c.logs()));
+            let figure = if i == 0 {
+                BYTES as f64 / t.elapsed().as_secs_f64() / 1e6
+            } else {
+                field(&got, "round_trip_ns") as f64 / 1000.0
+            };
+            eprintln!("round {round}, library {with_library}: {label} {figure:.1}");
+            results[i][with_library as usize].push(figure);
+        }
+        if with_library {
+            let (s, r) = fabric_bytes(&c, 1, &addr);
+            fabric += s + r;
+        }
+        client.exit();
+        server.exit();
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    println!("a and b, {ROUNDS} rounds each, alternating, medians (kernel TCP / library with fabric streams):");
+    for (i, (label, _)) in tests.iter().enumerate() {
+        let k = median(&mut results[i][0]);
+        let l = median(&mut results[i][1]);
+        println!("  {label:36} kernel {k:10.1}   library {l:10.1}   ratio {:.2}", l / k);
+    }
+    println!("  bytes over the fabric in the library's rounds (client's record): {fabric}");
 }

@@ -956,16 +956,20 @@ fn request() -> impl Strategy<Value = Request> {
         Just(Request::Cluster),
         Just(Request::Subscribe),
         wire_addr().prop_map(|a| Request::HostOf { address: a.ip() }),
-        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
-            |(local, remote, cookie, netns, process)| Request::RegisterHalf {
-                half: HalfRegistration { local, remote, cookie, netns, process }
+        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>(), stream_handles()).prop_map(
+            |(local, remote, cookie, netns, process, handles)| Request::RegisterHalf {
+                half: HalfRegistration { local, remote, cookie, netns, process, handles }
             }
         ),
-        (wire_addr(), wire_addr(), any::<u64>()).prop_map(|(local, remote, cookie)| Request::WithdrawHalf {
-            local,
-            remote,
-            cookie
-        }),
+        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(local, remote, cookie, fabric_sent, fabric_received)| Request::WithdrawHalf {
+                local,
+                remote,
+                cookie,
+                fabric_sent,
+                fabric_received
+            }
+        ),
         Just(Request::Sockets),
     ]
 }
@@ -976,15 +980,27 @@ fn wire_addr() -> impl Strategy<Value = SocketAddr> {
     socket_addr().prop_map(|a| SocketAddr::new(a.ip(), a.port()))
 }
 
+fn stream_handles() -> impl Strategy<Value = Option<lanes::cluster::proto::StreamHandles>> {
+    proptest::option::of((any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+        |(node, segment, request_bell, answer_bell)| lanes::cluster::proto::StreamHandles {
+            node,
+            segment,
+            request_bell,
+            answer_bell,
+        },
+    ))
+}
+
 fn wire_half() -> impl Strategy<Value = WireHalf> {
-    (wire_addr(), wire_addr(), any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
-        |(local, remote, cookie, uid, generation, peer_cookie)| WireHalf {
+    (wire_addr(), wire_addr(), any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>(), stream_handles()).prop_map(
+        |(local, remote, cookie, uid, generation, peer_cookie, handles)| WireHalf {
             local,
             remote,
             cookie,
             uid,
             generation,
             peer_cookie,
+            handles,
         },
     )
 }
@@ -1009,15 +1025,10 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
             remote,
             cookie
         }),
-        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
-            |(local, remote, cookie, peer_cookie, generation)| PeerMessage::SocketPaired {
-                local,
-                remote,
-                cookie,
-                peer_cookie,
-                generation
-            }
-        ),
+        (wire_addr(), wire_addr(), any::<u64>(), any::<u64>(), any::<u64>(), stream_handles(), stream_handles())
+            .prop_map(|(local, remote, cookie, peer_cookie, generation, handles, peer_handles)| {
+                PeerMessage::SocketPaired { local, remote, cookie, peer_cookie, generation, handles, peer_handles }
+            }),
     ];
     prop_oneof![
         (
@@ -1103,6 +1114,8 @@ fn reply() -> impl Strategy<Value = Reply> {
                     refused: refused.clone(),
                     stale: 7,
                     requests: refused,
+                    fabric_sent: 8,
+                    fabric_received: 9,
                 }
             }
         ),

@@ -406,8 +406,17 @@ pub fn register_half(dir: &Path, half: &HalfRegistration, timeout: Duration) -> 
 }
 
 /// This process's half `local`-`remote` (cookie `cookie`) is gone (one-shot).
-pub fn withdraw_half(dir: &Path, local: SocketAddr, remote: SocketAddr, cookie: u64, timeout: Duration) -> Result<()> {
-    match one_shot(dir, &Request::WithdrawHalf { local, remote, cookie }, timeout)? {
+/// `fabric`: the bytes the connection sent and received over the fabric (the daemon's totals).
+pub fn withdraw_half(
+    dir: &Path,
+    local: SocketAddr,
+    remote: SocketAddr,
+    cookie: u64,
+    fabric: (u64, u64),
+    timeout: Duration,
+) -> Result<()> {
+    let (fabric_sent, fabric_received) = fabric;
+    match one_shot(dir, &Request::WithdrawHalf { local, remote, cookie, fabric_sent, fabric_received }, timeout)? {
         Reply::Withdrawn => Ok(()),
         other => Err(unexpected(dir, other)),
     }

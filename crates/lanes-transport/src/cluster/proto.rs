@@ -511,6 +511,12 @@ pub enum PeerMessage {
         cookie: u64,
         peer_cookie: u64,
         generation: u64,
+        /// The sender's half's stream objects, and the receiver's as the sender knows them
+        /// (the receiver refuses a pairing that names other objects than its half's).
+        #[serde(default)]
+        handles: Option<StreamHandles>,
+        #[serde(default)]
+        peer_handles: Option<StreamHandles>,
     },
     /// The sender is closing the connection, and why.
     Bye {
@@ -533,6 +539,21 @@ pub struct WireHalf {
     pub generation: u64,
     #[serde(default)]
     pub peer_cookie: u64,
+    /// The objects its process exported for the connection's bytes (None: it has none, the
+    /// connection stays kernel TCP).
+    #[serde(default)]
+    pub handles: Option<StreamHandles>,
+}
+
+/// The objects one end of a cross-host connection exports for its peer's bytes
+/// (`lanes::sockets::fabric_stream`): the node they belong to, the inbound segment (header
+/// and ring) and two interrupts (the doorbells rung after a request and after an answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamHandles {
+    pub node: u32,
+    pub segment: u32,
+    pub request_bell: u32,
+    pub answer_bell: u32,
 }
 
 /// Whose an address is, as this host's daemon knows it.
@@ -561,6 +582,10 @@ pub struct HalfRegistration {
     pub netns: u64,
     /// The calling process (pid and start time, `ProcessIdentity::bits`).
     pub process: u64,
+    /// The objects the caller exported for the connection's bytes, which the daemon checks
+    /// are this host's and the caller's, and announces to the peer (None: kernel TCP only).
+    #[serde(default)]
+    pub handles: Option<StreamHandles>,
 }
 
 /// A cross-host socket half as this host's daemon holds it (`lanes status`, tests).
@@ -596,6 +621,12 @@ pub struct SocketsStatus {
     pub stale: u64,
     /// Local requests served, per kind (`host-of`, `register`, `withdraw`).
     pub requests: Vec<(String, u64)>,
+    /// Bytes this host's withdrawn halves sent and received over the fabric, as their
+    /// processes told at the withdrawal.
+    #[serde(default)]
+    pub fabric_sent: u64,
+    #[serde(default)]
+    pub fabric_received: u64,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -668,6 +699,11 @@ pub enum Request {
         local: SocketAddr,
         remote: SocketAddr,
         cookie: u64,
+        /// Bytes the connection sent and received over the fabric (its stream's counts).
+        #[serde(default)]
+        fabric_sent: u64,
+        #[serde(default)]
+        fabric_received: u64,
     },
     /// This host's cross-host socket halves and the daemon's counts.
     Sockets,
@@ -929,6 +965,7 @@ mod tests {
             uid: 1000,
             generation: 3,
             peer_cookie: 7,
+            handles: Some(StreamHandles { node: 12, segment: 0x1000_0001, request_bell: 4, answer_bell: u32::MAX }),
         };
         let peer = vec![
             PeerMessage::SocketHalf { half: half.clone() },
@@ -940,6 +977,8 @@ mod tests {
                 cookie: 7,
                 peer_cookie: u64::MAX,
                 generation: 4,
+                handles: None,
+                peer_handles: Some(StreamHandles { node: 12, segment: 1, request_bell: 2, answer_bell: 3 }),
             },
         ];
         let registration = HalfRegistration {
@@ -948,11 +987,18 @@ mod tests {
             cookie: 1,
             netns: 2,
             process: 3,
+            handles: Some(StreamHandles { node: 8, segment: 5, request_bell: 6, answer_bell: 7 }),
         };
         let local = vec![
             Request::HostOf { address: "10.77.0.1".parse().unwrap() },
             Request::RegisterHalf { half: registration },
-            Request::WithdrawHalf { local: v4("10.77.0.2:40000"), remote: v4("10.77.0.1:5201"), cookie: 1 },
+            Request::WithdrawHalf {
+                local: v4("10.77.0.2:40000"),
+                remote: v4("10.77.0.1:5201"),
+                cookie: 1,
+                fabric_sent: 2,
+                fabric_received: 3,
+            },
             Request::Sockets,
         ];
         let replies = vec![

@@ -50,13 +50,18 @@
 //! `ECONNRESET`), since moving the rest over the anchor byte-exact (fail-over, stage 4) is
 //! not built.
 //!
-//! The stream works on a blocking anchor, with the blocking calls `send`/`recv` of this
-//! type; the socket library's interposition (non-blocking sockets, readiness) is not wired
-//! to it yet.
+//! The socket library (`lanes-sockets`) sets a stream up beside a program's connection in
+//! two steps ([`PendingStream::connect`], slow, then [`PendingStream::start`] with the
+//! kernel's counts so far, [`kernel_history`]) and makes the program's calls through it
+//! ([`FabricStream::send_with`], [`FabricStream::recv_with`], blocking or not, readiness
+//! with [`FabricStream::prepare_to_wait`]); what it does not do itself goes back to the
+//! kernel for good ([`FabricStream::give_up`]). A receiver's ring stint that delivered less
+//! than 64 KiB, and a refused ring request, make it ask for the ring less often (up to once
+//! per 64 sleeps): each request is a fabric round trip.
 
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -101,6 +106,10 @@ const RING_WANTED_PAUSE: Duration = Duration::from_millis(20);
 /// The bound on waiting for an answer or for announced ring bytes to land while the peer's
 /// process lives: past it the fabric is taken as failed (a reset, see the module's notes).
 const FABRIC_BOUND: Duration = Duration::from_secs(20);
+/// What a stint in ring mode must deliver to have paid for the two requests (the ring, then
+/// kernel mode) it cost: less (a request/response load's message or two) and the receiver
+/// asks for the ring less often.
+const RING_PAYS: u64 = 64 * 1024;
 /// Ring bytes a receiver consumes before it tells the sender, within one receive call.
 const CONSUMED_BATCH: u64 = 64 * 1024;
 /// Kernel bytes a receiver reads between two "ring wanted" words, at first; each stint
@@ -194,18 +203,10 @@ pub fn carry_out(word: &DirectionWord<'_>, request: Request, sender_finished: bo
     }
 }
 
-/// The ids a peer needs to reach one end's objects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamHandles {
-    /// The node the objects belong to.
-    pub node: u32,
-    /// The inbound segment (header and ring).
-    pub segment: u32,
-    /// The doorbell the peer rings after writing a request.
-    pub request_bell: u32,
-    /// The doorbell the peer rings after writing an answer.
-    pub answer_bell: u32,
-}
+/// The ids a peer needs to reach one end's objects: the node they belong to, the inbound
+/// segment (header and ring), the doorbell the peer rings after writing a request and the
+/// one it rings after writing an answer. The daemons carry them in their pairing.
+pub use crate::cluster::proto::StreamHandles;
 
 /// One end's exported objects, made before the peer's handles are known.
 pub struct StreamExports {
@@ -248,6 +249,68 @@ impl Drop for StreamExports {
         let _ = self.answer_bell.remove();
         let _ = self.segment.remove(true);
     }
+}
+
+/// How a program's call on the stream behaves (see [`FabricStream::send_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallMode {
+    pub nonblocking: bool,
+    pub kernel_flags: i32,
+}
+
+/// Where an end's counts start (see [`FabricStream::connect_after`]).
+struct Starts {
+    ring: u64,
+    written: u64,
+    read: u64,
+}
+
+/// What one end of a connection wrote into its kernel socket and read from it so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelHistory {
+    pub written: u64,
+    pub read: u64,
+}
+
+/// The kernel's own counts of an established connection `fd` (`TCP_INFO`'s bytes acked
+/// and received, less what its queues still hold): what this end's programs wrote and
+/// read, whoever wrote it (a child, `sendfile`, an image before an exec). `syn_acked` is
+/// what the kernel counted as acked before any byte was written: 1 for the end that
+/// connected (its SYN), 0 for the end that accepted. None unless the connection is
+/// established (no FIN sent or received, whose sequence numbers the counts include).
+pub fn kernel_history(fd: RawFd, syn_acked: u64) -> Option<KernelHistory> {
+    const TCPI_BYTES_ACKED: usize = 120;
+    const TCPI_BYTES_RECEIVED: usize = 128;
+    // The first byte of `struct tcp_info` (tcpi_state) for an established connection.
+    const TCP_ESTABLISHED: u8 = 1;
+    let mut info = [0u8; 232];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: TCP_INFO writes at most `len` bytes into our buffer and its length into `len`.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
+    if r != 0 || (len as usize) < TCPI_BYTES_RECEIVED + 8 || info[0] != TCP_ESTABLISHED {
+        return None;
+    }
+    let word = |at: usize| u64::from_ne_bytes(info[at..at + 8].try_into().expect("8 bytes"));
+    let queue = |request: libc::Ioctl| {
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ and SIOCINQ write one int into `n`.
+        (unsafe { libc::ioctl(fd, request, &mut n) } == 0 && n >= 0).then_some(n as u64)
+    };
+    let unsent = queue(libc::TIOCOUTQ)?;
+    let unread = queue(libc::FIONREAD)?;
+    let written = (word(TCPI_BYTES_ACKED) + unsent).checked_sub(syn_acked)?;
+    let read = word(TCPI_BYTES_RECEIVED).checked_sub(unread)?;
+    Some(KernelHistory { written, read })
+}
+
+/// The kernel's count of bytes acked on a connection `fd` that nothing was written into
+/// yet: the `syn_acked` of [`kernel_history`] (None: not a TCP socket).
+pub fn syn_acked(fd: RawFd) -> Option<u64> {
+    let mut info = [0u8; 232];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: TCP_INFO writes at most `len` bytes into our buffer and its length into `len`.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
+    (r == 0 && len as usize >= 128).then(|| u64::from_ne_bytes(info[120..128].try_into().expect("8 bytes")))
 }
 
 /// Bytes moved so far, by path.
@@ -300,7 +363,9 @@ struct Sender {
 
 struct Shared {
     exports: StreamExports,
-    fd: RawFd,
+    /// The anchor: one of the program's descriptors of the connection (another one when the
+    /// program closes this one and keeps a duplicate).
+    anchor: AtomicI32,
     _peer_segment: RemoteSegment,
     outbound: Map,
     peer_request_bell: RemoteInterrupt,
@@ -311,6 +376,10 @@ struct Shared {
     rx: Mutex<Receiver>,
     serve_lock: Mutex<u32>,
     finished: AtomicBool,
+    /// Given back to the kernel for good ([`FabricStream::give_up`]).
+    given_up: AtomicBool,
+    /// Inherited by a forked child, which leaves it alone ([`FabricStream::abandon`]).
+    abandoned: AtomicBool,
     broken: AtomicBool,
     /// A call reported the connection's reset (`ECONNRESET`).
     reset_reported: AtomicBool,
@@ -381,6 +450,21 @@ impl FabricStream {
         Self::connect_counting_from(exports, peer, fd, timeout, 0)
     }
 
+    /// [`Self::connect`] for a connection whose bytes went through the kernel so far:
+    /// `history` is what this end wrote into the anchor and read from it before (the
+    /// kernel's own counts, [`kernel_history`]), where its kernel counts start, so that a
+    /// receiver's "every kernel byte read" compares with the sender's "kernel bytes sent"
+    /// whichever end set its stream up first.
+    pub fn connect_after(
+        exports: StreamExports,
+        peer: StreamHandles,
+        fd: RawFd,
+        timeout: Duration,
+        history: KernelHistory,
+    ) -> Result<FabricStream> {
+        Self::connect_with(exports, peer, fd, timeout, Starts { ring: 0, written: history.written, read: history.read })
+    }
+
     /// [`Self::connect`] with every count (R, K, H, KR, both directions) starting at
     /// `start` instead of 0, as both ends agree: the tests' way to cross the counters'
     /// wrap-around at 2^28 without moving that many bytes.
@@ -391,6 +475,36 @@ impl FabricStream {
         timeout: Duration,
         start: u64,
     ) -> Result<FabricStream> {
+        Self::connect_with(exports, peer, fd, timeout, Starts { ring: start, written: start, read: start })
+    }
+
+    fn connect_with(
+        exports: StreamExports,
+        peer: StreamHandles,
+        fd: RawFd,
+        timeout: Duration,
+        starts: Starts,
+    ) -> Result<FabricStream> {
+        PendingStream::connect(exports, peer, timeout)?.start_with(fd, starts)
+    }
+}
+
+/// A stream whose objects are connected to the peer's (the slow part of a set-up: three
+/// connects through the daemons), not started yet: nothing was written to the peer, and
+/// the connection's bytes still go through the kernel alone.
+pub struct PendingStream {
+    exports: StreamExports,
+    peer_segment: RemoteSegment,
+    outbound: Map,
+    peer_request_bell: RemoteInterrupt,
+    peer_answer_bell: RemoteInterrupt,
+    peer_ring_bytes: usize,
+}
+
+impl PendingStream {
+    /// Connects `exports` to the peer's objects `peer`, waiting up to `timeout` for them.
+    /// An error leaves nothing behind.
+    pub fn connect(exports: StreamExports, peer: StreamHandles, timeout: Duration) -> Result<PendingStream> {
         let fabric = exports.fabric.clone();
         let t = Timeout::After(timeout);
         let peer_segment = fabric.connect_segment(peer.node, peer.segment, t)?;
@@ -402,21 +516,35 @@ impl FabricStream {
         let outbound = peer_segment.map(0, size as u64, MapAccess::ReadWrite)?;
         let peer_request_bell = fabric.connect_interrupt(peer.node, peer.request_bell, t)?;
         let peer_answer_bell = fabric.connect_interrupt(peer.node, peer.answer_bell, t)?;
+        Ok(PendingStream { exports, peer_segment, outbound, peer_request_bell, peer_answer_bell, peer_ring_bytes })
+    }
+
+    /// Starts the stream beside the anchor `fd` for a connection whose bytes went through
+    /// the kernel so far (`history`, see [`FabricStream::connect_after`]): its service
+    /// thread, then *ready* to the peer.
+    pub fn start(self, fd: RawFd, history: KernelHistory) -> Result<FabricStream> {
+        self.start_with(fd, Starts { ring: 0, written: history.written, read: history.read })
+    }
+
+    fn start_with(self, fd: RawFd, starts: Starts) -> Result<FabricStream> {
+        let Starts { ring: start, written, read } = starts;
+        let PendingStream { exports, peer_segment, outbound, peer_request_bell, peer_answer_bell, peer_ring_bytes } =
+            self;
         let shared = Arc::new(Shared {
             exports,
-            fd,
+            anchor: AtomicI32::new(fd),
             _peer_segment: peer_segment,
             outbound,
             peer_request_bell,
             peer_answer_bell,
             peer_ring_bytes,
-            state: AtomicU64::new(((start & COUNT_MASK) << 28) | (start & COUNT_MASK)),
+            state: AtomicU64::new(((start & COUNT_MASK) << 28) | (written & COUNT_MASK)),
             tx: Mutex::new(Sender { published: start, wanted_seen: 0 }),
             rx: Mutex::new(Receiver {
                 mode: RxMode::Kernel { ring_until: start & COUNT_MASK },
                 consumed: start,
                 consumed_told: start,
-                kernel_read: start,
+                kernel_read: read,
                 next_seq: 1,
                 ring_backoff: 0,
                 ring_skip: 0,
@@ -426,6 +554,8 @@ impl FabricStream {
             }),
             serve_lock: Mutex::new(0),
             finished: AtomicBool::new(false),
+            given_up: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
             broken: AtomicBool::new(false),
             reset_reported: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -453,7 +583,9 @@ impl FabricStream {
         stream.shared.outbound.flush_checked()?;
         Ok(stream)
     }
+}
 
+impl FabricStream {
     /// Bytes moved so far, by path.
     pub fn counts(&self) -> StreamCounts {
         let s = &self.shared;
@@ -478,7 +610,96 @@ impl FabricStream {
     /// Sends some of `buf` (at least one byte, unless `buf` is empty), blocking while
     /// neither the ring nor the kernel has room. Kernel errors are the anchor's own.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        self.shared.send(buf)
+        self.shared.send(buf, CallMode::default())
+    }
+
+    /// [`Self::send`] as a program's call makes it: `mode.nonblocking` (`O_NONBLOCK` or
+    /// `MSG_DONTWAIT`) never waits for ring room (a full ring sends the rest through the
+    /// kernel, which answers `EAGAIN` as kernel TCP would), and `mode.kernel_flags` go
+    /// with the kernel's send (`MSG_NOSIGNAL` is always added: the caller raises
+    /// `SIGPIPE` itself when the program asked for it).
+    pub fn send_with(&self, buf: &[u8], mode: CallMode) -> io::Result<usize> {
+        self.shared.send(buf, mode)
+    }
+
+    /// [`Self::recv`] as a program's call makes it: `mode.nonblocking` answers
+    /// `EAGAIN` when neither the ring nor the kernel has a byte (it never waits but for
+    /// ring bytes the sender announced, which are in flight), and `mode.kernel_flags`
+    /// go with the kernel's receive.
+    pub fn recv_with(&self, buf: &mut [u8], mode: CallMode) -> io::Result<usize> {
+        self.shared.recv(buf, mode)
+    }
+
+    /// Copies the bytes a receive would return, without consuming them (`MSG_PEEK`), on a
+    /// stream given up ([`Self::give_up`]): the ring's bytes left from before, then the
+    /// kernel's (peeked with `mode`'s flags). None once the ring is read: the kernel's
+    /// own peek is then exact.
+    pub fn peek_ring(&self, buf: &mut [u8], mode: CallMode) -> Option<io::Result<usize>> {
+        self.shared.peek_ring(buf, mode)
+    }
+
+    /// Gives the connection back to the kernel for good, byte-exact: this end's sending
+    /// direction finishes its ring (the peer reads it to its end, then the kernel), and
+    /// this end's receiving direction is switched to kernel mode and never asks for the
+    /// ring again (its ring bytes left are read first). For what the stream does not do
+    /// itself: peeking, urgent data, and sharing the connection with another process.
+    pub fn give_up(&self) -> io::Result<()> {
+        self.shared.give_up()
+    }
+
+    /// Whether this end gave the connection up ([`Self::give_up`]) and read its ring to
+    /// the end: every call is then the kernel's own.
+    pub fn kernel_only(&self) -> bool {
+        let s = &self.shared;
+        s.abandoned.load(Ordering::Relaxed) || s.given_up.load(Ordering::Acquire) && s.ring_drained()
+    }
+
+    /// In a forked child: the stream (its threads, its fabric endpoint) is the parent's, and
+    /// this process's calls on the connection are the kernel's from now on
+    /// ([`Self::kernel_only`]). The caller must never drop it here (it would close the
+    /// parent's objects and join a thread that does not exist in this process).
+    pub fn abandon(&self) {
+        self.shared.abandoned.store(true, Ordering::Relaxed);
+    }
+
+    /// Ring bytes landed that a receive returns before any of the kernel's (0 while another
+    /// thread receives).
+    pub fn ring_readable(&self) -> u64 {
+        let s = &self.shared;
+        if s.abandoned.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let Ok(rx) = s.rx.try_lock() else { return 0 };
+        let available = s.ring_available(&rx).min(s.exports.ring_bytes as u64);
+        match rx.mode {
+            RxMode::Ring { .. } | RxMode::Reset => available,
+            RxMode::Kernel { ring_until } => available.min(ring_until.wrapping_sub(rx.consumed) & COUNT_MASK),
+        }
+    }
+
+    /// Whether a receive would find bytes without the kernel's help now (ring bytes, or a
+    /// reset to report): readiness for reading that the kernel cannot see.
+    pub fn readable_without_kernel(&self) -> bool {
+        !self.shared.abandoned.load(Ordering::Relaxed) && self.shared.readable_without_kernel()
+    }
+
+    /// Before a wait in the kernel for readability: true if the stream is readable now
+    /// (as [`Self::readable_without_kernel`], or ring bytes announced and in flight);
+    /// else this end's receiving direction is in kernel mode with its ring read, so the
+    /// kernel's readiness is the stream's until the next receive.
+    pub fn prepare_to_wait(&self) -> bool {
+        !self.shared.abandoned.load(Ordering::Relaxed) && self.shared.prepare_to_wait()
+    }
+
+    /// A value that changes whenever ring bytes arrive (edge-triggered readiness).
+    pub fn arrivals(&self) -> u64 {
+        self.shared.inbound(OFF_PUBLISHED)
+    }
+
+    /// The program's descriptor the stream uses now becomes `fd` (another descriptor of the
+    /// same connection: the one it used is being closed).
+    pub fn set_anchor(&self, fd: RawFd) {
+        self.shared.anchor.store(fd, Ordering::Relaxed);
     }
 
     /// Sends all of `buf`.
@@ -493,7 +714,7 @@ impl FabricStream {
     /// Receives up to `buf.len()` bytes, blocking until at least one is there; 0 at the end
     /// of the stream.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.shared.recv(buf)
+        self.shared.recv(buf, CallMode::default())
     }
 
     /// Ends this end's sending direction: the peer reads every ring byte, then the
@@ -501,25 +722,46 @@ impl FabricStream {
     pub fn shutdown_write(&self) -> io::Result<()> {
         self.shared.finish_sending()?;
         // SAFETY: shutdown on the caller's descriptor, no memory involved.
-        if unsafe { libc::shutdown(self.shared.fd, libc::SHUT_WR) } != 0 {
+        if unsafe { libc::shutdown(self.shared.fd(), libc::SHUT_WR) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
     }
 }
 
-impl Drop for FabricStream {
-    fn drop(&mut self) {
+impl FabricStream {
+    /// The program closes the connection (its last descriptor, before the kernel's close):
+    /// the sender finishes cleanly, and the receiver reads nothing more (its peer's sender
+    /// then goes to the anchor, whose kernel answers as for a closed socket). Once only;
+    /// dropping the stream does it too.
+    pub fn close(&self) {
         let s = &self.shared;
-        // A close: the sender finishes cleanly, and the receiver reads nothing more (its
-        // peer's sender then goes to the anchor, whose kernel answers as for a closed
-        // socket).
+        if s.stop.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let _ = s.finish_sending();
         let _ = s.outbound.store_release_u64(OFF_RX_CLOSED, 1);
         s.outbound.flush();
         let _ = s.peer_request_bell.trigger();
-        s.stop.store(true, Ordering::Release);
         let _ = s.exports.request_bell.remove();
+    }
+
+    /// Ends this end's sending direction in the ring (the peer reads it to its end, then
+    /// the kernel's bytes and end), before the program's own `shutdown` of the anchor.
+    pub fn finish_sending(&self) -> io::Result<()> {
+        self.shared.finish_sending()
+    }
+
+    /// Resets the connection (the kernel sends the peer a reset): where bytes in this end's
+    /// ring cannot reach the program that reads next (an exec).
+    pub fn reset(&self) {
+        self.shared.break_connection();
+    }
+}
+
+impl Drop for FabricStream {
+    fn drop(&mut self) {
+        self.close();
         if let Some(t) = self.service.take() {
             let _ = t.join();
         }
@@ -527,6 +769,10 @@ impl Drop for FabricStream {
 }
 
 impl Shared {
+    fn fd(&self) -> RawFd {
+        self.anchor.load(Ordering::Relaxed)
+    }
+
     fn word(&self) -> DirectionWord<'_> {
         DirectionWord::new(&self.state)
     }
@@ -549,19 +795,23 @@ impl Shared {
 
     /// Carries out the pending request, if one is new; answers it.
     fn serve(&self) {
-        let Some(request) = Request::decode(self.inbound(OFF_REQUEST)) else { return };
+        // The request is read under the lock: a thread that read it before another served
+        // it, and then waited (descheduled) while the receiver made its next request and
+        // that one was served too, would carry the old one out again, a stale "ring" while
+        // the receiver reads the kernel (seen as a wrong byte on a loaded machine).
         let mut last = lock(&self.serve_lock);
+        let Some(request) = Request::decode(self.inbound(OFF_REQUEST)) else { return };
         if request.seq() == *last {
             return;
         }
         let answer = carry_out(&self.word(), request, self.finished.load(Ordering::Acquire));
         *last = request.seq();
-        drop(last);
         if self.outbound.store_release_u64(OFF_ANSWER, answer.encode()).is_err() {
             self.broken.store(true, Ordering::Release);
         }
         // Landed before the doorbell rings: the receiver reads the answer when woken.
         self.outbound.flush();
+        drop(last);
         let _ = self.peer_answer_bell.trigger();
     }
 
@@ -587,7 +837,7 @@ impl Shared {
     /// Resets the anchor (once) and marks the connection broken.
     fn break_connection(&self) {
         if !self.broken.swap(true, Ordering::AcqRel) {
-            reset_anchor(self.fd);
+            reset_anchor(self.fd());
         }
     }
 
@@ -601,7 +851,7 @@ impl Shared {
         }
     }
 
-    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+    fn send(&self, buf: &[u8], mode: CallMode) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -628,7 +878,13 @@ impl Shared {
             }
             let room = self.peer_ring_bytes - in_ring as usize;
             if room == 0 {
-                if anchor_reset(self.fd) {
+                if mode.nonblocking {
+                    // The sender may leave the ring at any moment: the receiver reads the
+                    // ring up to here before the kernel's bytes, which say EAGAIN if full.
+                    word.to_kernel_mode();
+                    break;
+                }
+                if anchor_reset(self.fd()) {
                     // The peer's kernel reset the connection: it answers our send. (Switching
                     // on its own is safe: the receiver reads the kernel only after asking.)
                     word.to_kernel_mode();
@@ -658,7 +914,7 @@ impl Shared {
         // Kernel mode. A receiver reading our kernel bytes wants the ring back once it
         // caught up: hold our kernel bytes back a moment so that it can.
         let wanted = self.inbound(OFF_RING_WANTED);
-        if wanted != tx.wanted_seen {
+        if wanted != tx.wanted_seen && !mode.nonblocking {
             tx.wanted_seen = wanted;
             let until = Instant::now() + RING_WANTED_PAUSE;
             while !self.word().load().ring_mode() && Instant::now() < until {
@@ -667,14 +923,14 @@ impl Shared {
             }
             if self.word().load().ring_mode() {
                 drop(tx);
-                return self.send(buf);
+                return self.send(buf, mode);
             }
         }
         let word = self.word();
         let reservation = word.reserve_kernel(buf.len());
         let len = reservation.bytes;
         // SAFETY: the first `len` bytes of the caller's buffer, valid for reads.
-        let r = unsafe { libc::send(self.fd, buf.as_ptr().cast(), len, libc::MSG_NOSIGNAL) };
+        let r = unsafe { libc::send(self.fd(), buf.as_ptr().cast(), len, mode.kernel_flags | libc::MSG_NOSIGNAL) };
         let err = io::Error::last_os_error();
         word.settle_kernel(reservation, r.max(0) as usize);
         drop(tx);
@@ -700,19 +956,8 @@ impl Shared {
 
     /// Copies ring bytes from `consumed` into `buf`; how many.
     fn read_ring(&self, rx: &mut Receiver, available: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let cap = self.exports.ring_bytes;
         let n = (available as usize).min(buf.len());
-        let at = (rx.consumed as usize) & (cap - 1);
-        let first = n.min(cap - at);
-        let inbound = &self.exports.inbound;
-        let copied = inbound.read_bytes(HEADER_BYTES + at, &mut buf[..first]).and_then(|()| {
-            if first < n {
-                inbound.read_bytes(HEADER_BYTES, &mut buf[first..n])
-            } else {
-                Ok(())
-            }
-        });
-        copied.map_err(fabric_io)?;
+        self.copy_ring(rx.consumed, &mut buf[..n])?;
         rx.consumed += n as u64;
         self.received_fabric.fetch_add(n as u64, Ordering::Relaxed);
         if rx.consumed - rx.consumed_told >= CONSUMED_BATCH {
@@ -743,7 +988,7 @@ impl Shared {
     /// the peer believes it sent cannot be known, and it must not see a clean end either.
     fn lose_peer(&self, rx: &mut Receiver) {
         rx.mode = RxMode::Reset;
-        if !anchor_ended(self.fd) {
+        if !anchor_ended(self.fd()) {
             // Reported by the receive that reads the landed bytes to the end.
             self.break_connection();
         }
@@ -752,7 +997,7 @@ impl Shared {
     /// Whether the peer is gone: its process (as the fabric knows), or its end of the
     /// anchor (its kernel closed or reset it: a death the fabric may hear of later).
     fn peer_gone(&self) -> bool {
-        !self.peer_alive() || anchor_ended(self.fd)
+        !self.peer_alive() || anchor_ended(self.fd())
     }
 
     /// Whether the peer may still send through the ring: alive, its sender not finished.
@@ -810,12 +1055,12 @@ impl Shared {
         }
     }
 
-    fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+    fn recv(&self, buf: &mut [u8], mode: CallMode) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
         let mut rx = lock(&self.rx);
-        let r = self.recv_locked(&mut rx, buf);
+        let r = self.recv_locked(&mut rx, buf, mode);
         if r.is_ok() {
             self.tell_consumed(&mut rx);
         }
@@ -830,7 +1075,7 @@ impl Shared {
         }
     }
 
-    fn recv_locked(&self, rx: &mut Receiver, buf: &mut [u8]) -> io::Result<usize> {
+    fn recv_locked(&self, rx: &mut Receiver, buf: &mut [u8], mode: CallMode) -> io::Result<usize> {
         let mut pace: Option<Pace<'_>> = None;
         loop {
             if self.broken.load(Ordering::Acquire) && !matches!(rx.mode, RxMode::Reset) {
@@ -852,28 +1097,26 @@ impl Shared {
                         rx.mode = RxMode::Kernel { ring_until: finished & COUNT_MASK };
                         continue;
                     }
+                    if mode.nonblocking && kernel_empty(self.fd()) && self.peer_alive() && !anchor_ended(self.fd()) {
+                        // Nothing in the ring nor in the kernel (where a sender whose ring
+                        // was full puts its bytes): kernel TCP's answer.
+                        return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                    }
                     let spin = Duration::from_nanos(self.receive_spin_ns.load(Ordering::Relaxed));
                     let p = pace.get_or_insert_with(|| Pace::new(&self.exports.fabric));
-                    if p.elapsed() < spin && self.peer_alive() {
+                    if p.elapsed() < spin && self.peer_alive() && !mode.nonblocking {
                         p.step(spin, || {});
                         continue;
                     }
                     pace = None;
-                    // About to sleep: ask for kernel mode, and sleep only once answered.
-                    rx.ring_backoff = if delivered == 0 { (rx.ring_backoff * 2).clamp(1, 64) } else { 0 };
                     // A short stint did not pay for the pause that brought it: ask less often.
                     rx.wanted_every = if delivered < RING_WANTED_EVERY {
                         (rx.wanted_every * 2).min(RING_WANTED_EVERY_MAX)
                     } else {
                         RING_WANTED_EVERY
                     };
-                    rx.ring_skip = rx.ring_backoff;
-                    self.kernel_requests.fetch_add(1, Ordering::Relaxed);
-                    let seq = rx.next_seq;
-                    match self.ask(rx, Request::Kernel { seq })? {
-                        Some(a) => rx.mode = RxMode::Kernel { ring_until: a.count },
-                        None => self.lose_peer(rx),
-                    }
+                    // About to sleep: ask for kernel mode, and sleep only once answered.
+                    self.leave_ring(rx, delivered)?;
                 }
                 RxMode::Kernel { ring_until } => {
                     if rx.consumed & COUNT_MASK != ring_until {
@@ -896,7 +1139,7 @@ impl Shared {
                         }
                         continue;
                     }
-                    if self.may_ask_ring(rx) && kernel_empty(self.fd) {
+                    if !self.given_up.load(Ordering::Acquire) && self.may_ask_ring(rx) && kernel_empty(self.fd()) {
                         self.tell_consumed(rx);
                         self.ring_requests.fetch_add(1, Ordering::Relaxed);
                         let seq = rx.next_seq;
@@ -908,7 +1151,11 @@ impl Shared {
                                 continue;
                             }
                             Some(_) => {
+                                // The sender's kernel bytes were on their way (a response
+                                // racing the request): a round trip for nothing, as a stint
+                                // that delivered nothing is.
                                 self.ring_refusals.fetch_add(1, Ordering::Relaxed);
+                                Self::back_off(rx);
                             }
                             None => {
                                 self.lose_peer(rx);
@@ -918,18 +1165,24 @@ impl Shared {
                     }
                     drop(pace.take());
                     // SAFETY: a read into the caller's buffer, valid for writes.
-                    let r = unsafe { libc::recv(self.fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+                    let r = unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), mode.kernel_flags) };
                     if r < 0 {
                         return Err(io::Error::last_os_error());
                     }
                     rx.kernel_read += r as u64;
                     self.received_kernel.fetch_add(r as u64, Ordering::Relaxed);
                     rx.kernel_since_wanted += r as u64;
-                    if rx.kernel_since_wanted >= rx.wanted_every && rx.ring_skip == 0 && self.peer_may_give_ring() {
+                    if rx.kernel_since_wanted >= rx.wanted_every && !self.given_up.load(Ordering::Acquire) {
                         rx.kernel_since_wanted = 0;
-                        rx.wanted_told += 1;
-                        // A hint, not a request: a lost or late one changes no rule.
-                        let _ = self.outbound.store_release_u64(OFF_RING_WANTED, rx.wanted_told);
+                        if rx.ring_skip > 0 {
+                            // A steady stream never sleeps: its back-off runs out in these
+                            // steps instead.
+                            rx.ring_skip -= 1;
+                        } else if self.peer_may_give_ring() {
+                            rx.wanted_told += 1;
+                            // A hint, not a request: a lost or late one changes no rule.
+                            let _ = self.outbound.store_release_u64(OFF_RING_WANTED, rx.wanted_told);
+                        }
                     }
                     return Ok(r as usize);
                 }
@@ -942,11 +1195,160 @@ impl Shared {
                     if self.reset_reported.swap(true, Ordering::AcqRel) {
                         return Ok(0);
                     }
-                    take_kernel_reset(self.fd);
+                    take_kernel_reset(self.fd());
                     return Err(reset_error());
                 }
             }
         }
+    }
+
+    /// A ring request or stint that did not pay: the receiver's next ring requests wait
+    /// twice as many sleeps (up to 64).
+    fn back_off(rx: &mut Receiver) {
+        rx.ring_backoff = (rx.ring_backoff * 2).clamp(1, 64);
+        rx.ring_skip = rx.ring_backoff;
+    }
+
+    /// The receiver's lock, waited for at most 100 ms: a holder that keeps it longer sleeps
+    /// in the kernel, which it does only in kernel mode (None then).
+    fn rx_lock_briefly(&self) -> Option<MutexGuard<'_, Receiver>> {
+        let until = Instant::now() + Duration::from_millis(100);
+        loop {
+            match self.rx.try_lock() {
+                Ok(g) => return Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+            }
+        }
+    }
+
+    /// Asks the peer's sender for kernel mode before this receiver waits in the kernel
+    /// (a ring stint that delivered nothing makes the next ring request wait longer).
+    fn leave_ring(&self, rx: &mut Receiver, delivered: u64) -> io::Result<()> {
+        if delivered >= RING_PAYS {
+            rx.ring_backoff = 0;
+            rx.ring_skip = 0;
+        } else {
+            Self::back_off(rx);
+        }
+        self.kernel_requests.fetch_add(1, Ordering::Relaxed);
+        let seq = rx.next_seq;
+        match self.ask(rx, Request::Kernel { seq })? {
+            Some(a) => rx.mode = RxMode::Kernel { ring_until: a.count },
+            None => self.lose_peer(rx),
+        }
+        Ok(())
+    }
+
+    fn give_up(&self) -> io::Result<()> {
+        if self.given_up.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.finish_sending()?;
+        // A receiver holding the lock for long sleeps in the kernel: in kernel mode already.
+        let Some(mut rx) = self.rx_lock_briefly() else { return Ok(()) };
+        if let RxMode::Ring { delivered } = rx.mode {
+            self.leave_ring(&mut rx, delivered)?;
+        }
+        Ok(())
+    }
+
+    /// Whether this end's ring is read to its end for good (given up, or reset).
+    fn ring_drained(&self) -> bool {
+        let Ok(rx) = self.rx.try_lock() else { return false };
+        match rx.mode {
+            RxMode::Kernel { ring_until } => rx.consumed & COUNT_MASK == ring_until,
+            RxMode::Reset => false,
+            RxMode::Ring { .. } => false,
+        }
+    }
+
+    fn readable_without_kernel(&self) -> bool {
+        if self.broken.load(Ordering::Acquire) {
+            return true;
+        }
+        let Ok(rx) = self.rx.try_lock() else { return false };
+        match rx.mode {
+            RxMode::Ring { .. } => self.ring_available(&rx) > 0,
+            RxMode::Kernel { ring_until } => rx.consumed & COUNT_MASK != ring_until && self.ring_available(&rx) > 0,
+            RxMode::Reset => true,
+        }
+    }
+
+    fn prepare_to_wait(&self) -> bool {
+        if self.broken.load(Ordering::Acquire) {
+            return true;
+        }
+        let Some(mut rx) = self.rx_lock_briefly() else { return false };
+        if let RxMode::Ring { delivered } = rx.mode {
+            if self.ring_available(&rx) > 0 {
+                return true;
+            }
+            let finished = self.inbound(OFF_TX_FINISHED);
+            if finished & FINISHED_BIT != 0 {
+                rx.mode = RxMode::Kernel { ring_until: finished & COUNT_MASK };
+            } else if self.leave_ring(&mut rx, delivered).is_err() {
+                return true; // the error is the next receive's
+            }
+        }
+        match rx.mode {
+            RxMode::Kernel { ring_until } => rx.consumed & COUNT_MASK != ring_until,
+            _ => true,
+        }
+    }
+
+    fn peek_ring(&self, buf: &mut [u8], mode: CallMode) -> Option<io::Result<usize>> {
+        let rx = lock(&self.rx);
+        let RxMode::Kernel { ring_until } = rx.mode else { return None };
+        let want = ring_until.wrapping_sub(rx.consumed) & COUNT_MASK;
+        if want == 0 || buf.is_empty() {
+            return None;
+        }
+        // Announced ring bytes are in flight: they come before anything of the kernel's.
+        let mut pace = Pace::new(&self.exports.fabric);
+        let available = loop {
+            let available = self.ring_available(&rx);
+            if available > self.exports.ring_bytes as u64 {
+                return Some(Err(self.fail()));
+            }
+            if available > 0 {
+                break available.min(want);
+            }
+            if self.peer_gone() || pace.elapsed() > FABRIC_BOUND {
+                return None;
+            }
+            pace.step(RECEIVE_SPIN, || std::thread::sleep(WAIT_STEP));
+        };
+        let n = (available as usize).min(buf.len());
+        if let Err(e) = self.copy_ring(rx.consumed, &mut buf[..n]) {
+            return Some(Err(e));
+        }
+        let mut total = n;
+        if n as u64 == want && n < buf.len() {
+            // The kernel's bytes follow the ring's, as one kernel peek would return both.
+            let rest = &mut buf[n..];
+            let flags = (mode.kernel_flags | libc::MSG_PEEK | libc::MSG_DONTWAIT) & !libc::MSG_WAITALL;
+            // SAFETY: a peek into the rest of the caller's buffer, valid for writes.
+            let r = unsafe { libc::recv(self.fd(), rest.as_mut_ptr().cast(), rest.len(), flags) };
+            total += r.max(0) as usize;
+        }
+        Some(Ok(total))
+    }
+
+    /// Copies `buf.len()` ring bytes from position `from` (they have landed) into `buf`.
+    fn copy_ring(&self, from: u64, buf: &mut [u8]) -> io::Result<()> {
+        let cap = self.exports.ring_bytes;
+        let n = buf.len();
+        let at = (from as usize) & (cap - 1);
+        let first = n.min(cap - at);
+        let inbound = &self.exports.inbound;
+        inbound
+            .read_bytes(HEADER_BYTES + at, &mut buf[..first])
+            .and_then(|()| if first < n { inbound.read_bytes(HEADER_BYTES, &mut buf[first..n]) } else { Ok(()) })
+            .map_err(fabric_io)
     }
 
     /// Whether the peer is ready and its sender has not finished.

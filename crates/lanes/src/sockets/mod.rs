@@ -10,8 +10,9 @@
 //! records for `lanes status` and `lanes cleanup`.
 //!
 //! A socket whose peer is on another host of the cluster gets a record too ([`remote`]):
-//! it carries the pairing the two hosts' daemons agreed on (no data path across hosts yet:
-//! such a connection's bytes go through the kernel).
+//! it carries the pairing the two hosts' daemons agreed on, with the objects the peer
+//! exported for the connection's [`fabric_stream`], which carries its bytes between the
+//! hosts beside the kernel connection.
 //!
 //! UDP sockets that receive get a [`udp`] record: a datagram ring that senders of this
 //! host with the library write into, under a state word with the same sleep rule.

@@ -74,11 +74,15 @@ pub enum Reason {
     /// The program turned on a socket feature only the kernel's own queues have
     /// (`SO_PEEK_OFF`, `SO_TIMESTAMP*`): the connection is kernel TCP for good.
     KernelFeature,
+    /// A connection to another host of the cluster, paired, that got no fabric stream:
+    /// the provider failed (opening the fabric, exporting or connecting its objects), or
+    /// this host's daemon serves no more sessions (64, three per stream).
+    RemoteNoStream,
 }
 
 impl Reason {
     /// Every reason, in the order of their lines in the file (new ones only ever appended).
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::PeerWithoutLibrary,
         Reason::PrivilegeDrop,
         Reason::ExcludedPort,
@@ -93,6 +97,7 @@ impl Reason {
         Reason::RegistrationRefused,
         Reason::RingDidNotPay,
         Reason::KernelFeature,
+        Reason::RemoteNoStream,
     ];
 
     fn index(self) -> usize {
@@ -116,6 +121,7 @@ impl Reason {
             Reason::RegistrationRefused => "cross-host: daemon refused it",
             Reason::RingDidNotPay => "ring did not pay (retired)",
             Reason::KernelFeature => "peek offset or timestamps on",
+            Reason::RemoteNoStream => "cross-host: no fabric stream",
         }
     }
 }

@@ -23,6 +23,9 @@ pub struct ConnectionInfo {
     pub ring_bytes_sent: u64,
     pub kernel_bytes_sent: u64,
     pub bytes_received: u64,
+    /// Of those, the bytes that came through the ring (for a cross-host connection: over
+    /// the fabric).
+    pub ring_bytes_received: u64,
     /// Whether this end found and attached its peer's record (the connection is accelerated).
     pub peer_attached: bool,
     /// How the peer's bytes reach this end now.
@@ -30,7 +33,8 @@ pub struct ConnectionInfo {
     /// No live holder: left behind by a killed process.
     pub stale: bool,
     /// A cross-host socket (its peer on another host of the cluster): its pairing. Its
-    /// bytes go through the kernel (no data path across hosts yet).
+    /// byte counts are its fabric stream's (ring: over the fabric), as the library last
+    /// wrote them, plus what the kernel carried before the stream was set up.
     pub cross_host: Option<Pairing>,
 }
 
@@ -75,6 +79,7 @@ pub fn list_connections(fabric_dir: &Path) -> Vec<ConnectionInfo> {
                 ring_bytes_sent: ring.load(Ordering::Relaxed),
                 kernel_bytes_sent: kernel.load(Ordering::Relaxed),
                 bytes_received: ep.rx_bytes(),
+                ring_bytes_received: ep.rx_consumed().load(Ordering::Relaxed),
                 peer_attached: ep.has_flag(FLAG_ATTACHED),
                 receiving: if ep.has_flag(FLAG_RX_RETIRED) {
                     Receiving::Retired

@@ -6,6 +6,11 @@
 //! the pairing: waiting for the peer's half, paired (with the pairing's generation and the
 //! peer socket's cookie), or the peer gone. The library and `lanes status` read it.
 //!
+//! While paired, the block also holds the peer's stream objects (node, segment, doorbells:
+//! what the peer's process exported for this connection's bytes, as the peer's daemon
+//! announced them). Beside the block, the library writes its own stream objects once
+//! ([`Endpoint::set_own_handles`]), so that a restarted daemon announces them again.
+//!
 //! The block (at offset 512 of the header page) is a sequence lock: the writer makes the
 //! sequence odd, writes, makes it even; a reader retries while it changed. A writer that died
 //! half-way leaves it odd: the next writer makes it even again, and readers give up after a
@@ -15,6 +20,7 @@ use std::sync::atomic::{fence, Ordering};
 
 use super::endpoint::Endpoint;
 pub use super::endpoint::FLAG_REMOTE;
+use crate::cluster::proto::StreamHandles;
 
 const OFF_SEQ: usize = 512;
 const OFF_STATE: usize = 520;
@@ -23,6 +29,10 @@ const OFF_PEER_COOKIE: usize = 536;
 /// One length byte, then the host's name (at most [`HOST_BYTES`] bytes), in 8 words.
 const OFF_HOST: usize = 544;
 const HOST_WORDS: usize = 8;
+/// The peer's stream objects (two words; a node of 0, never a valid one, is none).
+const OFF_PEER_HANDLES: usize = 608;
+/// This end's own stream objects, written once by the library (outside the sequence lock).
+const OFF_OWN_HANDLES: usize = 624;
 /// The longest peer host name a record keeps (a longer one is cut, for display only: the
 /// daemons name hosts by their configuration, never by a record).
 pub const HOST_BYTES: usize = 8 * HOST_WORDS - 1;
@@ -87,6 +97,28 @@ pub struct Pairing {
     pub generation: u64,
     /// The peer socket's cookie on its host (0 until paired).
     pub peer_cookie: u64,
+    /// While paired: the objects the peer's process exported for the connection's bytes
+    /// (None: it exported none, the connection stays kernel TCP).
+    pub peer_handles: Option<StreamHandles>,
+}
+
+fn handle_words(h: Option<StreamHandles>) -> [u64; 2] {
+    match h {
+        Some(h) => {
+            [u64::from(h.node) << 32 | u64::from(h.segment), u64::from(h.request_bell) << 32 | u64::from(h.answer_bell)]
+        }
+        None => [0, 0],
+    }
+}
+
+fn handles_of(words: [u64; 2]) -> Option<StreamHandles> {
+    let node = (words[0] >> 32) as u32;
+    (node != 0).then_some(StreamHandles {
+        node,
+        segment: words[0] as u32,
+        request_bell: (words[1] >> 32) as u32,
+        answer_bell: words[1] as u32,
+    })
 }
 
 impl Endpoint {
@@ -115,7 +147,23 @@ impl Endpoint {
             let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
             self.u64_at(OFF_HOST + 8 * i).store(v, Ordering::Relaxed);
         }
+        let words = handle_words(p.peer_handles);
+        self.u64_at(OFF_PEER_HANDLES).store(words[0], Ordering::Relaxed);
+        self.u64_at(OFF_PEER_HANDLES + 8).store(words[1], Ordering::Relaxed);
         seq.store(start.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Writes this end's own stream objects (the library, once, before it registers).
+    pub fn set_own_handles(&self, h: StreamHandles) {
+        let words = handle_words(Some(h));
+        self.u64_at(OFF_OWN_HANDLES).store(words[0], Ordering::Relaxed);
+        self.u64_at(OFF_OWN_HANDLES + 8).store(words[1], Ordering::Release);
+    }
+
+    /// This end's own stream objects, if the library exported any.
+    pub fn own_handles(&self) -> Option<StreamHandles> {
+        let second = self.u64_at(OFF_OWN_HANDLES + 8).load(Ordering::Acquire);
+        handles_of([self.u64_at(OFF_OWN_HANDLES).load(Ordering::Relaxed), second])
     }
 
     /// The pairing block: None for a record without one (a local socket's), or one whose
@@ -136,6 +184,10 @@ impl Endpoint {
                 let v = self.u64_at(OFF_HOST + 8 * i).load(Ordering::Relaxed);
                 bytes[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
             }
+            let handles = [
+                self.u64_at(OFF_PEER_HANDLES).load(Ordering::Relaxed),
+                self.u64_at(OFF_PEER_HANDLES + 8).load(Ordering::Relaxed),
+            ];
             fence(Ordering::Acquire);
             if seq.load(Ordering::Relaxed) != before {
                 continue;
@@ -143,7 +195,8 @@ impl Endpoint {
             let state = PairingState::from_code(state)?;
             let len = usize::from(bytes[0]).min(HOST_BYTES);
             let peer_host = String::from_utf8_lossy(&bytes[1..1 + len]).into_owned();
-            return Some(Pairing { state, peer_host, generation, peer_cookie });
+            let peer_handles = handles_of(handles);
+            return Some(Pairing { state, peer_host, generation, peer_cookie, peer_handles });
         }
         None
     }
@@ -161,13 +214,30 @@ mod tests {
         let key = ConnectionKey::new(9, "10.77.0.2:40000".parse().unwrap(), "10.77.0.1:5201".parse().unwrap());
         let ep = Endpoint::create(&dir, &key, 11, MIN_RING_BYTES).unwrap();
         assert_eq!(ep.pairing(), None, "a local socket's record has no pairing");
-        let mut p = Pairing { state: PairingState::Unregistered, peer_host: "a".into(), generation: 0, peer_cookie: 0 };
+        let mut p = Pairing {
+            state: PairingState::Unregistered,
+            peer_host: "a".into(),
+            generation: 0,
+            peer_cookie: 0,
+            peer_handles: None,
+        };
         ep.set_pairing(&p);
         assert_eq!(ep.pairing(), Some(p.clone()));
-        p = Pairing { state: PairingState::Paired, peer_host: "é".repeat(40), generation: 3, peer_cookie: u64::MAX };
+        let objects = StreamHandles { node: 65532, segment: u32::MAX, request_bell: 1, answer_bell: u32::MAX - 1 };
+        p = Pairing {
+            state: PairingState::Paired,
+            peer_host: "é".repeat(40),
+            generation: 3,
+            peer_cookie: u64::MAX,
+            peer_handles: Some(objects),
+        };
         ep.set_pairing(&p);
+        assert_eq!(ep.own_handles(), None);
+        ep.set_own_handles(StreamHandles { node: 4, segment: 0, request_bell: 0, answer_bell: 0 });
         let got = Endpoint::open(&dir, &key).unwrap().pairing().unwrap();
         assert_eq!((got.state, got.generation, got.peer_cookie), (PairingState::Paired, 3, u64::MAX));
+        assert_eq!(got.peer_handles, Some(objects));
+        assert_eq!(ep.own_handles().map(|h| h.node), Some(4));
         assert_eq!(got.peer_host, "é".repeat(31), "cut at a character within {HOST_BYTES} bytes");
         // A writer that died half-way: the sequence stays odd; readers give up, the next
         // writer settles it.

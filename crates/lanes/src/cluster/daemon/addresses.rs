@@ -33,6 +33,8 @@ pub(super) struct AddressBook {
     /// lanes.toml's addresses of the other hosts.
     configured: HashMap<IpAddr, String>,
     claims: HashMap<IpAddr, Claim>,
+    /// lanes.toml's nodes, by the host they act on.
+    nodes: HashMap<u32, String>,
 }
 
 /// An address a host's hello claimed and this book refused, and why.
@@ -59,8 +61,10 @@ impl AddressBook {
             configured_own: None,
             configured: HashMap::new(),
             claims: HashMap::new(),
+            nodes: HashMap::new(),
         };
         for h in &cluster.hosts {
+            book.nodes.extend(h.nodes.iter().map(|n| (n.get(), h.name.clone())));
             let ip = canonical(h.address.ip());
             if h.name == me {
                 book.configured_own = Some(ip).filter(|ip| is_host_address(*ip));
@@ -70,6 +74,11 @@ impl AddressBook {
         }
         book.set_own(own);
         book
+    }
+
+    /// Whether lanes.toml places `node` on host `host`.
+    pub(super) fn node_is_of(&self, host: &str, node: u32) -> bool {
+        self.nodes.get(&node).is_some_and(|h| h == host)
     }
 
     /// This host's interface addresses now (they may change: DHCP, an added link).

@@ -9,8 +9,10 @@
 //! names (pid and start time); the kernel (`NETLINK_SOCK_DIAG`) must know a socket with the
 //! half's tuple and cookie, owned by the caller's user, that is one of the caller's
 //! descriptors (its `/proc/<pid>/fd`); the socket's record must exist with that cookie; the
-//! peer's address must be another cluster host's. So a process registers only its own
-//! sockets, and a half names a live connection. Each refusal is counted by reason.
+//! peer's address must be another cluster host's; the stream objects it names (if any) must
+//! be live objects of one of this host's nodes, owned by the caller. So a process registers
+//! only its own sockets and objects, and a half names a live connection. Each refusal is
+//! counted by reason.
 //!
 //! **Records.** The daemon writes each half's pairing into its record (`lanes::sockets::
 //! remote`). A restarted daemon takes the halves over from the records (a record whose
@@ -29,7 +31,7 @@ use std::time::{Duration, Instant};
 use super::addresses::AddressBook;
 use super::pairing::{refusal, HalfState, LocalHalf, Out, Pairing, Tuple, Vouch};
 use super::{Shared, State};
-use crate::cluster::proto::{AddressOwner, HalfRegistration, Refusal, SocketsStatus};
+use crate::cluster::proto::{AddressOwner, HalfRegistration, ObjectKind, Refusal, SocketsStatus, StreamHandles};
 use crate::platform::liveness::ProcessIdentity;
 use crate::platform::net::{self, PeerCred};
 use crate::sockets::endpoint::{sockets_dir, ConnectionKey, Endpoint};
@@ -47,6 +49,7 @@ mod refused {
     pub const NOT_CALLERS_SOCKET: &str = "registration: a socket the caller does not hold";
     pub const NO_RECORD: &str = "registration: no record of the socket";
     pub const NOT_A_CLUSTER_HOST: &str = "registration: peer not on another cluster host";
+    pub const NOT_CALLERS_OBJECTS: &str = "registration: stream objects not the caller's on this host";
 }
 
 /// The daemon's cross-host socket state (under the daemon's state lock).
@@ -55,11 +58,21 @@ pub(super) struct CrossHost {
     pub(super) pairing: Pairing,
     requests: BTreeMap<String, u64>,
     last_sweep: Instant,
+    /// Bytes withdrawn halves sent and received over the fabric, as their processes told.
+    fabric_sent: u64,
+    fabric_received: u64,
 }
 
 impl CrossHost {
     pub(super) fn new(book: AddressBook, me: &str, now: Instant) -> CrossHost {
-        CrossHost { book, pairing: Pairing::new(me), requests: BTreeMap::new(), last_sweep: now }
+        CrossHost {
+            book,
+            pairing: Pairing::new(me),
+            requests: BTreeMap::new(),
+            last_sweep: now,
+            fabric_sent: 0,
+            fabric_received: 0,
+        }
     }
 
     fn count_request(&mut self, kind: &str) {
@@ -118,9 +131,9 @@ impl Shared {
                         c.send(&msg);
                     }
                 }
-                Out::Record { tuple, state, peer_host } => {
+                Out::Record { tuple, state, peer_host, peer_handles } => {
                     let Some(cookie) = st.cross.pairing.local(&tuple).map(|h| h.cookie) else { continue };
-                    self.write_record(tuple, cookie, state, &peer_host);
+                    self.write_record(tuple, cookie, state, &peer_host, peer_handles);
                 }
                 Out::Log(line) => self.log(format_args!("{line}")),
             }
@@ -129,12 +142,20 @@ impl Shared {
 
     /// Writes the pairing of half `tuple` (cookie `cookie`) into its record, if the record
     /// is still that socket's.
-    fn write_record(&self, tuple: Tuple, cookie: u64, state: HalfState, peer_host: &str) {
+    fn write_record(
+        &self,
+        tuple: Tuple,
+        cookie: u64,
+        state: HalfState,
+        peer_host: &str,
+        peer_handles: Option<StreamHandles>,
+    ) {
         let key = ConnectionKey::new(self.netns, tuple.0, tuple.1);
         match Endpoint::open(self.paths.root(), &key) {
             Ok(ep) if ep.cookie() == cookie && ep.has_flag(FLAG_REMOTE) => {
                 let (state, generation, peer_cookie) = record_state(state);
-                ep.set_pairing(&RecordPairing { state, peer_host: peer_host.to_string(), generation, peer_cookie });
+                let peer_host = peer_host.to_string();
+                ep.set_pairing(&RecordPairing { state, peer_host, generation, peer_cookie, peer_handles });
             }
             // Closed meanwhile (the withdrawal follows), or replaced by a later socket's.
             _ => {}
@@ -205,6 +226,14 @@ impl Shared {
                 format!("{local} -> {remote}: the socket is not one of pid {}'s descriptors", cred.pid),
             ));
         }
+        if let Some(h) = half.handles {
+            if let Err(why) = self.callers_objects(h, cred.pid) {
+                return Err(self.refuse_registration(
+                    refused::NOT_CALLERS_OBJECTS,
+                    format!("{local} -> {remote}: stream objects {h:?}: {why}"),
+                ));
+            }
+        }
         let key = ConnectionKey::new(self.netns, local, remote);
         let record = Endpoint::open(self.paths.root(), &key);
         if !record.as_ref().is_ok_and(|ep| ep.cookie() == half.cookie && ep.has_flag(FLAG_REMOTE)) {
@@ -227,20 +256,54 @@ impl Shared {
             peer_host: host.clone(),
             since: Instant::now(),
             state: HalfState::Waiting { last: 0 },
+            handles: half.handles,
+            peer_handles: None,
         };
         let outs = st.cross.pairing.register((local, remote), local_half, &mut KernelVouch);
         self.carry_out(&mut st, outs);
         Ok(host)
     }
 
-    /// The process `cred` withdraws its half: only a half of its user.
-    pub(super) fn withdraw_half(&self, cred: Option<PeerCred>, local: SocketAddr, remote: SocketAddr, cookie: u64) {
+    /// Whether `h` are live objects of one of this host's nodes, each owned by process `pid`
+    /// (a segment and two interrupts); else why not.
+    fn callers_objects(&self, h: StreamHandles, pid: u32) -> Result<(), String> {
+        let ours = self.cluster.host(&self.me.name).is_some_and(|me| me.nodes.iter().any(|n| n.get() == h.node));
+        if !ours {
+            return Err(format!("node {} is not one of host {}'s nodes", h.node, self.me.name));
+        }
+        let objects = [
+            (ObjectKind::Segment, h.segment),
+            (ObjectKind::Interrupt, h.request_bell),
+            (ObjectKind::Interrupt, h.answer_bell),
+        ];
+        for (kind, id) in objects {
+            match self.open_live(h.node, kind, id) {
+                Ok((_, info)) if info.owner_pid == pid => {}
+                Ok((_, info)) => {
+                    return Err(format!("{kind} {id:#x} belongs to pid {}, not the caller", info.owner_pid))
+                }
+                Err(refusal) => return Err(format!("{kind} {id:#x}: {refusal}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// The process `cred` withdraws its half: only a half of its user. `fabric`: the bytes
+    /// it says the connection sent and received over the fabric (added to the totals).
+    pub(super) fn withdraw_half(
+        &self,
+        cred: Option<PeerCred>,
+        (local, remote, cookie): (SocketAddr, SocketAddr, u64),
+        fabric: (u64, u64),
+    ) {
         let mut st = self.lock();
         st.cross.count_request("withdraw");
         let tuple = (local, remote);
         let mine =
             st.cross.pairing.local(&tuple).is_some_and(|h| h.cookie == cookie && Some(h.uid) == cred.map(|c| c.uid));
         if mine {
+            st.cross.fabric_sent = st.cross.fabric_sent.saturating_add(fabric.0);
+            st.cross.fabric_received = st.cross.fabric_received.saturating_add(fabric.1);
             let outs = st.cross.pairing.withdraw(&tuple);
             self.carry_out(&mut st, outs);
         }
@@ -256,6 +319,8 @@ impl Shared {
             refused: st.cross.pairing.refusals(),
             stale: st.cross.pairing.stale(),
             requests: st.cross.requests.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            fabric_sent: st.cross.fabric_sent,
+            fabric_received: st.cross.fabric_received,
         }
     }
 
@@ -307,6 +372,8 @@ impl Shared {
                 peer_host: host,
                 since: Instant::now(),
                 state,
+                handles: ep.own_handles(),
+                peer_handles: record.peer_handles,
             };
             let outs = st.cross.pairing.register((key.local, key.remote), half, &mut KernelVouch);
             self.carry_out(&mut st, outs);

@@ -163,8 +163,8 @@ impl Shared {
                 Request::Subscribe => return self.serve_subscriber(stream),
                 Request::HostOf { address } => Reply::HostOf { owner: self.host_of(address) },
                 Request::RegisterHalf { half } => Reply::Registered { result: self.register_half(cred, half) },
-                Request::WithdrawHalf { local, remote, cookie } => {
-                    self.withdraw_half(cred, local, remote, cookie);
+                Request::WithdrawHalf { local, remote, cookie, fabric_sent, fabric_received } => {
+                    self.withdraw_half(cred, (local, remote, cookie), (fabric_sent, fabric_received));
                     Reply::Withdrawn
                 }
                 Request::Sockets => Reply::Sockets { status: self.sockets_status() },

@@ -32,7 +32,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::addresses::AddressBook;
-use crate::cluster::proto::{HalfStatus, PeerMessage, WireHalf};
+use crate::cluster::proto::{HalfStatus, PeerMessage, StreamHandles, WireHalf};
 
 /// A half's tuple as this host sees it: (local, remote).
 pub(super) type Tuple = (SocketAddr, SocketAddr);
@@ -74,6 +74,10 @@ pub(super) struct LocalHalf {
     pub(super) peer_host: String,
     pub(super) since: Instant,
     pub(super) state: HalfState,
+    /// The objects its process exported for the connection's bytes (None: none).
+    pub(super) handles: Option<StreamHandles>,
+    /// While paired: the peer's objects, as the peer's daemon announced them.
+    pub(super) peer_handles: Option<StreamHandles>,
 }
 
 /// A peer daemon's half, keyed by its tuple mirrored into this host's view.
@@ -83,6 +87,7 @@ struct RemoteHalf {
     uid: u32,
     generation: u64,
     peer_cookie: u64,
+    handles: Option<StreamHandles>,
 }
 
 /// What the daemon does.
@@ -91,8 +96,9 @@ pub(super) enum Out {
     /// Send `msg` to host `host` (dropped when it has no link: the next link's
     /// `SocketSync` carries the state).
     Send { host: String, msg: PeerMessage },
-    /// Write this half's pairing into its record.
-    Record { tuple: Tuple, state: HalfState, peer_host: String },
+    /// Write this half's pairing (and while paired, the peer's stream objects) into its
+    /// record.
+    Record { tuple: Tuple, state: HalfState, peer_host: String, peer_handles: Option<StreamHandles> },
     /// Only worth a line in the log.
     Log(String),
 }
@@ -114,6 +120,8 @@ pub(super) mod refusal {
     pub const TOO_MANY: &str = "peer: too many halves";
     pub const WRONG_PEER_HOST: &str = "peer: a half whose peer is on another host";
     pub const CLAIM: &str = "peer: address claimed at hello";
+    pub const HANDLES_NOT_SENDERS: &str = "peer: stream objects on a node not the sender's";
+    pub const HANDLES_MISMATCH: &str = "peer: pairing names other stream objects";
 }
 
 /// Every cross-host half this daemon knows.
@@ -216,11 +224,33 @@ impl Pairing {
             HalfState::Paired { generation, peer_cookie } => (generation, peer_cookie),
             _ => (0, 0),
         };
-        WireHalf { local: tuple.0, remote: tuple.1, cookie: h.cookie, uid: h.uid, generation, peer_cookie }
+        WireHalf {
+            local: tuple.0,
+            remote: tuple.1,
+            cookie: h.cookie,
+            uid: h.uid,
+            generation,
+            peer_cookie,
+            handles: h.handles,
+        }
     }
 
     fn record(tuple: Tuple, h: &LocalHalf) -> Out {
-        Out::Record { tuple, state: h.state, peer_host: h.peer_host.clone() }
+        let peer_handles = if matches!(h.state, HalfState::Paired { .. }) { h.peer_handles } else { None };
+        Out::Record { tuple, state: h.state, peer_host: h.peer_host.clone(), peer_handles }
+    }
+
+    /// Whether `handles` (a half of host `from`) are objects of a node lanes.toml places on
+    /// `from`; counts the refusal if not. A host announces only its own objects, so a
+    /// forged half cannot point a peer at a third host's memory.
+    fn check_handles(&mut self, book: &AddressBook, from: &str, handles: Option<StreamHandles>) -> bool {
+        match handles {
+            Some(h) if !book.node_is_of(from, h.node) => {
+                self.refuse(refusal::HANDLES_NOT_SENDERS);
+                false
+            }
+            _ => true,
+        }
     }
 
     /// A half of this host, registered by its process or taken over from its record by a
@@ -285,6 +315,15 @@ impl Pairing {
                 half.local, half.remote
             ))];
         }
+        if !self.check_handles(book, from, half.handles) {
+            return vec![Out::Log(format!(
+                "host {from} told of a socket half {} -> {} with stream objects on node {}, not one of its \
+                 nodes: refused",
+                half.local,
+                half.remote,
+                half.handles.map_or(0, |h| h.node)
+            ))];
+        }
         let tuple = mirrored(half.local, half.remote);
         if self.local.get(&tuple).is_some_and(|h| h.peer_host != from) {
             self.refuse(refusal::WRONG_PEER_HOST);
@@ -300,6 +339,7 @@ impl Pairing {
             uid: half.uid,
             generation: half.generation,
             peer_cookie: half.peer_cookie,
+            handles: half.handles,
         };
         theirs.insert(tuple, r);
         self.reconcile(&tuple, false, vouch)
@@ -324,6 +364,13 @@ impl Pairing {
                 )));
                 continue;
             }
+            if !self.check_handles(book, from, half.handles) {
+                out.push(Out::Log(format!(
+                    "host {from} listed a socket half {} -> {} with stream objects not on one of its nodes: refused",
+                    half.local, half.remote
+                )));
+                continue;
+            }
             let chunked = self.syncing.entry(from.to_string()).or_default();
             if chunked.len() >= MAX_REMOTE_HALVES {
                 self.refuse(refusal::TOO_MANY);
@@ -334,6 +381,7 @@ impl Pairing {
                 uid: half.uid,
                 generation: half.generation,
                 peer_cookie: half.peer_cookie,
+                handles: half.handles,
             };
             chunked.insert(mirrored(half.local, half.remote), r);
         }
@@ -370,15 +418,16 @@ impl Pairing {
         self.reconcile_gone(&tuple, from, cookie)
     }
 
-    /// Host `from` (the pair's leader) paired its half `local`/`cookie` with ours
-    /// `remote`/`peer_cookie` at `generation`.
+    /// Host `from` (the pair's leader) paired its half `local`/`cookie` (with stream objects
+    /// `handles`) with ours `remote`/`peer_cookie` (whose objects it names `peer_handles`)
+    /// at `generation`.
     #[allow(clippy::too_many_arguments)] // the message's fields, as sent
     pub(super) fn on_paired(
         &mut self,
         book: &AddressBook,
         from: &str,
-        (local, cookie): (SocketAddr, u64),
-        (remote, peer_cookie): (SocketAddr, u64),
+        (local, cookie, handles): (SocketAddr, u64, Option<StreamHandles>),
+        (remote, peer_cookie, peer_handles): (SocketAddr, u64, Option<StreamHandles>),
         generation: u64,
         vouch: &mut dyn Vouch,
     ) -> Vec<Out> {
@@ -409,12 +458,25 @@ impl Pairing {
                 h.cookie
             ))];
         }
+        if !self.check_handles(book, from, handles) {
+            return vec![Out::Log(format!(
+                "host {from} paired {local} -> {remote} with stream objects not on one of its nodes: refused"
+            ))];
+        }
+        if peer_handles != h.handles {
+            self.refuse(refusal::HANDLES_MISMATCH);
+            return vec![Out::Log(format!(
+                "host {from} paired {local} -> {remote} naming stream objects {peer_handles:?}; this host's half \
+                 exported {:?}: refused",
+                h.handles
+            ))];
+        }
         let known = self.remote.get(from).and_then(|m| m.get(&tuple)).copied();
         if known.is_some_and(|r| r.uid != h.uid) {
             self.refuse(refusal::USERS_DIFFER);
             return Vec::new();
         }
-        if h.state == (HalfState::Paired { generation, peer_cookie: cookie }) {
+        if h.state == (HalfState::Paired { generation, peer_cookie: cookie }) && h.peer_handles == handles {
             return Vec::new();
         }
         if !vouch.still_holds(&tuple, &h) {
@@ -422,9 +484,10 @@ impl Pairing {
         }
         let theirs = self.remote.entry(from.to_string()).or_default();
         let uid = known.map_or(h.uid, |r| r.uid);
-        theirs.insert(tuple, RemoteHalf { cookie, uid, generation, peer_cookie: h.cookie });
+        theirs.insert(tuple, RemoteHalf { cookie, uid, generation, peer_cookie: h.cookie, handles });
         let half = self.local.get_mut(&tuple).expect("checked above");
         half.state = HalfState::Paired { generation, peer_cookie: cookie };
+        half.peer_handles = handles;
         vec![Self::record(tuple, half)]
     }
 
@@ -458,6 +521,7 @@ impl Pairing {
         for (t, h) in self.local.iter_mut().filter(|(_, h)| h.peer_host == host) {
             if let HalfState::Paired { generation, .. } = h.state {
                 h.state = HalfState::Waiting { last: generation };
+                h.peer_handles = None;
                 out.push(Self::record(*t, h));
             }
         }
@@ -473,6 +537,7 @@ impl Pairing {
         match h.state {
             HalfState::Paired { generation, peer_cookie } if peer_cookie == cookie => {
                 h.state = HalfState::PeerGone { last: generation };
+                h.peer_handles = None;
                 vec![Self::record(*tuple, h)]
             }
             HalfState::Waiting { last } => {
@@ -501,6 +566,7 @@ impl Pairing {
             if listed && last > 0 {
                 let h = self.local.get_mut(tuple).expect("present");
                 h.state = HalfState::PeerGone { last };
+                h.peer_handles = None;
                 return vec![Self::record(*tuple, h)];
             }
             return Vec::new();
@@ -513,7 +579,8 @@ impl Pairing {
             ))];
         }
         let agreed = h.state == HalfState::Paired { generation: r.generation, peer_cookie: r.cookie }
-            && r.peer_cookie == h.cookie;
+            && r.peer_cookie == h.cookie
+            && h.peer_handles == r.handles;
         if agreed {
             return Vec::new();
         }
@@ -524,6 +591,7 @@ impl Pairing {
                 if r.cookie != peer_cookie || (r.generation != 0 && r.generation != generation) {
                     let h = self.local.get_mut(tuple).expect("present");
                     h.state = HalfState::Waiting { last: generation };
+                    h.peer_handles = None;
                     return vec![Self::record(*tuple, h)];
                 }
             }
@@ -535,12 +603,15 @@ impl Pairing {
         let generation = h.state.last().max(r.generation) + 1;
         let half = self.local.get_mut(tuple).expect("present");
         half.state = HalfState::Paired { generation, peer_cookie: r.cookie };
+        half.peer_handles = r.handles;
         let msg = PeerMessage::SocketPaired {
             local: tuple.0,
             remote: tuple.1,
             cookie: half.cookie,
             peer_cookie: r.cookie,
             generation,
+            handles: half.handles,
+            peer_handles: r.handles,
         };
         vec![Self::record(*tuple, half), Out::Send { host, msg }]
     }
@@ -577,6 +648,8 @@ pub(super) mod tests {
         pairing: Pairing,
         kernel: Kernel,
         records: HashMap<Tuple, HalfState>,
+        /// The peer's stream objects each record was given with its state.
+        record_handles: HashMap<Tuple, Option<StreamHandles>>,
         logs: Vec<String>,
     }
 
@@ -608,6 +681,7 @@ pub(super) mod tests {
                 pairing: Pairing::new(name),
                 kernel: Kernel::default(),
                 records: HashMap::new(),
+                record_handles: HashMap::new(),
                 logs: Vec::new(),
             };
             World { hosts: vec![host("a", "10.77.0.1"), host("b", "10.77.0.2")], link_up: true, now: Instant::now() }
@@ -627,8 +701,9 @@ pub(super) mod tests {
             while !queue.is_empty() {
                 let (k, o) = queue.remove(0);
                 match o {
-                    Out::Record { tuple, state, .. } => {
+                    Out::Record { tuple, state, peer_handles, .. } => {
                         self.hosts[k].records.insert(tuple, state);
+                        self.hosts[k].record_handles.insert(tuple, peer_handles);
                     }
                     Out::Log(l) => self.hosts[k].logs.push(l),
                     Out::Send { host, msg } => {
@@ -654,14 +729,16 @@ pub(super) mod tests {
                 PeerMessage::SocketWithdraw { local, remote, cookie } => {
                     h.pairing.on_withdraw(&h.book, from, local, remote, cookie)
                 }
-                PeerMessage::SocketPaired { local, remote, cookie, peer_cookie, generation } => h.pairing.on_paired(
-                    &h.book,
-                    from,
-                    (local, cookie),
-                    (remote, peer_cookie),
-                    generation,
-                    &mut h.kernel,
-                ),
+                PeerMessage::SocketPaired { local, remote, cookie, peer_cookie, generation, handles, peer_handles } => {
+                    h.pairing.on_paired(
+                        &h.book,
+                        from,
+                        (local, cookie, handles),
+                        (remote, peer_cookie, peer_handles),
+                        generation,
+                        &mut h.kernel,
+                    )
+                }
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -677,6 +754,8 @@ pub(super) mod tests {
                 peer_host: peer_host.into(),
                 since: self.now,
                 state: HalfState::Waiting { last: 0 },
+                handles: Some(handles_of(k, cookie)),
+                peer_handles: None,
             };
             let h = &mut self.hosts[k];
             let outs = h.pairing.register(tuple, half, &mut h.kernel);
@@ -710,6 +789,12 @@ pub(super) mod tests {
         (sa("10.77.0.2:40000"), sa("10.77.0.1:5201"))
     }
 
+    /// The stream objects host `k`'s process exports for its socket `cookie` (on the host's
+    /// node: a's 8, b's 12).
+    fn handles_of(k: usize, cookie: u64) -> StreamHandles {
+        StreamHandles { node: if k == 0 { 8 } else { 12 }, segment: cookie as u32, request_bell: 1, answer_bell: 2 }
+    }
+
     fn paired(generation: u64, peer_cookie: u64) -> HalfState {
         HalfState::Paired { generation, peer_cookie }
     }
@@ -731,6 +816,8 @@ pub(super) mod tests {
             assert_eq!(w.state(1, at_b()), Some(paired(1, 0xa)));
             assert_eq!(w.hosts[0].records[&at_a()], paired(1, 0xb), "announced to a's library");
             assert_eq!(w.hosts[1].records[&at_b()], paired(1, 0xa), "and to b's");
+            assert_eq!(w.hosts[0].record_handles[&at_a()], Some(handles_of(1, 0xb)), "with b's stream objects");
+            assert_eq!(w.hosts[1].record_handles[&at_b()], Some(handles_of(0, 0xa)), "and a's");
             assert!(w.hosts.iter().all(|h| h.pairing.refusals().is_empty()));
             // Registering again (the same cookie) changes nothing.
             w.register(1, at_b(), 0xb, 1000);
@@ -801,9 +888,11 @@ pub(super) mod tests {
         w.run(1, outs);
         assert_eq!(w.state(0, at_a()), Some(HalfState::Waiting { last: 1 }));
         assert_eq!(w.hosts[0].records[&at_a()], HalfState::Waiting { last: 1 });
+        assert_eq!(w.hosts[0].record_handles[&at_a()], None, "no peer objects while unpaired");
         w.connect();
         assert_eq!(w.state(0, at_a()), Some(paired(2, 0xb)));
         assert_eq!(w.state(1, at_b()), Some(paired(2, 0xa)));
+        assert_eq!(w.hosts[1].record_handles[&at_b()], Some(handles_of(0, 0xa)), "announced again");
         // Only a lost on one side: the follower still thinks it is paired at 2, the leader
         // waits; on the next link they agree on 3.
         w.link_up = false;
@@ -853,6 +942,7 @@ pub(super) mod tests {
             uid: 1000,
             generation: 0,
             peer_cookie: 0,
+            handles: None,
         };
         let outs = b.pairing.on_half(&b.book, "a", forged, &mut b.kernel);
         assert!(matches!(&outs[..], [Out::Log(l)] if l.contains("refused")), "{outs:?}");
@@ -864,28 +954,38 @@ pub(super) mod tests {
             uid: 1000,
             generation: 0,
             peer_cookie: 0,
+            handles: None,
         };
         b.pairing.on_half(&b.book, "a", elsewhere, &mut b.kernel);
         // c, which does not lead its pairs with b (b < c), decides a pairing.
         let outs = b.pairing.on_paired(
             &b.book,
             "c",
-            (sa("10.77.0.3:5201"), 9),
-            (sa("10.77.0.2:40000"), 0xb),
+            (sa("10.77.0.3:5201"), 9, None),
+            (sa("10.77.0.2:40000"), 0xb, Some(handles_of(1, 0xb))),
             7,
             &mut b.kernel,
         );
         assert!(matches!(&outs[..], [Out::Log(l)] if l.contains("leads")), "{outs:?}");
         // a (the leader) pairs b's half naming a wrong cookie, or a half b does not hold.
+        let mine = Some(handles_of(1, 0xb));
+        let a_objects = Some(handles_of(0, 0xa));
         b.pairing.on_paired(
             &b.book,
             "a",
-            (sa("10.77.0.1:5201"), 0xa),
-            (sa("10.77.0.2:40000"), 0xbad),
+            (sa("10.77.0.1:5201"), 0xa, a_objects),
+            (sa("10.77.0.2:40000"), 0xbad, mine),
             1,
             &mut b.kernel,
         );
-        b.pairing.on_paired(&b.book, "a", (sa("10.77.0.1:5201"), 0xa), (sa("10.77.0.2:40999"), 0xb), 1, &mut b.kernel);
+        b.pairing.on_paired(
+            &b.book,
+            "a",
+            (sa("10.77.0.1:5201"), 0xa, a_objects),
+            (sa("10.77.0.2:40999"), 0xb, mine),
+            1,
+            &mut b.kernel,
+        );
         assert_eq!(b.pairing.local(&at_b()).unwrap().state, HalfState::Waiting { last: 0 }, "nothing changed");
         let mut want = vec![
             (refusal::ADDRESS_NOT_SENDERS.to_string(), 1),
@@ -896,6 +996,63 @@ pub(super) mod tests {
         want.sort();
         assert_eq!(b.pairing.refusals(), want);
         assert_eq!(b.pairing.stale(), 1, "the pairing of a half b does not hold");
+    }
+
+    /// Stream objects a peer daemon announces must be on one of its own nodes, and a
+    /// pairing must name the objects this host's half exported: a forged half cannot point
+    /// a library at a third host's memory, nor a forged pairing swap a half's objects.
+    #[test]
+    fn forged_stream_objects_are_refused_and_counted() {
+        let mut w = World::new();
+        w.register(1, at_b(), 0xb, 1000);
+        let b = &mut w.hosts[1];
+        let half = |node: u32| WireHalf {
+            local: sa("10.77.0.1:5201"),
+            remote: sa("10.77.0.2:40000"),
+            cookie: 0xa,
+            uid: 1000,
+            generation: 0,
+            peer_cookie: 0,
+            handles: Some(StreamHandles { node, segment: 1, request_bell: 2, answer_bell: 3 }),
+        };
+        // a tells of its half with objects on c's node (16), then on b's own (12), then on
+        // a node nobody has (99): each refused, nothing paired.
+        for node in [16, 12, 99] {
+            let outs = b.pairing.on_half(&b.book, "a", half(node), &mut b.kernel);
+            assert!(matches!(&outs[..], [Out::Log(l)] if l.contains("not one of its nodes")), "{outs:?}");
+        }
+        let outs = b.pairing.on_sync(&b.book, "a", vec![half(16)], false, &mut b.kernel);
+        assert!(matches!(&outs[..], [Out::Log(l)] if l.contains("refused")), "{outs:?}");
+        // The leader pairs b's half naming other objects than b's process exported, or
+        // with objects of its own on another host's node.
+        let theirs = Some(handles_of(0, 0xa));
+        let wrong = Some(StreamHandles { node: 12, segment: 0xb, request_bell: 9, answer_bell: 2 });
+        let outs = b.pairing.on_paired(
+            &b.book,
+            "a",
+            (sa("10.77.0.1:5201"), 0xa, theirs),
+            (sa("10.77.0.2:40000"), 0xb, wrong),
+            1,
+            &mut b.kernel,
+        );
+        assert!(matches!(&outs[..], [Out::Log(l)] if l.contains("stream objects")), "{outs:?}");
+        let c_node = Some(StreamHandles { node: 16, segment: 1, request_bell: 1, answer_bell: 1 });
+        b.pairing.on_paired(
+            &b.book,
+            "a",
+            (sa("10.77.0.1:5201"), 0xa, c_node),
+            (sa("10.77.0.2:40000"), 0xb, Some(handles_of(1, 0xb))),
+            1,
+            &mut b.kernel,
+        );
+        assert_eq!(b.pairing.local(&at_b()).unwrap().state, HalfState::Waiting { last: 0 }, "nothing changed");
+        let mut want = vec![(refusal::HANDLES_NOT_SENDERS.to_string(), 5), (refusal::HANDLES_MISMATCH.to_string(), 1)];
+        want.sort();
+        assert_eq!(b.pairing.refusals(), want);
+        // The real half pairs, with its real objects.
+        w.register(0, at_a(), 0xa, 1000);
+        assert_eq!(w.state(1, at_b()), Some(paired(1, 0xa)));
+        assert_eq!(w.hosts[1].record_handles[&at_b()], theirs);
     }
 
     #[test]
@@ -925,6 +1082,7 @@ pub(super) mod tests {
             uid: 1000,
             generation: 0,
             peer_cookie: 0,
+            handles: None,
         };
         a.pairing.on_half(&a.book, "c", c_half, &mut a.kernel);
         assert_eq!(a.pairing.status(w.now).1, vec![("c".to_string(), 1)]);

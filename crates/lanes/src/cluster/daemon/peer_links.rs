@@ -406,9 +406,10 @@ impl Shared {
                 self.on_peer_sockets(|c, _| c.pairing.on_withdraw(&c.book, &host, local, remote, cookie));
                 None
             }
-            PeerMessage::SocketPaired { local, remote, cookie, peer_cookie, generation } => {
+            PeerMessage::SocketPaired { local, remote, cookie, peer_cookie, generation, handles, peer_handles } => {
                 self.on_peer_sockets(|c, vouch| {
-                    c.pairing.on_paired(&c.book, &host, (local, cookie), (remote, peer_cookie), generation, vouch)
+                    let theirs = (local, cookie, handles);
+                    c.pairing.on_paired(&c.book, &host, theirs, (remote, peer_cookie, peer_handles), generation, vouch)
                 });
                 None
             }

@@ -629,6 +629,7 @@ fn a_peer_daemons_forged_socket_messages_are_refused_and_counted() {
         uid: 0,
         generation: 0,
         peer_cookie: 0,
+        handles: None,
     };
     send(&PeerMessage::SocketHalf { half: half.clone() });
     send(&PeerMessage::SocketSync { halves: vec![half], more: false });
@@ -638,6 +639,8 @@ fn a_peer_daemons_forged_socket_messages_are_refused_and_counted() {
         cookie: 1,
         peer_cookie: 2,
         generation: 9,
+        handles: None,
+        peer_handles: None,
     });
     send(&PeerMessage::Heartbeat);
     let mut client = Client::connect(&dir.join("a"), Duration::from_secs(2)).unwrap();
