@@ -46,8 +46,13 @@ const PREEMPTED_GAP: Duration = Duration::from_micros(50);
 const PUBLISH_AFTER: u64 = 64 << 10;
 /// Packets a thread reads from a TUN queue in one go before it looks elsewhere.
 const TX_BATCH: usize = 64;
-/// The longest sleep of a receive thread (a wake-up lost across hosts costs this).
+/// The longest sleep of a receive thread.
 const RX_SLEEP: Duration = Duration::from_millis(100);
+/// Across hosts, a receive thread's first sleep ends after this to look at its rings once
+/// more: its sleeping flag and a peer's head may cross in flight (the peer read the flag
+/// before it landed, the thread read the heads before the head landed), and the wake-up
+/// that neither sent costs this instead of [`RX_SLEEP`].
+const RX_RECHECK: Duration = Duration::from_millis(1);
 /// The longest a transmit thread waits for its TUN queue before it looks at `stop`.
 const TX_SLEEP: Duration = Duration::from_millis(100);
 /// The control loop's period.
@@ -1181,14 +1186,23 @@ fn rx_loop(sh: &Shared, q: usize) {
             // Not a peer whose host went suspect since the control loop last looked: a
             // write refused now would cost the pair its resumption.
             let live = |rp: &&RxPeer| rp.peer.usable() && rp.peer.remote.state() == RemoteState::Operational;
+            // Across hosts the release store posts the flag's write and does not wait for
+            // it: waiting for its delivery (a round trip, under this queue's lock) on every
+            // sleep cost more than the crossings it narrows, which `RX_RECHECK` covers.
+            let mut across = false;
             for rp in st.list.iter().filter(live) {
                 let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 1);
-                rp.peer.returns[q].flush();
+                across |= rp.peer.returns[q].is_written_through();
             }
             fence(Ordering::SeqCst);
-            let pending = st.list.iter().filter(live).any(|rp| rp.cons.has_data(&rp.peer.local_map));
+            let pending = |st: &RxState| st.list.iter().filter(live).any(|rp| rp.cons.has_data(&rp.peer.local_map));
+            let mut waiting = !pending(&st);
             drop(st);
-            if !pending {
+            if waiting && across {
+                waiting =
+                    !matches!(sh.interrupts[q].wait(Timeout::After(RX_RECHECK)), Ok(())) && !pending(&lock(&sh.rx[q]));
+            }
+            if waiting {
                 let _ = sh.interrupts[q].wait(Timeout::After(RX_SLEEP));
             }
             let st = lock(&sh.rx[q]);
