@@ -8,7 +8,7 @@
 //! moves.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -46,8 +46,13 @@ const PREEMPTED_GAP: Duration = Duration::from_micros(50);
 const PUBLISH_AFTER: u64 = 64 << 10;
 /// Packets a thread reads from a TUN queue in one go before it looks elsewhere.
 const TX_BATCH: usize = 64;
-/// The longest sleep of a receive thread (a wake-up lost across hosts costs this).
+/// The longest sleep of a receive thread.
 const RX_SLEEP: Duration = Duration::from_millis(100);
+/// Across hosts, a receive thread's first sleep ends after this to look at its rings once
+/// more: its sleeping flag and a peer's head may cross in flight (the peer read the flag
+/// before it landed, the thread read the heads before the head landed), and the wake-up
+/// that neither sent costs this instead of [`RX_SLEEP`].
+const RX_RECHECK: Duration = Duration::from_millis(1);
 /// The longest a transmit thread waits for its TUN queue before it looks at `stop`.
 const TX_SLEEP: Duration = Duration::from_millis(100);
 /// The control loop's period.
@@ -102,6 +107,9 @@ struct Peer {
     returns: Vec<Map>,
     /// The peer's receive interrupts, one per ring.
     wake: Vec<RemoteInterrupt>,
+    /// Per ring: the peer's sleep flag value last woken, so that each sleep is woken once
+    /// however many batches are published before the peer's "awake" lands.
+    woken: Vec<AtomicU32>,
     /// Why the pair must be set up again (a bad word of the peer's, a failed map).
     broken: Mutex<Option<String>>,
     is_broken: AtomicBool,
@@ -457,6 +465,7 @@ pub fn run(cfg: IpConfig, mut fabric: FabricConfig, user: Option<crate::caps::Ac
                         remote: half.remote,
                         tx: half.tx,
                         returns: half.returns,
+                        woken: half.wake.iter().map(|_| AtomicU32::new(0)).collect(),
                         wake: half.wake,
                         broken: Mutex::new(None),
                         is_broken: AtomicBool::new(false),
@@ -755,11 +764,29 @@ fn publish(p: &Peer, r: usize, prod: &mut Producer) {
     wake_if_asleep(p, r);
 }
 
-/// Triggers `p`'s receive interrupt for ring `r` if its receive thread said it sleeps.
+/// Triggers `p`'s receive interrupt for ring `r` if its receive thread said it sleeps, once
+/// per sleep: across hosts its flag says "asleep" until its "awake" lands, a round trip
+/// after the trigger, and each batch published meanwhile would trigger again (each a
+/// message, a completion for the peer's service thread, and a wait of the receive thread's
+/// that returns at once). A receiver that stores [`Layout::SLEEPING_ANY`] is woken every
+/// time.
 fn wake_if_asleep(p: &Peer, r: usize) {
     let sleeping_at = Layout::return_offset(r) as usize + Layout::SLEEPING;
-    if p.local_map.load_acquire_u32(sleeping_at).is_ok_and(|s| s != 0) {
-        let _ = p.wake[r].trigger();
+    if let Ok(flag) = p.local_map.load_acquire_u32(sleeping_at) {
+        if needs_wake(flag, &p.woken[r]) {
+            let _ = p.wake[r].trigger();
+        }
+    }
+}
+
+/// Whether a receiver whose sleep flag reads `flag` must be woken, given the flag value
+/// last woken (`woken`, updated): not when awake (0), always for [`Layout::SLEEPING_ANY`],
+/// else once per value.
+fn needs_wake(flag: u32, woken: &AtomicU32) -> bool {
+    match flag {
+        0 => false,
+        Layout::SLEEPING_ANY => true,
+        sleep => woken.swap(sleep, Ordering::Relaxed) != sleep,
     }
 }
 
@@ -1151,6 +1178,9 @@ fn rx_loop(sh: &Shared, q: usize) {
     let mut budget = RX_SPIN_START;
     let mut driver: Option<lanes::ProgressDriver> = None;
     let mut last_look = Instant::now();
+    // This thread's sleep flag value, new for every sleep (never 0, awake, nor
+    // `SLEEPING_ANY`), so that a sender wakes each sleep once.
+    let mut sleep_no = Layout::SLEEPING_ANY;
     let grow = |budget: &mut Duration, waited: Duration| {
         if waited < RX_SPIN_MAX {
             *budget = (*budget).max(waited * 3 / 2).min(RX_SPIN_MAX);
@@ -1181,14 +1211,24 @@ fn rx_loop(sh: &Shared, q: usize) {
             // Not a peer whose host went suspect since the control loop last looked: a
             // write refused now would cost the pair its resumption.
             let live = |rp: &&RxPeer| rp.peer.usable() && rp.peer.remote.state() == RemoteState::Operational;
+            // Across hosts the release store posts the flag's write and does not wait for
+            // it: waiting for its delivery (a round trip, under this queue's lock) on every
+            // sleep cost more than the crossings it narrows, which `RX_RECHECK` covers.
+            let mut across = false;
+            sleep_no = sleep_no.wrapping_add(1).max(Layout::SLEEPING_ANY + 1);
             for rp in st.list.iter().filter(live) {
-                let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, 1);
-                rp.peer.returns[q].flush();
+                let _ = rp.peer.returns[q].store_release_u32(Layout::SLEEPING, sleep_no);
+                across |= rp.peer.returns[q].is_written_through();
             }
             fence(Ordering::SeqCst);
-            let pending = st.list.iter().filter(live).any(|rp| rp.cons.has_data(&rp.peer.local_map));
+            let pending = |st: &RxState| st.list.iter().filter(live).any(|rp| rp.cons.has_data(&rp.peer.local_map));
+            let mut waiting = !pending(&st);
             drop(st);
-            if !pending {
+            if waiting && across {
+                waiting =
+                    !matches!(sh.interrupts[q].wait(Timeout::After(RX_RECHECK)), Ok(())) && !pending(&lock(&sh.rx[q]));
+            }
+            if waiting {
                 let _ = sh.interrupts[q].wait(Timeout::After(RX_SLEEP));
             }
             let st = lock(&sh.rx[q]);
@@ -1209,5 +1249,25 @@ fn rx_loop(sh: &Shared, q: usize) {
         drop(st);
         idle_since = now;
         last_look = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_sleep_is_woken_once_and_a_receiver_without_sleep_values_every_time() {
+        let woken = AtomicU32::new(0);
+        assert!(!needs_wake(0, &woken), "awake");
+        assert!(needs_wake(2, &woken), "a new sleep");
+        assert!(!needs_wake(2, &woken), "the same sleep, its awake not landed yet");
+        assert!(!needs_wake(0, &woken), "awake");
+        assert!(needs_wake(3, &woken), "the next sleep");
+        assert!(needs_wake(2, &woken), "another sleep with an earlier value");
+        for _ in 0..3 {
+            assert!(needs_wake(Layout::SLEEPING_ANY, &woken), "a receiver that does not tell sleeps apart");
+        }
+        assert!(needs_wake(4, &woken), "a later sleep");
     }
 }

@@ -5,7 +5,8 @@
 //! pair segment, exported by the receiver R for the sender S (id PAIR_BASE | S):
 //!   0          header (R writes it once): magic, version, rings, ring bytes, R, S
 //!   4096       return lines, one per ring q of R -> S (in S's segment for R): written by
-//!              S as that ring's receiver: tail (u64, bytes consumed), sleeping (u32)
+//!              S as that ring's receiver: tail (u64, bytes consumed), sleeping (u32: 0
+//!              awake, else a value of its own per sleep, or 1 from a receiver that has none)
 //!   8192       ring q of S -> R, for q < rings: head (u64, bytes produced) on a line of
 //!              its own, then `ring bytes` of records
 //! record: length (u32, of what follows), reserved (u32), virtio-net header and packet,
@@ -86,6 +87,9 @@ impl Layout {
     pub const TAIL: usize = 0;
     /// The sleep flag's offset in a return line.
     pub const SLEEPING: usize = 8;
+    /// The sleep flag of a receiver that does not tell its sleeps apart: every sleep
+    /// stores it, so a sender must wake it whenever it reads it.
+    pub const SLEEPING_ANY: u32 = 1;
 }
 
 /// Writes the pair segment's header (the receiver, once, before it makes it available).
