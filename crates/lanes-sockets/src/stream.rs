@@ -181,6 +181,18 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
             // Both directions: the next calls do not come here at all.
             release_nodelay(conn, fd);
             crate::conn::mark_retired(fd);
+        } else if conn.own.has_flag(FLAG_NODELAY_FORCED)
+            && conn.peer().is_some_and(|p| {
+                let peer = p.tx_word().load();
+                !peer.ring_mode() && peer.published() == 0
+            })
+        {
+            // Our bytes are the kernel's for good and the peer's never came through the
+            // ring: no ring traffic needs our segments unheld, so Nagle's algorithm is the
+            // program's choice again (a one-way stream of small writes, forced to a segment
+            // each, ran at a quarter of kernel TCP's rate). A receive that takes the ring
+            // forces it anew.
+            release_nodelay(conn, fd);
         }
         let r = kernel_send(call, fd, iov, flags);
         if r > 0 {
