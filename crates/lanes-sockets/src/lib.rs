@@ -233,19 +233,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().bind)(fd, addr, len) };
-    intercept(
-        -1,
-        || {
-            let r = call();
-            if r == 0 {
-                let e = errno();
-                udp::bound(fd);
-                set_errno(e);
-            }
-            Some(r)
-        },
-        call,
-    )
+    intercept(-1, || Some(on_success(call, || udp::bound(fd))), call)
 }
 
 /// # Safety
@@ -271,21 +259,23 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut sockl
     intercept(-1, || on_new_fd(call, conn::on_connected), call)
 }
 
+/// Makes `call`; if it succeeded (0), runs `after` with the call's errno kept for the
+/// program.
+fn on_success(call: impl FnOnce() -> c_int, after: impl FnOnce()) -> c_int {
+    let r = call();
+    if r == 0 {
+        let e = errno();
+        after();
+        set_errno(e);
+    }
+    r
+}
+
 fn before_close(fd: c_int) {
     wait::closed(fd);
     if conn::forget(fd) {
         // Closing with unread data resets a TCP connection; ring data is unread data too.
-        let lin = libc::linger { l_onoff: 1, l_linger: 0 };
-        // SAFETY: lin is a valid linger structure.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&lin as *const libc::linger).cast(),
-                std::mem::size_of::<libc::linger>() as socklen_t,
-            )
-        };
+        remote::reset_on_close(fd);
     }
 }
 
@@ -1616,14 +1606,10 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
         return intercept(
             -1,
             || {
-                let r = call();
-                if r == 0 {
-                    let e = errno();
+                Some(on_success(call, || {
                     // SAFETY: the kernel accepted val as an option of len bytes.
-                    unsafe { udp::option_set(fd, level, name, val, len) };
-                    set_errno(e);
-                }
-                Some(r)
+                    unsafe { udp::option_set(fd, level, name, val, len) }
+                }))
             },
             call,
         );
@@ -1658,19 +1644,7 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
         );
     }
     if stream::is_kernel_feature(level, name, val, len) {
-        return intercept(
-            -1,
-            || {
-                let r = call();
-                if r == 0 {
-                    let e = errno();
-                    stream::use_kernel_features(fd);
-                    set_errno(e);
-                }
-                Some(r)
-            },
-            call,
-        );
+        return intercept(-1, || Some(on_success(call, || stream::use_kernel_features(fd))), call);
     }
     if level != libc::IPPROTO_TCP || name != libc::TCP_NODELAY {
         return call();

@@ -522,7 +522,7 @@ pub fn forget(fd: i32) {
 }
 
 /// Makes the kernel's close of `fd` send a reset (`SO_LINGER` with no time).
-fn reset_on_close(fd: i32) {
+pub fn reset_on_close(fd: i32) {
     let lin = libc::linger { l_onoff: 1, l_linger: 0 };
     // SAFETY: a valid linger structure, passed with its size.
     unsafe {
