@@ -41,6 +41,8 @@ pub struct Conn {
     /// This process backed our ring with memory (`Endpoint::populate_ring`), as it must
     /// before it first writes there.
     pub(crate) ring_backed: AtomicBool,
+    /// TCP_INQ of the kernel socket as this process knows it (`stream::inq_wanted`).
+    pub(crate) inq: AtomicU8,
 }
 
 /// The back-off of tries to switch a direction back to the ring (`stream::flip_due`).
@@ -108,6 +110,7 @@ impl Conn {
             parked_readers: AtomicU32::new(0),
             flip: FlipCell::new(),
             ring_backed: AtomicBool::new(false),
+            inq: AtomicU8::new(crate::stream::INQ_UNKNOWN),
         })
     }
 

@@ -95,6 +95,7 @@ extern "C" fn after_fork_in_child() {
         conn::adopt_after_fork();
         udp::adopt_after_fork();
         remote::after_fork_in_child();
+        reasons::after_fork_in_child();
     });
 }
 
@@ -1642,6 +1643,9 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
             },
             call,
         );
+    }
+    if stream::is_tcp_inq(level, name) {
+        return intercept(-1, || Some(on_success(call, || stream::inq_set(fd, val, len))), call);
     }
     if stream::is_kernel_feature(level, name, val, len) {
         return intercept(-1, || Some(on_success(call, || stream::use_kernel_features(fd))), call);

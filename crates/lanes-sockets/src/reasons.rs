@@ -17,8 +17,10 @@
 //! (one `geteuid`); the library's `setuid` family creates the reasons file first, while the
 //! directory is still the process's, so the count can still be kept afterwards.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use lanes::sockets::endpoint::this_process;
 pub use lanes::sockets::reasons::Reason;
@@ -52,8 +54,21 @@ pub fn uid_changed() -> Option<(u32, u32)> {
 static FILE: OnceLock<ReasonsFile> = OnceLock::new();
 static GAVE_UP: AtomicBool = AtomicBool::new(false);
 
+/// A thread of this process is creating the file (cleared in a forked child, where that
+/// thread did not come along).
+static CREATING: AtomicBool = AtomicBool::new(false);
+/// How long a note waits for another thread creating the file (a few system calls).
+const CREATION_WAIT: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// This thread is creating the file: a note from a signal handler that interrupted it
+    /// must not wait for itself.
+    static THIS_THREAD_CREATING: Cell<bool> = const { Cell::new(false) };
+}
+
 /// This process's reasons file, created on first need (never under a seccomp filter, never
-/// after a uid change: the directory is no longer ours); None if it cannot be had.
+/// after a uid change: the directory is no longer ours); None if it cannot be had. Two
+/// threads noting at once count both in the one file: the second waits for the first's.
 fn file() -> Option<&'static ReasonsFile> {
     if let Some(f) = FILE.get() {
         return Some(f);
@@ -61,22 +76,39 @@ fn file() -> Option<&'static ReasonsFile> {
     if GAVE_UP.load(Ordering::Relaxed) || crate::sandbox::filtered() || uid_changed().is_some() {
         return None;
     }
-    static CREATING: Mutex<()> = Mutex::new(());
-    // try_lock: another thread is creating it (or held the lock when this child forked).
-    let Ok(_g) = CREATING.try_lock() else { return None };
-    if let Some(f) = FILE.get() {
-        return Some(f);
+    if THIS_THREAD_CREATING.with(Cell::get) {
+        return None;
     }
-    match this_process().and_then(|me| ReasonsFile::create(&config().fabric_dir, me)) {
-        Ok(f) => {
-            let _ = FILE.set(f);
-            FILE.get()
+    let started = Instant::now();
+    while CREATING.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if let Some(f) = FILE.get() {
+            return Some(f);
         }
-        Err(_) => {
-            GAVE_UP.store(true, Ordering::Relaxed);
-            None
+        if GAVE_UP.load(Ordering::Relaxed) || started.elapsed() > CREATION_WAIT {
+            return None;
         }
+        std::thread::yield_now();
     }
+    THIS_THREAD_CREATING.with(|c| c.set(true));
+    let file =
+        FILE.get().or_else(|| match this_process().and_then(|me| ReasonsFile::create(&config().fabric_dir, me)) {
+            Ok(f) => {
+                let _ = FILE.set(f);
+                FILE.get()
+            }
+            Err(_) => {
+                GAVE_UP.store(true, Ordering::Relaxed);
+                None
+            }
+        });
+    THIS_THREAD_CREATING.with(|c| c.set(false));
+    CREATING.store(false, Ordering::Release);
+    file
+}
+
+/// In a forked child: a creation the parent had under way is not this process's.
+pub fn after_fork_in_child() {
+    CREATING.store(false, Ordering::Relaxed);
 }
 
 /// Reasons already said on stderr by this process (or the parent it was forked from).

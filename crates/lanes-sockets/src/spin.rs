@@ -410,9 +410,11 @@ mod tests {
 
     #[test]
     fn a_descheduled_spin_stops_and_cools_down() {
+        // `last` ahead of the clock: this test's own thread may be descheduled before its
+        // first look, which must not count as the spin's preemption.
         let mut s = Spin {
             until: Instant::now() + Duration::from_secs(10),
-            last: Instant::now(),
+            last: Instant::now() + Duration::from_secs(10),
             preempted: false,
             spun: false,
         };

@@ -556,6 +556,112 @@ fn kernel_recv(call: Call, fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Opt
     }
 }
 
+/// TCP_INQ as the kernel's headers spell it: the option, and the control message's type.
+const TCP_INQ: c_int = 36;
+/// [`Conn::inq`]: not known yet, off, on.
+pub(crate) const INQ_UNKNOWN: u8 = 0;
+const INQ_OFF: u8 = 1;
+const INQ_ON: u8 = 2;
+/// Some socket of this process had TCP_INQ turned on: a connection whose setting this
+/// process does not know (set before its set-up, inherited from its listener) asks the
+/// kernel once. A process that never turned it on asks nothing.
+static INQ_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `setsockopt(level, name)` is TCP_INQ.
+pub fn is_tcp_inq(level: c_int, name: c_int) -> bool {
+    level == libc::IPPROTO_TCP && name == TCP_INQ
+}
+
+/// The kernel accepted TCP_INQ on `fd` (its value is 0 or 1; else the kernel refuses it).
+pub fn inq_set(fd: c_int, val: *const libc::c_void, len: libc::socklen_t) {
+    if val.is_null() || (len as usize) < std::mem::size_of::<c_int>() {
+        return;
+    }
+    // SAFETY: the kernel accepted val as an int.
+    let on = unsafe { std::ptr::read_unaligned(val as *const c_int) } != 0;
+    if on {
+        INQ_SEEN.store(true, Ordering::Relaxed);
+    }
+    if let Some(c) = crate::conn::lookup(fd) {
+        c.inq.store(if on { INQ_ON } else { INQ_OFF }, Ordering::Relaxed);
+    }
+}
+
+/// Whether the program wants TCP_CM_INQ on `conn`'s receives.
+fn inq_wanted(conn: &Conn, fd: c_int) -> bool {
+    match conn.inq.load(Ordering::Relaxed) {
+        INQ_ON => true,
+        INQ_OFF => false,
+        _ => {
+            if !INQ_SEEN.load(Ordering::Relaxed) || crate::sandbox::filtered() {
+                return false;
+            }
+            let mut v: c_int = 0;
+            let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+            // SAFETY: v and len are valid for the kernel to write.
+            let r = unsafe {
+                libc::syscall(libc::SYS_getsockopt, fd, libc::IPPROTO_TCP, TCP_INQ, &mut v as *mut c_int, &mut len)
+            };
+            let on = r == 0 && v != 0;
+            conn.inq.store(if on { INQ_ON } else { INQ_OFF }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// The kernel's TCP_CM_INQ after a receive the ring answered: the bytes still unread (the
+/// ring's, and the kernel's when the counts say it holds some of ours); at the end of the
+/// stream 1, the kernel's "read on" (as `tcp_inq_hint`).
+fn inq_after(conn: &Conn, fd: c_int, peer: &Endpoint) -> c_int {
+    let state = peer.tx_word().load();
+    let ring = state.ring_unread(conn.own.rx_consumed().load(Ordering::Acquire));
+    let kernel = if state.kernel_caught_up(conn.own.rx_kernel_read().load(Ordering::Acquire)) {
+        0
+    } else if crate::sandbox::filtered() {
+        1 // cannot ask: "more may be queued" costs a program one read, "nothing" a hang
+    } else {
+        let mut n: c_int = 0;
+        // SAFETY: FIONREAD writes one int.
+        let r = unsafe { (real().ioctl)(fd, libc::FIONREAD, (&mut n as *mut c_int) as usize) };
+        if r == 0 {
+            n.max(0) as u64
+        } else {
+            1
+        }
+    };
+    let n = ring.saturating_add(kernel);
+    if n == 0 && peer.has_flag(FLAG_TX_CLOSED) {
+        return 1;
+    }
+    n.min(c_int::MAX as u64) as c_int
+}
+
+/// Puts TCP_CM_INQ `inq` in the program's control buffer as the kernel's `put_cmsg` does:
+/// no room for a header, MSG_CTRUNC and nothing; room for part of the value, that part
+/// and MSG_CTRUNC.
+fn put_inq(m: &mut RecvMsg<'_>, inq: c_int) {
+    const HEAD: usize = std::mem::size_of::<libc::cmsghdr>();
+    const VALUE: usize = std::mem::size_of::<c_int>();
+    const SPACE: usize = HEAD + VALUE.next_multiple_of(std::mem::size_of::<usize>());
+    let (control, room) = (m.hdr.msg_control, m.control);
+    if control.is_null() || room < HEAD {
+        m.hdr.msg_flags |= libc::MSG_CTRUNC;
+        return;
+    }
+    if room < HEAD + VALUE {
+        m.hdr.msg_flags |= libc::MSG_CTRUNC;
+    }
+    let len = (HEAD + VALUE).min(room);
+    let head = libc::cmsghdr { cmsg_len: len as _, cmsg_level: libc::SOL_TCP, cmsg_type: TCP_INQ };
+    // SAFETY: the program's control buffer holds `room` bytes (its msg_controllen) from
+    // msg_control; `len` is at most that.
+    unsafe {
+        std::ptr::write_unaligned(control as *mut libc::cmsghdr, head);
+        std::ptr::copy_nonoverlapping(inq.to_ne_bytes().as_ptr(), (control as *mut u8).add(HEAD), len - HEAD);
+    }
+    m.hdr.msg_controllen = SPACE.min(room) as _;
+}
+
 /// Whether the kernel holds no unread bytes for `fd`, asked with the system call the
 /// program is making (a peek for the calls that take flags). read and readv cannot ask:
 /// FIONREAD answers for them, except in a process under a seccomp filter, which may kill
@@ -955,10 +1061,37 @@ pub fn release_nodelay(conn: &Conn, fd: c_int) {
 /// Receives into `iov` with `flags` (MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL honoured), for
 /// the program's `call`.
 pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut msg: Option<RecvMsg<'_>>) -> ssize_t {
+    let r = recv_stream(conn, fd, call, iov, flags, &mut msg);
+    if let Some(m) = msg.as_mut() {
+        // A receive the kernel answered carries its own control messages; one the ring
+        // answered alone carries TCP_CM_INQ if the program asked for it, as the kernel's
+        // would (not for urgent data or the error queue: the kernel's has none there).
+        if r >= 0
+            && m.control > 0
+            && m.hdr.msg_controllen == 0
+            && flags & (libc::MSG_OOB | libc::MSG_ERRQUEUE) == 0
+            && inq_wanted(conn, fd)
+        {
+            if let Some(peer) = conn.peer() {
+                put_inq(m, inq_after(conn, fd, peer));
+            }
+        }
+    }
+    r
+}
+
+fn recv_stream(
+    conn: &Conn,
+    fd: c_int,
+    call: Call,
+    iov: &[iovec],
+    flags: c_int,
+    msg: &mut Option<RecvMsg<'_>>,
+) -> ssize_t {
     if flags & libc::MSG_ERRQUEUE != 0 {
         // The socket's error queue (MSG_ZEROCOPY completions, timestamps, IP_RECVERR) is
         // the kernel's and holds no byte of the stream: never the ring, never counted.
-        return kernel_recv(call, fd, iov, flags, &mut msg);
+        return kernel_recv(call, fd, iov, flags, msg);
     }
     if conn.rx_retired() {
         // The kernel holds every byte of this direction, for good: the program's own call.
@@ -967,7 +1100,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             release_nodelay(conn, fd);
             crate::conn::mark_retired(fd);
         }
-        let r = kernel_recv(call, fd, iov, flags, &mut msg);
+        let r = kernel_recv(call, fd, iov, flags, msg);
         if r > 0 && flags & libc::MSG_PEEK == 0 {
             kernel_bytes_read(conn, r);
         }
@@ -976,11 +1109,11 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
     if flags & libc::MSG_OOB != 0 {
         // The urgent byte never travels through the ring (see FLAG_TX_URGENT): the kernel
         // has it, or answers EINVAL/EAGAIN as it would. It is not a byte of the stream.
-        return kernel_recv(call, fd, iov, flags, &mut msg);
+        return kernel_recv(call, fd, iov, flags, msg);
     }
     let total = iov_len(iov);
     let Some(peer) = conn.peer() else {
-        let r = kernel_recv(call, fd, iov, flags, &mut msg);
+        let r = kernel_recv(call, fd, iov, flags, msg);
         if r > 0 && flags & libc::MSG_PEEK == 0 {
             kernel_bytes_read(conn, r);
             maybe_ring_mode(conn, fd, call);
@@ -988,7 +1121,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
         return r;
     };
     let peek = flags & libc::MSG_PEEK != 0;
-    let parked = crate::park::hold(conn).map(|_hold| kernel_recv(call, fd, iov, flags, &mut msg));
+    let parked = crate::park::hold(conn).map(|_hold| kernel_recv(call, fd, iov, flags, msg));
     if let Some(r) = parked {
         return after_parked_recv(conn, peer, fd, call, total, flags, r);
     }
@@ -1056,7 +1189,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
                 return got as ssize_t;
             }
             if !waitall && got >= target {
-                let more = kernel_rest(conn, fd, call, iov, got, flags, &mut msg);
+                let more = kernel_rest(conn, fd, call, iov, got, flags, msg);
                 // Not under the receive lock: a switch back to the ring, or a parking,
                 // takes it.
                 drop(_lock);
@@ -1128,7 +1261,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
             && !conn.own.has_flag(FLAG_RX_LOWAT)
             && !state.kernel_caught_up(conn.own.rx_kernel_read().load(Ordering::Acquire))
         {
-            r = kernel_recv(call, fd, &rest, kflags | libc::MSG_DONTWAIT, &mut msg);
+            r = kernel_recv(call, fd, &rest, kflags | libc::MSG_DONTWAIT, msg);
             e = errno();
         }
         if r < 0 && (e == libc::EAGAIN || e == libc::EWOULDBLOCK) {
@@ -1139,7 +1272,7 @@ pub fn recv(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int, mut
                 want_ring(&conn.own, false);
             }
             let slept = Instant::now();
-            r = kernel_recv(call, fd, &rest, kflags, &mut msg);
+            r = kernel_recv(call, fd, &rest, kflags, msg);
             e = errno();
             word.finish_sleep(ticket, ring_allowed(conn));
             if r > 0 && will_wait {

@@ -334,6 +334,7 @@ const FLAGS: &[&str] = &[
     "msg-trunc",
     "msg-zerocopy",
     "kernel-features",
+    "tcp-inq",
     "msg-nosignal",
     "sigpipe",
 ];

@@ -781,7 +781,12 @@ fn a_restarted_daemon_keeps_its_pairs_and_a_killed_peer_is_withdrawn() {
         .next()
         .expect("the second connection's record");
     assert_eq!(unregistered.state, PairingState::Unregistered);
-    assert_eq!(reason_count(&c, 1, client.pid(), Reason::NoDaemon), 1);
+    assert_eq!(
+        reason_count(&c, 1, client.pid(), Reason::NoDaemon),
+        1,
+        "the reasons on b: {:?}",
+        list_reasons(&c.fabric(1))
+    );
     c.start_daemon(1);
     let g2 = wait_paired(&c, (1, &second), (0, &server_addr(0)));
     assert!(g2 >= 1);

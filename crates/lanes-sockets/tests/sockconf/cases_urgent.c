@@ -829,6 +829,94 @@ void kernel_features_client(void)
     close(early);
 }
 
+/* TCP_INQ: each recvmsg with a control buffer carries TCP_CM_INQ, the bytes still queued
+ * after it (after a peek: with the peeked ones; at the end of the stream: 1, "read on");
+ * too small a control buffer gets MSG_CTRUNC. Turned on after data went both ways (in ring
+ * mode under the library), and once before the connection on the server's listener, whose
+ * accepted sockets inherit it. */
+static void say_inq(const char *what, int fd, size_t want, int flags, socklen_t control)
+{
+    char b[64];
+    union {
+        char buf[256];
+        struct cmsghdr align;
+    } cb;
+    struct iovec v = {b, want};
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &v;
+    m.msg_iovlen = 1;
+    m.msg_control = cb.buf;
+    m.msg_controllen = control;
+    ssize_t r = recvmsg(fd, &m, flags);
+    int inq = -1;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
+        if (cm->cmsg_level == SOL_TCP && cm->cmsg_type == TCP_CM_INQ && cm->cmsg_len >= CMSG_LEN(sizeof inq))
+            memcpy(&inq, CMSG_DATA(cm), sizeof inq);
+    say("%s %s, TCP_CM_INQ %d, control %d, MSG_CTRUNC %s", what, got(r, b), inq, (int)m.msg_controllen,
+        yes(m.msg_flags & MSG_CTRUNC));
+}
+
+void tcp_inq_server(void)
+{
+    int one = 1;
+    say("TCP_INQ on the listener %s", res(setsockopt(C.lfd, SOL_TCP, TCP_INQ, &one, sizeof one)));
+    sync_send('l');
+    int s = accept_one();
+    char b[64];
+    for (int i = 0; i < 20; i++)
+        if (read_full(s, b, 2) != 2 || write_all(s, "ok", 2) != 2)
+            die("exchange");
+    int v = 0;
+    socklen_t len = sizeof v;
+    int r = getsockopt(s, SOL_TCP, TCP_INQ, &v, &len);
+    say("TCP_INQ inherited %s value %d", res(r), v);
+    sync_send('a');
+    await_readable(s, 4);
+    say_inq("server recvmsg 3", s, 3, 0, 256);
+    say_inq("server recvmsg 8", s, 8, 0, 256);
+    sync_expect('b');
+    say("write %s", res(write(s, "abcdefgh", 8)));
+    sync_expect('c');
+    say("write %s", res(write(s, "xy", 2)));
+    sync_expect('d');
+    say("close %s", res(close(s)));
+}
+
+void tcp_inq_client(void)
+{
+    sync_expect('l');
+    int fd = connect_one();
+    char b[64];
+    for (int i = 0; i < 20; i++)
+        if (write_all(fd, "hi", 2) != 2 || read_full(fd, b, 2) != 2)
+            die("exchange");
+    int one = 1;
+    say("TCP_INQ %s", res(setsockopt(fd, SOL_TCP, TCP_INQ, &one, sizeof one)));
+    sync_expect('a');
+    say("write %s", res(write(fd, "wxyz", 4)));
+    sync_send('b');
+    await_readable(fd, 8);
+    say_inq("recvmsg 3", fd, 3, 0, 256);
+    say_inq("peek 2", fd, 2, MSG_PEEK, 256);
+    say_inq("recvmsg 1, a control buffer too small for the message", fd, 1, 0, 8);
+    say_inq("recvmsg 1, the message cut", fd, 1, 0, (socklen_t)CMSG_LEN(2));
+    say_inq("recvmsg 8", fd, 8, 0, 256);
+    say_inq("recvmsg 8 without waiting", fd, 8, MSG_DONTWAIT, 256);
+    int zero = 0;
+    say("TCP_INQ off %s", res(setsockopt(fd, SOL_TCP, TCP_INQ, &zero, sizeof zero)));
+    sync_send('c');
+    await_readable(fd, 2);
+    say_inq("recvmsg 1, TCP_INQ off", fd, 1, 0, 256);
+    say("TCP_INQ on again %s", res(setsockopt(fd, SOL_TCP, TCP_INQ, &one, sizeof one)));
+    say_inq("recvmsg 1", fd, 1, 0, 256);
+    sync_send('d');
+    struct pollfd p = {fd, POLLRDHUP, 0};
+    say("poll for the end %s", res(poll(&p, 1, 5000)));
+    say_inq("recvmsg at the end", fd, 8, 0, 256);
+    close(fd);
+}
+
 /* The peer is SIGKILLed while bytes sent to it are unread: its kernel resets the connection
  * (RST, not FIN), so the survivor's next read fails with ECONNRESET, later ones return 0,
  * and writes fail with EPIPE. With `reap_after`, the survivor reads before it reaps the

@@ -258,6 +258,8 @@ void zerocopy_server(void) ;
 void zerocopy_client(void) ;
 void kernel_features_server(void) ;
 void kernel_features_client(void) ;
+void tcp_inq_server(void) ;
+void tcp_inq_client(void) ;
 void killed_unreaped_server(void) ;
 void killed_unread_server(void) ;
 void killed_unread_client(void) ;

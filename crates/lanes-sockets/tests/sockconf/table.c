@@ -74,6 +74,8 @@ const struct casedef cases[] = {
      "MSG_ZEROCOPY completions and MSG_ERRQUEUE receives with the stream's bytes waiting"},
     {"kernel-features", AF_INET, true, kernel_features_server, kernel_features_client, NULL,
      "SO_PEEK_OFF and SO_TIMESTAMPNS turned on mid-stream: peeks from the offset, timestamps"},
+    {"tcp-inq", AF_INET, true, tcp_inq_server, tcp_inq_client, NULL,
+     "TCP_INQ: TCP_CM_INQ after each recvmsg, peeks, cut control buffers, the end; on a listener"},
     {"msg-nosignal", AF_INET, true, closer_server, nosignal_client, NULL,
      "send MSG_NOSIGNAL after the peer closed: EPIPE eventually, no SIGPIPE"},
     {"sigpipe", AF_INET, true, closer_server, sigpipe_client, NULL,
