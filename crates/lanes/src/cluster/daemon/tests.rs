@@ -42,10 +42,32 @@ fn plaintext_hello(addr: std::net::SocketAddr, host: &str, boot: u64) -> PeerMes
     }
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch directory of one test, removed when the test ends (passed or failed).
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("lanes-daemon-unit-{name}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&d);
-    d
+    Scratch(d)
 }
 
 /// A cluster of `hosts` on 127.0.0.1, each on its own free port.
@@ -420,7 +442,7 @@ fn grants_carry_the_key_of_their_slots_claim() {
     let t = Duration::from_secs(2);
     let mut cb = Client::connect(&db, t).unwrap();
     wait_operational(&mut cb, "a");
-    let owner = crate::Fabric::open_with(crate::FabricConfig::new(&da, NodeId::new(8).unwrap())).unwrap();
+    let owner = crate::Fabric::open_with(crate::FabricConfig::new(da.as_path(), NodeId::new(8).unwrap())).unwrap();
     let (n8, n12) = (NodeId::new(8).unwrap(), NodeId::new(12).unwrap());
     let s = owner.create_segment(0x12, 4096).unwrap();
     s.prepare().unwrap();
@@ -464,7 +486,7 @@ fn grants_claim_and_release_slots_for_remote_peers() {
     let t = Duration::from_secs(2);
     let mut cb = Client::connect(&db, t).unwrap();
     wait_operational(&mut cb, "a");
-    let owner = Fabric::open_with(FabricConfig::new(&da, NodeId::new(8).unwrap())).unwrap();
+    let owner = Fabric::open_with(FabricConfig::new(da.as_path(), NodeId::new(8).unwrap())).unwrap();
     let me = std::process::id();
     let (n8, n12) = (NodeId::new(8).unwrap(), NodeId::new(12).unwrap());
     let seg = ObjectKind::Segment;
@@ -525,7 +547,7 @@ fn grants_claim_and_release_slots_for_remote_peers() {
     assert_eq!(ev, LocalEvent::Disconnected { node: 8, pid: me, died: false });
 
     // Every slot taken.
-    let file = SegmentFile::open(&FabricPaths::new(&da), kind::SEGMENT, 8, 0x10).unwrap();
+    let file = SegmentFile::open(&FabricPaths::new(da.as_path()), kind::SEGMENT, 8, 0x10).unwrap();
     let holder = ProcessIdentity::current().unwrap();
     let mut slots = Vec::new();
     while let Some(i) = file.header().claim_slot(holder, 40, |_, _| false) {
