@@ -43,6 +43,42 @@ struct Request {
     body: InetDiagReqV2,
 }
 
+impl Request {
+    /// A request about the `protocol` sockets of `family` in any state, with the netlink
+    /// `flags` (`NLM_F_REQUEST` and more).
+    fn new(family: libc::c_int, protocol: libc::c_int, flags: libc::c_int) -> Request {
+        let mut req = Request {
+            header: libc::nlmsghdr { nlmsg_len: 0, nlmsg_type: 0, nlmsg_flags: 0, nlmsg_seq: 0, nlmsg_pid: 0 },
+            body: InetDiagReqV2::default(),
+        };
+        req.header.nlmsg_len = std::mem::size_of::<Request>() as u32;
+        req.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+        req.header.nlmsg_flags = flags as u16;
+        req.body.family = family as u8;
+        req.body.protocol = protocol as u8;
+        req.body.states = !0;
+        req
+    }
+
+    /// Sends the request on a sock_diag socket of its own and gives that socket to `answer`
+    /// to read the kernel's reply from; the socket is closed after.
+    fn ask<T>(&self, answer: impl FnOnce(libc::c_int) -> Option<T>) -> Option<T> {
+        // SAFETY: plain socket creation.
+        let fd =
+            unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: self is a plain repr(C) value of the stated length.
+        let sent = unsafe { libc::send(fd, (self as *const Request).cast(), std::mem::size_of::<Request>(), 0) };
+        let result = if sent < 0 { None } else { answer(fd) };
+        // SAFETY: fd is ours. In the preloaded library the recursion guard makes this the
+        // C library's own close.
+        unsafe { libc::close(fd) };
+        result
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct InetDiagMsg {
@@ -111,32 +147,13 @@ fn diag_lookup(protocol: libc::c_int, local: SocketAddr, remote: SocketAddr) -> 
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
     };
-    let mut req = Request {
-        header: libc::nlmsghdr { nlmsg_len: 0, nlmsg_type: 0, nlmsg_flags: 0, nlmsg_seq: 0, nlmsg_pid: 0 },
-        body: InetDiagReqV2::default(),
-    };
-    req.header.nlmsg_len = std::mem::size_of::<Request>() as u32;
-    req.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-    req.header.nlmsg_flags = libc::NLM_F_REQUEST as u16;
-    req.body.family = family as u8;
-    req.body.protocol = protocol as u8;
-    req.body.states = !0;
+    let mut req = Request::new(family, protocol, libc::NLM_F_REQUEST);
     req.body.id.sport = local.port().to_be();
     req.body.id.dport = remote.port().to_be();
     put_addr(&mut req.body.id.src, local.ip());
     put_addr(&mut req.body.id.dst, remote.ip());
     req.body.id.cookie = [!0, !0];
-    // SAFETY: plain socket creation.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
-    if fd < 0 {
-        return None;
-    }
-    let result = (|| {
-        // SAFETY: req is a plain repr(C) value of the stated length.
-        let sent = unsafe { libc::send(fd, (&req as *const Request).cast(), std::mem::size_of::<Request>(), 0) };
-        if sent < 0 {
-            return None;
-        }
+    req.ask(|fd| {
         let mut buf = [0u8; 1024];
         // SAFETY: buf is writable for its length.
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -157,11 +174,7 @@ fn diag_lookup(protocol: libc::c_int, local: SocketAddr, remote: SocketAddr) -> 
             uid: msg.uid,
             state: msg.state,
         })
-    })();
-    // SAFETY: fd is ours. In the preloaded library the recursion guard makes this the
-    // C library's own close.
-    unsafe { libc::close(fd) };
-    result
+    })
 }
 
 /// A UDP socket as a `NETLINK_SOCK_DIAG` dump lists it.
@@ -202,27 +215,7 @@ pub fn udp_sockets_on_port(port: u16) -> Option<Vec<UdpSocketEntry>> {
 }
 
 fn udp_dump(family: libc::c_int, port: u16, out: &mut Vec<UdpSocketEntry>) -> Option<()> {
-    let mut req = Request {
-        header: libc::nlmsghdr { nlmsg_len: 0, nlmsg_type: 0, nlmsg_flags: 0, nlmsg_seq: 0, nlmsg_pid: 0 },
-        body: InetDiagReqV2::default(),
-    };
-    req.header.nlmsg_len = std::mem::size_of::<Request>() as u32;
-    req.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-    req.header.nlmsg_flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-    req.body.family = family as u8;
-    req.body.protocol = libc::IPPROTO_UDP as u8;
-    req.body.states = !0;
-    // SAFETY: plain socket creation.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
-    if fd < 0 {
-        return None;
-    }
-    let result = (|| {
-        // SAFETY: req is a plain repr(C) value of the stated length.
-        let sent = unsafe { libc::send(fd, (&req as *const Request).cast(), std::mem::size_of::<Request>(), 0) };
-        if sent < 0 {
-            return None;
-        }
+    Request::new(family, libc::IPPROTO_UDP, libc::NLM_F_REQUEST | libc::NLM_F_DUMP).ask(|fd| {
         let hdr_len = std::mem::size_of::<libc::nlmsghdr>();
         let mut buf = vec![0u8; 32 * 1024];
         loop {
@@ -265,10 +258,7 @@ fn udp_dump(family: libc::c_int, port: u16, out: &mut Vec<UdpSocketEntry>) -> Op
                 at += len.div_ceil(4) * 4;
             }
         }
-    })();
-    // SAFETY: fd is ours.
-    unsafe { libc::close(fd) };
-    result
+    })
 }
 
 /// The index of the interface that has address `ip`, if exactly one has it.

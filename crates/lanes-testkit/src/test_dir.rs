@@ -87,6 +87,20 @@ impl TestDir {
     }
 }
 
+/// The directory itself, where a path is wanted.
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
 impl Drop for TestDir {
     fn drop(&mut self) {
         use std::os::unix::fs::PermissionsExt;

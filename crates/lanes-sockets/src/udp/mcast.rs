@@ -38,9 +38,10 @@ const RECHECK: Duration = Duration::from_millis(10);
 
 const IPV6_MULTICAST_ALL: c_int = 29;
 
-/// Whether `(level, name)` changes a socket's multicast memberships.
-pub fn membership_option(level: c_int, name: c_int) -> bool {
-    let mcast = matches!(
+/// Whether `name` is one of the protocol-independent membership options (RFC 3678), whose
+/// value holds the group as a socket address, at IPv4 and IPv6 level alike.
+fn protocol_independent(name: c_int) -> bool {
+    matches!(
         name,
         libc::MCAST_JOIN_GROUP
             | libc::MCAST_LEAVE_GROUP
@@ -49,7 +50,12 @@ pub fn membership_option(level: c_int, name: c_int) -> bool {
             | libc::MCAST_BLOCK_SOURCE
             | libc::MCAST_UNBLOCK_SOURCE
             | libc::MCAST_MSFILTER
-    );
+    )
+}
+
+/// Whether `(level, name)` changes a socket's multicast memberships.
+pub fn membership_option(level: c_int, name: c_int) -> bool {
+    let mcast = protocol_independent(name);
     match level {
         libc::IPPROTO_IP => {
             mcast
@@ -94,17 +100,7 @@ unsafe fn group_of(level: c_int, name: c_int, val: *const c_void, len: socklen_t
     }
     // SAFETY: the kernel accepted val as an option of len bytes.
     let bytes = unsafe { std::slice::from_raw_parts(val.cast::<u8>(), len as usize) };
-    let mcast = matches!(
-        name,
-        libc::MCAST_JOIN_GROUP
-            | libc::MCAST_LEAVE_GROUP
-            | libc::MCAST_JOIN_SOURCE_GROUP
-            | libc::MCAST_LEAVE_SOURCE_GROUP
-            | libc::MCAST_BLOCK_SOURCE
-            | libc::MCAST_UNBLOCK_SOURCE
-            | libc::MCAST_MSFILTER
-    );
-    if mcast {
+    if protocol_independent(name) {
         // group_req, group_source_req, group_filter: the interface, then the group as a
         // sockaddr_storage (aligned to 8).
         let sa = bytes.get(8..)?;

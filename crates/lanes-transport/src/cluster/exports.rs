@@ -237,33 +237,8 @@ mod tests {
 
     use super::*;
 
-    /// A scratch directory of one test, removed when the test ends (passed or failed).
-    struct Scratch(PathBuf);
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-
-    impl AsRef<std::path::Path> for Scratch {
-        fn as_ref(&self) -> &std::path::Path {
-            &self.0
-        }
-    }
-
-    impl std::ops::Deref for Scratch {
-        type Target = PathBuf;
-        fn deref(&self) -> &PathBuf {
-            &self.0
-        }
-    }
-
-    fn scratch(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("lanes-exports-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        Scratch(d)
+    fn scratch(name: &str) -> lanes_testkit::TestDir {
+        lanes_testkit::TestDir::named("exports", name)
     }
 
     fn record(epoch: u64) -> ExportRecord {
