@@ -429,8 +429,12 @@ pub fn forget(fd: i32) -> bool {
 /// The last holder is gone: no more ring traffic either way; returns whether ring bytes
 /// from the peer were left unread.
 fn release(conn: &Conn) -> bool {
-    // Never paired: the peer published no record we could attach, nor found ours.
-    if !conn.own.has_flag(FLAG_ATTACHED | FLAG_PEER_FOUND) && !crate::sandbox::filtered() {
+    // Never paired: the peer published no record we could attach, nor found ours. Only a
+    // connection that moved bytes says so: one closed before its first byte (a probe, a
+    // connection the peer closed at once) gave its peer no reason to attach.
+    let moved_bytes =
+        conn.own.tx_word().load().kernel_reserved() > 0 || conn.own.rx_kernel_read().load(Ordering::Relaxed) > 0;
+    if moved_bytes && !conn.own.has_flag(FLAG_ATTACHED | FLAG_PEER_FOUND) && !crate::sandbox::filtered() {
         reasons::note(Reason::PeerWithoutLibrary, Some(&conn.key));
     }
     end_ring_traffic(conn, conn.peer.get())

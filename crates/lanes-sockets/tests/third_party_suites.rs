@@ -346,8 +346,9 @@ fn strings(v: &[&str]) -> Vec<String> {
 // ---- the suites ---------------------------------------------------------------------------
 
 /// CPython 3.11's tests of sockets and of the stdlib's network clients and servers.
-#[test]
-fn cpython_socket_tests() {
+/// CPython's regression tests `tests` (with `-u network`, at most 3 at once), at least
+/// `min_passed` of their test cases passing.
+fn cpython_suite(name: &'static str, tests: &[&str], min_passed: usize) {
     let mut args = strings(&[
         "-m",
         "test",
@@ -370,39 +371,69 @@ fn cpython_socket_tests() {
         "-i",
         "*HTTPSTest.test_networked*",
     ]);
-    args.extend(strings(&[
-        "test_socket",
-        "test_asyncio.test_events",
-        "test_asyncio.test_sock_lowlevel",
-        "test_asyncio.test_streams",
-        "test_asyncio.test_sendfile",
-        "test_asyncio.test_server",
-        "test_socketserver",
-        "test_httplib",
-        "test_httpservers",
-        "test_urllib2_localnet",
-        "test_smtplib",
-        "test_ftplib",
-        "test_poplib",
-        "test_xmlrpc",
-        "test_docxmlrpc",
-        "test_wsgiref",
-        "test_telnetlib",
-        "test_asyncore",
-        "test_asynchat",
-        "test_epoll",
-    ]));
+    args.extend(strings(tests));
     check(&Suite {
-        name: "cpython",
+        name,
         program: PYTHON,
         env: &[],
         package: "libpython3.11-testsuite",
         installed: "/usr/lib/python3.11/test/test_socket.py",
         args,
         parse: parse_regrtest,
-        min_passed: 1000,
+        min_passed,
         excluded: &[],
     });
+}
+
+#[test]
+fn cpython_socket_tests() {
+    cpython_suite(
+        "cpython",
+        &[
+            "test_socket",
+            "test_asyncio.test_events",
+            "test_asyncio.test_sock_lowlevel",
+            "test_asyncio.test_streams",
+            "test_asyncio.test_sendfile",
+            "test_asyncio.test_server",
+            "test_socketserver",
+            "test_httplib",
+            "test_httpservers",
+            "test_urllib2_localnet",
+            "test_smtplib",
+            "test_ftplib",
+            "test_poplib",
+            "test_xmlrpc",
+            "test_docxmlrpc",
+            "test_wsgiref",
+            "test_telnetlib",
+            "test_asyncore",
+            "test_asynchat",
+            "test_epoll",
+        ],
+        1000,
+    );
+}
+
+/// CPython's TLS, logging-handler and event-loop tests: TLS over accelerated TCP (handshakes,
+/// unwrap, shutdown, non-blocking reads), logging to TCP and UDP sockets, selectors.
+#[test]
+fn cpython_tls_logging_and_selector_tests() {
+    cpython_suite(
+        "cpython-tls",
+        &[
+            "test_ssl",
+            "test_asyncio.test_ssl",
+            "test_asyncio.test_sslproto",
+            "test_asyncio.test_selector_events",
+            "test_asyncio.test_base_events",
+            "test_asyncio.test_buffered_proto",
+            "test_logging",
+            "test_selectors",
+            "test_imaplib",
+        ],
+        600,
+    );
 }
 
 /// Twisted's TCP tests, over each of its reactors.

@@ -304,7 +304,7 @@ pub fn sync(s: &UdpSock, fd: c_int) {
             _ => pin(s),
         }
     }
-    if let Some(e) = super::bind_epoch() {
+    if let Some(e) = super::udp_binds() {
         e.bump();
     }
 }
@@ -409,7 +409,7 @@ fn considered(e: &UdpSocketEntry, src: SocketAddr, dst: SocketAddr, out_if: u32)
 
 /// Finds the local members of `dst` for datagrams from `fd`.
 fn view(s: &UdpSock, fd: c_int, dst: SocketAddr, records: &mut HashMap<u64, Arc<UdpRecord>>) -> Option<GroupView> {
-    let binds = super::bind_epoch().map_or(0, |e| e.get());
+    let binds = super::udp_binds().map_or(0, |e| e.get());
     let local = canonical(super::tx::local_address(s, fd)?);
     let src_ip = if local.ip().is_unspecified() { route_source(s, fd, dst.ip())? } else { local.ip() };
     let src = SocketAddr::new(src_ip, local.port());
@@ -426,6 +426,10 @@ fn view(s: &UdpSock, fd: c_int, dst: SocketAddr, records: &mut HashMap<u64, Arc<
     // The members are on this host: only the port lists (`LANES_SOCKETS_INCLUDE`,
     // `_EXCLUDE`) can leave the group out.
     if wanted(src, SocketAddr::new(src.ip(), dst.port())) != Wanted::Yes || crate::sandbox::filtered() {
+        return Some(view);
+    }
+    // No socket with the library ever had a record on the group's port: no member to find.
+    if super::udp_binds().is_some_and(|b| !b.port_marked(dst.port())) {
         return Some(view);
     }
     let Some(sockets) = udp_sockets_on_port(dst.port()) else { return Some(view) };
@@ -519,7 +523,7 @@ pub unsafe fn send(
         // that device: the kernel's send is the whole story.
         return kernel();
     }
-    let binds = super::bind_epoch().map_or(0, |e| e.get());
+    let binds = super::udp_binds().map_or(0, |e| e.get());
     let Ok(mut tx) = s.tx.lock() else { return kernel() };
     let tx = &mut *tx;
     if tx.groups.get(&dst).is_none_or(|v| v.stale(binds)) {

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use lanes::sockets::endpoint::this_process;
-use lanes::sockets::udp::{BindEpoch, UdpRecord, RING_BYTES};
+use lanes::sockets::udp::{UdpBinds, UdpRecord, RING_BYTES};
 use libc::{c_int, sockaddr, socklen_t};
 
 use crate::config::config;
@@ -238,23 +238,23 @@ pub fn connected(fd: c_int) {
 }
 
 /// `bind()` on `fd` succeeded: it may now get a record; an explicit port tells every
-/// sender to look again who takes its datagrams ([`BindEpoch`]).
+/// sender to look again who takes its datagrams ([`UdpBinds`]).
 pub fn bound(fd: c_int) {
     if let Some(s) = lookup(fd) {
         s.no_record.store(false, Ordering::Relaxed);
         tx::forget_targets(&s);
         if name_of(fd, false).is_some_and(|a| a.port() != 0) && !crate::sandbox::filtered() {
-            if let Some(e) = bind_epoch() {
+            if let Some(e) = udp_binds() {
                 e.bump();
             }
         }
     }
 }
 
-/// The fabric directory's bind counter, opened once per process.
-pub fn bind_epoch() -> Option<&'static BindEpoch> {
-    static EPOCH: OnceLock<Option<BindEpoch>> = OnceLock::new();
-    EPOCH.get_or_init(|| BindEpoch::open(&config().fabric_dir).ok()).as_ref()
+/// The fabric directory's bind counter and port map, opened once per process.
+pub fn udp_binds() -> Option<&'static UdpBinds> {
+    static BINDS: OnceLock<Option<UdpBinds>> = OnceLock::new();
+    BINDS.get_or_init(|| UdpBinds::open(&config().fabric_dir).ok()).as_ref()
 }
 
 /// Options whose effect the ring reproduces (or which do not concern receiving): any other
@@ -365,6 +365,9 @@ fn ensure_record(s: &UdpSock, fd: c_int) -> Option<&Arc<UdpRecord>> {
         let cookie = crate::sock_diag::own_cookie(fd)?;
         let memberships = mcast::kernel_memberships(s, fd)?;
         let cfg = config();
+        // Before the record exists: a sender that finds the port's bit clear skips the
+        // kernel's lookup (a record found later is found at its next look).
+        udp_binds()?.mark_port(local.port());
         let rec = UdpRecord::create(&cfg.fabric_dir, cfg.netns, cookie, local, rcvbuf, &memberships).ok()?;
         // SAFETY: F_GETFL takes no memory.
         let fl = unsafe { (crate::real::real().fcntl)(fd, libc::F_GETFL, 0) };

@@ -38,10 +38,9 @@ pub struct TxState {
 }
 
 struct Target {
-    /// The receiving socket's record (None: the kernel's socket there has no library).
-    record: Option<Arc<UdpRecord>>,
-    /// Our source address as that receiver sees it.
-    src: SocketAddr,
+    /// The receiving socket's record and our source address as that receiver sees it
+    /// (None: the kernel's socket there has no library, or there is none).
+    record: Option<(Arc<UdpRecord>, SocketAddr)>,
     checked: Instant,
     /// The record's addressing epoch when the kernel named it.
     epoch: u32,
@@ -122,7 +121,15 @@ fn v6_only(fd: c_int) -> bool {
 /// would give it, and the receiving socket's record if the kernel's lookup names a socket
 /// that has one (None: it has no library, or there is nobody).
 fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Target> {
-    let binds = super::bind_epoch().map_or(0, |e| e.get());
+    let binds = super::udp_binds().map_or(0, |e| e.get());
+    let checked = Instant::now();
+    let missing = Target { record: None, checked, kernel_sent, epoch: 0, binds };
+    // No socket with the library ever had a record on that port: nobody to ask about, nor
+    // a source address to work out (a program that makes a socket per datagram to a
+    // server without the library pays nothing here).
+    if super::udp_binds().is_some_and(|b| !b.port_marked(dst.port())) {
+        return Some(missing);
+    }
     let local = canonical(local_address(s, fd)?);
     if s.family == libc::AF_INET6 && dst.is_ipv4() && v6_only(fd) {
         return None;
@@ -132,8 +139,6 @@ fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Ta
         return None;
     }
     let src = SocketAddr::new(src_ip, local.port());
-    let checked = Instant::now();
-    let missing = Target { record: None, src, checked, kernel_sent, epoch: 0, binds };
     if wanted(src, dst) != Wanted::Yes || crate::sandbox::filtered() {
         return Some(missing);
     }
@@ -158,7 +163,7 @@ fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Ta
     if again.map(|i| i.cookie) != Some(record.cookie()) {
         return Some(missing);
     }
-    Some(Target { record: Some(record), src, checked, kernel_sent: false, epoch, binds })
+    Some(Target { record: Some((record, src)), checked, kernel_sent: false, epoch, binds })
 }
 
 /// The largest payload the kernel sends as one datagram of this family.
@@ -217,12 +222,12 @@ pub unsafe fn send(
     }
     let target = {
         let Ok(mut tx) = s.tx.lock() else { return kernel() };
-        let binds = super::bind_epoch().map_or(0, |e| e.get());
+        let binds = super::udp_binds().map_or(0, |e| e.get());
         let stale = match tx.targets.get(&dst) {
             None => true,
             Some(t) if t.binds != binds => true,
             Some(t) => match &t.record {
-                Some(r) => r.state().closed() || r.epoch() != t.epoch || t.checked.elapsed() > RECHECK_FOUND,
+                Some((r, _)) => r.state().closed() || r.epoch() != t.epoch || t.checked.elapsed() > RECHECK_FOUND,
                 None => t.checked.elapsed() > RECHECK_MISSING,
             },
         };
@@ -242,7 +247,7 @@ pub unsafe fn send(
                 t.kernel_sent = true;
                 None
             }
-            Some(t) => t.record.clone().map(|r| (r, t.src)),
+            Some(t) => t.record.clone(),
             None => None,
         }
     };

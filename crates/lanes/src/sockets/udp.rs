@@ -856,19 +856,29 @@ pub fn offer_to_all(
     Some(members.iter().map(|m| m.offer_locked(src, parts, len, ipv6)).collect())
 }
 
-/// A counter every library process of the user moves when one of its UDP sockets binds an
-/// explicit port (`<fabric dir>/sockets/udp-binds`): a sender compares it at every datagram
-/// and asks the kernel again who takes its datagrams when it moved, so a socket bound where
-/// a killed receiver was gets the datagrams at once (when the binder has the library).
-pub struct BindEpoch {
+/// What the user's library processes say of their UDP sockets' ports
+/// (`<fabric dir>/sockets/udp-binds`), in two parts:
+///
+/// - a counter each moves when one of its sockets binds an explicit port: a sender compares
+///   it at every datagram and asks the kernel again who takes its datagrams when it moved,
+///   so a socket bound where a killed receiver was gets the datagrams at once (when the
+///   binder has the library);
+/// - a map of ports (a bit each) where a socket of theirs got a record, set before the
+///   record is made and never cleared: a sender to a port whose bit is clear knows without
+///   asking the kernel that no socket there has a record (a DNS server, a syslog daemon
+///   without the library), so a program that makes a socket per datagram pays no lookup.
+///   A set bit only means "ask".
+pub struct UdpBinds {
     map: Mapping,
 }
 
-impl BindEpoch {
-    const LEN: usize = 4096;
+impl UdpBinds {
+    /// The counter's page, then the port map's 8 KiB.
+    const PORTS_AT: usize = 4096;
+    const LEN: usize = Self::PORTS_AT + (1 << 16) / 8;
 
-    /// Opens (making it if needed) the fabric directory's counter.
-    pub fn open(fabric_dir: &Path) -> io::Result<BindEpoch> {
+    /// Opens (making it if needed, or growing a shorter one) the fabric directory's file.
+    pub fn open(fabric_dir: &Path) -> io::Result<UdpBinds> {
         let dir = sockets_dir(fabric_dir);
         ensure_private_dir(fabric_dir)?;
         ensure_private_dir(&dir)?;
@@ -877,21 +887,42 @@ impl BindEpoch {
             reserve(&file, Self::LEN as u64)?;
         }
         if file.metadata()?.len() < Self::LEN as u64 {
-            return Err(invalid("udp-binds shorter than a page"));
+            return Err(invalid("udp-binds shorter than its port map"));
         }
-        Ok(BindEpoch { map: Mapping::map(file.as_fd(), 0, Self::LEN, Access::ReadWrite)? })
+        Ok(UdpBinds { map: Mapping::map(file.as_fd(), 0, Self::LEN, Access::ReadWrite)? })
     }
 
     /// The counter now.
     #[inline]
     pub fn get(&self) -> u64 {
-        // The mapping is one page; offset 0 is aligned.
+        // The mapping is page-aligned; offset 0 is aligned.
         self.map.slice().header_u64(0).load(Ordering::Acquire)
     }
 
     /// A socket bound an explicit port.
     pub fn bump(&self) {
         self.map.slice().header_u64(0).fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The word of the port map holding `port`'s bit, and the bit.
+    fn port_bit(&self, port: u16) -> (&AtomicU64, u64) {
+        let word = Self::PORTS_AT + usize::from(port / 64) * 8;
+        (self.map.slice().header_u64(word), 1 << (port % 64))
+    }
+
+    /// A socket of ours on `port` is about to get a record.
+    pub fn mark_port(&self, port: u16) {
+        let (word, bit) = self.port_bit(port);
+        if word.load(Ordering::Relaxed) & bit == 0 {
+            word.fetch_or(bit, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether a socket of ours on `port` may have a record (false: none has).
+    #[inline]
+    pub fn port_marked(&self, port: u16) -> bool {
+        let (word, bit) = self.port_bit(port);
+        word.load(Ordering::Acquire) & bit != 0
     }
 }
 
