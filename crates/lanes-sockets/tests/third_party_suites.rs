@@ -370,6 +370,11 @@ fn cpython_suite(name: &'static str, tests: &[&str], min_passed: usize) {
         "*.test_idna",
         "-i",
         "*HTTPSTest.test_networked*",
+        // Excluded: a wall-clock test, it waits 0.1 s for a datagram from a thread of the
+        // same process (failed once under the library at load average 15; 20 of 20 runs by
+        // hand passed either way), as tornado's excluded test below.
+        "-i",
+        "*test_udp_reconnection",
     ]);
     args.extend(strings(tests));
     check(&Suite {
