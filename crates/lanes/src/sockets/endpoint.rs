@@ -41,6 +41,8 @@ use crate::platform::liveness::{pid_alive, pid_running, ProcessIdentity};
 use crate::platform::mapping::{Access, Mapping};
 use crate::platform::SharedSlice;
 
+use super::holders::HolderSlots;
+
 const MAGIC: u64 = u64::from_le_bytes(*b"LNSOCK01");
 /// 3: the state word has a parked bit (see `direction`).
 const VERSION: u32 = 3;
@@ -50,8 +52,7 @@ pub const RING_OFFSET: usize = 4096;
 pub const MIN_RING_BYTES: usize = 4096;
 /// The default ring per direction.
 pub const DEFAULT_RING_BYTES: usize = 1 << 20;
-/// Holder slots: processes sharing the socket (fork), 8 bytes each, one line.
-pub const HOLDER_SLOTS: usize = 8;
+pub use super::holders::HOLDER_SLOTS;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
@@ -241,12 +242,6 @@ pub type PeerRecord = Endpoint;
 
 fn invalid(why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why.to_string())
-}
-
-/// Whether the process `who` names still holds the socket: it runs (an exited process not
-/// yet reaped closed its sockets as it exited).
-fn holder_alive(who: ProcessIdentity) -> bool {
-    who.is_running()
 }
 
 /// The calling process's identity, cached while the pid stays the same (a forked child
@@ -495,87 +490,29 @@ impl Endpoint {
         all.subslice(RING_OFFSET, self.ring_bytes).unwrap_or_else(|_| SharedSlice::empty())
     }
 
+    /// The record's holder slots.
+    fn holder_slots(&self) -> HolderSlots<'_> {
+        HolderSlots::new(self.header(), OFF_HOLDERS)
+    }
+    #[cfg(test)]
     fn holder_slot(&self, i: usize) -> &AtomicU64 {
-        self.u64_at(OFF_HOLDERS + 8 * i)
+        self.holder_slots().slot(i)
     }
-
-    /// Records `who` as a holder (idempotent), in a free slot or one of a dead holder.
-    /// False if every slot is taken by a live holder. An empty slot is taken first: asking
-    /// /proc whether a holder lives costs a file read, and a fork adds a holder to every
-    /// socket the parent has.
-    ///
-    /// Two processes may add the same identity at once (a forking parent adds its child,
-    /// and the child adds itself): after filling a slot, each looks at every other slot
-    /// and, for each copy of the identity, empties the later of the two slots. The stores
-    /// and loads are sequentially consistent, so of two adders at least one sees the
-    /// other's copy; the first slot holding the identity is never emptied.
+    /// Records `who` as a holder (see [`HolderSlots::add`]).
     pub fn add_holder(&self, who: ProcessIdentity) -> bool {
-        let me = who.bits();
-        if (0..HOLDER_SLOTS).any(|i| self.holder_slot(i).load(Ordering::Acquire) == me) {
-            return true;
-        }
-        let dedupe = |k: usize| {
-            for m in (0..HOLDER_SLOTS).filter(|&m| m != k) {
-                if self.holder_slot(m).load(Ordering::SeqCst) == me {
-                    let later = self.holder_slot(m.max(k));
-                    let _ = later.compare_exchange(me, 0, Ordering::SeqCst, Ordering::Relaxed);
-                }
-            }
-            true
-        };
-        for i in 0..HOLDER_SLOTS {
-            if self.holder_slot(i).compare_exchange(0, me, Ordering::SeqCst, Ordering::Acquire).is_ok() {
-                return dedupe(i);
-            }
-        }
-        for i in 0..HOLDER_SLOTS {
-            let s = self.holder_slot(i);
-            let cur = s.load(Ordering::Acquire);
-            let free = ProcessIdentity::from_bits(cur).is_none_or(|h| !holder_alive(h));
-            if free && s.compare_exchange(cur, me, Ordering::SeqCst, Ordering::Acquire).is_ok() {
-                return dedupe(i);
-            }
-        }
-        false
+        self.holder_slots().add(who)
     }
-
     /// Removes `who`; returns how many live holders remain.
     pub fn remove_holder(&self, who: ProcessIdentity) -> usize {
-        let mut live = 0;
-        for i in 0..HOLDER_SLOTS {
-            let s = self.holder_slot(i);
-            let cur = s.load(Ordering::Acquire);
-            if cur == who.bits() {
-                let _ = s.compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Acquire);
-            } else if ProcessIdentity::from_bits(cur).is_some_and(holder_alive) {
-                live += 1;
-            }
-        }
-        live
+        self.holder_slots().remove(who)
     }
-
-    /// Whether `who` is the only holder: no other slot is taken, or (if `ask_liveness`)
-    /// every other one by a process that is gone (asked of /proc only then).
+    /// See [`HolderSlots::held_only_by`].
     pub fn held_only_by(&self, who: ProcessIdentity, ask_liveness: bool) -> bool {
-        let me = who.bits();
-        let mut mine = false;
-        let mut others = false;
-        for i in 0..HOLDER_SLOTS {
-            match self.holder_slot(i).load(Ordering::SeqCst) {
-                0 => {}
-                h if h == me => mine = true,
-                _ => others = true,
-            }
-        }
-        mine && (!others || ask_liveness && self.holders() == [who])
+        self.holder_slots().held_only_by(who, ask_liveness)
     }
-
     /// The live holders.
     pub fn holders(&self) -> Vec<ProcessIdentity> {
-        (0..HOLDER_SLOTS)
-            .filter_map(|i| ProcessIdentity::from_bits(self.holder_slot(i).load(Ordering::Acquire)))
-            .filter(|&h| holder_alive(h))
-            .collect()
+        self.holder_slots().live()
     }
 }
 

@@ -20,6 +20,7 @@
 pub mod direction;
 pub mod endpoint;
 pub mod fabric_stream;
+pub mod holders;
 pub mod reasons;
 pub mod registry;
 pub mod remote;

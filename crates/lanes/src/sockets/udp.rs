@@ -53,6 +53,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::endpoint::{decode_addr, encode_addr, lock_shared, sockets_dir, this_process, SharedLockGuard};
+use super::holders::HolderSlots;
 use crate::platform::files::{ensure_private_dir, open_existing, open_or_create, reserve, UnnamedFile};
 use crate::platform::liveness::ProcessIdentity;
 use crate::platform::mapping::{Access, Mapping};
@@ -66,8 +67,6 @@ pub const RING_OFFSET: usize = 4096;
 /// without privilege (twice `net.core.rmem_max`'s default) plus one largest datagram; a
 /// socket whose buffer is larger stays on the kernel.
 pub const RING_BYTES: usize = 512 * 1024;
-/// Holder slots: processes sharing the socket (fork).
-pub const HOLDER_SLOTS: usize = 8;
 /// The largest UDP payload (IPv6 without jumbograms; IPv4's is smaller, and the kernel
 /// refuses what is too large for it before anything reaches a ring).
 pub const MAX_PAYLOAD: usize = 65527;
@@ -779,48 +778,20 @@ impl UdpRecord {
 
     // ---- holders -----------------------------------------------------------------------
 
-    fn holder_slot(&self, i: usize) -> &AtomicU64 {
-        self.u64_at(OFF_HOLDERS + 8 * i)
+    fn holder_slots(&self) -> HolderSlots<'_> {
+        HolderSlots::new(self.map.slice(), OFF_HOLDERS)
     }
-
-    /// Records `who` as a holder (idempotent); false if every slot holds a live process.
+    /// Records `who` as a holder (see [`HolderSlots::add`]).
     pub fn add_holder(&self, who: ProcessIdentity) -> bool {
-        let me = who.bits();
-        if (0..HOLDER_SLOTS).any(|i| self.holder_slot(i).load(Ordering::Acquire) == me) {
-            return true;
-        }
-        for i in 0..HOLDER_SLOTS {
-            let s = self.holder_slot(i);
-            let cur = s.load(Ordering::Acquire);
-            let free = ProcessIdentity::from_bits(cur).is_none_or(|h| !h.is_running());
-            if free && s.compare_exchange(cur, me, Ordering::SeqCst, Ordering::Acquire).is_ok() {
-                return true;
-            }
-        }
-        false
+        self.holder_slots().add(who)
     }
-
     /// Removes `who`; returns how many live holders remain.
     pub fn remove_holder(&self, who: ProcessIdentity) -> usize {
-        let mut live = 0;
-        for i in 0..HOLDER_SLOTS {
-            let s = self.holder_slot(i);
-            let cur = s.load(Ordering::Acquire);
-            if cur == who.bits() {
-                let _ = s.compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Acquire);
-            } else if ProcessIdentity::from_bits(cur).is_some_and(|h| h.is_running()) {
-                live += 1;
-            }
-        }
-        live
+        self.holder_slots().remove(who)
     }
-
     /// The live holders.
     pub fn holders(&self) -> Vec<ProcessIdentity> {
-        (0..HOLDER_SLOTS)
-            .filter_map(|i| ProcessIdentity::from_bits(self.holder_slot(i).load(Ordering::Acquire)))
-            .filter(|h| h.is_running())
-            .collect()
+        self.holder_slots().live()
     }
 }
 
