@@ -573,24 +573,34 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().send)(fd, buf, n, flags) };
-    intercept(
-        -1,
-        || {
-            if let Some(u) = udp::lookup(fd) {
-                let mut kernel = call;
-                // SAFETY: the caller's buffer.
-                return Some(unsafe {
-                    udp::send(&u, fd, std::ptr::null(), 0, &one(buf as *mut c_void, n), flags, false, &mut kernel)
-                });
-            }
-            match lookup_live(fd) {
-                Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
-                None => remote_io::send(fd, &one(buf as *mut c_void, n), flags)
-                    .or_else(|| Deferred::call(fd, moved_out(flags), call)),
-            }
-        },
-        call,
-    )
+    // SAFETY: the caller's buffer; no address.
+    intercept(-1, || unsafe { send_one(fd, buf, n, flags, std::ptr::null(), 0, call) }, call)
+}
+
+/// send and sendto on a socket of ours (`call`: the program's own call, for the kernel's
+/// path). A connected TCP socket ignores the address, as the kernel does.
+///
+/// # Safety
+/// `buf` is valid for `n` bytes; `addr`, if not null, for `alen`.
+unsafe fn send_one(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+    call: impl Fn() -> ssize_t,
+) -> Option<ssize_t> {
+    let data = one(buf as *mut c_void, n);
+    if let Some(u) = udp::lookup(fd) {
+        let mut kernel = call;
+        // SAFETY: the caller's buffer and address.
+        return Some(unsafe { udp::send(&u, fd, addr, alen, &data, flags, false, &mut kernel) });
+    }
+    match lookup_live(fd) {
+        Some(c) => Some(stream::send(&c, fd, Call::Socket, &data, flags)),
+        None => remote_io::send(fd, &data, flags).or_else(|| Deferred::call(fd, moved_out(flags), call)),
+    }
 }
 
 /// # Safety
@@ -606,25 +616,8 @@ pub unsafe extern "C" fn sendto(
 ) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().sendto)(fd, buf, n, flags, addr, alen) };
-    intercept(
-        -1,
-        || {
-            if let Some(u) = udp::lookup(fd) {
-                let mut kernel = call;
-                // SAFETY: the caller's buffer and address.
-                return Some(unsafe {
-                    udp::send(&u, fd, addr, alen, &one(buf as *mut c_void, n), flags, false, &mut kernel)
-                });
-            }
-            // A connected TCP socket ignores the address, as the kernel does.
-            match lookup_live(fd) {
-                Some(c) => Some(stream::send(&c, fd, Call::Socket, &one(buf as *mut c_void, n), flags)),
-                None => remote_io::send(fd, &one(buf as *mut c_void, n), flags)
-                    .or_else(|| Deferred::call(fd, moved_out(flags), call)),
-            }
-        },
-        call,
-    )
+    // SAFETY: the caller's buffer and address.
+    intercept(-1, || unsafe { send_one(fd, buf, n, flags, addr, alen, call) }, call)
 }
 
 /// # Safety
