@@ -130,7 +130,9 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
             format!("no room for a socket record ({detail}); connections without one stay kernel TCP")
         }
         Reason::RecordFailed => format!("{sock}no socket record ({detail}): kernel TCP"),
-        Reason::Sandbox => "seccomp sandbox (prctl): connections set up from now on stay kernel TCP".to_string(),
+        Reason::Sandbox => "a seccomp filter, or no_new_privs, which comes before one (prctl): the library makes no \
+                            system call of its own from now on, and connections set up from now on stay kernel TCP"
+            .to_string(),
         Reason::TooManyHolders => format!(
             "{sock}shared by more than {} processes: it goes back to kernel TCP when the first of them close it",
             lanes::sockets::endpoint::HOLDER_SLOTS
