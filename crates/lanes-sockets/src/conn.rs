@@ -1,7 +1,7 @@
 //! Accelerated sockets of this process: the fd table and each socket's records.
 
+use rustc_hash::FxHashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -246,10 +246,10 @@ const UNSEEN: u64 = u64::MAX;
 /// fd -> Conn. `MAYBE[fd]` lets every call on other fds skip the lock.
 const FAST_FDS: usize = 1 << 16;
 static MAYBE: [AtomicU8; FAST_FDS] = [const { AtomicU8::new(0) }; FAST_FDS];
-static TABLE: OnceLock<RwLock<HashMap<i32, Arc<Conn>>>> = OnceLock::new();
+static TABLE: OnceLock<RwLock<FxHashMap<i32, Arc<Conn>>>> = OnceLock::new();
 
-fn table() -> &'static RwLock<HashMap<i32, Arc<Conn>>> {
-    TABLE.get_or_init(|| RwLock::new(HashMap::new()))
+fn table() -> &'static RwLock<FxHashMap<i32, Arc<Conn>>> {
+    TABLE.get_or_init(|| RwLock::new(FxHashMap::default()))
 }
 
 /// Bumped by every change of the table: a thread's cached lookup is valid while it stays.

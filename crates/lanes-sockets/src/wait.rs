@@ -13,8 +13,6 @@
 //! kernel's readiness is theirs while the call sleeps.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -421,7 +419,7 @@ struct Shadow {
     /// The set's epoll fd.
     epfd: c_int,
     /// Fds this library has registered in the kernel set.
-    in_kernel: HashSet<c_int, BuildHasherDefault<FdHasher>>,
+    in_kernel: rustc_hash::FxHashSet<c_int>,
     /// Accelerated sockets whose kernel registration lags the application's (see
     /// [`ctl`]): made good before anything asks the kernel about the set.
     dirty: Vec<c_int>,
@@ -434,27 +432,9 @@ struct Shadow {
     nested_in: bool,
 }
 
-/// Hashes an fd number by one multiplication: fds are small and dense, and SipHash was a
-/// visible share of a busy program's epoll calls.
-#[derive(Default, Clone, Copy)]
-struct FdHasher(u64);
-
-impl std::hash::Hasher for FdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_i32(&mut self, n: i32) {
-        // The multiplication spreads the number into the high bits, which the table's tags use.
-        self.0 = u64::from(n as u32).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type FdMap<V> = HashMap<c_int, V, BuildHasherDefault<FdHasher>>;
+/// Tables by fd number: fds are small and dense, and SipHash was a visible share of a busy
+/// program's epoll calls.
+type FdMap<V> = rustc_hash::FxHashMap<c_int, V>;
 
 impl Shadow {
     /// Makes the kernel registration of `fd` if one is owed.

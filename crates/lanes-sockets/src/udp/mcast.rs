@@ -15,10 +15,10 @@
 //! kernel, loopback as the program set it, after switching every known member's record
 //! to kernel mode so each member still reads its ring first.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use libc::{c_int, c_void, iovec, socklen_t, ssize_t};
 use smallvec::SmallVec;
@@ -321,14 +321,15 @@ pub struct GroupView {
     epochs: Vec<u32>,
     /// Our source address as the kernel would give it.
     src: SocketAddr,
-    checked: Instant,
+    /// When it was made ([`super::coarse_ms`]).
+    checked_ms: u64,
     binds: u64,
 }
 
 impl GroupView {
     fn stale(&self, binds: u64) -> bool {
         self.binds != binds
-            || self.checked.elapsed() > RECHECK
+            || super::coarse_ms().saturating_sub(self.checked_ms) > RECHECK.as_millis() as u64
             || self.members.iter().zip(&self.epochs).any(|(r, e)| r.state().closed() || r.epoch() != *e)
     }
 }
@@ -408,14 +409,14 @@ fn considered(e: &UdpSocketEntry, src: SocketAddr, dst: SocketAddr, out_if: u32)
 }
 
 /// Finds the local members of `dst` for datagrams from `fd`.
-fn view(s: &UdpSock, fd: c_int, dst: SocketAddr, records: &mut HashMap<u64, Arc<UdpRecord>>) -> Option<GroupView> {
+fn view(s: &UdpSock, fd: c_int, dst: SocketAddr, records: &mut FxHashMap<u64, Arc<UdpRecord>>) -> Option<GroupView> {
     let binds = super::udp_binds().map_or(0, |e| e.get());
     let local = canonical(super::tx::local_address(s, fd)?);
     let src_ip = if local.ip().is_unspecified() { route_source(s, fd, dst.ip())? } else { local.ip() };
     let src = SocketAddr::new(src_ip, local.port());
     let chosen_if = s.mc_if.lock().ok().and_then(|m| *m);
     let mut view =
-        GroupView { exact: false, members: Vec::new(), epochs: Vec::new(), src, checked: Instant::now(), binds };
+        GroupView { exact: false, members: Vec::new(), epochs: Vec::new(), src, checked_ms: super::coarse_ms(), binds };
     let Some(out_if) = chosen_if.or_else(|| interface_of_address(src_ip)) else { return Some(view) };
     if interface_is_loopback(out_if) {
         // What goes out of a loopback device comes back in with the loopback option off
@@ -536,7 +537,7 @@ pub unsafe fn send(
                 // the members known before still read their rings first.
                 if let Some(old) = tx.groups.get_mut(&dst) {
                     old.exact = false;
-                    old.checked = Instant::now();
+                    old.checked_ms = super::coarse_ms();
                 }
             }
         }

@@ -2,9 +2,11 @@
 //! that socket's ring or through the kernel.
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use libc::{c_int, iovec, sockaddr, socklen_t, ssize_t};
 use smallvec::SmallVec;
@@ -29,19 +31,20 @@ pub struct TxState {
     /// Its connected peer, once read (`Some(None)`: not connected).
     peer: Option<Option<SocketAddr>>,
     /// Per destination: the receiver found there, if any.
-    targets: HashMap<SocketAddr, Target>,
+    targets: FxHashMap<SocketAddr, Target>,
     /// Per multicast destination: its members on this host.
-    pub(super) groups: HashMap<SocketAddr, super::mcast::GroupView>,
+    pub(super) groups: FxHashMap<SocketAddr, super::mcast::GroupView>,
     /// The records of sockets on the ports of those groups, by cookie (kept so a look
     /// again does not map them again).
-    pub(super) group_records: HashMap<u64, Arc<UdpRecord>>,
+    pub(super) group_records: FxHashMap<u64, Arc<UdpRecord>>,
 }
 
 struct Target {
     /// The receiving socket's record and our source address as that receiver sees it
     /// (None: the kernel's socket there has no library, or there is none).
     record: Option<(Arc<UdpRecord>, SocketAddr)>,
-    checked: Instant,
+    /// When it was found ([`super::coarse_ms`]).
+    checked_ms: u64,
     /// The record's addressing epoch when the kernel named it.
     epoch: u32,
     /// The fabric directory's bind counter then (`super::bind_epoch`).
@@ -122,8 +125,8 @@ fn v6_only(fd: c_int) -> bool {
 /// that has one (None: it has no library, or there is nobody).
 fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Target> {
     let binds = super::udp_binds().map_or(0, |e| e.get());
-    let checked = Instant::now();
-    let missing = Target { record: None, checked, kernel_sent, epoch: 0, binds };
+    let checked_ms = super::coarse_ms();
+    let missing = Target { record: None, checked_ms, kernel_sent, epoch: 0, binds };
     // No socket with the library ever had a record on that port: nobody to ask about, nor
     // a source address to work out (a program that makes a socket per datagram to a
     // server without the library pays nothing here).
@@ -163,7 +166,7 @@ fn find(s: &UdpSock, fd: c_int, dst: SocketAddr, kernel_sent: bool) -> Option<Ta
     if again.map(|i| i.cookie) != Some(record.cookie()) {
         return Some(missing);
     }
-    Some(Target { record: Some((record, src)), checked, kernel_sent: false, epoch, binds })
+    Some(Target { record: Some((record, src)), checked_ms, kernel_sent: false, epoch, binds })
 }
 
 /// The largest payload the kernel sends as one datagram of this family.
@@ -223,12 +226,13 @@ pub unsafe fn send(
     let target = {
         let Ok(mut tx) = s.tx.lock() else { return kernel() };
         let binds = super::udp_binds().map_or(0, |e| e.get());
+        let age = |t: &Target| Duration::from_millis(super::coarse_ms().saturating_sub(t.checked_ms));
         let stale = match tx.targets.get(&dst) {
             None => true,
             Some(t) if t.binds != binds => true,
             Some(t) => match &t.record {
-                Some((r, _)) => r.state().closed() || r.epoch() != t.epoch || t.checked.elapsed() > RECHECK_FOUND,
-                None => t.checked.elapsed() > RECHECK_MISSING,
+                Some((r, _)) => r.state().closed() || r.epoch() != t.epoch || age(t) > RECHECK_FOUND,
+                None => age(t) > RECHECK_MISSING,
             },
         };
         if stale {
@@ -269,9 +273,10 @@ pub unsafe fn send(
                 // A full queue is also what a receiver killed without closing leaves: ask
                 // the kernel again soon whether that socket still exists.
                 if let Ok(mut tx) = s.tx.lock() {
-                    let soon = Instant::now().checked_sub(RECHECK_FOUND - RECHECK_AFTER_DROP);
-                    if let (Some(t), Some(soon)) = (tx.targets.get_mut(&dst), soon) {
-                        t.checked = t.checked.min(soon);
+                    let soon =
+                        super::coarse_ms().saturating_sub((RECHECK_FOUND - RECHECK_AFTER_DROP).as_millis() as u64);
+                    if let Some(t) = tx.targets.get_mut(&dst) {
+                        t.checked_ms = t.checked_ms.min(soon);
                     }
                 }
                 return len as ssize_t;
