@@ -734,12 +734,14 @@ struct ForkRun {
     port: u16,
 }
 
+/// `rounds`: 16 KiB writes per connection (echoed back); `env`: for both programs.
 fn fork_run(
     bin: &Path,
     dir: &Path,
     (server_lib, client_lib): (bool, bool),
-    connections: usize,
+    (connections, rounds): (usize, usize),
     server_args: &[&str],
+    env: &[(&str, &str)],
 ) -> ForkRun {
     let lib = library();
     let fabric = dir.join("fabric");
@@ -753,6 +755,7 @@ fn fork_run(
         if with_lib {
             c.env("LD_PRELOAD", &lib);
         }
+        c.envs(env.iter().copied());
         c
     };
     let n = connections.to_string();
@@ -765,7 +768,7 @@ fn fork_run(
     }
     let (ready, go) = (dir.join("ready"), dir.join("go"));
     let mut client = cmd(client_lib);
-    client.args(["client", &port.to_string(), &n, "32"]).arg(&ready).arg(&go);
+    client.args(["client", &port.to_string(), &n, &rounds.to_string()]).arg(&ready).arg(&go);
     let mut client = Program::spawn(client, "forkserve client");
     while !ready.exists() && !client.exited() && start.elapsed() < RUN_LIMIT {
         std::thread::sleep(Duration::from_millis(5));
@@ -800,7 +803,7 @@ fn fork_per_connection_servers_accelerate_every_connection() {
     const N: usize = 20;
     let dir = TestDir::named("forkserve", "both");
     let bin = build_forkserve(&dir);
-    let r = fork_run(&bin, &dir.sub("run"), (true, true), N, &[]);
+    let r = fork_run(&bin, &dir.sub("run"), (true, true), (N, 32), &[], &[]);
     assert!(r.client.ok() && r.client.stdout.contains("byte-exact"), "{}", r.client.describe("client"));
     assert!(r.server.ok(), "{}", r.server.describe("server"));
     let server_port = |a: &std::net::SocketAddr| a.port() == r.port;
@@ -834,7 +837,7 @@ fn a_peer_without_the_library_is_said_once_and_shown_by_status() {
     const N: usize = 5;
     let dir = TestDir::named("forkserve", "client-only");
     let bin = build_forkserve(&dir);
-    let r = fork_run(&bin, &dir.sub("run"), (false, true), N, &[]);
+    let r = fork_run(&bin, &dir.sub("run"), (false, true), (N, 32), &[], &[]);
     assert!(r.client.ok() && r.client.stdout.contains("byte-exact"), "{}", r.client.describe("client"));
     assert!(r.server.ok(), "{}", r.server.describe("server"));
     assert!(r.records.iter().all(|c| !c.peer_attached), "{:?}", r.records);
@@ -846,6 +849,22 @@ fn a_peer_without_the_library_is_said_once_and_shown_by_status() {
         "lanes status does not show {N} sockets of a peer without the library:\n{}",
         r.status_after
     );
+}
+
+/// Connections to a server without the library that close before their first byte (a
+/// health check, a probe; set up at once here, `LANES_SOCKETS_DEFER=0`): the peer had no
+/// reason to attach, so nothing is said or counted.
+#[test]
+fn a_connection_closed_before_its_first_byte_says_nothing_of_its_peer() {
+    const N: usize = 5;
+    let dir = TestDir::named("forkserve", "no-bytes");
+    let bin = build_forkserve(&dir);
+    let r = fork_run(&bin, &dir.sub("run"), (false, true), (N, 0), &[], &[("LANES_SOCKETS_DEFER", "0")]);
+    assert!(r.client.ok(), "{}", r.client.describe("client"));
+    assert!(r.server.ok(), "{}", r.server.describe("server"));
+    assert!(r.records.len() >= N, "set up at once, so records were made: {:?}", r.records);
+    assert_eq!(lines_with(&r.client.stderr, "the peer never attached"), 0, "{}", r.client.stderr);
+    assert!(!r.status_after.contains("peer without the library"), "{}", r.status_after);
 }
 
 /// A worker that drops privileges after start (nginx workers as nobody): its connections
@@ -866,7 +885,7 @@ fn a_worker_that_drops_privileges_says_why_and_stays_kernel_tcp() {
     for p in [dir.0.as_path(), run.as_path()] {
         std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     }
-    let r = fork_run(&bin, &run, (true, true), N, &["setuid", "65534"]);
+    let r = fork_run(&bin, &run, (true, true), (N, 32), &["setuid", "65534"], &[]);
     assert!(r.client.ok() && r.client.stdout.contains("byte-exact"), "{}", r.client.describe("client"));
     assert!(r.server.ok() && r.server.stdout.contains("as uid 65534"), "{}", r.server.describe("server"));
     let said = "liblanes_sockets: uid changed to 65534: new connections stay kernel TCP (the fabric directory is \
