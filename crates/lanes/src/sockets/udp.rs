@@ -987,6 +987,29 @@ mod tests {
     }
 
     #[test]
+    fn the_port_map_remembers_marked_ports_and_an_older_file_grows() {
+        let d = dir("binds");
+        // A file of the counter's page alone (an older library made it), counter at 7.
+        std::fs::create_dir_all(sockets_dir(&d)).unwrap();
+        let mut page = vec![0u8; 4096];
+        page[..8].copy_from_slice(&7u64.to_ne_bytes());
+        std::fs::write(sockets_dir(&d).join("udp-binds"), &page).unwrap();
+        let b = UdpBinds::open(&d).unwrap();
+        assert_eq!(b.get(), 7, "the counter survives the growth");
+        for port in [0u16, 53, 63, 64, 4321, u16::MAX] {
+            assert!(!b.port_marked(port), "{port}");
+        }
+        b.mark_port(53);
+        b.mark_port(u16::MAX);
+        b.mark_port(53);
+        assert!(b.port_marked(53) && b.port_marked(u16::MAX));
+        assert!(!b.port_marked(52) && !b.port_marked(54) && !b.port_marked(u16::MAX - 1));
+        // Another opener sees the same map.
+        assert!(UdpBinds::open(&d).unwrap().port_marked(53));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn charges_match_the_kernels_measured_truesize() {
         // Linux 6, loopback, SO_MEMINFO after one datagram (IPv4, IPv6).
         for (len, v4, v6) in [
