@@ -277,8 +277,38 @@ pub struct KernelHistory {
 /// read, whoever wrote it (a child, `sendfile`, an image before an exec). `syn_acked` is
 /// what the kernel counted as acked before any byte was written: 1 for the end that
 /// connected (its SYN), 0 for the end that accepted. None unless the connection is
-/// established (no FIN sent or received, whose sequence numbers the counts include).
+/// established (no FIN sent or received, whose sequence numbers the counts include), or
+/// if acks and segments kept arriving between every reading. The caller makes sure no
+/// call of the program's moves bytes meanwhile.
 pub fn kernel_history(fd: RawFd, syn_acked: u64) -> Option<KernelHistory> {
+    // The queues' sizes are read apart from TCP_INFO: an ack that arrives in between
+    // takes its bytes off the send queue after the acked count was read, and the sum
+    // comes out short (a sender's K short of what its receiver reads lets that receiver
+    // be granted the ring ahead of bytes still on their way). So the counts are read on
+    // both sides of the queues, and taken only when they did not move.
+    const TRIES: usize = 1000;
+    let queue = |request: libc::Ioctl| {
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ and SIOCINQ write one int into `n`.
+        (unsafe { libc::ioctl(fd, request, &mut n) } == 0 && n >= 0).then_some(n as u64)
+    };
+    for _ in 0..TRIES {
+        let (acked, received) = tcp_counts(fd)?;
+        let unsent = queue(libc::TIOCOUTQ)?;
+        let unread = queue(libc::FIONREAD)?;
+        if tcp_counts(fd)? != (acked, received) {
+            continue;
+        }
+        let written = (acked + unsent).checked_sub(syn_acked)?;
+        let read = received.checked_sub(unread)?;
+        return Some(KernelHistory { written, read });
+    }
+    None
+}
+
+/// `TCP_INFO`'s bytes acked and bytes received of `fd`, if it is an established TCP
+/// connection.
+fn tcp_counts(fd: RawFd) -> Option<(u64, u64)> {
     const TCPI_BYTES_ACKED: usize = 120;
     const TCPI_BYTES_RECEIVED: usize = 128;
     // The first byte of `struct tcp_info` (tcpi_state) for an established connection.
@@ -291,16 +321,7 @@ pub fn kernel_history(fd: RawFd, syn_acked: u64) -> Option<KernelHistory> {
         return None;
     }
     let word = |at: usize| u64::from_ne_bytes(info[at..at + 8].try_into().expect("8 bytes"));
-    let queue = |request: libc::Ioctl| {
-        let mut n: libc::c_int = 0;
-        // SAFETY: SIOCOUTQ and SIOCINQ write one int into `n`.
-        (unsafe { libc::ioctl(fd, request, &mut n) } == 0 && n >= 0).then_some(n as u64)
-    };
-    let unsent = queue(libc::TIOCOUTQ)?;
-    let unread = queue(libc::FIONREAD)?;
-    let written = (word(TCPI_BYTES_ACKED) + unsent).checked_sub(syn_acked)?;
-    let read = word(TCPI_BYTES_RECEIVED).checked_sub(unread)?;
-    Some(KernelHistory { written, read })
+    Some((word(TCPI_BYTES_ACKED), word(TCPI_BYTES_RECEIVED)))
 }
 
 /// The kernel's count of bytes acked on a connection `fd` that nothing was written into
