@@ -369,7 +369,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
             }
             match lookup_live(fd) {
                 Some(c) => (n > 0).then(|| recv_on(&c, fd, Call::Plain, &one(buf, n), 0)),
-                None => remote_io::recv(fd, &one(buf, n), 0).or_else(|| Deferred::call(fd, Moved::Read, call)),
+                None => remote_io::recv(fd, &one(buf, n), 0, call).or_else(|| Deferred::call(fd, Moved::Read, call)),
             }
         },
         call,
@@ -393,7 +393,9 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
             }
             match lookup_live(fd) {
                 Some(c) => Some(recv_on(&c, fd, Call::Socket, &one(buf, n), flags)),
-                None => remote_io::recv(fd, &one(buf, n), flags).or_else(|| Deferred::call(fd, moved_in(flags), call)),
+                None => {
+                    remote_io::recv(fd, &one(buf, n), flags, call).or_else(|| Deferred::call(fd, moved_in(flags), call))
+                }
             }
         },
         call,
@@ -425,7 +427,7 @@ pub unsafe extern "C" fn recvfrom(
             }
             let r = match lookup_live(fd) {
                 Some(c) => recv_on(&c, fd, Call::Socket, &one(buf, n), flags),
-                None => match remote_io::recv(fd, &one(buf, n), flags) {
+                None => match remote_io::recv(fd, &one(buf, n), flags, call) {
                     Some(r) => r,
                     None => return Deferred::call(fd, moved_in(flags), call),
                 },
@@ -479,10 +481,16 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
                 let m = unsafe { &mut *msg };
                 // SAFETY: the caller's iovec array.
                 let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?.to_vec();
-                let Some(r) = remote_io::recv(fd, &iov, flags) else {
+                // The kernel's own answer (a candidate whose stream is not live) is left as it is.
+                let mut by_kernel = false;
+                let kernel = || {
+                    by_kernel = true;
+                    call()
+                };
+                let Some(r) = remote_io::recv(fd, &iov, flags, kernel) else {
                     return Deferred::call(fd, moved_in(flags), call);
                 };
-                if r >= 0 {
+                if r >= 0 && !by_kernel {
                     // A connected TCP socket's message: no address, no ancillary data.
                     (m.msg_namelen, m.msg_controllen, m.msg_flags) = (0, 0, 0);
                 }
@@ -528,7 +536,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
             let Some(c) = lookup_live(fd) else {
                 // SAFETY: the caller's iovec array.
                 let v = unsafe { iov_slice(iov, cnt) }?;
-                return remote_io::recv(fd, v, 0).or_else(|| Deferred::call(fd, Moved::Read, call));
+                return remote_io::recv(fd, v, 0, call).or_else(|| Deferred::call(fd, Moved::Read, call));
             };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
@@ -559,7 +567,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
             }
             match lookup_live(fd) {
                 Some(c) => Some(stream::send(&c, fd, Call::Plain, &one(buf as *mut c_void, n), 0)),
-                None => remote_io::send(fd, &one(buf as *mut c_void, n), 0)
+                None => remote_io::send(fd, &one(buf as *mut c_void, n), 0, call)
                     .or_else(|| Deferred::call(fd, Moved::Written, call)),
             }
         },
@@ -589,7 +597,7 @@ unsafe fn send_one(
     flags: c_int,
     addr: *const sockaddr,
     alen: socklen_t,
-    call: impl Fn() -> ssize_t,
+    call: impl Fn() -> ssize_t + Copy,
 ) -> Option<ssize_t> {
     let data = one(buf as *mut c_void, n);
     if let Some(u) = udp::lookup(fd) {
@@ -599,7 +607,7 @@ unsafe fn send_one(
     }
     match lookup_live(fd) {
         Some(c) => Some(stream::send(&c, fd, Call::Socket, &data, flags)),
-        None => remote_io::send(fd, &data, flags).or_else(|| Deferred::call(fd, moved_out(flags), call)),
+        None => remote_io::send(fd, &data, flags, call).or_else(|| Deferred::call(fd, moved_out(flags), call)),
     }
 }
 
@@ -662,7 +670,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
                 }
                 // SAFETY: the caller's iovec array.
                 let iov = unsafe { iov_slice(m.msg_iov, m.msg_iovlen as c_int) }?;
-                return remote_io::send(fd, iov, flags).or_else(|| Deferred::call(fd, moved_out(flags), call));
+                return remote_io::send(fd, iov, flags, call).or_else(|| Deferred::call(fd, moved_out(flags), call));
             };
             // SAFETY: non-null msghdr from the caller.
             let m = unsafe { &*msg };
@@ -740,6 +748,29 @@ pub unsafe extern "C" fn recvmmsg(
     )
 }
 
+/// recvmmsg on a connection to another host: the kernel's for good (`remote::give_up`), and
+/// while its ring still holds bytes from before, the first entry gets them alone (a count
+/// of one message, as a recvmmsg may return). None: the kernel's own call.
+///
+/// # Safety
+/// `msgs` valid for at least one entry, as for recvmmsg.
+unsafe fn remote_recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, flags: c_int) -> Option<c_int> {
+    remote::give_up(fd);
+    remote::live_stream(fd)?;
+    // SAFETY: the caller's first entry.
+    let m = unsafe { &mut *msgs };
+    // SAFETY: the caller's iovec array.
+    let iov = unsafe { iov_slice(m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen as c_int) }?.to_vec();
+    let r = remote_io::recv_ring_left(fd, &iov, flags)?;
+    if r < 0 {
+        return Some(-1);
+    }
+    m.msg_len = r as c_uint;
+    // A connected TCP socket's message: no address, no ancillary data.
+    (m.msg_hdr.msg_namelen, m.msg_hdr.msg_controllen, m.msg_hdr.msg_flags) = (0, 0, 0);
+    Some(1)
+}
+
 /// sendmmsg on a TCP socket: for an accelerated one, each message as sendmsg would send
 /// it, in order with the ring's bytes (the kernel's own sendmmsg would put them behind
 /// bytes the ring still holds). As the kernel does, it stops after a message sent in part
@@ -751,6 +782,9 @@ pub unsafe extern "C" fn recvmmsg(
 unsafe fn stream_sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: usize, flags: c_int) -> Option<c_int> {
     let Some(c) = lookup_live(fd) else {
         Deferred::give_up(fd);
+        // A connection to another host: the kernel's for good, its stream's sending
+        // direction ended in the ring first (these bytes then follow the ring's).
+        remote::give_up(fd);
         return None;
     };
     let mut sent = 0;
@@ -802,7 +836,8 @@ unsafe fn stream_recvmmsg(
 ) -> Option<c_int> {
     let Some(c) = lookup_live(fd) else {
         Deferred::give_up(fd);
-        return None;
+        // SAFETY: the caller's array of n (at least one) messages.
+        return unsafe { remote_recvmmsg(fd, msgs, flags) };
     };
     if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
         return None; // not the stream's bytes: the kernel's own call
@@ -858,7 +893,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
             let Some(c) = lookup_live(fd) else {
                 // SAFETY: the caller's iovec array.
                 let v = unsafe { iov_slice(iov, cnt) }?;
-                return remote_io::send(fd, v, 0).or_else(|| Deferred::call(fd, Moved::Written, call));
+                return remote_io::send(fd, v, 0, call).or_else(|| Deferred::call(fd, Moved::Written, call));
             };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;

@@ -8,9 +8,12 @@
 //! - **The stream.** The first call on the socket that moves bytes after the pairing
 //!   (`stream`) has the exports connected to the peer's objects in a thread of its own
 //!   (three connects through the daemons; the program's calls go on through the kernel
-//!   meanwhile), and the first such call after that starts the stream, its kernel counts
-//!   where the kernel's are (`kernel_history`); from then on the calls of `remote_io` move
-//!   the bytes through it. A connection that cannot get a stream (no fabric, the
+//!   meanwhile), and the first such call after that while no other call on the connection
+//!   is inside the kernel starts the stream, its kernel counts where the kernel's are
+//!   (`kernel_history`); from then on the calls of `remote_io` move the bytes through it.
+//!   (A call inside the kernel at the start would move bytes the counts miss: a blocked
+//!   send's rest could then arrive behind ring bytes. So the calls the C library makes on a
+//!   candidate whose stream is not live are counted, [`KernelCall`].) A connection that cannot get a stream (no fabric, the
 //!   provider's or the daemon's refusal) stays kernel TCP for good, the reason counted
 //!   (`RemoteNoStream`).
 //!
@@ -77,7 +80,8 @@ enum Slot {
     /// Connecting to the peer's objects, in a thread of its own (three connects through
     /// the daemons: the program's calls go on through the kernel meanwhile).
     Connecting,
-    /// Connected; started by the next call that moves bytes.
+    /// Connected; started by the next call that moves bytes while no other is inside the
+    /// kernel.
     Ready(PendingStream),
     /// Set up: the connection's bytes go through it; what the kernel had carried before.
     Live(Arc<FabricStream>, KernelHistory),
@@ -96,6 +100,30 @@ pub struct RemoteConn {
     /// What the kernel counted as acked before anything was written (see
     /// `fabric_stream::kernel_history`).
     syn_acked: u64,
+    /// The program's calls on the connection inside the C library's now, made while its
+    /// stream was not live ([`KernelCall`]): no stream starts while there is one.
+    kernel_calls: AtomicUsize,
+}
+
+/// A program's call on a candidate whose stream is not live, made by the C library: counted
+/// from before its candidate's stream was looked at (under the slot's lock) until the call
+/// returned, so that either the call sees the live stream or the stream's start sees the
+/// call (see [`RemoteConn::stream`]).
+pub struct KernelCall(Arc<RemoteConn>);
+
+impl Drop for KernelCall {
+    fn drop(&mut self) {
+        self.0.kernel_calls.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Which way a program's call on a candidate goes (see [`route`]).
+pub enum Route {
+    /// Through the live stream.
+    Stream(Arc<RemoteConn>, Arc<FabricStream>),
+    /// The C library's own call: counted while the stream is not live, so that none starts
+    /// meanwhile; None when the stream was live and is the kernel's alone for good now.
+    Kernel(Option<KernelCall>),
 }
 
 impl RemoteConn {
@@ -104,20 +132,32 @@ impl RemoteConn {
     }
 
     /// The live stream: once the pairing named the peer's objects, the first call that
-    /// moves bytes has them connected in the background, and the first one after that
-    /// starts the stream (its kernel counts where the kernel's are then).
+    /// moves bytes has them connected in the background, and the first one after that made
+    /// while no other call is inside the kernel starts the stream (its kernel counts where
+    /// the kernel's are then).
     fn stream(self: &Arc<Self>, fd: i32) -> Option<Arc<FabricStream>> {
-        let mut slot = self.slot();
+        self.stream_locked(&mut self.slot(), fd)
+    }
+
+    /// [`Self::stream`] under the slot's lock.
+    fn stream_locked(self: &Arc<Self>, slot: &mut Slot, fd: i32) -> Option<Arc<FabricStream>> {
         match &*slot {
             Slot::Live(s, _) => return Some(s.clone()),
             Slot::Kernel | Slot::Connecting => return None,
             Slot::Waiting(_) => {
-                self.connect_in_background(&mut slot);
+                self.connect_in_background(slot);
                 return None;
             }
             Slot::Ready(_) => {}
         }
-        let Slot::Ready(pending) = std::mem::replace(&mut *slot, Slot::Kernel) else { return None };
+        if self.kernel_calls.load(Ordering::Acquire) > 0 {
+            // Another thread's call is inside the kernel: the kernel's counts now would miss
+            // what it moves from here on (a blocked send's rest, queued later), and the peer's
+            // receiver, caught up with the counts, would be granted the ring ahead of those
+            // bytes. A later call starts the stream.
+            return None;
+        }
+        let Slot::Ready(pending) = std::mem::replace(slot, Slot::Kernel) else { return None };
         // Shut down or reset already: nothing more for a stream to carry.
         let history = kernel_history(fd, self.syn_acked)?;
         match pending.start(fd, history) {
@@ -129,6 +169,20 @@ impl RemoteConn {
             Err(e) => {
                 reasons::note_with(Reason::RemoteNoStream, Some(&self.key), &e.to_string());
                 None
+            }
+        }
+    }
+
+    /// [`Self::stream`] for a program's call: the live stream (unless it is the kernel's
+    /// alone now), else the call counted as the C library's, under the same lock.
+    fn route(self: &Arc<Self>, fd: i32) -> Route {
+        let mut slot = self.slot();
+        match self.stream_locked(&mut slot, fd) {
+            Some(s) if !s.kernel_only() => Route::Stream(self.clone(), s),
+            Some(_) => Route::Kernel(None),
+            None => {
+                self.kernel_calls.fetch_add(1, Ordering::AcqRel);
+                Route::Kernel(Some(KernelCall(self.clone())))
             }
         }
     }
@@ -242,6 +296,17 @@ pub fn stream(fd: i32) -> Option<(Arc<RemoteConn>, Arc<FabricStream>)> {
     let c = get(fd)?;
     let s = c.stream(fd)?;
     Some((c, s))
+}
+
+/// Which way a program's call that moves bytes on candidate `fd` goes: its live stream
+/// (set up at the first such call after the pairing, when no other call is inside the
+/// kernel), or the C library's call, counted until the returned [`Route`] is dropped. None:
+/// not a candidate (or the kernel's for good under a seccomp filter).
+pub fn route(fd: i32) -> Option<Route> {
+    if crate::sandbox::filtered() {
+        return None;
+    }
+    Some(get(fd)?.route(fd))
 }
 
 /// The stream of `fd` if it is live already (readiness; no set-up).
@@ -425,6 +490,7 @@ pub fn on_connected(fd: i32, key: ConnectionKey) {
         registered: AtomicBool::new(false),
         slot: Mutex::new(slot),
         syn_acked: syn,
+        kernel_calls: AtomicUsize::new(0),
     });
     if register(&c, cookie, handles) {
         insert(fd, c);
@@ -660,7 +726,14 @@ pub fn adopt_inherited(fd: i32, own: Endpoint, key: ConnectionKey) {
     let host = own.pairing().map(|p| p.peer_host).unwrap_or_default();
     // The image before the exec gave the connection up (its stream's objects were its own):
     // kernel TCP for good.
-    let c =
-        RemoteConn { own, key, host, registered: AtomicBool::new(true), slot: Mutex::new(Slot::Kernel), syn_acked: 0 };
+    let c = RemoteConn {
+        own,
+        key,
+        host,
+        registered: AtomicBool::new(true),
+        slot: Mutex::new(Slot::Kernel),
+        syn_acked: 0,
+        kernel_calls: AtomicUsize::new(0),
+    };
     insert(fd, Arc::new(c));
 }

@@ -1,17 +1,18 @@
-//! The program's calls on a connection to another host whose fabric stream is live
-//! (`crate::remote`, `lanes::sockets::fabric_stream`): sends and receives through the
-//! stream, with the kernel's semantics for blocking and non-blocking sockets, and what the
-//! stream does not do itself (peeking, urgent data, flags it does not know) given back to
-//! the kernel for good first, byte-exact. Each function returns None when the C library's
-//! own call is the answer (no live stream, or the kernel's alone now).
+//! The program's calls on a connection to another host (a candidate, `crate::remote`):
+//! while its fabric stream (`lanes::sockets::fabric_stream`) is live, sends and receives
+//! through the stream, with the kernel's semantics for blocking and non-blocking sockets,
+//! and what the stream does not do itself (peeking, urgent data, flags it does not know)
+//! given back to the kernel for good first, byte-exact; until then, the C library's call,
+//! made here and counted while it is inside the kernel, so that no stream starts meanwhile
+//! (`remote::KernelCall`). Each function returns None when the C library's own call is the
+//! answer and nothing needs counting (not a candidate, nothing asked for).
 
 use std::io;
-use std::sync::Arc;
 
 use libc::{c_int, iovec, ssize_t};
 
 use crate::real::set_errno;
-use crate::remote::{self, RemoteConn};
+use crate::remote::{self, Route};
 use crate::stream::iov_len;
 use lanes::sockets::fabric_stream::{CallMode, FabricStream};
 
@@ -19,12 +20,6 @@ use lanes::sockets::fabric_stream::{CallMode, FabricStream};
 const RECV_FLAGS: c_int = libc::MSG_DONTWAIT | libc::MSG_WAITALL | libc::MSG_NOSIGNAL | libc::MSG_CMSG_CLOEXEC;
 /// Send flags the stream serves itself (`MSG_MORE` and `MSG_EOR` go with kernel sends).
 const SEND_FLAGS: c_int = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_MORE | libc::MSG_EOR;
-
-/// The live stream of `fd` and its candidate, unless the connection is the kernel's alone
-/// now.
-fn live(fd: c_int) -> Option<(Arc<RemoteConn>, Arc<FabricStream>)> {
-    remote::stream(fd).filter(|(_, s)| !s.kernel_only())
-}
 
 fn nonblocking(fd: c_int, flags: c_int) -> bool {
     if flags & libc::MSG_DONTWAIT != 0 {
@@ -40,16 +35,27 @@ fn fail(e: io::Error) -> ssize_t {
     -1
 }
 
-/// A receive of `iov` with `flags` on `fd` (read, recv, recvfrom, recvmsg, readv).
-pub fn recv(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
+/// A receive of `iov` with `flags` on candidate `fd` (read, recv, recvfrom, recvmsg, readv):
+/// through its live stream, else `kernel` (the program's own call, made here so that no
+/// stream starts while it is inside the kernel). None: `fd` is no candidate, or nothing
+/// is asked for.
+pub fn recv(fd: c_int, iov: &[iovec], flags: c_int, kernel: impl FnOnce() -> ssize_t) -> Option<ssize_t> {
     let len = iov_len(iov);
     if len == 0 {
         return None;
     }
-    let (c, s) = live(fd)?;
-    let r = recv_on(&s, fd, iov, flags);
-    c.publish_counts();
-    r
+    match remote::route(fd)? {
+        Route::Stream(c, s) => {
+            let r = recv_on(&s, fd, iov, flags);
+            c.publish_counts();
+            Some(r.unwrap_or_else(kernel))
+        }
+        Route::Kernel(counted) => {
+            let r = kernel();
+            drop(counted);
+            Some(r)
+        }
+    }
 }
 
 fn recv_on(s: &FabricStream, fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
@@ -102,6 +108,18 @@ fn recv_on(s: &FabricStream, fd: c_int, iov: &[iovec], flags: c_int) -> Option<s
     }
 }
 
+/// A receive the stream does not serve (recvmmsg) on candidate `fd`, given up already
+/// (`remote::give_up`): while ring bytes from before are left, a receive of `iov` through
+/// the stream takes them (then the kernel's after them, as one receive would). None once
+/// the ring is read: the kernel's own call is exact then.
+pub fn recv_ring_left(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
+    if iov_len(iov) == 0 {
+        return None;
+    }
+    let s = remote::live_stream(fd).filter(|s| !s.kernel_only())?;
+    recv_on(&s, fd, iov, flags & (libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC))
+}
+
 /// Copies `bytes` into the caller's buffers in order.
 fn scatter(mut bytes: &[u8], iov: &[iovec]) {
     for v in iov {
@@ -130,15 +148,24 @@ fn peek(s: &FabricStream, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
     }
 }
 
-/// A send of `iov` with `flags` on `fd` (write, send, sendto, sendmsg, writev).
-pub fn send(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
+/// A send of `iov` with `flags` on candidate `fd` (write, send, sendto, sendmsg, writev):
+/// through its live stream, else `kernel`, as for [`recv`].
+pub fn send(fd: c_int, iov: &[iovec], flags: c_int, kernel: impl FnOnce() -> ssize_t) -> Option<ssize_t> {
     if iov_len(iov) == 0 {
         return None;
     }
-    let (c, s) = live(fd)?;
-    let r = send_on(&s, fd, iov, flags);
-    c.publish_counts();
-    r
+    match remote::route(fd)? {
+        Route::Stream(c, s) => {
+            let r = send_on(&s, fd, iov, flags);
+            c.publish_counts();
+            Some(r.unwrap_or_else(kernel))
+        }
+        Route::Kernel(counted) => {
+            let r = kernel();
+            drop(counted);
+            Some(r)
+        }
+    }
 }
 
 fn send_on(s: &FabricStream, fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {

@@ -74,11 +74,83 @@ fn pattern(id: u64, i: u64) -> u8 {
 /// [NODE:SEGMENT:REQUEST:ANSWER]` (a registration, forged or not), `identity`.
 fn run_sockets(io: &ChildIo) {
     let mut conns: HashMap<u64, TcpStream> = HashMap::new();
+    let mut senders: HashMap<u64, Sender> = HashMap::new();
     let held: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
     let drained: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
     io.serve(|line| {
         let w: Vec<&str> = line.split_whitespace().collect();
         let r: Result<String, String> = (|| match w[..] {
+            ["listen", port, "sink"] => {
+                // Connections held unread until `sink`.
+                let l = TcpListener::bind(("::", port.parse::<u16>().map_err(|e| e.to_string())?))
+                    .map_err(|e| format!("bind: {e}"))?;
+                let held = held.clone();
+                std::thread::spawn(move || {
+                    for s in l.incoming().flatten() {
+                        held.lock().unwrap().push(s);
+                    }
+                });
+                Ok(String::new())
+            }
+            ["sink"] => {
+                let started = Instant::now();
+                let s = loop {
+                    if let Some(s) = held.lock().unwrap().pop() {
+                        break s;
+                    }
+                    if started.elapsed() > Duration::from_secs(60) {
+                        return Err("no connection to sink within 60 s".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                };
+                let drained = drained.clone();
+                std::thread::spawn(move || {
+                    let outcome = sink(&s);
+                    drained.lock().unwrap().push(outcome);
+                });
+                Ok(String::new())
+            }
+            ["blocked-send", id, first] => {
+                let id: u64 = id.parse().map_err(|_| "id")?;
+                let first: usize = first.parse().map_err(|_| "bytes")?;
+                let s = conns.get(&id).ok_or("no such connection")?;
+                senders.insert(id, Sender::start(s.try_clone().map_err(|e| e.to_string())?, first));
+                Ok(String::new())
+            }
+            ["pokes", id, millis] => {
+                let s = conns.get(&id.parse().map_err(|_| "id")?).ok_or("no such connection")?;
+                let until = Instant::now() + Duration::from_millis(millis.parse().map_err(|_| "millis")?);
+                let mut calls = 0;
+                while Instant::now() < until {
+                    let mut byte = 0u8;
+                    // SAFETY: a receive of at most one byte into a local.
+                    let r = unsafe {
+                        libc::recv(
+                            std::os::fd::AsRawFd::as_raw_fd(s),
+                            (&mut byte as *mut u8).cast(),
+                            1,
+                            libc::MSG_DONTWAIT,
+                        )
+                    };
+                    let e = std::io::Error::last_os_error();
+                    if r >= 0 || e.raw_os_error() != Some(libc::EAGAIN) {
+                        return Err(format!("a receive found {r}: {e}"));
+                    }
+                    calls += 1;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(format!("calls={calls}"))
+            }
+            ["mmsg-exchange", id, bytes] => {
+                let id: u64 = id.parse().map_err(|_| "id")?;
+                let n: u64 = bytes.parse().map_err(|_| "bytes")?;
+                let s = conns.get(&id).ok_or("no such connection")?;
+                exchange_mmsg(s, id, n)
+            }
+            ["stop-send", id] => {
+                let sender = senders.remove(&id.parse().map_err(|_| "id")?).ok_or("no sender")?;
+                sender.stop().map(|n| format!("sent={n}"))
+            }
             ["listen", port, mode] => {
                 // Dual-stack, as most servers listen: IPv4 clients get IPv4-mapped addresses.
                 let l = TcpListener::bind(("::", port.parse::<u16>().map_err(|e| e.to_string())?))
@@ -256,6 +328,72 @@ fn drain_flood(s: &TcpStream) -> String {
     format!("received={at} recv={recv} send={send}")
 }
 
+/// The pattern id of `blocked-send` and `sink`.
+const SINK: u64 = 78;
+
+/// `sink`: reads the `blocked-send` pattern to the end, checking every byte; the outcome
+/// in words.
+fn sink(s: &TcpStream) -> String {
+    let mut r = s;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut at = 0u64;
+    let end = loop {
+        match r.read(&mut buf) {
+            Ok(0) => break "end".to_string(),
+            Ok(n) => {
+                if let Some(k) = (0..n).find(|&k| buf[k] != pattern(SINK, at + k as u64)) {
+                    let at = at + k as u64;
+                    break format!("byte-{at}-differs{}", whence(SINK, at, &buf[k..n]).replace(' ', "_"));
+                }
+                at += n as u64;
+            }
+            Err(e) => break errno_name(&e),
+        }
+    };
+    format!("received={at} recv={end}")
+}
+
+/// `blocked-send`: a thread that writes the `sink` pattern, its first bytes in one call
+/// (which blocks in the kernel while the peer reads nothing), then 64 KiB at a time until
+/// stopped; then it shuts the connection down for writing.
+struct Sender {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<std::io::Result<u64>>,
+}
+
+impl Sender {
+    fn start(mut s: TcpStream, first: usize) -> Sender {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let fill = |buf: &mut [u8], from: u64| {
+                for (k, b) in buf.iter_mut().enumerate() {
+                    *b = pattern(SINK, from + k as u64);
+                }
+            };
+            let mut buf = vec![0u8; first];
+            fill(&mut buf, 0);
+            s.write_all(&buf)?;
+            let mut sent = first as u64;
+            let mut chunk = vec![0u8; 64 * 1024];
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                fill(&mut chunk, sent);
+                s.write_all(&chunk)?;
+                sent += chunk.len() as u64;
+            }
+            s.shutdown(std::net::Shutdown::Write)?;
+            Ok(sent)
+        });
+        Sender { stop, thread }
+    }
+
+    /// Stops the writing; what was written in all.
+    fn stop(self) -> Result<u64, String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().map_err(|_| "the sender panicked")?.map_err(|e| format!("send: {e}"))
+    }
+}
+
 /// Echoes `s` until its peer's end; then closes it, or keeps it in `hold`.
 fn echo(mut s: TcpStream, hold: Option<Arc<Mutex<Vec<TcpStream>>>>) {
     let mut buf = vec![0u8; 64 * 1024];
@@ -305,6 +443,95 @@ fn exchange(s: &TcpStream, id: u64, n: u64) -> Result<String, String> {
             }
         }
         got += m as u64;
+    }
+    writer.join().map_err(|_| "writer panicked")?.map_err(|e| format!("write: {e}"))?;
+    Ok(format!("bytes={got}"))
+}
+
+/// As [`exchange`], with every other 64 KiB written by `sendmmsg` (two messages) instead
+/// of `write`, and every other read made by `recvmmsg` (two entries, `MSG_WAITFORONE`).
+fn exchange_mmsg(s: &TcpStream, id: u64, n: u64) -> Result<String, String> {
+    use std::os::fd::AsRawFd;
+    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+    let writer = std::thread::spawn(move || -> std::io::Result<()> {
+        let fd = w.as_raw_fd();
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut sent = 0;
+        let mut round = 0;
+        while sent < n {
+            let len = (n - sent).min(chunk.len() as u64) as usize;
+            for (k, b) in chunk[..len].iter_mut().enumerate() {
+                *b = pattern(id, sent + k as u64);
+            }
+            let mut done = 0;
+            if round % 2 == 1 && len >= 2 {
+                let (first, second) = chunk[..len].split_at_mut(len / 2);
+                let mut iov = [
+                    libc::iovec { iov_base: first.as_mut_ptr().cast(), iov_len: first.len() },
+                    libc::iovec { iov_base: second.as_mut_ptr().cast(), iov_len: second.len() },
+                ];
+                // SAFETY: an all-zero mmsghdr is valid; each names one iovec of ours.
+                let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
+                for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+                    m.msg_hdr.msg_iov = v;
+                    m.msg_hdr.msg_iovlen = 1;
+                }
+                // SAFETY: two mmsghdrs over buffers that outlive the call.
+                let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), 2, 0) };
+                if r < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                done = msgs[..r as usize].iter().map(|m| m.msg_len as usize).sum();
+            }
+            w.write_all(&chunk[done..len])?;
+            sent += len as u64;
+            round += 1;
+        }
+        Ok(())
+    });
+    let fd = s.as_raw_fd();
+    let mut r = s;
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut round = 0;
+    while got < n {
+        let m = if round % 2 == 1 {
+            let (first, second) = buf.split_at_mut(32 * 1024);
+            let mut iov = [
+                libc::iovec { iov_base: first.as_mut_ptr().cast(), iov_len: first.len() },
+                libc::iovec { iov_base: second.as_mut_ptr().cast(), iov_len: second.len() },
+            ];
+            // SAFETY: an all-zero mmsghdr is valid; each names one iovec of ours.
+            let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
+            for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+            }
+            // SAFETY: two mmsghdrs over buffers that outlive the call; no timeout.
+            let k = unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), 2, libc::MSG_WAITFORONE, std::ptr::null_mut()) };
+            if k < 0 {
+                return Err(format!("recvmmsg after {got} bytes: {}", std::io::Error::last_os_error()));
+            }
+            // The entries' bytes back to back, where the second one's start.
+            let lens: Vec<usize> = msgs[..k as usize].iter().map(|m| m.msg_len as usize).collect();
+            if lens.len() == 2 && lens[0] < 32 * 1024 {
+                buf.copy_within(32 * 1024..32 * 1024 + lens[1], lens[0]);
+            }
+            lens.iter().sum()
+        } else {
+            r.read(&mut buf).map_err(|e| format!("read after {got} bytes: {e}"))?
+        };
+        if m == 0 {
+            return Err(format!("end of stream after {got} of {n} bytes"));
+        }
+        for (k, b) in buf[..m].iter().enumerate() {
+            if *b != pattern(id, got + k as u64) {
+                let at = got + k as u64;
+                return Err(format!("byte {at} differs{}", whence(id, at, &buf[k..m])));
+            }
+        }
+        got += m as u64;
+        round += 1;
     }
     writer.join().map_err(|_| "writer panicked")?.map_err(|e| format!("write: {e}"))?;
     Ok(format!("bytes={got}"))
@@ -818,8 +1045,28 @@ fn with_fabric_stream(test: &str) -> bool {
     lanes::OFI_TRANSPORT
 }
 
+/// Round trips of 64 B from one thread on the client's connection 1 (on host b) to
+/// `server_at` until its stream is live (its record carries the stream's counts): a stream
+/// starts only at a call made while no other is inside the kernel, which two threads that
+/// both move bytes may leave for long.
+fn make_live(c: &Cluster, client: &mut Proc, server_at: &str) -> Result<(), String> {
+    let started = Instant::now();
+    let live = || {
+        list_connections(&c.fabric(1))
+            .into_iter()
+            .any(|r| r.remote.to_string() == server_at && r.kernel_bytes_sent + r.ring_bytes_sent > 0)
+    };
+    while !live() {
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err("the stream never went live".into());
+        }
+        client.call_within("ping 1 50 64 0", Duration::from_secs(60)).map_err(|e| format!("{e:?}"))?;
+    }
+    Ok(())
+}
+
 /// A checksummed stream both ways (64 MiB out, echoed back) between programs under the
-/// library on a and b, paired: every byte comes back in order, some went over the fabric
+/// library on a and b, paired (its stream made live first): every byte comes back in order, some went over the fabric
 /// (both ends' records together: which direction the ring carried depends on scheduling),
 /// `lanes status` shows the counts, and at the close both daemons' totals have them.
 #[test]
@@ -838,6 +1085,7 @@ fn a_checksummed_stream_through_the_library_moves_over_the_fabric() {
         let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
         let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
         wait_paired(&c, (1, &client_addr), (0, &server_at));
+        make_live(&c, &mut client, &server_at)?;
         let got = client.call_within("exchange 1 67108864", Duration::from_secs(300)).map_err(|e| format!("{e:?}"))?;
         assert_eq!(got, "bytes=67108864");
         Ok((server, client, server_at, client_addr))
@@ -862,6 +1110,80 @@ fn a_checksummed_stream_through_the_library_moves_over_the_fabric() {
         let refused = daemon_sockets(&c, k).refused;
         assert!(refused.is_empty(), "host {k}: {refused:?}");
     }
+    client.exit();
+    server.exit();
+}
+
+/// A send blocked in the kernel (its peer reads nothing yet) while other calls on the
+/// connection, which find nothing to read, set its stream up: the stream must not start
+/// while that send is inside the kernel, whose counts then miss the rest it queues later
+/// (the sender's kernel count short of what the receiver reads, so the receiver is either
+/// never granted the ring or, caught up with the short count while the rest is on its way,
+/// granted it ahead of those bytes: a wrong byte). Once the peer reads, every byte arrives
+/// in order and the direction takes the ring (the counts agree).
+#[test]
+fn a_stream_does_not_start_while_a_send_is_inside_the_kernel() {
+    let Some(c) = Cluster::netns("xh-lib-start") else { return };
+    if !with_fabric_stream("a_stream_does_not_start_while_a_send_is_inside_the_kernel") {
+        return;
+    }
+    let (mut server, mut client) = unless_a_host_was_lost(&c, "a send blocked at the start", |n| {
+        let port = PORT + 30 + n;
+        let server_at = format!("{}:{port}", Netns::address(0));
+        let mut server = sockets_child(&c, Some(0), Some("on"), "sink on a");
+        server.ok(&format!("listen {port} sink"));
+        let mut client = sockets_child(&c, Some(1), Some("on"), "sender on b");
+        let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+        wait_paired(&c, (1, &client_addr), (0, &server_at));
+        // 16 MiB: far more than both kernels' buffers hold, so the send stays in the kernel.
+        client.ok("blocked-send 1 16777216");
+        // Long enough for the set-up (three connects, at most 5 s) and starts after it.
+        client.ok("pokes 1 6000");
+        server.ok("sink");
+        let started = Instant::now();
+        while fabric_bytes(&c, 1, &server_at).0 == 0 {
+            if started.elapsed() > Duration::from_secs(60) {
+                return Err(format!("the direction never took the ring: {:?}", client.call("stop-send 1")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let sent = field(&client.ok("stop-send 1"), "sent");
+        let got = server.call_within("drained", Duration::from_secs(120)).map_err(|e| format!("{e:?}"))?;
+        assert_eq!(got, format!("received={sent} recv=end"), "every byte in order");
+        eprintln!("sent {sent}, over the fabric {:?}", fabric_bytes(&c, 1, &server_at));
+        Ok((server, client))
+    });
+    client.exit();
+    server.exit();
+}
+
+/// `sendmmsg` and `recvmmsg` mixed with `write` and `read` on a connection whose stream is
+/// live (made live by round trips from one thread, so that nothing keeps it from starting):
+/// the stream does not serve them, so the connection goes back to the kernel for good
+/// first, byte-exact (the ring's bytes before the kernel's); every byte arrives in order.
+#[test]
+fn sendmmsg_and_recvmmsg_keep_their_place_in_a_stream_through_the_library() {
+    let Some(c) = Cluster::netns("xh-lib-mmsg") else { return };
+    if !with_fabric_stream("sendmmsg_and_recvmmsg_keep_their_place_in_a_stream_through_the_library") {
+        return;
+    }
+    let (mut server, mut client) = unless_a_host_was_lost(&c, "sendmmsg and recvmmsg", |n| {
+        let port = PORT + 40 + n;
+        let server_at = format!("{}:{port}", Netns::address(0));
+        let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
+        server.ok(&format!("listen {port} echo"));
+        let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+        let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+        wait_paired(&c, (1, &client_addr), (0, &server_at));
+        make_live(&c, &mut client, &server_at)?;
+        // Some bytes over the ring first (a stream in ring mode), then the calls mixed.
+        client.call_within("exchange 1 16777216", Duration::from_secs(300)).map_err(|e| format!("{e:?}"))?;
+        let got =
+            client.call_within("mmsg-exchange 1 33554432", Duration::from_secs(300)).map_err(|e| format!("{e:?}"))?;
+        assert_eq!(got, "bytes=33554432", "every byte in order");
+        eprintln!("over the fabric: {:?}", fabric_bytes(&c, 1, &server_at));
+        Ok((server, client))
+    });
     client.exit();
     server.exit();
 }

@@ -277,8 +277,38 @@ pub struct KernelHistory {
 /// read, whoever wrote it (a child, `sendfile`, an image before an exec). `syn_acked` is
 /// what the kernel counted as acked before any byte was written: 1 for the end that
 /// connected (its SYN), 0 for the end that accepted. None unless the connection is
-/// established (no FIN sent or received, whose sequence numbers the counts include).
+/// established (no FIN sent or received, whose sequence numbers the counts include), or
+/// if acks and segments kept arriving between every reading. The caller makes sure no
+/// call of the program's moves bytes meanwhile.
 pub fn kernel_history(fd: RawFd, syn_acked: u64) -> Option<KernelHistory> {
+    // The queues' sizes are read apart from TCP_INFO: an ack that arrives in between
+    // takes its bytes off the send queue after the acked count was read, and the sum
+    // comes out short (a sender's K short of what its receiver reads lets that receiver
+    // be granted the ring ahead of bytes still on their way). So the counts are read on
+    // both sides of the queues, and taken only when they did not move.
+    const TRIES: usize = 1000;
+    let queue = |request: libc::Ioctl| {
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ and SIOCINQ write one int into `n`.
+        (unsafe { libc::ioctl(fd, request, &mut n) } == 0 && n >= 0).then_some(n as u64)
+    };
+    for _ in 0..TRIES {
+        let (acked, received) = tcp_counts(fd)?;
+        let unsent = queue(libc::TIOCOUTQ)?;
+        let unread = queue(libc::FIONREAD)?;
+        if tcp_counts(fd)? != (acked, received) {
+            continue;
+        }
+        let written = (acked + unsent).checked_sub(syn_acked)?;
+        let read = received.checked_sub(unread)?;
+        return Some(KernelHistory { written, read });
+    }
+    None
+}
+
+/// `TCP_INFO`'s bytes acked and bytes received of `fd`, if it is an established TCP
+/// connection.
+fn tcp_counts(fd: RawFd) -> Option<(u64, u64)> {
     const TCPI_BYTES_ACKED: usize = 120;
     const TCPI_BYTES_RECEIVED: usize = 128;
     // The first byte of `struct tcp_info` (tcpi_state) for an established connection.
@@ -291,16 +321,7 @@ pub fn kernel_history(fd: RawFd, syn_acked: u64) -> Option<KernelHistory> {
         return None;
     }
     let word = |at: usize| u64::from_ne_bytes(info[at..at + 8].try_into().expect("8 bytes"));
-    let queue = |request: libc::Ioctl| {
-        let mut n: libc::c_int = 0;
-        // SAFETY: SIOCOUTQ and SIOCINQ write one int into `n`.
-        (unsafe { libc::ioctl(fd, request, &mut n) } == 0 && n >= 0).then_some(n as u64)
-    };
-    let unsent = queue(libc::TIOCOUTQ)?;
-    let unread = queue(libc::FIONREAD)?;
-    let written = (word(TCPI_BYTES_ACKED) + unsent).checked_sub(syn_acked)?;
-    let read = word(TCPI_BYTES_RECEIVED).checked_sub(unread)?;
-    Some(KernelHistory { written, read })
+    Some((word(TCPI_BYTES_ACKED), word(TCPI_BYTES_RECEIVED)))
 }
 
 /// The kernel's count of bytes acked on a connection `fd` that nothing was written into
@@ -353,6 +374,12 @@ struct Receiver {
     kernel_since_wanted: u64,
     wanted_told: u64,
     wanted_every: u64,
+    /// The back-off's bounds: at most this many sleeps without asking for the ring, and
+    /// "ring wanted" words between these many kernel bytes (the tests' switching stress
+    /// sets them low, [`FabricStream::switch_eagerly`]).
+    backoff_max: u32,
+    wanted_every_min: u64,
+    wanted_every_max: u64,
 }
 
 struct Sender {
@@ -551,6 +578,9 @@ impl PendingStream {
                 kernel_since_wanted: 0,
                 wanted_told: 0,
                 wanted_every: RING_WANTED_EVERY,
+                backoff_max: 64,
+                wanted_every_min: RING_WANTED_EVERY,
+                wanted_every_max: RING_WANTED_EVERY_MAX,
             }),
             serve_lock: Mutex::new(0),
             finished: AtomicBool::new(false),
@@ -605,6 +635,18 @@ impl FabricStream {
     /// for kernel mode and sleeps there (default 100 us).
     pub fn set_receive_spin(&self, spin: Duration) {
         self.shared.receive_spin_ns.store(spin.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+    }
+
+    /// For the tests' switching stress: no back-off (a caught-up receiver asks for the ring
+    /// at once, however little its last stint delivered) and "ring wanted" every 16 KiB
+    /// read from the kernel, so that the directions switch as often as they can.
+    #[cfg(test)]
+    fn switch_eagerly(&self) {
+        let mut rx = lock(&self.shared.rx);
+        rx.backoff_max = 0;
+        rx.wanted_every_min = 16 * 1024;
+        rx.wanted_every_max = 16 * 1024;
+        rx.wanted_every = 16 * 1024;
     }
 
     /// Sends some of `buf` (at least one byte, unless `buf` is empty), blocking while
@@ -804,6 +846,7 @@ impl Shared {
         if request.seq() == *last {
             return;
         }
+        // `finished` is set under this lock too (`finish_sending`).
         let answer = carry_out(&self.word(), request, self.finished.load(Ordering::Acquire));
         *last = request.seq();
         if self.outbound.store_release_u64(OFF_ANSWER, answer.encode()).is_err() {
@@ -817,11 +860,17 @@ impl Shared {
 
     fn finish_sending(&self) -> io::Result<()> {
         let tx = lock(&self.tx);
+        // With the serving lock too: a request served meanwhile either came first (a ring
+        // it granted is taken back here) or sees the sender finished. (Read before this, a
+        // "not finished" could grant the ring after the final R was taken: sends would then
+        // put bytes into the ring behind the R the receiver reads to.)
+        let serving = lock(&self.serve_lock);
         if self.finished.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         self.word().to_kernel_mode();
         let r = self.word().load().published();
+        drop(serving);
         drop(tx);
         self.outbound.store_release_u64(OFF_TX_FINISHED, FINISHED_BIT | r).map_err(fabric_io)?;
         self.outbound.flush_checked().map_err(fabric_io)
@@ -1111,9 +1160,9 @@ impl Shared {
                     pace = None;
                     // A short stint did not pay for the pause that brought it: ask less often.
                     rx.wanted_every = if delivered < RING_WANTED_EVERY {
-                        (rx.wanted_every * 2).min(RING_WANTED_EVERY_MAX)
+                        (rx.wanted_every * 2).min(rx.wanted_every_max)
                     } else {
-                        RING_WANTED_EVERY
+                        rx.wanted_every_min
                     };
                     // About to sleep: ask for kernel mode, and sleep only once answered.
                     self.leave_ring(rx, delivered)?;
@@ -1205,7 +1254,7 @@ impl Shared {
     /// A ring request or stint that did not pay: the receiver's next ring requests wait
     /// twice as many sleeps (up to 64).
     fn back_off(rx: &mut Receiver) {
-        rx.ring_backoff = (rx.ring_backoff * 2).clamp(1, 64);
+        rx.ring_backoff = (rx.ring_backoff * 2).clamp(1, 64).min(rx.backoff_max);
         rx.ring_skip = rx.ring_backoff;
     }
 

@@ -3,6 +3,7 @@
 //! peer that vanishes. The same code between hosts over ofi is tested by
 //! crates/lanes-sockets/tests/cross_host.rs.
 
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
@@ -292,4 +293,177 @@ fn a_peer_that_vanishes_without_finishing_is_a_reset_after_its_landed_bytes() {
     let e = b.recv(&mut buf).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}");
     assert_eq!(b.recv(&mut buf).unwrap(), 0, "then the end of the stream");
+}
+
+/// A small deterministic generator (xorshift64*) for the stress test's sizes and pauses.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// 0..n
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// Now and then a pause of up to 300 us, or a yield: a thread descheduled at any point
+    /// of the protocol.
+    fn pause(&mut self) {
+        match self.below(32) {
+            0 => std::thread::sleep(Duration::from_micros(self.below(300))),
+            1 => std::thread::yield_now(),
+            _ => {}
+        }
+    }
+}
+
+const NONBLOCKING: CallMode = CallMode { nonblocking: true, kernel_flags: libc::MSG_DONTWAIT };
+
+/// Sends `total` bytes of the pattern in pieces of random size, blocking and non-blocking
+/// calls mixed (a non-blocking one leaves the ring for the kernel when the ring is full),
+/// with random pauses; then ends the direction.
+fn send_switching(s: &FabricStream, seed: u64, total: u64) {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut buf = vec![0u8; 20_000];
+    let mut at = 0u64;
+    while at < total {
+        let n = (1 + rng.below(buf.len() as u64)).min(total - at) as usize;
+        for (i, b) in buf[..n].iter_mut().enumerate() {
+            *b = pattern(seed, at + i as u64);
+        }
+        let mode = if rng.below(2) == 0 { NONBLOCKING } else { CallMode::default() };
+        let sent = match s.send_with(&buf[..n], mode) {
+            Ok(k) => k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => panic!("send at {at}: {e}"),
+        };
+        at += sent as u64;
+        rng.pause();
+    }
+    s.shutdown_write().unwrap();
+}
+
+/// Receives to the end of the stream in reads of random size, blocking and non-blocking
+/// (a non-blocking one that finds nothing waits as a poll would: `prepare_to_wait`, then
+/// the anchor's readiness), with random pauses, checking every byte; how many. A wrong
+/// byte resets the connection (so that no thread of the test waits for good) before the
+/// test fails.
+fn receive_switching(s: &FabricStream, fd: RawFd, seed: u64, failed: &AtomicBool) -> u64 {
+    let mut rng = Rng(seed.wrapping_mul(0xbf58_476d_1ce4_e5b9) | 1);
+    let mut buf = vec![0u8; 20_000];
+    let mut at = 0u64;
+    loop {
+        let n = 1 + rng.below(buf.len() as u64) as usize;
+        let mode = if rng.below(2) == 0 { NONBLOCKING } else { CallMode::default() };
+        let got = match s.recv_with(&mut buf[..n], mode) {
+            Ok(0) => return at,
+            Ok(k) => k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if !s.prepare_to_wait() {
+                    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                    // SAFETY: poll on one pollfd that outlives the call.
+                    unsafe { libc::poll(&mut p, 1, 10) };
+                }
+                continue;
+            }
+            Err(e) => panic!("receive at {at}: {e}"),
+        };
+        if let Some(k) = (0..got).find(|&k| buf[k] != pattern(seed, at + k as u64)) {
+            failed.store(true, Ordering::Relaxed);
+            reset_anchor(fd);
+            panic!("byte {} of the stream differs (seed {seed})", at + k as u64);
+        }
+        at += got as u64;
+        rng.pause();
+    }
+}
+
+/// The switching protocol shaken hard: both directions at once through the smallest ring,
+/// receivers that never spin (an empty ring asks for kernel mode at once, a caught-up
+/// receiver asks for the ring back), blocking and non-blocking sends and receives mixed
+/// (a non-blocking send leaves a full ring for the kernel on its own), random pauses in
+/// every thread, and a thread asking for readiness all along (`prepare_to_wait` switches
+/// the receiving direction to kernel mode behind the receiver's back). Every byte arrives
+/// in order, and the directions switched many times each way.
+#[test]
+fn switching_under_random_pauses_keeps_every_byte_in_order() {
+    let pair = Pair::new("switching", MIN_RING);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    let (fda, fdb) = (pair._sockets.0.as_raw_fd(), pair._sockets.1.as_raw_fd());
+    for s in [a, b] {
+        s.set_receive_spin(Duration::ZERO);
+        s.switch_eagerly();
+    }
+    const TOTAL: u64 = 6 << 20;
+    let (done, failed) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        s.spawn(|| send_switching(a, 21, TOTAL));
+        s.spawn(|| send_switching(b, 22, TOTAL));
+        s.spawn(|| {
+            let mut rng = Rng(23);
+            while !done.load(Ordering::Relaxed) && !failed.load(Ordering::Relaxed) {
+                let _ = (a.ring_readable(), b.readable_without_kernel());
+                let _ = if rng.below(2) == 0 { a.prepare_to_wait() } else { b.prepare_to_wait() };
+                std::thread::sleep(Duration::from_micros(50 + rng.below(500)));
+            }
+        });
+        let got_b = s.spawn(|| receive_switching(b, fdb, 21, &failed));
+        assert_eq!(receive_switching(a, fda, 22, &failed), TOTAL);
+        assert_eq!(got_b.join().unwrap(), TOTAL);
+        done.store(true, Ordering::Relaxed);
+    });
+    let (ca, cb) = (a.counts(), b.counts());
+    eprintln!("a: {ca:?}\nb: {cb:?}");
+    assert_eq!(ca.sent_fabric, cb.received_fabric, "what went into the ring came out of it");
+    assert_eq!(cb.sent_fabric, ca.received_fabric);
+    for c in [ca, cb] {
+        assert!(c.sent_fabric > 0 && c.received_fabric > 0, "the ring carried bytes both ways: {ca:?} {cb:?}");
+        assert!(c.kernel_requests >= 10 && c.ring_requests >= 10, "switches both ways: {ca:?} {cb:?}");
+    }
+}
+
+/// The kernel's counts a stream starts from are exact on a connection with bytes in flight:
+/// a sender on loopback writes bursts that a reader drains all along, and after each write
+/// `kernel_history` gives exactly what was written and read. (An ack between its readings
+/// would make the written count short if they were not repeated until stable; loopback
+/// processes most acks within the sender's own call, so this rarely meets one.)
+#[test]
+fn the_kernel_history_is_exact_while_acks_arrive() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    let syn = syn_acked(a.as_raw_fd()).unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut buf = vec![0u8; 1 << 16];
+            while !done.load(Ordering::Relaxed) {
+                let _ = (&b).read(&mut buf);
+            }
+        });
+        let mut rng = Rng(7);
+        let buf = vec![7u8; 1 << 18];
+        let mut written = 0u64;
+        let mut short = 0;
+        for _ in 0..5000 {
+            let n = 1 + rng.below(buf.len() as u64) as usize;
+            (&a).write_all(&buf[..n]).unwrap();
+            written += n as u64;
+            let h = kernel_history(a.as_raw_fd(), syn).expect("established");
+            assert_eq!(h.read, 0);
+            if h.written != written {
+                short += 1;
+                eprintln!("kernel_history says {} written, {written} were", h.written);
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+        // The reader's blocking read returns on the end of the stream.
+        a.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(short, 0, "counts off in {short} of 5000 readings");
+    });
 }
