@@ -18,6 +18,7 @@
 mod config;
 mod conn;
 mod exec;
+mod mmsg;
 mod park;
 mod real;
 mod reasons;
@@ -787,36 +788,19 @@ unsafe fn stream_sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: usize, flags: 
         remote::give_up(fd);
         return None;
     };
-    let mut sent = 0;
-    for i in 0..n.min(libc::UIO_MAXIOV as usize) {
-        // SAFETY: the caller's array of n entries.
-        let m = unsafe { &mut *msgs.add(i) };
-        // SAFETY: the caller's iovec array.
-        let Some(iov) = (unsafe { iov_slice(m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen as c_int) }) else {
-            if i == 0 {
-                return None; // the kernel's own call, which fails on it as it would
-            }
-            break;
-        };
+    let each = |_: usize, m: &mut libc::mmsghdr| {
+        // SAFETY: the caller's iovec array; None: the kernel's own call fails on it.
+        let iov = unsafe { iov_slice(m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen as c_int) }?;
         let want: usize = iov.iter().map(|v| v.iov_len).sum();
         let r = if m.msg_hdr.msg_controllen != 0 {
             stream::send_with_control(&c, fd, &m.msg_hdr, iov, flags)
         } else {
             stream::send(&c, fd, Call::Msg, iov, flags)
         };
-        if r < 0 {
-            if i == 0 {
-                return Some(-1);
-            }
-            break;
-        }
-        m.msg_len = r as c_uint;
-        sent += 1;
-        if (r as usize) < want {
-            break;
-        }
-    }
-    Some(sent)
+        Some((r, r >= 0 && (r as usize) < want))
+    };
+    // SAFETY: the caller's array of n entries.
+    unsafe { mmsg::each_entry(msgs, n, each) }
 }
 
 /// recvmmsg on a TCP socket: for an accelerated one, each entry as recvmsg would fill it,
@@ -842,36 +826,20 @@ unsafe fn stream_recvmmsg(
     if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 {
         return None; // not the stream's bytes: the kernel's own call
     }
-    let start = std::time::Instant::now();
-    let base = flags & !libc::MSG_WAITFORONE;
-    let mut got = 0;
-    for i in 0..n.min(libc::UIO_MAXIOV as usize) {
-        // SAFETY: the caller's array of n entries.
-        let m = unsafe { &mut *msgs.add(i) };
-        // SAFETY: the caller's iovec array.
-        let Some(iov) = (unsafe { iov_slice(m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen as c_int) }) else {
-            if i == 0 {
-                return None; // the kernel's own call, which fails on it as it would
-            }
-            break;
-        };
-        let iov = iov.to_vec();
-        let later = i > 0 && (flags & libc::MSG_WAITFORONE != 0 || timeout.is_some_and(|t| start.elapsed() >= t));
-        let f = if later { base | libc::MSG_DONTWAIT } else { base };
+    let pace = mmsg::RecvPace::new(flags, timeout);
+    let each = |i: usize, m: &mut libc::mmsghdr| {
+        // SAFETY: the caller's iovec array; None: the kernel's own call fails on it.
+        let iov = unsafe { iov_slice(m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen as c_int) }?.to_vec();
         m.msg_hdr.msg_namelen = 0;
         let control = m.msg_hdr.msg_controllen;
-        let r = stream::recv(&c, fd, Call::Msg, &iov, f, Some(stream::RecvMsg::new(&mut m.msg_hdr)));
+        let r = stream::recv(&c, fd, Call::Msg, &iov, pace.flags(i), Some(stream::RecvMsg::new(&mut m.msg_hdr)));
         if r < 0 {
             m.msg_hdr.msg_controllen = control;
-            if i == 0 {
-                return Some(-1);
-            }
-            break;
         }
-        m.msg_len = r as c_uint;
-        got += 1;
-    }
-    Some(got)
+        Some((r, false))
+    };
+    // SAFETY: the caller's array of n entries.
+    unsafe { mmsg::each_entry(msgs, n, each) }
 }
 
 /// # Safety

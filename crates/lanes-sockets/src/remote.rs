@@ -324,16 +324,21 @@ pub fn give_up(fd: i32) {
     }
 }
 
+/// Every candidate of this process now (none if the table is being changed: the callers
+/// run before a fork, an exec or a sandbox, where waiting for a lock could deadlock).
+fn all() -> Vec<Arc<RemoteConn>> {
+    if COUNT.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    match table().try_read() {
+        Ok(t) => t.values().cloned().collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// Gives every candidate's connection back to the kernel (before a fork or an exec).
 pub fn give_up_all() {
-    if COUNT.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    let conns: Vec<Arc<RemoteConn>> = match table().try_read() {
-        Ok(t) => t.values().cloned().collect(),
-        Err(_) => return,
-    };
-    for c in conns {
+    for c in all() {
         c.give_up();
     }
 }
@@ -686,14 +691,7 @@ pub fn before_sandbox() {
 /// Every connection back to the kernel for good; one whose ring holds bytes nobody can
 /// read after `what` is reset at both ends.
 fn give_up_for_good(what: &str, reason: Reason) {
-    if COUNT.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    let conns: Vec<Arc<RemoteConn>> = match table().try_read() {
-        Ok(t) => t.values().cloned().collect(),
-        Err(_) => return,
-    };
-    for c in conns {
+    for c in all() {
         c.give_up();
         if let Some(s) = c.live() {
             if !s.kernel_only() {

@@ -40,13 +40,24 @@ fn fail(e: io::Error) -> ssize_t {
 /// stream starts while it is inside the kernel). None: `fd` is no candidate, or nothing
 /// is asked for.
 pub fn recv(fd: c_int, iov: &[iovec], flags: c_int, kernel: impl FnOnce() -> ssize_t) -> Option<ssize_t> {
-    let len = iov_len(iov);
-    if len == 0 {
+    routed(fd, iov, |s| recv_on(s, fd, iov, flags), kernel)
+}
+
+/// A data call of `iov` on candidate `fd`: `on_stream` through its live stream (None: the
+/// stream gave the call to the kernel), else `kernel`, counted as inside the kernel so no
+/// stream starts meanwhile. None: `fd` is no candidate, or nothing is asked for.
+fn routed(
+    fd: c_int,
+    iov: &[iovec],
+    on_stream: impl FnOnce(&FabricStream) -> Option<ssize_t>,
+    kernel: impl FnOnce() -> ssize_t,
+) -> Option<ssize_t> {
+    if iov_len(iov) == 0 {
         return None;
     }
     match remote::route(fd)? {
         Route::Stream(c, s) => {
-            let r = recv_on(&s, fd, iov, flags);
+            let r = on_stream(&s);
             c.publish_counts();
             Some(r.unwrap_or_else(kernel))
         }
@@ -151,21 +162,7 @@ fn peek(s: &FabricStream, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
 /// A send of `iov` with `flags` on candidate `fd` (write, send, sendto, sendmsg, writev):
 /// through its live stream, else `kernel`, as for [`recv`].
 pub fn send(fd: c_int, iov: &[iovec], flags: c_int, kernel: impl FnOnce() -> ssize_t) -> Option<ssize_t> {
-    if iov_len(iov) == 0 {
-        return None;
-    }
-    match remote::route(fd)? {
-        Route::Stream(c, s) => {
-            let r = send_on(&s, fd, iov, flags);
-            c.publish_counts();
-            Some(r.unwrap_or_else(kernel))
-        }
-        Route::Kernel(counted) => {
-            let r = kernel();
-            drop(counted);
-            Some(r)
-        }
-    }
+    routed(fd, iov, |s| send_on(s, fd, iov, flags), kernel)
 }
 
 fn send_on(s: &FabricStream, fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t> {

@@ -252,18 +252,11 @@ pub unsafe fn recvmmsg(
     timeout: Option<Duration>,
     kernel: &mut dyn FnMut(*mut libc::msghdr, c_int) -> ssize_t,
 ) -> Option<c_int> {
-    let start = Instant::now();
-    let n = n.min(libc::UIO_MAXIOV as usize);
-    let base = flags & !libc::MSG_WAITFORONE;
-    let mut got = 0;
-    for i in 0..n {
-        // SAFETY: the caller's array of n entries.
-        let m = unsafe { &mut *msgs.add(i) };
+    let pace = crate::mmsg::RecvPace::new(flags, timeout);
+    let each = |i: usize, m: &mut libc::mmsghdr| {
         let h = &mut m.msg_hdr;
         // SAFETY: the caller's iovec array.
         let iov = unsafe { crate::iov_slice(h.msg_iov, h.msg_iovlen as c_int) }?.to_vec();
-        let later = i > 0 && (flags & libc::MSG_WAITFORONE != 0 || timeout.is_some_and(|t| start.elapsed() >= t));
-        let f = if later { base | libc::MSG_DONTWAIT } else { base };
         let out = Out {
             name: h.msg_name.cast(),
             namelen: &mut h.msg_namelen,
@@ -272,21 +265,11 @@ pub unsafe fn recvmmsg(
         };
         let hp = h as *mut libc::msghdr;
         // SAFETY: the caller's buffers.
-        let r = match unsafe { recv(s, fd, &iov, f, &out, &mut |ff| kernel(hp, ff)) } {
-            Some(r) => r,
-            None if i == 0 => return None,
-            None => break,
-        };
-        if r < 0 {
-            if i == 0 {
-                return Some(-1);
-            }
-            break;
-        }
-        m.msg_len = r as u32;
-        got += 1;
-    }
-    Some(got)
+        let r = unsafe { recv(s, fd, &iov, pace.flags(i), &out, &mut |ff| kernel(hp, ff)) }?;
+        Some((r, false))
+    };
+    // SAFETY: the caller's array of n entries.
+    unsafe { crate::mmsg::each_entry(msgs, n, each) }
 }
 
 /// FIONREAD / SIOCINQ: the size of the next datagram, if it is in the ring.

@@ -308,18 +308,12 @@ pub unsafe fn sendmmsg(
     flags: c_int,
     kernel: &mut dyn FnMut(*const libc::msghdr) -> ssize_t,
 ) -> c_int {
-    let n = n.min(libc::UIO_MAXIOV as usize);
-    for i in 0..n {
-        // SAFETY: the caller's array of n entries.
-        let m = unsafe { &mut *msgs.add(i) };
+    let each = |_: usize, m: &mut libc::mmsghdr| {
         let h = &m.msg_hdr;
         // SAFETY: the caller's iovec array.
         let Some(iov) = (unsafe { crate::iov_slice(h.msg_iov, h.msg_iovlen as c_int) }) else {
-            if i == 0 {
-                set_errno(libc::EINVAL);
-                return -1;
-            }
-            return i as c_int;
+            set_errno(libc::EINVAL);
+            return Some((-1, true));
         };
         let hp = h as *const libc::msghdr;
         // SAFETY: the caller's message.
@@ -328,10 +322,10 @@ pub unsafe fn sendmmsg(
                 kernel(hp)
             })
         };
-        if r < 0 {
-            return if i == 0 { -1 } else { i as c_int };
-        }
-        m.msg_len = r as u32;
-    }
-    n as c_int
+        Some((r, false))
+    };
+    // SAFETY: the caller's array of n entries.
+    let sent = unsafe { crate::mmsg::each_entry(msgs, n, each) };
+    // Each entry is made here (never the kernel's batch).
+    sent.unwrap_or(-1)
 }
