@@ -54,9 +54,13 @@ pub struct FlipBackoff {
     pub backoff: u32,
     /// Ring bytes were read since the last switch.
     pub paid: bool,
-    /// Tries that did not pay, less half for each that did: at [`RETIRE_AFTER`] the
-    /// direction is retired from the ring for good (`stream::maybe_ring_mode`).
+    /// Tries that did not pay, less half for each that did: at [`RETIRE_AFTER`], held for
+    /// [`RETIRE_SPAN`], the direction is retired from the ring for good
+    /// (`stream::maybe_ring_mode`).
     pub fruitless: u32,
+    /// Since when the fruitless tries have been at least half [`RETIRE_AFTER`] (a coarse
+    /// clock in milliseconds, modulo [`FlipCell::SINCE_MODULUS`]).
+    pub since_ms: u32,
 }
 
 /// Fruitless tries after which a direction is retired from the ring: with the back-off
@@ -64,30 +68,42 @@ pub struct FlipBackoff {
 /// ring bytes.
 pub const RETIRE_AFTER: u32 = 12;
 
+/// How long tries must have gone on not paying before a direction is retired: a connection's
+/// first milliseconds (both ends learning their spin, a peer still asleep from a pause, a
+/// burst before the first answer) fail a dozen tries in a row where the ring then pays at
+/// every message; retiring there lost sockperf's ping-pong to kernel TCP for good.
+pub const RETIRE_SPAN: std::time::Duration = std::time::Duration::from_millis(1000);
+
 /// A [`FlipBackoff`] the threads of a process share: a hint, so a torn update between two
 /// threads costs at most one try too many or too few.
 pub struct FlipCell(AtomicU64);
 
 impl FlipCell {
+    /// Skip, back-off and fruitless take 12 bits each (they stay at most 64 and a few dozen),
+    /// the paid bit one, the streak's start the other 27.
+    const FIELD: u32 = (1 << 12) - 1;
+    pub const SINCE_MODULUS: u32 = 1 << 27;
+
     fn new() -> Self {
-        FlipCell(AtomicU64::new(Self::pack(FlipBackoff { skip: 0, backoff: 0, paid: true, fruitless: 0 })))
+        FlipCell(AtomicU64::new(Self::pack(FlipBackoff { skip: 0, backoff: 0, paid: true, fruitless: 0, since_ms: 0 })))
     }
-    /// Three 21-bit fields and the paid bit (skip and back-off stay at most 64).
     fn pack(f: FlipBackoff) -> u64 {
-        const M: u32 = (1 << 21) - 1;
-        u64::from(f.skip.min(M))
-            | u64::from(f.backoff.min(M)) << 21
-            | u64::from(f.fruitless.min(M)) << 42
+        let m = Self::FIELD;
+        u64::from(f.skip.min(m))
+            | u64::from(f.backoff.min(m)) << 12
+            | u64::from(f.fruitless.min(m)) << 24
+            | u64::from(f.since_ms % Self::SINCE_MODULUS) << 36
             | u64::from(f.paid) << 63
     }
     #[inline]
     pub fn get(&self) -> FlipBackoff {
-        const M: u64 = (1 << 21) - 1;
+        let m = u64::from(Self::FIELD);
         let v = self.0.load(Ordering::Relaxed);
         FlipBackoff {
-            skip: (v & M) as u32,
-            backoff: (v >> 21 & M) as u32,
-            fruitless: (v >> 42 & M) as u32,
+            skip: (v & m) as u32,
+            backoff: (v >> 12 & m) as u32,
+            fruitless: (v >> 24 & m) as u32,
+            since_ms: (v >> 36 & u64::from(Self::SINCE_MODULUS - 1)) as u32,
             paid: v >> 63 != 0,
         }
     }
@@ -842,17 +858,25 @@ mod tests {
     #[test]
     fn a_flip_back_off_reads_back_as_stored() {
         let cell = FlipCell::new();
-        assert_eq!(cell.get(), FlipBackoff { skip: 0, backoff: 0, paid: true, fruitless: 0 }, "the first read tries");
+        let first = FlipBackoff { skip: 0, backoff: 0, paid: true, fruitless: 0, since_ms: 0 };
+        assert_eq!(cell.get(), first, "the first read tries");
+        let top = FlipCell::FIELD;
         for f in [
-            FlipBackoff { skip: 64, backoff: 64, paid: false, fruitless: 11 },
-            FlipBackoff { skip: 0, backoff: 7, paid: true, fruitless: 0 },
-            FlipBackoff { skip: (1 << 21) - 1, backoff: (1 << 21) - 1, paid: true, fruitless: (1 << 21) - 1 },
+            FlipBackoff { skip: 64, backoff: 64, paid: false, fruitless: 11, since_ms: 12_345 },
+            FlipBackoff { skip: 0, backoff: 7, paid: true, fruitless: 0, since_ms: 0 },
+            FlipBackoff { skip: top, backoff: top, paid: true, fruitless: top, since_ms: FlipCell::SINCE_MODULUS - 1 },
         ] {
             cell.set(f);
             assert_eq!(cell.get(), f);
         }
-        // Out-of-range values saturate rather than spill into the next field.
-        cell.set(FlipBackoff { skip: u32::MAX, backoff: 1, paid: false, fruitless: 2 });
-        assert_eq!(cell.get(), FlipBackoff { skip: (1 << 21) - 1, backoff: 1, paid: false, fruitless: 2 });
+        // Out-of-range values saturate (the clock wraps) rather than spill into the next field.
+        cell.set(FlipBackoff {
+            skip: u32::MAX,
+            backoff: 1,
+            paid: false,
+            fruitless: 2,
+            since_ms: FlipCell::SINCE_MODULUS + 5,
+        });
+        assert_eq!(cell.get(), FlipBackoff { skip: top, backoff: 1, paid: false, fruitless: 2, since_ms: 5 });
     }
 }

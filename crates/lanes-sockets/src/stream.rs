@@ -15,7 +15,7 @@ use lanes::sockets::endpoint::{
 };
 
 use crate::config::config;
-use crate::conn::{Conn, FlipBackoff, RETIRE_AFTER};
+use crate::conn::{Conn, FlipBackoff, FlipCell, RETIRE_AFTER, RETIRE_SPAN};
 use crate::real::{errno, real, set_errno};
 
 /// Bytes in a list of buffers.
@@ -928,20 +928,25 @@ impl Drop for LowatSync<'_> {
 /// made each read two system calls, slower than plain TCP. So tries back off (1, 2, 4 ...
 /// 64 reads, per socket) while the switches do not pay (no ring bytes read between two),
 /// and a switch that pays (a receiver busy or spinning when its data came) resets it.
-/// After [`RETIRE_AFTER`] fruitless tries (a paying one takes half of them back) the
-/// direction is retired instead (see [`maybe_ring_mode`]).
+/// After [`RETIRE_AFTER`] fruitless tries (a paying one takes half of them back), when they
+/// have not fallen under half that for [`RETIRE_SPAN`], the direction is retired instead
+/// (see [`maybe_ring_mode`]).
 fn flip_due(conn: &Conn) -> FlipTry {
     let f = conn.flip.get();
     if f.skip > 0 {
         conn.flip.set(FlipBackoff { skip: f.skip - 1, ..f });
         return FlipTry::NotDue;
     }
+    let now = crate::udp::coarse_ms() as u32 % FlipCell::SINCE_MODULUS;
     let fruitless = if f.paid { f.fruitless / 2 } else { f.fruitless + 1 };
-    if fruitless >= RETIRE_AFTER && retiring_allowed() {
+    // The tries have mostly not paid since they first stayed at half the retiring count.
+    let since_ms = if f.fruitless < RETIRE_AFTER / 2 { now } else { f.since_ms };
+    let streak = (now + FlipCell::SINCE_MODULUS - since_ms) % FlipCell::SINCE_MODULUS;
+    if fruitless >= RETIRE_AFTER && u128::from(streak) >= RETIRE_SPAN.as_millis() && retiring_allowed() {
         return FlipTry::Retire;
     }
     let backoff = if f.paid { 0 } else { (f.backoff * 2).clamp(1, FLIP_BACKOFF_MAX) };
-    conn.flip.set(FlipBackoff { skip: backoff, backoff, paid: false, fruitless });
+    conn.flip.set(FlipBackoff { skip: backoff, backoff, paid: false, fruitless, since_ms });
     FlipTry::Try
 }
 

@@ -204,7 +204,7 @@ static void report_raw_nodelay(const char *side, int fd)
     fprintf(stderr, "raw-nodelay %s %d\n", side, r == 0 ? v : -1);
 }
 
-#define LONG_TRIPS 2000
+#define LONG_TRIPS 6000
 #define LONG_PAUSE_US 100
 #define LONG_MSG 100
 

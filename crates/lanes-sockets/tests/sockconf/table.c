@@ -160,7 +160,7 @@ const struct casedef cases[] = {
     {"stream-duplex", AF_INET, true, duplex_server, duplex_client, NULL,
      "16 MiB each way at once, non-blocking, poll-driven, checked"},
     {"pingpong-slow", AF_INET, true, long_pingpong_server, long_pingpong_client, NULL,
-     "2000 blocking round trips of 100 bytes, each side pausing 100 us before it writes, checked"},
+     "6000 blocking round trips of 100 bytes, each side pausing 100 us before it writes, checked"},
     {"send-eagain", AF_INET, true, send_eagain_server, send_eagain_client, NULL,
      "non-blocking writes until EAGAIN; the peer gets exactly that; POLLOUT after draining"},
     {"ring-then-kernel", AF_INET, true, ring_kernel_server, ring_kernel_client, NULL,
