@@ -209,7 +209,8 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
             let e = errno();
             if r == 0 {
                 udp::connected(fd);
-                conn::on_connected(fd);
+                // SAFETY: the kernel just read len bytes of a socket address there.
+                conn::on_connected_to(fd, unsafe { udp::read_sockaddr(addr, len) });
             } else if e == libc::EINPROGRESS {
                 conn::connect_pending(fd);
             }
@@ -226,7 +227,16 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().socket)(domain, ty, protocol) };
-    intercept(-1, || on_new_fd(call, |fd| udp::created(fd, domain, ty, protocol)), call)
+    intercept(
+        -1,
+        || {
+            on_new_fd(call, |fd| {
+                conn::created(fd, domain, ty, protocol);
+                udp::created(fd, domain, ty, protocol);
+            })
+        },
+        call,
+    )
 }
 
 /// # Safety
@@ -251,14 +261,41 @@ pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut sockle
 #[no_mangle]
 pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
     // SAFETY: the caller's arguments.
-    let call = || unsafe {
+    let call_with = |addr: *mut sockaddr, len: *mut socklen_t| unsafe {
         if flags == 0 {
             (real().accept)(fd, addr, len)
         } else {
             (real().accept4)(fd, addr, len, flags)
         }
     };
-    intercept(-1, || on_new_fd(call, conn::on_connected), call)
+    let call = || call_with(addr, len);
+    intercept(
+        -1,
+        || {
+            // The peer's address, which the library needs: where the caller asked for none,
+            // into a buffer of ours (the caller still gets none, as from the kernel).
+            // SAFETY: zeroed sockaddr_storage is valid.
+            let mut own: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let mut own_len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+            let (a, l) = if addr.is_null() {
+                ((&mut own as *mut libc::sockaddr_storage).cast(), &mut own_len as *mut socklen_t)
+            } else {
+                (addr, len)
+            };
+            // SAFETY: len, when not null, is the caller's (the kernel reads it too).
+            let room = if l.is_null() { 0 } else { unsafe { *l } };
+            on_new_fd(
+                || call_with(a, l),
+                |new| {
+                    // SAFETY: the kernel wrote *l bytes of the peer's address at a, of which
+                    // `room` fit.
+                    let peer = unsafe { (*l <= room).then(|| udp::read_sockaddr(a, *l)).flatten() };
+                    conn::accepted(fd, new, peer);
+                },
+            )
+        },
+        call,
+    )
 }
 
 /// Makes `call`; if it succeeded (0), runs `after` with the call's errno kept for the
