@@ -60,7 +60,7 @@ use crate::platform::mapping::{Access, Mapping};
 use crate::platform::SharedSlice;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"LNUDP001");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Where the ring starts.
 pub const RING_OFFSET: usize = 4096;
 /// The ring of every record: room for the largest receive buffer `SO_RCVBUF` can ask for
@@ -88,10 +88,17 @@ const OFF_NONBLOCK: usize = 204;
 const OFF_STATE: usize = 256;
 const OFF_TX_LOCK: usize = 320;
 const OFF_TAIL: usize = 328;
+/// Receive-buffer bytes charged by every datagram ever put in the ring (senders', with the
+/// send lock held).
+const OFF_CHARGED: usize = 336;
 const OFF_HEAD: usize = 384;
 const OFF_CONSUMED: usize = 392;
 const OFF_RX_LOCK: usize = 400;
-const OFF_RMEM: usize = 448;
+/// Of those, the bytes of datagrams taken out again (the receiver's, with the receive lock
+/// held). Apart from the charged count, so that a send and a receive each write only their
+/// own cache line: one shared count both added to and took from cost every datagram a
+/// cache miss at each end.
+const OFF_RELEASED: usize = 408;
 const OFF_RING_DATAGRAMS: usize = 512;
 const OFF_RING_PAYLOAD: usize = 520;
 const OFF_DROPS: usize = 528;
@@ -280,6 +287,13 @@ pub struct UdpRecord {
     path: PathBuf,
     cookie: u64,
     local: SocketAddr,
+    /// This process's last look at the receiver's head and released count: a sender reads
+    /// them again only when the stale values (never ahead of the real ones, so never
+    /// letting it overwrite a datagram or overfill the buffer) say the datagram does not
+    /// fit. The receiver writes both at every datagram; reading them at every send was a
+    /// cache miss each.
+    head_seen: AtomicU64,
+    released_seen: AtomicU64,
 }
 
 impl std::fmt::Debug for UdpRecord {
@@ -318,7 +332,7 @@ impl UdpRecord {
         header[OFF_NETNS..OFF_NETNS + 8].copy_from_slice(&netns.to_le_bytes());
         encode_addr(&mut header[OFF_LOCAL..OFF_LOCAL + 20], local);
         map.slice().copy_from(0, &header)?;
-        let rec = UdpRecord { map, path: dir.join(&name), cookie, local };
+        let rec = UdpRecord::with(map, dir.join(&name), cookie, local);
         rec.word().store(KERNEL_BIT, Ordering::SeqCst);
         rec.set_rcvbuf(rcvbuf);
         rec.set_memberships(memberships).map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
@@ -357,7 +371,11 @@ impl UdpRecord {
             return Err(invalid("UDP record filed under another socket's name"));
         }
         let local = decode_addr(&header[OFF_LOCAL..OFF_LOCAL + 20]).ok_or_else(|| invalid("bad bound address"))?;
-        Ok(UdpRecord { map, path, cookie, local })
+        Ok(UdpRecord::with(map, path, cookie, local))
+    }
+
+    fn with(map: Mapping, path: PathBuf, cookie: u64, local: SocketAddr) -> UdpRecord {
+        UdpRecord { map, path, cookie, local, head_seen: AtomicU64::new(0), released_seen: AtomicU64::new(0) }
     }
 
     /// The kernel cookie of the socket.
@@ -428,7 +446,8 @@ impl UdpRecord {
 
     /// Bytes charged against the receive buffer by datagrams in the ring.
     pub fn charged(&self) -> u64 {
-        self.u64_at(OFF_RMEM).load(Ordering::Acquire)
+        let charged = self.u64_at(OFF_CHARGED).load(Ordering::Acquire);
+        charged.saturating_sub(self.u64_at(OFF_RELEASED).load(Ordering::Acquire))
     }
 
     /// (datagrams through the ring, their payload bytes, datagrams dropped, kernel sends of
@@ -557,22 +576,32 @@ impl UdpRecord {
             return Offer::Kernel;
         }
         let charge = kernel_charge(len, ipv6);
-        let rmem = self.u64_at(OFF_RMEM);
-        if !kernel_accepts(rmem.load(Ordering::Acquire), charge, self.rcvbuf()) {
-            self.u64_at(OFF_DROPS).fetch_add(1, Ordering::Relaxed);
-            return Offer::Dropped;
+        let charged = self.u64_at(OFF_CHARGED).load(Ordering::Relaxed);
+        let rcvbuf = self.rcvbuf();
+        let accepts = |released: u64| kernel_accepts(charged.saturating_sub(released), charge, rcvbuf);
+        if !accepts(self.released_seen.load(Ordering::Relaxed)) {
+            let released = self.u64_at(OFF_RELEASED).load(Ordering::Acquire);
+            self.released_seen.store(released, Ordering::Relaxed);
+            if !accepts(released) {
+                self.u64_at(OFF_DROPS).fetch_add(1, Ordering::Relaxed);
+                return Offer::Dropped;
+            }
         }
         let record = (RECORD_HEADER + len).div_ceil(8) * 8;
         let tail = self.u64_at(OFF_TAIL).load(Ordering::Relaxed);
-        let head = self.u64_at(OFF_HEAD).load(Ordering::Acquire);
         let pos = (tail % RING_BYTES as u64) as usize;
         let skip = if pos + record > RING_BYTES { RING_BYTES - pos } else { 0 };
         let span = (skip + record) as u64;
-        if tail.wrapping_sub(head) + span > RING_BYTES as u64 {
-            // Only when the receive buffer is larger than the ring allows (not the case for
-            // any buffer a record is made for), or the head is garbage.
-            self.u64_at(OFF_DROPS).fetch_add(1, Ordering::Relaxed);
-            return Offer::Dropped;
+        let fits = |head: u64| tail.wrapping_sub(head).saturating_add(span) <= RING_BYTES as u64;
+        if !fits(self.head_seen.load(Ordering::Relaxed)) {
+            let head = self.u64_at(OFF_HEAD).load(Ordering::Acquire);
+            self.head_seen.store(head, Ordering::Relaxed);
+            if !fits(head) {
+                // Only when the receive buffer is larger than the ring allows (not the case
+                // for any buffer a record is made for), or the head is garbage.
+                self.u64_at(OFF_DROPS).fetch_add(1, Ordering::Relaxed);
+                return Offer::Dropped;
+            }
         }
         let ring = self.ring();
         let start = if skip > 0 {
@@ -597,13 +626,10 @@ impl UdpRecord {
             }
             at += p.len();
         }
-        // Charged before it is published: the receiver may take it at once.
-        rmem.fetch_add(u64::from(charge), Ordering::AcqRel);
         let mut cur = self.word().load(Ordering::Acquire);
         loop {
             let s = UdpState(cur);
             if s.kernel_mode() || s.closed() {
-                rmem.fetch_sub(u64::from(charge), Ordering::AcqRel);
                 return Offer::Kernel;
             }
             let next = (cur & !P_MASK) | (u64::from(s.published().wrapping_add(1)));
@@ -613,6 +639,9 @@ impl UdpRecord {
             }
         }
         self.u64_at(OFF_TAIL).store(tail + span, Ordering::Relaxed);
+        // Charged once published (the receiver may have released it already: the charged
+        // count only grows, so the difference is never read below zero).
+        self.u64_at(OFF_CHARGED).store(charged + u64::from(charge), Ordering::Release);
         self.u64_at(OFF_RING_DATAGRAMS).fetch_add(1, Ordering::Relaxed);
         self.u64_at(OFF_RING_PAYLOAD).fetch_add(len as u64, Ordering::Relaxed);
         Offer::Delivered
@@ -723,7 +752,8 @@ impl UdpRecord {
         head.store(head.load(Ordering::Relaxed) + d.span, Ordering::Release);
         let consumed = self.u32_at(OFF_CONSUMED);
         consumed.store(consumed.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
-        self.u64_at(OFF_RMEM).fetch_sub(u64::from(d.charge), Ordering::AcqRel);
+        let released = self.u64_at(OFF_RELEASED);
+        released.store(released.load(Ordering::Relaxed) + u64::from(d.charge), Ordering::Release);
     }
 
     /// Before a receiver sleeps in the kernel: switches the word to kernel mode counting a
