@@ -332,8 +332,14 @@ pub fn mark_remote(fd: i32) {
 /// `MAYBE[fd]` of a cross-host candidate.
 const MAYBE_REMOTE: u8 = 3;
 
-/// A non-blocking connect is in progress on `fd`: complete the set-up on its first use.
-pub fn connect_pending(fd: i32) {
+/// A non-blocking connect to `peer` is under way. One to loopback that can be deferred on
+/// its cookie alone (see [`on_connected_to`]) is deferred now: the deferral counts only
+/// bytes that moved, and its set-up asks whether the socket is connected; any other is
+/// looked at again at its first data call.
+pub fn connect_pending(fd: i32, peer: Option<SocketAddr>) {
+    if peer.is_some_and(|p| quick_deferral(fd, p)) {
+        return;
+    }
     if fd >= 0 && (fd as usize) < FAST_FDS {
         MAYBE[fd as usize].store(2, Ordering::Relaxed);
     }

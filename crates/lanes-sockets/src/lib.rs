@@ -212,7 +212,8 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
                 // SAFETY: the kernel just read len bytes of a socket address there.
                 conn::on_connected_to(fd, unsafe { udp::read_sockaddr(addr, len) });
             } else if e == libc::EINPROGRESS {
-                conn::connect_pending(fd);
+                // SAFETY: as above.
+                conn::connect_pending(fd, unsafe { udp::read_sockaddr(addr, len) });
             }
             set_errno(e);
             Some(r)
