@@ -44,7 +44,10 @@ pub fn free_port() -> u16 {
 }
 
 fn claim_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join("lanes-test-ports");
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    // Per user: another user's directory is not ours to write in.
+    let dir = std::env::temp_dir().join(format!("lanes-test-ports-{uid}"));
     // Made by whichever case comes first; an error shows at the first claim.
     let _ = std::fs::create_dir_all(&dir);
     dir
