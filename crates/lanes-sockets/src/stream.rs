@@ -1197,7 +1197,16 @@ fn recv_stream(
                 return got as ssize_t;
             }
             if !waitall && got >= target {
-                let more = kernel_rest(conn, fd, call, iov, got, flags, msg, looked);
+                // Ring mode when this call last read the word: no kernel bytes behind the
+                // ring's (a sender switching to the kernel during the copy is the same as
+                // one switching just after a look here: its bytes are the next call's).
+                // Reading the word again was a cache miss at every receive under a sender
+                // the receiver keeps up with.
+                let more = if looked.is_some_and(|s| s.ring_mode()) {
+                    0
+                } else {
+                    kernel_rest(conn, fd, call, iov, got, flags, msg)
+                };
                 // Not under the receive lock: a switch back to the ring, or a parking,
                 // takes it.
                 drop(_lock);
@@ -1355,12 +1364,6 @@ fn reset_instead_of_end(conn: &Conn, peer: &Endpoint) -> bool {
 /// (only queued bytes are asked for; the next call gets those). Returns the bytes added.
 /// Costs a FIONREAD only when the counts say the kernel holds bytes of ours. Called under
 /// the receive lock: the caller tries the switch back to the ring once it let go.
-/// `looked`: the state word as the caller read it before its copy, if it did; ring mode
-/// there ends it without reading the word again (a sender switching to the kernel during
-/// the copy is the same as one switching just after this look: its bytes are the next
-/// call's). Under a sender that the receiver keeps up with, that second read was a cache
-/// miss at every receive.
-#[allow(clippy::too_many_arguments)]
 fn kernel_rest(
     conn: &Conn,
     fd: c_int,
@@ -1369,11 +1372,7 @@ fn kernel_rest(
     got: usize,
     flags: c_int,
     msg: &mut Option<RecvMsg<'_>>,
-    looked: Option<lanes::sockets::direction::DirectionState>,
 ) -> usize {
-    if looked.is_some_and(|s| s.ring_mode()) {
-        return 0;
-    }
     let Some(peer) = conn.peer() else { return 0 };
     let state = peer.tx_word().load();
     let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);

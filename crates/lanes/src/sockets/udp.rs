@@ -570,6 +570,18 @@ impl UdpRecord {
         lock_shared(self.u64_at(OFF_TX_LOCK))
     }
 
+    /// Whether `holds` is true of a receiver-written count (at `off`), judged first by this
+    /// process's last look at it (`seen`, never ahead of the count) and, only when that says
+    /// no, by a fresh look, which becomes the last.
+    fn holds_after_a_look(&self, seen: &AtomicU64, off: usize, holds: impl Fn(u64) -> bool) -> bool {
+        if holds(seen.load(Ordering::Relaxed)) {
+            return true;
+        }
+        let now = self.u64_at(off).load(Ordering::Acquire);
+        seen.store(now, Ordering::Relaxed);
+        holds(now)
+    }
+
     /// [`Self::offer`] with the send lock held.
     fn offer_locked(&self, src: SocketAddr, parts: &[&[u8]], len: usize, ipv6: bool) -> Offer {
         if len > MAX_PAYLOAD || self.state().kernel_mode() {
@@ -579,13 +591,9 @@ impl UdpRecord {
         let charged = self.u64_at(OFF_CHARGED).load(Ordering::Relaxed);
         let rcvbuf = self.rcvbuf();
         let accepts = |released: u64| kernel_accepts(charged.saturating_sub(released), charge, rcvbuf);
-        if !accepts(self.released_seen.load(Ordering::Relaxed)) {
-            let released = self.u64_at(OFF_RELEASED).load(Ordering::Acquire);
-            self.released_seen.store(released, Ordering::Relaxed);
-            if !accepts(released) {
-                self.u64_at(OFF_DROPS).fetch_add(1, Ordering::Relaxed);
-                return Offer::Dropped;
-            }
+        if !self.holds_after_a_look(&self.released_seen, OFF_RELEASED, accepts) {
+            self.u64_at(OFF_DROPS).fetch_add(1, Ordering::Relaxed);
+            return Offer::Dropped;
         }
         let record = (RECORD_HEADER + len).div_ceil(8) * 8;
         let tail = self.u64_at(OFF_TAIL).load(Ordering::Relaxed);
@@ -593,15 +601,11 @@ impl UdpRecord {
         let skip = if pos + record > RING_BYTES { RING_BYTES - pos } else { 0 };
         let span = (skip + record) as u64;
         let fits = |head: u64| tail.wrapping_sub(head).saturating_add(span) <= RING_BYTES as u64;
-        if !fits(self.head_seen.load(Ordering::Relaxed)) {
-            let head = self.u64_at(OFF_HEAD).load(Ordering::Acquire);
-            self.head_seen.store(head, Ordering::Relaxed);
-            if !fits(head) {
-                // Only when the receive buffer is larger than the ring allows (not the case
-                // for any buffer a record is made for), or the head is garbage.
-                self.u64_at(OFF_DROPS).fetch_add(1, Ordering::Relaxed);
-                return Offer::Dropped;
-            }
+        if !self.holds_after_a_look(&self.head_seen, OFF_HEAD, fits) {
+            // Only when the receive buffer is larger than the ring allows (not the case for
+            // any buffer a record is made for), or the head is garbage.
+            self.u64_at(OFF_DROPS).fetch_add(1, Ordering::Relaxed);
+            return Offer::Dropped;
         }
         let ring = self.ring();
         let start = if skip > 0 {
