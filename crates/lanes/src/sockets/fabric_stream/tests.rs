@@ -383,6 +383,31 @@ fn receive_switching(s: &FabricStream, fd: RawFd, seed: u64, failed: &AtomicBool
     }
 }
 
+/// A receiver asking for the ring while its peer's sender finishes: the sender grants the
+/// ring, puts bytes into it and finishes, all before the receiver's wait for the answer
+/// looks at the finish (a pause there makes that order certain). The receiver takes the
+/// grant, not the finish's refusal, and reads the ring bytes before the end of the stream.
+#[test]
+fn a_ring_granted_just_before_the_sender_finished_is_read() {
+    let pair = Pair::new("granted-then-finished", MIN_RING);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    *lock(&a.shared.answer_look_pause) = Duration::from_millis(300);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // b's sender waits for the grant of a's ring request, then sends and finishes.
+            let start = Instant::now();
+            while !b.shared.word().load().ring_mode() {
+                assert!(start.elapsed() < Duration::from_secs(20), "the ring request never came");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            send_pattern(b, 5, 1000);
+            b.shutdown_write().unwrap();
+        });
+        assert_eq!(receive_pattern(a, 5), 1000, "every byte the ring carried, then the end");
+    });
+    assert_eq!(b.counts().sent_fabric, 1000, "the bytes went through the ring: {:?}", b.counts());
+}
+
 /// The switching protocol shaken hard: both directions at once through the smallest ring,
 /// receivers that never spin (an empty ring asks for kernel mode at once, a caught-up
 /// receiver asks for the ring back), blocking and non-blocking sends and receives mixed
@@ -390,14 +415,7 @@ fn receive_switching(s: &FabricStream, fd: RawFd, seed: u64, failed: &AtomicBool
 /// every thread, and a thread asking for readiness all along (`prepare_to_wait` switches
 /// the receiving direction to kernel mode behind the receiver's back). Every byte arrives
 /// in order, and the directions switched many times each way.
-///
-/// Ignored in the suite: one byte in the last few hundred KiB of the b-to-a direction
-/// (seed 22) comes out wrong in about 1 run in 30 alone on a quiet machine, and failed 1 of
-/// 3 full-suite runs, so the switching protocol still has a hole under some interleaving;
-/// run it with `--ignored` while that is open (issue 33; cross-host streams start only
-/// with `[sockets] remote = "on"`, or `auto` on a provider that can beat kernel TCP).
 #[test]
-#[ignore = "a wrong byte in about 1 run in 30: the switching protocol has a hole, issue 33, open"]
 fn switching_under_random_pauses_keeps_every_byte_in_order() {
     let pair = Pair::new("switching", MIN_RING);
     let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
