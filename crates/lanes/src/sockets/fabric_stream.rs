@@ -13,7 +13,7 @@
 //! | 256 | `H`: ring bytes the peer consumed of this end's sending direction |
 //! | 320 | the peer's sender finished cleanly (shutdown or close) at `R` |
 //! | 384 | the peer reads nothing more (its receiving side is closed) |
-//! | 448 | the peer, reading this end's bytes from the kernel, would take the ring back (a count) |
+//! | 448 | the peer, reading this end's bytes from the kernel, would take the ring back: a sequence number (high half) and `KR` (low) |
 //! | 4096 | the ring of the direction peer → this end |
 //!
 //! So per direction the ring lives on the receiver's host, written by the sender with
@@ -34,8 +34,10 @@
 //!   if it reserved exactly `KR` kernel bytes (none of its bytes is in the kernel), else it
 //!   refuses. A receiver reading a steady kernel stream is never caught up; every 1 MiB
 //!   it reads from the kernel (more after ring stints that delivered less) it says it
-//!   wants the ring (a word, no answer), and the sender holds its kernel sends back for a
-//!   moment so that the receiver can catch up.
+//!   wants the ring (a word, no answer, with its `KR`, which it updates every 64 KiB read
+//!   after that until it has the ring), and the sender holds its kernel sends back while
+//!   the receiver's `KR` moves, so that the receiver can catch up, however much the
+//!   kernels buffer.
 //!
 //! The one-host rules hold unchanged: only the receiver switches a direction to the ring,
 //! the receiver reads ring bytes before kernel bytes, and a sender never sends through the
@@ -100,9 +102,11 @@ const RECEIVE_SPIN: Duration = Duration::from_micros(100);
 const ROOM_SPIN: Duration = Duration::from_micros(100);
 /// Each step of a wait that sleeps (ring room, an answer, landed bytes).
 const WAIT_STEP: Duration = Duration::from_millis(1);
-/// How long at most a sender whose receiver wants the ring back holds its kernel sends
-/// back (until the receiver, caught up, took it).
-const RING_WANTED_PAUSE: Duration = Duration::from_millis(20);
+/// A sender whose receiver wants the ring back holds its kernel sends back until the
+/// receiver, caught up, took it, or the receiver's reading stalled for this long, or ...
+const RING_WANTED_STALL: Duration = Duration::from_millis(20);
+/// ... this long in all: the kernels' buffers (megabytes) read at tens of MB/s.
+const RING_WANTED_PAUSE: Duration = Duration::from_millis(500);
 /// The bound on waiting for an answer or for announced ring bytes to land while the peer's
 /// process lives: past it the fabric is taken as failed (a reset, see the module's notes).
 const FABRIC_BOUND: Duration = Duration::from_secs(20);
@@ -374,6 +378,8 @@ struct Receiver {
     kernel_since_wanted: u64,
     wanted_told: u64,
     wanted_every: u64,
+    /// After a "ring wanted" word until the ring is taken: `KR` as last told with it.
+    wanted_read_told: Option<u64>,
     /// The back-off's bounds: at most this many sleeps without asking for the ring, and
     /// "ring wanted" words between these many kernel bytes (the tests' switching stress
     /// sets them low, [`FabricStream::switch_eagerly`]).
@@ -384,8 +390,8 @@ struct Receiver {
 
 struct Sender {
     published: u64,
-    /// The last "ring wanted" word of the receiver this sender paused for.
-    wanted_seen: u64,
+    /// The sequence number of the last "ring wanted" word this sender paused for.
+    wanted_seen: u32,
 }
 
 struct Shared {
@@ -583,6 +589,7 @@ impl PendingStream {
                 kernel_since_wanted: 0,
                 wanted_told: 0,
                 wanted_every: RING_WANTED_EVERY,
+                wanted_read_told: None,
                 backoff_max: 64,
                 wanted_every_min: RING_WANTED_EVERY,
                 wanted_every_max: RING_WANTED_EVERY_MAX,
@@ -970,12 +977,20 @@ impl Shared {
         // Kernel mode. A receiver reading our kernel bytes wants the ring back once it
         // caught up: hold our kernel bytes back a moment so that it can.
         let wanted = self.inbound(OFF_RING_WANTED);
-        if wanted != tx.wanted_seen && !mode.nonblocking {
-            tx.wanted_seen = wanted;
-            let until = Instant::now() + RING_WANTED_PAUSE;
-            while !self.word().load().ring_mode() && Instant::now() < until {
+        if (wanted >> 32) as u32 != tx.wanted_seen && !mode.nonblocking {
+            tx.wanted_seen = (wanted >> 32) as u32;
+            let start = Instant::now();
+            let (mut read, mut moved) = (wanted & COUNT_MASK, start);
+            while !self.word().load().ring_mode()
+                && moved.elapsed() < RING_WANTED_STALL
+                && start.elapsed() < RING_WANTED_PAUSE
+            {
                 self.serve();
                 std::thread::sleep(Duration::from_micros(100));
+                let now = self.inbound(OFF_RING_WANTED) & COUNT_MASK;
+                if now != read {
+                    (read, moved) = (now, Instant::now());
+                }
             }
             if self.word().load().ring_mode() {
                 drop(tx);
@@ -1215,6 +1230,7 @@ impl Shared {
                         match self.ask(rx, request)? {
                             Some(a) if a.accepted => {
                                 rx.mode = RxMode::Ring { delivered: 0 };
+                                rx.wanted_read_told = None;
                                 pace = None;
                                 continue;
                             }
@@ -1248,9 +1264,11 @@ impl Shared {
                             rx.ring_skip -= 1;
                         } else if self.peer_may_give_ring() {
                             rx.wanted_told += 1;
-                            // A hint, not a request: a lost or late one changes no rule.
-                            let _ = self.outbound.store_release_u64(OFF_RING_WANTED, rx.wanted_told);
+                            self.tell_ring_wanted(rx);
                         }
+                    } else if rx.wanted_read_told.is_some_and(|told| rx.kernel_read - told >= CONSUMED_BATCH) {
+                        // The sender holds back while this moves.
+                        self.tell_ring_wanted(rx);
                     }
                     return Ok(r as usize);
                 }
@@ -1268,6 +1286,14 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Tells the sender the receiver wants the ring, with how far it read the kernel. A
+    /// hint, not a request: a lost or late one changes no rule.
+    fn tell_ring_wanted(&self, rx: &mut Receiver) {
+        let word = (rx.wanted_told & u64::from(u32::MAX)) << 32 | (rx.kernel_read & COUNT_MASK);
+        let _ = self.outbound.store_release_u64(OFF_RING_WANTED, word);
+        rx.wanted_read_told = Some(rx.kernel_read);
     }
 
     /// A ring request or stint that did not pay: the receiver's next ring requests wait
