@@ -909,6 +909,157 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
     )
 }
 
+// ---- preadv2 and pwritev2 ------------------------------------------------------------------
+
+/// `RWF_NOAPPEND` (Linux 6.9) and `RWF_NOSIGNAL` (6.14, `MSG_NOSIGNAL` for sockets and pipes).
+const RWF_NOAPPEND: c_int = 0x20;
+const RWF_NOSIGNAL: c_int = 0x100;
+/// The `RWF_*` flags every kernel we run on accepts on a socket (none of them means
+/// anything to one but `RWF_NOWAIT`).
+const RWF_ON_EVERY_KERNEL: c_int =
+    libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_NOWAIT | libc::RWF_APPEND;
+
+/// What preadv2/pwritev2 at `offset` with `rwf` is on a socket: at the current position
+/// (-1) with flags this kernel accepts, readv/writev with the `MSG_*` flags returned
+/// (`RWF_NOWAIT` is `MSG_DONTWAIT`, `RWF_NOSIGNAL` `MSG_NOSIGNAL`, as the kernel's socket
+/// layer maps them). None: the kernel refuses the call without moving a byte (an offset:
+/// `ESPIPE`; a flag it does not take: `EOPNOTSUPP`), so its own call answers.
+fn socket_rwf(offset: off_t, rwf: c_int) -> Option<c_int> {
+    let newer = rwf & !RWF_ON_EVERY_KERNEL;
+    if offset != -1 || newer & !(RWF_NOAPPEND | RWF_NOSIGNAL) != 0 || !kernel_takes_rwf(newer) {
+        return None;
+    }
+    let mut flags = 0;
+    if rwf & libc::RWF_NOWAIT != 0 {
+        flags |= libc::MSG_DONTWAIT;
+    }
+    if rwf & RWF_NOSIGNAL != 0 {
+        flags |= libc::MSG_NOSIGNAL;
+    }
+    Some(flags)
+}
+
+/// Whether this kernel's pwritev2 takes `flags` (a combination of the flags newer kernels
+/// added) on a socket: asked once per combination, of a socket pair of our own.
+fn kernel_takes_rwf(flags: c_int) -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    const UNKNOWN: u8 = 0;
+    const YES: u8 = 1;
+    const NO: u8 = 2;
+    static ANSWERS: [AtomicU8; 4] = [const { AtomicU8::new(UNKNOWN) }; 4];
+    if flags == 0 {
+        return true;
+    }
+    let slot = &ANSWERS[usize::from(flags & RWF_NOAPPEND != 0) | usize::from(flags & RWF_NOSIGNAL != 0) << 1];
+    match slot.load(Ordering::Relaxed) {
+        YES => return true,
+        NO => return false,
+        _ => {}
+    }
+    let mut pair = [-1 as c_int; 2];
+    // SAFETY: socketpair writes two descriptors into our array (the system call: our own
+    // socket interposers have nothing to do with this pair).
+    let made = unsafe {
+        libc::syscall(libc::SYS_socketpair, libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, pair.as_mut_ptr())
+    } == 0;
+    let takes = made && {
+        let byte = 0u8;
+        let iov = iovec { iov_base: (&byte as *const u8).cast_mut().cast(), iov_len: 1 };
+        // SAFETY: one byte from a local, into our own socket.
+        unsafe { (real().pwritev2)(pair[0], &iov, 1, -1, flags) == 1 }
+    };
+    if made {
+        // SAFETY: closing the two descriptors made above.
+        unsafe {
+            (real().close)(pair[0]);
+            (real().close)(pair[1]);
+        }
+    }
+    slot.store(if takes { YES } else { NO }, Ordering::Relaxed);
+    takes
+}
+
+/// # Safety
+/// As preadv2(2). On a socket only the current position (offset -1) reads, as readv does
+/// (`RWF_NOWAIT` as `MSG_DONTWAIT`); its kernel-path call is preadv2 itself.
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(fd: c_int, iov: *const iovec, cnt: c_int, offset: off_t, rwf: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().preadv2)(fd, iov, cnt, offset, rwf) };
+    let Some(flags) = socket_rwf(offset, rwf) else { return call() };
+    intercept(
+        -1,
+        || {
+            if let Some(u) = udp::lookup(fd) {
+                // SAFETY: the caller's iovec array.
+                let v = unsafe { iov_slice(iov, cnt) }?;
+                // SAFETY: an all-zero msghdr is valid.
+                let mut m: msghdr = unsafe { std::mem::zeroed() };
+                m.msg_iov = iov as *mut iovec;
+                m.msg_iovlen = cnt as _;
+                // SAFETY: our msghdr over the caller's iovec array.
+                let mut kernel = |f| unsafe { (real().recvmsg)(fd, &mut m, f) };
+                // SAFETY: the caller's buffers.
+                return unsafe { udp::recv(&u, fd, v, flags, &udp::Out::none(), &mut kernel) };
+            }
+            // SAFETY: the caller's iovec array.
+            let v = unsafe { iov_slice(iov, cnt) }?;
+            let Some(c) = lookup_live(fd) else {
+                return remote_io::recv(fd, v, flags, call).or_else(|| Deferred::call(fd, Moved::Read, call));
+            };
+            // Nothing to read: the kernel answers at once, as for readv.
+            (stream::iov_len(v) > 0).then(|| recv_on(&c, fd, Call::VectorFlags(rwf), v, flags))
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As preadv64v2 (preadv2 with a 64-bit offset, which off_t is on the targets we build for).
+#[no_mangle]
+pub unsafe extern "C" fn preadv64v2(fd: c_int, iov: *const iovec, cnt: c_int, offset: off_t, rwf: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    unsafe { preadv2(fd, iov, cnt, offset, rwf) }
+}
+
+/// # Safety
+/// As pwritev2(2). On a socket only the current position (offset -1) writes, as writev
+/// does (`RWF_NOWAIT` as `MSG_DONTWAIT`, `RWF_NOSIGNAL` as `MSG_NOSIGNAL`); its kernel-path
+/// call is pwritev2 itself.
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, offset: off_t, rwf: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { (real().pwritev2)(fd, iov, cnt, offset, rwf) };
+    let Some(flags) = socket_rwf(offset, rwf) else { return call() };
+    intercept(
+        -1,
+        || {
+            if let Some(u) = udp::lookup(fd) {
+                // SAFETY: the caller's iovec array.
+                let v = unsafe { iov_slice(iov, cnt) }?;
+                let mut kernel = call;
+                // SAFETY: the caller's buffers.
+                return Some(unsafe { udp::send(&u, fd, std::ptr::null(), 0, v, flags, false, &mut kernel) });
+            }
+            // SAFETY: the caller's iovec array.
+            let v = unsafe { iov_slice(iov, cnt) }?;
+            let Some(c) = lookup_live(fd) else {
+                return remote_io::send(fd, v, flags, call).or_else(|| Deferred::call(fd, Moved::Written, call));
+            };
+            Some(stream::send(&c, fd, Call::VectorFlags(rwf), v, flags))
+        },
+        call,
+    )
+}
+
+/// # Safety
+/// As pwritev64v2 (pwritev2 with a 64-bit offset, which off_t is on the targets we build for).
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64v2(fd: c_int, iov: *const iovec, cnt: c_int, offset: off_t, rwf: c_int) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    unsafe { pwritev2(fd, iov, cnt, offset, rwf) }
+}
+
 /// A kernel-side transfer into an accelerated socket: the bytes are reserved as kernel
 /// bytes first, so the receiver reads them after the ring's.
 fn kernel_transfer_out(c: &Conn, count: usize, transfer: impl FnOnce() -> ssize_t) -> ssize_t {

@@ -46,6 +46,8 @@ real_functions! {
     write: fn(c_int, *const c_void, size_t) -> ssize_t;
     readv: fn(c_int, *const iovec, c_int) -> ssize_t;
     writev: fn(c_int, *const iovec, c_int) -> ssize_t;
+    preadv2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t;
+    pwritev2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t;
     recv: fn(c_int, *mut c_void, size_t, c_int) -> ssize_t;
     send: fn(c_int, *const c_void, size_t, c_int) -> ssize_t;
     recvfrom: fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t;

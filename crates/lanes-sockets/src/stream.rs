@@ -120,6 +120,9 @@ pub enum Call {
     Plain,
     /// readv, writev: buffers, no flags.
     Vector,
+    /// preadv2, pwritev2 at the current position (offset -1), with these `RWF_*` flags
+    /// (the program's, passed on to the kernel's call).
+    VectorFlags(c_int),
     /// recv, recvfrom, send, sendto: one buffer and flags.
     Socket,
     /// recvmsg, sendmsg.
@@ -150,6 +153,8 @@ fn kernel_send(call: Call, fd: c_int, iov: &[iovec], flags: c_int) -> ssize_t {
         // SAFETY: iovecs into the caller's buffers; fewer than UIO_MAXIOV (a part of the
         // program's own list).
         Call::Vector => unsafe { (real().writev)(fd, iov.as_ptr(), iov.len() as c_int) },
+        // SAFETY: as for writev.
+        Call::VectorFlags(rwf) => unsafe { (real().pwritev2)(fd, iov.as_ptr(), iov.len() as c_int, -1, rwf) },
         Call::Socket => {
             let (b, n) = single(iov);
             // SAFETY: the caller's buffer (or a part of it).
@@ -527,6 +532,8 @@ fn kernel_recv(call: Call, fd: c_int, iov: &[iovec], flags: c_int, msg: &mut Opt
         }
         // SAFETY: iovecs into the caller's buffers, fewer than the program passed.
         (Call::Vector, _) => unsafe { (real().readv)(fd, iov.as_ptr(), iov.len() as c_int) },
+        // SAFETY: as for readv.
+        (Call::VectorFlags(rwf), _) => unsafe { (real().preadv2)(fd, iov.as_ptr(), iov.len() as c_int, -1, rwf) },
         (Call::Socket, _) => {
             let (b, n) = single(iov);
             // SAFETY: the caller's buffer (or a part of it).
@@ -676,7 +683,7 @@ pub fn kernel_empty(call: Call, fd: c_int) -> bool {
             let r = kernel_recv(call, fd, &iov, libc::MSG_PEEK | libc::MSG_DONTWAIT, &mut None);
             r < 0 && errno() == libc::EAGAIN
         }
-        Call::Plain | Call::Vector => {
+        Call::Plain | Call::Vector | Call::VectorFlags(_) => {
             if crate::sandbox::filtered() {
                 return true;
             }
@@ -1406,7 +1413,7 @@ fn kernel_rest(
     let kflags = (flags & !libc::MSG_WAITALL) | libc::MSG_DONTWAIT;
     let r = match call {
         Call::Plain => kernel_recv(Call::Socket, fd, &rest, kflags, &mut None),
-        Call::Vector => kernel_recv(Call::Msg, fd, &rest, kflags, &mut None),
+        Call::Vector | Call::VectorFlags(_) => kernel_recv(Call::Msg, fd, &rest, kflags, &mut None),
         Call::Socket | Call::Msg => kernel_recv(call, fd, &rest, kflags, msg),
     };
     set_errno(saved);

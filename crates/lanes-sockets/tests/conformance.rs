@@ -322,6 +322,9 @@ const DATA_CALLS: &[&str] = &[
     "io-vec",
     "io-mmsg",
     "io-mmsg-mixed",
+    "io-v2",
+    "io-v2-mixed",
+    "io-v2-after-ring",
     "fortified-calls",
     "zero-length",
     "seccomp-rw",
@@ -505,7 +508,17 @@ fn fortified_build_calls_the_checking_functions() {
         .output()
         .unwrap_or_else(|e| panic!("cannot run nm ({e}): run scripts/test.sh to install binutils"));
     let syms = String::from_utf8_lossy(&o.stdout);
-    for want in ["__read_chk", "__recv_chk", "__recvfrom_chk", "__poll_chk", "__ppoll_chk", "fcntl64", "sendfile64"] {
+    for want in [
+        "__read_chk",
+        "__recv_chk",
+        "__recvfrom_chk",
+        "__poll_chk",
+        "__ppoll_chk",
+        "fcntl64",
+        "sendfile64",
+        "preadv64v2",
+        "pwritev64v2",
+    ] {
         assert!(
             syms.lines().any(|l| l.split_whitespace().last().is_some_and(|s| s.split('@').next() == Some(want))),
             "the fortified sockconf does not import {want}:\n{syms}"

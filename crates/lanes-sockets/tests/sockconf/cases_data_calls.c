@@ -5,8 +5,21 @@
  * ---------------------------------------------------------------------------------------- */
 
 static const char *const mode_names[] = {"read/write", "recv/send", "recvfrom/sendto",
-                                         "recvmsg/sendmsg", "readv/writev", "recvmmsg/sendmmsg"};
+                                         "recvmsg/sendmsg", "readv/writev", "recvmmsg/sendmmsg", "preadv2/pwritev2",
+                                         "preadv2/pwritev2 and read/write"};
 enum iomode io_mode;
+
+/* preadv2/pwritev2 where a socket answers without moving a byte: at an offset (ESPIPE),
+ * with a flag sockets refuse (RWF_ATOMIC: EOPNOTSUPP). */
+static void v2_edges(int fd)
+{
+    unsigned char b[8];
+    struct iovec iov = {b, sizeof b};
+    say("preadv2 at offset 0 %s", res(preadv2(fd, &iov, 1, 0, 0)));
+    say("pwritev2 at offset 0 %s", res(pwritev2(fd, &iov, 1, 0, 0)));
+    say("preadv2 RWF_ATOMIC %s", res(preadv2(fd, &iov, 1, -1, 0x40)));
+    say("pwritev2 RWF_ATOMIC %s", res(pwritev2(fd, &iov, 1, -1, 0x40)));
+}
 
 void io_server(void)
 {
@@ -21,12 +34,21 @@ void io_server(void)
     int r = send_pattern(io_mode, s, 256 * 1024 + 3, 12, 78, 50000, &h);
     say("sent back %s fnv %016llx", res(r), (unsigned long long)h);
     say("send of 0 bytes %s", res(x_send(io_mode, s, (const unsigned char *)"", 0)));
+    if (io_mode == M_V2 || io_mode == M_V2MIX)
+        v2_edges(s);
     close(s);
 }
 
 void io_client(void)
 {
     int fd = connect_one();
+    if (io_mode == M_V2 || io_mode == M_V2MIX) {
+        /* Nothing sent yet by the server: RWF_NOWAIT finds nothing to read. */
+        unsigned char b[8];
+        struct iovec iov = {b, sizeof b};
+        say("preadv2 RWF_NOWAIT before data %s", res(preadv2(fd, &iov, 1, -1, RWF_NOWAIT)));
+        v2_edges(fd);
+    }
     uint64_t h = 0;
     int r = send_pattern(io_mode, fd, MIB + 7, 11, 79, 65536, &h);
     say("sent %s fnv %016llx", res(r), (unsigned long long)h);
@@ -42,6 +64,54 @@ void io_client(void)
     say("shutdown SHUT_WR %s", res(shutdown(fd, SHUT_WR)));
     struct rstat st = recv_pattern(io_mode, fd, 12, 80, 33000, UINT64_MAX);
     say_rstat(mode_names[io_mode], st);
+    close(fd);
+}
+
+/* Ping-pong in read/write first (in ring mode under the library), then in preadv2/pwritev2:
+ * the later calls find the bytes where the earlier ones left them. */
+#define V2_WARM 2000
+#define V2_TRIPS 200
+
+void v2_ring_server(void)
+{
+    int s = accept_one();
+    int bad = -1;
+    for (int i = 0; i < V2_WARM + V2_TRIPS && bad < 0; i++) {
+        unsigned char b[8], e[8];
+        size_t got = 0;
+        while (got < sizeof b) {
+            struct iovec v = {b + got, sizeof b - got};
+            ssize_t n = i < V2_WARM ? read(s, b + got, sizeof b - got) : preadv2(s, &v, 1, -1, 0);
+            if (n <= 0) {
+                say("receive %d: %s", i, res(n));
+                bad = i;
+                break;
+            }
+            got += (size_t)n;
+        }
+        pattern(e, (uint64_t)i * 8, 8, 31);
+        if (bad < 0 && memcmp(b, e, 8) != 0)
+            bad = i;
+        struct iovec r = {"a", 1};
+        if (bad < 0 && (i < V2_WARM ? write(s, "a", 1) : pwritev2(s, &r, 1, -1, 0)) != 1)
+            bad = i;
+    }
+    say("%d round trips in read/write, then %d in preadv2/pwritev2: %s", V2_WARM, V2_TRIPS,
+        bad < 0 ? "all in order" : "broken");
+    close(s);
+}
+
+void v2_ring_client(void)
+{
+    int fd = connect_one();
+    for (int i = 0; i < V2_WARM + V2_TRIPS; i++) {
+        unsigned char b[8];
+        pattern(b, (uint64_t)i * 8, 8, 31);
+        if (write(fd, b, 8) != 8 || read(fd, b, 1) != 1) {
+            say("round trip %d failed", i);
+            break;
+        }
+    }
     close(fd);
 }
 

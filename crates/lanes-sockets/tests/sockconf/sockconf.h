@@ -72,7 +72,7 @@ struct sub {
     int rfd;
 };
 
-enum iomode { M_RW, M_SR, M_TO, M_MSG, M_VEC, M_MMSG };
+enum iomode { M_RW, M_SR, M_TO, M_MSG, M_VEC, M_MMSG, M_V2, M_V2MIX };
 
 struct rstat {
     uint64_t total;
@@ -196,6 +196,8 @@ void accept_nb_server(void) ;
 void accept_nb_client(void) ;
 void io_server(void) ;
 void io_client(void) ;
+void v2_ring_server(void) ;
+void v2_ring_client(void) ;
 void peek_server(void) ;
 void peek_client(void) ;
 void dontwait_server(void) ;

@@ -6,8 +6,13 @@
 
 int last_addrlen = -1, last_namelen = -1, last_msgflags = -1;
 
+/* M_V2MIX: every other call of a side is preadv2/pwritev2, the others read/write. */
+static unsigned v2mix_sends, v2mix_recvs;
+
 ssize_t x_send(enum iomode m, int fd, const unsigned char *b, size_t n)
 {
+    if (m == M_V2MIX)
+        m = v2mix_sends++ % 2 ? M_V2 : M_RW;
     switch (m) {
     case M_RW:
         return write(fd, b, n);
@@ -34,6 +39,15 @@ ssize_t x_send(enum iomode m, int fd, const unsigned char *b, size_t n)
             iov[i] = (struct iovec){(void *)(b + (size_t)i * q), i == 3 ? n - 3 * q : q};
         return writev(fd, iov, 4);
     }
+    case M_V2:
+    case M_V2MIX: {
+        /* At the current position (-1), as a socket allows; with a flag sockets ignore. */
+        struct iovec iov[2];
+        size_t h = n / 2;
+        iov[0] = (struct iovec){(void *)b, h};
+        iov[1] = (struct iovec){(void *)(b + h), n - h};
+        return pwritev2(fd, iov, 2, -1, RWF_HIPRI);
+    }
     case M_MMSG: {
         struct iovec iov[2];
         struct mmsghdr mm[2];
@@ -56,6 +70,8 @@ ssize_t x_send(enum iomode m, int fd, const unsigned char *b, size_t n)
 
 static ssize_t x_recv(enum iomode m, int fd, unsigned char *b, size_t n)
 {
+    if (m == M_V2MIX)
+        m = v2mix_recvs++ % 2 ? M_V2 : M_RW;
     switch (m) {
     case M_RW:
         return read(fd, b, n);
@@ -95,6 +111,14 @@ static ssize_t x_recv(enum iomode m, int fd, unsigned char *b, size_t n)
         iov[1] = (struct iovec){b + t, t};
         iov[2] = (struct iovec){b + 2 * t, n - 2 * t};
         return readv(fd, iov, 3);
+    }
+    case M_V2:
+    case M_V2MIX: {
+        struct iovec iov[2];
+        size_t h = n / 2;
+        iov[0] = (struct iovec){b, h};
+        iov[1] = (struct iovec){b + h, n - h};
+        return preadv2(fd, iov, 2, -1, 0);
     }
     case M_MMSG: {
         struct iovec iov[2];

@@ -10,6 +10,8 @@ static void set_to(void) { io_mode = M_TO; }
 static void set_msg(void) { io_mode = M_MSG; }
 static void set_vec(void) { io_mode = M_VEC; }
 static void set_mmsg(void) { io_mode = M_MMSG; }
+static void set_v2(void) { io_mode = M_V2; }
+static void set_v2mix(void) { io_mode = M_V2MIX; }
 static void set_poll(void) { wait_mode = W_POLL; }
 static void set_ppoll(void) { wait_mode = W_PPOLL; }
 static void set_select(void) { wait_mode = W_SELECT; }
@@ -47,6 +49,12 @@ const struct casedef cases[] = {
      "recvmsg/sendmsg with several iovecs, checked; namelen, flags"},
     {"io-vec", AF_INET, true, io_server, io_client, set_vec, "readv/writev both ways, checked"},
     {"io-mmsg", AF_INET, true, io_server, io_client, set_mmsg, "recvmmsg/sendmmsg both ways, checked"},
+    {"io-v2", AF_INET, true, io_server, io_client, set_v2,
+     "preadv2/pwritev2 at the current position both ways, checked; offsets and flags refused"},
+    {"io-v2-mixed", AF_INET, true, io_server, io_client, set_v2mix,
+     "preadv2/pwritev2 alternating with read/write both ways, checked"},
+    {"io-v2-after-ring", AF_INET, true, v2_ring_server, v2_ring_client, NULL,
+     "round trips in read/write, then in preadv2/pwritev2: every byte where the first left it"},
     {"io-mmsg-mixed", AF_INET, true, mmsg_mixed_server, mmsg_mixed_client, NULL,
      "sendmmsg and write alternating, recvmmsg with written bytes waiting: in order"},
     {"msg-peek", AF_INET, true, peek_server, peek_client, NULL, "MSG_PEEK, then read"},
