@@ -375,6 +375,12 @@ fn cpython_suite(name: &'static str, tests: &[&str], min_passed: usize) {
         // hand passed either way), as tornado's excluded test below.
         "-i",
         "*test_udp_reconnection",
+        // Excluded: it expects a connect to a port `find_unused_port` once found free to be
+        // refused, which another test binding ports meanwhile (this suite runs beside the
+        // others) can make succeed: "OSError not raised" once under the library in a full
+        // run; 16 of 16 runs alone passed, and 300 of 300 such connects by hand were refused.
+        "-i",
+        "*test_create_connection_local_addr_skip_different_family",
     ]);
     args.extend(strings(tests));
     check(&Suite {
