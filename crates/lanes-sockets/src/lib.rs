@@ -530,8 +530,13 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
                     return Deferred::call(fd, moved_in(flags), call);
                 };
                 if r >= 0 && !by_kernel {
-                    // A connected TCP socket's message: no address, no ancillary data.
-                    (m.msg_namelen, m.msg_controllen, m.msg_flags) = (0, 0, 0);
+                    // A connected TCP socket's message: no address, no ancillary data but
+                    // TCP_CM_INQ when the program asked for it (as the kernel adds it).
+                    (m.msg_namelen, m.msg_flags) = (0, 0);
+                    let mut out = stream::RecvMsg::new(m);
+                    if out.control > 0 && flags & libc::MSG_OOB == 0 && stream::inq_on_in_kernel(fd) {
+                        stream::put_inq(&mut out, remote_io::inq_hint(fd, r == 0));
+                    }
                 }
                 return Some(r);
             };

@@ -11,7 +11,7 @@ use std::io;
 
 use libc::{c_int, iovec, ssize_t};
 
-use crate::real::set_errno;
+use crate::real::{real, set_errno};
 use crate::remote::{self, Route};
 use crate::stream::iov_len;
 use lanes::sockets::fabric_stream::{CallMode, FabricStream};
@@ -129,6 +129,34 @@ pub fn recv_ring_left(fd: c_int, iov: &[iovec], flags: c_int) -> Option<ssize_t>
     }
     let s = remote::live_stream(fd).filter(|s| !s.kernel_only())?;
     recv_on(&s, fd, iov, flags & (libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC))
+}
+
+/// TCP_CM_INQ after a receive on candidate `fd` that its stream answered (`ended`: it was
+/// the end of the stream): the bytes a receive would find now, the ring's before the
+/// kernel's; 1 ("read on") when there are none and the peer's end came, as the kernel's
+/// `tcp_inq_hint`.
+pub fn inq_hint(fd: c_int, ended: bool) -> c_int {
+    let ring = remote::live_stream(fd).map_or(0, |s| s.ring_readable());
+    let mut queued: c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let kernel = if unsafe { (real().ioctl)(fd, libc::FIONREAD, (&mut queued as *mut c_int) as usize) } == 0 {
+        queued.max(0) as u64
+    } else {
+        0
+    };
+    let n = ring.saturating_add(kernel);
+    if n == 0 && (ended || peer_finished(fd)) {
+        return 1;
+    }
+    n.min(c_int::MAX as u64) as c_int
+}
+
+/// Whether the peer's end of `fd` came (its FIN: the kernel's `SOCK_DONE`).
+fn peer_finished(fd: c_int) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: poll on one pollfd that outlives the call, no waiting.
+    let r = unsafe { (real().poll)(&mut p, 1, 0) };
+    r > 0 && p.revents & libc::POLLRDHUP != 0
 }
 
 /// Copies `bytes` into the caller's buffers in order.

@@ -600,20 +600,25 @@ fn inq_wanted(conn: &Conn, fd: c_int) -> bool {
         INQ_ON => true,
         INQ_OFF => false,
         _ => {
-            if !INQ_SEEN.load(Ordering::Relaxed) || crate::sandbox::filtered() {
-                return false;
-            }
-            let mut v: c_int = 0;
-            let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
-            // SAFETY: v and len are valid for the kernel to write.
-            let r = unsafe {
-                libc::syscall(libc::SYS_getsockopt, fd, libc::IPPROTO_TCP, TCP_INQ, &mut v as *mut c_int, &mut len)
-            };
-            let on = r == 0 && v != 0;
+            let on = inq_on_in_kernel(fd);
             conn.inq.store(if on { INQ_ON } else { INQ_OFF }, Ordering::Relaxed);
             on
         }
     }
+}
+
+/// Whether `fd`'s kernel socket has TCP_INQ on (asked only in a process that turned it on
+/// somewhere, and never under a seccomp filter).
+pub fn inq_on_in_kernel(fd: c_int) -> bool {
+    if !INQ_SEEN.load(Ordering::Relaxed) || crate::sandbox::filtered() {
+        return false;
+    }
+    let mut v: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as libc::socklen_t;
+    // SAFETY: v and len are valid for the kernel to write.
+    let r =
+        unsafe { libc::syscall(libc::SYS_getsockopt, fd, libc::IPPROTO_TCP, TCP_INQ, &mut v as *mut c_int, &mut len) };
+    r == 0 && v != 0
 }
 
 /// The kernel's TCP_CM_INQ after a receive the ring answered: the bytes still unread (the
@@ -646,7 +651,7 @@ fn inq_after(conn: &Conn, fd: c_int, peer: &Endpoint) -> c_int {
 /// Puts TCP_CM_INQ `inq` in the program's control buffer as the kernel's `put_cmsg` does:
 /// no room for a header, MSG_CTRUNC and nothing; room for part of the value, that part
 /// and MSG_CTRUNC.
-fn put_inq(m: &mut RecvMsg<'_>, inq: c_int) {
+pub fn put_inq(m: &mut RecvMsg<'_>, inq: c_int) {
     const HEAD: usize = std::mem::size_of::<libc::cmsghdr>();
     const VALUE: usize = std::mem::size_of::<c_int>();
     const SPACE: usize = HEAD + VALUE.next_multiple_of(std::mem::size_of::<usize>());

@@ -210,6 +210,63 @@ fn run_sockets(io: &ChildIo) {
                 }
                 Ok(format!("round_trip_ns={}", started.elapsed().as_nanos() as u64 / rounds.max(1)))
             }
+            ["inq", id] => {
+                // TCP_INQ on, ten bytes out to the echo, read back in three receives with a
+                // control buffer: the TCP_CM_INQ each carried ("none" without one).
+                let s = conns.get(&id.parse().map_err(|_| "id")?).ok_or("no such connection")?;
+                let fd = std::os::fd::AsRawFd::as_raw_fd(s);
+                let one: libc::c_int = 1;
+                // SAFETY: an int option from a local.
+                let r = unsafe {
+                    libc::setsockopt(
+                        fd,
+                        libc::SOL_TCP,
+                        36,
+                        (&one as *const libc::c_int).cast(),
+                        size_of::<libc::c_int>() as _,
+                    )
+                };
+                if r != 0 {
+                    return Err(format!("TCP_INQ: {}", std::io::Error::last_os_error()));
+                }
+                (&*s).write_all(b"0123456789").map_err(|e| e.to_string())?;
+                let mut seen = Vec::new();
+                for want in [3usize, 2, 5] {
+                    let mut buf = [0u8; 16];
+                    let mut control = [0u64; 8];
+                    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: want };
+                    // SAFETY: an all-zero msghdr is valid.
+                    let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+                    m.msg_iov = &mut iov;
+                    m.msg_iovlen = 1;
+                    m.msg_control = control.as_mut_ptr().cast();
+                    m.msg_controllen = size_of_val(&control);
+                    // With a wait first for all ten bytes (the echo's one write), so that
+                    // what is queued after each receive is the same on every path.
+                    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                    // SAFETY: poll on one pollfd, a recvmsg into our buffers.
+                    let n = unsafe {
+                        libc::poll(&mut p, 1, 10_000);
+                        libc::recvmsg(fd, &mut m, libc::MSG_WAITALL)
+                    };
+                    if n != want as isize {
+                        return Err(format!("recvmsg of {want}: {n}: {}", std::io::Error::last_os_error()));
+                    }
+                    let mut inq = "none".to_string();
+                    // SAFETY: walking the control messages the call returned in our buffer.
+                    unsafe {
+                        let mut cm = libc::CMSG_FIRSTHDR(&m);
+                        while !cm.is_null() {
+                            if (*cm).cmsg_level == libc::SOL_TCP && (*cm).cmsg_type == 36 {
+                                inq = std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<libc::c_int>()).to_string();
+                            }
+                            cm = libc::CMSG_NXTHDR(&m, cm);
+                        }
+                    }
+                    seen.push(format!("{}:{inq}", String::from_utf8_lossy(&buf[..want])));
+                }
+                Ok(seen.join(" "))
+            }
             ["flood", id] => {
                 let s = conns.get(&id.parse().map_err(|_| "id")?).ok_or("no such connection")?;
                 let mut w = s.try_clone().map_err(|e| e.to_string())?;
@@ -1065,6 +1122,40 @@ fn make_live(c: &Cluster, client: &mut Proc, server_at: &str) -> Result<(), Stri
     Ok(())
 }
 
+/// TCP_INQ across hosts: on a live stream, each `recvmsg` with a control buffer carries
+/// TCP_CM_INQ, the bytes still queued after it, as on kernel TCP (the same program on the
+/// same link without the library first).
+#[test]
+fn tcp_cm_inq_through_the_library_as_on_kernel_tcp() {
+    let Some(c) = Cluster::netns("xh-lib-inq") else { return };
+    if !with_fabric_stream("tcp_cm_inq_through_the_library_as_on_kernel_tcp") {
+        return;
+    }
+    let mut answers = Vec::new();
+    for (with_library, port) in [(false, PORT + 50), (true, PORT + 51)] {
+        let remote = with_library.then_some("on");
+        let server_at = format!("{}:{port}", Netns::address(0));
+        let mut server = sockets_child(&c, Some(0), remote, "echo on a");
+        server.ok(&format!("listen {port} echo"));
+        let mut client = sockets_child(&c, Some(1), remote, "client on b");
+        let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+        if with_library {
+            wait_paired(&c, (1, &client_addr), (0, &server_at));
+            make_live(&c, &mut client, &server_at).unwrap_or_else(|e| panic!("{e}"));
+        }
+        answers.push(client.ok("inq 1"));
+        client.exit();
+        server.exit();
+    }
+    eprintln!(
+        "kernel TCP: {}
+the library: {}",
+        answers[0], answers[1]
+    );
+    assert_eq!(answers[0], "012:7 34:5 56789:0", "kernel TCP's own answers");
+    assert_eq!(answers[1], answers[0], "as kernel TCP");
+}
+
 /// A checksummed stream both ways (64 MiB out, echoed back) between programs under the
 /// library on a and b, paired (its stream made live first): every byte comes back in order, some went over the fabric
 /// (both ends' records together: which direction the ring carried depends on scheduling),
@@ -1577,7 +1668,7 @@ fn round_trips_over_the_ring_across_hosts_against_kernel_tcp() {
 }
 
 /// The sockconf transcript suite (tests/sockconf, conformance.rs) across two hosts: every
-/// case that runs as two programs but stream-4g and tcp-inq, its server on a (listening on a's addresses) and its
+/// case that runs as two programs but stream-4g, its server on a (listening on a's addresses) and its
 /// client on b, first without the library (the reference), then with it on both sides
 /// (`remote = "on"`, daemons running: the connections pair and get their fabric streams):
 /// every transcript must equal the reference, byte for byte, and the suite's connections
@@ -1610,9 +1701,6 @@ fn the_sockconf_transcripts_across_two_hosts_equal_kernel_tcp() {
         .filter(|l| l.split('\t').nth(1) == Some("split"))
         .map(|l| l.split('\t').next().unwrap().to_string())
         .filter(|case| case != "stream-4g")
-        // tcp-inq: a receive the fabric answers carries no TCP_CM_INQ (a departure the
-        // design page lists), so its transcript differs whenever the fabric carried the bytes.
-        .filter(|case| case != "tcp-inq")
         .collect();
     assert!(cases.len() > 20, "{cases:?}");
     // What the workers need of the cluster (which itself stays on this thread).
