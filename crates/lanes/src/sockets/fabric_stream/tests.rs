@@ -384,15 +384,25 @@ fn receive_switching(s: &FabricStream, fd: RawFd, seed: u64, failed: &AtomicBool
 }
 
 /// A receiver asking for the ring while its peer's sender finishes: the sender grants the
-/// ring, puts bytes into it and finishes, all before the receiver's wait for the answer
-/// looks at the finish (a pause there makes that order certain). The receiver takes the
-/// grant, not the finish's refusal, and reads the ring bytes before the end of the stream.
+/// ring, puts bytes into it and finishes, all between the receiver's look at the answer
+/// (none yet: the sender's serving lock is held a moment) and its look at the finish (a
+/// pause there makes that order certain). The receiver takes the grant, not the finish's
+/// refusal, and reads the ring bytes before the end of the stream.
 #[test]
 fn a_ring_granted_just_before_the_sender_finished_is_read() {
     let pair = Pair::new("granted-then-finished", MIN_RING);
     let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
-    *lock(&a.shared.answer_look_pause) = Duration::from_millis(300);
+    *lock(&a.shared.answer_look_pause) = Duration::from_secs(1);
+    let (held_tx, held) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
+        s.spawn(|| {
+            // b serves no request for a moment: a's first look finds no answer.
+            let serving = lock(&b.shared.serve_lock);
+            held_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            drop(serving);
+        });
+        held.recv().unwrap();
         s.spawn(|| {
             // b's sender waits for the grant of a's ring request, then sends and finishes.
             let start = Instant::now();
