@@ -1837,6 +1837,9 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
     if stream::is_tcp_inq(level, name) {
         return intercept(-1, || Some(on_success(call, || stream::inq_set(fd, val, len))), call);
     }
+    if level == libc::IPPROTO_TCP && name == TCP_ULP {
+        return intercept(-1, || Some(set_upper_layer_protocol(fd, call)), call);
+    }
     if stream::is_kernel_feature(level, name, val, len) {
         return intercept(-1, || Some(on_success(call, || stream::use_kernel_features(fd))), call);
     }
@@ -1866,6 +1869,32 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
         },
         call,
     )
+}
+
+/// `TCP_ULP` (linux/tcp.h): an upper-layer protocol on a TCP socket, kernel TLS ("tls").
+const TCP_ULP: c_int = 31;
+
+/// `setsockopt(TCP_ULP)` (`call`): the protocol works on the kernel's own queues (kernel TLS
+/// encrypts what the program sends, and decrypts what it reads, there), so both directions
+/// leave the ring for good first. Bytes the peer put into this end's ring before that are
+/// the protocol's too, and the kernel cannot have them: with some unread, the option is
+/// refused as by a kernel without the module (`ENOENT`), and a TLS library goes on in user
+/// space (OpenSSL and GnuTLS take kernel TLS only when it is offered). Else the kernel's
+/// own answer.
+fn set_upper_layer_protocol(fd: c_int, call: impl FnOnce() -> c_int) -> c_int {
+    stream::use_kernel_features(fd);
+    remote::give_up(fd);
+    let ring_left = match lookup(fd) {
+        Some(c) => c.peer().is_some_and(|p| {
+            p.tx_word().load().ring_unread(c.own.rx_consumed().load(std::sync::atomic::Ordering::Acquire)) > 0
+        }),
+        None => remote::live_stream(fd).is_some_and(|s| !s.kernel_only()),
+    };
+    if ring_left {
+        set_errno(libc::ENOENT);
+        return -1;
+    }
+    call()
 }
 
 /// # Safety

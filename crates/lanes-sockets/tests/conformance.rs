@@ -338,6 +338,7 @@ const FLAGS: &[&str] = &[
     "msg-zerocopy",
     "kernel-features",
     "tcp-inq",
+    "tcp-ulp",
     "msg-nosignal",
     "sigpipe",
 ];

@@ -917,6 +917,52 @@ void tcp_inq_client(void)
     close(fd);
 }
 
+/* TCP_ULP "tls" (kernel TLS; ENOENT on a kernel without the module) asked mid-stream, after
+ * round trips (in ring mode under the library), once with bytes unread and once with
+ * everything read: the stream goes on in order both ways. The answers go to standard error
+ * (the library refuses the first, as a kernel without the module would, where a kernel
+ * with it would take it). */
+void tcp_ulp_server(void)
+{
+    int s = accept_one();
+    char b[64];
+    for (int i = 0; i < 20; i++)
+        if (read_full(s, b, 2) != 2 || write_all(s, "ok", 2) != 2)
+            die("exchange");
+    sync_expect('a');
+    say("write %s", res(write(s, "abcdefgh", 8)));
+    sync_send('b');
+    sync_expect('c');
+    uint64_t h = 0;
+    say("sent %s", res(send_pattern(M_RW, s, 300000, 41, 5, 20000, &h)));
+    struct rstat st = recv_pattern(M_RW, s, 42, 6, 20000, 300000);
+    say_rstat("received", st);
+    close(s);
+}
+
+void tcp_ulp_client(void)
+{
+    int fd = connect_one();
+    char b[64];
+    for (int i = 0; i < 20; i++)
+        if (write_all(fd, "hi", 2) != 2 || read_full(fd, b, 2) != 2)
+            die("exchange");
+    sync_send('a');
+    sync_expect('b');
+    await_readable(fd, 8);
+    int r = setsockopt(fd, SOL_TCP, TCP_ULP, "tls", 3);
+    fprintf(stderr, "TCP_ULP tls with 8 bytes unread: %s\n", res(r));
+    say("read %s", got(read_full(fd, b, 8), b));
+    r = setsockopt(fd, SOL_TCP, TCP_ULP, "tls", 3);
+    fprintf(stderr, "TCP_ULP tls with nothing unread: %s\n", res(r));
+    sync_send('c');
+    struct rstat st = recv_pattern(M_RW, fd, 41, 7, 20000, 300000);
+    say_rstat("received", st);
+    uint64_t h = 0;
+    say("sent %s", res(send_pattern(M_RW, fd, 300000, 42, 8, 20000, &h)));
+    close(fd);
+}
+
 /* The peer is SIGKILLed while bytes sent to it are unread: its kernel resets the connection
  * (RST, not FIN), so the survivor's next read fails with ECONNRESET, later ones return 0,
  * and writes fail with EPIPE. With `reap_after`, the survivor reads before it reaps the

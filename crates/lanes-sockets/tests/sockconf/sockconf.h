@@ -262,6 +262,8 @@ void kernel_features_server(void) ;
 void kernel_features_client(void) ;
 void tcp_inq_server(void) ;
 void tcp_inq_client(void) ;
+void tcp_ulp_server(void) ;
+void tcp_ulp_client(void) ;
 void killed_unreaped_server(void) ;
 void killed_unread_server(void) ;
 void killed_unread_client(void) ;

@@ -84,6 +84,8 @@ const struct casedef cases[] = {
      "SO_PEEK_OFF and SO_TIMESTAMPNS turned on mid-stream: peeks from the offset, timestamps"},
     {"tcp-inq", AF_INET, true, tcp_inq_server, tcp_inq_client, NULL,
      "TCP_INQ: TCP_CM_INQ after each recvmsg, peeks, cut control buffers, the end; on a listener"},
+    {"tcp-ulp", AF_INET, true, tcp_ulp_server, tcp_ulp_client, NULL,
+     "TCP_ULP tls asked mid-stream, with nothing and with bytes unread: the stream goes on in order"},
     {"msg-nosignal", AF_INET, true, closer_server, nosignal_client, NULL,
      "send MSG_NOSIGNAL after the peer closed: EPIPE eventually, no SIGPIPE"},
     {"sigpipe", AF_INET, true, closer_server, sigpipe_client, NULL,
