@@ -21,6 +21,8 @@ declare -A apt_for=(
     [dnsperf]=dnsperf
     # Multicast under the library: a source-specific and an any-source ping (udp.rs).
     [ssmping]=ssmping
+    # DDS (Cyclone DDS's ddsperf): multicast discovery, unicast data (udp.rs).
+    [ddsperf]=cyclonedds-tools
     [redis-server]=redis-server
     [redis-benchmark]=redis-tools
     [nginx]=nginx-light

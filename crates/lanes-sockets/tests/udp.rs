@@ -382,6 +382,47 @@ fn socat_udp_echo() {
     w.finish("socat_udp_echo");
 }
 
+/// DDS: Cyclone DDS's `ddsperf` ping and pong (participants found by multicast discovery,
+/// samples over unicast UDP to this host's address; a 1 MiB `SO_RCVBUF` on every socket,
+/// which a raised `rmem_max` grants), without the library and with it on both sides: round
+/// trips are measured either way, and with the library the samples go through the rings.
+#[test]
+fn ddsperf_ping_pong() {
+    let mut w = World::new("ddsperf");
+    for side in [Side::Neither, Side::Both] {
+        let what = format!("ddsperf ping/pong (library: {})", side.tag());
+        let fabric = w.fabric(side.tag());
+        let rings = RingSampler::start(&fabric);
+        let mut cmd = w.spinning_cmd("ddsperf", side.server(), &fabric);
+        cmd.args(["-D", "20", "pong"]);
+        let pong = Program::spawn(cmd, &format!("{what}: pong"));
+        let mut cmd = w.spinning_cmd("ddsperf", side.client(), &fabric);
+        cmd.args(["-D", "4", "ping"]);
+        let ping = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        pong.stop(libc::SIGKILL, STOP_LIMIT);
+        if !w.expect_ok(&ping, &format!("{what}: ping")) {
+            continue;
+        }
+        // Its per-second lines: "... mean 22.1us ... cnt 22514".
+        let trips: u64 = ping
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_once(" cnt ")?.1.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
+        if trips == 0 {
+            w.fail(format!("{what}: no round trip measured\n{}", ping.describe("ping")));
+        }
+        let ring = rings.finish();
+        eprintln!("{what}: {trips} round trips, at most {ring} datagrams in one ring");
+        match side {
+            Side::Both if ring == 0 => w.fail(format!("{what}: no datagram went through a ring")),
+            Side::Neither if ring > 0 => w.fail(format!("{what}: {ring} datagrams went through a ring")),
+            _ => {}
+        }
+    }
+    w.finish("ddsperf_ping_pong");
+}
+
 // ---- multicast programs ------------------------------------------------------------------
 
 /// How many sockets of this host joined IPv4 group `group` on any interface, as the kernel

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use lanes::sockets::endpoint::this_process;
-use lanes::sockets::udp::{UdpBinds, UdpRecord, RING_BYTES};
+use lanes::sockets::udp::{ring_for, UdpBinds, UdpRecord};
 use libc::{c_int, sockaddr, socklen_t};
 
 use crate::config::config;
@@ -313,7 +313,7 @@ pub unsafe fn option_set(fd: c_int, level: c_int, name: c_int, val: *const libc:
     if level == libc::SOL_SOCKET && matches!(name, libc::SO_RCVBUF | libc::SO_RCVBUFFORCE) {
         if let Some(rec) = s.record.get() {
             match kernel_rcvbuf(fd) {
-                Some(b) if (b as usize) <= RING_BYTES - (64 << 10) - 4096 => rec.set_rcvbuf(b),
+                Some(b) if rec.holds_rcvbuf(b) => rec.set_rcvbuf(b),
                 _ => pin(&s),
             }
         }
@@ -369,9 +369,7 @@ fn ensure_record(s: &UdpSock, fd: c_int) -> Option<&Arc<UdpRecord>> {
             return None; // unbound: nothing can be sent to it
         }
         let rcvbuf = kernel_rcvbuf(fd)?;
-        if rcvbuf as usize > RING_BYTES - (64 << 10) - 4096 {
-            return None;
-        }
+        ring_for(rcvbuf)?;
         let cookie = crate::sock_diag::own_cookie(fd)?;
         let memberships = mcast::kernel_memberships(s, fd)?;
         let cfg = config();

@@ -60,13 +60,23 @@ use crate::platform::mapping::{Access, Mapping};
 use crate::platform::SharedSlice;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"LNUDP001");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Where the ring starts.
 pub const RING_OFFSET: usize = 4096;
-/// The ring of every record: room for the largest receive buffer `SO_RCVBUF` can ask for
-/// without privilege (twice `net.core.rmem_max`'s default) plus one largest datagram; a
-/// socket whose buffer is larger stays on the kernel.
+/// The smallest ring: room for the largest receive buffer `SO_RCVBUF` can ask for without
+/// privilege (twice `net.core.rmem_max`'s default) plus one largest datagram.
 pub const RING_BYTES: usize = 512 * 1024;
+/// The largest ring; a socket whose receive buffer this does not hold stays on the kernel.
+pub const MAX_RING_BYTES: usize = 32 << 20;
+/// What a ring holds beyond its receive buffer: one largest datagram and its skip.
+const RING_SLACK: usize = (64 << 10) + 4096;
+
+/// The ring a receive buffer of `rcvbuf` bytes (the kernel's figure) needs: a power of two
+/// from [`RING_BYTES`] up, or None when no ring holds it (the socket stays on the kernel).
+pub fn ring_for(rcvbuf: u32) -> Option<usize> {
+    let bytes = (rcvbuf as usize + RING_SLACK).next_power_of_two().max(RING_BYTES);
+    (bytes <= MAX_RING_BYTES).then_some(bytes)
+}
 /// The largest UDP payload (IPv6 without jumbograms; IPv4's is smaller, and the kernel
 /// refuses what is too large for it before anything reaches a ring).
 pub const MAX_PAYLOAD: usize = 65527;
@@ -287,6 +297,8 @@ pub struct UdpRecord {
     path: PathBuf,
     cookie: u64,
     local: SocketAddr,
+    /// The ring's length: a power of two, from the header (checked against the file's).
+    ring_bytes: usize,
     /// This process's last look at the receiver's head and released count: a sender reads
     /// them again only when the stale values (never ahead of the real ones, so never
     /// letting it overwrite a datagram or overfill the buffer) say the datagram does not
@@ -318,7 +330,9 @@ impl UdpRecord {
         let dir = sockets_dir(fabric_dir);
         ensure_private_dir(fabric_dir)?;
         ensure_private_dir(&dir)?;
-        let len = RING_OFFSET + RING_BYTES;
+        let ring_bytes =
+            ring_for(rcvbuf).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "receive buffer too large"))?;
+        let len = RING_OFFSET + ring_bytes;
         let name = file_name(netns, cookie);
         let me = this_process()?;
         let unnamed = UnnamedFile::create(&dir)?;
@@ -327,12 +341,12 @@ impl UdpRecord {
         let mut header = [0u8; 128];
         header[OFF_MAGIC..OFF_MAGIC + 8].copy_from_slice(&MAGIC.to_le_bytes());
         header[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
-        header[OFF_RING..OFF_RING + 4].copy_from_slice(&(RING_BYTES as u32).to_le_bytes());
+        header[OFF_RING..OFF_RING + 4].copy_from_slice(&(ring_bytes as u32).to_le_bytes());
         header[OFF_COOKIE..OFF_COOKIE + 8].copy_from_slice(&cookie.to_le_bytes());
         header[OFF_NETNS..OFF_NETNS + 8].copy_from_slice(&netns.to_le_bytes());
         encode_addr(&mut header[OFF_LOCAL..OFF_LOCAL + 20], local);
         map.slice().copy_from(0, &header)?;
-        let rec = UdpRecord::with(map, dir.join(&name), cookie, local);
+        let rec = UdpRecord::with(map, dir.join(&name), cookie, local, ring_bytes);
         rec.word().store(KERNEL_BIT, Ordering::SeqCst);
         rec.set_rcvbuf(rcvbuf);
         rec.set_memberships(memberships).map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
@@ -353,29 +367,51 @@ impl UdpRecord {
     pub fn open(fabric_dir: &Path, netns: u64, cookie: u64) -> io::Result<UdpRecord> {
         let path = sockets_dir(fabric_dir).join(file_name(netns, cookie));
         let file: File = open_existing(&path, true)?;
-        if file.metadata()?.len() < (RING_OFFSET + RING_BYTES) as u64 {
+        let file_len = file.metadata()?.len();
+        if file_len < RING_OFFSET as u64 {
             return Err(invalid("UDP record too short"));
         }
-        let map = Mapping::map(file.as_fd(), 0, RING_OFFSET + RING_BYTES, Access::ReadWrite)?;
+        // The header first: it says how long the ring is.
         let mut header = [0u8; 128];
-        map.slice().copy_to(0, &mut header)?;
+        Mapping::map(file.as_fd(), 0, RING_OFFSET, Access::ReadOnly)?.slice().copy_to(0, &mut header)?;
         let word = |o: usize| u64::from_le_bytes(header[o..o + 8].try_into().expect("8 bytes"));
         let half = |o: usize| u32::from_le_bytes(header[o..o + 4].try_into().expect("4 bytes"));
         if word(OFF_MAGIC) != MAGIC {
             return Err(invalid("not a Lanes UDP record (bad magic)"));
         }
-        if half(OFF_VERSION) != VERSION || half(OFF_RING) as usize != RING_BYTES {
+        if half(OFF_VERSION) != VERSION {
             return Err(invalid("UDP record of another version"));
+        }
+        let ring_bytes = half(OFF_RING) as usize;
+        if !ring_bytes.is_power_of_two() || !(RING_BYTES..=MAX_RING_BYTES).contains(&ring_bytes) {
+            return Err(invalid("UDP record with an impossible ring size"));
+        }
+        if file_len < (RING_OFFSET + ring_bytes) as u64 {
+            return Err(invalid("UDP record shorter than its ring"));
         }
         if word(OFF_COOKIE) != cookie || word(OFF_NETNS) != netns {
             return Err(invalid("UDP record filed under another socket's name"));
         }
         let local = decode_addr(&header[OFF_LOCAL..OFF_LOCAL + 20]).ok_or_else(|| invalid("bad bound address"))?;
-        Ok(UdpRecord::with(map, path, cookie, local))
+        let map = Mapping::map(file.as_fd(), 0, RING_OFFSET + ring_bytes, Access::ReadWrite)?;
+        Ok(UdpRecord::with(map, path, cookie, local, ring_bytes))
     }
 
-    fn with(map: Mapping, path: PathBuf, cookie: u64, local: SocketAddr) -> UdpRecord {
-        UdpRecord { map, path, cookie, local, head_seen: AtomicU64::new(0), released_seen: AtomicU64::new(0) }
+    fn with(map: Mapping, path: PathBuf, cookie: u64, local: SocketAddr, ring_bytes: usize) -> UdpRecord {
+        UdpRecord {
+            map,
+            path,
+            cookie,
+            local,
+            ring_bytes,
+            head_seen: AtomicU64::new(0),
+            released_seen: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the ring holds a receive buffer of `rcvbuf` bytes (after an `SO_RCVBUF`).
+    pub fn holds_rcvbuf(&self, rcvbuf: u32) -> bool {
+        ring_for(rcvbuf).is_some_and(|bytes| bytes <= self.ring_bytes)
     }
 
     /// The kernel cookie of the socket.
@@ -395,7 +431,7 @@ impl UdpRecord {
         let _ = std::fs::remove_file(&self.path);
     }
 
-    // The mapping is RING_OFFSET + RING_BYTES long (made or checked so), and every header
+    // The mapping is RING_OFFSET + ring_bytes long (made or checked so), and every header
     // offset below is a constant, aligned and below RING_OFFSET.
     #[inline]
     fn u64_at(&self, off: usize) -> &AtomicU64 {
@@ -410,7 +446,7 @@ impl UdpRecord {
         self.u64_at(OFF_STATE)
     }
     fn ring(&self) -> SharedSlice<'_> {
-        self.map.slice().subslice(RING_OFFSET, RING_BYTES).unwrap_or_else(|_| SharedSlice::empty())
+        self.map.slice().subslice(RING_OFFSET, self.ring_bytes).unwrap_or_else(|_| SharedSlice::empty())
     }
 
     /// The state word now.
@@ -597,10 +633,11 @@ impl UdpRecord {
         }
         let record = (RECORD_HEADER + len).div_ceil(8) * 8;
         let tail = self.u64_at(OFF_TAIL).load(Ordering::Relaxed);
-        let pos = (tail % RING_BYTES as u64) as usize;
-        let skip = if pos + record > RING_BYTES { RING_BYTES - pos } else { 0 };
+        let ring_bytes = self.ring_bytes;
+        let pos = (tail % ring_bytes as u64) as usize;
+        let skip = if pos + record > ring_bytes { ring_bytes - pos } else { 0 };
         let span = (skip + record) as u64;
-        let fits = |head: u64| tail.wrapping_sub(head).saturating_add(span) <= RING_BYTES as u64;
+        let fits = |head: u64| tail.wrapping_sub(head).saturating_add(span) <= ring_bytes as u64;
         if !self.holds_after_a_look(&self.head_seen, OFF_HEAD, fits) {
             // Only when the receive buffer is larger than the ring allows (not the case for
             // any buffer a record is made for), or the head is garbage.
@@ -701,22 +738,23 @@ impl UdpRecord {
         }
         let head = self.u64_at(OFF_HEAD).load(Ordering::Relaxed);
         let ring = self.ring();
-        let mut pos = (head % RING_BYTES as u64) as usize;
+        let ring_bytes = self.ring_bytes;
+        let mut pos = (head % ring_bytes as u64) as usize;
         let mut header = [0u8; RECORD_HEADER];
         let mut skip = 0;
         if ring.copy_to(pos, &mut header[..4]).is_err() {
             return Err(Corrupt("head outside the ring"));
         }
         if u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) == SKIP {
-            skip = RING_BYTES - pos;
+            skip = ring_bytes - pos;
             pos = 0;
         }
-        if pos + RECORD_HEADER > RING_BYTES || ring.copy_to(pos, &mut header).is_err() {
+        if pos + RECORD_HEADER > ring_bytes || ring.copy_to(pos, &mut header).is_err() {
             return Err(Corrupt("datagram header past the ring's end"));
         }
         let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
         let charge = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
-        if len > MAX_PAYLOAD || pos + RECORD_HEADER + len > RING_BYTES {
+        if len > MAX_PAYLOAD || pos + RECORD_HEADER + len > ring_bytes {
             return Err(Corrupt("datagram length"));
         }
         if charge != kernel_charge(len, false) && charge != kernel_charge(len, true) {
@@ -1072,7 +1110,7 @@ mod tests {
     fn datagrams_keep_boundaries_sources_and_order_across_the_ring_end() {
         let d = dir("order");
         let rec =
-            UdpRecord::create(&d, 1, 77, "127.0.0.1:5000".parse().unwrap(), 1 << 30, &Memberships::default()).unwrap();
+            UdpRecord::create(&d, 1, 77, "127.0.0.1:5000".parse().unwrap(), 212992, &Memberships::default()).unwrap();
         let reader = UdpRecord::open(&d, 1, 77).unwrap();
         assert_eq!(rec.offer(src(), &[b"x"], 1, false), Offer::Kernel, "a record starts in kernel mode");
         assert!(reader.try_ring_mode(reader.state()));
@@ -1098,6 +1136,40 @@ mod tests {
         }
         assert_eq!((sent, got, reader.charged()), (200, 200, 0));
         assert_eq!(reader.front().unwrap(), None);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_ring_holds_its_receive_buffer_and_a_forged_size_is_refused() {
+        assert_eq!(ring_for(212992), Some(RING_BYTES));
+        assert_eq!(ring_for(2 << 20), Some(4 << 20), "a raised rmem_max's buffer (DDS asks for 1 MiB, doubled)");
+        assert_eq!(ring_for(MAX_RING_BYTES as u32), None, "past the largest ring: the kernel's");
+        let d = dir("ring-size");
+        let rec =
+            UdpRecord::create(&d, 1, 79, "127.0.0.1:5000".parse().unwrap(), 2 << 20, &Memberships::default()).unwrap();
+        assert!(rec.holds_rcvbuf(2 << 20) && !rec.holds_rcvbuf(4 << 20));
+        let reader = UdpRecord::open(&d, 1, 79).unwrap();
+        assert!(reader.try_ring_mode(reader.state()));
+        // More than the smallest ring holds, all queued at once.
+        let payload = vec![7u8; 60_000];
+        for _ in 0..20 {
+            assert_eq!(rec.offer(src(), &[&payload], payload.len(), false), Offer::Delivered);
+        }
+        for _ in 0..20 {
+            let _l = reader.lock_rx();
+            let f = reader.front().unwrap().expect("a datagram");
+            assert_eq!(f.len, payload.len());
+            reader.pop(&f);
+        }
+        // A header whose ring is not a power of two, or longer than the file, is refused.
+        let path = rec.path().to_path_buf();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[OFF_RING..OFF_RING + 4].copy_from_slice(&((3 << 20) as u32).to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(UdpRecord::open(&d, 1, 79).is_err());
+        bytes[OFF_RING..OFF_RING + 4].copy_from_slice(&((8 << 20) as u32).to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(UdpRecord::open(&d, 1, 79).is_err());
         std::fs::remove_dir_all(&d).unwrap();
     }
 
