@@ -188,12 +188,13 @@ fn wait_lanes(mut p: Program, limit: Duration) -> (Finished, Vec<u32>) {
 }
 
 const PROGRAMS: [&str; 4] = ["sockperf", "iperf3", "redis-server", "redis-benchmark"];
-const ROWS: [&str; 13] = [
+const ROWS: [&str; 14] = [
     "sockperf-latency",
     "sockperf-throughput",
     "sockperf-udp-latency",
     "sockperf-udp-throughput",
     "mcast-fanout",
+    "dds-pingpong",
     "iperf3",
     "redis-get",
     "pingpong",

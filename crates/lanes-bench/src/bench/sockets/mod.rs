@@ -54,7 +54,7 @@ pub struct SocketsArgs {
     #[arg(long)]
     quick: bool,
     /// Rows to run, comma-separated (default all): sockperf-latency, sockperf-throughput,
-    /// sockperf-udp-latency, sockperf-udp-throughput, mcast-fanout, iperf3, redis-get,
+    /// sockperf-udp-latency, sockperf-udp-throughput, mcast-fanout, dds-pingpong, iperf3, redis-get,
     /// pingpong, pingpong-hog, pgbench-tpcb,
     /// pgbench-select, nginx, nginx-close.
     #[arg(long, value_name = "LIST")]
@@ -127,6 +127,10 @@ fn units() -> BTreeMap<String, String> {
         (
             "mcast-fanout",
             "microseconds from send to receive of a 64-byte multicast datagram, averaged over 4 receiver processes",
+        ),
+        (
+            "dds-pingpong",
+            "microseconds per round trip of Cyclone DDS's ddsperf ping against ddsperf pong (reliable, 12-byte samples), average",
         ),
         ("iperf3", "Gbit/s received by the server (iperf3 end.sum_received), 128 KiB writes, one stream"),
         ("redis-get", "GET latency p50 in microseconds as redis-benchmark reports it (64-byte values)"),

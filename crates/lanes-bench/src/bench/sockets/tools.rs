@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::time::Duration;
 
-use crate::bench::sockets::procs::{run_client, Launch, Server};
+use crate::bench::sockets::procs::{run_client, Launch, Mode, Server};
 use crate::bench::sockets::servers::{self, Params, Sample};
 
 /// One row of the report.
@@ -74,6 +74,16 @@ pub(crate) static TOOLS: &[Tool] = &[
         target: 10.0,
         hog: false,
         run: crate::bench::sockets::fanout::fanout,
+    },
+    Tool {
+        key: "dds-pingpong",
+        title: "DDS ping-pong (ddsperf), avg round trip",
+        needs: &[("ddsperf", "cyclonedds-tools")],
+        unit: "us",
+        lower_is_better: true,
+        target: 2.0,
+        hog: false,
+        run: ddsperf_pingpong,
     },
     Tool {
         key: "iperf3",
@@ -320,6 +330,58 @@ fn sockperf_udp_throughput(p: &Params, server: &Launch, client: &Launch) -> Resu
     parse_sockperf_throughput(&run_client(cmd, "sockperf UDP tp", p.limit())?)
 }
 
+/// Cyclone DDS's `ddsperf`: `pong` as the server, `ping` as the client, in a DDS domain of
+/// their own (its discovery port, 7400 + 250 x domain, is what the server is waited on);
+/// the average round trip over ping's per-second reports. Both float over all CPUs: each
+/// is several threads (its receive thread hands samples to another), which one CPU would
+/// hold apart.
+fn ddsperf_pingpong(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {
+    let (server, client) = (&Launch { cpu: None, ..server.clone() }, &Launch { cpu: None, ..client.clone() });
+    // Domains 1..=200: discovery ports 7650..57400, one per run of this row.
+    let domain = 1 + server.port % 200;
+    let discovery = 7400 + 250 * domain;
+    let (domain, secs) = (domain.to_string(), p.seconds.to_string());
+    // Its samples go to ports the kernel picks: every port of these two is the row's.
+    let every_port = |mut cmd: std::process::Command, l: &Launch| {
+        if matches!(l.mode, Mode::Lanes) {
+            cmd.env("LANES_SOCKETS_INCLUDE", "1-65535");
+        }
+        cmd
+    };
+    let mut cmd = every_port(server.command("ddsperf")?, server);
+    cmd.args(["-i", &domain, "-D", &(p.seconds + 30).to_string(), "pong"]);
+    let _srv = Server::start(cmd, "ddsperf pong", discovery)?;
+    let mut cmd = every_port(client.command("ddsperf")?, client);
+    cmd.args(["-i", &domain, "-D", &secs, "ping"]);
+    parse_ddsperf_ping(&run_client(cmd, "ddsperf ping", p.limit())?)
+}
+
+/// ddsperf ping's per-second lines ("... mean 22.155us ... cnt 22514"): the round trip's
+/// mean over all of them, each weighted by its count.
+pub(crate) fn parse_ddsperf_ping(out: &str) -> Result<Sample, String> {
+    let (mut weighted, mut trips) = (0.0f64, 0.0f64);
+    for line in out.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let after = |key: &str| words.iter().position(|w| *w == key).and_then(|i| words.get(i + 1));
+        let (Some(mean), Some(cnt)) = (after("mean"), after("cnt")) else { continue };
+        let (Some(us), Ok(n)) = (mean.strip_suffix("us").and_then(|v| v.parse::<f64>().ok()), cnt.parse::<f64>())
+        else {
+            continue;
+        };
+        weighted += us * n;
+        trips += n;
+    }
+    if trips == 0.0 {
+        return Err(format!(
+            "ddsperf ping measured no round trip: {}",
+            out.lines().rev().take(3).collect::<Vec<_>>().join(" / ")
+        ));
+    }
+    let mut details = BTreeMap::new();
+    details.insert("round_trips".to_string(), trips);
+    Ok(Sample { value: weighted / trips, details })
+}
+
 fn iperf3(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, String> {
     let port = server.port.to_string();
     let mut cmd = server.command("iperf3")?;
@@ -387,6 +449,17 @@ fn redis_get(p: &Params, server: &Launch, client: &Launch) -> Result<Sample, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ddsperf_pings_mean_is_weighted_by_each_seconds_count() {
+        let out = "[19997] 1.000  vm:19985 size 12 mean 20.000us min 6.965us 50% 21.862us 90% 22.674us 99% 33.735us max 1211.453us cnt 1000\n\
+            [19997] 1.000  rss:8.1MB vcsw:22334 ivcsw:242 ddsperf:0%+1% recvUC:4%+36%\n\
+            [19997] 2.000  vm:19985 size 12 mean 30.000us min 7.140us 50% 21.912us 90% 22.713us 99% 34.311us max 1245.767us cnt 3000\n";
+        let s = parse_ddsperf_ping(out).unwrap();
+        assert!((s.value - 27.5).abs() < 1e-9, "{}", s.value);
+        assert_eq!(s.details["round_trips"], 4000.0);
+        assert!(parse_ddsperf_ping("[1] 1.000  rss:8.1MB vcsw:2\n").is_err(), "no round trip: an error");
+    }
 
     const PP: &str = "sockperf: [Total Run] RunTime=1.000 sec; Warm up time=400 msec; SentMessages=27823\n\
         sockperf: [Valid Duration] RunTime=0.550 sec; SentMessages=14027; ReceivedMessages=14027\n\
