@@ -340,7 +340,7 @@ fn ddsperf_pingpong(p: &Params, server: &Launch, client: &Launch) -> Result<Samp
     // Domains 1..=200: discovery ports 7650..57400, one per run of this row.
     let domain = 1 + server.port % 200;
     let discovery = 7400 + 250 * domain;
-    let (domain, secs) = (domain.to_string(), p.seconds.to_string());
+    let domain = domain.to_string();
     // Its samples go to ports the kernel picks: every port of these two is the row's.
     let every_port = |mut cmd: std::process::Command, l: &Launch| {
         if matches!(l.mode, Mode::Lanes) {
@@ -351,16 +351,21 @@ fn ddsperf_pingpong(p: &Params, server: &Launch, client: &Launch) -> Result<Samp
     let mut cmd = every_port(server.command("ddsperf")?, server);
     cmd.args(["-i", &domain, "-D", &(p.seconds + 30).to_string(), "pong"]);
     let _srv = Server::start(cmd, "ddsperf pong", discovery)?;
+    // Its first second or so goes to discovery (and its first report is a warm-up, left
+    // out): it runs two seconds more than the measurement.
     let mut cmd = every_port(client.command("ddsperf")?, client);
-    cmd.args(["-i", &domain, "-D", &secs, "ping"]);
+    cmd.args(["-i", &domain, "-D", &(p.seconds + 2).to_string(), "ping"]);
     parse_ddsperf_ping(&run_client(cmd, "ddsperf ping", p.limit())?)
 }
 
 /// ddsperf ping's per-second lines ("... mean 22.155us ... cnt 22514"): the round trip's
-/// mean over all of them, each weighted by its count.
+/// mean over all of them but the first (a warm-up) when there are several, each weighted
+/// by its count.
 pub(crate) fn parse_ddsperf_ping(out: &str) -> Result<Sample, String> {
+    let reports: Vec<&str> = out.lines().filter(|l| l.contains(" mean ") && l.contains(" cnt ")).collect();
+    let measured = if reports.len() > 1 { &reports[1..] } else { &reports[..] };
     let (mut weighted, mut trips) = (0.0f64, 0.0f64);
-    for line in out.lines() {
+    for line in measured {
         let words: Vec<&str> = line.split_whitespace().collect();
         let after = |key: &str| words.iter().position(|w| *w == key).and_then(|i| words.get(i + 1));
         let (Some(mean), Some(cnt)) = (after("mean"), after("cnt")) else { continue };
@@ -451,13 +456,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ddsperf_pings_mean_is_weighted_by_each_seconds_count() {
+    fn ddsperf_pings_mean_leaves_out_the_warm_up_and_weighs_each_second() {
         let out = "[19997] 1.000  vm:19985 size 12 mean 20.000us min 6.965us 50% 21.862us 90% 22.674us 99% 33.735us max 1211.453us cnt 1000\n\
             [19997] 1.000  rss:8.1MB vcsw:22334 ivcsw:242 ddsperf:0%+1% recvUC:4%+36%\n\
             [19997] 2.000  vm:19985 size 12 mean 30.000us min 7.140us 50% 21.912us 90% 22.713us 99% 34.311us max 1245.767us cnt 3000\n";
         let s = parse_ddsperf_ping(out).unwrap();
-        assert!((s.value - 27.5).abs() < 1e-9, "{}", s.value);
-        assert_eq!(s.details["round_trips"], 4000.0);
+        assert!((s.value - 30.0).abs() < 1e-9, "the first report is a warm-up: {}", s.value);
+        assert_eq!(s.details["round_trips"], 3000.0);
+        let third = format!("{out}[19997] 3.000  vm:19985 size 12 mean 10.000us cnt 1000\n");
+        let s = parse_ddsperf_ping(&third).unwrap();
+        assert!((s.value - 25.0).abs() < 1e-9, "weighted by the counts: {}", s.value);
+        let one = "[1] 2.000  vm:2 size 12 mean 5.000us cnt 10\n";
+        assert_eq!(parse_ddsperf_ping(one).unwrap().value, 5.0, "a single report counts");
         assert!(parse_ddsperf_ping("[1] 1.000  rss:8.1MB vcsw:2\n").is_err(), "no round trip: an error");
     }
 
