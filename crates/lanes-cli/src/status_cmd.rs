@@ -255,7 +255,7 @@ fn print_kernel_sockets(out: &mut String, procs: &[lanes::sockets::reasons::Proc
     out_line!(
         out,
         "
-sockets left to kernel TCP (liblanes_sockets.so; per process and reason)"
+sockets left to the kernel (liblanes_sockets.so; per process and reason)"
     );
     out_line!(
         out,

@@ -158,6 +158,7 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
         Reason::RemoteNoStream => {
             format!("{sock}no fabric stream for a connection to another host ({detail}): it stays kernel TCP")
         }
+        Reason::UdpKernelOnly => format!("a UDP socket {detail}: it stays on the kernel"),
     }
 }
 
@@ -191,7 +192,9 @@ fn count_and_say(why: Reason, key: Option<&ConnectionKey>, detail: &str) {
 /// process of a fork-per-connection server (each PostgreSQL backend) would say it again in
 /// the server's log.
 fn quietly_counted(why: Reason) -> bool {
-    why == Reason::RingDidNotPay
+    // A UDP socket on the kernel is what a program asking for timestamps or a packet's
+    // destination gets by design, often on every socket it makes: `lanes status` says it.
+    matches!(why, Reason::RingDidNotPay | Reason::UdpKernelOnly)
 }
 
 /// As [`note_with`], without details.

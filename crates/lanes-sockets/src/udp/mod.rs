@@ -218,7 +218,13 @@ pub fn forget(fd: c_int) {
 
 /// Keeps `s` on the kernel from now on; ring datagrams already there are still read.
 fn pin(s: &UdpSock) {
-    s.pinned.store(true, Ordering::Relaxed);
+    if !s.pinned.swap(true, Ordering::Relaxed) {
+        crate::reasons::note_with(
+            crate::reasons::Reason::UdpKernelOnly,
+            None,
+            "set an option, or asked for ancillary data, that the library does not model",
+        );
+    }
     if let Some(rec) = s.record.get() {
         rec.close();
         rec.unlink();
@@ -369,7 +375,11 @@ fn ensure_record(s: &UdpSock, fd: c_int) -> Option<&Arc<UdpRecord>> {
             return None; // unbound: nothing can be sent to it
         }
         let rcvbuf = kernel_rcvbuf(fd)?;
-        ring_for(rcvbuf)?;
+        if ring_for(rcvbuf).is_none() {
+            let why = format!("has a receive buffer of {rcvbuf} bytes, more than the largest ring holds");
+            crate::reasons::note_with(crate::reasons::Reason::UdpKernelOnly, None, &why);
+            return None;
+        }
         let cookie = crate::sock_diag::own_cookie(fd)?;
         let memberships = mcast::kernel_memberships(s, fd)?;
         let cfg = config();

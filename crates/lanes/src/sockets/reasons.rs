@@ -78,11 +78,14 @@ pub enum Reason {
     /// the provider failed (opening the fabric, exporting or connecting its objects), or
     /// this host's daemon serves no more sessions (64, three per stream).
     RemoteNoStream,
+    /// A UDP socket stays on the kernel: an option, a call or ancillary data the library
+    /// does not model, or a receive buffer larger than the largest ring.
+    UdpKernelOnly,
 }
 
 impl Reason {
     /// Every reason, in the order of their lines in the file (new ones only ever appended).
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::PeerWithoutLibrary,
         Reason::PrivilegeDrop,
         Reason::ExcludedPort,
@@ -98,6 +101,7 @@ impl Reason {
         Reason::RingDidNotPay,
         Reason::KernelFeature,
         Reason::RemoteNoStream,
+        Reason::UdpKernelOnly,
     ];
 
     fn index(self) -> usize {
@@ -120,8 +124,9 @@ impl Reason {
             Reason::RemotePeerNeverPaired => "cross-host: peer never paired",
             Reason::RegistrationRefused => "cross-host: daemon refused it",
             Reason::RingDidNotPay => "ring did not pay (retired)",
-            Reason::KernelFeature => "peek offset or timestamps on",
+            Reason::KernelFeature => "peek offset, timestamps or kernel TLS",
             Reason::RemoteNoStream => "cross-host: no fabric stream",
+            Reason::UdpKernelOnly => "UDP: left to the kernel",
         }
     }
 }
