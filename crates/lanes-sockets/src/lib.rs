@@ -562,12 +562,29 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().readv)(fd, iov, cnt) };
+    // SAFETY: as readv(2).
+    unsafe { recv_vector(fd, iov, cnt, Call::Vector, 0, call) }
+}
+
+/// readv, and preadv2 at the current position: `kind` is the kernel-path call (`call`,
+/// the program's own), `flags` the `MSG_*` flags the library's paths honour.
+///
+/// # Safety
+/// As readv(2).
+unsafe fn recv_vector(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    kind: Call,
+    flags: c_int,
+    call: impl Fn() -> ssize_t + Copy,
+) -> ssize_t {
     intercept(
         -1,
         || {
+            // SAFETY: the caller's iovec array.
+            let v = unsafe { iov_slice(iov, cnt) }?;
             if let Some(u) = udp::lookup(fd) {
-                // SAFETY: the caller's iovec array.
-                let v = unsafe { iov_slice(iov, cnt) }?;
                 // SAFETY: an all-zero msghdr is valid.
                 let mut m: msghdr = unsafe { std::mem::zeroed() };
                 m.msg_iov = iov as *mut iovec;
@@ -575,17 +592,13 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
                 // SAFETY: our msghdr over the caller's iovec array.
                 let mut kernel = |f| unsafe { (real().recvmsg)(fd, &mut m, f) };
                 // SAFETY: the caller's buffers.
-                return unsafe { udp::recv(&u, fd, v, 0, &udp::Out::none(), &mut kernel) };
+                return unsafe { udp::recv(&u, fd, v, flags, &udp::Out::none(), &mut kernel) };
             }
             let Some(c) = lookup_live(fd) else {
-                // SAFETY: the caller's iovec array.
-                let v = unsafe { iov_slice(iov, cnt) }?;
-                return remote_io::recv(fd, v, 0, call).or_else(|| Deferred::call(fd, Moved::Read, call));
+                return remote_io::recv(fd, v, flags, call).or_else(|| Deferred::call(fd, Moved::Read, call));
             };
-            // SAFETY: the caller's iovec array.
-            let v = unsafe { iov_slice(iov, cnt) }?;
             // Nothing to read: the kernel answers at once, as for read (see there).
-            (stream::iov_len(v) > 0).then(|| recv_on(&c, fd, Call::Vector, v, 0))
+            (stream::iov_len(v) > 0).then(|| recv_on(&c, fd, kind, v, flags))
         },
         call,
     )
@@ -891,24 +904,37 @@ unsafe fn stream_recvmmsg(
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().writev)(fd, iov, cnt) };
+    // SAFETY: as writev(2).
+    unsafe { send_vector(fd, iov, cnt, Call::Vector, 0, call) }
+}
+
+/// writev, and pwritev2 at the current position: `kind` is the kernel-path call (`call`,
+/// the program's own), `flags` the `MSG_*` flags the library's paths honour.
+///
+/// # Safety
+/// As writev(2).
+unsafe fn send_vector(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    kind: Call,
+    flags: c_int,
+    call: impl Fn() -> ssize_t + Copy,
+) -> ssize_t {
     intercept(
         -1,
         || {
-            if let Some(u) = udp::lookup(fd) {
-                // SAFETY: the caller's iovec array.
-                let v = unsafe { iov_slice(iov, cnt) }?;
-                let mut kernel = call;
-                // SAFETY: the caller's buffers.
-                return Some(unsafe { udp::send(&u, fd, std::ptr::null(), 0, v, 0, false, &mut kernel) });
-            }
-            let Some(c) = lookup_live(fd) else {
-                // SAFETY: the caller's iovec array.
-                let v = unsafe { iov_slice(iov, cnt) }?;
-                return remote_io::send(fd, v, 0, call).or_else(|| Deferred::call(fd, Moved::Written, call));
-            };
             // SAFETY: the caller's iovec array.
             let v = unsafe { iov_slice(iov, cnt) }?;
-            Some(stream::send(&c, fd, Call::Vector, v, 0))
+            if let Some(u) = udp::lookup(fd) {
+                let mut kernel = call;
+                // SAFETY: the caller's buffers.
+                return Some(unsafe { udp::send(&u, fd, std::ptr::null(), 0, v, flags, false, &mut kernel) });
+            }
+            let Some(c) = lookup_live(fd) else {
+                return remote_io::send(fd, v, flags, call).or_else(|| Deferred::call(fd, Moved::Written, call));
+            };
+            Some(stream::send(&c, fd, kind, v, flags))
         },
         call,
     )
@@ -992,31 +1018,8 @@ pub unsafe extern "C" fn preadv2(fd: c_int, iov: *const iovec, cnt: c_int, offse
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().preadv2)(fd, iov, cnt, offset, rwf) };
     let Some(flags) = socket_rwf(offset, rwf) else { return call() };
-    intercept(
-        -1,
-        || {
-            if let Some(u) = udp::lookup(fd) {
-                // SAFETY: the caller's iovec array.
-                let v = unsafe { iov_slice(iov, cnt) }?;
-                // SAFETY: an all-zero msghdr is valid.
-                let mut m: msghdr = unsafe { std::mem::zeroed() };
-                m.msg_iov = iov as *mut iovec;
-                m.msg_iovlen = cnt as _;
-                // SAFETY: our msghdr over the caller's iovec array.
-                let mut kernel = |f| unsafe { (real().recvmsg)(fd, &mut m, f) };
-                // SAFETY: the caller's buffers.
-                return unsafe { udp::recv(&u, fd, v, flags, &udp::Out::none(), &mut kernel) };
-            }
-            // SAFETY: the caller's iovec array.
-            let v = unsafe { iov_slice(iov, cnt) }?;
-            let Some(c) = lookup_live(fd) else {
-                return remote_io::recv(fd, v, flags, call).or_else(|| Deferred::call(fd, Moved::Read, call));
-            };
-            // Nothing to read: the kernel answers at once, as for readv.
-            (stream::iov_len(v) > 0).then(|| recv_on(&c, fd, Call::VectorFlags(rwf), v, flags))
-        },
-        call,
-    )
+    // SAFETY: as preadv2(2) at the current position, which is readv(2).
+    unsafe { recv_vector(fd, iov, cnt, Call::VectorFlags(rwf), flags, call) }
 }
 
 /// # Safety
@@ -1036,25 +1039,8 @@ pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, offs
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().pwritev2)(fd, iov, cnt, offset, rwf) };
     let Some(flags) = socket_rwf(offset, rwf) else { return call() };
-    intercept(
-        -1,
-        || {
-            if let Some(u) = udp::lookup(fd) {
-                // SAFETY: the caller's iovec array.
-                let v = unsafe { iov_slice(iov, cnt) }?;
-                let mut kernel = call;
-                // SAFETY: the caller's buffers.
-                return Some(unsafe { udp::send(&u, fd, std::ptr::null(), 0, v, flags, false, &mut kernel) });
-            }
-            // SAFETY: the caller's iovec array.
-            let v = unsafe { iov_slice(iov, cnt) }?;
-            let Some(c) = lookup_live(fd) else {
-                return remote_io::send(fd, v, flags, call).or_else(|| Deferred::call(fd, Moved::Written, call));
-            };
-            Some(stream::send(&c, fd, Call::VectorFlags(rwf), v, flags))
-        },
-        call,
-    )
+    // SAFETY: as pwritev2(2) at the current position, which is writev(2).
+    unsafe { send_vector(fd, iov, cnt, Call::VectorFlags(rwf), flags, call) }
 }
 
 /// # Safety
@@ -1885,9 +1871,8 @@ fn set_upper_layer_protocol(fd: c_int, call: impl FnOnce() -> c_int) -> c_int {
     stream::use_kernel_features(fd);
     remote::give_up(fd);
     let ring_left = match lookup(fd) {
-        Some(c) => c.peer().is_some_and(|p| {
-            p.tx_word().load().ring_unread(c.own.rx_consumed().load(std::sync::atomic::Ordering::Acquire)) > 0
-        }),
+        // Attached first (a peer found now may have published already).
+        Some(c) => c.peer().is_some() && c.ring_readable(),
         None => remote::live_stream(fd).is_some_and(|s| !s.kernel_only()),
     };
     if ring_left {

@@ -431,9 +431,7 @@ void mmsg_mixed_server(void)
 {
     int s = accept_one();
     char b[64];
-    for (int i = 0; i < 20; i++)
-        if (read_full(s, b, 2) != 2 || write_all(s, "ok", 2) != 2)
-            die("exchange");
+    warm_up_server(s);
     int in_order = 0;
     for (int round = 0; round < 20; round++) {
         /* Both sends are made while this end waits elsewhere (not in a socket call). */
@@ -464,9 +462,7 @@ void mmsg_mixed_client(void)
 {
     int fd = connect_one();
     char b[64];
-    for (int i = 0; i < 20; i++)
-        if (write_all(fd, "hi", 2) != 2 || read_full(fd, b, 2) != 2)
-            die("exchange");
+    warm_up_client(fd);
     for (int round = 0; round < 20; round++) {
         struct iovec iov = {(void *)"mmsg", 4};
         struct mmsghdr mm;

@@ -683,9 +683,7 @@ void zerocopy_server(void)
 {
     int s = accept_one();
     char b[65536];
-    for (int i = 0; i < 20; i++)
-        if (read_full(s, b, 2) != 2 || write_all(s, "ok", 2) != 2)
-            die("exchange");
+    warm_up_server(s);
     say("write %s", res(write(s, "data", 4)));
     sync_send('a');
     long total = 0;
@@ -704,9 +702,7 @@ void zerocopy_client(void)
 {
     int fd = connect_one();
     char b[64];
-    for (int i = 0; i < 20; i++)
-        if (write_all(fd, "hi", 2) != 2 || read_full(fd, b, 2) != 2)
-            die("exchange");
+    warm_up_client(fd);
     sync_expect('a');
     long long t0 = now_ms();
     int avail = 0;
@@ -763,9 +759,7 @@ void kernel_features_server(void)
 {
     int s = accept_one();
     char b[64];
-    for (int i = 0; i < 20; i++)
-        if (read_full(s, b, 2) != 2 || write_all(s, "ok", 2) != 2)
-            die("exchange");
+    warm_up_server(s);
     sync_expect('a');
     say("write %s", res(write(s, "abcdefgh", 8)));
     sync_expect('b');
@@ -792,9 +786,7 @@ void kernel_features_client(void)
         die("timestamps");
     int fd = connect_one();
     char b[64];
-    for (int i = 0; i < 20; i++)
-        if (write_all(fd, "hi", 2) != 2 || read_full(fd, b, 2) != 2)
-            die("exchange");
+    warm_up_client(fd);
     int off = 0;
     say("SO_PEEK_OFF 0 %s", res(setsockopt(fd, SOL_SOCKET, SO_PEEK_OFF, &off, sizeof off)));
     sync_send('a');
@@ -863,10 +855,7 @@ void tcp_inq_server(void)
     say("TCP_INQ on the listener %s", res(setsockopt(C.lfd, SOL_TCP, TCP_INQ, &one, sizeof one)));
     sync_send('l');
     int s = accept_one();
-    char b[64];
-    for (int i = 0; i < 20; i++)
-        if (read_full(s, b, 2) != 2 || write_all(s, "ok", 2) != 2)
-            die("exchange");
+    warm_up_server(s);
     int v = 0;
     socklen_t len = sizeof v;
     int r = getsockopt(s, SOL_TCP, TCP_INQ, &v, &len);
@@ -887,10 +876,7 @@ void tcp_inq_client(void)
 {
     sync_expect('l');
     int fd = connect_one();
-    char b[64];
-    for (int i = 0; i < 20; i++)
-        if (write_all(fd, "hi", 2) != 2 || read_full(fd, b, 2) != 2)
-            die("exchange");
+    warm_up_client(fd);
     int one = 1;
     say("TCP_INQ %s", res(setsockopt(fd, SOL_TCP, TCP_INQ, &one, sizeof one)));
     sync_expect('a');
@@ -925,10 +911,7 @@ void tcp_inq_client(void)
 void tcp_ulp_server(void)
 {
     int s = accept_one();
-    char b[64];
-    for (int i = 0; i < 20; i++)
-        if (read_full(s, b, 2) != 2 || write_all(s, "ok", 2) != 2)
-            die("exchange");
+    warm_up_server(s);
     sync_expect('a');
     say("write %s", res(write(s, "abcdefgh", 8)));
     sync_send('b');
@@ -944,9 +927,7 @@ void tcp_ulp_client(void)
 {
     int fd = connect_one();
     char b[64];
-    for (int i = 0; i < 20; i++)
-        if (write_all(fd, "hi", 2) != 2 || read_full(fd, b, 2) != 2)
-            die("exchange");
+    warm_up_client(fd);
     sync_send('a');
     sync_expect('b');
     await_readable(fd, 8);

@@ -173,6 +173,8 @@ int cloexec_of(int fd) ;
 ssize_t write_all(int fd, const void *buf, size_t n) ;
 ssize_t send_all(int fd, const void *buf, size_t n, int flags) ;
 ssize_t read_full(int fd, void *buf, size_t n) ;
+void warm_up_client(int fd) ;
+void warm_up_server(int s) ;
 const char *got(ssize_t n, const char *buf) ;
 const char *status_str(int st) ;
 pid_t wait_pid(pid_t pid, int *st) ;

@@ -1081,6 +1081,11 @@ impl Shared {
         self.inbound(OFF_PUBLISHED).wrapping_sub(rx.consumed)
     }
 
+    /// The sender's answer to `request`, if the answer word holds it.
+    fn answer_to(&self, request: Request) -> Option<Answer> {
+        Answer::decode(self.inbound(OFF_ANSWER)).filter(|a| a.seq == request.seq())
+    }
+
     /// Asks the sender, waits for its answer (or the peer's death, or the peer's sender
     /// finishing, which answers a kernel request too).
     fn ask(&self, rx: &mut Receiver, request: Request) -> io::Result<Option<Answer>> {
@@ -1088,10 +1093,8 @@ impl Shared {
         let mut asked = false;
         let mut pace = Pace::new(&self.exports.fabric);
         loop {
-            if let Some(a) = Answer::decode(self.inbound(OFF_ANSWER)) {
-                if asked && a.seq == request.seq() {
-                    return Ok(Some(a));
-                }
+            if let Some(a) = self.answer_to(request).filter(|_| asked) {
+                return Ok(Some(a));
             }
             // A sender that finished answers every request: kernel mode at its final R,
             // the ring refused. Unless it answered ours before it finished: that answer
@@ -1104,10 +1107,8 @@ impl Shared {
             }
             let finished = self.inbound(OFF_TX_FINISHED);
             if finished & FINISHED_BIT != 0 {
-                if let Some(a) = Answer::decode(self.inbound(OFF_ANSWER)) {
-                    if asked && a.seq == request.seq() {
-                        return Ok(Some(a));
-                    }
+                if let Some(a) = self.answer_to(request).filter(|_| asked) {
+                    return Ok(Some(a));
                 }
                 let kernel = matches!(request, Request::Kernel { .. });
                 return Ok(Some(Answer { seq: request.seq(), accepted: kernel, count: finished & COUNT_MASK }));
