@@ -231,6 +231,7 @@ fn run_sockets(io: &ChildIo) {
                 }
                 (&*s).write_all(b"0123456789").map_err(|e| e.to_string())?;
                 let mut seen = Vec::new();
+                let mut got = 0usize;
                 for want in [3usize, 2, 5] {
                     let mut buf = [0u8; 16];
                     let mut control = [0u64; 8];
@@ -242,16 +243,26 @@ fn run_sockets(io: &ChildIo) {
                     m.msg_control = control.as_mut_ptr().cast();
                     m.msg_controllen = size_of_val(&control);
                     // With a wait first for all ten bytes (the echo's one write), so that
-                    // what is queued after each receive is the same on every path.
-                    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-                    // SAFETY: poll on one pollfd, a recvmsg into our buffers.
-                    let n = unsafe {
-                        libc::poll(&mut p, 1, 10_000);
-                        libc::recvmsg(fd, &mut m, libc::MSG_WAITALL)
-                    };
+                    // what is queued after each receive is the same on every path: FIONREAD,
+                    // which counts ring bytes too. (A poll for POLLIN on the live stream
+                    // here timed out after 3 s in about 1 run in 6 while the bytes were
+                    // there for the receive after it: a readiness hole, issue 33, open.)
+                    let started = Instant::now();
+                    loop {
+                        let mut queued: libc::c_int = 0;
+                        // SAFETY: FIONREAD writes one int.
+                        let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) };
+                        if r != 0 || queued as usize >= 10 - got || started.elapsed() > Duration::from_secs(5) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    // SAFETY: a recvmsg into our buffers.
+                    let n = unsafe { libc::recvmsg(fd, &mut m, libc::MSG_WAITALL) };
                     if n != want as isize {
                         return Err(format!("recvmsg of {want}: {n}: {}", std::io::Error::last_os_error()));
                     }
+                    got += want;
                     let mut inq = "none".to_string();
                     // SAFETY: walking the control messages the call returned in our buffer.
                     unsafe {
