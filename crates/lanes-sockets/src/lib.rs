@@ -1327,8 +1327,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
             }
             // SAFETY: the caller's array of n entries.
             let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-            if !slice.iter().any(|p| lookup_live(p.fd).is_some() || udp::waitable(p.fd).is_some() || wait::is_set(p.fd))
-            {
+            if !slice.iter().any(|p| wait::readiness_is_ours(p.fd)) {
                 return None;
             }
             // SAFETY: f is the caller's array.
@@ -1355,8 +1354,7 @@ pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, ts: *const timespec,
             }
             // SAFETY: the caller's array of n entries.
             let slice = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-            if !slice.iter().any(|p| lookup_live(p.fd).is_some() || udp::waitable(p.fd).is_some() || wait::is_set(p.fd))
-            {
+            if !slice.iter().any(|p| wait::readiness_is_ours(p.fd)) {
                 return None;
             }
             let mut sleep = |f: &mut [pollfd], t: Option<Duration>| {

@@ -342,12 +342,18 @@ pub fn select_core(
 pub fn any_accelerated_in_sets(nfds: c_int, sets: [*mut libc::fd_set; 2]) -> bool {
     (0..nfds.clamp(0, libc::FD_SETSIZE as c_int)).any(|fd| {
         // SAFETY: the caller's sets, null or valid for nfds bits.
-        sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
-            && (crate::conn::lookup_live(fd).is_some_and(|c| ring_capable(&c))
-                || crate::udp::waitable(fd).is_some()
-                || is_set(fd)
-                || crate::remote::live_stream(fd).is_some_and(|s| !s.kernel_only()))
+        sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) }) && readiness_is_ours(fd)
     })
+}
+
+/// Whether waiting for `fd` must be ours, not only the kernel's: its bytes may be in a ring
+/// the kernel cannot see (a local connection's, a datagram socket's, a live stream's to
+/// another host), or it is one of our epoll sets.
+pub fn readiness_is_ours(fd: c_int) -> bool {
+    crate::conn::lookup_live(fd).is_some_and(|c| ring_capable(&c))
+        || crate::udp::waitable(fd).is_some()
+        || is_set(fd)
+        || crate::remote::live_stream(fd).is_some_and(|s| !s.kernel_only())
 }
 
 /// An accelerated socket whose ring may hold bytes to read: it has a peer, and its

@@ -243,10 +243,15 @@ fn run_sockets(io: &ChildIo) {
                     m.msg_control = control.as_mut_ptr().cast();
                     m.msg_controllen = size_of_val(&control);
                     // With a wait first for all ten bytes (the echo's one write), so that
-                    // what is queued after each receive is the same on every path: FIONREAD,
-                    // which counts ring bytes too. (A poll for POLLIN on the live stream
-                    // here timed out after 3 s in about 1 run in 6 while the bytes were
-                    // there for the receive after it: a readiness hole, issue 33, open.)
+                    // what is queued after each receive is the same on every path: poll,
+                    // which must see ring bytes (it once went to the kernel alone for a
+                    // live stream, and timed out with the bytes in the ring), then
+                    // FIONREAD, which counts them too.
+                    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                    // SAFETY: poll on one pollfd of ours.
+                    if unsafe { libc::poll(&mut p, 1, 5000) } != 1 {
+                        return Err(format!("poll for the echo's bytes, with {got} read: not ready in 5 s"));
+                    }
                     let started = Instant::now();
                     loop {
                         let mut queued: libc::c_int = 0;
