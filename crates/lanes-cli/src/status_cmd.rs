@@ -155,7 +155,7 @@ fn print_cross_host(
     } else {
         out_line!(
             out,
-            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:<14}  stale",
+            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:>10}  {:<14}  stale",
             "local",
             "remote",
             "peer host",
@@ -165,6 +165,7 @@ fn print_cross_host(
             "kernel out",
             "fabric in",
             "kernel in",
+            "fail-overs",
             "pids"
         );
     }
@@ -173,7 +174,7 @@ fn print_cross_host(
         let pids: Vec<String> = c.holders.iter().map(|p| p.to_string()).collect();
         out_line!(
             out,
-            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:<14}  {}",
+            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:>10}  {:<14}  {}",
             c.local.to_string(),
             c.remote.to_string(),
             p.peer_host,
@@ -183,6 +184,7 @@ fn print_cross_host(
             c.kernel_bytes_sent,
             c.ring_bytes_received,
             c.bytes_received.saturating_sub(c.ring_bytes_received),
+            c.failovers,
             if pids.is_empty() { "-".into() } else { pids.join(",") },
             if c.stale { "yes" } else { "no" }
         );

@@ -244,6 +244,7 @@ impl RemoteConn {
         kernel.store(history.written + c.sent_kernel, Ordering::Relaxed);
         self.own.rx_consumed().store(c.received_fabric, Ordering::Relaxed);
         self.own.rx_kernel_read().store(history.read + c.received_kernel, Ordering::Relaxed);
+        self.own.failovers().store(c.failovers, Ordering::Relaxed);
     }
 
     /// Gives the connection back to the kernel for good: a live stream's rest is read

@@ -128,9 +128,9 @@ fn receive_pattern(conn: &Conn, seed: u64) -> Result<u64, String> {
 
 fn counts_text(c: &StreamCounts) -> String {
     format!(
-        "sent_fabric={} sent_kernel={} received_fabric={} received_kernel={} kernel_requests={} ring_requests={} ring_refusals={}",
+        "sent_fabric={} sent_kernel={} received_fabric={} received_kernel={} kernel_requests={} ring_requests={} ring_refusals={} failovers={}",
         c.sent_fabric, c.sent_kernel, c.received_fabric, c.received_kernel, c.kernel_requests, c.ring_requests,
-        c.ring_refusals
+        c.ring_refusals, c.failovers
     )
 }
 
@@ -144,11 +144,11 @@ fn sum(list: &[StreamCounts]) -> StreamCounts {
         t.kernel_requests += c.kernel_requests;
         t.ring_requests += c.ring_requests;
         t.ring_refusals += c.ring_refusals;
+        t.failovers += c.failovers;
     }
     t
 }
 
-/// Both directions of `conn` at once; bytes received.
 /// Both directions of `conn` at once; bytes received. On a failure, what each direction
 /// came to: `send: ...; recv: received=N` (a clean end) or `recv: <error>`.
 fn stream_both(conn: &Conn, id: usize, client: bool, bytes: u64) -> Result<u64, String> {

@@ -14,6 +14,7 @@
 //! | 320 | the peer's sender finished cleanly (shutdown or close) at `R` |
 //! | 384 | the peer reads nothing more (its receiving side is closed) |
 //! | 448 | the peer, reading this end's bytes from the kernel, would take the ring back: a sequence number (high half) and `KR` (low) |
+//! | 512 | the key of the peer's fail-over records (random, per stream) |
 //! | 4096 | the ring of the direction peer → this end |
 //!
 //! So per direction the ring lives on the receiver's host, written by the sender with
@@ -45,12 +46,33 @@
 //! the ring only once its peer wrote *ready*, so an end whose set-up failed is never asked
 //! and every byte stays on the anchor.
 //!
-//! Failures are never silent: a peer process that disappears without finishing its sender
-//! cleanly (killed) is reported as `ECONNRESET` once its landed ring bytes are read (its
-//! kernel might have delivered bytes our ring never got); a fabric error after bytes moved
-//! over the fabric resets the connection (the kernel sends the peer a reset; both ends see
-//! `ECONNRESET`), since moving the rest over the anchor byte-exact (fail-over, stage 4) is
-//! not built.
+//! **Fail-over.** When the fabric to the peer fails (a write or a checked flush fails, the
+//! fabric calls the peer's host lost while the anchor stands, an answer or announced ring
+//! bytes do not come within [`FABRIC_BOUND`]), both directions go on over the anchor alone,
+//! byte-exact, for the rest of the connection:
+//!
+//! - a sender sends kernel bytes after ring bytes only once a checked flush proved those
+//!   landed; so a receiver that reads the anchor after its ring never misses a ring byte,
+//!   except where the sender failed over;
+//! - a sender that fails over with ring bytes published (or the ring granted) since its
+//!   last kernel send puts a *record* into the anchor before anything else: a header
+//!   (magic, the sender's random key, the ring count `H` the receiver last told, a length)
+//!   and the ring bytes from `H` to its `R`, kept in the sender's copy of the ring;
+//! - a receiver looks for a record at the first kernel bytes after each ring stint (a
+//!   peek), and when it fails over itself, reads the ring's landed bytes and then the
+//!   anchor: a record (its bytes up to what the ring gave are dropped), or program bytes
+//!   (the sender proved its ring bytes landed before those), or the peer's end with
+//!   neither a record nor its finish, which is a reset: a killed peer's last ring bytes
+//!   may never have landed, and that is never a silent loss.
+//!
+//! A record never reaches the program, and program bytes are never taken for one (the key).
+//! Kernel counts that see the anchor's bytes (`TCP_INFO`, `FIONREAD` while a record
+//! waits) count a record's header and its bytes. A connection stays on its anchor after a
+//! fail-over (fall-forward is not built), and a failure only one end sees (its writes fail,
+//! the peer's land) waits until the peer sees it too.
+//!
+//! A peer process that disappears (killed) ends its anchor too: the receiver reads the
+//! landed ring bytes and then `ECONNRESET`, as above.
 //!
 //! The socket library (`lanes-sockets`) sets a stream up beside a program's connection in
 //! two steps ([`PendingStream::connect`], slow, then [`PendingStream::start`] with the
@@ -88,8 +110,16 @@ const OFF_CONSUMED: usize = 256;
 const OFF_TX_FINISHED: usize = 320;
 const OFF_RX_CLOSED: usize = 384;
 const OFF_RING_WANTED: usize = 448;
+const OFF_RECORD_KEY: usize = 512;
 
 const READY_MAGIC: u64 = u64::from_le_bytes(*b"LNFSRDY1");
+/// The first word of a fail-over record on the anchor (see the module's notes).
+const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"LNFSFOV1");
+/// A fail-over record's header: magic, the sender's key, the ring count its bytes start
+/// at, their number.
+const RECORD_HEADER: usize = 32;
+/// No ring granted since the last kernel send.
+const NO_GRANT: u64 = u64::MAX;
 const FINISHED_BIT: u64 = 1 << 63;
 const COUNT_MASK: u64 = (1 << 28) - 1;
 const KIND_RING: u64 = 1 << 31;
@@ -110,6 +140,8 @@ const RING_WANTED_PAUSE: Duration = Duration::from_millis(500);
 /// The bound on waiting for an answer or for announced ring bytes to land while the peer's
 /// process lives: past it the fabric is taken as failed (a reset, see the module's notes).
 const FABRIC_BOUND: Duration = Duration::from_secs(20);
+/// Ring bytes unread for this long make an idle sender check that they landed.
+const STALL_CHECK: Duration = Duration::from_millis(200);
 /// What a stint in ring mode must deliver to have paid for the two requests (the ring, then
 /// kernel mode) it cost: less (a request/response load's message or two) and the receiver
 /// asks for the ring less often.
@@ -150,6 +182,10 @@ impl Request {
         } else {
             Request::Kernel { seq }
         })
+    }
+
+    fn is_ring(self) -> bool {
+        matches!(self, Request::Ring { .. })
     }
 
     /// The request's sequence number.
@@ -350,6 +386,8 @@ pub struct StreamCounts {
     pub ring_requests: u64,
     /// Ring requests the peer refused.
     pub ring_refusals: u64,
+    /// Directions of this end that failed over to the anchor (0, 1 or 2).
+    pub failovers: u64,
 }
 
 #[derive(Debug)]
@@ -358,9 +396,22 @@ enum RxMode {
     Ring { delivered: u64 },
     /// Reading the ring up to `ring_until` (modulo 2^28), then the anchor.
     Kernel { ring_until: u64 },
-    /// The peer vanished or the fabric failed: the landed ring bytes, then `ECONNRESET`
-    /// unless a call reported it already, then the end of the stream.
+    /// The fabric to the peer failed: the ring's landed bytes (the sender may still be
+    /// writing them, if it did not see the failure), and on the anchor either the
+    /// sender's fail-over record or, if it sent none, the kernel's bytes after the ring's.
+    FailedOver,
+    /// The peer vanished: the landed ring bytes, then `ECONNRESET` unless a call reported
+    /// it already, then the end of the stream.
     Reset,
+}
+
+/// What the anchor holds first, for a receiver that may find a fail-over record there.
+enum Look {
+    Record { start: u64, len: u64 },
+    Data,
+    End,
+    Nothing,
+    Error(io::Error),
 }
 
 struct Receiver {
@@ -380,6 +431,12 @@ struct Receiver {
     wanted_every: u64,
     /// After a "ring wanted" word until the ring is taken: `KR` as last told with it.
     wanted_read_told: Option<u64>,
+    /// The next kernel read may find a fail-over record first: this receiver was in the
+    /// ring (or asked for it) since its last kernel read.
+    checkpoint: bool,
+    /// Bytes of a fail-over record still to come on the anchor, and the ring count the
+    /// next of them stands for (those below `consumed` were read from the ring already).
+    resent: Option<(u64, u64)>,
     /// The back-off's bounds: at most this many sleeps without asking for the ring, and
     /// "ring wanted" words between these many kernel bytes (the tests' switching stress
     /// sets them low, [`FabricStream::switch_eagerly`]).
@@ -392,6 +449,14 @@ struct Sender {
     published: u64,
     /// The sequence number of the last "ring wanted" word this sender paused for.
     wanted_seen: u32,
+    /// What this end wrote into the peer's ring, at the same places: the bytes a
+    /// fail-over sends again through the anchor (allocated at the first ring write).
+    copy: Vec<u8>,
+    /// Ring bytes were published since this sender's last kernel send: its next kernel
+    /// send must first know they landed (a checked flush), or fail over.
+    ring_since_kernel: bool,
+    /// This direction failed over: it sends through the anchor alone, for good.
+    failed_over: bool,
 }
 
 struct Shared {
@@ -414,6 +479,18 @@ struct Shared {
     /// Inherited by a forked child, which leaves it alone ([`FabricStream::abandon`]).
     abandoned: AtomicBool,
     broken: AtomicBool,
+    /// The fabric to the peer failed: both directions use the anchor alone from now on.
+    failed: AtomicBool,
+    /// `K` when this sender last granted the ring, until its next kernel send ([`NO_GRANT`]
+    /// then): a receiver granted the ring takes the first kernel bytes after for a
+    /// possible fail-over record, so a fail-over before any kernel send sends one.
+    granted_at: AtomicU64,
+    /// This end's key, in each fail-over record it sends (the peer has it in its inbound
+    /// segment): program bytes are never taken for a record.
+    record_key: u64,
+    /// The tests' fabric failure: every write to the peer fails.
+    #[cfg(test)]
+    cut: AtomicBool,
     /// A call reported the connection's reset (`ECONNRESET`).
     reset_reported: AtomicBool,
     stop: AtomicBool,
@@ -430,6 +507,7 @@ struct Shared {
     kernel_requests: AtomicU64,
     ring_requests: AtomicU64,
     ring_refusals: AtomicU64,
+    failovers: AtomicU64,
 }
 
 /// The pacing of a wait: spins first, driving the fabric's progress from this thread (so
@@ -439,11 +517,23 @@ struct Pace<'a> {
     fabric: &'a Fabric,
     start: Instant,
     driver: Option<ProgressDriver>,
+    looked: Duration,
 }
 
 impl<'a> Pace<'a> {
     fn new(fabric: &'a Fabric) -> Self {
-        Pace { fabric, start: Instant::now(), driver: None }
+        Pace { fabric, start: Instant::now(), driver: None, looked: Duration::ZERO }
+    }
+
+    /// True once per millisecond after the first [`RECEIVE_SPIN`]: time for a look at
+    /// something that costs a system call.
+    fn look_due(&mut self) -> bool {
+        let now = self.start.elapsed();
+        if now < RECEIVE_SPIN || now - self.looked < Duration::from_millis(1) {
+            return false;
+        }
+        self.looked = now;
+        true
     }
 
     fn elapsed(&self) -> Duration {
@@ -577,7 +667,13 @@ impl PendingStream {
             peer_answer_bell,
             peer_ring_bytes,
             state: AtomicU64::new(((start & COUNT_MASK) << 28) | (written & COUNT_MASK)),
-            tx: Mutex::new(Sender { published: start, wanted_seen: 0 }),
+            tx: Mutex::new(Sender {
+                published: start,
+                wanted_seen: 0,
+                copy: Vec::new(),
+                ring_since_kernel: false,
+                failed_over: false,
+            }),
             rx: Mutex::new(Receiver {
                 mode: RxMode::Kernel { ring_until: start & COUNT_MASK },
                 consumed: start,
@@ -590,6 +686,8 @@ impl PendingStream {
                 wanted_told: 0,
                 wanted_every: RING_WANTED_EVERY,
                 wanted_read_told: None,
+                checkpoint: false,
+                resent: None,
                 backoff_max: 64,
                 wanted_every_min: RING_WANTED_EVERY,
                 wanted_every_max: RING_WANTED_EVERY_MAX,
@@ -599,6 +697,11 @@ impl PendingStream {
             given_up: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             broken: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            granted_at: AtomicU64::new(NO_GRANT),
+            record_key: random_key(),
+            #[cfg(test)]
+            cut: AtomicBool::new(false),
             reset_reported: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             receive_spin_ns: AtomicU64::new(RECEIVE_SPIN.as_nanos() as u64),
@@ -611,6 +714,7 @@ impl PendingStream {
             kernel_requests: AtomicU64::new(0),
             ring_requests: AtomicU64::new(0),
             ring_refusals: AtomicU64::new(0),
+            failovers: AtomicU64::new(0),
         });
         let for_thread = shared.clone();
         let service = std::thread::Builder::new()
@@ -623,6 +727,7 @@ impl PendingStream {
         // reads our ring only after we sent through it).
         stream.shared.exports.inbound.store_release_u64(OFF_PUBLISHED, start)?;
         stream.shared.exports.inbound.store_release_u64(OFF_CONSUMED, start)?;
+        stream.shared.outbound.store_release_u64(OFF_RECORD_KEY, stream.shared.record_key)?;
         stream.shared.outbound.store_release_u64(OFF_READY, READY_MAGIC)?;
         stream.shared.outbound.flush_checked()?;
         Ok(stream)
@@ -642,6 +747,7 @@ impl FabricStream {
             kernel_requests: get(&s.kernel_requests),
             ring_requests: get(&s.ring_requests),
             ring_refusals: get(&s.ring_refusals),
+            failovers: get(&s.failovers),
         }
     }
 
@@ -726,9 +832,12 @@ impl FabricStream {
             return 0;
         }
         let Ok(rx) = s.rx.try_lock() else { return 0 };
+        if rx.resent.is_some() {
+            return 0; // the ring is read: the record's bytes are in the kernel
+        }
         let available = s.ring_available(&rx).min(s.exports.ring_bytes as u64);
         match rx.mode {
-            RxMode::Ring { .. } | RxMode::Reset => available,
+            RxMode::Ring { .. } | RxMode::FailedOver | RxMode::Reset => available,
             RxMode::Kernel { ring_until } => available.min(ring_until.wrapping_sub(rx.consumed) & COUNT_MASK),
         }
     }
@@ -843,10 +952,97 @@ impl Shared {
 
     /// The service thread: carries out requests as they arrive, until the stream ends.
     fn service(&self) {
+        let mut consumed_seen = (u64::MAX, Instant::now());
         while !self.stop.load(Ordering::Acquire) {
             let _ = self.exports.request_bell.wait(Timeout::After(Duration::from_millis(50)));
             self.serve();
+            self.watch_fabric(&mut consumed_seen);
         }
+    }
+
+    /// The service thread's look at the fabric: a sender that does not send (the program
+    /// waits for an answer to what it sent) must still fail over when the fabric fails,
+    /// or its ring bytes that did not land would never reach the peer. `consumed_seen`:
+    /// the receiver's last told count `H` and when it last moved; ring bytes unread while
+    /// it stands still are when a checked flush is worth its round trip.
+    fn watch_fabric(&self, consumed_seen: &mut (u64, Instant)) {
+        let consumed = self.inbound(OFF_CONSUMED);
+        if consumed != consumed_seen.0 {
+            *consumed_seen = (consumed, Instant::now());
+        }
+        let Ok(mut tx) = self.tx.try_lock() else { return }; // a send is under way: it sees
+        if tx.failed_over || self.broken.load(Ordering::Acquire) {
+            return;
+        }
+        let stalled = tx.ring_since_kernel && tx.published != consumed && consumed_seen.1.elapsed() > STALL_CHECK;
+        let failed = self.failed.load(Ordering::Acquire)
+            || !self.peer_alive() && !anchor_ended(self.fd())
+            || stalled && self.flush_out().is_err();
+        if failed {
+            let _ = self.fail_over_tx(&mut tx);
+        }
+    }
+
+    /// The writes to the peer's segment (the tests' cut fails them).
+    fn out(&self) -> Result<&Map> {
+        #[cfg(test)]
+        if self.cut.load(Ordering::Relaxed) {
+            return Err(Error::IllegalOperation("the tests cut the fabric"));
+        }
+        Ok(&self.outbound)
+    }
+
+    /// A flush of the writes to the peer, `Err` if one of them failed since the last check
+    /// (which another thread may have made: then `failed` says it): `Ok` proves every
+    /// earlier write landed.
+    fn flush_out(&self) -> Result<()> {
+        self.out()?.flush_checked()?;
+        if self.failed.load(Ordering::Acquire) {
+            return Err(Error::IllegalOperation("the fabric to the peer failed"));
+        }
+        Ok(())
+    }
+
+    /// Under the sender's lock: the fabric to the peer failed, and this direction goes on
+    /// through the anchor alone, for good (both directions: the receiver asks for the ring
+    /// no more). If ring bytes were published since the last kernel send, the receiver reads
+    /// the anchor next only after them, and may not have them all: the anchor first carries
+    /// a record, the ring bytes from the last count the receiver told (it drops those it
+    /// read already). Err: the record could not be sent (the kernel's error).
+    fn fail_over_tx(&self, tx: &mut Sender) -> io::Result<()> {
+        self.failed.store(true, Ordering::Release);
+        if tx.failed_over {
+            return Ok(());
+        }
+        let granted = {
+            // A request served from now on sees `failed` (no ring is granted); one served
+            // before is undone here.
+            let _serving = lock(&self.serve_lock);
+            self.word().to_kernel_mode();
+            self.granted_at.load(Ordering::Acquire) == self.word().load().kernel_reserved()
+        };
+        tx.failed_over = true;
+        self.failovers.fetch_add(1, Ordering::Relaxed);
+        if !std::mem::take(&mut tx.ring_since_kernel) && !granted {
+            return Ok(());
+        }
+        let start = self.inbound(OFF_CONSUMED);
+        let len = tx.published.wrapping_sub(start);
+        if len > self.peer_ring_bytes as u64 || len > tx.copy.len() as u64 {
+            return Err(self.fail()); // a count this sender never published
+        }
+        let mut record = Vec::with_capacity(RECORD_HEADER + len as usize);
+        for word in [RECORD_MAGIC, self.record_key, start, len] {
+            record.extend_from_slice(&word.to_le_bytes());
+        }
+        if len > 0 {
+            let cap = tx.copy.len();
+            let at = (start as usize) & (cap - 1);
+            let first = (len as usize).min(cap - at);
+            record.extend_from_slice(&tx.copy[at..at + first]);
+            record.extend_from_slice(&tx.copy[..len as usize - first]);
+        }
+        send_on_anchor(self.fd(), &record)
     }
 
     /// Carries out the pending request, if one is new; answers it.
@@ -861,19 +1057,24 @@ impl Shared {
             return;
         }
         // `finished` is set under this lock too (`finish_sending`).
-        let answer = carry_out(&self.word(), request, self.finished.load(Ordering::Acquire));
-        *last = request.seq();
-        if self.outbound.store_release_u64(OFF_ANSWER, answer.encode()).is_err() {
-            self.broken.store(true, Ordering::Release);
+        let no_ring = self.finished.load(Ordering::Acquire) || self.failed.load(Ordering::Acquire);
+        let answer = carry_out(&self.word(), request, no_ring);
+        if request.is_ring() && answer.accepted {
+            self.granted_at.store(answer.count, Ordering::Release);
         }
+        *last = request.seq();
         // Landed before the doorbell rings: the receiver reads the answer when woken.
-        self.outbound.flush();
+        let answered = self.out().and_then(|o| o.store_release_u64(OFF_ANSWER, answer.encode()));
+        if answered.and_then(|()| self.flush_out()).is_err() {
+            // The sender (a sending thread, or this service) fails over.
+            self.failed.store(true, Ordering::Release);
+        }
         drop(last);
         let _ = self.peer_answer_bell.trigger();
     }
 
     fn finish_sending(&self) -> io::Result<()> {
-        let tx = lock(&self.tx);
+        let mut tx = lock(&self.tx);
         // With the serving lock too: a request served meanwhile either came first (a ring
         // it granted is taken back here) or sees the sender finished. (Read before this, a
         // "not finished" could grant the ring after the final R was taken: sends would then
@@ -885,9 +1086,18 @@ impl Shared {
         self.word().to_kernel_mode();
         let r = self.word().load().published();
         drop(serving);
-        drop(tx);
-        self.outbound.store_release_u64(OFF_TX_FINISHED, FINISHED_BIT | r).map_err(fabric_io)?;
-        self.outbound.flush_checked().map_err(fabric_io)
+        if tx.failed_over {
+            return Ok(()); // the anchor's end is the stream's
+        }
+        let told = self.out().and_then(|o| o.store_release_u64(OFF_TX_FINISHED, FINISHED_BIT | r));
+        match told.and_then(|()| self.flush_out()) {
+            Ok(()) => {
+                tx.ring_since_kernel = false; // landed, and the finish after them
+                Ok(())
+            }
+            // The ring's last bytes go through the anchor, before the program's shutdown.
+            Err(_) => self.fail_over_tx(&mut tx),
+        }
     }
 
     /// The fabric failed after bytes moved over it: reset the connection (never a silent
@@ -925,13 +1135,21 @@ impl Shared {
                 return Err(self.reset_once());
             }
             self.serve();
+            if self.failed.load(Ordering::Acquire) && !tx.failed_over {
+                self.fail_over_tx(&mut tx)?;
+            }
             let word = self.word();
             if !word.load().ring_mode() {
                 break;
             }
-            if self.inbound(OFF_RX_CLOSED) != 0 || !self.peer_alive() {
+            if self.inbound(OFF_RX_CLOSED) != 0 || !self.peer_alive() && anchor_ended(self.fd()) {
                 // Nobody reads the ring: the anchor's kernel answers as it would.
                 word.to_kernel_mode();
+                break;
+            }
+            if !self.peer_alive() {
+                // The fabric lost the peer's host while the connection stands.
+                self.fail_over_tx(&mut tx)?;
                 break;
             }
             let consumed = self.inbound(OFF_CONSUMED);
@@ -953,27 +1171,44 @@ impl Shared {
                     word.to_kernel_mode();
                     break;
                 }
-                pace.get_or_insert_with(|| Pace::new(&self.exports.fabric))
-                    .step(ROOM_SPIN, || std::thread::sleep(WAIT_STEP));
+                let p = pace.get_or_insert_with(|| Pace::new(&self.exports.fabric));
+                if p.elapsed() > FABRIC_BOUND && self.flush_out().is_err() {
+                    // No room for this long, and the writes do not land.
+                    self.fail_over_tx(&mut tx)?;
+                    break;
+                }
+                p.step(ROOM_SPIN, || std::thread::sleep(WAIT_STEP));
                 continue;
             }
             let n = room.min(buf.len());
             if !word.publish(n) {
                 continue;
             }
-            if self.write_ring(tx.published, &buf[..n]).is_err() {
-                if self.peer_gone() {
+            keep_copy(&mut tx, self.peer_ring_bytes, &buf[..n]);
+            let published = tx.published;
+            tx.published += n as u64;
+            tx.ring_since_kernel = true;
+            self.sent_fabric.fetch_add(n as u64, Ordering::Relaxed);
+            if self.write_ring(published, &buf[..n]).is_err() {
+                if anchor_ended(self.fd()) && !self.peer_alive() {
                     // Nobody reads these bytes: the anchor's kernel says what it would.
                     word.to_kernel_mode();
                     break;
                 }
-                return Err(self.fail());
+                // Published (the receiver may have some of them): the record carries them.
+                self.fail_over_tx(&mut tx)?;
             }
-            tx.published += n as u64;
-            self.sent_fabric.fetch_add(n as u64, Ordering::Relaxed);
             return Ok(n);
         }
         drop(pace);
+        if tx.ring_since_kernel && !tx.failed_over {
+            // Kernel bytes follow the ring's only once those landed (the receiver reads
+            // the ring to its count first, and must not wait for bytes that never land).
+            match self.flush_out() {
+                Ok(()) => tx.ring_since_kernel = false,
+                Err(_) => self.fail_over_tx(&mut tx)?,
+            }
+        }
         // Kernel mode. A receiver reading our kernel bytes wants the ring back once it
         // caught up: hold our kernel bytes back a moment so that it can.
         let wanted = self.inbound(OFF_RING_WANTED);
@@ -999,6 +1234,7 @@ impl Shared {
         }
         let word = self.word();
         let reservation = word.reserve_kernel(buf.len());
+        self.granted_at.store(NO_GRANT, Ordering::Release);
         let len = reservation.bytes;
         // SAFETY: the first `len` bytes of the caller's buffer, valid for reads.
         let r = unsafe { libc::send(self.fd(), buf.as_ptr().cast(), len, mode.kernel_flags | libc::MSG_NOSIGNAL) };
@@ -1018,11 +1254,12 @@ impl Shared {
         let cap = self.peer_ring_bytes;
         let at = (published as usize) & (cap - 1);
         let first = bytes.len().min(cap - at);
-        self.outbound.write_bytes(HEADER_BYTES + at, &bytes[..first])?;
+        let out = self.out()?;
+        out.write_bytes(HEADER_BYTES + at, &bytes[..first])?;
         if first < bytes.len() {
-            self.outbound.write_bytes(HEADER_BYTES, &bytes[first..])?;
+            out.write_bytes(HEADER_BYTES, &bytes[first..])?;
         }
-        self.outbound.store_release_u64(OFF_PUBLISHED, published + bytes.len() as u64)
+        out.store_release_u64(OFF_PUBLISHED, published + bytes.len() as u64)
     }
 
     /// Copies ring bytes from `consumed` into `buf`; how many.
@@ -1037,31 +1274,127 @@ impl Shared {
         Ok(n)
     }
 
-    /// Tells the sender how far the ring is read. A failure is reported by the next
-    /// receive (the bytes this one read are the program's): a peer whose sender finished
-    /// needs no room any more; a peer that is gone, or a fabric that failed, is a reset.
+    /// Tells the sender how far the ring is read. A failure is the next receive's (the
+    /// bytes this one read are the program's): a peer whose sender finished needs no room
+    /// any more; else the fabric failed, and the receiver fails over.
     fn tell_consumed(&self, rx: &mut Receiver) {
         if rx.consumed != rx.consumed_told {
-            let told = self.outbound.store_release_u64(OFF_CONSUMED, rx.consumed);
-            if told.is_err() && self.peer_gone() {
-                self.lose_peer(rx);
-            } else if told.is_err() && self.peer_sends() {
-                self.break_connection();
-                rx.mode = RxMode::Reset;
+            let told = self.out().and_then(|o| o.store_release_u64(OFF_CONSUMED, rx.consumed));
+            if told.is_err() && self.peer_sends() {
+                self.failed.store(true, Ordering::Release);
             }
             rx.consumed_told = rx.consumed;
         }
     }
 
-    /// The peer is gone for this end's receiver: its landed ring bytes are read, then
-    /// `ECONNRESET`. When the anchor still stands (the fabric says the peer's process or
-    /// host is lost, but its kernel did not end the connection), it is reset here: what
-    /// the peer believes it sent cannot be known, and it must not see a clean end either.
-    fn lose_peer(&self, rx: &mut Receiver) {
-        rx.mode = RxMode::Reset;
-        if !anchor_ended(self.fd()) {
-            // Reported by the receive that reads the landed bytes to the end.
-            self.break_connection();
+    /// This end's receiver can no longer reach its peer's sender over the fabric (the
+    /// fabric failed, or the peer's process or host is lost): it reads the ring's landed
+    /// bytes, and then the anchor, where the sender's fail-over record comes first if its
+    /// ring bytes may not all have landed (see [`RxMode::FailedOver`]).
+    fn fail_over_rx(&self, rx: &mut Receiver) {
+        self.failed.store(true, Ordering::Release);
+        if !matches!(rx.mode, RxMode::FailedOver | RxMode::Reset) {
+            self.failovers.fetch_add(1, Ordering::Relaxed);
+            rx.mode = RxMode::FailedOver;
+            rx.checkpoint = true;
+        }
+    }
+
+    /// What the anchor holds first (without taking it): a fail-over record of the peer's,
+    /// program bytes, the end of the stream, nothing yet (`nonblocking`), or an error.
+    fn look_on_anchor(&self, nonblocking: bool) -> Look {
+        let key = self.inbound(OFF_RECORD_KEY);
+        let mut header = [0u8; RECORD_HEADER];
+        let mut waited = Duration::ZERO;
+        loop {
+            let flags = libc::MSG_PEEK | if nonblocking { libc::MSG_DONTWAIT } else { 0 };
+            // SAFETY: a peek into our buffer, valid for writes.
+            let n = unsafe { libc::recv(self.fd(), header.as_mut_ptr().cast(), RECORD_HEADER, flags) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return if e.raw_os_error() == Some(libc::EAGAIN) { Look::Nothing } else { Look::Error(e) };
+            }
+            if n == 0 {
+                return Look::End;
+            }
+            let n = n as usize;
+            let mut expected = [0u8; 16];
+            expected[..8].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+            expected[8..].copy_from_slice(&key.to_le_bytes());
+            if header[..n.min(16)] != expected[..n.min(16)] {
+                return Look::Data;
+            }
+            if n == RECORD_HEADER {
+                let word = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+                return Look::Record { start: word(16), len: word(24) };
+            }
+            // The start of a record (which is sent in one piece, after a drained stream,
+            // so it arrives whole): the rest is a moment away.
+            if waited > FABRIC_BOUND {
+                return Look::Data;
+            }
+            std::thread::sleep(WAIT_STEP);
+            waited += WAIT_STEP;
+        }
+    }
+
+    /// Takes the record header `look_on_anchor` found; the record's bytes follow.
+    fn take_record(&self, rx: &mut Receiver, start: u64, len: u64) -> io::Result<()> {
+        let read_already = rx.consumed.wrapping_sub(start);
+        if read_already > len || len > self.exports.ring_bytes as u64 {
+            return Err(self.fail()); // not a record our peer could have sent
+        }
+        let mut header = [0u8; RECORD_HEADER];
+        // SAFETY: a read into our buffer, valid for writes.
+        let n = unsafe { libc::recv(self.fd(), header.as_mut_ptr().cast(), RECORD_HEADER, libc::MSG_WAITALL) };
+        if n != RECORD_HEADER as isize {
+            return Err(self.fail());
+        }
+        self.failed.store(true, Ordering::Release);
+        rx.checkpoint = false;
+        rx.resent = Some((start, len));
+        Ok(())
+    }
+
+    /// Reads the fail-over record's bytes: those the ring gave already are dropped, the
+    /// rest are the program's. None once the record is read (the anchor's bytes after it
+    /// are the kernel's).
+    fn read_resent(&self, rx: &mut Receiver, buf: &mut [u8], mode: CallMode) -> io::Result<Option<usize>> {
+        loop {
+            let Some((at, left)) = rx.resent else { return Ok(None) };
+            if left == 0 {
+                rx.resent = None;
+                rx.mode = RxMode::Kernel { ring_until: rx.consumed & COUNT_MASK };
+                return Ok(None);
+            }
+            let read_already = rx.consumed.wrapping_sub(at);
+            let (n, fresh) = if read_already > 0 {
+                let mut scratch = [0u8; 4096];
+                let want = read_already.min(left).min(scratch.len() as u64) as usize;
+                let flags = mode.kernel_flags & libc::MSG_DONTWAIT;
+                // SAFETY: a read into our buffer, valid for writes.
+                (unsafe { libc::recv(self.fd(), scratch.as_mut_ptr().cast(), want, flags) }, false)
+            } else {
+                let want = (left as usize).min(buf.len());
+                // SAFETY: a read into the caller's buffer, valid for writes.
+                (unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), want, mode.kernel_flags) }, true)
+            };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if n == 0 {
+                // The record ended short: the sender's bytes did not all come.
+                rx.resent = None;
+                rx.mode = RxMode::Reset;
+                return Ok(None);
+            }
+            let n = n as u64;
+            rx.resent = Some((at + n, left - n));
+            if fresh {
+                rx.consumed += n;
+                self.received_kernel.fetch_add(n, Ordering::Relaxed);
+                return Ok(Some(n as usize));
+            }
         }
     }
 
@@ -1086,8 +1419,9 @@ impl Shared {
         Answer::decode(self.inbound(OFF_ANSWER)).filter(|a| a.seq == request.seq())
     }
 
-    /// Asks the sender, waits for its answer (or the peer's death, or the peer's sender
-    /// finishing, which answers a kernel request too).
+    /// Asks the sender, waits for its answer (or the peer's sender finishing, which
+    /// answers a kernel request too). None: no answer comes (the fabric failed, the peer is
+    /// lost or gone): the receiver fails over.
     fn ask(&self, rx: &mut Receiver, request: Request) -> io::Result<Option<Answer>> {
         rx.next_seq = rx.next_seq.wrapping_add(1).max(1);
         let mut asked = false;
@@ -1113,7 +1447,7 @@ impl Shared {
                 let kernel = matches!(request, Request::Kernel { .. });
                 return Ok(Some(Answer { seq: request.seq(), accepted: kernel, count: finished & COUNT_MASK }));
             }
-            if self.peer_gone() {
+            if self.peer_gone() || self.failed.load(Ordering::Acquire) {
                 // Its sender may have finished just before its kernel ended the anchor.
                 if self.inbound(OFF_TX_FINISHED) & FINISHED_BIT != 0 {
                     continue;
@@ -1121,17 +1455,28 @@ impl Shared {
                 return Ok(None);
             }
             if !asked {
-                if self.outbound.store_release_u64(OFF_REQUEST, request.encode()).is_err() {
-                    return if self.peer_gone() { Ok(None) } else { Err(self.fail()) };
+                if request.is_ring() {
+                    // If it grants the ring, the first kernel bytes after may be a record.
+                    rx.checkpoint = true;
                 }
+                let written = self.out().and_then(|o| o.store_release_u64(OFF_REQUEST, request.encode()));
                 // Landed before the doorbell rings: the sender reads it when woken.
-                self.outbound.flush();
+                if written.and_then(|()| self.flush_out()).is_err() {
+                    return Ok(None);
+                }
                 let _ = self.peer_request_bell.trigger();
                 asked = true;
                 continue;
             }
             if pace.elapsed() > FABRIC_BOUND {
-                return Err(self.fail());
+                return Ok(None);
+            }
+            if pace.elapsed() > RECEIVE_SPIN
+                && !kernel_empty(self.fd())
+                && matches!(self.look_on_anchor(true), Look::Record { .. })
+            {
+                // The sender failed over (its record is on the anchor): no answer comes.
+                return Ok(None);
             }
             pace.step(RECEIVE_SPIN, || {
                 let _ = self.exports.answer_bell.wait(Timeout::After(WAIT_STEP));
@@ -1165,6 +1510,9 @@ impl Shared {
             if self.broken.load(Ordering::Acquire) && !matches!(rx.mode, RxMode::Reset) {
                 rx.mode = RxMode::Reset;
             }
+            if self.failed.load(Ordering::Acquire) && matches!(rx.mode, RxMode::Ring { .. }) {
+                self.fail_over_rx(rx);
+            }
             match rx.mode {
                 RxMode::Ring { delivered } => {
                     let available = self.ring_available(rx);
@@ -1188,7 +1536,13 @@ impl Shared {
                     }
                     let spin = Duration::from_nanos(self.receive_spin_ns.load(Ordering::Relaxed));
                     let p = pace.get_or_insert_with(|| Pace::new(&self.exports.fabric));
-                    if p.elapsed() < spin && self.peer_alive() && !mode.nonblocking {
+                    // A long spin looks at the anchor now and then: bytes there mean the sender
+                    // left the ring (or failed over), and this receiver must ask.
+                    if p.elapsed() < spin
+                        && self.peer_alive()
+                        && !mode.nonblocking
+                        && (!p.look_due() || kernel_empty(self.fd()))
+                    {
                         p.step(spin, || {});
                         continue;
                     }
@@ -1202,6 +1556,11 @@ impl Shared {
                     // About to sleep: ask for kernel mode, and sleep only once answered.
                     self.leave_ring(rx, delivered)?;
                 }
+                RxMode::Kernel { .. } if rx.resent.is_some() => {
+                    if let Some(n) = self.read_resent(rx, buf, mode)? {
+                        return Ok(n);
+                    }
+                }
                 RxMode::Kernel { ring_until } => {
                     if rx.consumed & COUNT_MASK != ring_until {
                         // Ring bytes before the kernel's: wait for them to land.
@@ -1214,10 +1573,13 @@ impl Shared {
                             return self.read_ring(rx, available.min(want), buf);
                         }
                         let p = pace.get_or_insert_with(|| Pace::new(&self.exports.fabric));
-                        if self.peer_gone() {
-                            self.lose_peer(rx);
-                        } else if p.elapsed() > FABRIC_BOUND {
-                            return Err(self.fail());
+                        // The sender sends through the kernel only once these landed: bytes
+                        // there (or its end) mean it failed over, as a lost peer or a failed
+                        // fabric says, or a wait this long.
+                        let anchor_moved =
+                            p.elapsed() > RECEIVE_SPIN && (!kernel_empty(self.fd()) || anchor_ended(self.fd()));
+                        if anchor_moved || self.peer_gone() || p.elapsed() > FABRIC_BOUND {
+                            self.fail_over_rx(rx);
                         } else {
                             p.step(RECEIVE_SPIN, || std::thread::sleep(WAIT_STEP));
                         }
@@ -1243,12 +1605,24 @@ impl Shared {
                                 Self::back_off(rx);
                             }
                             None => {
-                                self.lose_peer(rx);
+                                self.fail_over_rx(rx);
                                 continue;
                             }
                         }
                     }
                     drop(pace.take());
+                    if rx.checkpoint {
+                        // The first kernel bytes after a ring stint: a fail-over record?
+                        match self.look_on_anchor(mode.nonblocking || mode.kernel_flags & libc::MSG_DONTWAIT != 0) {
+                            Look::Record { start, len } => {
+                                self.take_record(rx, start, len)?;
+                                continue;
+                            }
+                            Look::Nothing => return Err(io::Error::from_raw_os_error(libc::EAGAIN)),
+                            // The kernel's receive below says it again.
+                            Look::Error(_) | Look::Data | Look::End => rx.checkpoint = false,
+                        }
+                    }
                     // SAFETY: a read into the caller's buffer, valid for writes.
                     let r = unsafe { libc::recv(self.fd(), buf.as_mut_ptr().cast(), buf.len(), mode.kernel_flags) };
                     if r < 0 {
@@ -1272,6 +1646,53 @@ impl Shared {
                         self.tell_ring_wanted(rx);
                     }
                     return Ok(r as usize);
+                }
+                RxMode::FailedOver => {
+                    let available = self.ring_available(rx);
+                    if available > self.exports.ring_bytes as u64 {
+                        return Err(self.fail());
+                    }
+                    if available > 0 {
+                        // The sender may not have seen the failure: its ring goes on.
+                        return self.read_ring(rx, available, buf);
+                    }
+                    let finished = self.inbound(OFF_TX_FINISHED);
+                    if finished & FINISHED_BIT != 0 {
+                        // It finished before the failure: the ring to its final count.
+                        rx.mode = RxMode::Kernel { ring_until: finished & COUNT_MASK };
+                        continue;
+                    }
+                    let nonblocking = mode.nonblocking || mode.kernel_flags & libc::MSG_DONTWAIT != 0;
+                    if !nonblocking {
+                        // Wait for the anchor in short steps, looking at the ring between.
+                        let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+                        // SAFETY: poll on one pollfd that outlives the call.
+                        if unsafe { libc::poll(&mut p, 1, 10) } == 0 {
+                            continue;
+                        }
+                    }
+                    match self.look_on_anchor(true) {
+                        Look::Record { start, len } => {
+                            self.take_record(rx, start, len)?;
+                            rx.mode = RxMode::Kernel { ring_until: rx.consumed & COUNT_MASK };
+                        }
+                        Look::Data => {
+                            // No record: the sender proved its ring bytes landed before it
+                            // sent these, so the ring ends at its landed count.
+                            rx.checkpoint = false;
+                            rx.mode = RxMode::Kernel { ring_until: self.inbound(OFF_PUBLISHED) & COUNT_MASK };
+                        }
+                        // The peer's end without a record or its finish: what it sent last
+                        // may not have arrived (it was killed), never a clean end.
+                        Look::End => rx.mode = RxMode::Reset,
+                        Look::Nothing if nonblocking => return Err(io::Error::from_raw_os_error(libc::EAGAIN)),
+                        Look::Nothing => {}
+                        Look::Error(e) => {
+                            rx.checkpoint = false;
+                            rx.mode = RxMode::Kernel { ring_until: rx.consumed & COUNT_MASK };
+                            return Err(e);
+                        }
+                    }
                 }
                 RxMode::Reset => {
                     // Landed ring bytes first, then the reset once, then the end.
@@ -1333,7 +1754,7 @@ impl Shared {
         let seq = rx.next_seq;
         match self.ask(rx, Request::Kernel { seq })? {
             Some(a) => rx.mode = RxMode::Kernel { ring_until: a.count },
-            None => self.lose_peer(rx),
+            None => self.fail_over_rx(rx),
         }
         Ok(())
     }
@@ -1355,9 +1776,8 @@ impl Shared {
     fn ring_drained(&self) -> bool {
         let Ok(rx) = self.rx.try_lock() else { return false };
         match rx.mode {
-            RxMode::Kernel { ring_until } => rx.consumed & COUNT_MASK == ring_until,
-            RxMode::Reset => false,
-            RxMode::Ring { .. } => false,
+            RxMode::Kernel { ring_until } => rx.consumed & COUNT_MASK == ring_until && rx.resent.is_none(),
+            RxMode::Reset | RxMode::FailedOver | RxMode::Ring { .. } => false,
         }
     }
 
@@ -1367,7 +1787,8 @@ impl Shared {
         }
         let Ok(rx) = self.rx.try_lock() else { return false };
         match rx.mode {
-            RxMode::Ring { .. } => self.ring_available(&rx) > 0,
+            RxMode::Kernel { .. } if rx.resent.is_some() => false,
+            RxMode::Ring { .. } | RxMode::FailedOver => self.ring_available(&rx) > 0,
             RxMode::Kernel { ring_until } => rx.consumed & COUNT_MASK != ring_until && self.ring_available(&rx) > 0,
             RxMode::Reset => true,
         }
@@ -1390,8 +1811,17 @@ impl Shared {
             }
         }
         match rx.mode {
-            RxMode::Kernel { ring_until } => rx.consumed & COUNT_MASK != ring_until,
-            _ => true,
+            RxMode::Kernel { .. } if rx.resent.is_some() => false,
+            RxMode::Kernel { ring_until } if rx.consumed & COUNT_MASK != ring_until => {
+                // Announced ring bytes, in flight; unless they never land (the sender then
+                // fails over through the anchor, whose readiness wakes the wait).
+                let failing = self.failed.load(Ordering::Acquire) || self.peer_gone();
+                self.ring_available(&rx) > 0 || !failing && kernel_empty(self.fd())
+            }
+            RxMode::Kernel { .. } => false,
+            // The ring's landed bytes; else the anchor, which the sender uses now.
+            RxMode::FailedOver => self.ring_available(&rx) > 0,
+            RxMode::Ring { .. } | RxMode::Reset => true,
         }
     }
 
@@ -1454,7 +1884,7 @@ impl Shared {
     /// Whether a caught-up receiver may ask for the ring now: the peer may give it, and the
     /// back-off after fruitless ring stints has run out.
     fn may_ask_ring(&self, rx: &mut Receiver) -> bool {
-        if !self.peer_may_give_ring() {
+        if !self.peer_may_give_ring() || self.failed.load(Ordering::Acquire) {
             return false;
         }
         if rx.ring_skip > 0 {
@@ -1519,6 +1949,55 @@ fn kernel_empty(fd: RawFd) -> bool {
     // SAFETY: FIONREAD writes one int into `n`.
     let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
     r == 0 && n == 0
+}
+
+/// Keeps `bytes`, about to be written into the peer's ring at the sender's `published`,
+/// in the sender's copy of that ring (`cap` bytes).
+fn keep_copy(tx: &mut Sender, cap: usize, bytes: &[u8]) {
+    if tx.copy.len() != cap {
+        tx.copy = vec![0; cap];
+    }
+    let at = (tx.published as usize) & (cap - 1);
+    let first = bytes.len().min(cap - at);
+    tx.copy[at..at + first].copy_from_slice(&bytes[..first]);
+    tx.copy[..bytes.len() - first].copy_from_slice(&bytes[first..]);
+}
+
+/// Sends all of `bytes` on the anchor, waiting for room even on a non-blocking descriptor
+/// (a fail-over record goes before anything else the program sends).
+fn send_on_anchor(fd: RawFd, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: a send from our buffer, valid for reads.
+        let r = unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
+        if r >= 0 {
+            bytes = &bytes[r as usize..];
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(libc::EAGAIN) => {
+                let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                // SAFETY: poll on one pollfd that outlives the call.
+                unsafe { libc::poll(&mut p, 1, 100) };
+            }
+            _ => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A random key for this end's fail-over records.
+fn random_key() -> u64 {
+    let mut key = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into our buffer.
+    let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), key.len(), 0) };
+    if n != 8 {
+        // Never expected (getrandom does not fail for 8 bytes); still a key unlike zero.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32 | 1;
+    }
+    u64::from_le_bytes(key)
 }
 
 #[cfg(test)]

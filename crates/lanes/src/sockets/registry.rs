@@ -36,6 +36,9 @@ pub struct ConnectionInfo {
     /// byte counts are its fabric stream's (ring: over the fabric), as the library last
     /// wrote them, plus what the kernel carried before the stream was set up.
     pub cross_host: Option<Pairing>,
+    /// For a cross-host socket: how many of its directions failed over from the fabric to
+    /// the kernel connection (0, 1 or 2; stream-4 of docs/design/cross-host-sockets.md).
+    pub failovers: u64,
 }
 
 /// How the peer's bytes reach an end, as its record says.
@@ -89,6 +92,7 @@ pub fn list_connections(fabric_dir: &Path) -> Vec<ConnectionInfo> {
                     Receiving::Ring
                 },
                 cross_host: if ep.has_flag(FLAG_REMOTE) { ep.pairing() } else { None },
+                failovers: if ep.has_flag(FLAG_REMOTE) { ep.failovers().load(Ordering::Relaxed) } else { 0 },
             })
         })
         .collect();

@@ -16,7 +16,7 @@
 //! half-way leaves it odd: the next writer makes it even again, and readers give up after a
 //! bounded number of tries rather than spin.
 
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use super::endpoint::Endpoint;
 pub use super::endpoint::FLAG_REMOTE;
@@ -33,6 +33,9 @@ const HOST_WORDS: usize = 8;
 const OFF_PEER_HANDLES: usize = 608;
 /// This end's own stream objects, written once by the library (outside the sequence lock).
 const OFF_OWN_HANDLES: usize = 624;
+/// How many directions of the connection failed over to the kernel connection (the
+/// library's count, written with its byte counts).
+const OFF_FAILOVERS: usize = 640;
 /// The longest peer host name a record keeps (a longer one is cut, for display only: the
 /// daemons name hosts by their configuration, never by a record).
 pub const HOST_BYTES: usize = 8 * HOST_WORDS - 1;
@@ -122,6 +125,11 @@ fn handles_of(words: [u64; 2]) -> Option<StreamHandles> {
 }
 
 impl Endpoint {
+    /// Directions of this cross-host connection that failed over to the kernel connection.
+    pub fn failovers(&self) -> &AtomicU64 {
+        self.u64_at(OFF_FAILOVERS)
+    }
+
     /// Writes the pairing block (the library once, at creation; then the daemon).
     pub fn set_pairing(&self, p: &Pairing) {
         let seq = self.u64_at(OFF_SEQ);

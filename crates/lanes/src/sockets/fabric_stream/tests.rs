@@ -281,11 +281,13 @@ fn a_peer_that_vanishes_without_finishing_is_a_reset_after_its_landed_bytes() {
         assert!(b.counts().received_fabric > 0, "{:?}", b.counts());
         a.send_all(b"more").unwrap();
     }
-    // a's process "dies": its inbound segment disappears, it finishes nothing.
+    // a's process "dies": its inbound segment disappears, it finishes nothing, and its
+    // kernel closes its end of the connection.
     let a = pair.a.take().unwrap();
     let _ = a.shared.exports.segment.remove(true);
     a.shared.stop.store(true, Ordering::Release);
     std::mem::forget(a);
+    pair._sockets.0.shutdown(std::net::Shutdown::Both).unwrap();
     let b = pair.b.as_ref().unwrap();
     let mut buf = [0u8; 100];
     let n = b.recv(&mut buf).unwrap();
@@ -500,5 +502,119 @@ fn the_kernel_history_is_exact_while_acks_arrive() {
         // The reader's blocking read returns on the end of the stream.
         a.shutdown(std::net::Shutdown::Write).unwrap();
         assert_eq!(short, 0, "counts off in {short} of 5000 readings");
+    });
+}
+
+/// The switching stress of [`switching_under_random_pauses_keeps_every_byte_in_order`],
+/// with the fabric cut on both ends `cut_after` into it (every write to the peer fails
+/// from then on, as after a provider error): both directions fail over to the anchor
+/// and every byte still arrives, in order, once.
+fn fail_over_while_switching(name: &str, cut_after: Duration, seed: u64) -> u64 {
+    let pair = Pair::new(name, MIN_RING);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    let (fda, fdb) = (pair._sockets.0.as_raw_fd(), pair._sockets.1.as_raw_fd());
+    for s in [a, b] {
+        s.set_receive_spin(Duration::ZERO);
+        s.switch_eagerly();
+    }
+    const TOTAL: u64 = 4 << 20;
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| send_switching(a, seed, TOTAL));
+        s.spawn(|| send_switching(b, seed + 1, TOTAL));
+        s.spawn(|| {
+            std::thread::sleep(cut_after);
+            a.shared.cut.store(true, Ordering::Relaxed);
+            b.shared.cut.store(true, Ordering::Relaxed);
+        });
+        let got_b = s.spawn(|| receive_switching(b, fdb, seed, &failed));
+        assert_eq!(receive_switching(a, fda, seed + 1, &failed), TOTAL);
+        assert_eq!(got_b.join().unwrap(), TOTAL);
+    });
+    let (ca, cb) = (a.counts(), b.counts());
+    eprintln!("cut after {cut_after:?}\na: {ca:?}\nb: {cb:?}");
+    assert!(ca.failovers > 0 && cb.failovers > 0, "both ends failed over: {ca:?} {cb:?}");
+    ca.sent_fabric + cb.sent_fabric
+}
+
+#[test]
+fn a_fabric_cut_while_the_directions_switch_fails_over_byte_exact() {
+    let mut through_ring = 0;
+    for (i, ms) in [0u64, 3, 20, 60].into_iter().enumerate() {
+        through_ring += fail_over_while_switching(&format!("cut-{i}"), Duration::from_millis(ms), 40 + 2 * i as u64);
+    }
+    assert!(through_ring > 0, "the ring carried bytes before the cuts");
+}
+
+/// Bytes a sender published into the ring but that never landed (the write failed: the
+/// fabric was cut as it wrote) reach the receiver through the anchor, in the sender's
+/// fail-over record, before the bytes it sends after; then the end of the stream.
+#[test]
+fn ring_bytes_that_never_landed_come_through_the_anchor_first() {
+    let pair = Pair::new("unlanded", 64 * 1024);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    // b takes the ring (its first receive asks) and spins there.
+    b.set_receive_spin(Duration::from_secs(20));
+    std::thread::scope(|s| {
+        let r = s.spawn(|| receive_pattern(b, 9));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !a.shared.word().load().ring_mode() {
+            assert!(Instant::now() < deadline, "b never took the ring");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        send_pattern(a, 9, 30_000);
+        a.shared.cut.store(true, Ordering::Relaxed);
+        b.shared.cut.store(true, Ordering::Relaxed);
+        // Published, and the write fails: the record carries them.
+        send_pattern_from(a, 9, 30_000, 50_000);
+        send_pattern_from(a, 9, 50_000, 80_000);
+        a.shutdown_write().unwrap();
+        assert_eq!(r.join().unwrap(), 80_000, "every byte, then the end");
+    });
+    let (ca, cb) = (a.counts(), b.counts());
+    eprintln!("a: {ca:?}\nb: {cb:?}");
+    assert!(ca.failovers == 1 && cb.failovers == 1, "{ca:?} {cb:?}");
+    assert!(cb.received_fabric >= 30_000, "the ring's landed bytes were read from it: {cb:?}");
+}
+
+/// A sender that sends nothing more after its ring bytes failed to land (the program
+/// waits for the peer's answer) still fails over: its service thread sees the fabric
+/// fail, and the record reaches the receiver, which answers.
+#[test]
+fn an_idle_sender_fails_over_on_its_own() {
+    let pair = Pair::new("idle", 64 * 1024);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    b.set_receive_spin(Duration::from_secs(20));
+    std::thread::scope(|s| {
+        let r = s.spawn(|| {
+            let mut buf = [0u8; 5];
+            let mut got = 0;
+            while got < 5 {
+                got += b.recv(&mut buf[got..]).unwrap();
+            }
+            b.send_all(&buf).unwrap();
+            buf
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !a.shared.word().load().ring_mode() {
+            assert!(Instant::now() < deadline, "b never took the ring");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The ring's bytes are published, but the fabric fails before the count lands.
+        let mut tx = lock(&a.shared.tx);
+        assert!(a.shared.word().publish(5));
+        keep_copy(&mut tx, a.shared.peer_ring_bytes, b"hello");
+        tx.published += 5;
+        tx.ring_since_kernel = true;
+        a.shared.cut.store(true, Ordering::Relaxed);
+        b.shared.cut.store(true, Ordering::Relaxed);
+        drop(tx);
+        let mut answer = [0u8; 5];
+        let mut got = 0;
+        while got < 5 {
+            got += a.recv(&mut answer[got..]).unwrap();
+        }
+        assert_eq!(&answer, b"hello", "the echo of the record's bytes");
+        assert_eq!(&r.join().unwrap(), b"hello");
     });
 }
