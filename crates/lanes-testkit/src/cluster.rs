@@ -138,6 +138,18 @@ impl Cluster {
         })
     }
 
+    /// As [`Cluster::netns`], each host also having a second link, the "Ethernet"
+    /// ([`Netns::add_ethernet`]), before its daemon starts (lanes.toml names the fabric's
+    /// addresses; the daemons learn the Ethernet ones at their hellos).
+    pub fn netns_with_ethernet(name: &str) -> Option<Cluster> {
+        netns::skip_reason(name).is_none().then(|| {
+            let n = Netns::three();
+            n.add_ethernet();
+            let addrs = (0..HOSTS.len()).map(Netns::address).collect();
+            Cluster::start(name, addrs, Some(n))
+        })
+    }
+
     fn start(name: &str, addrs: Vec<String>, netns: Option<Netns>) -> Cluster {
         // Directory names carry the case's name for people reading them, cut short: a
         // daemon's socket lives in its host's directory, and a Unix socket path must fit

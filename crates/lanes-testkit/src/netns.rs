@@ -145,9 +145,39 @@ impl Netns {
             ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
         }
         for k in 0..HOSTS.len() {
-            self.wait_operstate(k, "UP")?;
+            self.wait_operstate(k, "eth0", "UP")?;
         }
         Ok(())
+    }
+
+    /// Gives every host a second link, `eth1` on a bridge of its own (`br1`), with
+    /// [`Netns::ethernet_address`]: the "Ethernet" beside the fabric's network (`eth0`,
+    /// lanes.toml's addresses, which the provider and the daemons use), so that the fabric
+    /// can be cut while connections over the Ethernet stand.
+    pub fn add_ethernet(&self) {
+        let switch = self.switch();
+        let made = (|| {
+            ip(&["-n", &switch, "link", "add", "br1", "type", "bridge"])?;
+            ip(&["-n", &switch, "link", "set", "br1", "up"])?;
+            for (k, h) in HOSTS.iter().enumerate() {
+                let ns = self.ns_of(h);
+                let port = format!("q{h}");
+                ip(&["link", "add", "eth1", "netns", &ns, "type", "veth", "peer", "name", &port, "netns", &switch])?;
+                ip(&["-n", &switch, "link", "set", &port, "master", "br1", "up"])?;
+                ip(&["-n", &ns, "addr", "add", &format!("{}/24", Self::ethernet_address(k)), "dev", "eth1"])?;
+                ip(&["-n", &ns, "link", "set", "eth1", "up"])?;
+            }
+            for k in 0..HOSTS.len() {
+                self.wait_operstate(k, "eth1", "UP")?;
+            }
+            Ok::<(), String>(())
+        })();
+        made.expect("a second link for every host");
+    }
+
+    /// Host `k`'s address on the second link ([`Netns::add_ethernet`]).
+    pub fn ethernet_address(k: usize) -> String {
+        format!("10.78.0.{}", k + 1)
     }
 
     fn switch(&self) -> String {
@@ -208,20 +238,20 @@ impl Netns {
         let ns = self.ns(k);
         ip(&["-n", &ns, "link", "set", "eth0", if up { "up" } else { "down" }]).expect("ip link set");
         if up {
-            self.wait_operstate(k, "UP").expect("eth0 comes up");
+            self.wait_operstate(k, "eth0", "UP").expect("eth0 comes up");
         }
     }
 
-    fn wait_operstate(&self, k: usize, want: &str) -> Result<(), String> {
+    fn wait_operstate(&self, k: usize, dev: &str, want: &str) -> Result<(), String> {
         let ns = self.ns(k);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let out = ip(&["-n", &ns, "-o", "link", "show", "eth0"])?;
+            let out = ip(&["-n", &ns, "-o", "link", "show", dev])?;
             if out.contains(&format!("state {want}")) {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!("eth0 of {ns} not {want} after 5 s: {}", out.trim()));
+                return Err(format!("{dev} of {ns} not {want} after 5 s: {}", out.trim()));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

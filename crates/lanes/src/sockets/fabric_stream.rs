@@ -457,6 +457,9 @@ struct Sender {
     ring_since_kernel: bool,
     /// This direction failed over: it sends through the anchor alone, for good.
     failed_over: bool,
+    /// The part of the fail-over record not in the anchor yet: it goes before any other
+    /// kernel byte (a non-blocking call that finds the anchor full leaves it here).
+    record: Vec<u8>,
 }
 
 struct Shared {
@@ -673,6 +676,7 @@ impl PendingStream {
                 copy: Vec::new(),
                 ring_since_kernel: false,
                 failed_over: false,
+                record: Vec::new(),
             }),
             rx: Mutex::new(Receiver {
                 mode: RxMode::Kernel { ring_until: start & COUNT_MASK },
@@ -971,6 +975,10 @@ impl Shared {
             *consumed_seen = (consumed, Instant::now());
         }
         let Ok(mut tx) = self.tx.try_lock() else { return }; // a send is under way: it sees
+        if !tx.record.is_empty() {
+            // The rest of a record a non-blocking call left (nothing else is waiting for it).
+            let _ = self.send_record(&mut tx, Some(Duration::ZERO));
+        }
         if tx.failed_over || self.broken.load(Ordering::Acquire) {
             return;
         }
@@ -979,7 +987,7 @@ impl Shared {
             || !self.peer_alive() && !anchor_ended(self.fd())
             || stalled && self.flush_out().is_err();
         if failed {
-            let _ = self.fail_over_tx(&mut tx);
+            let _ = self.fail_over_tx(&mut tx, true);
         }
     }
 
@@ -1008,8 +1016,9 @@ impl Shared {
     /// no more). If ring bytes were published since the last kernel send, the receiver reads
     /// the anchor next only after them, and may not have them all: the anchor first carries
     /// a record, the ring bytes from the last count the receiver told (it drops those it
-    /// read already). Err: the record could not be sent (the kernel's error).
-    fn fail_over_tx(&self, tx: &mut Sender) -> io::Result<()> {
+    /// read already). Err: the record could not be sent whole (the kernel's error, or
+    /// `EAGAIN` for a `nonblocking` call: the rest goes at the next send).
+    fn fail_over_tx(&self, tx: &mut Sender, nonblocking: bool) -> io::Result<()> {
         self.failed.store(true, Ordering::Release);
         if tx.failed_over {
             return Ok(());
@@ -1042,7 +1051,16 @@ impl Shared {
             record.extend_from_slice(&tx.copy[at..at + first]);
             record.extend_from_slice(&tx.copy[..len as usize - first]);
         }
-        send_on_anchor(self.fd(), &record)
+        tx.record = record;
+        self.send_record(tx, if nonblocking { Some(Duration::ZERO) } else { None })
+    }
+
+    /// Sends what is left of the fail-over record, waiting for room in the anchor up to
+    /// `bound` (None: as long as it takes, as a blocking send would).
+    fn send_record(&self, tx: &mut Sender, bound: Option<Duration>) -> io::Result<()> {
+        let sent = send_on_anchor(self.fd(), &tx.record, bound);
+        tx.record.drain(..sent.as_ref().map_or_else(|(n, _)| *n, |n| *n));
+        sent.map(|_| ()).map_err(|(_, e)| e)
     }
 
     /// Carries out the pending request, if one is new; answers it.
@@ -1086,18 +1104,20 @@ impl Shared {
         self.word().to_kernel_mode();
         let r = self.word().load().published();
         drop(serving);
-        if tx.failed_over {
-            return Ok(()); // the anchor's end is the stream's
-        }
-        let told = self.out().and_then(|o| o.store_release_u64(OFF_TX_FINISHED, FINISHED_BIT | r));
-        match told.and_then(|()| self.flush_out()) {
-            Ok(()) => {
+        if !tx.failed_over {
+            let told = self.out().and_then(|o| o.store_release_u64(OFF_TX_FINISHED, FINISHED_BIT | r));
+            if told.and_then(|()| self.flush_out()).is_ok() {
                 tx.ring_since_kernel = false; // landed, and the finish after them
-                Ok(())
+                return Ok(());
             }
-            // The ring's last bytes go through the anchor, before the program's shutdown.
-            Err(_) => self.fail_over_tx(&mut tx),
+            let _ = self.fail_over_tx(&mut tx, true);
         }
+        // The ring's last bytes go through the anchor before the program's shutdown (its
+        // end of the stream), a while at most: else a reset, never a short clean end.
+        if self.send_record(&mut tx, Some(FABRIC_BOUND)).is_err() {
+            self.break_connection();
+        }
+        Ok(())
     }
 
     /// The fabric failed after bytes moved over it: reset the connection (never a silent
@@ -1136,7 +1156,7 @@ impl Shared {
             }
             self.serve();
             if self.failed.load(Ordering::Acquire) && !tx.failed_over {
-                self.fail_over_tx(&mut tx)?;
+                self.fail_over_tx(&mut tx, mode.nonblocking)?;
             }
             let word = self.word();
             if !word.load().ring_mode() {
@@ -1149,7 +1169,7 @@ impl Shared {
             }
             if !self.peer_alive() {
                 // The fabric lost the peer's host while the connection stands.
-                self.fail_over_tx(&mut tx)?;
+                self.fail_over_tx(&mut tx, mode.nonblocking)?;
                 break;
             }
             let consumed = self.inbound(OFF_CONSUMED);
@@ -1174,7 +1194,7 @@ impl Shared {
                 let p = pace.get_or_insert_with(|| Pace::new(&self.exports.fabric));
                 if p.elapsed() > FABRIC_BOUND && self.flush_out().is_err() {
                     // No room for this long, and the writes do not land.
-                    self.fail_over_tx(&mut tx)?;
+                    self.fail_over_tx(&mut tx, mode.nonblocking)?;
                     break;
                 }
                 p.step(ROOM_SPIN, || std::thread::sleep(WAIT_STEP));
@@ -1195,8 +1215,9 @@ impl Shared {
                     word.to_kernel_mode();
                     break;
                 }
-                // Published (the receiver may have some of them): the record carries them.
-                self.fail_over_tx(&mut tx)?;
+                // Published (the receiver may have some of them): the record carries them,
+                // so they are sent, whatever the anchor says now (the next call hears it).
+                let _ = self.fail_over_tx(&mut tx, mode.nonblocking);
             }
             return Ok(n);
         }
@@ -1206,8 +1227,11 @@ impl Shared {
             // the ring to its count first, and must not wait for bytes that never land).
             match self.flush_out() {
                 Ok(()) => tx.ring_since_kernel = false,
-                Err(_) => self.fail_over_tx(&mut tx)?,
+                Err(_) => self.fail_over_tx(&mut tx, mode.nonblocking)?,
             }
+        }
+        if !tx.record.is_empty() {
+            self.send_record(&mut tx, mode.nonblocking.then_some(Duration::ZERO))?;
         }
         // Kernel mode. A receiver reading our kernel bytes wants the ring back once it
         // caught up: hold our kernel bytes back a moment so that it can.
@@ -1619,8 +1643,14 @@ impl Shared {
                                 continue;
                             }
                             Look::Nothing => return Err(io::Error::from_raw_os_error(libc::EAGAIN)),
-                            // The kernel's receive below says it again.
-                            Look::Error(_) | Look::Data | Look::End => rx.checkpoint = false,
+                            // A signal: the look is the next call's.
+                            Look::Error(e) if e.raw_os_error() == Some(libc::EINTR) => return Err(e),
+                            // The peek took the kernel's error (a reset): it is this call's.
+                            Look::Error(e) => {
+                                rx.checkpoint = false;
+                                return Err(e);
+                            }
+                            Look::Data | Look::End => rx.checkpoint = false,
                         }
                     }
                     // SAFETY: a read into the caller's buffer, valid for writes.
@@ -1687,6 +1717,7 @@ impl Shared {
                         Look::End => rx.mode = RxMode::Reset,
                         Look::Nothing if nonblocking => return Err(io::Error::from_raw_os_error(libc::EAGAIN)),
                         Look::Nothing => {}
+                        Look::Error(e) if e.raw_os_error() == Some(libc::EINTR) => return Err(e),
                         Look::Error(e) => {
                             rx.checkpoint = false;
                             rx.mode = RxMode::Kernel { ring_until: rx.consumed & COUNT_MASK };
@@ -1963,28 +1994,32 @@ fn keep_copy(tx: &mut Sender, cap: usize, bytes: &[u8]) {
     tx.copy[..bytes.len() - first].copy_from_slice(&bytes[first..]);
 }
 
-/// Sends all of `bytes` on the anchor, waiting for room even on a non-blocking descriptor
-/// (a fail-over record goes before anything else the program sends).
-fn send_on_anchor(fd: RawFd, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
+/// Sends `bytes` on the anchor, waiting for room (even on a non-blocking descriptor) up to
+/// `bound` (None: for as long as it takes): how many went, with the error that stopped it
+/// short (`EAGAIN` when the bound passed).
+fn send_on_anchor(fd: RawFd, bytes: &[u8], bound: Option<Duration>) -> Result<usize, (usize, io::Error)> {
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let rest = &bytes[sent..];
         // SAFETY: a send from our buffer, valid for reads.
-        let r = unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
+        let r = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
         if r >= 0 {
-            bytes = &bytes[r as usize..];
+            sent += r as usize;
             continue;
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => {}
-            Some(libc::EAGAIN) => {
+            Some(libc::EAGAIN) if bound.is_none_or(|b| start.elapsed() < b) => {
                 let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
                 // SAFETY: poll on one pollfd that outlives the call.
                 unsafe { libc::poll(&mut p, 1, 100) };
             }
-            _ => return Err(e),
+            _ => return Err((sent, e)),
         }
     }
-    Ok(())
+    Ok(sent)
 }
 
 /// A random key for this end's fail-over records.

@@ -618,3 +618,91 @@ fn an_idle_sender_fails_over_on_its_own() {
         assert_eq!(&r.join().unwrap(), b"hello");
     });
 }
+
+/// A fail-over record larger than the anchor takes at once (small socket buffers, a
+/// receiver that is not reading): a non-blocking send that fails over is told `EAGAIN`
+/// for its own bytes and sends them later, behind the record's rest; the receiver gets
+/// every byte once, in order.
+#[test]
+fn a_record_the_anchor_cannot_take_at_once_goes_before_later_bytes() {
+    let pair = Pair::new("big-record", 1 << 20);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    let (fda, fdb) = (pair._sockets.0.as_raw_fd(), pair._sockets.1.as_raw_fd());
+    for (fd, option) in [(fda, libc::SO_SNDBUF), (fdb, libc::SO_RCVBUF)] {
+        let size: libc::c_int = 16 * 1024;
+        // SAFETY: an int option from a local.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                option,
+                (&size as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as _,
+            )
+        };
+        assert_eq!(r, 0);
+    }
+    b.set_receive_spin(Duration::from_secs(20));
+    // b takes the ring and reads its first byte, then reads nothing for a while.
+    let first = std::thread::scope(|s| {
+        let r = s.spawn(|| {
+            let mut one = [0u8; 1];
+            b.recv(&mut one).unwrap();
+            one[0]
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !a.shared.word().load().ring_mode() {
+            assert!(Instant::now() < deadline, "b never took the ring");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        send_pattern(a, 11, 1);
+        r.join().unwrap()
+    });
+    assert_eq!(first, pattern(11, 0));
+    const IN_RING: u64 = 600_000;
+    send_pattern_from(a, 11, 1, IN_RING);
+    a.shared.cut.store(true, Ordering::Relaxed);
+    b.shared.cut.store(true, Ordering::Relaxed);
+    // Non-blocking sends: the first one's bytes go into the record; later ones wait
+    // (EAGAIN) while the record fills the anchor.
+    const TOTAL: u64 = 800_000;
+    let mut again = 0;
+    let received = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            let mut at = 1u64;
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = b.recv(&mut buf).unwrap();
+                if n == 0 {
+                    return at;
+                }
+                for (k, byte) in buf[..n].iter().enumerate() {
+                    assert_eq!(*byte, pattern(11, at + k as u64), "byte {} of the stream", at + k as u64);
+                }
+                at += n as u64;
+            }
+        });
+        let mut at = IN_RING;
+        let mut buf = vec![0u8; 10_000];
+        while at < TOTAL {
+            let n = (buf.len() as u64).min(TOTAL - at) as usize;
+            for (k, byte) in buf[..n].iter_mut().enumerate() {
+                *byte = pattern(11, at + k as u64);
+            }
+            match a.send_with(&buf[..n], NONBLOCKING) {
+                Ok(k) => at += k as u64,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    again += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("send at {at}: {e}"),
+            }
+        }
+        a.shutdown_write().unwrap();
+        reader.join().unwrap()
+    });
+    assert_eq!(received, TOTAL, "every byte, then the end");
+    assert!(again > 0, "the anchor was full for a while");
+    assert_eq!(a.counts().failovers, 1);
+}
