@@ -1397,6 +1397,55 @@ fn iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric() {
     assert!(fabric > 0, "no byte of iperf3's went over the fabric\n{}", c.logs());
 }
 
+/// iperf3 across hosts under `lanes run`, both directions at once for 8 s over the
+/// "Ethernet" (the second link), with a's fabric link cut for 4 s from the second second:
+/// the connections fail over (`lanes status` on b counts it while they run) and iperf3
+/// completes on both ends as on kernel TCP.
+#[test]
+fn iperf3_across_hosts_completes_while_the_fabric_link_is_cut() {
+    use lanes_testkit::program::{on_path, Program};
+    if !on_path("iperf3") {
+        assert!(std::env::var_os("CI").is_none(), "iperf3 is missing (scripts/test.sh installs it)");
+        eprintln!("skipping: iperf3 is not installed");
+        return;
+    }
+    let Some(c) = Cluster::netns_with_ethernet("xh-iperf3-cut") else { return };
+    if !with_fabric_stream("iperf3_across_hosts_completes_while_the_fabric_link_is_cut") {
+        return;
+    }
+    let host = Netns::ethernet_address(0);
+    let port = "15341";
+    let server = Program::spawn(lanes_run(&c, 0, "iperf3", &["-s", "-1", "-p", port]), "iperf3 -s on a");
+    std::thread::sleep(Duration::from_millis(500));
+    let client =
+        Program::spawn(lanes_run(&c, 1, "iperf3", &["-c", &host, "-p", port, "-t", "8", "--bidir", "-J"]), "iperf3 -c");
+    // The cut comes once the test's connections are live over the fabric.
+    wait_for(&c, "iperf3's connections moving bytes over the fabric", || {
+        list_connections(&c.fabric(1))
+            .iter()
+            .any(|r| r.cross_host.is_some() && r.ring_bytes_sent + r.ring_bytes_received > 0)
+    });
+    let n = c.namespaces().expect("namespaces");
+    n.set_link(0, false);
+    let cut = Instant::now();
+    let mut failovers = 0;
+    while cut.elapsed() < Duration::from_secs(4) {
+        let now: u64 = list_connections(&c.fabric(1)).iter().map(|r| r.failovers).sum();
+        failovers = failovers.max(now);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    n.set_link(0, true);
+    let client = client.wait(Duration::from_secs(120));
+    let s = server.wait(Duration::from_secs(60));
+    assert!(client.ok() && s.ok(), "{}{}\n{}", client.describe("iperf3 -c"), s.describe("iperf3 -s"), c.logs());
+    let report: serde_json::Value = serde_json::from_str(&client.stdout).expect("iperf3 -J output");
+    let sent = report["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
+    let received = report["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    eprintln!("iperf3 across a cut: sent {sent} received {received}; fail-overs seen on b: {failovers}");
+    assert!(received > 0 && received <= sent, "{}", client.stdout);
+    assert!(failovers > 0, "no connection of b's failed over during the cut\n{}", c.logs());
+}
+
 // ---------------------------------------------------------------------------------------
 // The ring across hosts (stage 3), between processes that use it directly
 // ---------------------------------------------------------------------------------------
