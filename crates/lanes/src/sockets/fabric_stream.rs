@@ -983,9 +983,10 @@ impl Shared {
             return;
         }
         let stalled = tx.ring_since_kernel && tx.published != consumed && consumed_seen.1.elapsed() > STALL_CHECK;
-        let failed = self.failed.load(Ordering::Acquire)
-            || !self.peer_alive() && !anchor_ended(self.fd())
-            || stalled && self.flush_out().is_err();
+        // A peer that closed (its objects go before its kernel's FIN) reads nothing more:
+        // that is no failure.
+        let peer_lost = !self.peer_alive() && !anchor_ended(self.fd()) && self.inbound(OFF_RX_CLOSED) == 0;
+        let failed = self.failed.load(Ordering::Acquire) || peer_lost || stalled && self.flush_out().is_err();
         if failed {
             let _ = self.fail_over_tx(&mut tx, true);
         }
