@@ -1703,6 +1703,36 @@ fn a_fabric_link_cut_mid_stream_fails_over_and_every_byte_arrives() {
     assert!(failovers > 0, "the cut made the stream fail over: {on_a:?} {on_b:?}\n{}", c.logs());
 }
 
+/// A connection opened over the second link while a's fabric link is down runs on kernel
+/// TCP meanwhile; once the link is back its halves pair through the daemons, and its bytes
+/// move over the fabric (every byte of a checksummed exchange comes back).
+#[test]
+fn a_connection_opened_while_the_fabric_is_down_uses_it_once_it_returns() {
+    use lanes::cluster::proto::HostState;
+    let Some(c) = Cluster::netns_with_ethernet("xh-opened-down") else { return };
+    if !with_fabric_stream("a_connection_opened_while_the_fabric_is_down_uses_it_once_it_returns") {
+        return;
+    }
+    let n = c.namespaces().expect("namespaces");
+    let port = PORT + 80;
+    let server_at = format!("{}:{port}", Netns::ethernet_address(0));
+    let mut server = sockets_child(&c, Some(0), Some("on"), "echo on a");
+    server.ok(&format!("listen {port} echo"));
+    n.set_link(0, false);
+    c.wait_state(1, 0, HostState::Lost, Duration::from_secs(30));
+    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+    let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+    assert_eq!(client.ok("exchange 1 1048576"), "bytes=1048576", "over the kernel during the cut");
+    n.set_link(0, true);
+    c.wait_state(1, 0, HostState::Operational, Duration::from_secs(30));
+    wait_paired(&c, (1, &client_addr), (0, &server_at));
+    make_live(&c, &mut client, &server_at).unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+    let got = client.call_within("exchange 1 16777216", Duration::from_secs(300)).expect("the exchange");
+    assert_eq!(got, "bytes=16777216");
+    let (sent, received) = fabric_bytes(&c, 1, &server_at);
+    assert!(sent + received > 0, "no byte over the fabric after the link came back\n{}", c.logs());
+}
+
 /// Round trips of small messages on one connection between a and b (request/response: the
 /// receiver's sleep costs a request and its answer over the fabric, the design's open
 /// question), through the ring across hosts and over plain kernel TCP, in alternating
