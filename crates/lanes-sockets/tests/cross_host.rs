@@ -30,7 +30,7 @@ use lanes::platform::liveness::ProcessIdentity;
 use lanes::sockets::reasons::{list_reasons, Reason};
 use lanes::sockets::registry::list_connections;
 use lanes::sockets::remote::PairingState;
-use lanes_testkit::cluster::{Cluster, CALL};
+use lanes_testkit::cluster::{Cluster, CALL, SUSPECT_MS};
 use lanes_testkit::netns::Netns;
 use lanes_testkit::process::{ok_line, test_err_line};
 use lanes_testkit::{ChildIo, Proc};
@@ -1428,11 +1428,14 @@ fn iperf3_across_hosts_completes_while_the_fabric_link_is_cut() {
     let n = c.namespaces().expect("namespaces");
     n.set_link(0, false);
     let cut = Instant::now();
-    let mut failovers = 0;
+    let (mut failovers, mut first_seen) = (0, None);
     while cut.elapsed() < Duration::from_secs(4) {
         let now: u64 = list_connections(&c.fabric(1)).iter().map(|r| r.failovers).sum();
+        if now > 0 && first_seen.is_none() {
+            first_seen = Some(cut.elapsed());
+        }
         failovers = failovers.max(now);
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(20));
     }
     n.set_link(0, true);
     let client = client.wait(Duration::from_secs(120));
@@ -1441,7 +1444,10 @@ fn iperf3_across_hosts_completes_while_the_fabric_link_is_cut() {
     let report: serde_json::Value = serde_json::from_str(&client.stdout).expect("iperf3 -J output");
     let sent = report["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
     let received = report["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    eprintln!("iperf3 across a cut: sent {sent} received {received}; fail-overs seen on b: {failovers}");
+    eprintln!(
+        "iperf3 across a cut: sent {sent} received {received}; fail-overs seen on b: {failovers}, the first \
+         {first_seen:?} after the cut (the daemons suspect a host after {SUSPECT_MS} ms)"
+    );
     assert!(received > 0 && received <= sent, "{}", client.stdout);
     assert!(failovers > 0, "no connection of b's failed over during the cut\n{}", c.logs());
 }

@@ -47,9 +47,9 @@
 //! and every byte stays on the anchor.
 //!
 //! **Fail-over.** When the fabric to the peer fails (a write or a checked flush fails, the
-//! fabric calls the peer's host lost while the anchor stands, an answer or announced ring
-//! bytes do not come within [`FABRIC_BOUND`]), both directions go on over the anchor alone,
-//! byte-exact, for the rest of the connection:
+//! fabric suspects or loses the peer's host while the anchor stands, an answer or announced
+//! ring bytes do not come within [`FABRIC_BOUND`]), both directions go on over the anchor
+//! alone, byte-exact, for the rest of the connection:
 //!
 //! - a sender sends kernel bytes after ring bytes only once a checked flush proved those
 //!   landed; so a receiver that reads the anchor after its ring never misses a ring byte,
@@ -954,6 +954,13 @@ impl Shared {
         !matches!(self._peer_segment.state(), RemoteState::Lost(_))
     }
 
+    /// Whether the fabric reaches the peer now: not lost, and its host not suspected (the
+    /// fabric fails work towards a suspected host at once). Not reachable, with the anchor
+    /// standing, is a fabric failure: within the host-suspect bound, the stream fails over.
+    fn peer_reachable(&self) -> bool {
+        matches!(self._peer_segment.state(), RemoteState::Operational)
+    }
+
     /// The service thread: carries out requests as they arrive, until the stream ends.
     fn service(&self) {
         let mut consumed_seen = (u64::MAX, Instant::now());
@@ -985,7 +992,7 @@ impl Shared {
         let stalled = tx.ring_since_kernel && tx.published != consumed && consumed_seen.1.elapsed() > STALL_CHECK;
         // A peer that closed (its objects go before its kernel's FIN) reads nothing more:
         // that is no failure.
-        let peer_lost = !self.peer_alive() && !anchor_ended(self.fd()) && self.inbound(OFF_RX_CLOSED) == 0;
+        let peer_lost = !self.peer_reachable() && !anchor_ended(self.fd()) && self.inbound(OFF_RX_CLOSED) == 0;
         let failed = self.failed.load(Ordering::Acquire) || peer_lost || stalled && self.flush_out().is_err();
         if failed {
             let _ = self.fail_over_tx(&mut tx, true);
@@ -1168,8 +1175,8 @@ impl Shared {
                 word.to_kernel_mode();
                 break;
             }
-            if !self.peer_alive() {
-                // The fabric lost the peer's host while the connection stands.
+            if !self.peer_reachable() {
+                // The fabric lost the peer's host (or suspects it) while the connection stands.
                 self.fail_over_tx(&mut tx, mode.nonblocking)?;
                 break;
             }
@@ -1472,7 +1479,7 @@ impl Shared {
                 let kernel = matches!(request, Request::Kernel { .. });
                 return Ok(Some(Answer { seq: request.seq(), accepted: kernel, count: finished & COUNT_MASK }));
             }
-            if self.peer_gone() || self.failed.load(Ordering::Acquire) {
+            if self.peer_gone() || !self.peer_reachable() || self.failed.load(Ordering::Acquire) {
                 // Its sender may have finished just before its kernel ended the anchor.
                 if self.inbound(OFF_TX_FINISHED) & FINISHED_BIT != 0 {
                     continue;
@@ -1564,7 +1571,7 @@ impl Shared {
                     // A long spin looks at the anchor now and then: bytes there mean the sender
                     // left the ring (or failed over), and this receiver must ask.
                     if p.elapsed() < spin
-                        && self.peer_alive()
+                        && self.peer_reachable()
                         && !mode.nonblocking
                         && (!p.look_due() || kernel_empty(self.fd()))
                     {
@@ -1603,7 +1610,7 @@ impl Shared {
                         // fabric says, or a wait this long.
                         let anchor_moved =
                             p.elapsed() > RECEIVE_SPIN && (!kernel_empty(self.fd()) || anchor_ended(self.fd()));
-                        if anchor_moved || self.peer_gone() || p.elapsed() > FABRIC_BOUND {
+                        if anchor_moved || self.peer_gone() || !self.peer_reachable() || p.elapsed() > FABRIC_BOUND {
                             self.fail_over_rx(rx);
                         } else {
                             p.step(RECEIVE_SPIN, || std::thread::sleep(WAIT_STEP));
@@ -1713,9 +1720,18 @@ impl Shared {
                             rx.checkpoint = false;
                             rx.mode = RxMode::Kernel { ring_until: self.inbound(OFF_PUBLISHED) & COUNT_MASK };
                         }
-                        // The peer's end without a record or its finish: what it sent last
-                        // may not have arrived (it was killed), never a clean end.
-                        Look::End => rx.mode = RxMode::Reset,
+                        Look::End => {
+                            // A finish lands before the peer's kernel sends its end: looked
+                            // at again, it may be there now. Without it (and without a
+                            // record) what the peer sent last may not have arrived (it was
+                            // killed): never a clean end.
+                            let finished = self.inbound(OFF_TX_FINISHED);
+                            rx.mode = if finished & FINISHED_BIT != 0 {
+                                RxMode::Kernel { ring_until: finished & COUNT_MASK }
+                            } else {
+                                RxMode::Reset
+                            };
+                        }
                         Look::Nothing if nonblocking => return Err(io::Error::from_raw_os_error(libc::EAGAIN)),
                         Look::Nothing => {}
                         Look::Error(e) if e.raw_os_error() == Some(libc::EINTR) => return Err(e),

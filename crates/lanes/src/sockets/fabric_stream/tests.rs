@@ -706,3 +706,41 @@ fn a_record_the_anchor_cannot_take_at_once_goes_before_later_bytes() {
     assert!(again > 0, "the anchor was full for a while");
     assert_eq!(a.counts().failovers, 1);
 }
+
+/// A receiver that failed over (its own writes fail) while its peer's fabric works: the
+/// peer's finish lands, then its kernel's end of the stream. The receiver waiting on the
+/// anchor sees the end after its last look at the finish, and takes it as the clean end
+/// the finish says it is, not as a killed peer's.
+#[test]
+fn a_finish_that_lands_while_a_failed_over_receiver_waits_is_a_clean_end() {
+    let pair = Pair::new("finish-while-failed", 64 * 1024);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    b.set_receive_spin(Duration::from_secs(20));
+    std::thread::scope(|s| {
+        let r = s.spawn(|| {
+            let mut one = [0u8; 1];
+            b.recv(&mut one).unwrap()
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !a.shared.word().load().ring_mode() {
+            assert!(Instant::now() < deadline, "b never took the ring");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        a.send_all(b"x").unwrap();
+        assert_eq!(r.join().unwrap(), 1);
+    });
+    // Only b's writes fail from now on: b fails over at its next receive, a does not.
+    b.shared.cut.store(true, Ordering::Relaxed);
+    b.set_receive_spin(Duration::ZERO);
+    std::thread::scope(|s| {
+        let r = s.spawn(|| {
+            let mut buf = [0u8; 16];
+            b.recv(&mut buf)
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        a.shutdown_write().unwrap();
+        let got = r.join().unwrap();
+        assert_eq!(got.map_err(|e| e.to_string()), Ok(0), "the clean end");
+    });
+    assert!(b.counts().failovers > 0, "{:?}", b.counts());
+}
