@@ -98,6 +98,16 @@ impl Drop for Pair {
     }
 }
 
+/// Waits (10 s at most) until `sender`'s direction is in ring mode: its receiver asked for
+/// the ring and was granted it.
+fn wait_for_ring_mode(sender: &FabricStream) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sender.shared.word().load().ring_mode() {
+        assert!(Instant::now() < deadline, "the receiver never took the ring");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn pattern(seed: u64, at: u64) -> u8 {
     (at.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8
 }
@@ -269,11 +279,7 @@ fn a_peer_that_vanishes_without_finishing_is_a_reset_after_its_landed_bytes() {
                 buf[..n].to_vec()
             });
             // Sent once b's ring request made a's direction ring mode.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !a.shared.word().load().ring_mode() {
-                assert!(Instant::now() < deadline, "b never took the ring");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_for_ring_mode(a);
             a.send_all(b"landed").unwrap();
             r.join().unwrap()
         });
@@ -557,11 +563,7 @@ fn ring_bytes_that_never_landed_come_through_the_anchor_first() {
     b.set_receive_spin(Duration::from_secs(20));
     std::thread::scope(|s| {
         let r = s.spawn(|| receive_pattern(b, 9));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !a.shared.word().load().ring_mode() {
-            assert!(Instant::now() < deadline, "b never took the ring");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_ring_mode(a);
         send_pattern(a, 9, 30_000);
         a.shared.cut.store(true, Ordering::Relaxed);
         b.shared.cut.store(true, Ordering::Relaxed);
@@ -595,11 +597,7 @@ fn an_idle_sender_fails_over_on_its_own() {
             b.send_all(&buf).unwrap();
             buf
         });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !a.shared.word().load().ring_mode() {
-            assert!(Instant::now() < deadline, "b never took the ring");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_ring_mode(a);
         // The ring's bytes are published, but the fabric fails before the count lands.
         let mut tx = lock(&a.shared.tx);
         assert!(a.shared.word().publish(5));
@@ -650,11 +648,7 @@ fn a_record_the_anchor_cannot_take_at_once_goes_before_later_bytes() {
             b.recv(&mut one).unwrap();
             one[0]
         });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !a.shared.word().load().ring_mode() {
-            assert!(Instant::now() < deadline, "b never took the ring");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_ring_mode(a);
         send_pattern(a, 11, 1);
         r.join().unwrap()
     });
@@ -721,11 +715,7 @@ fn a_finish_that_lands_while_a_failed_over_receiver_waits_is_a_clean_end() {
             let mut one = [0u8; 1];
             b.recv(&mut one).unwrap()
         });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !a.shared.word().load().ring_mode() {
-            assert!(Instant::now() < deadline, "b never took the ring");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_ring_mode(a);
         a.send_all(b"x").unwrap();
         assert_eq!(r.join().unwrap(), 1);
     });
