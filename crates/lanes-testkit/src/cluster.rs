@@ -120,31 +120,27 @@ impl Cluster {
     /// Three daemons in three network namespaces on 10.77.0.1-3; `None` (with the reason
     /// printed) when namespaces cannot be used here and `CI` is not set.
     pub fn netns(name: &str) -> Option<Cluster> {
-        netns::skip_reason(name).is_none().then(|| {
-            let n = Netns::three();
-            let addrs = (0..HOSTS.len()).map(Netns::address).collect();
-            Cluster::start(name, addrs, Some(n))
-        })
+        Self::netns_prepared(name, |_| {})
     }
 
     /// As [`Cluster::netns`], each host also having an IPv6 address ([`Netns::address6`])
     /// before its daemon starts (lanes.toml still names the IPv4 ones).
     pub fn netns_with_ipv6(name: &str) -> Option<Cluster> {
-        netns::skip_reason(name).is_none().then(|| {
-            let n = Netns::three();
-            n.add_ipv6();
-            let addrs = (0..HOSTS.len()).map(Netns::address).collect();
-            Cluster::start(name, addrs, Some(n))
-        })
+        Self::netns_prepared(name, Netns::add_ipv6)
     }
 
     /// As [`Cluster::netns`], each host also having a second link, the "Ethernet"
     /// ([`Netns::add_ethernet`]), before its daemon starts (lanes.toml names the fabric's
     /// addresses; the daemons learn the Ethernet ones at their hellos).
     pub fn netns_with_ethernet(name: &str) -> Option<Cluster> {
+        Self::netns_prepared(name, Netns::add_ethernet)
+    }
+
+    /// [`Cluster::netns`], with `prepare` run on the namespaces before the daemons start.
+    fn netns_prepared(name: &str, prepare: impl FnOnce(&Netns)) -> Option<Cluster> {
         netns::skip_reason(name).is_none().then(|| {
             let n = Netns::three();
-            n.add_ethernet();
+            prepare(&n);
             let addrs = (0..HOSTS.len()).map(Netns::address).collect();
             Cluster::start(name, addrs, Some(n))
         })

@@ -133,21 +133,10 @@ impl Netns {
             ip(&["netns", "add", &name])?;
             self.made.push(name);
         }
-        ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"])?;
-        ip(&["-n", &switch, "link", "set", "br0", "up"])?;
-        for (k, h) in HOSTS.iter().enumerate() {
-            let ns = self.ns_of(h);
-            let port = format!("p{h}");
-            ip(&["link", "add", "eth0", "netns", &ns, "type", "veth", "peer", "name", &port, "netns", &switch])?;
-            ip(&["-n", &switch, "link", "set", &port, "master", "br0", "up"])?;
-            ip(&["-n", &ns, "addr", "add", &format!("{}/24", Self::address(k)), "dev", "eth0"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        for h in HOSTS {
+            ip(&["-n", &self.ns_of(h), "link", "set", "lo", "up"])?;
         }
-        for k in 0..HOSTS.len() {
-            self.wait_operstate(k, "eth0", "UP")?;
-        }
-        Ok(())
+        self.link_hosts("br0", "eth0", "p", Self::address)
     }
 
     /// Gives every host a second link, `eth1` on a bridge of its own (`br1`), with
@@ -155,24 +144,27 @@ impl Netns {
     /// lanes.toml's addresses, which the provider and the daemons use), so that the fabric
     /// can be cut while connections over the Ethernet stand.
     pub fn add_ethernet(&self) {
+        self.link_hosts("br1", "eth1", "q", Self::ethernet_address).expect("a second link for every host");
+    }
+
+    /// Bridge `bridge` in the switch, and on every host a link `dev` to it (a veth pair, its
+    /// switch end named `port` and the host's letter) with `address(k)`/24, up.
+    fn link_hosts(&self, bridge: &str, dev: &str, port: &str, address: fn(usize) -> String) -> Result<(), String> {
         let switch = self.switch();
-        let made = (|| {
-            ip(&["-n", &switch, "link", "add", "br1", "type", "bridge"])?;
-            ip(&["-n", &switch, "link", "set", "br1", "up"])?;
-            for (k, h) in HOSTS.iter().enumerate() {
-                let ns = self.ns_of(h);
-                let port = format!("q{h}");
-                ip(&["link", "add", "eth1", "netns", &ns, "type", "veth", "peer", "name", &port, "netns", &switch])?;
-                ip(&["-n", &switch, "link", "set", &port, "master", "br1", "up"])?;
-                ip(&["-n", &ns, "addr", "add", &format!("{}/24", Self::ethernet_address(k)), "dev", "eth1"])?;
-                ip(&["-n", &ns, "link", "set", "eth1", "up"])?;
-            }
-            for k in 0..HOSTS.len() {
-                self.wait_operstate(k, "eth1", "UP")?;
-            }
-            Ok::<(), String>(())
-        })();
-        made.expect("a second link for every host");
+        ip(&["-n", &switch, "link", "add", bridge, "type", "bridge"])?;
+        ip(&["-n", &switch, "link", "set", bridge, "up"])?;
+        for (k, h) in HOSTS.iter().enumerate() {
+            let ns = self.ns_of(h);
+            let port = format!("{port}{h}");
+            ip(&["link", "add", dev, "netns", &ns, "type", "veth", "peer", "name", &port, "netns", &switch])?;
+            ip(&["-n", &switch, "link", "set", &port, "master", bridge, "up"])?;
+            ip(&["-n", &ns, "addr", "add", &format!("{}/24", address(k)), "dev", dev])?;
+            ip(&["-n", &ns, "link", "set", dev, "up"])?;
+        }
+        for k in 0..HOSTS.len() {
+            self.wait_operstate(k, dev, "UP")?;
+        }
+        Ok(())
     }
 
     /// Host `k`'s address on the second link ([`Netns::add_ethernet`]).

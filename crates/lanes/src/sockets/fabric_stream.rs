@@ -298,6 +298,13 @@ pub struct CallMode {
     pub kernel_flags: i32,
 }
 
+impl CallMode {
+    /// Whether the call never waits (`O_NONBLOCK`, or `MSG_DONTWAIT` in its flags).
+    fn never_waits(self) -> bool {
+        self.nonblocking || self.kernel_flags & libc::MSG_DONTWAIT != 0
+    }
+}
+
 /// Where an end's counts start (see [`FabricStream::connect_after`]).
 struct Starts {
     ring: u64,
@@ -1053,9 +1060,7 @@ impl Shared {
             record.extend_from_slice(&word.to_le_bytes());
         }
         if len > 0 {
-            let cap = tx.copy.len();
-            let at = (start as usize) & (cap - 1);
-            let first = (len as usize).min(cap - at);
+            let (at, first) = ring_span(start, len as usize, tx.copy.len());
             record.extend_from_slice(&tx.copy[at..at + first]);
             record.extend_from_slice(&tx.copy[..len as usize - first]);
         }
@@ -1283,9 +1288,7 @@ impl Shared {
     /// Writes `bytes` into the peer's ring at `published`, then the new count (ordered
     /// writes: the bytes land first).
     fn write_ring(&self, published: u64, bytes: &[u8]) -> Result<()> {
-        let cap = self.peer_ring_bytes;
-        let at = (published as usize) & (cap - 1);
-        let first = bytes.len().min(cap - at);
+        let (at, first) = ring_span(published, bytes.len(), self.peer_ring_bytes);
         let out = self.out()?;
         out.write_bytes(HEADER_BYTES + at, &bytes[..first])?;
         if first < bytes.len() {
@@ -1335,7 +1338,9 @@ impl Shared {
     /// What the anchor holds first (without taking it): a fail-over record of the peer's,
     /// program bytes, the end of the stream, nothing yet (`nonblocking`), or an error.
     fn look_on_anchor(&self, nonblocking: bool) -> Look {
-        let key = self.inbound(OFF_RECORD_KEY);
+        let mut expected = [0u8; 16];
+        expected[..8].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+        expected[8..].copy_from_slice(&self.inbound(OFF_RECORD_KEY).to_le_bytes());
         let mut header = [0u8; RECORD_HEADER];
         let mut waited = Duration::ZERO;
         loop {
@@ -1350,9 +1355,6 @@ impl Shared {
                 return Look::End;
             }
             let n = n as usize;
-            let mut expected = [0u8; 16];
-            expected[..8].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
-            expected[8..].copy_from_slice(&key.to_le_bytes());
             if header[..n.min(16)] != expected[..n.min(16)] {
                 return Look::Data;
             }
@@ -1479,7 +1481,7 @@ impl Shared {
                 let kernel = matches!(request, Request::Kernel { .. });
                 return Ok(Some(Answer { seq: request.seq(), accepted: kernel, count: finished & COUNT_MASK }));
             }
-            if self.peer_gone() || !self.peer_reachable() || self.failed.load(Ordering::Acquire) {
+            if !self.peer_reachable() || anchor_ended(self.fd()) || self.failed.load(Ordering::Acquire) {
                 // Its sender may have finished just before its kernel ended the anchor.
                 if self.inbound(OFF_TX_FINISHED) & FINISHED_BIT != 0 {
                     continue;
@@ -1608,9 +1610,9 @@ impl Shared {
                         // The sender sends through the kernel only once these landed: bytes
                         // there (or its end) mean it failed over, as a lost peer or a failed
                         // fabric says, or a wait this long.
-                        let anchor_moved =
-                            p.elapsed() > RECEIVE_SPIN && (!kernel_empty(self.fd()) || anchor_ended(self.fd()));
-                        if anchor_moved || self.peer_gone() || !self.peer_reachable() || p.elapsed() > FABRIC_BOUND {
+                        let anchor_moved = p.elapsed() > RECEIVE_SPIN && !kernel_empty(self.fd());
+                        let fabric_gone = !self.peer_reachable() || anchor_ended(self.fd());
+                        if anchor_moved || fabric_gone || p.elapsed() > FABRIC_BOUND {
                             self.fail_over_rx(rx);
                         } else {
                             p.step(RECEIVE_SPIN, || std::thread::sleep(WAIT_STEP));
@@ -1645,7 +1647,7 @@ impl Shared {
                     drop(pace.take());
                     if rx.checkpoint {
                         // The first kernel bytes after a ring stint: a fail-over record?
-                        match self.look_on_anchor(mode.nonblocking || mode.kernel_flags & libc::MSG_DONTWAIT != 0) {
+                        match self.look_on_anchor(mode.never_waits()) {
                             Look::Record { start, len } => {
                                 self.take_record(rx, start, len)?;
                                 continue;
@@ -1700,7 +1702,7 @@ impl Shared {
                         rx.mode = RxMode::Kernel { ring_until: finished & COUNT_MASK };
                         continue;
                     }
-                    let nonblocking = mode.nonblocking || mode.kernel_flags & libc::MSG_DONTWAIT != 0;
+                    let nonblocking = mode.never_waits();
                     if !nonblocking {
                         // Wait for the anchor in short steps, looking at the ring between.
                         let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
@@ -1913,10 +1915,8 @@ impl Shared {
 
     /// Copies `buf.len()` ring bytes from position `from` (they have landed) into `buf`.
     fn copy_ring(&self, from: u64, buf: &mut [u8]) -> io::Result<()> {
-        let cap = self.exports.ring_bytes;
         let n = buf.len();
-        let at = (from as usize) & (cap - 1);
-        let first = n.min(cap - at);
+        let (at, first) = ring_span(from, n, self.exports.ring_bytes);
         let inbound = &self.exports.inbound;
         inbound
             .read_bytes(HEADER_BYTES + at, &mut buf[..first])
@@ -1999,14 +1999,20 @@ fn kernel_empty(fd: RawFd) -> bool {
     r == 0 && n == 0
 }
 
+/// Where `len` bytes at ring count `count` lie in a ring of `cap` bytes (a power of two):
+/// the offset of their first part and its length; the rest, if any, starts at 0.
+fn ring_span(count: u64, len: usize, cap: usize) -> (usize, usize) {
+    let at = (count as usize) & (cap - 1);
+    (at, len.min(cap - at))
+}
+
 /// Keeps `bytes`, about to be written into the peer's ring at the sender's `published`,
 /// in the sender's copy of that ring (`cap` bytes).
 fn keep_copy(tx: &mut Sender, cap: usize, bytes: &[u8]) {
     if tx.copy.len() != cap {
         tx.copy = vec![0; cap];
     }
-    let at = (tx.published as usize) & (cap - 1);
-    let first = bytes.len().min(cap - at);
+    let (at, first) = ring_span(tx.published, bytes.len(), cap);
     tx.copy[at..at + first].copy_from_slice(&bytes[..first]);
     tx.copy[..bytes.len() - first].copy_from_slice(&bytes[first..]);
 }
