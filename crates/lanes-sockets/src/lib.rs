@@ -1793,7 +1793,17 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
         return intercept(
             -1,
             || {
-                let c = lookup_or_complete(fd)?;
+                let Some(c) = lookup_or_complete(fd) else {
+                    // To another host: a mark above 1 is the kernel queue's alone, for good.
+                    // SAFETY: read only once the kernel accepted val as at least an int.
+                    // (Negative is no limit: the kernel's INT_MAX.)
+                    let above_one = || !(0..=1).contains(&unsafe { std::ptr::read_unaligned(val as *const c_int) });
+                    return Some(on_success(call, || {
+                        if above_one() {
+                            remote::give_up(fd);
+                        }
+                    }));
+                };
                 let r = call();
                 if r == 0 {
                     let e = errno();

@@ -478,7 +478,15 @@ pub fn on_connected(fd: i32, key: ConnectionKey) {
     own.set_flags(FLAG_REMOTE);
     // Nothing was written yet: what the kernel counts as acked is its SYN's, if ours.
     let syn = syn_acked(fd).unwrap_or(0);
+    // A low-water mark or a kernel-only feature the socket has already (inherited from
+    // its listener, or set before connect) is the kernel queue's: no stream.
+    let lowat = crate::stream::kernel_lowat(fd).is_some_and(|l| l > 1);
+    let kernel_only = lowat || crate::stream::inherited_kernel_features(fd);
     let (slot, handles) = match exports() {
+        _ if kernel_only => {
+            reasons::note(Reason::KernelFeature, Some(&key));
+            (Slot::Kernel, None)
+        }
         Ok(e) => {
             let h = e.handles();
             own.set_own_handles(h);

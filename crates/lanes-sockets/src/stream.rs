@@ -813,9 +813,11 @@ static KERNEL_FEATURES_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::
 
 /// The program turned on a feature only the kernel's queues have on `fd` (which it
 /// accepted): a connection whose set-up is put off stays kernel TCP; an accelerated one
-/// stops using the ring both ways (FLAG_KERNEL_FEATURES).
+/// stops using the ring both ways (FLAG_KERNEL_FEATURES); one to another host is the
+/// kernel's for good, whether its stream is live yet or not.
 pub fn use_kernel_features(fd: c_int) {
     KERNEL_FEATURES_SEEN.store(true, Ordering::Relaxed);
+    crate::remote::give_up(fd);
     if crate::conn::Deferred::is(fd) {
         crate::conn::Deferred::give_up(fd);
         crate::reasons::note(crate::reasons::Reason::KernelFeature, None);

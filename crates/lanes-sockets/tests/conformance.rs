@@ -337,6 +337,7 @@ const FLAGS: &[&str] = &[
     "msg-trunc",
     "msg-zerocopy",
     "kernel-features",
+    "kernel-features-early",
     "tcp-inq",
     "tcp-ulp",
     "msg-nosignal",

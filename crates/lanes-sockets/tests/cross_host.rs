@@ -1823,6 +1823,10 @@ fn the_sockconf_transcripts_across_two_hosts_equal_kernel_tcp() {
         .filter(|case| case != "stream-4g")
         .collect();
     assert!(cases.len() > 20, "{cases:?}");
+    // SOCKCONF_ONLY=a,b runs only those cases (when looking into one).
+    let only = std::env::var("SOCKCONF_ONLY").ok();
+    let cases: Vec<String> =
+        cases.into_iter().filter(|case| only.as_ref().is_none_or(|o| o.split(',').any(|w| w == case))).collect();
     // What the workers need of the cluster (which itself stays on this thread).
     let prefixes = [c.prefix(0), c.prefix(1)];
     let envs = [c.env(0), c.env(1)];
@@ -1880,7 +1884,7 @@ fn the_sockconf_transcripts_across_two_hosts_equal_kernel_tcp() {
         });
         let fabric = fabric_totals(&c);
         eprintln!("the suite's connections moved {fabric} bytes over the fabric (sent + received, both hosts)");
-        assert!(fabric > 0, "no byte of the suite went over the fabric\n{}", c.logs());
+        assert!(fabric > 0 || only.is_some(), "no byte of the suite went over the fabric\n{}", c.logs());
     }
 }
 

@@ -777,6 +777,26 @@ static void await_readable(int fd, int n)
         sleep_ms(1);
 }
 
+/* One recvmsg of n bytes with a control buffer: its bytes, and whether a receive
+ * timestamp came with them. */
+static void say_stamped_recv(int fd, size_t n)
+{
+    char b[64];
+    struct iovec v = {b, n};
+    char cb[256];
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &v;
+    m.msg_iovlen = 1;
+    m.msg_control = cb;
+    m.msg_controllen = sizeof cb;
+    ssize_t r = recvmsg(fd, &m, 0);
+    bool stamped = false;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
+        stamped |= cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS;
+    say("recvmsg %s, a timestamp control message: %s", got(r, b), yes(stamped));
+}
+
 void kernel_features_client(void)
 {
     /* The kernel turns receive timestamps on system-wide a moment after the first socket
@@ -801,23 +821,68 @@ void kernel_features_client(void)
     say("SO_TIMESTAMPNS %s", res(setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one)));
     sync_send('b');
     await_readable(fd, 2);
-    struct iovec v = {b, 2};
-    char cb[256];
-    struct msghdr m;
-    memset(&m, 0, sizeof m);
-    m.msg_iov = &v;
-    m.msg_iovlen = 1;
-    m.msg_control = cb;
-    m.msg_controllen = sizeof cb;
-    ssize_t r = recvmsg(fd, &m, 0);
-    bool stamped = false;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
-        stamped |= cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS;
-    say("recvmsg %s, a timestamp control message: %s", got(r, b), yes(stamped));
+    say_stamped_recv(fd, 2);
     say("write %s", res(write(fd, "bye", 3)));
     sync_send('c');
     say("read at end %s", res(read(fd, b, sizeof b)));
     close(fd);
+    close(early);
+}
+
+/* Receive timestamps turned on before the connection carried anything: on a socket before
+ * its connect, and on one right after it (under the library, before its set-up is done).
+ * Data then goes both ways long enough for any ring to be taken, and each read of the
+ * server's last bytes still comes with its timestamp. */
+void kernel_features_early_server(void)
+{
+    int s1 = accept_one(), s2 = accept_one();
+    char b[64];
+    warm_up_server(s1);
+    warm_up_server(s2);
+    sync_expect('a');
+    warm_up_server(s1);
+    warm_up_server(s2);
+    sync_expect('b');
+    say("write %s", res(write(s1, "t1", 2)));
+    say("write %s", res(write(s2, "t2", 2)));
+    say("read_full %s", got(read_full(s1, b, 3), b));
+    say("read_full %s", got(read_full(s2, b, 3), b));
+    sync_expect('c');
+    close(s1);
+    close(s2);
+}
+
+void kernel_features_early_client(void)
+{
+    int one = 1, early = socket(AF_INET, SOCK_STREAM, 0);
+    if (early < 0 || setsockopt(early, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) != 0)
+        die("timestamps");
+    int before = tcp_socket(0);
+    say("SO_TIMESTAMPNS before connect %s", res(setsockopt(before, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one)));
+    struct sockaddr_storage ss;
+    socklen_t l = loop_addr(C.family, C.port, &ss);
+    if (connect(before, (struct sockaddr *)&ss, l) < 0)
+        die("connect");
+    int after = connect_one();
+    say("SO_TIMESTAMPNS right after connect %s",
+        res(setsockopt(after, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one)));
+    warm_up_client(before);
+    warm_up_client(after);
+    /* Long enough for a stream to be set up and a ring granted. */
+    sleep_ms(300);
+    sync_send('a');
+    warm_up_client(before);
+    warm_up_client(after);
+    sync_send('b');
+    await_readable(before, 2);
+    await_readable(after, 2);
+    say_stamped_recv(before, 2);
+    say_stamped_recv(after, 2);
+    say("write %s", res(write(before, "bye", 3)));
+    say("write %s", res(write(after, "bye", 3)));
+    sync_send('c');
+    close(before);
+    close(after);
     close(early);
 }
 

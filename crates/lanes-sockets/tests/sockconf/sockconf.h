@@ -262,6 +262,8 @@ void zerocopy_server(void) ;
 void zerocopy_client(void) ;
 void kernel_features_server(void) ;
 void kernel_features_client(void) ;
+void kernel_features_early_server(void) ;
+void kernel_features_early_client(void) ;
 void tcp_inq_server(void) ;
 void tcp_inq_client(void) ;
 void tcp_ulp_server(void) ;

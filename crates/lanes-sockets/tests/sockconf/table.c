@@ -82,6 +82,8 @@ const struct casedef cases[] = {
      "MSG_ZEROCOPY completions and MSG_ERRQUEUE receives with the stream's bytes waiting"},
     {"kernel-features", AF_INET, true, kernel_features_server, kernel_features_client, NULL,
      "SO_PEEK_OFF and SO_TIMESTAMPNS turned on mid-stream: peeks from the offset, timestamps"},
+    {"kernel-features-early", AF_INET, true, kernel_features_early_server, kernel_features_early_client, NULL,
+     "SO_TIMESTAMPNS before connect and right after it, then data both ways: timestamps still come"},
     {"tcp-inq", AF_INET, true, tcp_inq_server, tcp_inq_client, NULL,
      "TCP_INQ: TCP_CM_INQ after each recvmsg, peeks, cut control buffers, the end; on a listener"},
     {"tcp-ulp", AF_INET, true, tcp_ulp_server, tcp_ulp_client, NULL,
