@@ -354,3 +354,74 @@ pub fn reserve(file: &File, len: u64) -> io::Result<()> {
         }
     }
 }
+
+/// A file the library keeps open for long (an object's file), whose descriptor number a
+/// preloaded library's `close` refuses to the program ([`held_by_library`]).
+///
+/// A program that closes a descriptor twice (iperf3 closes its data sockets twice at the
+/// end of a test: harmless on its own, the second close fails with `EBADF`) would close
+/// one of ours instead if the number went to a file we opened in between, from a thread
+/// of ours while the program ran. The preloaded library answers such a close with the
+/// `EBADF` the program would have had without us.
+#[derive(Debug)]
+pub struct HeldFile {
+    file: File,
+}
+
+/// Descriptor numbers of [`HeldFile`]s, one bit each (numbers past the table are not
+/// guarded).
+static HELD: [std::sync::atomic::AtomicU64; HELD_WORDS] = [const { std::sync::atomic::AtomicU64::new(0) }; HELD_WORDS];
+const HELD_WORDS: usize = 1024;
+
+fn held_bit(fd: i32) -> Option<(usize, u64)> {
+    let fd = usize::try_from(fd).ok()?;
+    (fd < HELD_WORDS * 64).then(|| (fd / 64, 1u64 << (fd % 64)))
+}
+
+/// Whether descriptor `fd` is one of the library's held files now.
+pub fn held_by_library(fd: i32) -> bool {
+    held_bit(fd).is_some_and(|(w, b)| HELD[w].load(std::sync::atomic::Ordering::Acquire) & b != 0)
+}
+
+impl HeldFile {
+    pub fn new(file: File) -> HeldFile {
+        if let Some((w, b)) = held_bit(file.as_raw_fd()) {
+            HELD[w].fetch_or(b, std::sync::atomic::Ordering::AcqRel);
+        }
+        HeldFile { file }
+    }
+}
+
+impl std::ops::Deref for HeldFile {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.file
+    }
+}
+
+impl Drop for HeldFile {
+    fn drop(&mut self) {
+        // Before the file closes (its number may be the next open's at once).
+        if let Some((w, b)) = held_bit(self.file.as_raw_fd()) {
+            HELD[w].fetch_and(!b, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_file_number_is_known_until_the_file_closes() {
+        let file = File::open("/dev/null").unwrap();
+        let fd = file.as_raw_fd();
+        assert!(!held_by_library(fd));
+        let held = HeldFile::new(file);
+        assert!(held_by_library(fd));
+        assert!(held.metadata().is_ok(), "the file is reachable through the guard");
+        drop(held);
+        assert!(!held_by_library(fd));
+        assert!(!held_by_library(-1) && !held_by_library(i32::MAX), "numbers outside the table are never held");
+    }
+}

@@ -320,7 +320,9 @@ fn before_close(fd: c_int) {
 }
 
 /// # Safety
-/// As close(2).
+/// As close(2). A number that is one of the library's own files now is not the program's
+/// to close (it closed its own descriptor of that number already: see
+/// `lanes::platform::files::HeldFile`): `EBADF`, as without the library.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     // SAFETY: the caller's fd.
@@ -328,6 +330,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     intercept(
         -1,
         || {
+            if lanes::platform::files::held_by_library(fd) {
+                set_errno(libc::EBADF);
+                return Some(-1);
+            }
             before_close(fd);
             Some(call())
         },

@@ -1,7 +1,6 @@
 //! One segment as a file: created unnamed, initialised, then published under its name;
 //! opened and validated by peers; its data mapped at any in-bounds window.
 
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -10,7 +9,7 @@ use std::ptr::NonNull;
 
 use super::layout::{HeaderSnapshot, HeaderView, HEADER_PAGE};
 use super::FabricPaths;
-use crate::platform::files::{open_existing, reserve, FileError, UnnamedFile};
+use crate::platform::files::{open_existing, reserve, FileError, HeldFile, UnnamedFile};
 use crate::platform::mapping::{Access, Mapping};
 use crate::platform::page_size;
 use crate::platform::SharedSlice;
@@ -35,7 +34,7 @@ pub struct RegisteredMemory {
 /// An open segment file with its header page mapped.
 #[derive(Debug)]
 pub struct SegmentFile {
-    file: File,
+    file: HeldFile,
     _header_map: Mapping,
     header: HeaderView,
     snap: HeaderSnapshot,
@@ -167,6 +166,7 @@ impl SegmentFile {
                 }
             }
         }
+        let file = HeldFile::new(file);
         Ok(SegmentFile { file, _header_map: header_map, header, snap, path: dir.join(name), inode })
     }
 
@@ -196,6 +196,7 @@ impl SegmentFile {
         // SAFETY: header_map is HEADER_PAGE bytes, page aligned, and lives in the result.
         let header = unsafe { HeaderView::new(header_map.as_ptr()) };
         let snap = header.validate(kind, node, segment, meta.len()).map_err(OpenError::Corrupt)?;
+        let file = HeldFile::new(file);
         Ok(SegmentFile { file, _header_map: header_map, header, snap, path: path.to_path_buf(), inode: meta.ino() })
     }
 
