@@ -155,7 +155,7 @@ fn print_cross_host(
     } else {
         out_line!(
             out,
-            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:>10}  {:<14}  stale",
+            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:>10}  {:>14}  {:<14}  stale",
             "local",
             "remote",
             "peer host",
@@ -166,6 +166,7 @@ fn print_cross_host(
             "fabric in",
             "kernel in",
             "fail-overs",
+            "fall-forwards",
             "pids"
         );
     }
@@ -174,7 +175,7 @@ fn print_cross_host(
         let pids: Vec<String> = c.holders.iter().map(|p| p.to_string()).collect();
         out_line!(
             out,
-            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:>10}  {:<14}  {}",
+            "  {:<22}  {:<22}  {:<12}  {:<12}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:>10}  {:>14}  {:<14}  {}",
             c.local.to_string(),
             c.remote.to_string(),
             p.peer_host,
@@ -185,6 +186,7 @@ fn print_cross_host(
             c.ring_bytes_received,
             c.bytes_received.saturating_sub(c.ring_bytes_received),
             c.failovers,
+            c.fall_forwards,
             if pids.is_empty() { "-".into() } else { pids.join(",") },
             if c.stale { "yes" } else { "no" }
         );

@@ -12,10 +12,17 @@
 //!   is inside the kernel starts the stream, its kernel counts where the kernel's are
 //!   (`kernel_history`); from then on the calls of `remote_io` move the bytes through it.
 //!   (A call inside the kernel at the start would move bytes the counts miss: a blocked
-//!   send's rest could then arrive behind ring bytes. So the calls the C library makes on a
-//!   candidate whose stream is not live are counted, [`KernelCall`].) A connection that cannot get a stream (no fabric, the
-//!   provider's or the daemon's refusal) stays kernel TCP for good, the reason counted
-//!   (`RemoteNoStream`).
+//!   send's rest could then arrive behind ring bytes. So the program's calls on a candidate
+//!   are counted while under way, [`CallUnderWay`].) A connection that cannot get a stream
+//!   (no fabric, the provider's or the daemon's refusal) stays kernel TCP for good, the
+//!   reason counted (`RemoteNoStream`).
+//! - **Fall-forward.** A stream that failed over (`FabricStream::failed_over_and_settled`:
+//!   the fabric to the peer's host failed, and both directions went on through the kernel
+//!   connection, byte-exact) is replaced: the connection exports new objects and registers
+//!   its half again naming them; the daemons pair the halves again at a new generation
+//!   once both sides did, and the new objects are connected and a new stream started as
+//!   the first one was, from the kernel's counts. The pairing announces the new objects only
+//!   once the fabric to the peer's host works again (the daemons' link runs on it).
 //!
 //! - **Which host.** A peer address lanes.toml gives another host is that host's, asked of
 //!   nobody. Any other address (not loopback nor one of this host's, which the one-host
@@ -85,8 +92,22 @@ enum Slot {
     Ready(PendingStream),
     /// Set up: the connection's bytes go through it; what the kernel had carried before.
     Live(Arc<FabricStream>, KernelHistory),
+    /// The live stream failed over and settled (every call is the kernel's own): new
+    /// objects are being exported and registered for the next stream, in a thread of its
+    /// own (fall-forward); then `Waiting` for the pairing to name the peer's new ones.
+    Renewing(Arc<FabricStream>),
     /// Kernel TCP for good (no objects, a failed set-up, given up before it was live).
     Kernel,
+}
+
+/// What the streams before the live one carried (they failed over, and were replaced).
+#[derive(Default)]
+struct Earlier {
+    sent_fabric: AtomicU64,
+    received_fabric: AtomicU64,
+    failovers: AtomicU64,
+    /// Streams started on the connection.
+    starts: AtomicU64,
 }
 
 /// A cross-host candidate: its record and where its peer is.
@@ -100,30 +121,40 @@ pub struct RemoteConn {
     /// What the kernel counted as acked before anything was written (see
     /// `fabric_stream::kernel_history`).
     syn_acked: u64,
-    /// The program's calls on the connection inside the C library's now, made while its
-    /// stream was not live ([`KernelCall`]): no stream starts while there is one.
-    kernel_calls: AtomicUsize,
+    /// The program's calls on the connection under way now, through a stream or the C
+    /// library's ([`CallUnderWay`]): no stream starts while there is one.
+    calls: AtomicUsize,
+    /// The peer's objects the last stream was connected to: a pairing that names them
+    /// again (the peer has not renewed its own yet) is no ground for a new stream.
+    peer_used: Mutex<Option<StreamHandles>>,
+    earlier: Earlier,
 }
 
-/// A program's call on a candidate whose stream is not live, made by the C library: counted
-/// from before its candidate's stream was looked at (under the slot's lock) until the call
-/// returned, so that either the call sees the live stream or the stream's start sees the
-/// call (see [`RemoteConn::stream`]).
-pub struct KernelCall(Arc<RemoteConn>);
+/// A program's call on a candidate, counted from before its candidate's stream was looked
+/// at (under the slot's lock) until the call returned, so that either the call sees the
+/// live stream or the stream's start sees the call (see [`RemoteConn::stream`]).
+pub struct CallUnderWay(Arc<RemoteConn>);
 
-impl Drop for KernelCall {
+impl CallUnderWay {
+    fn new(c: &Arc<RemoteConn>) -> CallUnderWay {
+        c.calls.fetch_add(1, Ordering::AcqRel);
+        CallUnderWay(c.clone())
+    }
+}
+
+impl Drop for CallUnderWay {
     fn drop(&mut self) {
-        self.0.kernel_calls.fetch_sub(1, Ordering::AcqRel);
+        self.0.calls.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 /// Which way a program's call on a candidate goes (see [`route`]).
 pub enum Route {
     /// Through the live stream.
-    Stream(Arc<RemoteConn>, Arc<FabricStream>),
+    Stream(Arc<RemoteConn>, Arc<FabricStream>, CallUnderWay),
     /// The C library's own call: counted while the stream is not live, so that none starts
     /// meanwhile; None when the stream was live and is the kernel's alone for good now.
-    Kernel(Option<KernelCall>),
+    Kernel(Option<CallUnderWay>),
 }
 
 impl RemoteConn {
@@ -142,15 +173,19 @@ impl RemoteConn {
     /// [`Self::stream`] under the slot's lock.
     fn stream_locked(self: &Arc<Self>, slot: &mut Slot, fd: i32) -> Option<Arc<FabricStream>> {
         match &*slot {
+            Slot::Live(s, _) if s.failed_over_and_settled() => {
+                self.renew_in_background(slot);
+                return None;
+            }
             Slot::Live(s, _) => return Some(s.clone()),
-            Slot::Kernel | Slot::Connecting => return None,
+            Slot::Kernel | Slot::Connecting | Slot::Renewing(_) => return None,
             Slot::Waiting(_) => {
                 self.connect_in_background(slot);
                 return None;
             }
             Slot::Ready(_) => {}
         }
-        if self.kernel_calls.load(Ordering::Acquire) > 0 {
+        if self.calls.load(Ordering::Acquire) > 0 {
             // Another thread's call is inside the kernel: the kernel's counts now would miss
             // what it moves from here on (a blocked send's rest, queued later), and the peer's
             // receiver, caught up with the counts, would be granted the ring ahead of those
@@ -163,6 +198,7 @@ impl RemoteConn {
         match pending.start(fd, history) {
             Ok(s) => {
                 let s = Arc::new(s);
+                self.earlier.starts.fetch_add(1, Ordering::Relaxed);
                 *slot = Slot::Live(s.clone(), history);
                 Some(s)
             }
@@ -178,13 +214,67 @@ impl RemoteConn {
     fn route(self: &Arc<Self>, fd: i32) -> Route {
         let mut slot = self.slot();
         match self.stream_locked(&mut slot, fd) {
-            Some(s) if !s.kernel_only() => Route::Stream(self.clone(), s),
+            Some(s) if !s.kernel_only() => Route::Stream(self.clone(), s, CallUnderWay::new(self)),
             Some(_) => Route::Kernel(None),
-            None => {
-                self.kernel_calls.fetch_add(1, Ordering::AcqRel);
-                Route::Kernel(Some(KernelCall(self.clone())))
-            }
+            None => Route::Kernel(Some(CallUnderWay::new(self))),
         }
+    }
+
+    /// A live stream that failed over and settled: its connection goes on through the
+    /// kernel, and a new stream is to replace it once the fabric to the peer's host is back
+    /// (fall-forward). New objects are exported and registered with the daemon in a thread
+    /// of its own (the daemons pair the two halves again, naming each side's new objects,
+    /// once both registered theirs); the stream then starts as a first one does, from the
+    /// kernel's counts. Until then every call is the C library's. A failure leaves the
+    /// connection kernel TCP for good.
+    fn renew_in_background(self: &Arc<Self>, slot: &mut Slot) {
+        let Slot::Live(old, history) = std::mem::replace(slot, Slot::Kernel) else { return };
+        self.publish(&old, &history);
+        let c = old.counts();
+        self.earlier.sent_fabric.fetch_add(c.sent_fabric, Ordering::Relaxed);
+        self.earlier.received_fabric.fetch_add(c.received_fabric, Ordering::Relaxed);
+        self.earlier.failovers.fetch_add(c.failovers, Ordering::Relaxed);
+        *slot = Slot::Renewing(old);
+        let me = self.clone();
+        let spawned = std::thread::Builder::new().name("lanes-stream-setup".into()).spawn(move || {
+            let renewed = exports().and_then(|e| me.register_again(e.handles()).map(|()| e));
+            let mut slot = me.slot();
+            // Given up or closed meanwhile: what was exported is dropped.
+            if !matches!(*slot, Slot::Renewing(_)) {
+                return;
+            }
+            let retired = match renewed {
+                Ok(e) => std::mem::replace(&mut *slot, Slot::Waiting(e)),
+                Err(why) => {
+                    reasons::note_with(Reason::RemoteNoStream, Some(&me.key), &format!("after a fail-over: {why}"));
+                    std::mem::replace(&mut *slot, Slot::Kernel)
+                }
+            };
+            drop(slot);
+            // Its objects go only now: the new ones are never given the old ones' numbers.
+            drop(retired);
+        });
+        if let Err(e) = spawned {
+            let why = format!("after a fail-over: no set-up thread: {e}");
+            reasons::note_with(Reason::RemoteNoStream, Some(&self.key), &why);
+        }
+    }
+
+    /// Registers this half again with the daemon, naming new stream objects `h` (see
+    /// [`Self::renew_in_background`]).
+    fn register_again(&self, h: StreamHandles) -> Result<(), String> {
+        self.own.set_own_handles(h);
+        let me = this_process().map_err(|e| e.to_string())?;
+        let key = &self.key;
+        let half = HalfRegistration {
+            local: key.local,
+            remote: key.remote,
+            cookie: self.own.cookie(),
+            netns: key.netns,
+            process: me.bits(),
+            handles: Some(h),
+        };
+        client::register_half(&config().fabric_dir, &half, CALL).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// A waiting candidate whose pairing named the peer's objects: connects to them in a
@@ -196,12 +286,18 @@ impl RemoteConn {
             PairingState::PeerGone => None,
             PairingState::Waiting | PairingState::Unregistered => return,
         };
+        let mut used = self.peer_used.lock().unwrap_or_else(|e| e.into_inner());
+        if peer.is_some() && peer == *used {
+            return; // the objects of the stream that failed over: the peer renews its own
+        }
         let Slot::Waiting(exports) = std::mem::replace(slot, Slot::Kernel) else { return };
         let Some(peer) = peer else { return };
+        *used = Some(peer);
+        drop(used);
         *slot = Slot::Connecting;
         let me = self.clone();
         let spawned = std::thread::Builder::new().name("lanes-stream-setup".into()).spawn(move || {
-            let connected = PendingStream::connect(exports, peer, STREAM_SET_UP);
+            let connected = connect_with_retries(exports, peer);
             let mut slot = me.slot();
             // Given up or closed meanwhile: what was connected is dropped.
             if matches!(*slot, Slot::Connecting) {
@@ -239,12 +335,14 @@ impl RemoteConn {
 
     fn publish(&self, s: &FabricStream, history: &KernelHistory) {
         let c = s.counts();
+        let e = &self.earlier;
         let (ring, kernel) = self.own.tx_counts();
-        ring.store(c.sent_fabric, Ordering::Relaxed);
+        ring.store(e.sent_fabric.load(Ordering::Relaxed) + c.sent_fabric, Ordering::Relaxed);
         kernel.store(history.written + c.sent_kernel, Ordering::Relaxed);
-        self.own.rx_consumed().store(c.received_fabric, Ordering::Relaxed);
+        self.own.rx_consumed().store(e.received_fabric.load(Ordering::Relaxed) + c.received_fabric, Ordering::Relaxed);
         self.own.rx_kernel_read().store(history.read + c.received_kernel, Ordering::Relaxed);
-        self.own.failovers().store(c.failovers, Ordering::Relaxed);
+        self.own.failovers().store(e.failovers.load(Ordering::Relaxed) + c.failovers, Ordering::Relaxed);
+        self.own.fall_forwards().store(e.starts.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
     }
 
     /// Gives the connection back to the kernel for good: a live stream's rest is read
@@ -255,10 +353,39 @@ impl RemoteConn {
             Slot::Live(s, _) => {
                 let _ = s.give_up();
             }
-            _ => *slot = Slot::Kernel,
+            _ => {
+                let before = std::mem::replace(&mut *slot, Slot::Kernel);
+                drop(slot);
+                drop(before); // (a stream that failed over waits for its service thread)
+            }
         }
     }
 }
+
+/// Connects `exports` to the peer's objects, within [`STREAM_SET_UP`]. The pairing comes
+/// through the daemons, which may learn that the peer's host is back before this process's
+/// fabric does (a host it still calls lost refuses at once): such a refusal is tried again.
+fn connect_with_retries(exports: StreamExports, peer: StreamHandles) -> lanes::Result<PendingStream> {
+    let started = Instant::now();
+    let mut exports = exports;
+    loop {
+        let left = STREAM_SET_UP.saturating_sub(started.elapsed());
+        match PendingStream::try_connect(exports, peer, left).map_err(|back| *back) {
+            Ok(p) => return Ok(p),
+            Err((e @ (lanes::Error::SegmentLost { .. } | lanes::Error::InterruptLost { .. }), back)) => {
+                if started.elapsed() + LOST_RETRY >= STREAM_SET_UP {
+                    return Err(e);
+                }
+                exports = back;
+                std::thread::sleep(LOST_RETRY);
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+}
+
+/// The pause before a set-up refused for a lost host is tried again.
+const LOST_RETRY: Duration = Duration::from_millis(200);
 
 /// This process's fabric (or why it has none), opened at its first candidate; a forked
 /// child opens its own (the parent's threads and endpoint are not the child's).
@@ -504,7 +631,9 @@ pub fn on_connected(fd: i32, key: ConnectionKey) {
         registered: AtomicBool::new(false),
         slot: Mutex::new(slot),
         syn_acked: syn,
-        kernel_calls: AtomicUsize::new(0),
+        calls: AtomicUsize::new(0),
+        peer_used: Mutex::new(None),
+        earlier: Earlier::default(),
     });
     if register(&c, cookie, handles) {
         insert(fd, c);
@@ -673,7 +802,7 @@ pub fn after_fork_in_child() {
     let Ok(t) = table().try_read() else { return };
     for c in t.values() {
         let Ok(mut slot) = c.slot.try_lock() else { continue };
-        if let Slot::Live(s, _) = &*slot {
+        if let Slot::Live(s, _) | Slot::Renewing(s) = &*slot {
             s.abandon();
         }
         std::mem::forget(std::mem::replace(&mut *slot, Slot::Kernel));
@@ -740,7 +869,9 @@ pub fn adopt_inherited(fd: i32, own: Endpoint, key: ConnectionKey) {
         registered: AtomicBool::new(true),
         slot: Mutex::new(Slot::Kernel),
         syn_acked: 0,
-        kernel_calls: AtomicUsize::new(0),
+        calls: AtomicUsize::new(0),
+        peer_used: Mutex::new(None),
+        earlier: Earlier::default(),
     };
     insert(fd, Arc::new(c));
 }

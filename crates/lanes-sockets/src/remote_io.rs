@@ -4,7 +4,7 @@
 //! and what the stream does not do itself (peeking, urgent data, flags it does not know)
 //! given back to the kernel for good first, byte-exact; until then, the C library's call,
 //! made here and counted while it is inside the kernel, so that no stream starts meanwhile
-//! (`remote::KernelCall`). Each function returns None when the C library's own call is the
+//! (`remote::CallUnderWay`). Each function returns None when the C library's own call is the
 //! answer and nothing needs counting (not a candidate, nothing asked for).
 
 use std::io;
@@ -56,7 +56,7 @@ fn routed(
         return None;
     }
     match remote::route(fd)? {
-        Route::Stream(c, s) => {
+        Route::Stream(c, s, _under_way) => {
             let r = on_stream(&s);
             c.publish_counts();
             Some(r.unwrap_or_else(kernel))

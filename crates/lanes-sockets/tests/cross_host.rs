@@ -1397,10 +1397,11 @@ fn iperf3_across_hosts_under_lanes_run_moves_bytes_over_the_fabric() {
     assert!(fabric > 0, "no byte of iperf3's went over the fabric\n{}", c.logs());
 }
 
-/// iperf3 across hosts under `lanes run`, both directions at once for 8 s over the
-/// "Ethernet" (the second link), with a's fabric link cut for 4 s from the second second:
-/// the connections fail over (`lanes status` on b counts it while they run) and iperf3
-/// completes on both ends as on kernel TCP.
+/// iperf3 across hosts under `lanes run`, both directions at once for 10 s over the
+/// "Ethernet" (the second link), with a's fabric link cut for 4 s once its connections are
+/// live: the connections fail over (`lanes status` on b counts it while they run), fall
+/// forward to the fabric once the link is back (counted too), and iperf3 completes on both
+/// ends as on kernel TCP.
 #[test]
 fn iperf3_across_hosts_completes_while_the_fabric_link_is_cut() {
     use lanes_testkit::program::{on_path, Program};
@@ -1417,8 +1418,10 @@ fn iperf3_across_hosts_completes_while_the_fabric_link_is_cut() {
     let port = "15341";
     let server = Program::spawn(lanes_run(&c, 0, "iperf3", &["-s", "-1", "-p", port]), "iperf3 -s on a");
     std::thread::sleep(Duration::from_millis(500));
-    let client =
-        Program::spawn(lanes_run(&c, 1, "iperf3", &["-c", &host, "-p", port, "-t", "8", "--bidir", "-J"]), "iperf3 -c");
+    let client = Program::spawn(
+        lanes_run(&c, 1, "iperf3", &["-c", &host, "-p", port, "-t", "10", "--bidir", "-J"]),
+        "iperf3 -c",
+    );
     // The cut comes once the test's connections are live over the fabric.
     wait_for(&c, "iperf3's connections moving bytes over the fabric", || {
         list_connections(&c.fabric(1))
@@ -1438,6 +1441,14 @@ fn iperf3_across_hosts_completes_while_the_fabric_link_is_cut() {
         std::thread::sleep(Duration::from_millis(20));
     }
     n.set_link(0, true);
+    // Fall-forwards while the test runs on (its last 4 s).
+    let mut fall_forwards = 0;
+    let mut client = client;
+    while !client.exited() {
+        let now: u64 = list_connections(&c.fabric(1)).iter().map(|r| r.fall_forwards).sum();
+        fall_forwards = fall_forwards.max(now);
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let client = client.wait(Duration::from_secs(120));
     let s = server.wait(Duration::from_secs(60));
     assert!(client.ok() && s.ok(), "{}{}\n{}", client.describe("iperf3 -c"), s.describe("iperf3 -s"), c.logs());
@@ -1446,10 +1457,12 @@ fn iperf3_across_hosts_completes_while_the_fabric_link_is_cut() {
     let received = report["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
     eprintln!(
         "iperf3 across a cut: sent {sent} received {received}; fail-overs seen on b: {failovers}, the first \
-         {first_seen:?} after the cut (the daemons suspect a host after {SUSPECT_MS} ms)"
+         {first_seen:?} after the cut (the daemons suspect a host after {SUSPECT_MS} ms); fall-forwards seen \
+         on b after the link's return: {fall_forwards}"
     );
     assert!(received > 0 && received <= sent, "{}", client.stdout);
     assert!(failovers > 0, "no connection of b's failed over during the cut\n{}", c.logs());
+    assert!(fall_forwards > 0, "no connection of b's fell forward after the cut\n{}", c.logs());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1737,6 +1750,96 @@ fn a_connection_opened_while_the_fabric_is_down_uses_it_once_it_returns() {
     assert_eq!(got, "bytes=16777216");
     let (sent, received) = fabric_bytes(&c, 1, &server_at);
     assert!(sent + received > 0, "no byte over the fabric after the link came back\n{}", c.logs());
+}
+
+/// Fall-forward: a connection live over the fabric, whose fabric link is cut mid-exchange,
+/// fails over (every byte of a checksummed exchange during the cut comes back through the
+/// kernel connection); once the link is back, both ends replace their failed-over stream
+/// with a new one (new objects, paired again at a new generation), and the connection's
+/// bytes move over the fabric again: round trips and a checksummed exchange, with the
+/// records' and `lanes status`'s fall-forward counts. Three cuts in a row, the last one
+/// short (the host suspected, not lost).
+#[test]
+fn a_connection_falls_forward_to_the_fabric_once_its_link_is_back() {
+    use lanes::cluster::proto::HostState;
+    let Some(c) = Cluster::netns_with_ethernet("xh-fall-forward") else { return };
+    if !with_fabric_stream("a_connection_falls_forward_to_the_fabric_once_its_link_is_back") {
+        return;
+    }
+    let n = c.namespaces().expect("namespaces");
+    let port = PORT + 90;
+    let server_at = format!("{}:{port}", Netns::ethernet_address(0));
+    let mut server = sockets_child(&c, Some(0), Some("on"), "echo on a");
+    server.ok(&format!("listen {port} echo"));
+    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+    let client_at = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+    let first = wait_paired(&c, (1, &client_at), (0, &server_at));
+    make_live(&c, &mut client, &server_at).unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+    assert_eq!(client.ok("exchange 1 4194304"), "bytes=4194304");
+    let record = |k: usize, remote: &str| {
+        list_connections(&c.fabric(k)).into_iter().find(|r| r.remote.to_string() == remote).expect("a record")
+    };
+    let fabric = |k: usize, remote: &str| {
+        let r = record(k, remote);
+        r.ring_bytes_sent + r.ring_bytes_received
+    };
+    assert!(fabric(1, &server_at) > 0, "no byte over the fabric before the cut\n{}", c.logs());
+
+    // Three cuts: the stream that replaced one fails over and is replaced in turn. The
+    // first two last until b's daemon calls a Lost; the third ends as soon as b's stream
+    // failed over (a's host only suspected, as a short outage leaves it).
+    let mut generation = first;
+    for cut in 1..=3u64 {
+        // (The records count directions that failed over: two per stream.)
+        let failed_before = record(1, &server_at).failovers;
+        n.set_link(0, false);
+        if cut < 3 {
+            let during = client.call_within("exchange 1 4194304", Duration::from_secs(300)).expect("the exchange");
+            assert_eq!(during, "bytes=4194304", "cut {cut}: every byte through the kernel connection");
+            let failed = record(1, &server_at).failovers > failed_before;
+            assert!(failed, "cut {cut}: b's stream failed over\n{}", c.logs());
+            c.wait_state(1, 0, HostState::Lost, Duration::from_secs(30));
+        } else {
+            // An idle stream fails over at the suspicion (its record says so at its next
+            // call: the fall-forward below proves it happened).
+            c.wait_state(1, 0, HostState::Suspect, Duration::from_secs(30));
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        n.set_link(0, true);
+        c.wait_state(1, 0, HostState::Operational, Duration::from_secs(30));
+        let back = Instant::now();
+        // Round trips until b runs a new stream that moved bytes over the fabric.
+        let before = fabric(1, &server_at);
+        let mut pings = 0;
+        while record(1, &server_at).fall_forwards < cut || fabric(1, &server_at) == before {
+            assert!(
+                back.elapsed() < BOUND,
+                "cut {cut}: no fall-forward within {BOUND:?}\nb: {:?}\na: {:?}\nclient: {}\nserver: {}\n{}",
+                record(1, &server_at),
+                record(0, &client_at),
+                client.output_snapshot(),
+                server.output_snapshot(),
+                c.logs()
+            );
+            client.call_within("ping 1 50 64 0", Duration::from_secs(60)).expect("round trips");
+            pings += 50;
+        }
+        let took = back.elapsed();
+        assert!(record(1, &server_at).failovers > failed_before, "cut {cut}: b's stream failed over");
+        let again = wait_paired(&c, (1, &client_at), (0, &server_at));
+        assert!(again > generation + 1, "cut {cut}: paired again at a new generation: {generation} then {again}");
+        generation = again;
+        let after = fabric(1, &server_at);
+        assert_eq!(client.ok("exchange 1 16777216"), "bytes=16777216");
+        assert!(fabric(1, &server_at) > after, "cut {cut}: the exchange after it moved bytes over the fabric");
+        assert!(record(0, &client_at).fall_forwards >= cut, "cut {cut}: a's end fell forward too\n{}", c.logs());
+        eprintln!(
+            "cut {cut}: over the fabric again {took:?} after the link's return ({pings} round trips), generation \
+             {generation}"
+        );
+    }
+    let status = lanes_status(&c, 1);
+    assert!(status.contains("fall-forwards"), "{status}");
 }
 
 /// Round trips of small messages on one connection between a and b (request/response: the

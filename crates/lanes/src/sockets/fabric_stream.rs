@@ -643,18 +643,40 @@ impl PendingStream {
     /// Connects `exports` to the peer's objects `peer`, waiting up to `timeout` for them.
     /// An error leaves nothing behind.
     pub fn connect(exports: StreamExports, peer: StreamHandles, timeout: Duration) -> Result<PendingStream> {
+        Self::try_connect(exports, peer, timeout).map_err(|back| back.0)
+    }
+
+    /// [`Self::connect`], giving `exports` back with the error (to try again with them).
+    pub fn try_connect(
+        exports: StreamExports,
+        peer: StreamHandles,
+        timeout: Duration,
+    ) -> std::result::Result<PendingStream, Box<(Error, StreamExports)>> {
         let fabric = exports.fabric.clone();
         let t = Timeout::After(timeout);
-        let peer_segment = fabric.connect_segment(peer.node, peer.segment, t)?;
-        let size = peer_segment.size() as usize;
-        let peer_ring_bytes = size.saturating_sub(HEADER_BYTES);
-        if !peer_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING_BYTES).contains(&peer_ring_bytes) {
-            return Err(Error::IllegalOperation("the peer's inbound segment has an impossible ring size"));
+        let connected = (|| {
+            let peer_segment = fabric.connect_segment(peer.node, peer.segment, t)?;
+            let size = peer_segment.size() as usize;
+            let peer_ring_bytes = size.saturating_sub(HEADER_BYTES);
+            if !peer_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING_BYTES).contains(&peer_ring_bytes) {
+                return Err(Error::IllegalOperation("the peer's inbound segment has an impossible ring size"));
+            }
+            let outbound = peer_segment.map(0, size as u64, MapAccess::ReadWrite)?;
+            let peer_request_bell = fabric.connect_interrupt(peer.node, peer.request_bell, t)?;
+            let peer_answer_bell = fabric.connect_interrupt(peer.node, peer.answer_bell, t)?;
+            Ok((peer_segment, outbound, peer_request_bell, peer_answer_bell, peer_ring_bytes))
+        })();
+        match connected {
+            Ok((peer_segment, outbound, peer_request_bell, peer_answer_bell, peer_ring_bytes)) => Ok(PendingStream {
+                exports,
+                peer_segment,
+                outbound,
+                peer_request_bell,
+                peer_answer_bell,
+                peer_ring_bytes,
+            }),
+            Err(e) => Err(Box::new((e, exports))),
         }
-        let outbound = peer_segment.map(0, size as u64, MapAccess::ReadWrite)?;
-        let peer_request_bell = fabric.connect_interrupt(peer.node, peer.request_bell, t)?;
-        let peer_answer_bell = fabric.connect_interrupt(peer.node, peer.answer_bell, t)?;
-        Ok(PendingStream { exports, peer_segment, outbound, peer_request_bell, peer_answer_bell, peer_ring_bytes })
     }
 
     /// Starts the stream beside the anchor `fd` for a connection whose bytes went through
@@ -825,6 +847,27 @@ impl FabricStream {
     pub fn kernel_only(&self) -> bool {
         let s = &self.shared;
         s.abandoned.load(Ordering::Relaxed) || s.given_up.load(Ordering::Acquire) && s.ring_drained()
+    }
+
+    /// Whether the stream failed over and is done with the fabric for good: both directions
+    /// go through the anchor alone, this end's fail-over record (if any) is in the anchor
+    /// whole, and the peer's was read (or none can come: the first kernel bytes after the
+    /// last ring stint were looked at). Every call on the connection is then the kernel's
+    /// own, and a new stream may start from the kernel's counts (fall-forward). False while
+    /// another thread is inside a call of the stream.
+    pub fn failed_over_and_settled(&self) -> bool {
+        let s = &self.shared;
+        if !s.failed.load(Ordering::Acquire) || s.broken.load(Ordering::Acquire) || s.abandoned.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        let Ok(tx) = s.tx.try_lock() else { return false };
+        if !tx.failed_over || !tx.record.is_empty() {
+            return false;
+        }
+        let Ok(rx) = s.rx.try_lock() else { return false };
+        let ring_read = matches!(rx.mode, RxMode::Kernel { ring_until } if rx.consumed & COUNT_MASK == ring_until);
+        ring_read && rx.resent.is_none() && !rx.checkpoint
     }
 
     /// In a forked child: the stream (its threads, its fabric endpoint) is the parent's, and
@@ -1234,6 +1277,8 @@ impl Shared {
             }
             return Ok(n);
         }
+        // Its spin driver ends before the checked flush (a Drop under the ofi transport only).
+        #[allow(clippy::drop_non_drop)]
         drop(pace);
         if tx.ring_since_kernel && !tx.failed_over {
             // Kernel bytes follow the ring's only once those landed (the receiver reads
@@ -1644,7 +1689,7 @@ impl Shared {
                             }
                         }
                     }
-                    drop(pace.take());
+                    pace = None;
                     if rx.checkpoint {
                         // The first kernel bytes after a ring stint: a fail-over record?
                         match self.look_on_anchor(mode.never_waits()) {

@@ -39,6 +39,9 @@ pub struct ConnectionInfo {
     /// For a cross-host socket: how many of its directions failed over from the fabric to
     /// the kernel connection (0, 1 or 2; stream-4 of docs/design/cross-host-sockets.md).
     pub failovers: u64,
+    /// For a cross-host socket: how many times a new fabric stream replaced one that had
+    /// failed over, once the fabric to the peer's host was back (fall-forward).
+    pub fall_forwards: u64,
 }
 
 /// How the peer's bytes reach an end, as its record says.
@@ -93,6 +96,7 @@ pub fn list_connections(fabric_dir: &Path) -> Vec<ConnectionInfo> {
                 },
                 cross_host: if ep.has_flag(FLAG_REMOTE) { ep.pairing() } else { None },
                 failovers: if ep.has_flag(FLAG_REMOTE) { ep.failovers().load(Ordering::Relaxed) } else { 0 },
+                fall_forwards: if ep.has_flag(FLAG_REMOTE) { ep.fall_forwards().load(Ordering::Relaxed) } else { 0 },
             })
         })
         .collect();

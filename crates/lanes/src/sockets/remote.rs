@@ -8,8 +8,9 @@
 //!
 //! While paired, the block also holds the peer's stream objects (node, segment, doorbells:
 //! what the peer's process exported for this connection's bytes, as the peer's daemon
-//! announced them). Beside the block, the library writes its own stream objects once
-//! ([`Endpoint::set_own_handles`]), so that a restarted daemon announces them again.
+//! announced them). Beside the block, the library writes its own stream objects at
+//! each export ([`Endpoint::set_own_handles`]; a connection whose stream failed over exports
+//! new ones for the next), so that a restarted daemon announces them again.
 //!
 //! The block (at offset 512 of the header page) is a sequence lock: the writer makes the
 //! sequence odd, writes, makes it even; a reader retries while it changed. A writer that died
@@ -31,11 +32,15 @@ const OFF_HOST: usize = 544;
 const HOST_WORDS: usize = 8;
 /// The peer's stream objects (two words; a node of 0, never a valid one, is none).
 const OFF_PEER_HANDLES: usize = 608;
-/// This end's own stream objects, written once by the library (outside the sequence lock).
+/// This end's own stream objects, written by the library at each export (outside the
+/// sequence lock).
 const OFF_OWN_HANDLES: usize = 624;
 /// How many directions of the connection failed over to the kernel connection (the
 /// library's count, written with its byte counts).
 const OFF_FAILOVERS: usize = 640;
+/// How many times a new fabric stream replaced one that had failed over (the library's
+/// count, written with its byte counts).
+const OFF_FALL_FORWARDS: usize = 648;
 /// The longest peer host name a record keeps (a longer one is cut, for display only: the
 /// daemons name hosts by their configuration, never by a record).
 pub const HOST_BYTES: usize = 8 * HOST_WORDS - 1;
@@ -128,6 +133,11 @@ impl Endpoint {
     /// Directions of this cross-host connection that failed over to the kernel connection.
     pub fn failovers(&self) -> &AtomicU64 {
         self.u64_at(OFF_FAILOVERS)
+    }
+
+    /// How many times a new fabric stream replaced one that had failed over.
+    pub fn fall_forwards(&self) -> &AtomicU64 {
+        self.u64_at(OFF_FALL_FORWARDS)
     }
 
     /// Writes the pairing block (the library once, at creation; then the daemon).

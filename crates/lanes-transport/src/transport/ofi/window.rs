@@ -56,6 +56,9 @@ pub const MIRROR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Entries of the write log; a write that finds it full posts it first.
 const LOG_ENTRIES: usize = 256;
+/// Tries of a new map's fill that fails with a provider error, and the pause between them.
+const FILL_TRIES: u32 = 5;
+const FILL_PAUSE: Duration = Duration::from_millis(100);
 
 /// The granule of the shadow comparison.
 const LINE: usize = 64;
@@ -269,8 +272,25 @@ impl MirrorWindow {
         });
         {
             let mut st = lock(&shared.state);
-            shared.read_range(&mut st, 0, len, "filling a new map")?;
+            // The first operations on a provider connection that broke in a short outage
+            // of the peer's host (suspected, never lost) fail, and the provider makes a new
+            // connection for the next ones (ofi_rxm): the fill only reads, so it is tried
+            // again a few times before the map is refused.
+            let mut tries = 1;
+            loop {
+                match shared.read_range(&mut st, 0, len, "filling a new map") {
+                    Ok(()) => break,
+                    Err(Error::Ofi { .. }) if tries < FILL_TRIES && !matches!(conn.state(), RemoteState::Lost(_)) => {
+                        tries += 1;
+                        std::thread::sleep(FILL_PAUSE);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            st.last_error = None;
         }
+        // A failed try of the fill is no failure of the map's.
+        let epoch = shared.epoch.load(Ordering::Acquire);
         let weak = Arc::downgrade(&shared);
         let drain: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             if let Some(m) = weak.upgrade() {
@@ -278,7 +298,7 @@ impl MirrorWindow {
             }
         });
         ep.add_periodic(Arc::downgrade(&drain));
-        Ok(MirrorWindow { shared, _drain: drain, reported: AtomicU64::new(0) })
+        Ok(MirrorWindow { shared, _drain: drain, reported: AtomicU64::new(epoch) })
     }
 
     /// The window (`len` bytes), without side effects, for the map's own accesses.

@@ -255,12 +255,14 @@ impl Pairing {
 
     /// A half of this host, registered by its process or taken over from its record by a
     /// restarted daemon (then `half.state` is what the record says), vouched for by the
-    /// caller. A half already registered with this cookie changes nothing; one with another
-    /// cookie (the tuple's earlier socket is gone) is withdrawn first.
+    /// caller. A half already registered with this cookie and these stream objects changes
+    /// nothing; with new objects it is *renewed* ([`Self::renew`]); one with another cookie
+    /// (the tuple's earlier socket is gone) is withdrawn first.
     pub(super) fn register(&mut self, tuple: Tuple, half: LocalHalf, vouch: &mut dyn Vouch) -> Vec<Out> {
         let mut out = Vec::new();
         match self.local.get(&tuple) {
-            Some(h) if h.cookie == half.cookie => return out,
+            Some(h) if h.cookie == half.cookie && h.handles == half.handles => return out,
+            Some(h) if h.cookie == half.cookie => return self.renew(tuple, half, vouch),
             Some(_) => out.extend(self.withdraw(&tuple)),
             None => {}
         }
@@ -275,6 +277,26 @@ impl Pairing {
         out.push(Self::record(tuple, &half));
         out.push(Out::Send { host, msg: PeerMessage::SocketHalf { half: Self::wire(&tuple, &half) } });
         self.local.insert(tuple, half);
+        out.extend(self.reconcile(&tuple, false, vouch));
+        out
+    }
+
+    /// Our half `tuple`'s process exported new stream objects for it (its stream failed
+    /// over, and a new one is to replace it: fall-forward). The pairing is made again with
+    /// them, at a new generation: the half waits, its peer's host hears of the new objects,
+    /// and the leader pairs the two halves again (as after a Lost host came back), naming
+    /// each side's objects as they are now. A half whose peer is gone only keeps them.
+    fn renew(&mut self, tuple: Tuple, half: LocalHalf, vouch: &mut dyn Vouch) -> Vec<Out> {
+        let h = self.local.get_mut(&tuple).expect("the caller found it");
+        h.handles = half.handles;
+        h.pid = half.pid;
+        if matches!(h.state, HalfState::PeerGone { .. }) {
+            return Vec::new();
+        }
+        h.state = HalfState::Waiting { last: h.state.last() };
+        h.peer_handles = None;
+        let (host, wire) = (h.peer_host.clone(), Self::wire(&tuple, h));
+        let mut out = vec![Self::record(tuple, h), Out::Send { host, msg: PeerMessage::SocketHalf { half: wire } }];
         out.extend(self.reconcile(&tuple, false, vouch));
         out
     }
@@ -745,6 +767,11 @@ pub(super) mod tests {
 
         /// Host `k`'s process opens socket `tuple` (its view) with `cookie` and registers it.
         fn register(&mut self, k: usize, tuple: Tuple, cookie: u64, uid: u32) {
+            self.register_with(k, tuple, cookie, uid, handles_of(k, cookie));
+        }
+
+        /// [`Self::register`] naming stream objects `handles` (new ones: a renewal).
+        fn register_with(&mut self, k: usize, tuple: Tuple, cookie: u64, uid: u32, handles: StreamHandles) {
             let peer_host = if k == 0 { "b" } else { "a" };
             self.hosts[k].kernel.0.insert((tuple, cookie));
             let half = LocalHalf {
@@ -754,7 +781,7 @@ pub(super) mod tests {
                 peer_host: peer_host.into(),
                 since: self.now,
                 state: HalfState::Waiting { last: 0 },
-                handles: Some(handles_of(k, cookie)),
+                handles: Some(handles),
                 peer_handles: None,
             };
             let h = &mut self.hosts[k];
@@ -823,6 +850,47 @@ pub(super) mod tests {
             w.register(1, at_b(), 0xb, 1000);
             assert_eq!(w.state(0, at_a()), Some(paired(1, 0xb)));
         }
+    }
+
+    #[test]
+    fn new_stream_objects_pair_again_at_a_new_generation_from_either_side() {
+        let renewed = |k: usize, cookie: u64| StreamHandles { segment: cookie as u32 + 0x100, ..handles_of(k, cookie) };
+        for a_first in [true, false] {
+            let mut w = World::new();
+            w.register(0, at_a(), 0xa, 1000);
+            w.register(1, at_b(), 0xb, 1000);
+            let (first, second) =
+                if a_first { ((0, at_a(), 0xa), (1, at_b(), 0xb)) } else { ((1, at_b(), 0xb), (0, at_a(), 0xa)) };
+            // One side renews (its stream failed over): paired again, naming its new objects
+            // and the other side's old ones.
+            w.register_with(first.0, first.1, first.2, 1000, renewed(first.0, first.2));
+            assert_eq!(w.state(0, at_a()), Some(paired(2, 0xb)), "a_first {a_first}");
+            assert_eq!(w.state(1, at_b()), Some(paired(2, 0xa)));
+            let other = 1 - first.0;
+            assert_eq!(w.hosts[other].record_handles[&second.1], Some(renewed(first.0, first.2)));
+            assert_eq!(w.hosts[first.0].record_handles[&first.1], Some(handles_of(other, second.2)));
+            // Then the other: a third generation, both sides' new objects.
+            w.register_with(second.0, second.1, second.2, 1000, renewed(second.0, second.2));
+            assert_eq!(w.state(0, at_a()), Some(paired(3, 0xb)));
+            assert_eq!(w.state(1, at_b()), Some(paired(3, 0xa)));
+            assert_eq!(w.hosts[0].record_handles[&at_a()], Some(renewed(1, 0xb)));
+            assert_eq!(w.hosts[1].record_handles[&at_b()], Some(renewed(0, 0xa)));
+            assert!(w.hosts.iter().all(|h| h.pairing.refusals().is_empty()), "a_first {a_first}");
+        }
+        // Renewed while the link is down: the half waits, and pairs at the next link.
+        let mut w = World::new();
+        w.register(0, at_a(), 0xa, 1000);
+        w.register(1, at_b(), 0xb, 1000);
+        w.link_up = false;
+        w.register_with(1, at_b(), 0xb, 1000, renewed(1, 0xb));
+        assert_eq!(w.hosts[1].records[&at_b()], HalfState::Waiting { last: 1 });
+        w.connect();
+        assert_eq!(w.state(1, at_b()), Some(paired(2, 0xa)));
+        assert_eq!(w.hosts[0].record_handles[&at_a()], Some(renewed(1, 0xb)));
+        // A half whose peer is gone keeps its new objects and stays so.
+        w.withdraw(0, at_a());
+        w.register_with(1, at_b(), 0xb, 1000, handles_of(1, 0xb));
+        assert_eq!(w.state(1, at_b()), Some(HalfState::PeerGone { last: 2 }));
     }
 
     #[test]
