@@ -36,6 +36,10 @@ pub struct Config {
     pub ring_bytes: usize,
     pub poll_time: Duration,
     pub fabric_dir: PathBuf,
+    /// The fabric this process opens for connections to other hosts, as the environment
+    /// said when the library loaded (or why not): a server's worker may run with its
+    /// environment cleared (nginx keeps only TZ) and must still open the same fabric.
+    pub fabric: Result<lanes::FabricConfig, String>,
     pub netns: u64,
     /// LANES_SOCKETS_QUIET: no notices.
     pub quiet: bool,
@@ -97,7 +101,14 @@ fn load() -> Config {
         Some(d) => PathBuf::from(d),
         None => lanes::FabricConfig::from_env().map(|c| c.dir).unwrap_or_else(|_| lanes::config::default_fabric_dir()),
     };
+    let fabric = lanes::FabricConfig::from_env()
+        .map(|mut f| {
+            f.dir = fabric_dir.clone();
+            f
+        })
+        .map_err(|e| e.to_string());
     let mut config = Config {
+        fabric,
         enabled: true,
         include: None,
         exclude: Vec::new(),
@@ -227,6 +238,7 @@ mod tests {
             ring_bytes: 0,
             poll_time: Duration::ZERO,
             fabric_dir: PathBuf::new(),
+            fabric: Err("not opened in these tests".into()),
             netns: 0,
             quiet: false,
             remote: None,

@@ -404,7 +404,11 @@ fn fabric() -> Result<Fabric, String> {
         Some(parents) => std::mem::forget(parents),
         None => {}
     }
-    let opened = Fabric::open().map_err(|e| format!("opening the fabric: {e}"));
+    let opened = config()
+        .fabric
+        .clone()
+        .and_then(|f| Fabric::open_with(f).map_err(|e| e.to_string()))
+        .map_err(|e| format!("opening the fabric: {e}"));
     *g = Some((me, opened.clone()));
     opened
 }
