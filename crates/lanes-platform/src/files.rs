@@ -3,7 +3,7 @@
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -384,12 +384,44 @@ pub fn held_by_library(fd: i32) -> bool {
 }
 
 impl HeldFile {
+    /// Holds `file`, its descriptor moved to a number at or above [`held_floor`] when one
+    /// is free (else it keeps its own).
     pub fn new(file: File) -> HeldFile {
+        let file = out_of_the_way(file);
         if let Some((w, b)) = held_bit(file.as_raw_fd()) {
             HELD[w].fetch_or(b, std::sync::atomic::Ordering::AcqRel);
         }
         HeldFile { file }
     }
+}
+
+/// The lowest number a held file's descriptor takes: half the soft limit on descriptors
+/// (at most what the table of held numbers covers). Programs count on their own
+/// descriptors' numbers staying low: an event loop sized for them (wrk's holds 10 plus 3
+/// per connection) refuses a socket whose number the library's files pushed past it.
+fn held_floor() -> i32 {
+    static FLOOR: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *FLOOR.get_or_init(|| {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes one rlimit into ours.
+        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 0 };
+        (soft / 2).min((HELD_WORDS * 64 - 1) as u64) as i32
+    })
+}
+
+/// `file` with its descriptor at or above [`held_floor`], if a number is free there.
+fn out_of_the_way(file: File) -> File {
+    let floor = held_floor();
+    if floor <= 0 || file.as_raw_fd() >= floor {
+        return file;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on our own descriptor; no memory is involved.
+    let moved = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+    if moved < 0 {
+        return file;
+    }
+    // SAFETY: `moved` is a new descriptor nobody else owns; `file` closes the old one.
+    unsafe { File::from_raw_fd(moved) }
 }
 
 impl std::ops::Deref for HeldFile {
@@ -413,11 +445,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_held_file_number_is_known_until_the_file_closes() {
+    fn a_held_file_number_is_high_and_known_until_the_file_closes() {
         let file = File::open("/dev/null").unwrap();
-        let fd = file.as_raw_fd();
-        assert!(!held_by_library(fd));
+        let low = file.as_raw_fd();
         let held = HeldFile::new(file);
+        let fd = held.as_raw_fd();
+        if held_floor() > low {
+            assert!(fd >= held_floor(), "moved out of the program's way: {low} became {fd}");
+        }
         assert!(held_by_library(fd));
         assert!(held.metadata().is_ok(), "the file is reachable through the guard");
         drop(held);
