@@ -1465,6 +1465,114 @@ fn iperf3_across_hosts_completes_while_the_fabric_link_is_cut() {
     assert!(fall_forwards > 0, "no connection of b's fell forward after the cut\n{}", c.logs());
 }
 
+/// nginx on a and wrk on b under `lanes run`, over the "Ethernet" address, while a's
+/// fabric link is cut twice (each time until b's
+/// daemon calls a Lost, then restored): wrk's keep-alive connections, their streams live,
+/// fail over and fall forward (counted in b's records while it runs), wrk reports no socket
+/// error and no failed response, and the file fetched by curl after the second return
+/// comes back byte for byte.
+#[test]
+fn nginx_and_wrk_across_hosts_while_the_fabric_link_flaps() {
+    use lanes::cluster::proto::HostState;
+    use lanes_testkit::program::{on_path, Program};
+    if !(on_path("nginx") && on_path("wrk") && on_path("curl")) {
+        assert!(std::env::var_os("CI").is_none(), "nginx, wrk or curl is missing (scripts/test.sh installs them)");
+        eprintln!("skipping: nginx, wrk or curl is not installed");
+        return;
+    }
+    let Some(c) = Cluster::netns_with_ethernet("xh-nginx-flap") else { return };
+    if !with_fabric_stream("nginx_and_wrk_across_hosts_while_the_fabric_link_flaps") {
+        return;
+    }
+    let dir = lanes_testkit::TestDir::new("xh-nginx");
+    let p = dir.root().display().to_string();
+    for d in ["www", "tmp"] {
+        std::fs::create_dir_all(dir.root().join(d)).unwrap();
+    }
+    let big: Vec<u8> = (0..4u64 << 20).map(|i| pattern(7, i)).collect();
+    std::fs::write(dir.root().join("www/big.bin"), &big).unwrap();
+    std::fs::write(dir.root().join("www/index.html"), "<html>lanes</html>\n").unwrap();
+    let (host, port) = (Netns::ethernet_address(0), 15380);
+    // sendfile off: a file's bytes go through the program's writes (sendfile gives a
+    // connection to the kernel for good); keep-alive connections last the whole run.
+    let conf = format!(
+        "user root;\ndaemon off;\nmaster_process on;\nworker_processes 1;\npid {p}/nginx.pid;\n\
+         error_log {p}/error.log info;\nevents {{ worker_connections 256; }}\n\
+         http {{\n  access_log off;\n  sendfile off;\n  keepalive_requests 100000000;\n\
+         \x20 keepalive_timeout 120s;\n  client_body_temp_path {p}/tmp/body;\n\
+         \x20 proxy_temp_path {p}/tmp/proxy;\n  fastcgi_temp_path {p}/tmp/fastcgi;\n\
+         \x20 uwsgi_temp_path {p}/tmp/uwsgi;\n  scgi_temp_path {p}/tmp/scgi;\n\
+         \x20 server {{ listen {host}:{port}; root {p}/www; }}\n}}\n"
+    );
+    let conf_path = dir.path("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let conf_arg = conf_path.display().to_string();
+    let err_log = format!("{p}/error.log");
+    let server = Program::spawn(lanes_run(&c, 0, "nginx", &["-p", &p, "-c", &conf_arg, "-e", &err_log]), "nginx on a");
+    let url = |file: &str| format!("http://{host}:{port}/{file}");
+    let started = Instant::now();
+    loop {
+        let mut probe = std::process::Command::new(&c.prefix(1)[0]);
+        probe.args(&c.prefix(1)[1..]).args(["curl", "-fsS", "-o", "/dev/null", &url("index.html")]);
+        if probe.output().is_ok_and(|o| o.status.success()) {
+            break;
+        }
+        assert!(started.elapsed() < BOUND, "nginx never answered on a\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let wrk =
+        Program::spawn(lanes_run(&c, 1, "wrk", &["-c", "4", "-t", "1", "-d", "20s", &url("index.html")]), "wrk on b");
+    let on_b = |f: fn(&lanes::sockets::registry::ConnectionInfo) -> u64| -> u64 {
+        list_connections(&c.fabric(1)).iter().filter(|r| r.cross_host.is_some()).map(f).sum()
+    };
+    // Live streams (their records carry the streams' counts): whether a ring pays is the
+    // streams' choice (an epoll loop's short reads mostly leave it to the kernel).
+    wait_for(&c, "wrk's connections with live fabric streams", || {
+        on_b(|r| r.kernel_bytes_sent + r.ring_bytes_sent) > 0
+    });
+    let n = c.namespaces().expect("namespaces");
+    let (mut failovers, mut fall_forwards) = (0, 0);
+    for cut in 1..=2 {
+        let forwarded_before = on_b(|r| r.fall_forwards);
+        n.set_link(0, false);
+        c.wait_state(1, 0, HostState::Lost, Duration::from_secs(30));
+        failovers = failovers.max(on_b(|r| r.failovers));
+        n.set_link(0, true);
+        c.wait_state(1, 0, HostState::Operational, Duration::from_secs(30));
+        let back = Instant::now();
+        while on_b(|r| r.fall_forwards) <= forwarded_before {
+            assert!(
+                back.elapsed() < BOUND,
+                "cut {cut}: no connection of wrk's fell forward within {BOUND:?}\na:\n{}\nb:\n{}\n{}",
+                lanes_status(&c, 0),
+                lanes_status(&c, 1),
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        fall_forwards = fall_forwards.max(on_b(|r| r.fall_forwards));
+    }
+    let w = wrk.wait(Duration::from_secs(120));
+    assert!(w.ok(), "{}", w.describe("wrk"));
+    let requests =
+        w.stdout.lines().find(|l| l.contains("requests in")).and_then(|l| l.split_whitespace().next()).unwrap_or("0");
+    assert!(requests.parse::<u64>().unwrap_or(0) > 0, "{}", w.describe("wrk made no request"));
+    for bad in ["Socket errors", "Non-2xx or 3xx responses"] {
+        assert!(!w.stdout.contains(bad), "{}", w.describe(&format!("wrk reports {bad}")));
+    }
+    let got =
+        Program::spawn(lanes_run(&c, 1, "curl", &["-fsS", &url("big.bin")]), "curl on b").wait(Duration::from_secs(60));
+    assert!(got.ok() && got.stdout_bytes == big, "{}", got.describe("curl of a 4 MiB file"));
+    let s = server.stop(libc::SIGQUIT, Duration::from_secs(10));
+    assert!(s.ok(), "{}", s.describe("nginx"));
+    let log = std::fs::read_to_string(&err_log).unwrap_or_default();
+    let serious: Vec<&str> =
+        log.lines().filter(|l| ["[alert]", "[emerg]", "[crit]"].iter().any(|s| l.contains(s))).collect();
+    assert!(serious.is_empty(), "nginx's error log:\n{}", serious.join("\n"));
+    eprintln!("nginx and wrk across two cuts: {requests} requests; fail-overs {failovers}, fall-forwards {fall_forwards} on b");
+    assert!(failovers > 0, "no connection of wrk's failed over\n{}", c.logs());
+}
+
 // ---------------------------------------------------------------------------------------
 // The ring across hosts (stage 3), between processes that use it directly
 // ---------------------------------------------------------------------------------------
