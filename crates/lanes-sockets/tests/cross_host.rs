@@ -1577,6 +1577,74 @@ fn nginx_and_wrk_across_hosts_while_the_fabric_link_flaps() {
 // The ring across hosts (stage 3), between processes that use it directly
 // ---------------------------------------------------------------------------------------
 
+/// `lanes bench sockets --remote-node 8` on b against `lanes bench --serve` on a: both rows
+/// across hosts measured over kernel TCP and through the library, each round, with figures
+/// and a ratio in the JSON; first as configured (`auto` on the tcp provider: nothing pairs,
+/// nothing goes over the fabric), then with pairing forced on at both ends (the library's
+/// connections move bytes over the fabric: the daemons' totals).
+#[test]
+fn lanes_bench_sockets_across_hosts_reports_both_modes() {
+    use lanes_testkit::program::{on_path, Program};
+    if !(on_path("sockperf") && on_path("iperf3")) {
+        assert!(std::env::var_os("CI").is_none(), "sockperf or iperf3 is missing (scripts/test.sh installs them)");
+        eprintln!("skipping: sockperf or iperf3 is not installed");
+        return;
+    }
+    let Some(c) = Cluster::netns("xh-bench") else { return };
+    if !with_fabric_stream("lanes_bench_sockets_across_hosts_reports_both_modes") {
+        return;
+    }
+    let lanes_in = |k: usize, args: &[&str]| {
+        let prefix = c.prefix(k);
+        let mut cmd = std::process::Command::new(&prefix[0]);
+        cmd.args(&prefix[1..]).arg(support::lanes_command()).args(args);
+        for v in support::SCRUBBED.iter().chain(lanes_testkit::LANES_ENV) {
+            cmd.env_remove(v);
+        }
+        cmd.envs(c.env(k)).env("LANES_NODE_ID", lanes_testkit::cluster::NODES[k].to_string());
+        cmd
+    };
+    let port = "15471";
+    let mut server = Program::spawn(lanes_in(0, &["bench", "--serve", "--port", port]), "lanes bench --serve");
+    let listening = server.stderr_line(Duration::from_secs(30), |l| l.contains("listening on"));
+    assert!(listening.is_some(), "lanes bench --serve: {}", server.stderr_so_far());
+    let node = lanes_testkit::cluster::NODES[0].to_string();
+    for force in [false, true] {
+        let mut args = vec!["bench", "sockets", "--remote-node", &node, "--port", port, "--rounds", "2"];
+        args.extend(["--seconds", "1", "--json", "-"]);
+        if force {
+            args.push("--force-remote");
+        }
+        let client = Program::spawn(lanes_in(1, &args), "lanes bench sockets").wait(Duration::from_secs(240));
+        assert!(client.ok(), "{}\n{}", client.describe("lanes bench sockets --remote-node"), c.logs());
+        let report: serde_json::Value = serde_json::from_str(&client.stdout).expect("the JSON report");
+        for key in ["sockperf-latency", "iperf3"] {
+            let row = report["rows"].as_array().into_iter().flatten().find(|r| r["key"] == key);
+            let row = row.unwrap_or_else(|| panic!("no {key} row: {}", client.stdout));
+            for mode in ["kernel", "lanes"] {
+                let v = row["values"][mode].as_f64().unwrap_or(0.0);
+                assert!(v > 0.0, "{key}: no {mode} figure: {row}");
+                let samples = row["samples"][mode].as_array().map_or(0, Vec::len);
+                assert_eq!(samples, 2, "{key}: a {mode} sample per round: {row}");
+            }
+            assert!(row["ratio"].as_f64().is_some_and(|r| r > 0.0), "{key}: no ratio: {row}");
+        }
+        assert_eq!(report["detail"]["pairing_forced"], force, "{}", client.stdout);
+        wait_for(&c, "every half withdrawn", || {
+            daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+        });
+        let fabric = fabric_totals(&c);
+        if force {
+            assert!(fabric > 0, "forced: the library's connections moved nothing over the fabric\n{}", c.logs());
+        } else {
+            assert_eq!(fabric, 0, "auto on the tcp provider: nothing pairs\n{}", c.logs());
+        }
+        eprintln!("{}", client.stderr);
+    }
+    // (The server serves clients until it is stopped.)
+    drop(server.stop(libc::SIGTERM, Duration::from_secs(10)));
+}
+
 /// How long a client and a server may take to set their connections up.
 const SET_UP: Duration = Duration::from_secs(120);
 

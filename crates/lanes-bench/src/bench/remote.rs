@@ -12,6 +12,12 @@
 //! fi_pingpong-done             -> ok          waits for it to exit (it serves one client)
 //! iperf3                       -> ok <port>   starts `iperf3 -s -1 -p port -B addr`
 //! iperf3-done                  -> ok          waits for it to exit
+//! sockets-server <row> <mode> <remote>
+//!                              -> ok <port>   starts the server of `lanes bench sockets
+//!                                             --remote-node` row <row> on addr, over
+//!                                             kernel TCP or the library (<mode>), the
+//!                                             library's remote setting as configured or on
+//! sockets-server-done          -> ok          waits a moment for it to exit, then stops it
 //! ```
 //!
 //! Per round, for every size: each Lanes latency path (`ofi-interrupt`, `ofi-dataint`,
@@ -41,6 +47,7 @@ use crate::bench::facts::{RemoteRun, RunInfo, DMA_SIZE};
 use crate::bench::options::Plan;
 use crate::bench::paths::{self, Kind, PathDef, Transport};
 use crate::bench::runner::{Cell, Measured, Session};
+use crate::bench::sockets::across_hosts;
 use crate::bench::sockets::procs::{self, Launch, Mode, Server};
 use crate::bench::sockets::tools::parse_iperf3;
 use crate::bench::table;
@@ -78,7 +85,7 @@ pub(crate) struct ClientOptions {
 }
 
 /// The cluster this process is in, and the address of `node`'s host at the bench port.
-fn locate(node: u32, port: Option<u16>) -> Result<(lanes::FabricConfig, SocketAddr), String> {
+pub(crate) fn locate(node: u32, port: Option<u16>) -> Result<(lanes::FabricConfig, SocketAddr), String> {
     let config = lanes::FabricConfig::from_env().map_err(|e| format!("fabric configuration: {e}"))?;
     let cluster = config.cluster.as_ref().ok_or(
         "this host is not in a cluster: `--transport ofi` needs a lanes.toml with [cluster] and [[node]] entries \
@@ -101,7 +108,7 @@ fn command(program: &str, port: u16) -> Result<Command, String> {
     Launch { mode: Mode::Kernel, lib: None, port, cpu: None }.command(program)
 }
 
-fn need(program: &str, package: &str) -> Result<(), String> {
+pub(crate) fn need(program: &str, package: &str) -> Result<(), String> {
     let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
     if found {
         Ok(())
@@ -149,6 +156,7 @@ fn serve_one(stream: TcpStream, ip: IpAddr, provider: &str) -> Result<(), String
     let wait = Waiter::new(Some(fd), crate::measure::affinity::allowed_cpus().len() < 2, false);
     let mut fi: Option<Server> = None;
     let mut iperf: Option<Server> = None;
+    let mut sockets: Option<(Server, Duration)> = None;
     let provider = provider.to_string();
     let mut extra = |cmd: &str| -> Option<Result<String, String>> {
         let mut w = cmd.split_whitespace();
@@ -168,6 +176,20 @@ fn serve_one(stream: TcpStream, ip: IpAddr, provider: &str) -> Result<(), String
                 port.to_string()
             }),
             "iperf3-done" => done(iperf.take(), "iperf3"),
+            "sockets-server" => match cmd.split_whitespace().collect::<Vec<_>>().as_slice() {
+                [_, row, mode, remote] => across_hosts::start_server(ip, row, mode, remote).map(|(s, port, ends)| {
+                    sockets = Some((s, ends));
+                    port.to_string()
+                }),
+                _ => Err(format!("sockets-server: expected a row, a mode and a remote setting, got {cmd:?}")),
+            },
+            "sockets-server-done" => match sockets.take() {
+                Some((s, ends)) => {
+                    s.wait_exit(ends);
+                    Ok(String::new())
+                }
+                None => Err("no sockets server was started".into()),
+            },
             _ => return None,
         })
     };

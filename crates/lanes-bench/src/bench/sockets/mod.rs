@@ -12,14 +12,19 @@
 //! wrk (requests/s). Every round runs each measurement once without and once with the
 //! library, alternating which goes first; the figure of a mode is the median of its rounds.
 //!
+//! With `--remote-node N`, two of the rows run between this host and N's host instead
+//! (`across_hosts.rs`), against `lanes bench --serve` there.
+//!
 //! ```text
 //! mod.rs      arguments, the rounds, the table and the JSON
+//! across_hosts.rs  the rows between two hosts of a cluster (`--remote-node`)
 //! tools.rs    the measurements' table; sockperf, iperf3, redis: command lines and parsers
 //! fanout.rs   the multicast fan-out (this executable as sender and four receivers)
 //! servers.rs  the blocking ping-pong (this executable), PostgreSQL and nginx
 //! procs.rs    starting, pinning, time-limiting and always stopping the programs; CPU hogs
 //! ```
 
+pub(crate) mod across_hosts;
 pub(crate) mod fanout;
 pub(crate) mod procs;
 pub(crate) mod servers;
@@ -72,6 +77,18 @@ pub struct SocketsArgs {
     /// Exit with a failure if a target is missed or a row could not be measured.
     #[arg(long)]
     strict: bool,
+    /// Run sockperf-latency and iperf3 between this host and node N's host of the cluster,
+    /// against `lanes bench --serve` there (started as node N), instead of on loopback.
+    #[arg(long, value_name = "N")]
+    remote_node: Option<u32>,
+    /// With --remote-node: the server's port (default: that host's daemon port + 1).
+    #[arg(long, value_name = "PORT", requires = "remote_node")]
+    port: Option<u16>,
+    /// With --remote-node: pair connections with the other host at both ends whatever the
+    /// configuration says (`LANES_SOCKETS_REMOTE=on`), to measure the fabric stream on a
+    /// provider `auto` leaves alone (tcp).
+    #[arg(long, requires = "remote_node")]
+    force_remote: bool,
     /// (internal) the blocking ping-pong's server on this loopback port.
     #[arg(long, hide = true, value_name = "PORT")]
     pingpong_server: Option<u16>,
@@ -200,27 +217,21 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
     if a.redis_clients == 0 {
         return Err("--redis-clients: at least 1".into());
     }
-    let tools: Vec<&'static Tool> = match a.only.as_deref() {
-        None => TOOLS.iter().collect(),
-        Some(list) => {
-            let mut v = Vec::new();
-            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-                let t = TOOLS.iter().find(|t| t.key == name).ok_or_else(|| {
-                    format!(
-                        "--only: unknown row {name:?}; rows: {}",
-                        TOOLS.iter().map(|t| t.key).collect::<Vec<_>>().join(", ")
-                    )
-                })?;
-                if !v.iter().any(|x: &&Tool| x.key == t.key) {
-                    v.push(t);
-                }
-            }
-            if v.is_empty() {
-                return Err("--only names no row".into());
-            }
-            v
-        }
-    };
+    if let Some(node) = a.remote_node {
+        let rows = pick(across_hosts::ROWS, a.only.as_deref())?;
+        let o = across_hosts::Options {
+            node,
+            port: a.port,
+            force: a.force_remote,
+            rows,
+            rounds,
+            seconds,
+            json: a.json.clone(),
+            strict: a.strict,
+        };
+        return across_hosts::run(o);
+    }
+    let tools = pick(TOOLS, a.only.as_deref())?;
     let cpus = affinity::distinct_pair_or_default(a.cpu.as_deref(), "servers and clients")?;
     let to_stdout = a.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let tell = |s: &str| -> Result<(), String> {
@@ -426,6 +437,24 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The rows of `all` that `--only` names (all of them without it).
+fn pick(all: &'static [Tool], only: Option<&str>) -> Result<Vec<&'static Tool>, String> {
+    let Some(list) = only else { return Ok(all.iter().collect()) };
+    let mut v = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let t = all.iter().find(|t| t.key == name).ok_or_else(|| {
+            format!("--only: unknown row {name:?}; rows: {}", all.iter().map(|t| t.key).collect::<Vec<_>>().join(", "))
+        })?;
+        if !v.iter().any(|x: &&Tool| x.key == t.key) {
+            v.push(t);
+        }
+    }
+    if v.is_empty() {
+        return Err("--only names no row".into());
+    }
+    Ok(v)
 }
 
 /// The number of GETs for a redis-benchmark run of about `--seconds`, from a short kernel run.
