@@ -58,7 +58,7 @@ use lanes::platform::liveness::ProcessIdentity;
 use lanes::sockets::endpoint::DEFAULT_RING_BYTES;
 use lanes::sockets::endpoint::{this_process, MIN_RING_BYTES};
 use lanes::sockets::fabric_stream::{
-    kernel_history, syn_acked, FabricStream, KernelHistory, PendingStream, StreamExports,
+    established, kernel_history, syn_acked, FabricStream, KernelHistory, PendingStream, StreamExports,
 };
 use lanes::sockets::remote::{Pairing, PairingState, FLAG_REMOTE};
 use lanes::sockets::{ConnectionKey, Endpoint};
@@ -193,8 +193,14 @@ impl RemoteConn {
             return None;
         }
         let Slot::Ready(pending) = std::mem::replace(slot, Slot::Kernel) else { return None };
-        // Shut down or reset already: nothing more for a stream to carry.
-        let history = kernel_history(fd, self.syn_acked)?;
+        let Some(history) = kernel_history(fd, self.syn_acked) else {
+            // Shut down or reset already: nothing more for a stream to carry. Else the
+            // kernel's counts kept moving while read (acks arriving): a later call starts it.
+            if established(fd) {
+                *slot = Slot::Ready(pending);
+            }
+            return None;
+        };
         match pending.start(fd, history) {
             Ok(s) => {
                 let s = Arc::new(s);
@@ -291,7 +297,13 @@ impl RemoteConn {
             return; // the objects of the stream that failed over: the peer renews its own
         }
         let Slot::Waiting(exports) = std::mem::replace(slot, Slot::Kernel) else { return };
-        let Some(peer) = peer else { return };
+        let Some(peer) = peer else {
+            if pairing.state == PairingState::Paired {
+                let why = "the peer's process exported no stream objects";
+                reasons::note_with(Reason::RemoteNoStream, Some(&self.key), why);
+            }
+            return;
+        };
         *used = Some(peer);
         drop(used);
         *slot = Slot::Connecting;

@@ -353,6 +353,11 @@ pub fn kernel_history(fd: RawFd, syn_acked: u64) -> Option<KernelHistory> {
     None
 }
 
+/// Whether `fd` is an established TCP connection (no FIN sent or received yet).
+pub fn established(fd: RawFd) -> bool {
+    tcp_counts(fd).is_some()
+}
+
 /// `TCP_INFO`'s bytes acked and bytes received of `fd`, if it is an established TCP
 /// connection.
 fn tcp_counts(fd: RawFd) -> Option<(u64, u64)> {
