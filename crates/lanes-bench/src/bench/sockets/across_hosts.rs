@@ -17,9 +17,9 @@ use crate::bench::remote::{locate, need};
 use crate::bench::sockets::procs::{self, run_client, Launch, Mode, Server};
 use crate::bench::sockets::servers::{Params, Sample};
 use crate::bench::sockets::tools::{parse_iperf3, parse_sockperf_pingpong, Tool};
-use crate::bench::sockets::{finish_row, render, units, RowState, SampleOut, BENCHMARK};
+use crate::bench::sockets::{conclude, finish_row, row_states, units, SampleOut, BENCHMARK};
 use crate::preload;
-use crate::report::{say, Machine, Report};
+use crate::report::{Machine, Report};
 
 const CONNECT: Duration = Duration::from_secs(10);
 /// sockperf's table of send times, as for the local row.
@@ -158,28 +158,8 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
     }
     let lib = preload::find_library()?;
     let to_stdout = o.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    let tell = |s: &str| -> Result<(), String> {
-        if to_stdout {
-            eprint!("{s}");
-            Ok(())
-        } else {
-            say(s)
-        }
-    };
-    let mut rows: Vec<RowState> = o
-        .rows
-        .iter()
-        .map(|&tool| {
-            let missing: Vec<String> = tool
-                .needs
-                .iter()
-                .filter(|(prog, _)| procs::find_program(prog).is_none())
-                .map(|(prog, pkg)| format!("{prog} (apt-get install {pkg})"))
-                .collect();
-            let skipped = (!missing.is_empty()).then(|| format!("not installed: {}", missing.join(", ")));
-            RowState { tool, kernel: Vec::new(), lanes: Vec::new(), skipped, error: None }
-        })
-        .collect();
+    let tell = |s: &str| super::tell(s, to_stdout);
+    let mut rows = row_states(&o.rows);
     tell(&format!(
         "lanes bench sockets --remote-node {}: {} row{} against `lanes bench --serve` at {addr}, {} round{} of {} s, \
          kernel TCP against {} on both hosts ({})\nlibrary: {}\n",
@@ -250,24 +230,5 @@ pub(crate) fn run(o: Options) -> Result<(), String> {
     report.set_detail("pairing_forced", &o.force);
     report.units = units();
     report.rows = rows.into_iter().map(|r| finish_row(r, true, interrupted)).collect();
-    tell(&render(&report))?;
-    if let Some(p) = &o.json {
-        let text = report.to_json()?;
-        if to_stdout {
-            say(&text)?;
-        } else {
-            std::fs::write(p, text).map_err(|e| format!("writing {}: {e}", p.display()))?;
-            tell(&format!("JSON: {}\n", p.display()))?;
-        }
-    }
-    if interrupted {
-        return Err("interrupted; the table above covers what was measured".into());
-    }
-    if o.strict {
-        let bad: Vec<&str> = report.rows.iter().filter(|r| !super::passed(r)).map(|r| r.key.as_str()).collect();
-        if !bad.is_empty() {
-            return Err(format!("--strict: not passed: {}", bad.join(", ")));
-        }
-    }
-    Ok(())
+    conclude(&report, o.json.as_deref(), interrupted, o.strict)
 }

@@ -234,14 +234,7 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
     let tools = pick(TOOLS, a.only.as_deref())?;
     let cpus = affinity::distinct_pair_or_default(a.cpu.as_deref(), "servers and clients")?;
     let to_stdout = a.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    let tell = |s: &str| -> Result<(), String> {
-        if to_stdout {
-            eprint!("{s}");
-            Ok(())
-        } else {
-            say(s)
-        }
-    };
+    let tell = |s: &str| tell(s, to_stdout);
     let (lib, lib_missing) = match preload::find_library() {
         Ok(l) => (Some(l), None),
         Err(e) => (None, Some(e)),
@@ -250,19 +243,7 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
     let started = Instant::now();
     procs::catch_signals();
 
-    let mut rows: Vec<RowState> = tools
-        .iter()
-        .map(|&tool| {
-            let missing: Vec<String> = tool
-                .needs
-                .iter()
-                .filter(|(prog, _)| procs::find_program(prog).is_none())
-                .map(|(prog, pkg)| format!("{prog} (apt-get install {pkg})"))
-                .collect();
-            let skipped = (!missing.is_empty()).then(|| format!("not installed: {}", missing.join(", ")));
-            RowState { tool, kernel: Vec::new(), lanes: Vec::new(), skipped, error: None }
-        })
-        .collect();
+    let mut rows = row_states(&tools);
 
     let mut header = format!(
         "lanes bench sockets: {} row{}, {rounds} round{} of {seconds} s per measurement, kernel TCP against {} on both ends{}\n",
@@ -417,20 +398,54 @@ pub fn run(a: SocketsArgs) -> Result<(), String> {
     if let Some(f) = floor_ns {
         report.set_detail("floor_ns", &f);
     }
-    tell(&render(&report))?;
-    if let Some(p) = &a.json {
+    conclude(&report, a.json.as_deref(), interrupted, a.strict)
+}
+
+/// Says `s` on standard output, or on standard error when the JSON owns standard output.
+fn tell(s: &str, to_stdout: bool) -> Result<(), String> {
+    if to_stdout {
+        eprint!("{s}");
+        Ok(())
+    } else {
+        say(s)
+    }
+}
+
+/// A row's state before its first measurement: skipped if a program it needs is missing.
+fn row_states(tools: &[&'static Tool]) -> Vec<RowState> {
+    tools
+        .iter()
+        .map(|&tool| {
+            let missing: Vec<String> = tool
+                .needs
+                .iter()
+                .filter(|(prog, _)| procs::find_program(prog).is_none())
+                .map(|(prog, pkg)| format!("{prog} (apt-get install {pkg})"))
+                .collect();
+            let skipped = (!missing.is_empty()).then(|| format!("not installed: {}", missing.join(", ")));
+            RowState { tool, kernel: Vec::new(), lanes: Vec::new(), skipped, error: None }
+        })
+        .collect()
+}
+
+/// The end of a run: the table, the JSON (`-`: on standard output), and the exit's verdict
+/// (interrupted; with `strict`, a target missed).
+fn conclude(report: &Report, json: Option<&std::path::Path>, interrupted: bool, strict: bool) -> Result<(), String> {
+    let to_stdout = json.is_some_and(|p| p.as_os_str() == "-");
+    tell(&render(report), to_stdout)?;
+    if let Some(p) = json {
         let text = report.to_json()?;
         if to_stdout {
             say(&text)?;
         } else {
             std::fs::write(p, text).map_err(|e| format!("writing {}: {e}", p.display()))?;
-            tell(&format!("JSON: {}\n", p.display()))?;
+            tell(&format!("JSON: {}\n", p.display()), to_stdout)?;
         }
     }
     if interrupted {
         return Err("interrupted; the table above covers what was measured".into());
     }
-    if a.strict {
+    if strict {
         let bad: Vec<&str> = report.rows.iter().filter(|r| !passed(r)).map(|r| r.key.as_str()).collect();
         if !bad.is_empty() {
             return Err(format!("--strict: not passed: {}", bad.join(", ")));
