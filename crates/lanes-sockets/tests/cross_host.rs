@@ -944,6 +944,81 @@ fn redis_across_hosts_under_lanes_run() {
     }
 }
 
+/// redis-server on a and `redis-cli -r 3000 -i 0.005 INCR` on b under `lanes run`, over the
+/// "Ethernet" address: one connection, a request every 5 ms for about 15 s, while a's
+/// fabric link is cut twice (each time until b's daemon calls a Lost). Every increment is
+/// answered once and in order (redis-cli prints 1 to 3000), the connection fails over and
+/// falls forward at each cut (b's record), and the counter is 3000 at the end.
+#[test]
+fn redis_cli_across_hosts_while_the_fabric_link_flaps() {
+    use lanes::cluster::proto::HostState;
+    use lanes_testkit::program::{on_path, Program};
+    if !(on_path("redis-server") && on_path("redis-cli")) {
+        assert!(std::env::var_os("CI").is_none(), "redis is missing (scripts/test.sh installs it)");
+        eprintln!("skipping: redis is not installed");
+        return;
+    }
+    let Some(c) = Cluster::netns_with_ethernet("xh-redis-flap") else { return };
+    if !with_fabric_stream("redis_cli_across_hosts_while_the_fabric_link_flaps") {
+        return;
+    }
+    let data = lanes_testkit::TestDir::new("xh-redis-flap-data");
+    let (host, port) = (Netns::ethernet_address(0), "16380");
+    let mut server = Program::spawn(
+        {
+            let mut cmd = lanes_run(&c, 0, "redis-server", &["--port", port, "--bind", "0.0.0.0", "--save", ""]);
+            cmd.args(["--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--logfile", ""]);
+            cmd.arg("--dir").arg(data.root());
+            cmd
+        },
+        "redis-server on a",
+    );
+    let ready = server.stdout_line(Duration::from_secs(10), |l| l.contains("Ready to accept connections"));
+    assert!(ready.is_some(), "redis-server never ready: {}", server.stdout_so_far());
+    const INCRS: u64 = 3000;
+    let client = Program::spawn(
+        lanes_run(&c, 1, "redis-cli", &["-h", &host, "-p", port, "-r", &INCRS.to_string(), "-i", "0.005", "INCR", "n"]),
+        "redis-cli on b",
+    );
+    let on_b = |f: fn(&lanes::sockets::registry::ConnectionInfo) -> u64| -> u64 {
+        list_connections(&c.fabric(1)).iter().filter(|r| r.cross_host.is_some()).map(f).sum()
+    };
+    wait_for(&c, "redis-cli's connection with a live fabric stream", || {
+        on_b(|r| r.kernel_bytes_sent + r.ring_bytes_sent) > 0
+    });
+    let n = c.namespaces().expect("namespaces");
+    for cut in 1..=2 {
+        let forwarded_before = on_b(|r| r.fall_forwards);
+        n.set_link(0, false);
+        c.wait_state(1, 0, HostState::Lost, Duration::from_secs(30));
+        n.set_link(0, true);
+        c.wait_state(1, 0, HostState::Operational, Duration::from_secs(30));
+        let back = Instant::now();
+        while on_b(|r| r.fall_forwards) <= forwarded_before {
+            assert!(
+                back.elapsed() < BOUND,
+                "cut {cut}: redis-cli's connection did not fall forward within {BOUND:?}\nb:\n{}\n{}",
+                lanes_status(&c, 1),
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let failovers = on_b(|r| r.failovers);
+    let out = client.wait(Duration::from_secs(120));
+    assert!(out.ok(), "{}", out.describe("redis-cli -r INCR"));
+    let answers: Vec<u64> = out.stdout.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let expected: Vec<u64> = (1..=INCRS).collect();
+    assert!(answers == expected, "redis-cli's answers are not 1 to {INCRS} in order: {} of them", answers.len());
+    let get = Program::spawn(lanes_run(&c, 1, "redis-cli", &["-h", &host, "-p", port, "GET", "n"]), "GET")
+        .wait(Duration::from_secs(30));
+    assert!(get.ok() && get.stdout.trim() == INCRS.to_string(), "{}", get.describe("redis-cli GET n"));
+    assert!(failovers > 0, "redis-cli's connection never failed over\n{}", c.logs());
+    eprintln!("redis-cli across two cuts: {INCRS} answers in order; fail-overs {failovers} on b");
+    let s = server.stop(libc::SIGTERM, Duration::from_secs(10));
+    assert!(s.ok(), "{}", s.describe("redis-server"));
+}
+
 /// `remote = "off"`, and `auto` on the tcp provider: no registration, no question to the
 /// daemon, no record; each end counts and says why its connection stays kernel TCP.
 #[test]
