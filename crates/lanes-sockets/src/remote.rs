@@ -204,6 +204,14 @@ impl RemoteConn {
         match pending.start(fd, history) {
             Ok(s) => {
                 let s = Arc::new(s);
+                // An idle connection's record says it failed over without waiting for a call.
+                let me = Arc::downgrade(self);
+                s.on_failover(Box::new(move |n| {
+                    if let Some(c) = me.upgrade() {
+                        let earlier = c.earlier.failovers.load(Ordering::Relaxed);
+                        c.own.failovers().store(earlier + n, Ordering::Relaxed);
+                    }
+                }));
                 self.earlier.starts.fetch_add(1, Ordering::Relaxed);
                 *slot = Slot::Live(s.clone(), history);
                 Some(s)

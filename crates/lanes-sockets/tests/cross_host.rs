@@ -2059,10 +2059,11 @@ fn a_connection_falls_forward_to_the_fabric_once_its_link_is_back() {
             let failed = record(1, &server_at).failovers > failed_before;
             assert!(failed, "cut {cut}: b's stream failed over\n{}", c.logs());
         } else {
-            // An idle stream fails over at the suspicion (its record says so at its next
-            // call: the fall-forward below proves it happened).
+            // An idle stream fails over at the suspicion, and its record says so at once.
             c.wait_state(1, 0, HostState::Suspect, Duration::from_secs(30));
-            std::thread::sleep(Duration::from_millis(300));
+            wait_for(&c, "b's idle stream failed over, in its record", || {
+                record(1, &server_at).failovers > failed_before
+            });
         }
         n.set_link(0, true);
         c.wait_state(1, 0, HostState::Operational, Duration::from_secs(30));

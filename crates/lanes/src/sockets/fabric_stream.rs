@@ -86,7 +86,7 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -523,6 +523,8 @@ struct Shared {
     ring_requests: AtomicU64,
     ring_refusals: AtomicU64,
     failovers: AtomicU64,
+    /// Told the new count each time a direction fails over ([`FabricStream::on_failover`]).
+    failover_watcher: OnceLock<Box<dyn Fn(u64) + Send + Sync>>,
 }
 
 /// The pacing of a wait: spins first, driving the fabric's progress from this thread (so
@@ -753,6 +755,7 @@ impl PendingStream {
             ring_requests: AtomicU64::new(0),
             ring_refusals: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
+            failover_watcher: OnceLock::new(),
         });
         let for_thread = shared.clone();
         let service = std::thread::Builder::new()
@@ -852,6 +855,14 @@ impl FabricStream {
     pub fn kernel_only(&self) -> bool {
         let s = &self.shared;
         s.abandoned.load(Ordering::Relaxed) || s.given_up.load(Ordering::Acquire) && s.ring_drained()
+    }
+
+    /// Has `watch` told the stream's count of failed-over directions each time one fails
+    /// over (from whichever thread saw the failure: the service thread for an idle
+    /// connection), so that what the connection's record says needs no call of the
+    /// program's. Once per stream; a second watcher is ignored.
+    pub fn on_failover(&self, watch: Box<dyn Fn(u64) + Send + Sync>) {
+        let _ = self.shared.failover_watcher.set(watch);
     }
 
     /// Whether the stream failed over and is done with the fabric for good: both directions
@@ -1094,7 +1105,7 @@ impl Shared {
             self.granted_at.load(Ordering::Acquire) == self.word().load().kernel_reserved()
         };
         tx.failed_over = true;
-        self.failovers.fetch_add(1, Ordering::Relaxed);
+        self.count_failover();
         if !std::mem::take(&mut tx.ring_since_kernel) && !granted {
             return Ok(());
         }
@@ -1372,6 +1383,16 @@ impl Shared {
         }
     }
 
+    /// One more direction failed over: counted, and told to the watcher (which may be
+    /// called under this stream's locks: it must take none of its own that a call of the
+    /// stream's could hold).
+    fn count_failover(&self) {
+        let n = self.failovers.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(watch) = self.failover_watcher.get() {
+            watch(n);
+        }
+    }
+
     /// This end's receiver can no longer reach its peer's sender over the fabric (the
     /// fabric failed, or the peer's process or host is lost): it reads the ring's landed
     /// bytes, and then the anchor, where the sender's fail-over record comes first if its
@@ -1379,7 +1400,7 @@ impl Shared {
     fn fail_over_rx(&self, rx: &mut Receiver) {
         self.failed.store(true, Ordering::Release);
         if !matches!(rx.mode, RxMode::FailedOver | RxMode::Reset) {
-            self.failovers.fetch_add(1, Ordering::Relaxed);
+            self.count_failover();
             rx.mode = RxMode::FailedOver;
             rx.checkpoint = true;
         }
