@@ -69,6 +69,18 @@ extern "C" fn at_load() {
 #[link_section = ".init_array"]
 static AT_LOAD: extern "C" fn() = at_load;
 
+/// At the process's exit (after its atexit handlers; before the libraries this one
+/// depends on are finalized, libfabric among them): the fabric's background threads stop
+/// calling the provider, whose destructor would free what they use. A client across hosts
+/// crashed at exit once (SIGSEGV after its last output, in CI).
+extern "C" fn at_unload() {
+    let _ = std::panic::catch_unwind(lanes::transport::quiesce_for_exit);
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_UNLOAD: extern "C" fn() = at_unload;
+
 fn remember_own_path() {
     // SAFETY: a zeroed Dl_info is valid; dladdr fills it for an address of this library.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };

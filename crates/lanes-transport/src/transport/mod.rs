@@ -38,6 +38,14 @@ pub mod shm;
 pub mod vocab;
 
 use std::os::fd::OwnedFd;
+
+/// At the process's exit, before the libraries it uses are finalized: the transports'
+/// background threads stop calling their providers (see the ofi transport's
+/// `endpoint::quiesce_for_exit`; the shared-memory transport needs nothing).
+pub fn quiesce_for_exit() {
+    #[cfg(feature = "ofi")]
+    ofi::endpoint::quiesce_for_exit(std::time::Duration::from_millis(200));
+}
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 

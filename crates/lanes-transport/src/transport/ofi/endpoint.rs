@@ -196,6 +196,8 @@ pub struct ProcessEndpoint {
     stop: AtomicBool,
     wake: OwnedFd,
     service: Mutex<Option<JoinHandle<()>>>,
+    /// Set by the service thread when it has returned (it calls the provider no more).
+    service_done: Arc<AtomicBool>,
     /// The last error a remote-data completion reported (nobody waits for those).
     last_rx_error: Mutex<Option<String>>,
 }
@@ -297,12 +299,17 @@ impl ProcessEndpoint {
             stop: AtomicBool::new(false),
             wake,
             service: Mutex::new(None),
+            service_done: Arc::new(AtomicBool::new(false)),
             last_rx_error: Mutex::new(None),
         });
         let weak = Arc::downgrade(&me);
+        let done = me.service_done.clone();
         let handle = std::thread::Builder::new()
             .name("lanes-ofi".into())
-            .spawn(move || service_loop(weak))
+            .spawn(move || {
+                service_loop(weak);
+                done.store(true, Ordering::Release);
+            })
             .map_err(|e| Error::io("starting the ofi service thread", e))?;
         *me.service.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         Ok(me)
@@ -598,6 +605,29 @@ impl Drop for ProcessEndpoint {
             }
         }
     }
+}
+
+/// At the process's exit, before the libraries it uses are finalized (libfabric's own
+/// destructor frees what a service thread may be using at that moment, a crash at exit):
+/// every endpoint's service thread is told to stop, and waited for at most `bound`. The
+/// endpoints are left as they are (the process is ending; tearing them down would take the
+/// provider's time and locks).
+pub fn quiesce_for_exit(bound: Duration) {
+    let live: Vec<Arc<ProcessEndpoint>> = match ENDPOINTS.try_lock() {
+        Ok(list) => list.iter().filter_map(|(_, w)| w.upgrade()).collect(),
+        Err(_) => return, // a thread holds it at exit: nothing safe to wait for
+    };
+    for e in &live {
+        e.stop.store(true, Ordering::Release);
+        e.wake_service();
+    }
+    let until = Instant::now() + bound;
+    for e in &live {
+        while !e.service_done.load(Ordering::Acquire) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    std::mem::forget(live);
 }
 
 /// A thread that drives the endpoint's progress itself for as long as this lives (a hot
