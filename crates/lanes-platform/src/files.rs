@@ -355,21 +355,25 @@ pub fn reserve(file: &File, len: u64) -> io::Result<()> {
     }
 }
 
-/// A file the library keeps open for long (an object's file), whose descriptor number a
-/// preloaded library's `close` refuses to the program ([`held_by_library`]).
+/// A descriptor the library keeps open for long (an object's file, a connection to the
+/// daemon), whose number a preloaded library's `close` refuses to the program
+/// ([`held_by_library`]), moved out of the program's way ([`held_floor`]).
 ///
 /// A program that closes a descriptor twice (iperf3 closes its data sockets twice at the
 /// end of a test: harmless on its own, the second close fails with `EBADF`) would close
-/// one of ours instead if the number went to a file we opened in between, from a thread
-/// of ours while the program ran. The preloaded library answers such a close with the
-/// `EBADF` the program would have had without us.
+/// one of ours instead if the number went to a descriptor we opened in between, from a
+/// thread of ours while the program ran. The preloaded library answers such a close with
+/// the `EBADF` the program would have had without us.
 #[derive(Debug)]
-pub struct HeldFile {
-    file: File,
+pub struct Held<T: AsRawFd> {
+    inner: T,
 }
 
-/// Descriptor numbers of [`HeldFile`]s, one bit each (numbers past the table are not
-/// guarded).
+/// An object's file, held.
+pub type HeldFile = Held<File>;
+
+/// Descriptor numbers of [`Held`] descriptors, one bit each (numbers past the table are
+/// not guarded).
 static HELD: [std::sync::atomic::AtomicU64; HELD_WORDS] = [const { std::sync::atomic::AtomicU64::new(0) }; HELD_WORDS];
 const HELD_WORDS: usize = 1024;
 
@@ -378,27 +382,49 @@ fn held_bit(fd: i32) -> Option<(usize, u64)> {
     (fd < HELD_WORDS * 64).then(|| (fd / 64, 1u64 << (fd % 64)))
 }
 
-/// Whether descriptor `fd` is one of the library's held files now.
+/// Whether descriptor `fd` is one the library holds now.
 pub fn held_by_library(fd: i32) -> bool {
     held_bit(fd).is_some_and(|(w, b)| HELD[w].load(std::sync::atomic::Ordering::Acquire) & b != 0)
 }
 
-impl HeldFile {
-    /// Holds `file`, its descriptor moved to a number at or above [`held_floor`] when one
+impl<T: AsRawFd + FromRawFd> Held<T> {
+    /// Holds `inner`, its descriptor moved to a number at or above [`held_floor`] when one
     /// is free (else it keeps its own).
-    pub fn new(file: File) -> HeldFile {
-        let file = out_of_the_way(file);
-        if let Some((w, b)) = held_bit(file.as_raw_fd()) {
+    pub fn new(inner: T) -> Held<T> {
+        let inner = out_of_the_way(inner);
+        if let Some((w, b)) = held_bit(inner.as_raw_fd()) {
             HELD[w].fetch_or(b, std::sync::atomic::Ordering::AcqRel);
         }
-        HeldFile { file }
+        Held { inner }
     }
 }
 
-/// The lowest number a held file's descriptor takes: half the soft limit on descriptors
-/// (at most what the table of held numbers covers). Programs count on their own
-/// descriptors' numbers staying low: an event loop sized for them (wrk's holds 10 plus 3
-/// per connection) refuses a socket whose number the library's files pushed past it.
+impl<T: AsRawFd> std::ops::Deref for Held<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T: AsRawFd> std::ops::DerefMut for Held<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+}
+
+impl<T: AsRawFd> Drop for Held<T> {
+    fn drop(&mut self) {
+        // Before the descriptor closes (its number may be the next open's at once).
+        if let Some((w, b)) = held_bit(self.inner.as_raw_fd()) {
+            HELD[w].fetch_and(!b, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
+/// The lowest number a held descriptor takes: half the soft limit on descriptors (at most
+/// what the table of held numbers covers). Programs count on their own descriptors'
+/// numbers staying low: an event loop sized for them (wrk's holds 10 plus 3 per
+/// connection) refuses a socket whose number the library's descriptors pushed past it.
 fn held_floor() -> i32 {
     static FLOOR: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
     *FLOOR.get_or_init(|| {
@@ -409,35 +435,20 @@ fn held_floor() -> i32 {
     })
 }
 
-/// `file` with its descriptor at or above [`held_floor`], if a number is free there.
-fn out_of_the_way(file: File) -> File {
+/// `inner` with its descriptor at or above [`held_floor`], if a number is free there.
+fn out_of_the_way<T: AsRawFd + FromRawFd>(inner: T) -> T {
     let floor = held_floor();
-    if floor <= 0 || file.as_raw_fd() >= floor {
-        return file;
+    if floor <= 0 || inner.as_raw_fd() >= floor {
+        return inner;
     }
     // SAFETY: F_DUPFD_CLOEXEC on our own descriptor; no memory is involved.
-    let moved = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+    let moved = unsafe { libc::fcntl(inner.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
     if moved < 0 {
-        return file;
+        return inner;
     }
-    // SAFETY: `moved` is a new descriptor nobody else owns; `file` closes the old one.
-    unsafe { File::from_raw_fd(moved) }
-}
-
-impl std::ops::Deref for HeldFile {
-    type Target = File;
-    fn deref(&self) -> &File {
-        &self.file
-    }
-}
-
-impl Drop for HeldFile {
-    fn drop(&mut self) {
-        // Before the file closes (its number may be the next open's at once).
-        if let Some((w, b)) = held_bit(self.file.as_raw_fd()) {
-            HELD[w].fetch_and(!b, std::sync::atomic::Ordering::AcqRel);
-        }
-    }
+    drop(inner);
+    // SAFETY: `moved` is a new descriptor nobody else owns (the old one closed just above).
+    unsafe { T::from_raw_fd(moved) }
 }
 
 #[cfg(test)]

@@ -127,6 +127,8 @@ pub struct RemoteConn {
     /// The peer's objects the last stream was connected to: a pairing that names them
     /// again (the peer has not renewed its own yet) is no ground for a new stream.
     peer_used: Mutex<Option<StreamHandles>>,
+    /// No set-up before then (the peer's host was out of reach at the last one).
+    set_up_again_at: Mutex<Instant>,
     earlier: Earlier,
 }
 
@@ -300,6 +302,9 @@ impl RemoteConn {
             PairingState::PeerGone => None,
             PairingState::Waiting | PairingState::Unregistered => return,
         };
+        if Instant::now() < *self.set_up_again_at.lock().unwrap_or_else(|e| e.into_inner()) {
+            return; // the peer's host was out of reach a moment ago
+        }
         let mut used = self.peer_used.lock().unwrap_or_else(|e| e.into_inner());
         if peer.is_some() && peer == *used {
             return; // the objects of the stream that failed over: the peer renews its own
@@ -312,18 +317,27 @@ impl RemoteConn {
             }
             return;
         };
-        *used = Some(peer);
+        let used_before = used.replace(peer);
         drop(used);
         *slot = Slot::Connecting;
         let me = self.clone();
         let spawned = std::thread::Builder::new().name("lanes-stream-setup".into()).spawn(move || {
-            let connected = connect_with_retries(exports, peer);
+            let connected = connect_with_retries(exports, peer).map_err(|failed| *failed);
             let mut slot = me.slot();
             // Given up or closed meanwhile: what was connected is dropped.
             if matches!(*slot, Slot::Connecting) {
                 match connected {
                     Ok(p) => *slot = Slot::Ready(p),
-                    Err(e) => {
+                    Err((_, Some(exports))) => {
+                        // The peer's host is out of reach for now: the connection waits, and a
+                        // call after a pause (or a new pairing once the host is back) tries
+                        // again.
+                        *slot = Slot::Waiting(exports);
+                        *me.peer_used.lock().unwrap_or_else(|e| e.into_inner()) = used_before;
+                        *me.set_up_again_at.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Instant::now() + SET_UP_AGAIN_AFTER;
+                    }
+                    Err((e, None)) => {
                         *slot = Slot::Kernel;
                         drop(slot);
                         reasons::note_with(Reason::RemoteNoStream, Some(&me.key), &e.to_string());
@@ -382,30 +396,46 @@ impl RemoteConn {
     }
 }
 
+/// Whether a set-up failed because the peer's host is out of reach for now (lost,
+/// suspected, not heard from yet): worth trying again once it is back.
+fn out_of_reach_for_now(e: &lanes::Error) -> bool {
+    matches!(
+        e,
+        lanes::Error::SegmentLost { .. } | lanes::Error::InterruptLost { .. } | lanes::Error::NodeUnreachable { .. }
+    )
+}
+
 /// Connects `exports` to the peer's objects, within [`STREAM_SET_UP`]. The pairing comes
 /// through the daemons, which may learn that the peer's host is back before this process's
 /// fabric does (a host it still calls lost refuses at once): such a refusal is tried again.
-fn connect_with_retries(exports: StreamExports, peer: StreamHandles) -> lanes::Result<PendingStream> {
+/// A host still out of reach at the end gives the exports back with the error.
+fn connect_with_retries(
+    exports: StreamExports,
+    peer: StreamHandles,
+) -> Result<PendingStream, Box<(lanes::Error, Option<StreamExports>)>> {
     let started = Instant::now();
     let mut exports = exports;
     loop {
         let left = STREAM_SET_UP.saturating_sub(started.elapsed());
         match PendingStream::try_connect(exports, peer, left).map_err(|back| *back) {
             Ok(p) => return Ok(p),
-            Err((e @ (lanes::Error::SegmentLost { .. } | lanes::Error::InterruptLost { .. }), back)) => {
+            Err((e, back)) if out_of_reach_for_now(&e) => {
                 if started.elapsed() + LOST_RETRY >= STREAM_SET_UP {
-                    return Err(e);
+                    return Err(Box::new((e, Some(back))));
                 }
                 exports = back;
                 std::thread::sleep(LOST_RETRY);
             }
-            Err((e, _)) => return Err(e),
+            Err((e, _)) => return Err(Box::new((e, None))),
         }
     }
 }
 
 /// The pause before a set-up refused for a lost host is tried again.
 const LOST_RETRY: Duration = Duration::from_millis(200);
+/// After a set-up that found the peer's host out of reach throughout, no new one for this
+/// long.
+const SET_UP_AGAIN_AFTER: Duration = Duration::from_secs(1);
 
 /// This process's fabric (or why it has none), opened at its first candidate; a forked
 /// child opens its own (the parent's threads and endpoint are not the child's).
@@ -657,6 +687,7 @@ pub fn on_connected(fd: i32, key: ConnectionKey) {
         syn_acked: syn,
         calls: AtomicUsize::new(0),
         peer_used: Mutex::new(None),
+        set_up_again_at: Mutex::new(Instant::now()),
         earlier: Earlier::default(),
     });
     if register(&c, cookie, handles) {
@@ -895,6 +926,7 @@ pub fn adopt_inherited(fd: i32, own: Endpoint, key: ConnectionKey) {
         syn_acked: 0,
         calls: AtomicUsize::new(0),
         peer_used: Mutex::new(None),
+        set_up_again_at: Mutex::new(Instant::now()),
         earlier: Earlier::default(),
     };
     insert(fd, Arc::new(c));

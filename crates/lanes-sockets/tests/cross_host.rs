@@ -1618,9 +1618,17 @@ fn nginx_and_wrk_across_hosts_while_the_fabric_link_flaps() {
         while on_b(|r| r.fall_forwards) <= forwarded_before {
             assert!(
                 back.elapsed() < BOUND,
-                "cut {cut}: no connection of wrk's fell forward within {BOUND:?}\na:\n{}\nb:\n{}\n{}",
+                "cut {cut}: no connection of wrk's fell forward within {BOUND:?}\na:\n{}\nb:\n{}\nnginx: {}\nwrk: {}\n{}",
                 lanes_status(&c, 0),
                 lanes_status(&c, 1),
+                server.stderr_so_far()
+                    + &std::fs::read_to_string(&err_log)
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|l| l.contains("liblanes_sockets"))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                wrk.stderr_so_far(),
                 c.logs()
             );
             std::thread::sleep(Duration::from_millis(20));

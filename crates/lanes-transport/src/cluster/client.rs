@@ -16,6 +16,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+
+use crate::platform::files::Held;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -39,7 +41,9 @@ pub struct Client {
 
 #[derive(Debug)]
 struct Connection {
-    stream: Option<UnixStream>,
+    /// Held (`platform::files::Held`): a connection lives as long as the stream objects it
+    /// serves, in a program's process whose stray closes must not reach it.
+    stream: Option<Held<UnixStream>>,
     reader: FrameReader,
     socket: PathBuf,
 }
@@ -55,7 +59,7 @@ impl Client {
         let started = Instant::now();
         let socket = Self::socket_path(dir);
         let stream = connect_within(&socket, timeout)?;
-        let mut conn = Connection { stream: Some(stream), reader: FrameReader::new(), socket };
+        let mut conn = Connection { stream: Some(Held::new(stream)), reader: FrameReader::new(), socket };
         let left = timeout.saturating_sub(started.elapsed());
         match conn.call(&Request::Hello { version: PROTOCOL_VERSION }, "the daemon's hello", left)? {
             Reply::Hello { host, boot, .. } => Ok(Client { conn, host, boot, notify: None }),
@@ -476,7 +480,7 @@ impl Connection {
         };
         let sent = stream
             .set_write_timeout(Some(timeout.max(Duration::from_millis(1))))
-            .and_then(|_| write_message(stream, req));
+            .and_then(|_| write_message(&mut **stream, req));
         if let Err(e) = sent {
             self.stream = None;
             return Err(if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
@@ -512,7 +516,7 @@ impl Connection {
             let Some(stream) = self.stream.as_mut() else {
                 return Err(self.protocol("connection unusable after an earlier timeout or error; connect again"));
             };
-            let got = stream.set_read_timeout(Some(left)).and_then(|_| self.reader.fill(stream));
+            let got = stream.set_read_timeout(Some(left)).and_then(|_| self.reader.fill(&mut **stream));
             match got {
                 Ok(Fill::Closed) => {
                     self.stream = None;
