@@ -866,15 +866,50 @@ fn ipv6_connections_to_addresses_claimed_at_hello_pair() {
 
 /// A command on host `k` under `lanes run` (the library preloaded as a user gets it), with
 /// host `k`'s environment and `LANES_SOCKETS_REMOTE=on`.
-fn lanes_run(c: &Cluster, k: usize, program: &str, args: &[&str]) -> std::process::Command {
+/// `lanes ARGS` on host `k`, with the host's environment and none of this process's.
+fn lanes_cmd(c: &Cluster, k: usize, args: &[&str]) -> std::process::Command {
     let prefix = c.prefix(k);
     let mut cmd = std::process::Command::new(&prefix[0]);
-    cmd.args(&prefix[1..]).arg(support::lanes_command()).args(["run", "--", program]).args(args);
+    cmd.args(&prefix[1..]).arg(support::lanes_command()).args(args);
     for v in support::SCRUBBED.iter().chain(lanes_testkit::LANES_ENV) {
         cmd.env_remove(v);
     }
-    cmd.envs(c.env(k)).env("LANES_SOCKETS_REMOTE", "on");
+    cmd.envs(c.env(k));
     cmd
+}
+
+fn lanes_run(c: &Cluster, k: usize, program: &str, args: &[&str]) -> std::process::Command {
+    let mut cmd = lanes_cmd(c, k, &["run", "--", program]);
+    cmd.args(args).env("LANES_SOCKETS_REMOTE", "on");
+    cmd
+}
+
+/// Whether every one of `programs` is installed (in CI they must be: scripts/test.sh
+/// installs them); says it skips otherwise.
+fn installed(programs: &[&str]) -> bool {
+    let missing: Vec<&str> = programs.iter().copied().filter(|p| !lanes_testkit::program::on_path(p)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "{missing:?} missing (scripts/test.sh installs them)");
+    eprintln!("skipping: {missing:?} not installed");
+    false
+}
+
+/// redis-server under `lanes run` on host `k` at `port`, ready for connections.
+fn redis_server(c: &Cluster, k: usize, port: &str, data: &std::path::Path) -> lanes_testkit::program::Program {
+    let mut cmd = lanes_run(c, k, "redis-server", &["--port", port, "--bind", "0.0.0.0", "--save", ""]);
+    cmd.args(["--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--logfile", ""]);
+    cmd.arg("--dir").arg(data);
+    let mut server = lanes_testkit::program::Program::spawn(cmd, "redis-server");
+    let ready = server.stdout_line(Duration::from_secs(10), |l| l.contains("Ready to accept connections"));
+    assert!(ready.is_some(), "redis-server never ready: {}", server.stdout_so_far());
+    server
+}
+
+/// The sum of `f` over host `k`'s cross-host connection records.
+fn sum_of_cross_host(c: &Cluster, k: usize, f: fn(&lanes::sockets::registry::ConnectionInfo) -> u64) -> u64 {
+    list_connections(&c.fabric(k)).iter().filter(|r| r.cross_host.is_some()).map(f).sum()
 }
 
 /// Real programs as a user runs them: redis-server on a and redis-benchmark and redis-cli on
@@ -883,26 +918,14 @@ fn lanes_run(c: &Cluster, k: usize, program: &str, args: &[&str]) -> std::proces
 /// withdrawn when the programs are done.
 #[test]
 fn redis_across_hosts_under_lanes_run() {
-    use lanes_testkit::program::{on_path, Program};
-    if !(on_path("redis-server") && on_path("redis-benchmark") && on_path("redis-cli")) {
-        assert!(std::env::var_os("CI").is_none(), "redis is missing (scripts/test.sh installs it)");
-        eprintln!("skipping redis_across_hosts_under_lanes_run: redis is not installed");
+    use lanes_testkit::program::Program;
+    if !installed(&["redis-server", "redis-benchmark", "redis-cli"]) {
         return;
     }
     let Some(c) = Cluster::netns("xh-redis") else { return };
     let data = lanes_testkit::TestDir::new("xh-redis-data");
     let port = "16379";
-    let mut server = Program::spawn(
-        {
-            let mut cmd = lanes_run(&c, 0, "redis-server", &["--port", port, "--bind", "0.0.0.0", "--save", ""]);
-            cmd.args(["--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--logfile", ""]);
-            cmd.arg("--dir").arg(data.root());
-            cmd
-        },
-        "redis-server on a",
-    );
-    let ready = server.stdout_line(Duration::from_secs(10), |l| l.contains("Ready to accept connections"));
-    assert!(ready.is_some(), "redis-server never ready: {}", server.stdout_so_far());
+    let server = redis_server(&c, 0, port, data.root());
     let host = Netns::address(0);
     let bench = Program::spawn(
         lanes_run(&c, 1, "redis-benchmark", &["-h", &host, "-p", port, "-c", "2", "-n", "100000", "-t", "ping", "-q"]),
@@ -952,10 +975,8 @@ fn redis_across_hosts_under_lanes_run() {
 #[test]
 fn redis_cli_across_hosts_while_the_fabric_link_flaps() {
     use lanes::cluster::proto::HostState;
-    use lanes_testkit::program::{on_path, Program};
-    if !(on_path("redis-server") && on_path("redis-cli")) {
-        assert!(std::env::var_os("CI").is_none(), "redis is missing (scripts/test.sh installs it)");
-        eprintln!("skipping: redis is not installed");
+    use lanes_testkit::program::Program;
+    if !installed(&["redis-server", "redis-cli"]) {
         return;
     }
     let Some(c) = Cluster::netns_with_ethernet("xh-redis-flap") else { return };
@@ -964,25 +985,13 @@ fn redis_cli_across_hosts_while_the_fabric_link_flaps() {
     }
     let data = lanes_testkit::TestDir::new("xh-redis-flap-data");
     let (host, port) = (Netns::ethernet_address(0), "16380");
-    let mut server = Program::spawn(
-        {
-            let mut cmd = lanes_run(&c, 0, "redis-server", &["--port", port, "--bind", "0.0.0.0", "--save", ""]);
-            cmd.args(["--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--logfile", ""]);
-            cmd.arg("--dir").arg(data.root());
-            cmd
-        },
-        "redis-server on a",
-    );
-    let ready = server.stdout_line(Duration::from_secs(10), |l| l.contains("Ready to accept connections"));
-    assert!(ready.is_some(), "redis-server never ready: {}", server.stdout_so_far());
+    let server = redis_server(&c, 0, port, data.root());
     const INCRS: u64 = 3000;
     let client = Program::spawn(
         lanes_run(&c, 1, "redis-cli", &["-h", &host, "-p", port, "-r", &INCRS.to_string(), "-i", "0.005", "INCR", "n"]),
         "redis-cli on b",
     );
-    let on_b = |f: fn(&lanes::sockets::registry::ConnectionInfo) -> u64| -> u64 {
-        list_connections(&c.fabric(1)).iter().filter(|r| r.cross_host.is_some()).map(f).sum()
-    };
+    let on_b = |f| sum_of_cross_host(&c, 1, f);
     wait_for(&c, "redis-cli's connection with a live fabric stream", || {
         on_b(|r| r.kernel_bytes_sent + r.ring_bytes_sent) > 0
     });
@@ -1549,10 +1558,8 @@ fn iperf3_across_hosts_completes_while_the_fabric_link_is_cut() {
 #[test]
 fn nginx_and_wrk_across_hosts_while_the_fabric_link_flaps() {
     use lanes::cluster::proto::HostState;
-    use lanes_testkit::program::{on_path, Program};
-    if !(on_path("nginx") && on_path("wrk") && on_path("curl")) {
-        assert!(std::env::var_os("CI").is_none(), "nginx, wrk or curl is missing (scripts/test.sh installs them)");
-        eprintln!("skipping: nginx, wrk or curl is not installed");
+    use lanes_testkit::program::Program;
+    if !installed(&["nginx", "wrk", "curl"]) {
         return;
     }
     let Some(c) = Cluster::netns_with_ethernet("xh-nginx-flap") else { return };
@@ -1597,9 +1604,7 @@ fn nginx_and_wrk_across_hosts_while_the_fabric_link_flaps() {
     }
     let wrk =
         Program::spawn(lanes_run(&c, 1, "wrk", &["-c", "4", "-t", "1", "-d", "20s", &url("index.html")]), "wrk on b");
-    let on_b = |f: fn(&lanes::sockets::registry::ConnectionInfo) -> u64| -> u64 {
-        list_connections(&c.fabric(1)).iter().filter(|r| r.cross_host.is_some()).map(f).sum()
-    };
+    let on_b = |f| sum_of_cross_host(&c, 1, f);
     // Live streams (their records carry the streams' counts): whether a ring pays is the
     // streams' choice (an epoll loop's short reads mostly leave it to the kernel).
     wait_for(&c, "wrk's connections with live fabric streams", || {
@@ -1667,10 +1672,8 @@ fn nginx_and_wrk_across_hosts_while_the_fabric_link_flaps() {
 /// connections move bytes over the fabric: the daemons' totals).
 #[test]
 fn lanes_bench_sockets_across_hosts_reports_both_modes() {
-    use lanes_testkit::program::{on_path, Program};
-    if !(on_path("sockperf") && on_path("iperf3")) {
-        assert!(std::env::var_os("CI").is_none(), "sockperf or iperf3 is missing (scripts/test.sh installs them)");
-        eprintln!("skipping: sockperf or iperf3 is not installed");
+    use lanes_testkit::program::Program;
+    if !installed(&["sockperf", "iperf3"]) {
         return;
     }
     let Some(c) = Cluster::netns("xh-bench") else { return };
@@ -1678,13 +1681,8 @@ fn lanes_bench_sockets_across_hosts_reports_both_modes() {
         return;
     }
     let lanes_in = |k: usize, args: &[&str]| {
-        let prefix = c.prefix(k);
-        let mut cmd = std::process::Command::new(&prefix[0]);
-        cmd.args(&prefix[1..]).arg(support::lanes_command()).args(args);
-        for v in support::SCRUBBED.iter().chain(lanes_testkit::LANES_ENV) {
-            cmd.env_remove(v);
-        }
-        cmd.envs(c.env(k)).env("LANES_NODE_ID", lanes_testkit::cluster::NODES[k].to_string());
+        let mut cmd = lanes_cmd(&c, k, args);
+        cmd.env("LANES_NODE_ID", lanes_testkit::cluster::NODES[k].to_string());
         cmd
     };
     let port = "15471";
