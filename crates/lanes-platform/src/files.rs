@@ -387,6 +387,27 @@ pub fn held_by_library(fd: i32) -> bool {
     held_bit(fd).is_some_and(|(w, b)| HELD[w].load(std::sync::atomic::Ordering::Acquire) & b != 0)
 }
 
+/// The descriptors the library holds now from `first` to `last` (inclusive), lowest first.
+pub fn held_between(first: u32, last: u32) -> Vec<i32> {
+    let mut held = Vec::new();
+    let top = (HELD_WORDS * 64 - 1) as u32;
+    if first > last || first > top {
+        return held;
+    }
+    let words = first as usize / 64..=last.min(top) as usize / 64;
+    for (w, word) in HELD.iter().enumerate().take(*words.end() + 1).skip(*words.start()) {
+        let mut bits = word.load(std::sync::atomic::Ordering::Acquire);
+        while bits != 0 {
+            let fd = (w * 64) as u32 + bits.trailing_zeros();
+            bits &= bits - 1;
+            if (first..=last).contains(&fd) {
+                held.push(fd as i32);
+            }
+        }
+    }
+    held
+}
+
 impl<T: AsRawFd + FromRawFd> Held<T> {
     /// Holds `inner`, its descriptor moved to a number at or above [`held_floor`] when one
     /// is free (else it keeps its own).
@@ -469,5 +490,20 @@ mod tests {
         drop(held);
         assert!(!held_by_library(fd));
         assert!(!held_by_library(-1) && !held_by_library(i32::MAX), "numbers outside the table are never held");
+    }
+
+    #[test]
+    fn held_numbers_in_a_range_are_listed_lowest_first() {
+        let held: Vec<HeldFile> = (0..3).map(|_| HeldFile::new(File::open("/dev/null").unwrap())).collect();
+        let fds: Vec<i32> = held.iter().map(|h| h.as_raw_fd()).collect();
+        let (lo, hi) = (*fds.iter().min().unwrap() as u32, *fds.iter().max().unwrap() as u32);
+        let listed = held_between(lo, hi);
+        for fd in &fds {
+            assert!(listed.contains(fd), "{fd} missing from {listed:?}");
+        }
+        assert!(listed.windows(2).all(|w| w[0] < w[1]), "{listed:?}");
+        assert!(!held_between(lo + 1, hi).contains(&(lo as i32)), "the range's bounds hold");
+        assert!(held_between(hi, lo).is_empty() || lo == hi);
+        assert!(held_between(u32::MAX - 1, u32::MAX).is_empty(), "past the table: nothing");
     }
 }

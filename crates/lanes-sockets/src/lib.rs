@@ -342,28 +342,82 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 }
 
 /// # Safety
-/// As close_range(2).
+/// As close_range(2). The library's own descriptors in the range stay open (the program
+/// has none of those numbers open, so without the library the call would not have closed
+/// anything there either).
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().close_range)(first, last, flags) };
+    intercept(-1, || Some(close_range_of_program(first, last, flags)), call)
+}
+
+/// close_range for the program: its connections in the range are closed as `close` closes
+/// them, and the range is closed around the descriptors the library holds.
+fn close_range_of_program(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let range = |a: c_uint, b: c_uint| {
+        // SAFETY: close_range with the caller's flags on part of its range.
+        unsafe { (real().close_range)(a, b, flags) }
+    };
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || first > last {
+        // Nothing closes now (the library's descriptors are close-on-exec already), or
+        // the kernel's EINVAL.
+        return range(first, last);
+    }
+    let fds = conn::all().into_iter().map(|(fd, _)| fd).chain(remote::fds()).chain(Deferred::fds()).chain(udp::fds());
+    for fd in fds.collect::<Vec<_>>() {
+        if (first..=last).contains(&(fd as c_uint)) {
+            before_close(fd);
+        }
+    }
+    let mut from = first;
+    for held in lanes::platform::files::held_between(first, last) {
+        let held = held as c_uint;
+        if held > from {
+            let r = range(from, held - 1);
+            if r != 0 {
+                return r;
+            }
+        }
+        from = held + 1;
+    }
+    if from <= last {
+        return range(from, last);
+    }
+    0
+}
+
+/// # Safety
+/// As closefrom(3): every descriptor from `low` up, but the library's own (see
+/// [`close_range`]).
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    // SAFETY: the caller's argument.
+    let call = || unsafe { (real().closefrom)(low) };
     intercept(
-        -1,
+        (),
         || {
-            if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-                let fds = conn::all()
-                    .into_iter()
-                    .map(|(fd, _)| fd)
-                    .chain(remote::fds())
-                    .chain(Deferred::fds())
-                    .chain(udp::fds());
-                for fd in fds.collect::<Vec<_>>() {
-                    if (first..=last).contains(&(fd as c_uint)) {
-                        before_close(fd);
-                    }
+            let low = low.max(0) as c_uint;
+            if close_range_of_program(low, c_uint::MAX, 0) == 0 {
+                return Some(());
+            }
+            // A kernel without close_range (before 5.9): each open descriptor, as the C
+            // library's fallback does.
+            let open: Vec<c_int> = std::fs::read_dir("/proc/self/fd")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect();
+            for fd in open {
+                if fd as c_uint >= low && !lanes::platform::files::held_by_library(fd) {
+                    before_close(fd);
+                    // SAFETY: closes the program's own descriptor (the directory's may be
+                    // gone already: EBADF, ignored as the C library ignores it).
+                    unsafe { (real().close)(fd) };
                 }
             }
-            Some(call())
+            Some(())
         },
         call,
     )

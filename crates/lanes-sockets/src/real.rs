@@ -41,6 +41,7 @@ real_functions! {
     accept4: fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int;
     close: fn(c_int) -> c_int;
     close_range: fn(c_uint, c_uint, c_int) -> c_int;
+    closefrom: fn(c_int) -> ();
     shutdown: fn(c_int, c_int) -> c_int;
     read: fn(c_int, *mut c_void, size_t) -> ssize_t;
     write: fn(c_int, *const c_void, size_t) -> ssize_t;

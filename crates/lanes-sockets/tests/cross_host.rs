@@ -317,6 +317,25 @@ fn run_sockets(io: &ChildIo) {
                 conns.remove(&id.parse().map_err(|_| "id")?).ok_or("no such connection")?;
                 Ok(String::new())
             }
+            ["closefrom", low] => {
+                // As a daemon does before it goes on: every descriptor from `low` up closed
+                // (the C library's closefrom, which the library interposes).
+                extern "C" {
+                    fn closefrom(lowfd: libc::c_int);
+                }
+                // SAFETY: closes descriptors this program does not use (all its own are below).
+                unsafe { closefrom(low.parse().map_err(|_| "low")?) };
+                Ok(String::new())
+            }
+            ["close-range", first] => {
+                let first: libc::c_uint = first.parse().map_err(|_| "first")?;
+                // SAFETY: as for closefrom.
+                let r = unsafe { libc::close_range(first, libc::c_uint::MAX, 0) };
+                if r != 0 {
+                    return Err(format!("close_range: {}", std::io::Error::last_os_error()));
+                }
+                Ok(String::new())
+            }
             ["own", id] => {
                 let s = conns.get(&id.parse().map_err(|_| "id")?).ok_or("no such connection")?;
                 let cookie = lanes::platform::net::own_cookie(std::os::fd::AsRawFd::as_raw_fd(s)).ok_or("cookie")?;
@@ -1301,6 +1320,55 @@ fn a_checksummed_stream_through_the_library_moves_over_the_fabric() {
         let refused = daemon_sockets(&c, k).refused;
         assert!(refused.is_empty(), "host {k}: {refused:?}");
     }
+    client.exit();
+    server.exit();
+}
+
+/// A program that closes every descriptor above its own (`closefrom`, `close_range`, as
+/// daemons do when they start or hand over) does not close the library's: the files and
+/// daemon connections behind a live fabric stream sit above the program's descriptors, and
+/// closing them under the stream would withdraw its pairing (or, with the number reused,
+/// send the library's bytes into the program's file). The stream goes on over the fabric,
+/// byte-exact, and both halves are withdrawn as usual at the end.
+#[test]
+fn closing_every_descriptor_above_the_programs_own_leaves_the_librarys() {
+    let Some(c) = Cluster::netns("xh-closefrom") else { return };
+    if !with_fabric_stream("closing_every_descriptor_above_the_programs_own_leaves_the_librarys") {
+        return;
+    }
+    let (mut server, mut client, server_at, client_addr) = unless_a_host_was_lost(&c, "the stream", |n| {
+        let port = PORT + 60 + n;
+        let server_at = format!("{}:{port}", Netns::address(0));
+        let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
+        server.ok(&format!("listen {port} echo"));
+        let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+        let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+        wait_paired(&c, (1, &client_addr), (0, &server_at));
+        make_live(&c, &mut client, &server_at)?;
+        let got = client.call_within("exchange 1 1048576", Duration::from_secs(120)).map_err(|e| format!("{e:?}"))?;
+        assert_eq!(got, "bytes=1048576");
+        Ok((server, client, server_at, client_addr))
+    });
+    // The children's own descriptors (pipes, listener, connections) are far below 64.
+    client.ok("closefrom 64");
+    server.ok("close-range 64");
+    let (sent_before, received_before) = fabric_bytes(&c, 1, &server_at);
+    assert_eq!(client.ok("exchange 1 4194304"), "bytes=4194304", "byte-exact after the closes");
+    let (sent_after, received_after) = fabric_bytes(&c, 1, &server_at);
+    assert!(
+        sent_after + received_after > sent_before + received_before,
+        "nothing more over the fabric after the closes: sent {sent_before} -> {sent_after}, received \
+         {received_before} -> {received_after}\n{}",
+        lanes_status(&c, 1)
+    );
+    for (k, remote) in [(1, server_at.as_str()), (0, client_addr.as_str())] {
+        let half = half_to(&c, k, remote).unwrap_or_else(|| panic!("host {k}: the half was withdrawn\n{}", c.logs()));
+        assert_eq!(half.state, "paired", "host {k}");
+    }
+    client.ok("close 1");
+    wait_for(&c, "both halves withdrawn", || {
+        daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+    });
     client.exit();
     server.exit();
 }
