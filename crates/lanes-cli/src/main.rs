@@ -87,6 +87,17 @@ enum Cmd {
     },
 }
 
+/// At exit, whichever way the program ends (a subcommand may call `process::exit`), before
+/// libfabric is finalized: the fabric's background threads stop calling the provider,
+/// whose destructor would free what they use.
+extern "C" fn at_unload() {
+    let _ = std::panic::catch_unwind(lanes::transport::quiesce_for_exit);
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_UNLOAD: extern "C" fn() = at_unload;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

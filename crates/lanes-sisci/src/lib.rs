@@ -46,6 +46,17 @@ use consts::SciError;
 use interrupt::{DataInterruptCb, InterruptCb};
 use segment::{LocalSegmentCb, RemoteSegmentCb};
 
+/// At the process's exit (after its atexit handlers, before the libraries this one depends
+/// on are finalized, libfabric among them): the fabric's background threads stop calling
+/// the provider, whose destructor would free what they use (as the socket library does).
+extern "C" fn at_unload() {
+    let _ = std::panic::catch_unwind(lanes::transport::quiesce_for_exit);
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_UNLOAD: extern "C" fn() = at_unload;
+
 /// The C headers, for installers (`lanes sdk install`): (path under `include/`, contents).
 pub const HEADERS: &[(&str, &str)] = &[
     ("sisci_api.h", include_str!("../include/sisci_api.h")),
