@@ -45,6 +45,9 @@ pub struct UdpSock {
     receives: AtomicU32,
     /// Its last blocking kernel receive returned at once (datagrams were waiting).
     busy: AtomicBool,
+    /// The receiver's ring-wanted value a send of this socket last held back for in vain
+    /// (`tx::hold_for_ring`): not held back for again.
+    ring_hold_refused: AtomicU32,
     /// The sending side's knowledge: its own address and the receivers it found.
     tx: Mutex<tx::TxState>,
     /// The interface its `IP_MULTICAST_IF` (`IPV6_MULTICAST_IF`) chose, if any.
@@ -60,6 +63,7 @@ impl UdpSock {
             no_record: AtomicBool::new(false),
             receives: AtomicU32::new(0),
             busy: AtomicBool::new(true),
+            ring_hold_refused: AtomicU32::new(0),
             tx: Mutex::new(tx::TxState::default()),
             mc_if: Mutex::new(None),
         })

@@ -180,6 +180,11 @@ pub unsafe fn recv(
         // millisecond.
         let busy = s.busy.load(Ordering::Relaxed);
         if nonblocking || spin.is_some() || (seen.kernel_mode() && (busy || flip_due())) {
+            if seen.kernel_mode() && !seen.closed() && (nonblocking || spin.is_some()) {
+                // Reading the kernel while awake: senders hold back so the queue drains
+                // and the ring can take over (see `UdpRecord::want_ring`).
+                rec.want_ring();
+            }
             let r = kernel(flags | libc::MSG_DONTWAIT);
             if kernel_answered(r) {
                 return Some(r);
@@ -206,10 +211,14 @@ pub unsafe fn recv(
                 }
                 if last_kernel.elapsed() >= KERNEL_CHECK_EVERY {
                     last_kernel = Instant::now();
+                    let seen = rec.state();
                     let r = kernel(flags | libc::MSG_DONTWAIT);
                     if kernel_answered(r) {
                         spin.hit();
                         return Some(r);
+                    }
+                    if seen.kernel_mode() {
+                        rec.try_ring_mode(seen);
                     }
                 }
                 std::hint::spin_loop();

@@ -24,6 +24,10 @@ const RECHECK_FOUND: Duration = Duration::from_millis(200);
 const RECHECK_AFTER_DROP: Duration = Duration::from_millis(10);
 /// How long "no receiver with the library there" stays believed.
 const RECHECK_MISSING: Duration = Duration::from_millis(20);
+/// How long a send holds back for a receiver that wants the ring while its wish does not
+/// move (it read no kernel datagram meanwhile), and how long at most in all.
+const RING_WANTED_STALL: Duration = Duration::from_micros(20);
+const RING_WANTED_HOLD: Duration = Duration::from_micros(200);
 
 /// What a socket's sending side knows.
 #[derive(Default)]
@@ -267,7 +271,11 @@ pub unsafe fn send(
             // SAFETY: the program's buffers, non-null and valid for their lengths.
             .map(|v| unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) })
             .collect();
-        match record.offer(src, &parts, len, ipv6) {
+        let mut offer = record.offer(src, &parts, len, ipv6);
+        if offer == Offer::Kernel && hold_for_ring(s, &record) {
+            offer = record.offer(src, &parts, len, ipv6);
+        }
+        match offer {
             Offer::Delivered => return len as ssize_t,
             Offer::Dropped => {
                 // A full queue is also what a receiver killed without closing leaves: ask
@@ -293,6 +301,42 @@ pub unsafe fn send(
     record.end_kernel_send();
     set_errno(e);
     r
+}
+
+/// Before a kernel send to `record` in kernel mode: if its receiver wants the ring back
+/// and reads the kernel queue (its wish moves), waits for it to take the ring (true: offer
+/// the datagram again) rather than add to the queue it drains. A receiver that stops
+/// draining, sleeps or closes ends the wait, and a wish waited for in vain is not waited
+/// for again. Only where this thread may spin.
+fn hold_for_ring(s: &UdpSock, record: &UdpRecord) -> bool {
+    use std::sync::atomic::Ordering;
+    let Some(mut wanted) = record.ring_wanted() else { return false };
+    if s.ring_hold_refused.load(Ordering::Relaxed) == wanted || !crate::spin::allowed() {
+        return false;
+    }
+    let started = std::time::Instant::now();
+    let mut moved = started;
+    loop {
+        let state = record.state();
+        if !state.kernel_mode() {
+            return true;
+        }
+        if state.closed() || state.sleepers() > 0 {
+            return false;
+        }
+        match record.ring_wanted() {
+            // It took the ring (the word is checked again) or went to sleep.
+            None => return !record.state().kernel_mode(),
+            Some(w) if w != wanted => (wanted, moved) = (w, std::time::Instant::now()),
+            Some(_) => {}
+        }
+        let now = std::time::Instant::now();
+        if now - moved > RING_WANTED_STALL || now - started > RING_WANTED_HOLD {
+            s.ring_hold_refused.store(wanted, Ordering::Relaxed);
+            return false;
+        }
+        std::hint::spin_loop();
+    }
 }
 
 /// sendmmsg: each message as one send; the count sent, or -1 if the first failed (as the

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | 0 | creator, once | magic, version, ring size, socket cookie, netns, bound address |
 //! | 128 | holders | identities of the holders (8 slots: pid and start time) |
-//! | 192 | receiver | flags, the kernel socket's `SO_RCVBUF`, the addressing epoch, `O_NONBLOCK` |
+//! | 192 | receiver | flags, the kernel socket's `SO_RCVBUF`, the addressing epoch, `O_NONBLOCK`, ring wanted |
 //! | 256 | senders, receiver | the state word ([`UdpState`]) |
 //! | 320 | senders (under the send lock) | send lock, tail position |
 //! | 384 | receiver (under the receive lock) | head position, datagrams consumed, receive lock |
@@ -41,7 +41,11 @@
 //! the ring before the kernel, so one sender's datagrams stay in order. The receiver goes
 //! back to ring mode only when the kernel queue was seen empty after the word was read,
 //! no kernel send is in flight and `K` did not move in between (the compare-and-swap
-//! checks it). Every change of the word to kernel mode (a sleeper, a kernel send, a close)
+//! checks it). A receiver that reads the kernel while it spins says it wants the ring
+//! back ([`UdpRecord::want_ring`]): while that word moves, senders hold their kernel sends
+//! back for a moment, so that the queue drains and the switch can be made (a steady
+//! stream through the kernel otherwise keeps a send in flight nearly all the time, and the
+//! socket stayed on the kernel for as long as the stream lasted). Every change of the word to kernel mode (a sleeper, a kernel send, a close)
 //! is made under the send lock, so a multicast sender holding the send locks of every
 //! member either puts a datagram into all their rings or into none ([`offer_to_all`]).
 
@@ -95,6 +99,9 @@ const OFF_FLAGS: usize = 192;
 const OFF_RCVBUF: usize = 196;
 const OFF_EPOCH: usize = 200;
 const OFF_NONBLOCK: usize = 204;
+/// The receiver wants the ring back: odd while it does, moved by 2 at each kernel datagram
+/// it reads meanwhile (see [`UdpRecord::want_ring`]).
+const OFF_RING_WANTED: usize = 208;
 const OFF_STATE: usize = 256;
 const OFF_TX_LOCK: usize = 320;
 const OFF_TAIL: usize = 328;
@@ -820,10 +827,40 @@ impl UdpRecord {
             }
             let next = (cur | KERNEL_BIT) + (1 << SLEEPERS_SHIFT);
             match self.word().compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    // A sleeper needs the kernel's datagrams to wake it: no sender holds back.
+                    self.stop_wanting_ring();
+                    return true;
+                }
                 Err(now) => cur = now,
             }
         }
+    }
+
+    /// Receiver, reading the kernel queue while the word is in kernel mode and it spins:
+    /// it wants the ring back. Called again after each kernel datagram it reads, so that
+    /// senders see it make progress ([`Self::ring_wanted`]).
+    pub fn want_ring(&self) {
+        let w = self.u32_at(OFF_RING_WANTED);
+        let v = w.load(Ordering::Relaxed);
+        w.store(if v & 1 == 0 { v.wrapping_add(1) } else { v.wrapping_add(2) }, Ordering::Release);
+    }
+
+    /// Receiver: no longer waiting to take the ring back (it did, or it sleeps).
+    pub fn stop_wanting_ring(&self) {
+        let w = self.u32_at(OFF_RING_WANTED);
+        let v = w.load(Ordering::Relaxed);
+        if v & 1 != 0 {
+            w.store(v.wrapping_add(1), Ordering::Release);
+        }
+    }
+
+    /// Sender: the receiver's wish for the ring, if it has one now (a value that moves
+    /// while the receiver reads the kernel).
+    #[inline]
+    pub fn ring_wanted(&self) -> Option<u32> {
+        let v = self.u32_at(OFF_RING_WANTED).load(Ordering::Acquire);
+        (v & 1 != 0).then_some(v)
     }
 
     /// A sleeper prepared by [`Self::prepare_sleep`] woke.
@@ -838,7 +875,12 @@ impl UdpRecord {
         if !seen.kernel_mode() || seen.closed() || seen.sleepers() != 0 || seen.in_flight() != 0 {
             return false;
         }
-        self.word().compare_exchange(seen.0, seen.0 & !KERNEL_BIT, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        let switched =
+            self.word().compare_exchange(seen.0, seen.0 & !KERNEL_BIT, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if switched {
+            self.stop_wanting_ring();
+        }
+        switched
     }
 
     /// No more ring traffic (the socket closed, or stays on the kernel for good): senders
@@ -1137,6 +1179,38 @@ mod tests {
         assert_eq!((sent, got, reader.charged()), (200, 200, 0));
         assert_eq!(reader.front().unwrap(), None);
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_receivers_wish_for_the_ring_moves_while_it_reads_and_ends_when_it_switches_or_sleeps() {
+        let d = dir("wanted");
+        let rec =
+            UdpRecord::create(&d, 1, 78, "127.0.0.1:5000".parse().unwrap(), 212992, &Memberships::default()).unwrap();
+        let sender = UdpRecord::open(&d, 1, 78).unwrap();
+        assert_eq!(sender.ring_wanted(), None, "a new record: nobody wants anything");
+        rec.want_ring();
+        let first = sender.ring_wanted().expect("wanted");
+        rec.want_ring();
+        let second = sender.ring_wanted().expect("still wanted");
+        assert_ne!(first, second, "each kernel datagram read moves the wish");
+        // A kernel send in flight keeps the word in kernel mode: the wish stays.
+        assert!(sender.begin_kernel_send());
+        assert!(!rec.try_ring_mode(rec.state()));
+        assert!(sender.ring_wanted().is_some());
+        sender.end_kernel_send();
+        // The switch ends it.
+        assert!(rec.try_ring_mode(rec.state()));
+        assert_eq!(sender.ring_wanted(), None);
+        // So does a sleep.
+        rec.want_ring();
+        assert!(rec.prepare_sleep());
+        assert_eq!(sender.ring_wanted(), None, "a sleeper needs the kernel's datagrams");
+        rec.finish_sleep();
+        rec.want_ring();
+        rec.stop_wanting_ring();
+        assert_eq!(sender.ring_wanted(), None);
+        rec.stop_wanting_ring();
+        assert_eq!(sender.ring_wanted(), None, "stopping twice is stopping once");
     }
 
     #[test]
