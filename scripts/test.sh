@@ -59,6 +59,10 @@ declare -A apt_for_file=(
     [/usr/lib/python3/dist-packages/twisted/internet/test/test_tcp.py]=python3-twisted
     [/usr/lib/python3/dist-packages/tornado/test/runtests.py]=python3-tornado
     [/usr/libexec/installed-tests/glib/socket]=libglib2.0-tests
+    [/usr/lib/python3/dist-packages/trio/tests/test_socket.py]=python3-trio
+    [/usr/lib/python3/dist-packages/pytest/__init__.py]=python3-pytest
+    [/usr/lib/python3/dist-packages/trustme/__init__.py]=python3-trustme
+    [/usr/lib/python3/dist-packages/OpenSSL/__init__.py]=python3-openssl
 )
 missing=()
 for cmd in "${!apt_for[@]}"; do

@@ -12,6 +12,10 @@
 //! - Tornado's whole suite (`python3-tornado`): IOStream, HTTP server and client, TCP
 //!   server and client, websockets, all on loopback. Per-test results from unittest's
 //!   verbose lines.
+//! - Trio's own suite (`python3-trio`, with `python3-pytest`, `python3-trustme` and
+//!   `python3-openssl`): its socket layer's exact errors and cancellation, high-level
+//!   streams and listeners, TLS and DTLS over loopback, and its epoll-based I/O manager.
+//!   Per-test results from pytest's `--junitxml`.
 //! - GLib's installed tests of GSocket and its clients and services (`libglib2.0-tests`):
 //!   blocking and non-blocking sockets, timeouts, condition waits (poll), socket services,
 //!   proxies and D-Bus peers over TCP, in C. Per-test results from their TAP output.
@@ -240,7 +244,8 @@ fn parse_junit(xml: &str) -> Results {
     out
 }
 
-fn parse_regrtest(_: &Finished, dir: &Path) -> Results {
+/// `junit.xml` in the run's directory (CPython's regrtest, pytest).
+fn parse_junit_file(_: &Finished, dir: &Path) -> Results {
     parse_junit(&std::fs::read_to_string(dir.join("junit.xml")).unwrap_or_default())
 }
 
@@ -390,7 +395,7 @@ fn cpython_suite(name: &'static str, tests: &[&str], min_passed: usize) {
         package: "libpython3.11-testsuite",
         installed: "/usr/lib/python3.11/test/test_socket.py",
         args,
-        parse: parse_regrtest,
+        parse: parse_junit_file,
         min_passed,
         excluded: &[],
     });
@@ -500,6 +505,35 @@ fn tornado_tests() {
             // 22 without the library): too tight to tell a slow machine from a fault.
             ("SimpleHTTPSClientTestCase.test_request_timeout", "a 0.1 s budget that includes loading CA certificates"),
         ],
+    });
+}
+
+/// Trio's own tests as Debian installs them with the package, run by pytest (its generated
+/// code checks under `tests/tools` need `astor`, which is not a dependency: left out).
+#[test]
+fn trio_tests() {
+    const DIR: &str = "/usr/lib/python3/dist-packages/trio";
+    check(&Suite {
+        name: "trio",
+        program: PYTHON,
+        // Its connections are short: set up at connect, so the ring takes part.
+        env: &[("PYTHONDONTWRITEBYTECODE", "1"), ("LANES_SOCKETS_DEFER", "0")],
+        package: "python3-trio python3-pytest python3-trustme python3-openssl",
+        installed: "/usr/lib/python3/dist-packages/trio/tests/test_socket.py",
+        args: vec![
+            "-m".into(),
+            "pytest".into(),
+            "-q".into(),
+            "-p".into(),
+            "no:cacheprovider".into(),
+            format!("{DIR}/tests"),
+            format!("{DIR}/_core/tests"),
+            format!("--ignore={DIR}/tests/tools"),
+            "--junitxml=junit.xml".into(),
+        ],
+        parse: parse_junit_file,
+        min_passed: 550,
+        excluded: &[],
     });
 }
 
