@@ -2177,6 +2177,70 @@ fn a_connection_falls_forward_to_the_fabric_once_its_link_is_back() {
     assert!(status.contains("fall-forwards"), "{status}");
 }
 
+/// The whole host cut off: a's fabric link and its Ethernet both down in the middle of a
+/// checksummed exchange through the library (64 MiB both ways), until b's daemon calls a
+/// Lost, then both back. The kernel connection's retransmissions carry the exchange over
+/// the gap, as they would carry kernel TCP alone; the stream fails over, every byte
+/// arrives once and in order, and once the fabric is back the connection falls forward.
+#[test]
+fn a_host_cut_off_entirely_mid_exchange_loses_nothing_and_falls_forward() {
+    use lanes::cluster::proto::HostState;
+    let Some(c) = Cluster::netns_with_ethernet("xh-host-cut") else { return };
+    if !with_fabric_stream("a_host_cut_off_entirely_mid_exchange_loses_nothing_and_falls_forward") {
+        return;
+    }
+    let n = c.namespaces().expect("namespaces");
+    let port = PORT + 95;
+    let server_at = format!("{}:{port}", Netns::ethernet_address(0));
+    let mut server = sockets_child(&c, Some(0), Some("on"), "echo on a");
+    server.ok(&format!("listen {port} echo"));
+    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+    let client_at = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+    wait_paired(&c, (1, &client_at), (0, &server_at));
+    make_live(&c, &mut client, &server_at).unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+    assert_eq!(client.ok("exchange 1 4194304"), "bytes=4194304");
+    let record = |k: usize, remote: &str| {
+        list_connections(&c.fabric(k)).into_iter().find(|r| r.remote.to_string() == remote).expect("a record")
+    };
+    let fabric = |k: usize, remote: &str| {
+        let r = record(k, remote);
+        r.ring_bytes_sent + r.ring_bytes_received
+    };
+    let failed_before = record(1, &server_at).failovers;
+
+    client.start("exchange 1 67108864");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!client.output_snapshot().contains("bytes=67108864"), "the exchange is under way at the cut");
+    for dev in ["eth0", "eth1"] {
+        n.set_device(0, dev, false);
+    }
+    c.wait_state(1, 0, HostState::Lost, Duration::from_secs(30));
+    for dev in ["eth1", "eth0"] {
+        n.set_device(0, dev, true);
+    }
+    let got = client
+        .finish_within("exchange 1 67108864", Duration::from_secs(300))
+        .unwrap_or_else(|e| panic!("the exchange across the gap: {e:?}\n{}", c.logs()));
+    assert_eq!(got, "bytes=67108864", "every byte, once, in order, across the gap");
+
+    c.wait_state(1, 0, HostState::Operational, Duration::from_secs(30));
+    let back = Instant::now();
+    let before = fabric(1, &server_at);
+    while record(1, &server_at).fall_forwards < 1 || fabric(1, &server_at) == before {
+        assert!(
+            back.elapsed() < BOUND,
+            "no fall-forward within {BOUND:?} of the host's return\nb: {:?}\na: {:?}\n{}",
+            record(1, &server_at),
+            record(0, &client_at),
+            c.logs()
+        );
+        client.call_within("ping 1 50 64 0", Duration::from_secs(60)).expect("round trips");
+    }
+    assert!(record(1, &server_at).failovers > failed_before, "b's stream failed over\n{}", c.logs());
+    assert_eq!(client.ok("exchange 1 16777216"), "bytes=16777216", "and on, over the new stream");
+    eprintln!("over the fabric again {:?} after the host's return", back.elapsed());
+}
+
 /// Round trips of small messages on one connection between a and b (request/response: the
 /// receiver's sleep costs a request and its answer over the fabric, the design's open
 /// question), through the ring across hosts and over plain kernel TCP, in alternating

@@ -225,12 +225,19 @@ impl Netns {
     /// The outsider's address ([`Netns::outsider`]).
     pub const OUTSIDER: &'static str = "10.77.0.9";
 
-    /// Takes host `k`'s link down or up (its switch port loses carrier too).
+    /// Takes host `k`'s link (the fabric's network) down or up (its switch port loses
+    /// carrier too).
     pub fn set_link(&self, k: usize, up: bool) {
+        self.set_device(k, "eth0", up);
+    }
+
+    /// Takes host `k`'s device `dev` down or up (`eth0`, or `eth1`: the second link of
+    /// [`Netns::add_ethernet`]).
+    pub fn set_device(&self, k: usize, dev: &str, up: bool) {
         let ns = self.ns(k);
-        ip(&["-n", &ns, "link", "set", "eth0", if up { "up" } else { "down" }]).expect("ip link set");
+        ip(&["-n", &ns, "link", "set", dev, if up { "up" } else { "down" }]).expect("ip link set");
         if up {
-            self.wait_operstate(k, "eth0", "UP").expect("eth0 comes up");
+            self.wait_operstate(k, dev, "UP").unwrap_or_else(|e| panic!("{dev} comes up: {e}"));
         }
     }
 
