@@ -411,6 +411,29 @@ pub fn duplicated(oldfd: i32, newfd: i32) {
 /// left unread (the caller then makes the kernel reset the connection, as closing a TCP
 /// socket with unread data does).
 pub fn forget(fd: i32) -> bool {
+    forget_as(fd, false)
+}
+
+/// `fd` came back from the kernel as a new descriptor while the library still knew that
+/// number: the program closed the old one where the library could not see it (a system
+/// call made without the C library: io_uring, inline assembly). What the library knew of
+/// the old one is dropped as a close drops it, without any call on `fd`, which is another
+/// file now (before, the new connection took over the old one's record: one connection's
+/// bytes went to another's peer).
+pub fn forget_stale(fd: i32) {
+    let maybe = fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) != 0;
+    let known = maybe
+        || crate::udp::lookup(fd).is_some()
+        || (fd as usize >= FAST_FDS && (lookup(fd).is_some() || crate::remote::fds().contains(&fd)));
+    if !known {
+        return;
+    }
+    crate::wait::closed(fd);
+    let _ = forget_as(fd, true);
+}
+
+fn forget_as(fd: i32, stale: bool) -> bool {
+    let forget_remote = |fd| if stale { crate::remote::forget_stale(fd) } else { crate::remote::forget(fd) };
     crate::udp::forget(fd);
     if fd >= 0 && (fd as usize) < FAST_FDS {
         KNOWN_TCP[fd as usize].store(false, Ordering::Relaxed);
@@ -422,14 +445,14 @@ pub fn forget(fd: i32) -> bool {
             }
             MAYBE_REMOTE => {
                 MAYBE[fd as usize].store(0, Ordering::Relaxed);
-                crate::remote::forget(fd);
+                forget_remote(fd);
                 return false;
             }
             _ => {}
         }
         MAYBE[fd as usize].store(0, Ordering::Relaxed);
     } else {
-        crate::remote::forget(fd);
+        forget_remote(fd);
     }
     let removed = match table().write() {
         Ok(mut t) => {

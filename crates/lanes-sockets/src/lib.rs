@@ -37,8 +37,8 @@ use std::sync::Once;
 use std::time::Duration;
 
 use libc::{
-    c_int, c_uint, c_ulong, c_void, epoll_event, iovec, msghdr, nfds_t, off_t, pollfd, sigset_t, size_t, sockaddr,
-    socklen_t, ssize_t, timespec,
+    c_int, c_long, c_uint, c_ulong, c_void, epoll_event, iovec, msghdr, nfds_t, off_t, pollfd, sigset_t, size_t,
+    sockaddr, socklen_t, ssize_t, timespec,
 };
 
 use conn::{lookup, lookup_live, lookup_or_complete, Conn, Deferred, Moved};
@@ -120,19 +120,34 @@ fn init() {
 
 /// Runs `accel` (None: not ours) with the guard set, else `pass`. A panic never crosses
 /// into C: the call fails with EIO.
+///
+/// A call that succeeds (any result but `failed`) leaves errno as the program had it, as
+/// the C library's calls do: the library's own work inside the call may fail harmlessly
+/// (opening a peer's record that does not exist yet sets ENOENT), and programs read errno
+/// after calls that succeeded (gRPC after an `epoll_ctl` on a socket whose non-blocking
+/// connect was under way: it took the ENOENT for the connect's outcome).
 #[inline]
-fn intercept<R: Copy>(failed: R, accel: impl FnOnce() -> Option<R>, pass: impl FnOnce() -> R) -> R {
+fn intercept<R: Copy + PartialEq>(failed: R, accel: impl FnOnce() -> Option<R>, pass: impl FnOnce() -> R) -> R {
     if INSIDE.with(|i| i.get()) || fabric_thread() {
         return pass();
     }
+    let programs_errno = errno();
     INSIDE.with(|i| i.set(true));
     let out = catch_unwind(AssertUnwindSafe(|| {
         init();
         accel()
     }));
     let r = match out {
-        Ok(Some(r)) => r,
-        Ok(None) => pass(),
+        Ok(Some(r)) => {
+            if r != failed {
+                set_errno(programs_errno);
+            }
+            r
+        }
+        Ok(None) => {
+            set_errno(programs_errno);
+            pass()
+        }
         Err(_) => {
             set_errno(libc::EIO);
             failed
@@ -148,6 +163,7 @@ fn on_new_fd(call: impl FnOnce() -> c_int, then: impl FnOnce(c_int)) -> Option<c
     let r = call();
     let e = errno();
     if r >= 0 {
+        conn::forget_stale(r);
         then(r);
     }
     set_errno(e);
@@ -327,18 +343,81 @@ fn before_close(fd: c_int) {
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     // SAFETY: the caller's fd.
     let call = || unsafe { (real().close)(fd) };
-    intercept(
-        -1,
-        || {
-            if lanes::platform::files::held_by_library(fd) {
-                set_errno(libc::EBADF);
-                return Some(-1);
-            }
-            before_close(fd);
-            Some(call())
-        },
-        call,
-    )
+    intercept(-1, || close_of_program(fd, call), call)
+}
+
+/// close for the program, `call` making the close itself.
+fn close_of_program(fd: c_int, call: impl FnOnce() -> c_int) -> Option<c_int> {
+    if lanes::platform::files::held_by_library(fd) {
+        set_errno(libc::EBADF);
+        return Some(-1);
+    }
+    before_close(fd);
+    Some(call())
+}
+
+/// The C library's `syscall`, found once without the table of real functions (whose
+/// first resolution may itself wait on a futex, made through `syscall`).
+fn real_syscall() -> Option<RawSyscall> {
+    static REAL: std::sync::atomic::AtomicPtr<c_void> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    let mut p = REAL.load(std::sync::atomic::Ordering::Acquire);
+    if p.is_null() {
+        // SAFETY: a NUL-terminated name; RTLD_NEXT finds the C library's definition.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"syscall".as_ptr()) };
+        REAL.store(p, std::sync::atomic::Ordering::Release);
+    }
+    // SAFETY: the C library's `syscall`: a long and six more in registers (and on the
+    // stack), as its assembly reads them whatever the caller passed.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, RawSyscall>(p) })
+}
+
+type RawSyscall = unsafe extern "C" fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long;
+
+/// # Safety
+/// As syscall(2): `syscall(number, ...)` with up to six arguments. The calls that end
+/// descriptors are the program's close, close_range, dup2 and dup3 (libuv, so Node.js,
+/// closes with `syscall(SYS_close, fd)`: unseen, the closed socket's record stayed on its
+/// number, and the next connection accepted there took it over); every other number goes
+/// to the C library's `syscall` with the arguments as passed (declared as six: the
+/// variadic caller put them where six fixed ones are read).
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    n: c_long,
+    a1: c_long,
+    a2: c_long,
+    a3: c_long,
+    a4: c_long,
+    a5: c_long,
+    a6: c_long,
+) -> c_long {
+    let Some(raw) = real_syscall() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    // SAFETY: the caller's system call, with its arguments.
+    let pass = || unsafe { raw(n, a1, a2, a3, a4, a5, a6) };
+    match n {
+        libc::SYS_close => {
+            let fd = a1 as c_int;
+            // SAFETY: the caller's close, as it made it.
+            let call = || unsafe { raw(n, a1, 0, 0, 0, 0, 0) } as c_int;
+            c_long::from(intercept(-1, || close_of_program(fd, call), call))
+        }
+        libc::SYS_close_range => {
+            // SAFETY: as close_range(2), the caller's arguments.
+            c_long::from(unsafe { close_range(a1 as c_uint, a2 as c_uint, a3 as c_int) })
+        }
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_dup2 => {
+            // SAFETY: as dup2(2), the caller's arguments.
+            c_long::from(unsafe { dup2(a1 as c_int, a2 as c_int) })
+        }
+        libc::SYS_dup3 => {
+            // SAFETY: as dup3(2), the caller's arguments.
+            c_long::from(unsafe { dup3(a1 as c_int, a2 as c_int, a3 as c_int) })
+        }
+        _ => pass(),
+    }
 }
 
 /// # Safety

@@ -740,6 +740,20 @@ fn register(c: &RemoteConn, cookie: u64, handles: Option<StreamHandles>) -> bool
 /// `fd` was closed: if it was this process's last reference to a candidate and no other
 /// process holds it, withdraw the half and remove the record.
 pub fn forget(fd: i32) {
+    forget_as(fd, false);
+}
+
+/// As [`forget`] for a descriptor that was closed where the library could not see it and
+/// whose number now names another file (see `conn::forget_stale`): nothing is done on
+/// `fd` (no reset, no record on it: a live stream's anchor is taken away first).
+pub fn forget_stale(fd: i32) {
+    if let Some(s) = get(fd).and_then(|c| c.live()) {
+        s.set_anchor(-1);
+    }
+    forget_as(fd, true);
+}
+
+fn forget_as(fd: i32, stale: bool) {
     if COUNT.load(Ordering::Relaxed) == 0 {
         return;
     }
@@ -770,7 +784,7 @@ pub fn forget(fd: i32) {
             std::mem::forget(s);
             return;
         }
-        if s.readable_without_kernel() && !s.kernel_only() {
+        if !stale && s.readable_without_kernel() && !s.kernel_only() {
             // Closing with unread data resets a TCP connection; ring bytes are unread data.
             reset_on_close(fd);
         }

@@ -175,3 +175,97 @@ void cloexec_client(void)
     close(fd);
     close(fd2);
 }
+
+/* A descriptor closed with syscall(SYS_close), as libuv (Node.js) closes, and its number
+ * given to the next accepted connection: B's stream is B's alone, and A's late bytes go
+ * nowhere near it. */
+void rawclose_server(void)
+{
+    int a = accept_one();
+    warm_up_server(a);
+    say("close A with syscall(SYS_close) %s", res(syscall(SYS_close, a)));
+    sync_send('c');
+    int b = accept_one();
+    say("B took A's number: %s", yes(b == a));
+    char buf[128];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf && (r = read(b, buf + n, sizeof buf - n)) > 0)
+        n += (size_t)r;
+    say("B's stream %s", got((ssize_t)n, buf));
+    say("answer B %s", res(write(b, "for-B", 5)));
+    sync_expect('d');
+    close(b);
+}
+
+void rawclose_client(void)
+{
+    int a = connect_one();
+    warm_up_client(a);
+    sync_expect('c');
+    sleep_ms(50);
+    say("late write on A %s", res(write(a, "A-LATE", 6)));
+    int b = connect_one();
+    sleep_ms(50);
+    say("write on B %s", res(write(b, "B-hello", 7)));
+    say("shutdown B SHUT_WR %s", res(shutdown(b, SHUT_WR)));
+    char buf[16];
+    ssize_t r = read_full(b, buf, 5);
+    say("B's answer %s", got(r, buf));
+    sync_send('d');
+    close(a);
+    close(b);
+}
+
+/* A call that succeeds leaves errno as the program had it, as the C library's calls do
+ * (gRPC reads errno after an epoll_ctl that follows a non-blocking connect). The server
+ * accepts only after the client's epoll_ctl: until then it has no record to find. */
+void errno_kept_server(void)
+{
+    sync_expect('a');
+    int s = accept_one();
+    char buf[16];
+    ssize_t n = read_full(s, buf, 12);
+    say("read_full %s", got(n, buf));
+    say("write %s", res(write(s, buf, n > 0 ? (size_t)n : 0)));
+    say("read at end %s", res(read(s, buf, sizeof buf)));
+    close(s);
+}
+
+void errno_kept_client(void)
+{
+    int fd = tcp_socket(SOCK_NONBLOCK);
+    struct sockaddr_storage ss;
+    socklen_t l = loop_addr(C.family, C.port, &ss);
+    int r = connect(fd, (struct sockaddr *)&ss, l);
+    int e = errno;
+    say("non-blocking connect %s", r == 0 ? "0" : errname(e));
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET, .data.fd = fd};
+    errno = e;
+    r = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    say("epoll_ctl ADD %s, errno after it %s", res(r), errname(errno));
+    sync_send('a');
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    poll(&p, 1, 5000);
+    errno = EINPROGRESS;
+    int err = -1;
+    socklen_t el = sizeof err;
+    r = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    say("SO_ERROR %s (%d), errno after it %s", res(r), err, errname(errno));
+    set_nonblock(fd, false);
+    errno = EAGAIN;
+    r = (int)write(fd, "hello world!", 12);
+    say("write %s, errno after it %s", res(r), errname(errno));
+    char b[16];
+    errno = EINTR;
+    ssize_t n = read_full(fd, b, 12);
+    say("read %s, errno after it %s", got(n, b), errname(errno));
+    errno = ENOENT;
+    r = epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+    say("epoll_ctl DEL %s, errno after it %s", res(r), errname(errno));
+    errno = EBUSY;
+    r = close(fd);
+    say("close %s, errno after it %s", res(r), errname(errno));
+    close(ep);
+}
