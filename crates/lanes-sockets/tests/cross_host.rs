@@ -2506,3 +2506,57 @@ fn through_the_library_against_kernel_tcp() {
     }
     println!("  bytes over the fabric in the library's rounds (client's record): {fabric}");
 }
+
+/// A fork-per-connection server across hosts (Python's `socketserver.ForkingTCPServer`: the
+/// parent accepts, forks and closes its copy; the child serves the connection and leaves
+/// with `os._exit` at its end, without closing it, as many such servers' children do): every byte of each connection's exchanges comes
+/// back, and no record of a finished connection stays behind on either host (the server
+/// host's daemon removes the records of halves whose socket is gone once no live process
+/// holds them: before, one file per connection stayed for good).
+#[test]
+fn a_fork_per_connection_server_across_hosts_leaves_no_records_behind() {
+    use lanes_testkit::program::Program;
+    let Some(c) = Cluster::netns("xh-fork-server") else { return };
+    let port = PORT + 97;
+    let script = format!(
+        "import os, socketserver\n\
+         class Echo(socketserver.BaseRequestHandler):\n    \
+             def handle(self):\n        \
+                 while True:\n            \
+                     d = self.request.recv(65536)\n            \
+                     if not d:\n                \
+                         os._exit(0)\n            \
+                     self.request.sendall(d)\n\
+         socketserver.ForkingTCPServer.allow_reuse_address = True\n\
+         print('listening', flush=True)\n\
+         socketserver.ForkingTCPServer(('0.0.0.0', {port}), Echo).serve_forever()\n"
+    );
+    let mut server = Program::spawn(lanes_run(&c, 0, "/usr/bin/python3", &["-c", &script]), "forking server on a");
+    let ready = server.stdout_line(Duration::from_secs(30), |l| l.contains("listening"));
+    assert!(ready.is_some(), "the forking server never listened: {}", server.stdout_so_far());
+    let server_at = format!("{}:{port}", Netns::address(0));
+    let cross_host_records =
+        |k: usize| list_connections(&c.fabric(k)).into_iter().filter(|r| r.cross_host.is_some()).count();
+    for round in 0..3 {
+        let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+        client.ok(&format!("connect 1 {server_at}"));
+        for _ in 0..3 {
+            let got = client.call_within("exchange 1 1048576", Duration::from_secs(60));
+            assert_eq!(got.map_err(|e| format!("{e:?}")).as_deref(), Ok("bytes=1048576"), "round {round}");
+        }
+        client.ok("close 1");
+        client.exit();
+        let started = Instant::now();
+        while cross_host_records(0) + cross_host_records(1) > 0 {
+            assert!(
+                started.elapsed() < BOUND,
+                "round {round}: records of the finished connection stayed\na: {:?}\nb: {:?}\n{}",
+                list_connections(&c.fabric(0)),
+                list_connections(&c.fabric(1)),
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    drop(server);
+}

@@ -58,10 +58,25 @@ pub(super) struct CrossHost {
     pub(super) pairing: Pairing,
     requests: BTreeMap<String, u64>,
     last_sweep: Instant,
+    /// Records of withdrawn halves whose holders had not all exited yet (a zombie child
+    /// still counts): removed at a later sweep ([`RecordToRemove`]).
+    records_to_remove: Vec<RecordToRemove>,
     /// Bytes withdrawn halves sent and received over the fabric, as their processes told.
     fabric_sent: u64,
     fabric_received: u64,
 }
+
+/// The record of a withdrawn half, to be removed once no live process holds it.
+struct RecordToRemove {
+    key: ConnectionKey,
+    /// The socket's cookie: a record of another connection with the same addresses stays.
+    cookie: u64,
+    /// Sweeps left before it is left to `lanes cleanup`.
+    sweeps_left: u32,
+}
+
+/// Sweeps a withdrawn half's record waits for its holders to exit (a minute).
+const RECORD_SWEEPS: u32 = 60;
 
 impl CrossHost {
     pub(super) fn new(book: AddressBook, me: &str, now: Instant) -> CrossHost {
@@ -70,6 +85,7 @@ impl CrossHost {
             pairing: Pairing::new(me),
             requests: BTreeMap::new(),
             last_sweep: now,
+            records_to_remove: Vec::new(),
             fabric_sent: 0,
             fabric_received: 0,
         }
@@ -384,8 +400,11 @@ impl Shared {
         }
     }
 
-    /// Every [`SWEEP_EVERY`]: withdraws the halves whose socket is gone or held by nobody.
-    /// The kernel is asked outside the lock.
+    /// Every [`SWEEP_EVERY`]: withdraws the halves whose socket is gone or held by nobody,
+    /// and removes their records if no live process holds them (a process that exits
+    /// without closing its socket, as a fork-per-connection server's children do, leaves
+    /// its record behind: one file per connection, for good). The kernel is asked outside
+    /// the lock.
     pub(super) fn sweep_halves(&self, now: Instant) {
         let halves: Vec<(Tuple, LocalHalf)> = {
             let mut st = self.lock();
@@ -397,16 +416,30 @@ impl Shared {
         };
         let dead: Vec<(Tuple, u64)> =
             halves.into_iter().filter(|(t, h)| !KernelVouch.still_holds(t, h)).map(|(t, h)| (t, h.cookie)).collect();
-        if dead.is_empty() {
-            return;
-        }
         let mut st = self.lock();
         for (t, cookie) in dead {
             if st.cross.pairing.local(&t).is_some_and(|h| h.cookie == cookie) {
                 self.log(format_args!("{} -> {}: socket gone, its half withdrawn", t.0, t.1));
                 let outs = st.cross.pairing.withdraw(&t);
                 self.carry_out(&mut st, outs);
+                let key = ConnectionKey::new(self.netns, t.0, t.1);
+                st.cross.records_to_remove.push(RecordToRemove { key, cookie, sweeps_left: RECORD_SWEEPS });
             }
         }
+        let mut records = std::mem::take(&mut st.cross.records_to_remove);
+        drop(st);
+        records.retain_mut(|r| {
+            let Ok(ep) = Endpoint::open(self.paths.root(), &r.key) else { return false };
+            if ep.cookie() != r.cookie {
+                return false; // a new connection's of the same addresses
+            }
+            if ep.holders().is_empty() {
+                ep.unlink();
+                return false;
+            }
+            r.sweeps_left = r.sweeps_left.saturating_sub(1);
+            r.sweeps_left > 0
+        });
+        self.lock().cross.records_to_remove.extend(records);
     }
 }
