@@ -43,6 +43,8 @@ pub struct Conn {
     pub(crate) ring_backed: AtomicBool,
     /// TCP_INQ of the kernel socket as this process knows it (`stream::inq_wanted`).
     pub(crate) inq: AtomicU8,
+    /// When this process made or opened the record.
+    created: std::time::Instant,
 }
 
 /// The back-off of tries to switch a direction back to the ring (`stream::flip_due`).
@@ -127,6 +129,7 @@ impl Conn {
             flip: FlipCell::new(),
             ring_backed: AtomicBool::new(false),
             inq: AtomicU8::new(crate::stream::INQ_UNKNOWN),
+            created: std::time::Instant::now(),
         })
     }
 
@@ -475,15 +478,27 @@ fn forget_as(fd: i32, stale: bool) -> bool {
     release(&conn)
 }
 
+/// A connection that moved fewer bytes than this through the kernel, in less than
+/// [`TOO_SHORT`], says nothing of whether its peer has the library (see [`release`]).
+const TOO_FEW_BYTES: u64 = 64 << 10;
+const TOO_SHORT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The last holder is gone: no more ring traffic either way; returns whether ring bytes
 /// from the peer were left unread.
 fn release(conn: &Conn) -> bool {
     // Never paired: the peer published no record we could attach, nor found ours. Only a
     // connection that moved bytes says so: one closed before its first byte (a probe, a
-    // connection the peer closed at once) gave its peer no reason to attach.
+    // connection the peer closed at once) gave its peer no reason to attach. Nor does a
+    // short one (less than a second, and less than TOO_FEW_BYTES): a peer with the library
+    // puts its set-up off until its DEFERRED_CALLS-th data call, and a few requests and
+    // answers end before that (the notice then blamed MQTT clients and brokers that both
+    // ran the library).
+    let kernel_bytes =
+        conn.own.tx_counts().1.load(Ordering::Relaxed) + conn.own.rx_kernel_read().load(Ordering::Relaxed);
     let moved_bytes =
         conn.own.tx_word().load().kernel_reserved() > 0 || conn.own.rx_kernel_read().load(Ordering::Relaxed) > 0;
-    if moved_bytes && !conn.own.has_flag(FLAG_ATTACHED | FLAG_PEER_FOUND) && !crate::sandbox::filtered() {
+    let tells = kernel_bytes >= TOO_FEW_BYTES || conn.created.elapsed() >= TOO_SHORT;
+    if moved_bytes && tells && !conn.own.has_flag(FLAG_ATTACHED | FLAG_PEER_FOUND) && !crate::sandbox::filtered() {
         reasons::note(Reason::PeerWithoutLibrary, Some(&conn.key));
     }
     end_ring_traffic(conn, conn.peer.get())
