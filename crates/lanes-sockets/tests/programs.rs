@@ -4,7 +4,8 @@
 //! and its epoll/poll/select multiplexers), redis-server with redis-benchmark and redis-cli
 //! (a 1 MiB value, byte-exact), nginx (master and 2 workers, sendfile) with curl (a 16 MiB
 //! file, byte-exact) and wrk (no socket errors), and iperf3 with either side SIGKILLed
-//! mid-stream (the other must end, as it does without the library).
+//! mid-stream (the other must end, as it does without the library), and Node.js (libuv) with
+//! a net server that ends connections with `destroy`.
 //!
 //! What is checked is exit statuses and sane output, not speed. While a setup runs, the
 //! socket records in its fabric directory are sampled: with the library on both sides some
@@ -476,6 +477,112 @@ fn sockperf_dlsym_finds_the_preloaded_functions() {
 // ------------------------------------------------------------------------------------------
 // redis
 // ------------------------------------------------------------------------------------------
+
+/// Node's net server: acknowledges each line (`ack LINE`), echoes a connection's bytes
+/// after a line `ECHO` back to it as they come, and ends a connection at a line `CLOSE`
+/// (`destroy`: libuv closes with `syscall(SYS_close)`). Prints what each connection
+/// received, by number, when it closes; stops after three.
+const NODE_SERVER: &str = r#"
+const net = require('net');
+let id = 0;
+const srv = net.createServer(c => {
+  const me = id++;
+  let all = '', echo = false;
+  c.on('data', d => {
+    if (echo) { c.write(d); return; }
+    all += d.toString('latin1');
+    for (const line of d.toString('latin1').split('\n')) {
+      if (line === 'CLOSE') { c.destroy(); return; }
+      if (line === 'ECHO') { echo = true; c.write('ready\n'); return; }
+      if (line) c.write('ack ' + line + '\n');
+    }
+  });
+  c.on('end', () => c.end());
+  c.on('close', () => { console.log(`conn ${me} received ${JSON.stringify(all)}`); if (me === 2) srv.close(); });
+  c.on('error', e => console.log(`conn ${me} error ${e.code}`));
+});
+srv.listen(+process.argv[2], '127.0.0.1', () => console.log('listening'));
+"#;
+
+/// Node's client of [`NODE_SERVER`]: connection A (twelve lines, then CLOSE, then a late
+/// line the server must never see on another connection), B (one line on the number the
+/// server gave A, then its end: B must get its own answer alone), C (4 MiB echoed back,
+/// compared).
+const NODE_CLIENT: &str = r#"
+const net = require('net'), crypto = require('crypto');
+const port = +process.argv[2];
+const sleep = ms => new Promise(r => setTimeout(r, ms));
+function conn() { return new Promise((ok, bad) => { const s = net.connect(port, '127.0.0.1', () => ok(s)); s.on('error', bad); }); }
+function readAll(s) { return new Promise(ok => { const parts = []; s.on('data', d => parts.push(d)); s.on('end', () => ok(Buffer.concat(parts))); }); }
+(async () => {
+  const a = await conn();
+  let acks = '';
+  a.on('data', d => { acks += d; });
+  a.on('error', () => {});
+  for (let i = 0; i < 12; i++) a.write(`a${i}\n`);
+  while (acks.split('\n').length <= 12) await sleep(5);
+  a.write('CLOSE\n');
+  await sleep(300);
+  a.write('A-LATE\n');
+  await sleep(100);
+  const b = await conn();
+  const bGot = readAll(b);
+  b.end('B-hello\n');
+  console.log('B got ' + JSON.stringify((await bGot).toString()));
+  const c = await conn();
+  const data = crypto.randomBytes(4 << 20);
+  const ready = new Promise(ok => c.once('data', ok));
+  c.write('ECHO\n');
+  await ready;
+  let got = 0; const h = crypto.createHash('sha256');
+  const done = new Promise(ok => c.on('data', d => { h.update(d); got += d.length; if (got >= data.length) ok(); }));
+  c.write(data);
+  await done;
+  const same = h.digest('hex') === crypto.createHash('sha256').update(data).digest('hex');
+  console.log(same ? 'C echoed 4 MiB, same' : 'C echoed bytes differ');
+  c.end(); a.destroy();
+})().catch(e => { console.log('client error ' + e); process.exit(1); });
+"#;
+
+/// Node.js (libuv): a server ends a connection with `destroy` (libuv's `syscall(SYS_close)`,
+/// which the C library's `close` never sees), its client writes to that connection late,
+/// and the next connection the server accepts gets the same descriptor number: with the
+/// library its stream must be its own (before the library saw such closes, the late bytes
+/// came in the new connection and its answer went to the old one), and 4 MiB echoed on a
+/// third connection come back unchanged. Each end set up at connect
+/// (`LANES_SOCKETS_DEFER=0`), so the records are there from the first byte.
+#[test]
+fn node_net_server_that_destroys_connections() {
+    let mut w = World::new("node");
+    let server_js = w.dir.path("server.js");
+    let client_js = w.dir.path("client.js");
+    std::fs::write(&server_js, NODE_SERVER).expect("server.js");
+    std::fs::write(&client_js, NODE_CLIENT).expect("client.js");
+    for side in SIDES {
+        let what = format!("node ({})", side.label());
+        let fabric = w.fabric(side.tag());
+        let port = free_ports(1)[0];
+        let sampler = sample(&fabric);
+        let mut cmd = w.cmd("node", side.server(), &fabric);
+        cmd.env("LANES_SOCKETS_DEFER", "0").arg(&server_js).arg(port.to_string());
+        let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: server")) else { continue };
+        let mut cmd = w.cmd("node", side.client(), &fabric);
+        cmd.env("LANES_SOCKETS_DEFER", "0").arg(&client_js).arg(port.to_string());
+        let client = Program::spawn(cmd, &format!("{what}: client")).wait(RUN_LIMIT);
+        let served = server.wait(STOP_LIMIT);
+        check_acceleration(&mut w, side, sampler.finish(), &what);
+        if !w.expect_ok(&client, &format!("{what}: client")) || !w.expect_ok(&served, &format!("{what}: server")) {
+            continue;
+        }
+        w.expect_output(&client, &what, r#"B got "ack B-hello\n""#);
+        w.expect_output(&client, &what, "C echoed 4 MiB, same");
+        w.expect_output(&served, &what, r#"conn 1 received "B-hello\n""#);
+        if served.stdout.contains("A-LATE") {
+            w.fail(format!("{what}: A's late bytes reached the server\n{}", served.describe("server")));
+        }
+    }
+    w.finish("node_net_server_that_destroys_connections");
+}
 
 #[test]
 fn redis_benchmark_and_a_large_value() {
