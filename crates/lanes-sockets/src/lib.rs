@@ -66,8 +66,14 @@ thread_local! {
 fn fabric_thread() -> bool {
     FABRIC_THREAD.with(|f| {
         if f.get() == 0 {
-            let ours = std::thread::current().name().is_some_and(|n| n.starts_with("lanes-"));
-            f.set(if ours { 2 } else { 1 });
+            // The kernel's name of this thread (the C library asks it with prctl, inside
+            // itself), not std's handle: that allocates on a program's thread, which may
+            // be inside its allocator's lock (jemalloc closes files with syscall() there).
+            let mut name = [0u8; 16];
+            // SAFETY: a buffer of 16 bytes, the size a thread name takes with its NUL.
+            let ok =
+                unsafe { libc::pthread_getname_np(libc::pthread_self(), name.as_mut_ptr().cast(), name.len()) } == 0;
+            f.set(if ok && name.starts_with(b"lanes-") { 2 } else { 1 });
         }
         f.get() == 2
     })
@@ -396,6 +402,12 @@ pub unsafe extern "C" fn syscall(
     };
     // SAFETY: the caller's system call, with its arguments.
     let pass = || unsafe { raw(n, a1, a2, a3, a4, a5, a6) };
+    if !INIT.is_completed() {
+        // Nothing known of any descriptor yet, and starting the library allocates: a
+        // program's allocator closes its files with syscall() while it holds its own lock
+        // (jemalloc, as it starts).
+        return pass();
+    }
     match n {
         libc::SYS_close => {
             let fd = a1 as c_int;
