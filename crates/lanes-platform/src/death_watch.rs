@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::cvt;
+use crate::files::Held;
 
 type DeathCallback = Box<dyn FnOnce() + Send>;
 type AliveCheck = Box<dyn Fn() -> bool + Send>;
@@ -21,14 +22,16 @@ const FALLBACK_POLL_MS: i32 = 10;
 const WAKE_TOKEN: u64 = u64::MAX;
 
 struct Entry {
-    pidfd: Option<OwnedFd>,
+    pidfd: Option<Held<OwnedFd>>,
     alive: AliveCheck,
     on_death: DeathCallback,
 }
 
+/// Its descriptors are held (`files::Held`): out of the program's way, and a program's
+/// stray close of one of their numbers does not close them.
 struct Monitor {
-    epoll: OwnedFd,
-    wake: OwnedFd,
+    epoll: Held<OwnedFd>,
+    wake: Held<OwnedFd>,
     owner_pid: u32,
     state: Mutex<MonitorState>,
 }
@@ -100,17 +103,18 @@ pub fn watch(
     Ok(Watch { monitor: Some(monitor), id })
 }
 
-fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+fn pidfd_open(pid: u32) -> io::Result<Held<OwnedFd>> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel just gave us this fd; we are its only owner. Set close-on-exec.
-    unsafe {
+    let fd = unsafe {
         libc::fcntl(fd as RawFd, libc::F_SETFD, libc::FD_CLOEXEC);
-        Ok(OwnedFd::from_raw_fd(fd as RawFd))
-    }
+        OwnedFd::from_raw_fd(fd as RawFd)
+    };
+    Ok(Held::new(fd))
 }
 
 static MONITOR: Mutex<Option<Arc<Monitor>>> = Mutex::new(None);
@@ -138,14 +142,14 @@ impl Monitor {
         // SAFETY: epoll_create1 returns a new fd or -1.
         let ep = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: a fresh fd that nothing else owns.
-        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        let epoll = Held::new(unsafe { OwnedFd::from_raw_fd(ep) });
         // SAFETY: eventfd returns a new fd or -1.
         let ev = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         // SAFETY: a fresh fd that nothing else owns.
-        let wake = unsafe { OwnedFd::from_raw_fd(ev) };
+        let wake = Held::new(unsafe { OwnedFd::from_raw_fd(ev) });
         let mut e = libc::epoll_event { events: libc::EPOLLIN as u32, u64: WAKE_TOKEN };
-        // SAFETY: both fds are open; `e` is valid for the call.
-        cvt(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, wake.as_raw_fd(), &mut e) })?;
+        // SAFETY: both fds are open (at their held numbers); `e` is valid for the call.
+        cvt(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, wake.as_raw_fd(), &mut e) })?;
         Ok(Monitor { epoll, wake, owner_pid: std::process::id(), state: Mutex::new(MonitorState::default()) })
     }
 

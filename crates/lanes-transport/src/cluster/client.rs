@@ -283,7 +283,8 @@ pub fn one_shot(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply> {
     let socket = Client::socket_path(dir);
     let protocol = |reason: String| Error::Protocol { socket: socket.clone(), reason };
     let frame = encode(req).map_err(|e| protocol(e.to_string()))?;
-    let fd = connect_nonblocking(&socket)?;
+    // Held: a request may be made from a thread of the library while the program runs.
+    let fd = Held::new(connect_nonblocking(&socket)?);
     let mut sent = 0;
     while sent < frame.len() {
         wait_for(&fd, libc::POLLOUT, deadline, &socket, "sending a request")?;

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use super::fi::{self, Completion, FiAddr, FiContext, Local, Polled, Target};
 use crate::cluster::IdleProgress;
 use crate::error::{Error, Result};
+use crate::platform::files::Held;
 use crate::platform::{hex, random_u64};
 
 /// A handler of remote CQ data: called with the data's low 16 bits, from whichever thread
@@ -194,7 +195,7 @@ pub struct ProcessEndpoint {
     /// meanwhile.
     spinners: AtomicU32,
     stop: AtomicBool,
-    wake: OwnedFd,
+    wake: Held<OwnedFd>,
     service: Mutex<Option<JoinHandle<()>>>,
     /// Set by the service thread when it has returned (it calls the provider no more).
     service_done: Arc<AtomicBool>,
@@ -281,7 +282,7 @@ impl ProcessEndpoint {
             return Err(Error::io("creating the ofi service eventfd", std::io::Error::last_os_error()));
         }
         // SAFETY: wake is a new descriptor nobody else owns.
-        let wake = unsafe { OwnedFd::from_raw_fd(wake) };
+        let wake = Held::new(unsafe { OwnedFd::from_raw_fd(wake) });
         let me = Arc::new(ProcessEndpoint {
             spec,
             ep,

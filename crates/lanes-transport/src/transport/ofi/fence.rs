@@ -51,8 +51,9 @@ pub fn shut_accepted_from(local: SocketAddr, from: IpAddr) -> usize {
         if dup < 0 {
             continue;
         }
-        // SAFETY: dup is a new descriptor nobody else owns.
-        let dup = unsafe { OwnedFd::from_raw_fd(dup) };
+        // SAFETY: dup is a new descriptor nobody else owns. Held: out of the program's way
+        // (this runs while the program runs), its stray close of the number refused.
+        let dup = crate::platform::files::Held::new(unsafe { OwnedFd::from_raw_fd(dup) });
         if sock_addr(&dup, false) != Some(local) || sock_addr(&dup, true).map(|a| a.ip()) != Some(from) {
             continue;
         }
