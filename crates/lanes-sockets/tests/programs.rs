@@ -478,6 +478,25 @@ fn sockperf_dlsym_finds_the_preloaded_functions() {
 // redis
 // ------------------------------------------------------------------------------------------
 
+/// Programs linked with jemalloc (dig, redis-server) start under the library, as a
+/// program that prints its version: jemalloc closes files with `syscall(SYS_close)` as it
+/// starts, inside its own lock, and the library's `syscall` once allocated there (starting
+/// itself, asking std for the thread's handle): both hung for good at start.
+#[test]
+fn programs_linked_with_jemalloc_start_under_the_library() {
+    let mut w = World::new("jemalloc");
+    let fabric = w.fabric("jemalloc");
+    for (prog, arg, says) in [("dig", "-v", "DiG"), ("redis-server", "--version", "Redis server")] {
+        let mut cmd = w.cmd(prog, true, &fabric);
+        cmd.arg(arg);
+        let f = Program::spawn(cmd, prog).wait(Duration::from_secs(20));
+        if w.expect_ok(&f, &format!("{prog} {arg} under the library")) {
+            w.expect_output(&f, prog, says);
+        }
+    }
+    w.finish("programs_linked_with_jemalloc_start_under_the_library");
+}
+
 /// Node's net server: acknowledges each line (`ack LINE`), echoes a connection's bytes
 /// after a line `ECHO` back to it as they come, and ends a connection at a line `CLOSE`
 /// (`destroy`: libuv closes with `syscall(SYS_close)`). Prints what each connection
