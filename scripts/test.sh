@@ -40,6 +40,7 @@ declare -A apt_for=(
     [ping]=iputils-ping
     [socat]=socat
     [node]=nodejs
+    [haproxy]=haproxy
     [tracepath]=iputils-tracepath
     [traceroute]=traceroute
     [rsync]=rsync

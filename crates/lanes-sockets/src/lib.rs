@@ -402,6 +402,15 @@ pub unsafe extern "C" fn syscall(
     };
     // SAFETY: the caller's system call, with its arguments.
     let pass = || unsafe { raw(n, a1, a2, a3, a4, a5, a6) };
+    if n == libc::SYS_seccomp && sandbox::seccomp_installs(a1) {
+        // libseccomp installs its filter this way.
+        before_seccomp();
+        let r = pass();
+        if r >= 0 {
+            sandbox::installed();
+        }
+        return r;
+    }
     if !INIT.is_completed() {
         // Nothing known of any descriptor yet, and starting the library allocates: a
         // program's allocator closes its files with syscall() while it holds its own lock
@@ -1787,22 +1796,28 @@ pub unsafe extern "C" fn setresuid(r: libc::uid_t, e: libc::uid_t, s: libc::uid_
 /// library avoid system calls of its own from then on (see `sandbox`).
 #[no_mangle]
 pub unsafe extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> c_int {
-    if !sandbox::filtered() && sandbox::filters(option, a2) && !INSIDE.with(|i| i.get()) {
-        // Under a filter the library makes no system call of its own: a fabric stream
-        // cannot be used any more.
-        guarded(remote::before_sandbox);
+    let installs = sandbox::filters(option);
+    if installs {
+        before_seccomp();
     }
     // SAFETY: the caller's arguments, passed on as the C library's prctl reads them.
     let r = unsafe { (real().prctl)(option, a2, a3, a4, a5) };
-    if r >= 0 {
-        if !sandbox::filtered() && sandbox::filters(option, a2) && !INSIDE.with(|i| i.get()) {
-            // Said (and counted) before the library takes the process as filtered; with
-            // only no_new_privs set, no filter forbids the calls this makes yet.
-            guarded(|| reasons::entered_sandbox(option == libc::PR_SET_NO_NEW_PRIVS));
-        }
-        sandbox::after_prctl(option, a2);
+    if r >= 0 && installs {
+        sandbox::installed();
     }
     r
+}
+
+/// Before the program installs a seccomp mode (`prctl(PR_SET_SECCOMP)`, `seccomp`): under
+/// it the library makes no system call of its own, so a fabric stream cannot be used any
+/// more, and why its connections stay kernel TCP is said now, while a file may still be
+/// made for it.
+fn before_seccomp() {
+    if sandbox::filtered() || INSIDE.with(|i| i.get()) || !INIT.is_completed() {
+        return;
+    }
+    guarded(remote::before_sandbox);
+    guarded(|| reasons::entered_sandbox(true));
 }
 
 // ---- fortified variants (_FORTIFY_SOURCE) ------------------------------------------------

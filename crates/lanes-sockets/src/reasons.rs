@@ -130,8 +130,8 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
             format!("no room for a socket record ({detail}); connections without one stay kernel TCP")
         }
         Reason::RecordFailed => format!("{sock}no socket record ({detail}): kernel TCP"),
-        Reason::Sandbox => "a seccomp filter, or no_new_privs, which comes before one (prctl): the library makes no \
-                            system call of its own from now on, and connections set up from now on stay kernel TCP"
+        Reason::Sandbox => "a seccomp filter (prctl or seccomp): the library makes no system call of its own from \
+                            now on, and connections set up from now on stay kernel TCP"
             .to_string(),
         Reason::TooManyHolders => format!(
             "{sock}shared by more than {} processes: it goes back to kernel TCP when the first of them close it",
@@ -225,7 +225,7 @@ pub fn before_uid_change(new_euid: Option<libc::uid_t>) {
 }
 
 /// The program is entering a seccomp sandbox (called before the library takes it as
-/// filtered). `filter_pending`: only no_new_privs is being set, so system calls are still
+/// filtered). `filter_pending`: the mode is not installed yet, so system calls are still
 /// allowed: the file may be made and the line written; otherwise the filter is in force and
 /// only an existing file counts it.
 pub fn entered_sandbox(filter_pending: bool) {

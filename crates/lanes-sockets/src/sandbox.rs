@@ -1,10 +1,12 @@
 //! Whether this process runs under a seccomp filter (or has prepared for one), so the
 //! library avoids system calls the program itself would not make.
 //!
-//! Known from the program's own `prctl` (`PR_SET_SECCOMP`, and `PR_SET_NO_NEW_PRIVS`, which
-//! an unprivileged process must set before installing a filter: OpenSSH's sandbox and
-//! libseccomp both set it through `prctl`), and from `/proc/self/status` when the library
-//! starts if the inherited mode is strict (`Seccomp: 1`: nothing but read, write and exit).
+//! Known from the program's own `prctl(PR_SET_SECCOMP)` (OpenSSH's sandbox) and
+//! `syscall(SYS_seccomp)` (libseccomp), seen before the filter is installed, and from
+//! `/proc/self/status` when the library starts if the inherited mode is strict
+//! (`Seccomp: 1`: nothing but read, write and exit). `PR_SET_NO_NEW_PRIVS`, which an
+//! unprivileged process sets before a filter, is not taken as one: HAProxy sets it alone
+//! (to refuse setuid programs), and its connections stayed kernel TCP for it.
 //! An inherited filter (`Seccomp: 2`) is not taken as one: container runtimes and service
 //! managers start every program under a filter that allows the calls a socket program makes,
 //! and the careful mode costs such programs speed (no forced TCP_NODELAY, no late pairing).
@@ -19,16 +21,19 @@ pub fn filtered() -> bool {
     FILTERED.load(Ordering::Relaxed)
 }
 
-/// Whether `prctl(option, arg2, ...)` installs a filter or prepares for one.
-pub fn filters(option: libc::c_int, arg2: libc::c_ulong) -> bool {
-    option == libc::PR_SET_SECCOMP || (option == libc::PR_SET_NO_NEW_PRIVS && arg2 != 0)
+/// Whether `prctl(option, ...)` installs a seccomp mode (strict or a filter).
+pub fn filters(option: libc::c_int) -> bool {
+    option == libc::PR_SET_SECCOMP
 }
 
-/// The program made `prctl(option, arg2, ...)`, which succeeded.
-pub fn after_prctl(option: libc::c_int, arg2: libc::c_ulong) {
-    if filters(option, arg2) {
-        FILTERED.store(true, Ordering::Relaxed);
-    }
+/// Whether `seccomp(op, ...)` (made through `syscall`) installs a seccomp mode.
+pub fn seccomp_installs(op: libc::c_long) -> bool {
+    op == libc::SECCOMP_SET_MODE_STRICT as libc::c_long || op == libc::SECCOMP_SET_MODE_FILTER as libc::c_long
+}
+
+/// A seccomp mode was installed: the library makes no system call of its own from now on.
+pub fn installed() {
+    FILTERED.store(true, Ordering::Relaxed);
 }
 
 /// At start-up: strict seccomp inherited across exec (`Seccomp: 1`).

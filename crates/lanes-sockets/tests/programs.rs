@@ -5,7 +5,7 @@
 //! (a 1 MiB value, byte-exact), nginx (master and 2 workers, sendfile) with curl (a 16 MiB
 //! file, byte-exact) and wrk (no socket errors), and iperf3 with either side SIGKILLed
 //! mid-stream (the other must end, as it does without the library), and Node.js (libuv) with
-//! a net server that ends connections with `destroy`.
+//! a net server that ends connections with `destroy`, and HAProxy in front of a web server.
 //!
 //! What is checked is exit statuses and sane output, not speed. While a setup runs, the
 //! socket records in its fabric directory are sampled: with the library on both sides some
@@ -477,6 +477,61 @@ fn sockperf_dlsym_finds_the_preloaded_functions() {
 // ------------------------------------------------------------------------------------------
 // redis
 // ------------------------------------------------------------------------------------------
+
+/// HAProxy (HTTP mode) in front of Python's http.server, curl fetching a 4 MiB file through
+/// it three times, every process under the library or none: byte-exact each time. HAProxy
+/// sets no_new_privs as it starts (to refuse setuid programs), which is no seccomp filter:
+/// its connections are accelerated (they all stayed kernel TCP while no_new_privs counted
+/// as a sandbox). Set up at connect (`LANES_SOCKETS_DEFER=0`): curl's connections are short.
+#[test]
+fn haproxy_in_front_of_a_web_server() {
+    let mut w = World::new("haproxy");
+    let site = w.dir.sub("site");
+    let blob = random_bytes(4 << 20, 0x4a9);
+    std::fs::write(site.join("blob.bin"), &blob).expect("the file to serve");
+    for side in [Side::Neither, Side::Both] {
+        let what = format!("haproxy ({})", side.label());
+        let fabric = w.fabric(side.tag());
+        let ports = free_ports(2);
+        let (front, back) = (ports[0], ports[1]);
+        let cfg = w.dir.path(&format!("haproxy-{}.cfg", side.tag()));
+        let conf = format!(
+            "global\n    maxconn 100\ndefaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    \
+             timeout server 30s\nfrontend f\n    bind 127.0.0.1:{front}\n    default_backend b\nbackend b\n    \
+             server s1 127.0.0.1:{back}\n"
+        );
+        std::fs::write(&cfg, conf).expect("haproxy.cfg");
+        let sampler = sample(&fabric);
+        let mut cmd = w.cmd("python3", side.server(), &fabric);
+        cmd.env("LANES_SOCKETS_DEFER", "0").args(["-m", "http.server", &back.to_string(), "--bind", "127.0.0.1"]);
+        cmd.current_dir(&site);
+        let Some(web) = start_server(&mut w, cmd, back, &format!("{what}: http.server")) else { continue };
+        let mut cmd = w.cmd("haproxy", side.server(), &fabric);
+        cmd.env("LANES_SOCKETS_DEFER", "0").arg("-f").arg(&cfg).arg("-db");
+        let Some(proxy) = start_server(&mut w, cmd, front, &format!("{what}: haproxy")) else {
+            drop(web);
+            continue;
+        };
+        for i in 0..3 {
+            let out = w.dir.path(&format!("fetched-{}-{i}", side.tag()));
+            let mut cmd = w.cmd("curl", side.client(), &fabric);
+            cmd.env("LANES_SOCKETS_DEFER", "0").args(["-s", "-S", "-o"]).arg(&out);
+            cmd.arg(format!("http://127.0.0.1:{front}/blob.bin"));
+            let f = Program::spawn(cmd, "curl").wait(RUN_LIMIT);
+            if !w.expect_ok(&f, &format!("{what}: curl {i}")) {
+                continue;
+            }
+            let got = std::fs::read(&out).unwrap_or_default();
+            if let Some(at) = first_difference(&got, &blob) {
+                w.fail(format!("{what}: fetch {i}: {} bytes, first difference at {at}", got.len()));
+            }
+        }
+        drop(proxy);
+        drop(web);
+        check_acceleration(&mut w, side, sampler.finish(), &what);
+    }
+    w.finish("haproxy_in_front_of_a_web_server");
+}
 
 /// Programs linked with jemalloc (dig, redis-server) start under the library, as a
 /// program that prints its version: jemalloc closes files with `syscall(SYS_close)` as it

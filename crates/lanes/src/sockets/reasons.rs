@@ -116,7 +116,7 @@ impl Reason {
             Reason::ExcludedPort => "excluded port",
             Reason::NoRoom => "no room in the fabric directory",
             Reason::RecordFailed => "socket record not created",
-            Reason::Sandbox => "seccomp sandbox or no_new_privs",
+            Reason::Sandbox => "seccomp sandbox",
             Reason::TooManyHolders => "too many processes share it",
             Reason::ExecWithoutLibrary => "exec of an image without the library",
             Reason::RemoteOff => "cross-host: remote acceleration off",
