@@ -1221,6 +1221,23 @@ fn with_fabric_stream(test: &str) -> bool {
     lanes::OFI_TRANSPORT
 }
 
+/// An echo server on a at `port` and a client on b with connection 1 to it, paired and its
+/// stream live, after a checksummed exchange of `bytes` both ways: (server, client, the
+/// server's address, the client's).
+fn live_echo_pair(c: &Cluster, port: u16, bytes: u64) -> Result<(Proc, Proc, String, String), String> {
+    let server_at = format!("{}:{port}", Netns::address(0));
+    let mut server = sockets_child(c, Some(0), Some("on"), "server on a");
+    server.ok(&format!("listen {port} echo"));
+    let mut client = sockets_child(c, Some(1), Some("on"), "client on b");
+    let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+    wait_paired(c, (1, &client_addr), (0, &server_at));
+    make_live(c, &mut client, &server_at)?;
+    let got =
+        client.call_within(&format!("exchange 1 {bytes}"), Duration::from_secs(300)).map_err(|e| format!("{e:?}"))?;
+    assert_eq!(got, format!("bytes={bytes}"));
+    Ok((server, client, server_at, client_addr))
+}
+
 /// Round trips of 64 B from one thread on the client's connection 1 (on host b) to
 /// `server_at` until its stream is live (its record carries the stream's counts): a stream
 /// starts only at a call made while no other is inside the kernel, which two threads that
@@ -1287,19 +1304,8 @@ fn a_checksummed_stream_through_the_library_moves_over_the_fabric() {
     }
     // A host called Lost (a machine so loaded that heartbeats stopped for seconds) revokes
     // the fabric's grants and, without fail-over, resets the streams: then again.
-    let (mut server, mut client, server_at, client_addr) = unless_a_host_was_lost(&c, "the stream", |n| {
-        let port = PORT + 20 + n;
-        let server_at = format!("{}:{port}", Netns::address(0));
-        let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
-        server.ok(&format!("listen {port} echo"));
-        let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
-        let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
-        wait_paired(&c, (1, &client_addr), (0, &server_at));
-        make_live(&c, &mut client, &server_at)?;
-        let got = client.call_within("exchange 1 67108864", Duration::from_secs(300)).map_err(|e| format!("{e:?}"))?;
-        assert_eq!(got, "bytes=67108864");
-        Ok((server, client, server_at, client_addr))
-    });
+    let (mut server, mut client, server_at, client_addr) =
+        unless_a_host_was_lost(&c, "the stream", |n| live_echo_pair(&c, PORT + 20 + n, 64 << 20));
     let (b_sent, b_received) = fabric_bytes(&c, 1, &server_at);
     let (a_sent, a_received) = fabric_bytes(&c, 0, &client_addr);
     eprintln!("over the fabric: b sent {b_sent} received {b_received}; a sent {a_sent} received {a_received}");
@@ -1336,19 +1342,8 @@ fn closing_every_descriptor_above_the_programs_own_leaves_the_librarys() {
     if !with_fabric_stream("closing_every_descriptor_above_the_programs_own_leaves_the_librarys") {
         return;
     }
-    let (mut server, mut client, server_at, client_addr) = unless_a_host_was_lost(&c, "the stream", |n| {
-        let port = PORT + 60 + n;
-        let server_at = format!("{}:{port}", Netns::address(0));
-        let mut server = sockets_child(&c, Some(0), Some("on"), "server on a");
-        server.ok(&format!("listen {port} echo"));
-        let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
-        let client_addr = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
-        wait_paired(&c, (1, &client_addr), (0, &server_at));
-        make_live(&c, &mut client, &server_at)?;
-        let got = client.call_within("exchange 1 1048576", Duration::from_secs(120)).map_err(|e| format!("{e:?}"))?;
-        assert_eq!(got, "bytes=1048576");
-        Ok((server, client, server_at, client_addr))
-    });
+    let (mut server, mut client, server_at, client_addr) =
+        unless_a_host_was_lost(&c, "the stream", |n| live_echo_pair(&c, PORT + 60 + n, 1 << 20));
     // The children's own descriptors (pipes, listener, connections) are far below 64.
     client.ok("closefrom 64");
     server.ok("close-range 64");
