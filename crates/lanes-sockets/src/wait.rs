@@ -436,6 +436,9 @@ struct Shadow {
     /// The set was registered in another set of ours: a sleeper on that one depends on
     /// this set's kernel registrations too, so they are never deferred.
     nested_in: bool,
+    /// An eventfd in the kernel set (edge-triggered, token [`WAKE_TOKEN`]'s), made the
+    /// first time a registration has to wake this set's sleepers ([`wake_sleepers`]).
+    wake: Option<lanes::platform::files::Held<std::os::fd::OwnedFd>>,
 }
 
 /// Tables by fd number: fds are small and dense, and SipHash was a visible share of a busy
@@ -539,6 +542,73 @@ fn salt() -> u64 {
 
 fn token(fd: c_int) -> u64 {
     salt() | fd as u32 as u64
+}
+
+/// The token of a set's wake-up eventfd: fd -1's, which no item has (`merge` drops it).
+fn wake_token() -> u64 {
+    token(-1)
+}
+
+/// Wakes the threads asleep in the kernel on this set, so that they look at its rings
+/// again (an eventfd of the set's, made and registered the first time).
+fn wake_sleepers(sh: &mut Shadow) {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    if sh.wake.is_none() {
+        // SAFETY: eventfd has no memory-safety preconditions.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return;
+        }
+        // SAFETY: a new descriptor nobody else owns.
+        let held = lanes::platform::files::Held::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        let mut ev = epoll_event { events: (libc::EPOLLIN | libc::EPOLLET) as u32, u64: wake_token() };
+        // SAFETY: our own event structure, our own descriptors.
+        if unsafe { (real().epoll_ctl)(sh.epfd, libc::EPOLL_CTL_ADD, held.as_raw_fd(), &mut ev) } != 0 {
+            return;
+        }
+        sh.wake = Some(held);
+    }
+    if let Some(w) = &sh.wake {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a local to our eventfd.
+        unsafe { libc::write(w.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// A socket registered for input while a thread sleeps in the kernel on the set: that
+/// sleeper prepared only the sockets it knew, so this one's bytes could stay in its ring
+/// unseen until the wait timed out (Apache's event MPM hands idle keep-alive connections
+/// to a listener thread asleep in epoll_wait: requests stalled for its 5 s timeout). The
+/// socket's peer sends through the kernel from now on (which wakes the sleeper), and bytes
+/// already in its ring wake the sleeper at once.
+fn registered_during_sleep(
+    sh: &mut Shadow,
+    conn: Option<&Arc<Conn>>,
+    udp: Option<&Arc<UdpSock>>,
+    stream: Option<&Arc<FabricStream>>,
+) {
+    let mut ready = false;
+    if let Some(c) = conn {
+        if let Some(p) = c.peer() {
+            p.tx_word().to_kernel_mode();
+            ready |= c.ring_readable();
+        }
+    }
+    if let Some(u) = udp {
+        if let Some(rec) = u.record() {
+            // As a kernel send would: the receiver takes the ring back once it caught up.
+            if rec.begin_kernel_send() {
+                rec.end_kernel_send();
+            }
+            ready |= rec.ring_readable();
+        }
+    }
+    if let Some(st) = stream {
+        ready |= st.prepare_to_wait();
+    }
+    if ready {
+        wake_sleepers(sh);
+    }
 }
 
 fn fd_of_token(t: u64) -> Option<c_int> {
@@ -870,6 +940,12 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
             },
         );
         sh.stale |= !keeps_watch;
+        if sh.kernel_sleepers > 0 && ev.events & libc::EPOLLIN as u32 != 0 {
+            let it = sh.items.get(&fd).map(|it| (it.conn.clone(), it.udp.clone(), it.stream.clone()));
+            if let Some((conn, udp, stream)) = it {
+                registered_during_sleep(&mut sh, conn.as_ref(), udp.as_ref(), stream.as_ref());
+            }
+        }
         drop(sh);
         // A sleeper on this set now depends on the inner set's kernel registrations: they
         // are all made, and never deferred again (outer before inner, as waits lock them).
@@ -928,9 +1004,11 @@ fn wait_loop(
 ) -> c_int {
     let deadline = timeout.map(|t| Instant::now() + t);
     flush_set(shadow);
-    let watched = lock(shadow).watch_list();
+    let mut watched = lock(shadow).watch_list();
     // Parked rings stay empty: with nothing else to watch, the kernel's answer is the wait's.
-    let mut rings = watched.iter().any(|w| !matches!(w, Watched::Ring(_, c) if park::is_parked(c)));
+    let watches_rings =
+        |watched: &[Watched]| watched.iter().any(|w| !matches!(w, Watched::Ring(_, c) if park::is_parked(c)));
+    let mut rings = watches_rings(&watched);
     // Refused when a CPU is not free for it (see `spin`); without a spin, the sleeping call
     // is the only one that asks the kernel, as the program's own call would be.
     let mut spin: Option<spin::Spin> =
@@ -1003,7 +1081,11 @@ fn wait_loop(
         if n > 0 || remaining(deadline) == Some(Duration::ZERO) {
             return deliver(epfd, shadow, &out, events);
         }
-        // Only events we had to drop (a disarmed one-shot): wait again.
+        // Only events we had to drop (a disarmed one-shot, or the set's wake-up: a socket
+        // registered meanwhile has ring bytes): look at the rings again, then wait.
+        watched = lock(shadow).watch_list();
+        rings = watches_rings(&watched);
+        ask_now = true;
     }
 }
 

@@ -351,6 +351,7 @@ const DESCRIPTORS: &[&str] = &["dup", "close-range", "raw-close", "errno-kept", 
 const POLL_AND_SELECT: &[&str] = &["poll", "ppoll", "select", "pselect"];
 const EPOLL: &[&str] = &[
     "epoll-lt",
+    "epoll-late-add",
     "epoll-et",
     "epoll-oneshot",
     "epoll-del",

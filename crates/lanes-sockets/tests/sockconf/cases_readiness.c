@@ -491,3 +491,58 @@ void oob_client(void)
     say("send %s", res(send(fd, "op", 2, 0)));
     close(fd);
 }
+
+/* A socket added to an epoll set while another thread sleeps in epoll_wait on it, with a
+ * request already waiting (Apache's event MPM hands an idle keep-alive connection to its
+ * listener thread so): the sleeper wakes with it at once, not at its timeout. */
+struct late_add {
+    int ep;
+    const char *got;
+    double took;
+};
+
+static void *late_add_waiter(void *p)
+{
+    struct late_add *w = p;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    w->got = epw(w->ep, 5000);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    w->took = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    return NULL;
+}
+
+void late_add_server(void)
+{
+    int s = accept_one();
+    warm_up_server(s);
+    struct late_add w = {epoll_create1(0), NULL, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, late_add_waiter, &w);
+    sleep_ms(200); /* the waiter sleeps on an empty set */
+    sync_send('g');
+    sync_expect('s'); /* the client's request was sent */
+    sleep_ms(100);
+    say("ADD EPOLLIN %s", res(ep_ctl(w.ep, EPOLL_CTL_ADD, s, EPOLLIN, 9)));
+    pthread_join(t, NULL);
+    say("the sleeping wait: %s, within 2 s: %s", w.got, yes(w.took < 2.0));
+    char b[16];
+    say("read %s", got(read(s, b, 6), b));
+    say("write %s", res(write(s, "answer", 6)));
+    sync_expect('z');
+    close(w.ep);
+    close(s);
+}
+
+void late_add_client(void)
+{
+    int fd = connect_one();
+    warm_up_client(fd);
+    sync_expect('g');
+    say("write %s", res(write(fd, "req-2!", 6)));
+    sync_send('s');
+    char b[16];
+    say("read %s", got(read_full(fd, b, 6), b));
+    sync_send('z');
+    close(fd);
+}

@@ -233,6 +233,8 @@ void cloexec_client(void) ;
 void wait_server(void) ;
 void wait_client(void) ;
 const char *epw(int ep, int timeout) ;
+void late_add_server(void);
+void late_add_client(void);
 int ep_ctl(int ep, int op, int fd, uint32_t events, uint64_t tag) ;
 void script_server(void) ;
 void epoll_lt_client(void) ;

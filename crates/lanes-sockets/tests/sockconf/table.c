@@ -118,6 +118,8 @@ const struct casedef cases[] = {
     {"pselect", AF_INET, true, wait_server, wait_client, set_pselect, "pselect, as poll"},
     {"epoll-lt", AF_INET, true, script_server, epoll_lt_client, set_lt,
      "epoll level-triggered: stays ready until read, EPOLLOUT, EPOLLRDHUP"},
+    {"epoll-late-add", AF_INET, true, late_add_server, late_add_client, NULL,
+     "a socket with a request waiting added to a set another thread sleeps on: it wakes at once"},
     {"epoll-et", AF_INET, true, script_server, epoll_et_client, set_et,
      "epoll edge-triggered: one event per arrival, none when nothing new"},
     {"epoll-oneshot", AF_INET, true, script_server, epoll_oneshot_client, set_oneshot,
