@@ -424,10 +424,13 @@ pub fn forget(fd: i32) -> bool {
 /// file now (before, the new connection took over the old one's record: one connection's
 /// bytes went to another's peer).
 pub fn forget_stale(fd: i32) {
-    let maybe = fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) != 0;
-    let known = maybe
-        || crate::udp::lookup(fd).is_some()
-        || (fd as usize >= FAST_FDS && (lookup(fd).is_some() || crate::remote::fds().contains(&fd)));
+    // No lock and no allocation for a number the library never knew (every accept).
+    let known = if fd >= 0 && (fd as usize) < FAST_FDS {
+        MAYBE[fd as usize].load(Ordering::Relaxed) != 0 || crate::udp::lookup(fd).is_some()
+    } else {
+        lookup(fd).is_some() || crate::udp::lookup(fd).is_some() || crate::remote::knows(fd)
+    };
+    let known = known || crate::wait::is_set(fd);
     if !known {
         return;
     }

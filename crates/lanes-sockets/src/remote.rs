@@ -550,6 +550,11 @@ fn get(fd: i32) -> Option<Arc<RemoteConn>> {
     table().read().ok()?.get(&fd).cloned()
 }
 
+/// Whether `fd` is a cross-host candidate of this process.
+pub fn knows(fd: i32) -> bool {
+    get(fd).is_some()
+}
+
 /// Whether this process holds any cross-host candidate (no lock, no allocation).
 pub fn any() -> bool {
     COUNT.load(Ordering::Relaxed) > 0

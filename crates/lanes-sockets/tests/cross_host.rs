@@ -737,6 +737,43 @@ fn fabric_bytes(c: &Cluster, k: usize, remote: &str) -> (u64, u64) {
         .map_or((0, 0), |r| (r.ring_bytes_sent, r.ring_bytes_received))
 }
 
+/// The record on host `k` of the connection whose peer is `remote` (ip:port).
+fn connection_to(c: &Cluster, k: usize, remote: &str) -> lanes::sockets::registry::ConnectionInfo {
+    list_connections(&c.fabric(k)).into_iter().find(|r| r.remote.to_string() == remote).expect("a record")
+}
+
+/// Round trips on the client's connection 1 (on b, to `server_at`) until b's record counts
+/// `fall_forwards` fall-forwards and bytes moved over the fabric since the call: how long
+/// that took and how many round trips it made.
+fn wait_fall_forward(
+    c: &Cluster,
+    (client, client_at): (&mut Proc, &str),
+    (server, server_at): (&Proc, &str),
+    fall_forwards: u64,
+) -> (Duration, u64) {
+    let moved = |k: usize, remote: &str| {
+        let (sent, received) = fabric_bytes(c, k, remote);
+        sent + received
+    };
+    let back = Instant::now();
+    let before = moved(1, server_at);
+    let mut pings = 0;
+    while connection_to(c, 1, server_at).fall_forwards < fall_forwards || moved(1, server_at) == before {
+        assert!(
+            back.elapsed() < BOUND,
+            "no fall-forward within {BOUND:?}\nb: {:?}\na: {:?}\nclient: {}\nserver: {}\n{}",
+            connection_to(c, 1, server_at),
+            connection_to(c, 0, client_at),
+            stderr_of(client),
+            stderr_of(server),
+            c.logs()
+        );
+        client.call_within("ping 1 50 64 0", Duration::from_secs(60)).expect("round trips");
+        pings += 50;
+    }
+    (back.elapsed(), pings)
+}
+
 /// Bytes the withdrawn halves of hosts a and b said they moved over the fabric (their
 /// daemons' totals: sent plus received).
 fn fabric_totals(c: &Cluster) -> u64 {
@@ -1221,11 +1258,11 @@ fn with_fabric_stream(test: &str) -> bool {
     lanes::OFI_TRANSPORT
 }
 
-/// An echo server on a at `port` and a client on b with connection 1 to it, paired and its
-/// stream live, after a checksummed exchange of `bytes` both ways: (server, client, the
+/// An echo server on a at `ip:port` and a client on b with connection 1 to it, paired and
+/// its stream live, after a checksummed exchange of `bytes` both ways: (server, client, the
 /// server's address, the client's).
-fn live_echo_pair(c: &Cluster, port: u16, bytes: u64) -> Result<(Proc, Proc, String, String), String> {
-    let server_at = format!("{}:{port}", Netns::address(0));
+fn live_echo_pair(c: &Cluster, ip: &str, port: u16, bytes: u64) -> Result<(Proc, Proc, String, String), String> {
+    let server_at = format!("{ip}:{port}");
     let mut server = sockets_child(c, Some(0), Some("on"), "server on a");
     server.ok(&format!("listen {port} echo"));
     let mut client = sockets_child(c, Some(1), Some("on"), "client on b");
@@ -1305,7 +1342,7 @@ fn a_checksummed_stream_through_the_library_moves_over_the_fabric() {
     // A host called Lost (a machine so loaded that heartbeats stopped for seconds) revokes
     // the fabric's grants and, without fail-over, resets the streams: then again.
     let (mut server, mut client, server_at, client_addr) =
-        unless_a_host_was_lost(&c, "the stream", |n| live_echo_pair(&c, PORT + 20 + n, 64 << 20));
+        unless_a_host_was_lost(&c, "the stream", |n| live_echo_pair(&c, &Netns::address(0), PORT + 20 + n, 64 << 20));
     let (b_sent, b_received) = fabric_bytes(&c, 1, &server_at);
     let (a_sent, a_received) = fabric_bytes(&c, 0, &client_addr);
     eprintln!("over the fabric: b sent {b_sent} received {b_received}; a sent {a_sent} received {a_received}");
@@ -1343,7 +1380,7 @@ fn closing_every_descriptor_above_the_programs_own_leaves_the_librarys() {
         return;
     }
     let (mut server, mut client, server_at, client_addr) =
-        unless_a_host_was_lost(&c, "the stream", |n| live_echo_pair(&c, PORT + 60 + n, 1 << 20));
+        unless_a_host_was_lost(&c, "the stream", |n| live_echo_pair(&c, &Netns::address(0), PORT + 60 + n, 1 << 20));
     // The children's own descriptors (pipes, listener, connections) are far below 64.
     client.ok("closefrom 64");
     server.ok("close-range 64");
@@ -2092,23 +2129,13 @@ fn a_connection_falls_forward_to_the_fabric_once_its_link_is_back() {
         return;
     }
     let n = c.namespaces().expect("namespaces");
-    let port = PORT + 90;
-    let server_at = format!("{}:{port}", Netns::ethernet_address(0));
-    let mut server = sockets_child(&c, Some(0), Some("on"), "echo on a");
-    server.ok(&format!("listen {port} echo"));
-    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
-    let client_at = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+    let (server, mut client, server_at, client_at) =
+        live_echo_pair(&c, &Netns::ethernet_address(0), PORT + 90, 4 << 20)
+            .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
     let first = wait_paired(&c, (1, &client_at), (0, &server_at));
-    make_live(&c, &mut client, &server_at).unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
-    assert_eq!(client.ok("exchange 1 4194304"), "bytes=4194304");
-    let record = |k: usize, remote: &str| {
-        list_connections(&c.fabric(k)).into_iter().find(|r| r.remote.to_string() == remote).expect("a record")
-    };
-    let fabric = |k: usize, remote: &str| {
-        let r = record(k, remote);
-        r.ring_bytes_sent + r.ring_bytes_received
-    };
-    assert!(fabric(1, &server_at) > 0, "no byte over the fabric before the cut\n{}", c.logs());
+    let record = |k: usize, remote: &str| connection_to(&c, k, remote);
+    let (sent, received) = fabric_bytes(&c, 1, &server_at);
+    assert!(sent + received > 0, "no byte over the fabric before the cut\n{}", c.logs());
 
     // Three cuts: the stream that replaced one fails over and is replaced in turn. The
     // first two last until b's daemon calls a Lost; the third ends as soon as b's stream
@@ -2136,24 +2163,8 @@ fn a_connection_falls_forward_to_the_fabric_once_its_link_is_back() {
         }
         n.set_link(0, true);
         c.wait_state(1, 0, HostState::Operational, Duration::from_secs(30));
-        let back = Instant::now();
         // Round trips until b runs a new stream that moved bytes over the fabric.
-        let before = fabric(1, &server_at);
-        let mut pings = 0;
-        while record(1, &server_at).fall_forwards < cut || fabric(1, &server_at) == before {
-            assert!(
-                back.elapsed() < BOUND,
-                "cut {cut}: no fall-forward within {BOUND:?}\nb: {:?}\na: {:?}\nclient: {}\nserver: {}\n{}",
-                record(1, &server_at),
-                record(0, &client_at),
-                stderr_of(&client),
-                stderr_of(&server),
-                c.logs()
-            );
-            client.call_within("ping 1 50 64 0", Duration::from_secs(60)).expect("round trips");
-            pings += 50;
-        }
-        let took = back.elapsed();
+        let (took, pings) = wait_fall_forward(&c, (&mut client, &client_at), (&server, &server_at), cut);
         assert!(record(1, &server_at).failovers > failed_before, "cut {cut}: b's stream failed over");
         let again = wait_paired(&c, (1, &client_at), (0, &server_at));
         assert!(again > generation, "cut {cut}: paired again at a new generation: {generation} then {again}");
@@ -2185,23 +2196,10 @@ fn a_host_cut_off_entirely_mid_exchange_loses_nothing_and_falls_forward() {
         return;
     }
     let n = c.namespaces().expect("namespaces");
-    let port = PORT + 95;
-    let server_at = format!("{}:{port}", Netns::ethernet_address(0));
-    let mut server = sockets_child(&c, Some(0), Some("on"), "echo on a");
-    server.ok(&format!("listen {port} echo"));
-    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
-    let client_at = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
-    wait_paired(&c, (1, &client_at), (0, &server_at));
-    make_live(&c, &mut client, &server_at).unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
-    assert_eq!(client.ok("exchange 1 4194304"), "bytes=4194304");
-    let record = |k: usize, remote: &str| {
-        list_connections(&c.fabric(k)).into_iter().find(|r| r.remote.to_string() == remote).expect("a record")
-    };
-    let fabric = |k: usize, remote: &str| {
-        let r = record(k, remote);
-        r.ring_bytes_sent + r.ring_bytes_received
-    };
-    let failed_before = record(1, &server_at).failovers;
+    let (server, mut client, server_at, client_at) =
+        live_echo_pair(&c, &Netns::ethernet_address(0), PORT + 95, 4 << 20)
+            .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+    let failed_before = connection_to(&c, 1, &server_at).failovers;
 
     client.start("exchange 1 67108864");
     std::thread::sleep(Duration::from_millis(200));
@@ -2219,21 +2217,10 @@ fn a_host_cut_off_entirely_mid_exchange_loses_nothing_and_falls_forward() {
     assert_eq!(got, "bytes=67108864", "every byte, once, in order, across the gap");
 
     c.wait_state(1, 0, HostState::Operational, Duration::from_secs(30));
-    let back = Instant::now();
-    let before = fabric(1, &server_at);
-    while record(1, &server_at).fall_forwards < 1 || fabric(1, &server_at) == before {
-        assert!(
-            back.elapsed() < BOUND,
-            "no fall-forward within {BOUND:?} of the host's return\nb: {:?}\na: {:?}\n{}",
-            record(1, &server_at),
-            record(0, &client_at),
-            c.logs()
-        );
-        client.call_within("ping 1 50 64 0", Duration::from_secs(60)).expect("round trips");
-    }
-    assert!(record(1, &server_at).failovers > failed_before, "b's stream failed over\n{}", c.logs());
+    let (took, _) = wait_fall_forward(&c, (&mut client, &client_at), (&server, &server_at), 1);
+    assert!(connection_to(&c, 1, &server_at).failovers > failed_before, "b's stream failed over\n{}", c.logs());
     assert_eq!(client.ok("exchange 1 16777216"), "bytes=16777216", "and on, over the new stream");
-    eprintln!("over the fabric again {:?} after the host's return", back.elapsed());
+    eprintln!("over the fabric again {took:?} after the host's return");
 }
 
 /// Round trips of small messages on one connection between a and b (request/response: the
