@@ -13,9 +13,12 @@
 //!   (`kernel_history`); from then on the calls of `remote_io` move the bytes through it.
 //!   (A call inside the kernel at the start would move bytes the counts miss: a blocked
 //!   send's rest could then arrive behind ring bytes. So the program's calls on a candidate
-//!   are counted while under way, [`CallUnderWay`].) A connection that cannot get a stream
-//!   (no fabric, the provider's or the daemon's refusal) stays kernel TCP for good, the
-//!   reason counted (`RemoteNoStream`).
+//!   are counted while under way, [`CallUnderWay`].) A set-up that fails (the fabric to
+//!   the peer's host cut between the pairing and the start, the peer's objects gone) is
+//!   tried again with new objects, as a fall-forward is: the peer may have tried this end's
+//!   objects, and never tries them twice. A connection that cannot get a stream (no
+//!   fabric, the daemon's refusal, [`MAX_FAILED_SET_UPS`] failed set-ups in a row) stays
+//!   kernel TCP for good, the reason counted (`RemoteNoStream`).
 //! - **Fall-forward.** A stream that failed over (`FabricStream::failed_over_and_settled`:
 //!   the fabric to the peer's host failed, and both directions went on through the kernel
 //!   connection, byte-exact) is replaced: the connection exports new objects and registers
@@ -48,7 +51,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -92,12 +95,23 @@ enum Slot {
     Ready(PendingStream),
     /// Set up: the connection's bytes go through it; what the kernel had carried before.
     Live(Arc<FabricStream>, KernelHistory),
-    /// The live stream failed over and settled (every call is the kernel's own): new
-    /// objects are being exported and registered for the next stream, in a thread of its
-    /// own (fall-forward); then `Waiting` for the pairing to name the peer's new ones.
-    Renewing(Arc<FabricStream>),
-    /// Kernel TCP for good (no objects, a failed set-up, given up before it was live).
+    /// The live stream failed over and settled (every call is the kernel's own), or a
+    /// set-up failed (see [`RemoteConn::set_up_failed`]): new objects are being
+    /// exported and registered for the next stream, in a thread of its own (fall-forward);
+    /// then `Waiting` for the pairing to name the peer's new ones.
+    Renewing(Replaced),
+    /// Kernel TCP for good (no objects, set-ups that kept failing, given up before it was
+    /// live).
     Kernel,
+}
+
+/// What a renewal replaces: kept until the new objects are registered, so that the new
+/// ones never take their numbers (a pairing naming the same objects again changes nothing).
+enum Replaced {
+    /// The stream that failed over.
+    Stream(Arc<FabricStream>),
+    /// The objects of a stream that could not start.
+    Exports { _kept: StreamExports },
 }
 
 /// What the streams before the live one carried (they failed over, and were replaced).
@@ -130,6 +144,8 @@ pub struct RemoteConn {
     /// No set-up before then (the peer's host was out of reach at the last one).
     set_up_again_at: Mutex<Instant>,
     earlier: Earlier,
+    /// Set-ups that failed since the last stream started (see [`MAX_FAILED_SET_UPS`]).
+    failed_set_ups: AtomicU32,
 }
 
 /// A program's call on a candidate, counted from before its candidate's stream was looked
@@ -215,11 +231,13 @@ impl RemoteConn {
                     }
                 }));
                 self.earlier.starts.fetch_add(1, Ordering::Relaxed);
+                self.failed_set_ups.store(0, Ordering::Relaxed);
                 *slot = Slot::Live(s.clone(), history);
                 Some(s)
             }
-            Err(e) => {
-                reasons::note_with(Reason::RemoteNoStream, Some(&self.key), &e.to_string());
+            Err(failed) => {
+                let (e, exports) = *failed;
+                self.set_up_failed(slot, e, exports);
                 None
             }
         }
@@ -233,6 +251,25 @@ impl RemoteConn {
             Some(s) if !s.kernel_only() => Route::Stream(self.clone(), s, CallUnderWay::new(self)),
             Some(_) => Route::Kernel(None),
             None => Route::Kernel(Some(CallUnderWay::new(self))),
+        }
+    }
+
+    /// A set-up that failed (the connect to the peer's objects, or the start; `exports`
+    /// given back where they outlive the failure): the peer may have connected to these
+    /// objects meanwhile, and its stream then never connects to them again, so this end
+    /// renews its own (as after a fail-over) and waits for the pairing to name objects of
+    /// the peer's it has not tried. The fabric to the peer's host failing mid-set-up is the
+    /// usual cause; past [`MAX_FAILED_SET_UPS`] in a row the connection stays kernel TCP.
+    fn set_up_failed(self: &Arc<Self>, slot: &mut Slot, e: lanes::Error, exports: Option<StreamExports>) {
+        let failed = self.failed_set_ups.fetch_add(1, Ordering::Relaxed) + 1;
+        match exports {
+            Some(exports) if failed < MAX_FAILED_SET_UPS => {
+                self.renew_objects_in_background(slot, Replaced::Exports { _kept: exports });
+            }
+            _ => {
+                *slot = Slot::Kernel;
+                reasons::note_with(Reason::RemoteNoStream, Some(&self.key), &e.to_string());
+            }
         }
     }
 
@@ -250,6 +287,14 @@ impl RemoteConn {
         self.earlier.sent_fabric.fetch_add(c.sent_fabric, Ordering::Relaxed);
         self.earlier.received_fabric.fetch_add(c.received_fabric, Ordering::Relaxed);
         self.earlier.failovers.fetch_add(c.failovers, Ordering::Relaxed);
+        self.renew_objects_in_background(slot, Replaced::Stream(old));
+    }
+
+    /// Exports new objects for the next stream and registers them with the daemon, in a
+    /// thread of its own (`old`: what they replace, kept until then); the slot then waits
+    /// for the pairing to name the peer's. A failure leaves the connection kernel TCP for
+    /// good.
+    fn renew_objects_in_background(self: &Arc<Self>, slot: &mut Slot, old: Replaced) {
         *slot = Slot::Renewing(old);
         let me = self.clone();
         let spawned = std::thread::Builder::new().name("lanes-stream-setup".into()).spawn(move || {
@@ -262,7 +307,7 @@ impl RemoteConn {
             let retired = match renewed {
                 Ok(e) => std::mem::replace(&mut *slot, Slot::Waiting(e)),
                 Err(why) => {
-                    reasons::note_with(Reason::RemoteNoStream, Some(&me.key), &format!("after a fail-over: {why}"));
+                    reasons::note_with(Reason::RemoteNoStream, Some(&me.key), &format!("renewing its objects: {why}"));
                     std::mem::replace(&mut *slot, Slot::Kernel)
                 }
             };
@@ -271,13 +316,15 @@ impl RemoteConn {
             drop(retired);
         });
         if let Err(e) = spawned {
-            let why = format!("after a fail-over: no set-up thread: {e}");
+            *slot = Slot::Kernel;
+            let why = format!("renewing its objects: no set-up thread: {e}");
             reasons::note_with(Reason::RemoteNoStream, Some(&self.key), &why);
         }
     }
 
     /// Registers this half again with the daemon, naming new stream objects `h` (see
-    /// [`Self::renew_in_background`]).
+    /// [`Self::renew_in_background`]). A daemon that does not answer is no failure: the
+    /// record names the new objects, and a daemon that starts takes it over.
     fn register_again(&self, h: StreamHandles) -> Result<(), String> {
         self.own.set_own_handles(h);
         let me = this_process().map_err(|e| e.to_string())?;
@@ -290,7 +337,11 @@ impl RemoteConn {
             process: me.bits(),
             handles: Some(h),
         };
-        client::register_half(&config().fabric_dir, &half, CALL).map(|_| ()).map_err(|e| e.to_string())
+        match client::register_half(&config().fabric_dir, &half, CALL) {
+            Ok(_) => Ok(()),
+            Err(lanes::cluster::Error::Refused(r)) => Err(r.to_string()),
+            Err(_) => Ok(()),
+        }
     }
 
     /// A waiting candidate whose pairing named the peer's objects: connects to them in a
@@ -328,7 +379,7 @@ impl RemoteConn {
             if matches!(*slot, Slot::Connecting) {
                 match connected {
                     Ok(p) => *slot = Slot::Ready(p),
-                    Err((_, Some(exports))) => {
+                    Err((e, exports)) if out_of_reach_for_now(&e) => {
                         // The peer's host is out of reach for now: the connection waits, and a
                         // call after a pause (or a new pairing once the host is back) tries
                         // again.
@@ -337,11 +388,7 @@ impl RemoteConn {
                         *me.set_up_again_at.lock().unwrap_or_else(|e| e.into_inner()) =
                             Instant::now() + SET_UP_AGAIN_AFTER;
                     }
-                    Err((e, None)) => {
-                        *slot = Slot::Kernel;
-                        drop(slot);
-                        reasons::note_with(Reason::RemoteNoStream, Some(&me.key), &e.to_string());
-                    }
+                    Err((e, exports)) => me.set_up_failed(&mut slot, e, Some(exports)),
                 }
             }
         });
@@ -408,29 +455,28 @@ fn out_of_reach_for_now(e: &lanes::Error) -> bool {
 /// Connects `exports` to the peer's objects, within [`STREAM_SET_UP`]. The pairing comes
 /// through the daemons, which may learn that the peer's host is back before this process's
 /// fabric does (a host it still calls lost refuses at once): such a refusal is tried again.
-/// A host still out of reach at the end gives the exports back with the error.
+/// A failure gives the exports back with the error.
 fn connect_with_retries(
     exports: StreamExports,
     peer: StreamHandles,
-) -> Result<PendingStream, Box<(lanes::Error, Option<StreamExports>)>> {
+) -> Result<PendingStream, Box<(lanes::Error, StreamExports)>> {
     let started = Instant::now();
     let mut exports = exports;
     loop {
         let left = STREAM_SET_UP.saturating_sub(started.elapsed());
         match PendingStream::try_connect(exports, peer, left).map_err(|back| *back) {
             Ok(p) => return Ok(p),
-            Err((e, back)) if out_of_reach_for_now(&e) => {
-                if started.elapsed() + LOST_RETRY >= STREAM_SET_UP {
-                    return Err(Box::new((e, Some(back))));
-                }
+            Err((e, back)) if out_of_reach_for_now(&e) && started.elapsed() + LOST_RETRY < STREAM_SET_UP => {
                 exports = back;
                 std::thread::sleep(LOST_RETRY);
             }
-            Err((e, _)) => return Err(Box::new((e, None))),
+            Err(failed) => return Err(Box::new(failed)),
         }
     }
 }
 
+/// Set-ups that may fail in a row before a connection stays kernel TCP for good.
+const MAX_FAILED_SET_UPS: u32 = 8;
 /// The pause before a set-up refused for a lost host is tried again.
 const LOST_RETRY: Duration = Duration::from_millis(200);
 /// After a set-up that found the peer's host out of reach throughout, no new one for this
@@ -694,6 +740,7 @@ pub fn on_connected(fd: i32, key: ConnectionKey) {
         peer_used: Mutex::new(None),
         set_up_again_at: Mutex::new(Instant::now()),
         earlier: Earlier::default(),
+        failed_set_ups: AtomicU32::new(0),
     });
     if register(&c, cookie, handles) {
         insert(fd, c);
@@ -876,7 +923,7 @@ pub fn after_fork_in_child() {
     let Ok(t) = table().try_read() else { return };
     for c in t.values() {
         let Ok(mut slot) = c.slot.try_lock() else { continue };
-        if let Slot::Live(s, _) | Slot::Renewing(s) = &*slot {
+        if let Slot::Live(s, _) | Slot::Renewing(Replaced::Stream(s)) = &*slot {
             s.abandon();
         }
         std::mem::forget(std::mem::replace(&mut *slot, Slot::Kernel));
@@ -947,6 +994,7 @@ pub fn adopt_inherited(fd: i32, own: Endpoint, key: ConnectionKey) {
         peer_used: Mutex::new(None),
         set_up_again_at: Mutex::new(Instant::now()),
         earlier: Earlier::default(),
+        failed_set_ups: AtomicU32::new(0),
     };
     insert(fd, Arc::new(c));
 }

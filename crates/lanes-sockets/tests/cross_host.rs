@@ -699,18 +699,25 @@ fn half_to(c: &Cluster, k: usize, remote: &str) -> Option<HalfStatus> {
 /// Waits until the connection from `client` (ip:port, on host `ck`) to the server on host
 /// `sk` (`server`, ip:port) is paired on both hosts, with one generation; returns it.
 fn wait_paired(c: &Cluster, (ck, client): (usize, &str), (sk, server): (usize, &str)) -> u64 {
-    let mut generation = 0;
-    wait_for(c, &format!("{client} -> {server} paired on both hosts"), || {
-        let (h1, h2) = (half_to(c, ck, server), half_to(c, sk, client));
-        match (h1, h2) {
+    let started = Instant::now();
+    loop {
+        // The client's half by both addresses: a client may hold several connections to
+        // the one server address.
+        let h1 = daemon_sockets(c, ck).halves.into_iter().find(|h| h.local.to_string() == client);
+        let h2 = half_to(c, sk, client);
+        match (&h1, &h2) {
             (Some(x), Some(y)) if x.state == "paired" && y.state == "paired" && x.generation == y.generation => {
-                generation = x.generation;
-                true
+                return x.generation;
             }
-            _ => false,
+            _ if started.elapsed() > BOUND => {
+                panic!(
+                    "{client} -> {server} not paired on both hosts within {BOUND:?}: {h1:?} and {h2:?}\n{}",
+                    c.logs()
+                )
+            }
+            _ => std::thread::sleep(Duration::from_millis(20)),
         }
-    });
-    generation
+    }
 }
 
 /// The pairing in host `k`'s record of the socket whose peer is `remote`.

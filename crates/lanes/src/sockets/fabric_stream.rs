@@ -630,9 +630,13 @@ impl FabricStream {
         timeout: Duration,
         starts: Starts,
     ) -> Result<FabricStream> {
-        PendingStream::connect(exports, peer, timeout)?.start_with(fd, starts)
+        PendingStream::connect(exports, peer, timeout)?.start_with(fd, starts).map_err(|back| back.0)
     }
 }
+
+/// Why a stream did not start, with its exports when they outlive the failure (see
+/// [`PendingStream::start`]).
+pub type StartFailed = Box<(Error, Option<StreamExports>)>;
 
 /// A stream whose objects are connected to the peer's (the slow part of a set-up: three
 /// connects through the daemons), not started yet: nothing was written to the peer, and
@@ -687,16 +691,33 @@ impl PendingStream {
     }
 
     /// Starts the stream beside the anchor `fd` for a connection whose bytes went through
-    /// the kernel so far (`history`, see [`FabricStream::connect_after`]): its service
-    /// thread, then *ready* to the peer.
-    pub fn start(self, fd: RawFd, history: KernelHistory) -> Result<FabricStream> {
+    /// the kernel so far (`history`, see [`FabricStream::connect_after`]): *ready* to the
+    /// peer, then its service thread. A failure gives the exports back with the error
+    /// where it can (the peer's host went out of reach since the connect: the caller keeps
+    /// them until new ones are registered, so that the new ones never take their numbers).
+    pub fn start(self, fd: RawFd, history: KernelHistory) -> std::result::Result<FabricStream, StartFailed> {
         self.start_with(fd, Starts { ring: 0, written: history.written, read: history.read })
     }
 
-    fn start_with(self, fd: RawFd, starts: Starts) -> Result<FabricStream> {
+    fn start_with(self, fd: RawFd, starts: Starts) -> std::result::Result<FabricStream, StartFailed> {
         let Starts { ring: start, written, read } = starts;
         let PendingStream { exports, peer_segment, outbound, peer_request_bell, peer_answer_bell, peer_ring_bytes } =
             self;
+        let record_key = random_key();
+        // Our inbound counts start where the peer's do; nothing writes them before it
+        // reads our ready (it sends through the ring only when our receiver asks, and
+        // reads our ring only after we sent through it). A request the peer makes once it
+        // read the ready waits on the doorbell for the service thread, started next.
+        let ready = (|| {
+            exports.inbound.store_release_u64(OFF_PUBLISHED, start)?;
+            exports.inbound.store_release_u64(OFF_CONSUMED, start)?;
+            outbound.store_release_u64(OFF_RECORD_KEY, record_key)?;
+            outbound.store_release_u64(OFF_READY, READY_MAGIC)?;
+            outbound.flush_checked()
+        })();
+        if let Err(e) = ready {
+            return Err(Box::new((e, Some(exports))));
+        }
         let shared = Arc::new(Shared {
             exports,
             anchor: AtomicI32::new(fd),
@@ -739,7 +760,7 @@ impl PendingStream {
             broken: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             granted_at: AtomicU64::new(NO_GRANT),
-            record_key: random_key(),
+            record_key,
             #[cfg(test)]
             cut: AtomicBool::new(false),
             reset_reported: AtomicBool::new(false),
@@ -758,20 +779,14 @@ impl PendingStream {
             failover_watcher: OnceLock::new(),
         });
         let for_thread = shared.clone();
-        let service = std::thread::Builder::new()
-            .name("lanes-fabric-stream".into())
-            .spawn(move || for_thread.service())
-            .map_err(|e| Error::io("starting the fabric stream's service thread", e))?;
-        let stream = FabricStream { shared, service: Some(service) };
-        // Our inbound counts start where the peer's do; nothing writes them before it
-        // reads our ready (it sends through the ring only when our receiver asks, and
-        // reads our ring only after we sent through it).
-        stream.shared.exports.inbound.store_release_u64(OFF_PUBLISHED, start)?;
-        stream.shared.exports.inbound.store_release_u64(OFF_CONSUMED, start)?;
-        stream.shared.outbound.store_release_u64(OFF_RECORD_KEY, stream.shared.record_key)?;
-        stream.shared.outbound.store_release_u64(OFF_READY, READY_MAGIC)?;
-        stream.shared.outbound.flush_checked()?;
-        Ok(stream)
+        let spawned =
+            std::thread::Builder::new().name("lanes-fabric-stream".into()).spawn(move || for_thread.service());
+        match spawned {
+            Ok(service) => Ok(FabricStream { shared, service: Some(service) }),
+            // The peer's stream, ready, sees these objects go (as when this process ends)
+            // and fails over: the connection stays on the kernel.
+            Err(e) => Err(Box::new((Error::io("starting the fabric stream's service thread", e), None))),
+        }
     }
 }
 
