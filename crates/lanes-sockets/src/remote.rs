@@ -211,6 +211,12 @@ impl RemoteConn {
             return None;
         }
         let Slot::Ready(pending) = std::mem::replace(slot, Slot::Kernel) else { return None };
+        if failing_on_purpose() {
+            let why =
+                lanes::Error::IllegalOperation("the stream's start failed on purpose (LANES_SOCKETS_FAIL_SET_UPS)");
+            self.set_up_failed(slot, why, Some(pending.into_exports()));
+            return None;
+        }
         let Some(history) = kernel_history(fd, self.syn_acked) else {
             // Shut down or reset already: nothing more for a stream to carry. Else the
             // kernel's counts kept moving while read (acks arriving): a later call starts it.
@@ -473,6 +479,20 @@ fn connect_with_retries(
             Err(failed) => return Err(Box::new(failed)),
         }
     }
+}
+
+/// Whether this stream start is to fail as if the peer's host had gone out of reach at
+/// that moment: `LANES_SOCKETS_FAIL_SET_UPS=n` fails the process's first n starts (a
+/// diagnostic: the tests of [`RemoteConn::set_up_failed`] cannot time a link cut between
+/// a pairing and a start).
+fn failing_on_purpose() -> bool {
+    static LEFT: OnceLock<AtomicU32> = OnceLock::new();
+    let left = LEFT.get_or_init(|| {
+        let n = std::env::var("LANES_SOCKETS_FAIL_SET_UPS").ok().and_then(|v| v.parse().ok());
+        AtomicU32::new(n.unwrap_or(0))
+    });
+    left.load(Ordering::Relaxed) > 0
+        && left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
 }
 
 /// Set-ups that may fail in a row before a connection stays kernel TCP for good.

@@ -654,6 +654,11 @@ fn whence(id: u64, at: u64, got: &[u8]) -> String {
 /// A `sockets` child on host `k` (`None`: the outsider), with the library preloaded when
 /// `remote` says how (`Some("on")`, `Some("")` for the default), else without it.
 fn sockets_child(c: &Cluster, k: Option<usize>, remote: Option<&str>, name: &str) -> Proc {
+    sockets_child_with(c, k, remote, name, &[])
+}
+
+/// [`sockets_child`] with `extra` in its environment as well.
+fn sockets_child_with(c: &Cluster, k: Option<usize>, remote: Option<&str>, name: &str, extra: &[(&str, &str)]) -> Proc {
     let mut env: Vec<(String, String)> = match k {
         Some(k) => c.env(k),
         None => Vec::new(),
@@ -663,6 +668,7 @@ fn sockets_child(c: &Cluster, k: Option<usize>, remote: Option<&str>, name: &str
         // Empty is unset for the library: the default, whatever this process's environment says.
         env.push(("LANES_SOCKETS_REMOTE".into(), mode.into()));
     }
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let prefix = match k {
         Some(k) => c.prefix(k),
@@ -2130,6 +2136,79 @@ fn a_connection_opened_while_the_fabric_is_down_uses_it_once_it_returns() {
 /// What a child said on its standard error so far (its notices), without its replies.
 fn stderr_of(p: &Proc) -> String {
     p.output_snapshot().lines().filter(|l| l.starts_with("[stderr]")).collect::<Vec<_>>().join("\n")
+}
+
+/// A stream whose start fails (as when the fabric to the peer's host is cut between the
+/// pairing and the start; here the server's library fails its first `failing` starts on
+/// purpose) is set up again with new objects at both ends, the client's stream, if it
+/// started, failing over when the server's objects go; bytes then move over the fabric.
+/// Past eight failures in a row the connection stays kernel TCP for good, with the reason
+/// given. Either way a checksummed exchange comes back whole.
+fn stream_set_up_again_after_failed_starts(test: &str, failing: u32, port: u16) {
+    let Some(c) = Cluster::netns(test) else { return };
+    if !with_fabric_stream(test) {
+        return;
+    }
+    let server_at = format!("{}:{port}", Netns::address(0));
+    let fail = failing.to_string();
+    let extra = [("LANES_SOCKETS_FAIL_SET_UPS", fail.as_str())];
+    let mut server = sockets_child_with(&c, Some(0), Some("on"), "server on a", &extra);
+    server.ok(&format!("listen {port} echo"));
+    let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+    let client_at = client.ok(&format!("connect 1 {server_at}")).trim_start_matches("local=").to_string();
+    wait_paired(&c, (1, &client_at), (0, &server_at));
+    let moved = |k: usize, remote: &str| {
+        let (sent, received) = fabric_bytes(&c, k, remote);
+        sent + received
+    };
+    let given_up = || reason_count(&c, 0, server.pid(), Reason::RemoteNoStream) > 0;
+    let started = Instant::now();
+    while moved(0, &client_at) == 0 || moved(1, &server_at) == 0 {
+        if failing >= 8 && given_up() {
+            break;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "no byte over the fabric within {BOUND:?}\na: {:?}\nb: {:?}\nserver: {}\nclient: {}\n{}",
+            connection_to(&c, 0, &client_at),
+            connection_to(&c, 1, &server_at),
+            stderr_of(&server),
+            stderr_of(&client),
+            c.logs()
+        );
+        client.call_within("ping 1 50 64 0", Duration::from_secs(60)).expect("round trips");
+    }
+    assert_eq!(client.ok("exchange 1 1048576"), "bytes=1048576");
+    let a = connection_to(&c, 0, &client_at);
+    let pairing = a.cross_host.as_ref().expect("a cross-host record");
+    eprintln!(
+        "{failing} starts failing on a: generation {}, fabric bytes a {:?} b {:?}, b's fail-overs {} and fall-forwards {}",
+        pairing.generation,
+        fabric_bytes(&c, 0, &client_at),
+        fabric_bytes(&c, 1, &server_at),
+        connection_to(&c, 1, &server_at).failovers,
+        connection_to(&c, 1, &server_at).fall_forwards
+    );
+    if failing >= 8 {
+        assert!(given_up(), "a: {a:?}\nserver: {}", stderr_of(&server));
+        let (before, _) = fabric_bytes(&c, 0, &client_at);
+        assert_eq!(client.ok("exchange 1 65536"), "bytes=65536");
+        assert_eq!(fabric_bytes(&c, 0, &client_at).0, before, "a connection given up sent over the fabric");
+    } else {
+        assert_eq!(reason_count(&c, 0, server.pid(), Reason::RemoteNoStream), 0, "{}", stderr_of(&server));
+        // Each failed start renewed the pairing.
+        assert!(pairing.generation > u64::from(failing), "a: {a:?}");
+    }
+}
+
+#[test]
+fn a_stream_whose_start_failed_is_set_up_again() {
+    stream_set_up_again_after_failed_starts("xh-start-failed", 1, PORT + 130);
+}
+
+#[test]
+fn a_stream_whose_starts_keep_failing_leaves_the_connection_kernel_tcp() {
+    stream_set_up_again_after_failed_starts("xh-starts-failing", 100, PORT + 131);
 }
 
 /// Fall-forward: a connection live over the fabric, whose fabric link is cut mid-exchange,

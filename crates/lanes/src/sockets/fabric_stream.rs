@@ -690,6 +690,11 @@ impl PendingStream {
         }
     }
 
+    /// Gives the exports back without starting: nothing was written to the peer.
+    pub fn into_exports(self) -> StreamExports {
+        self.exports
+    }
+
     /// Starts the stream beside the anchor `fd` for a connection whose bytes went through
     /// the kernel so far (`history`, see [`FabricStream::connect_after`]): *ready* to the
     /// peer, then its service thread. A failure gives the exports back with the error
