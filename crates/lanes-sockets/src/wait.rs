@@ -617,7 +617,9 @@ fn fd_of_token(t: u64) -> Option<c_int> {
 
 /// A new epoll instance.
 pub fn created(epfd: c_int) {
-    if epfd >= 0 {
+    // With acceleration off (`LANES_SOCKETS=0`, `lanes run --no-accel`) no socket ever has
+    // a ring to watch: the set stays the kernel's alone, its calls the program's own.
+    if epfd >= 0 && crate::config::config().enabled {
         if let Ok(mut s) = shadows().lock() {
             s.insert(epfd, Arc::new(Mutex::new(Shadow { epfd, ..Shadow::default() })));
             mark_set(epfd, true);
