@@ -1817,7 +1817,7 @@ fn before_seccomp() {
         return;
     }
     guarded(remote::before_sandbox);
-    guarded(|| reasons::entered_sandbox(true));
+    guarded(reasons::entered_sandbox);
 }
 
 // ---- fortified variants (_FORTIFY_SOURCE) ------------------------------------------------

@@ -224,17 +224,10 @@ pub fn before_uid_change(new_euid: Option<libc::uid_t>) {
     }
 }
 
-/// The program is entering a seccomp sandbox (called before the library takes it as
-/// filtered). `filter_pending`: the mode is not installed yet, so system calls are still
-/// allowed: the file may be made and the line written; otherwise the filter is in force and
-/// only an existing file counts it.
-pub fn entered_sandbox(filter_pending: bool) {
-    if !config().enabled {
-        return;
-    }
-    if filter_pending {
+/// The program is about to install a seccomp mode (the library then takes it as filtered):
+/// system calls are still allowed, so the file may be made and the line written.
+pub fn entered_sandbox() {
+    if config().enabled {
         note(Reason::Sandbox, None);
-    } else if let Some(f) = FILE.get() {
-        f.note(Reason::Sandbox, None);
     }
 }

@@ -176,6 +176,24 @@ pub enum Route {
 }
 
 impl RemoteConn {
+    /// A candidate whose stream starts at `slot`; `syn` as [`RemoteConn::syn_acked`];
+    /// `registered`: the daemon holds its half already.
+    fn new(own: Endpoint, key: ConnectionKey, host: String, slot: Slot, syn: u64, registered: bool) -> Self {
+        RemoteConn {
+            own,
+            key,
+            host,
+            registered: AtomicBool::new(registered),
+            slot: Mutex::new(slot),
+            syn_acked: syn,
+            calls: AtomicUsize::new(0),
+            peer_used: Mutex::new(None),
+            set_up_again_at: Mutex::new(Instant::now()),
+            earlier: Earlier::default(),
+            failed_set_ups: AtomicU32::new(0),
+        }
+    }
+
     fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
         self.slot.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -749,19 +767,7 @@ pub fn on_connected(fd: i32, key: ConnectionKey) {
             (Slot::Kernel, None)
         }
     };
-    let c = Arc::new(RemoteConn {
-        own,
-        key,
-        host,
-        registered: AtomicBool::new(false),
-        slot: Mutex::new(slot),
-        syn_acked: syn,
-        calls: AtomicUsize::new(0),
-        peer_used: Mutex::new(None),
-        set_up_again_at: Mutex::new(Instant::now()),
-        earlier: Earlier::default(),
-        failed_set_ups: AtomicU32::new(0),
-    });
+    let c = Arc::new(RemoteConn::new(own, key, host, slot, syn, false));
     if register(&c, cookie, handles) {
         insert(fd, c);
     }
@@ -1003,18 +1009,5 @@ pub fn adopt_inherited(fd: i32, own: Endpoint, key: ConnectionKey) {
     let host = own.pairing().map(|p| p.peer_host).unwrap_or_default();
     // The image before the exec gave the connection up (its stream's objects were its own):
     // kernel TCP for good.
-    let c = RemoteConn {
-        own,
-        key,
-        host,
-        registered: AtomicBool::new(true),
-        slot: Mutex::new(Slot::Kernel),
-        syn_acked: 0,
-        calls: AtomicUsize::new(0),
-        peer_used: Mutex::new(None),
-        set_up_again_at: Mutex::new(Instant::now()),
-        earlier: Earlier::default(),
-        failed_set_ups: AtomicU32::new(0),
-    };
-    insert(fd, Arc::new(c));
+    insert(fd, Arc::new(RemoteConn::new(own, key, host, Slot::Kernel, 0, true)));
 }

@@ -436,7 +436,7 @@ struct Shadow {
     /// The set was registered in another set of ours: a sleeper on that one depends on
     /// this set's kernel registrations too, so they are never deferred.
     nested_in: bool,
-    /// An eventfd in the kernel set (edge-triggered, token [`WAKE_TOKEN`]'s), made the
+    /// An eventfd in the kernel set (edge-triggered, with [`wake_token`]), made the
     /// first time a registration has to wake this set's sleepers ([`wake_sleepers`]).
     wake: Option<lanes::platform::files::Held<std::os::fd::OwnedFd>>,
 }
