@@ -980,6 +980,19 @@ pub unsafe fn wait(
         return kernel(events, maxevents, timeout);
     }
     let max = maxevents as usize;
+    // Taken only for a finite wait, and only used if the fast path's events all drop.
+    let started = timeout.filter(|t| !t.is_zero()).map(|_| Instant::now());
+    // SAFETY: events valid for max entries, as the caller guarantees.
+    match unsafe { kernel_only_wait(events, max, timeout, &shadow, kernel) } {
+        KernelOnly::Done(r) => return r,
+        KernelOnly::Watches => {}
+        KernelOnly::NothingToReport if timeout == Some(Duration::ZERO) => return 0,
+        KernelOnly::NothingToReport => {}
+    }
+    let timeout = match (timeout, started) {
+        (Some(t), Some(at)) => Some(t.saturating_sub(at.elapsed())),
+        _ => timeout,
+    };
     // The kernel's events land in a per-thread buffer (programs pass maxevents in the
     // thousands; allocating that per call would cost more than the wait).
     thread_local! {
@@ -992,6 +1005,81 @@ pub unsafe fn wait(
     let result = wait_loop(epfd, events, max, timeout, &shadow, &mut buf, kernel);
     BUF.with(|b| *b.borrow_mut() = buf);
     result
+}
+
+/// What [`kernel_only_wait`] did.
+enum KernelOnly {
+    /// The wait's answer (events, 0 at the timeout, or -1 with errno).
+    Done(c_int),
+    /// The set watches rings: nothing was done.
+    Watches,
+    /// The kernel reported only events the program must not see (the set's wake-up, a
+    /// disarmed one-shot item): the wait goes on.
+    NothingToReport,
+}
+
+/// A wait on a set with no ring to watch (no accelerated socket among its items, or only
+/// ones whose receiving direction is retired, as a pre-fork server's backends have): the
+/// program's own kernel wait, straight into its buffer, with the kernel's tokens turned
+/// back into the program's data under one lock. What [`wait_loop`] does for such a set, in
+/// two lock acquisitions instead of six (the server of a request/response workload waits
+/// once per request).
+///
+/// # Safety
+/// `events` valid for `max` entries.
+unsafe fn kernel_only_wait(
+    events: *mut epoll_event,
+    max: usize,
+    timeout: Option<Duration>,
+    shadow: &Mutex<Shadow>,
+    kernel: &KernelWait<'_>,
+) -> KernelOnly {
+    {
+        let mut sh = lock(shadow);
+        // Parked rings too go the long way: their parking is held while the wait sleeps.
+        if !sh.watch_list().is_empty() {
+            return KernelOnly::Watches;
+        }
+        // As `KernelSleep`: registrations made meanwhile go to the kernel at once.
+        sh.kernel_sleepers += 1;
+        sh.flush();
+    }
+    let r = kernel(events, max as c_int, timeout);
+    let e = errno();
+    let mut sh = lock(shadow);
+    sh.kernel_sleepers = sh.kernel_sleepers.saturating_sub(1);
+    if r <= 0 {
+        drop(sh);
+        set_errno(e);
+        return KernelOnly::Done(r);
+    }
+    let mut n = 0;
+    for i in 0..r as usize {
+        // SAFETY: i < r <= max: an entry the kernel wrote.
+        let ev = unsafe { events.add(i).read_unaligned() };
+        let data = match fd_of_token(ev.u64) {
+            // Registered before this process knew the set (inherited): the program's data.
+            None => ev.u64,
+            Some(fd) => match sh.items.get_mut(&fd) {
+                Some(it) if !it.disarmed => {
+                    // The kernel disarmed its one-shot item as it reported it.
+                    if it.events & libc::EPOLLONESHOT as u32 != 0 {
+                        it.disarmed = true;
+                    }
+                    it.data
+                }
+                _ => continue, // the set's wake-up, a disarmed item, or one deleted meanwhile
+            },
+        };
+        // SAFETY: n <= i < max.
+        unsafe { events.add(n).write_unaligned(epoll_event { events: ev.events, u64: data }) };
+        n += 1;
+    }
+    if n == 0 {
+        KernelOnly::NothingToReport
+    } else {
+        KernelOnly::Done(n as c_int)
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
