@@ -15,7 +15,7 @@ use lanes::sockets::endpoint::{
 };
 
 use crate::config::config;
-use crate::conn::{Conn, FlipBackoff, FlipCell, RETIRE_AFTER, RETIRE_SPAN};
+use crate::conn::{Conn, FlipBackoff, FlipCell, PAYING_READS, RETIRE_AFTER, RETIRE_SPAN};
 use crate::real::{errno, real, set_errno};
 
 /// Bytes in a list of buffers.
@@ -940,8 +940,9 @@ impl Drop for LowatSync<'_> {
 /// server that answers slower than a spin lasts, a receiver whose spin is not allowed) its
 /// next wait takes the direction straight back to the kernel: trying at every kernel read
 /// made each read two system calls, slower than plain TCP. So tries back off (1, 2, 4 ...
-/// 64 reads, per socket) while the switches do not pay (no ring bytes read between two),
-/// and a switch that pays (a receiver busy or spinning when its data came) resets it.
+/// 64 reads, per socket) while the switches do not pay (fewer than [`PAYING_READS`] reads
+/// found ring bytes between two), and a switch that pays (a receiver that kept finding its
+/// data in the ring: busy or spinning when it came) resets it.
 /// After [`RETIRE_AFTER`] fruitless tries (a paying one takes half of them back), when they
 /// have not fallen under half that for [`RETIRE_SPAN`], the direction is retired instead
 /// (see [`maybe_ring_mode`]).
@@ -952,15 +953,15 @@ fn flip_due(conn: &Conn) -> FlipTry {
         return FlipTry::NotDue;
     }
     let now = crate::udp::coarse_ms() as u32 % FlipCell::SINCE_MODULUS;
-    let fruitless = if f.paid { f.fruitless / 2 } else { f.fruitless + 1 };
+    let fruitless = if f.paid() { f.fruitless / 2 } else { f.fruitless + 1 };
     // The tries have mostly not paid since they first stayed at half the retiring count.
     let since_ms = if f.fruitless < RETIRE_AFTER / 2 { now } else { f.since_ms };
     let streak = (now + FlipCell::SINCE_MODULUS - since_ms) % FlipCell::SINCE_MODULUS;
     if fruitless >= RETIRE_AFTER && u128::from(streak) >= RETIRE_SPAN.as_millis() && retiring_allowed() {
         return FlipTry::Retire;
     }
-    let backoff = if f.paid { 0 } else { (f.backoff * 2).clamp(1, FLIP_BACKOFF_MAX) };
-    conn.flip.set(FlipBackoff { skip: backoff, backoff, paid: false, fruitless, since_ms });
+    let backoff = if f.paid() { 0 } else { (f.backoff * 2).clamp(1, FLIP_BACKOFF_MAX) };
+    conn.flip.set(FlipBackoff { skip: backoff, backoff, ring_reads: 0, fruitless, since_ms });
     FlipTry::Try
 }
 
@@ -986,12 +987,14 @@ fn retiring_allowed() -> bool {
 /// The most kernel reads that pass between two tries (see [`flip_due`]).
 const FLIP_BACKOFF_MAX: u32 = 64;
 
-/// Ring bytes were read: switching to the ring paid.
+/// Ring bytes were read: at the [`PAYING_READS`]-th since the switch, it paid.
 #[inline]
 fn ring_read(conn: &Conn) {
     let f = conn.flip.get();
-    if !f.paid {
-        conn.flip.set(FlipBackoff { skip: 0, paid: true, ..f });
+    if !f.paid() {
+        let ring_reads = f.ring_reads + 1;
+        let skip = if ring_reads >= PAYING_READS { 0 } else { f.skip };
+        conn.flip.set(FlipBackoff { skip, ring_reads, ..f });
     }
 }
 
@@ -1479,6 +1482,33 @@ mod tests {
 
     fn iov(buf: &mut [u8]) -> iovec {
         iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }
+    }
+
+    #[test]
+    fn a_switch_pays_only_when_the_ring_serves_more_than_one_read() {
+        let dir = lanes_testkit::TestDir::new("flip-pays");
+        let key = lanes::sockets::ConnectionKey::new(
+            1,
+            "127.0.0.1:5201".parse().unwrap(),
+            "127.0.0.1:40000".parse().unwrap(),
+        );
+        let c = Conn::new(lanes::sockets::Endpoint::create(dir.root(), &key, 42, 4096).expect("record"), key);
+        assert_eq!(flip_due(&c), FlipTry::Try, "the first kernel read tries");
+        // One message found in the ring: the switch did not pay, so the tries back off.
+        ring_read(&c);
+        assert_eq!(flip_due(&c), FlipTry::Try);
+        assert_eq!(c.flip.get().fruitless, 1);
+        assert_eq!(flip_due(&c), FlipTry::NotDue, "backing off");
+        assert_eq!(flip_due(&c), FlipTry::Try);
+        assert_eq!(c.flip.get().fruitless, 2);
+        // The ring served a second read after this switch: it paid, the back-off is gone.
+        for _ in 0..PAYING_READS {
+            ring_read(&c);
+        }
+        assert!(c.flip.get().paid());
+        assert_eq!(flip_due(&c), FlipTry::Try);
+        assert_eq!(c.flip.get().fruitless, 1, "a paying try takes half the fruitless ones back");
+        assert_eq!(flip_due(&c), FlipTry::Try, "no back-off after a paying try");
     }
 
     #[test]
