@@ -39,6 +39,7 @@ declare -A apt_for=(
     # http.server, dig against dnsmasq, iperf 2 multicast: above).
     [ping]=iputils-ping
     [socat]=socat
+    [memcached]=memcached
     [node]=nodejs
     [haproxy]=haproxy
     [tracepath]=iputils-tracepath

@@ -10,11 +10,12 @@
 //!
 //! Programs (Debian packages installed by scripts/test.sh): sockperf UDP ping-pong and
 //! throughput (library on both sides, each side alone, neither), iperf (v2) UDP, dnsmasq
-//! answering dig and dnsperf, socat echoing lines; multicast: socat group members, iperf 2
-//! with two servers in a group, sockperf to a group, ssmping and asmping. What is checked is their own verdicts
-//! (no loss, duplication or reordering where the tool counts it; answers; echoed bytes),
-//! and, for sockperf's throughput run with the library on both sides (spinning allowed
-//! whatever the load), that the ring carried datagrams; with one side alone none may.
+//! answering dig and dnsperf, socat echoing lines, memcached's UDP with worker threads;
+//! multicast: socat group members, iperf 2 with two servers in a group, sockperf to a
+//! group, ssmping and asmping. What is checked is their own verdicts (no loss, duplication
+//! or reordering where the tool counts it; answers; echoed bytes), and, for sockperf's
+//! throughput run with the library on both sides (spinning allowed whatever the load),
+//! that the ring carried datagrams; with one side alone none may.
 //! Every wait is bounded.
 
 mod support;
@@ -380,6 +381,63 @@ fn socat_udp_echo() {
         server.stop(libc::SIGKILL, STOP_LIMIT);
     }
     w.finish("socat_udp_echo");
+}
+
+/// The client of [`memcached_udp_with_worker_threads`]: memcached's UDP frame (request id,
+/// sequence, count, reserved) around each request; a set, then gets, each answer checked.
+const MEMCACHED_UDP_CLIENT: &str = r#"
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(10)
+addr = ("127.0.0.1", int(sys.argv[1]))
+def req(i, body):
+    s.sendto(struct.pack("!HHHH", i, 0, 1, 0) + body, addr)
+    d, _ = s.recvfrom(65536)
+    assert struct.unpack("!HHHH", d[:8])[0] == i, "answer to another request"
+    return d[8:]
+assert req(1, b"set k 0 0 5\r\nhello\r\n") == b"STORED\r\n"
+for i in range(2, 2002):
+    r = req(i, b"get k\r\n")
+    assert r == b"VALUE k 0 5\r\nhello\r\nEND\r\n", r
+print("2000 gets answered")
+"#;
+
+/// memcached with four worker threads serves UDP on one socket, each thread waiting on a
+/// duplicate of it: under the library the socket gets one record (the threads' first waits
+/// came at once, and a record made twice used to take the first one's file away, so in
+/// half the runs the socket had none), and a client's set and 2000 gets are answered as
+/// without it.
+#[test]
+fn memcached_udp_with_worker_threads() {
+    let mut w = World::new("memcached");
+    for (run, side) in [Side::Neither, Side::Both, Side::Both, Side::Both].into_iter().enumerate() {
+        let what = format!("memcached UDP, 4 threads, run {run} (library: {})", side.tag());
+        let fabric = w.fabric(&format!("{}-{run}", side.tag()));
+        let port = free_ports(1)[0];
+        let mut cmd = w.cmd("memcached", side.server(), &fabric);
+        cmd.args(["-U", &port.to_string(), "-p", "0", "-l", "127.0.0.1", "-t", "4", "-u", "root"]);
+        let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: server")) else { continue };
+        if side.server() {
+            let records =
+                || lanes::sockets::udp::list_udp(&fabric).into_iter().filter(|r| r.local.port() == port).count();
+            let start = std::time::Instant::now();
+            while records() == 0 && start.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let n = records();
+            if n != 1 {
+                w.fail(format!("{what}: {n} UDP records for port {port}, not one"));
+            }
+        }
+        let mut cmd = w.cmd("python3", side.client(), &fabric);
+        cmd.args(["-c", MEMCACHED_UDP_CLIENT, &port.to_string()]);
+        let c = Program::spawn(cmd, &what).wait(RUN_LIMIT);
+        if w.expect_ok(&c, &format!("{what}: client")) {
+            w.expect_output(&c, &what, "2000 gets answered");
+        }
+        server.stop(libc::SIGKILL, STOP_LIMIT);
+    }
+    w.finish("memcached_udp_with_worker_threads");
 }
 
 /// DDS: Cyclone DDS's `ddsperf` ping and pong (participants found by multicast discovery,

@@ -40,6 +40,9 @@ pub struct UdpSock {
     record: OnceLock<Arc<UdpRecord>>,
     /// Making the record failed or is not possible (unbound): not tried again until a bind.
     no_record: AtomicBool,
+    /// Held while the record is made: threads waiting on duplicates of the socket (one per
+    /// worker thread, as memcached's) make their first wait at once.
+    making: Mutex<()>,
     /// Receives so far (every so many, the kernel is read first, so datagrams of senders
     /// without the library are not starved by a busy ring).
     receives: AtomicU32,
@@ -61,6 +64,7 @@ impl UdpSock {
             pinned: AtomicBool::new(false),
             record: OnceLock::new(),
             no_record: AtomicBool::new(false),
+            making: Mutex::new(()),
             receives: AtomicU32::new(0),
             busy: AtomicBool::new(true),
             ring_hold_refused: AtomicU32::new(0),
@@ -373,6 +377,10 @@ fn ensure_record(s: &UdpSock, fd: c_int) -> Option<&Arc<UdpRecord>> {
     if s.pinned() || s.no_record.load(Ordering::Relaxed) || crate::sandbox::filtered() {
         return None;
     }
+    let _making = s.making.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = s.record.get() {
+        return Some(r);
+    }
     let made = (|| {
         let local = name_of(fd, false)?;
         if local.port() == 0 {
@@ -390,7 +398,19 @@ fn ensure_record(s: &UdpSock, fd: c_int) -> Option<&Arc<UdpRecord>> {
         // Before the record exists: a sender that finds the port's bit clear skips the
         // kernel's lookup (a record found later is found at its next look).
         udp_binds()?.mark_port(local.port());
-        let rec = UdpRecord::create(&cfg.fabric_dir, cfg.netns, cookie, local, rcvbuf, &memberships).ok()?;
+        let rec = match UdpRecord::create(&cfg.fabric_dir, cfg.netns, cookie, local, rcvbuf, &memberships) {
+            Ok(rec) => rec,
+            // Another process sharing the socket made it first: this one holds it too.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let rec = UdpRecord::open(&cfg.fabric_dir, cfg.netns, cookie).ok()?;
+                if rec.cookie() != cookie || canonical(rec.local()) != canonical(local) {
+                    return None;
+                }
+                rec.add_holder(this_process().ok()?);
+                return Some(rec);
+            }
+            Err(_) => return None,
+        };
         // SAFETY: F_GETFL takes no memory.
         let fl = unsafe { (crate::real::real().fcntl)(fd, libc::F_GETFL, 0) };
         rec.nonblocking().store(u32::from(fl >= 0 && fl & libc::O_NONBLOCK != 0), Ordering::Relaxed);

@@ -358,16 +358,11 @@ impl UdpRecord {
         rec.set_rcvbuf(rcvbuf);
         rec.set_memberships(memberships).map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         rec.add_holder(me);
-        // A record of the same cookie cannot exist (cookies are unique for the system's
-        // life) unless forged: replace it.
-        match unnamed.publish(&name) {
-            Ok(_) => Ok(rec),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let _ = std::fs::remove_file(dir.join(&name));
-                Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("record {name} existed (removed)")))
-            }
-            Err(e) => Err(e),
-        }
+        // A record of the same cookie (cookies are unique for the system's life) is another
+        // process's record of this very socket (it shares the socket since a fork, and made
+        // the record first): AlreadyExists, and the caller opens that one.
+        unnamed.publish(&name)?;
+        Ok(rec)
     }
 
     /// Opens the record of socket `cookie`, validating its header.
