@@ -522,9 +522,20 @@ fn release(conn: &Conn) -> bool {
         conn.own.tx_word().load().kernel_reserved() > 0 || conn.own.rx_kernel_read().load(Ordering::Relaxed) > 0;
     let tells = kernel_bytes >= TOO_FEW_BYTES || conn.created.elapsed() >= TOO_SHORT;
     if moved_bytes && tells && !conn.own.has_flag(FLAG_ATTACHED | FLAG_PEER_FOUND) && !crate::sandbox::filtered() {
-        reasons::note(Reason::PeerWithoutLibrary, Some(&conn.key));
+        reasons::note(peer_not_attached(&conn.key), Some(&conn.key));
     }
     end_ring_traffic(conn, conn.peer.get())
+}
+
+/// Why the peer of `key` never attached, as far as the kernel tells: its socket's owner.
+fn peer_not_attached(key: &ConnectionKey) -> Reason {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    match lanes::platform::net::tcp_socket(key.remote, key.local) {
+        // inode 0: no descriptor refers to it any more, and its owner says nothing.
+        Some(peer) if peer.inode != 0 && peer.uid != me => Reason::PeerOtherUser,
+        _ => Reason::PeerWithoutLibrary,
+    }
 }
 
 /// No more ring traffic either way and the record gone, the socket left to the kernel;

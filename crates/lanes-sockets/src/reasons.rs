@@ -119,8 +119,13 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
     let sock = key.map(|k| format!("{} -> {}: ", k.local, k.remote)).unwrap_or_default();
     match why {
         Reason::PeerWithoutLibrary => format!(
-            "{sock}the peer never attached (it runs without the library, as another user or in another \
-             network namespace): the connection stayed kernel TCP"
+            "{sock}the peer never attached (it runs without the library or in another network namespace, or \
+             made too few data calls to set the connection up, such as a file sent whole with sendfile): the \
+             connection stayed kernel TCP"
+        ),
+        Reason::PeerOtherUser => format!(
+            "{sock}the peer runs as another user (its records are in that user's fabric directory): the \
+             connection stayed kernel TCP"
         ),
         Reason::PrivilegeDrop => detail.to_string(),
         Reason::ExcludedPort => {

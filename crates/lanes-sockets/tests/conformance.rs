@@ -758,12 +758,23 @@ fn fork_run(
     (connections, rounds): (usize, usize),
     server_args: &[&str],
     env: &[(&str, &str)],
+    server_user: Option<u32>,
 ) -> ForkRun {
     let lib = library();
     let fabric = dir.join("fabric");
     let port = free_port();
-    let cmd = |with_lib: bool| {
-        let mut c = clean_command(bin);
+    let cmd = |with_lib: bool, user: Option<u32>| {
+        let mut c = match user {
+            // The server as `user` from its start, so its sockets are that user's.
+            Some(uid) => {
+                let mut c = clean_command("setpriv");
+                let id = uid.to_string();
+                c.args([format!("--reuid={id}"), format!("--regid={id}"), "--clear-groups".into(), "--".into()])
+                    .arg(bin);
+                c
+            }
+            None => clean_command(bin),
+        };
         // Long spins, whatever the machine's load: a connection whose every byte happened
         // to go through the kernel (a receiver that was never on a CPU when data came)
         // would not show its ring.
@@ -775,7 +786,7 @@ fn fork_run(
         c
     };
     let n = connections.to_string();
-    let mut server = cmd(server_lib);
+    let mut server = cmd(server_lib, server_user);
     server.args(["server", &port.to_string(), &n]).args(server_args);
     let mut server = Program::spawn(server, "forkserve server");
     let start = Instant::now();
@@ -783,7 +794,7 @@ fn fork_run(
         std::thread::sleep(Duration::from_millis(5));
     }
     let (ready, go) = (dir.join("ready"), dir.join("go"));
-    let mut client = cmd(client_lib);
+    let mut client = cmd(client_lib, None);
     client.args(["client", &port.to_string(), &n, &rounds.to_string()]).arg(&ready).arg(&go);
     let mut client = Program::spawn(client, "forkserve client");
     while !ready.exists() && !client.exited() && start.elapsed() < RUN_LIMIT {
@@ -819,7 +830,7 @@ fn fork_per_connection_servers_accelerate_every_connection() {
     const N: usize = 20;
     let dir = TestDir::named("forkserve", "both");
     let bin = build_forkserve(&dir);
-    let r = fork_run(&bin, &dir.sub("run"), (true, true), (N, 32), &[], &[]);
+    let r = fork_run(&bin, &dir.sub("run"), (true, true), (N, 32), &[], &[], None);
     assert!(r.client.ok() && r.client.stdout.contains("byte-exact"), "{}", r.client.describe("client"));
     assert!(r.server.ok(), "{}", r.server.describe("server"));
     let server_port = |a: &std::net::SocketAddr| a.port() == r.port;
@@ -853,13 +864,14 @@ fn a_peer_without_the_library_is_said_once_and_shown_by_status() {
     const N: usize = 5;
     let dir = TestDir::named("forkserve", "client-only");
     let bin = build_forkserve(&dir);
-    let r = fork_run(&bin, &dir.sub("run"), (false, true), (N, 32), &[], &[]);
+    let r = fork_run(&bin, &dir.sub("run"), (false, true), (N, 32), &[], &[], None);
     assert!(r.client.ok() && r.client.stdout.contains("byte-exact"), "{}", r.client.describe("client"));
     assert!(r.server.ok(), "{}", r.server.describe("server"));
     assert!(r.records.iter().all(|c| !c.peer_attached), "{:?}", r.records);
     assert_eq!(lines_with(&r.client.stderr, "liblanes_sockets:"), 1, "{}", r.client.stderr);
     assert_eq!(lines_with(&r.client.stderr, "the peer never attached"), 1, "{}", r.client.stderr);
-    let shown = r.status_after.lines().find(|l| l.contains("peer without the library"));
+    assert_eq!(lines_with(&r.client.stderr, "the peer runs as another user"), 0, "{}", r.client.stderr);
+    let shown = r.status_after.lines().find(|l| l.contains("peer never attached"));
     assert!(
         shown.is_some_and(|l| l.split_whitespace().any(|w| w == N.to_string())),
         "lanes status does not show {N} sockets of a peer without the library:\n{}",
@@ -875,17 +887,18 @@ fn a_connection_closed_before_its_first_byte_says_nothing_of_its_peer() {
     const N: usize = 5;
     let dir = TestDir::named("forkserve", "no-bytes");
     let bin = build_forkserve(&dir);
-    let r = fork_run(&bin, &dir.sub("run"), (false, true), (N, 0), &[], &[("LANES_SOCKETS_DEFER", "0")]);
+    let r = fork_run(&bin, &dir.sub("run"), (false, true), (N, 0), &[], &[("LANES_SOCKETS_DEFER", "0")], None);
     assert!(r.client.ok(), "{}", r.client.describe("client"));
     assert!(r.server.ok(), "{}", r.server.describe("server"));
     assert!(r.records.len() >= N, "set up at once, so records were made: {:?}", r.records);
     assert_eq!(lines_with(&r.client.stderr, "the peer never attached"), 0, "{}", r.client.stderr);
-    assert!(!r.status_after.contains("peer without the library"), "{}", r.status_after);
+    assert!(!r.status_after.contains("peer never attached"), "{}", r.status_after);
 }
 
 /// A worker that drops privileges after start (nginx workers as nobody): its connections
 /// stay kernel TCP (the fabric directory is the original user's), byte-exact, it says so
-/// once, and `lanes status` shows why. Root only (setuid).
+/// once, and `lanes status` shows why on both sides (the client's: its peer runs as another user).
+/// Root only (setuid).
 #[test]
 fn a_worker_that_drops_privileges_says_why_and_stays_kernel_tcp() {
     // SAFETY: geteuid has no preconditions.
@@ -901,7 +914,7 @@ fn a_worker_that_drops_privileges_says_why_and_stays_kernel_tcp() {
     for p in [dir.0.as_path(), run.as_path()] {
         std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     }
-    let r = fork_run(&bin, &run, (true, true), (N, 32), &["setuid", "65534"], &[]);
+    let r = fork_run(&bin, &run, (true, true), (N, 32), &["setuid", "65534"], &[], None);
     assert!(r.client.ok() && r.client.stdout.contains("byte-exact"), "{}", r.client.describe("client"));
     assert!(r.server.ok() && r.server.stdout.contains("as uid 65534"), "{}", r.server.describe("server"));
     let said = "liblanes_sockets: uid changed to 65534: new connections stay kernel TCP (the fabric directory is \
@@ -915,7 +928,40 @@ fn a_worker_that_drops_privileges_says_why_and_stays_kernel_tcp() {
         "lanes status does not show {N} sockets left to the kernel by the uid change:\n{}",
         r.status_open
     );
-    assert!(r.status_after.contains("peer without the library"), "{}", r.status_after);
+    // The client's side: the kernel says the worker's socket is nobody's now.
+    assert!(r.status_after.contains("peer runs as another user"), "{}", r.status_after);
+}
+
+/// A server without the library that runs as another user from its start (nobody): its
+/// sockets are that user's, so the client says that (not that the peer never attached, as
+/// for a peer of its own user), once, and `lanes status` shows the count. Root only.
+#[test]
+fn a_peer_of_another_user_is_said_to_be_one() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running the server as another user needs root");
+        return;
+    }
+    const N: usize = 3;
+    let dir = TestDir::named("forkserve", "other-user");
+    let bin = build_forkserve(&dir);
+    let run = dir.sub("run");
+    // The server, as nobody, must be able to run the program.
+    for p in [dir.0.as_path(), run.as_path()] {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    }
+    let r = fork_run(&bin, &run, (false, true), (N, 32), &[], &[], Some(65534));
+    assert!(r.client.ok() && r.client.stdout.contains("byte-exact"), "{}", r.client.describe("client"));
+    assert!(r.server.ok(), "{}", r.server.describe("server"));
+    assert_eq!(lines_with(&r.client.stderr, "liblanes_sockets:"), 1, "{}", r.client.stderr);
+    assert_eq!(lines_with(&r.client.stderr, "the peer runs as another user"), 1, "{}", r.client.stderr);
+    let shown = r.status_after.lines().find(|l| l.contains("peer runs as another user"));
+    assert!(
+        shown.is_some_and(|l| l.split_whitespace().any(|w| w == N.to_string())),
+        "lanes status does not show {N} sockets of a peer of another user:\n{}",
+        r.status_after
+    );
+    assert!(!r.status_after.contains("peer never attached"), "{}", r.status_after);
 }
 
 /// An inetd-style hand-off to an image that cannot load the library (a static build): the

@@ -37,7 +37,8 @@ const PREFIX: &str = "why-";
 #[serde(rename_all = "kebab-case")]
 pub enum Reason {
     /// The other end never published a record the kernel vouched for: it runs without
-    /// the library, as another user, in another network namespace, or closed first.
+    /// the library, in another network namespace, closed first, or made too few data calls
+    /// through the C library to set the connection up (a file sent whole with `sendfile`).
     PeerWithoutLibrary,
     /// This process changed its uid: the fabric directory is the original user's.
     PrivilegeDrop,
@@ -81,11 +82,14 @@ pub enum Reason {
     /// A UDP socket stays on the kernel: an option, a call or ancillary data the library
     /// does not model, or a receive buffer larger than the largest ring.
     UdpKernelOnly,
+    /// The other end's socket belongs to another user: its records are in that user's
+    /// fabric directory, which this process does not share.
+    PeerOtherUser,
 }
 
 impl Reason {
     /// Every reason, in the order of their lines in the file (new ones only ever appended).
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::PeerWithoutLibrary,
         Reason::PrivilegeDrop,
         Reason::ExcludedPort,
@@ -102,6 +106,7 @@ impl Reason {
         Reason::KernelFeature,
         Reason::RemoteNoStream,
         Reason::UdpKernelOnly,
+        Reason::PeerOtherUser,
     ];
 
     fn index(self) -> usize {
@@ -111,7 +116,7 @@ impl Reason {
     /// A few words for `lanes status`.
     pub fn label(self) -> &'static str {
         match self {
-            Reason::PeerWithoutLibrary => "peer without the library",
+            Reason::PeerWithoutLibrary => "peer never attached",
             Reason::PrivilegeDrop => "uid changed (privilege drop)",
             Reason::ExcludedPort => "excluded port",
             Reason::NoRoom => "no room in the fabric directory",
@@ -127,6 +132,7 @@ impl Reason {
             Reason::KernelFeature => "peek offset, timestamps or kernel TLS",
             Reason::RemoteNoStream => "cross-host: no fabric stream",
             Reason::UdpKernelOnly => "UDP: left to the kernel",
+            Reason::PeerOtherUser => "peer runs as another user",
         }
     }
 }
