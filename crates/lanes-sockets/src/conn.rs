@@ -355,12 +355,12 @@ pub fn mark_remote(fd: i32) {
 /// `MAYBE[fd]` of a cross-host candidate.
 const MAYBE_REMOTE: u8 = 3;
 
-/// A non-blocking connect to `peer` is under way. One to loopback that can be deferred on
-/// its cookie alone (see [`on_connected_to`]) is deferred now: the deferral counts only
+/// A non-blocking connect to `peer` is under way. One to loopback that can be deferred
+/// without a question to the kernel (see [`on_connected_to`]) is deferred now: the deferral counts only
 /// bytes that moved, and its set-up asks whether the socket is connected; any other is
 /// looked at again at its first data call.
 pub fn connect_pending(fd: i32, peer: Option<SocketAddr>) {
-    if peer.is_some_and(|p| quick_deferral(fd, p)) {
+    if peer.is_some_and(|p| quick_deferral(fd, p, Opened::Connected)) {
         return;
     }
     if fd >= 0 && (fd as usize) < FAST_FDS {
@@ -375,7 +375,7 @@ pub fn lookup_or_complete(fd: i32) -> Option<Arc<Conn>> {
     if fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == 2 {
         let peer = name_of(fd, true)?; // None: still connecting, or failed
         MAYBE[fd as usize].store(0, Ordering::Relaxed);
-        on_connected_to(fd, Some(peer));
+        on_connected_to(fd, Some(peer), Opened::Connected);
     }
     lookup(fd)
 }
@@ -624,22 +624,41 @@ pub fn accepted(listener: i32, fd: i32, peer: Option<SocketAddr>) {
         let tcp = known(listener) && KNOWN_TCP[listener as usize].load(Ordering::Relaxed);
         KNOWN_TCP[fd as usize].store(tcp, Ordering::Relaxed);
     }
-    on_connected_to(fd, peer);
+    on_connected_to(fd, peer, Opened::Accepted);
+}
+
+/// How a connection of this process came to be: the kernel counts the connecting end's
+/// SYN among its bytes acked (`fabric_stream::kernel_history`'s `syn_acked`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// This end called connect.
+    Connected,
+    /// This end came from accept.
+    Accepted,
+}
+
+impl Opened {
+    fn syn_acked(self) -> u64 {
+        match self {
+            Opened::Connected => 1,
+            Opened::Accepted => 0,
+        }
+    }
 }
 
 /// As [`on_connected`], the peer's address known already (connect's argument, accept's
 /// answer). A socket this process made TCP, connected to a loopback address with no port
-/// lists configured, is deferred on its cookie alone: protocol and addresses are asked at
-/// its set-up, which a short connection never reaches, so it costs kernel TCP one system
-/// call, not four (nginx serving a connection per request lost a seventh of its rate to
-/// them).
-pub fn on_connected_to(fd: i32, peer: Option<SocketAddr>) {
-    if !peer.is_some_and(|p| quick_deferral(fd, p)) {
-        on_connected(fd);
+/// lists configured, is deferred without a question to the kernel: protocol, addresses
+/// and cookie are asked at its set-up, which a short connection never reaches, so it costs
+/// what kernel TCP costs (nginx serving a connection per request lost a seventh of its
+/// rate to four system calls per connection, and a twentieth to the last one, the cookie).
+pub fn on_connected_to(fd: i32, peer: Option<SocketAddr>, opened: Opened) {
+    if !peer.is_some_and(|p| quick_deferral(fd, p, opened)) {
+        on_connected(fd, opened);
     }
 }
 
-fn quick_deferral(fd: i32, peer: SocketAddr) -> bool {
+fn quick_deferral(fd: i32, peer: SocketAddr, opened: Opened) -> bool {
     if fd < 0 || fd as usize >= FAST_FDS || !peer.ip().is_loopback() || peer.port() == 0 {
         return false;
     }
@@ -654,15 +673,14 @@ fn quick_deferral(fd: i32, peer: SocketAddr) -> bool {
     {
         return false;
     }
-    let Some(cookie) = sock_diag::own_cookie(fd) else { return false };
-    Deferred::start(fd, cookie);
+    Deferred::start(fd, opened);
     true
 }
 
 /// A TCP socket just got connected (connect returned, or accept gave it). A local one's
 /// set-up is put off until it has shown it lives long enough to pay for it (see
 /// [`Deferred`]); one to another host, or past the deferred table, is set up now.
-pub fn on_connected(fd: i32) {
+pub fn on_connected(fd: i32, opened: Opened) {
     let remote_candidate =
         fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_REMOTE;
     if remote_candidate || lookup(fd).is_some() || !is_tcp_stream(fd) {
@@ -670,18 +688,16 @@ pub fn on_connected(fd: i32) {
     }
     let (Some(local), Some(remote)) = (name_of(fd, false), name_of(fd, true)) else { return };
     if deferral_allowed() && (fd as usize) < FAST_FDS && wanted(local, remote) == Wanted::Yes {
-        if let Some(cookie) = sock_diag::own_cookie(fd) {
-            Deferred::start(fd, cookie);
-        }
+        Deferred::start(fd, opened);
         return;
     }
-    set_up(fd, local, remote, StreamHistory::default(), None);
+    set_up(fd, local, remote, StreamHistory::default());
 }
 
 /// Publishes our record for a connected TCP socket that has moved `history` through the
-/// kernel so far, looks for the peer's, and tells the peer we exist. `cookie`: the socket's,
-/// if known already. Every failure leaves the socket to the kernel alone.
-fn set_up(fd: i32, local: SocketAddr, remote: SocketAddr, history: StreamHistory, cookie: Option<u64>) {
+/// kernel so far, looks for the peer's, and tells the peer we exist. Every failure leaves
+/// the socket to the kernel alone.
+fn set_up(fd: i32, local: SocketAddr, remote: SocketAddr, history: StreamHistory) {
     let cfg = config();
     let key = ConnectionKey::new(cfg.netns, local, remote);
     match wanted(local, remote) {
@@ -695,7 +711,7 @@ fn set_up(fd: i32, local: SocketAddr, remote: SocketAddr, history: StreamHistory
     if reasons::check_uid(&key).is_none() {
         return;
     }
-    let Some(cookie) = cookie.or_else(|| sock_diag::own_cookie(fd)) else { return };
+    let Some(cookie) = sock_diag::own_cookie(fd) else { return };
     let own = match Endpoint::create_after(&cfg.fabric_dir, &key, cookie, cfg.ring_bytes, history) {
         Ok(own) => own,
         Err(why) => {
@@ -750,14 +766,15 @@ const MAYBE_SETTING_UP: u8 = 5;
 /// through the kernel. What would make the counts wrong ends the deferral first: `fork`,
 /// `exec` and `dup` set the connection up (the copies then share its record); urgent data
 /// and `shutdown` leave it to the kernel for good; a call of another thread still in the
-/// kernel puts the set-up off to a later call. The socket's cookie, noted when it connected,
-/// must still be the fd's at set-up: a number reused behind the library's back is never
-/// taken for the old socket.
+/// kernel puts the set-up off to a later call. At the set-up the kernel's own counts of the
+/// connection (`TCP_INFO`) must equal the library's: a number closed and reused behind its
+/// back, or bytes moved by calls it cannot see, leave the connection to the kernel.
 pub struct Deferred;
 
 static DEFER_WRITTEN: [AtomicU64; FAST_FDS] = [const { AtomicU64::new(0) }; FAST_FDS];
 static DEFER_READ: [AtomicU64; FAST_FDS] = [const { AtomicU64::new(0) }; FAST_FDS];
-static DEFER_COOKIE: [AtomicU64; FAST_FDS] = [const { AtomicU64::new(0) }; FAST_FDS];
+/// The kernel's `syn_acked` of the connection ([`Opened::syn_acked`]).
+static DEFER_SYN_ACKED: [AtomicU8; FAST_FDS] = [const { AtomicU8::new(0) }; FAST_FDS];
 static DEFER_CALLS: [AtomicU32; FAST_FDS] = [const { AtomicU32::new(0) }; FAST_FDS];
 static DEFER_IN_KERNEL: [AtomicU32; FAST_FDS] = [const { AtomicU32::new(0) }; FAST_FDS];
 /// Bumped when an fd number starts a deferral: a call that was in the kernel when its socket
@@ -781,7 +798,7 @@ pub enum Moved {
 }
 
 impl Deferred {
-    fn start(fd: i32, cookie: u64) {
+    fn start(fd: i32, opened: Opened) {
         let i = fd as usize;
         // First, so a call of the number's previous socket still in the kernel stops counting
         // before the counts are cleared for this one.
@@ -789,7 +806,7 @@ impl Deferred {
         DEFER_WRITTEN[i].store(0, Ordering::Relaxed);
         DEFER_READ[i].store(0, Ordering::Relaxed);
         DEFER_CALLS[i].store(0, Ordering::Relaxed);
-        DEFER_COOKIE[i].store(cookie, Ordering::Relaxed);
+        DEFER_SYN_ACKED[i].store(opened.syn_acked() as u8, Ordering::Relaxed);
         DEFER_END.fetch_max(i + 1, Ordering::Relaxed);
         MAYBE[i].store(MAYBE_DEFERRED, Ordering::SeqCst);
     }
@@ -865,17 +882,23 @@ impl Deferred {
             written: DEFER_WRITTEN[i].load(Ordering::Relaxed),
             read: DEFER_READ[i].load(Ordering::Relaxed),
         };
-        let cookie = DEFER_COOKIE[i].load(Ordering::Relaxed);
+        let syn_acked = u64::from(DEFER_SYN_ACKED[i].load(Ordering::Relaxed));
         // Kernel TCP unless everything below holds (set_up inserts the fd, state 1).
         MAYBE[i].store(0, Ordering::SeqCst);
         if crate::sandbox::filtered() {
             return; // no system calls of ours under a seccomp filter (see `sandbox`)
         }
-        if sock_diag::own_cookie(fd) != Some(cookie) || !is_tcp_stream(fd) {
-            return; // not the socket that connected: its history is unknown
+        // The ring's rule starts from these counts, so the kernel must have carried exactly
+        // them: a number closed and reused behind the library's back (a raw system call),
+        // or bytes moved by calls it does not see (io_uring, another process the socket was
+        // passed to), leave the connection to the kernel. No other call of the program's
+        // moves bytes meanwhile (the state holds them off).
+        let carried = lanes::sockets::fabric_stream::kernel_history(fd, syn_acked);
+        if carried.is_none_or(|k| (k.written, k.read) != (history.written, history.read)) || !is_tcp_stream(fd) {
+            return;
         }
         let (Some(local), Some(remote)) = (name_of(fd, false), name_of(fd, true)) else { return };
-        set_up(fd, local, remote, history, Some(cookie));
+        set_up(fd, local, remote, history);
     }
 
     /// Sets up every deferred connection of this process (before fork and exec: the copies

@@ -232,7 +232,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
             if r == 0 {
                 udp::connected(fd);
                 // SAFETY: the kernel just read len bytes of a socket address there.
-                conn::on_connected_to(fd, unsafe { udp::read_sockaddr(addr, len) });
+                conn::on_connected_to(fd, unsafe { udp::read_sockaddr(addr, len) }, conn::Opened::Connected);
             } else if e == libc::EINPROGRESS {
                 // SAFETY: as above.
                 conn::connect_pending(fd, unsafe { udp::read_sockaddr(addr, len) });

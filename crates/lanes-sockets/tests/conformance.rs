@@ -347,7 +347,8 @@ const FLAGS: &[&str] = &[
 /// first (in ring mode under the library), read with every readiness call.
 const URGENT_AND_LOWAT: &[&str] = &["oob-ring", "rcvlowat", "rcvlowat-unread"];
 const CLOSE_AND_SHUTDOWN: &[&str] = &["shutdown-wr", "shutdown-misc", "close-unread", "linger-reset"];
-const DESCRIPTORS: &[&str] = &["dup", "close-range", "raw-close", "errno-kept", "nonblock-toggle", "cloexec"];
+const DESCRIPTORS: &[&str] =
+    &["dup", "close-range", "raw-close", "unseen-write", "errno-kept", "nonblock-toggle", "cloexec"];
 const POLL_AND_SELECT: &[&str] = &["poll", "ppoll", "select", "pselect"];
 const EPOLL: &[&str] = &[
     "epoll-lt",

@@ -217,6 +217,35 @@ void rawclose_client(void)
     close(b);
 }
 
+/* Bytes written with syscall(SYS_write), which the library does not see, before the
+ * connection's set-up (its eighth data call): the stream that follows must still arrive
+ * whole and in order, so the set-up must not start from counts that miss them. */
+#define UNSEEN_STREAM (8ull * MIB)
+void unseen_write_server(void)
+{
+    int s = accept_one();
+    char buf[16];
+    say("first bytes %s", got(read_full(s, buf, 10), buf));
+    struct rstat st = recv_pattern(M_RW, s, 61, 62, 65536, UINT64_MAX);
+    say_rstat("8 MiB stream", st);
+    say("write the hash back %s", res(write_all(s, &st.hash, sizeof st.hash)));
+    close(s);
+}
+
+void unseen_write_client(void)
+{
+    int fd = connect_one();
+    say("write %s", res(write(fd, "seen", 4)));
+    say("syscall(SYS_write) %s", res(syscall(SYS_write, fd, "UNSEEN", 6)));
+    uint64_t h = 0;
+    say("sent %s", res(send_pattern(M_RW, fd, UNSEEN_STREAM, 61, 63, 65536, &h)));
+    say("shutdown SHUT_WR %s", res(shutdown(fd, SHUT_WR)));
+    uint64_t peer = 0;
+    const char *r = res(read_full(fd, &peer, sizeof peer));
+    say("read_full %s, the peer's hash matches: %s", r, yes(peer == h));
+    close(fd);
+}
+
 /* A call that succeeds leaves errno as the program had it, as the C library's calls do
  * (gRPC reads errno after an epoll_ctl that follows a non-blocking connect). The server
  * accepts only after the client's epoll_ctl: until then it has no record to find. */

@@ -224,6 +224,8 @@ void close_range_server(void);
 void close_range_client(void) ;
 void rawclose_server(void);
 void rawclose_client(void);
+void unseen_write_server(void);
+void unseen_write_client(void);
 void errno_kept_server(void);
 void errno_kept_client(void);
 void nbtoggle_server(void) ;

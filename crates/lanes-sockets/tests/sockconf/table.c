@@ -106,6 +106,8 @@ const struct casedef cases[] = {
      "close_range with and without CLOSE_RANGE_CLOEXEC"},
     {"raw-close", AF_INET, true, rawclose_server, rawclose_client, NULL,
      "a socket closed with syscall(SYS_close), its number given to the next accepted one"},
+    {"unseen-write", AF_INET, true, unseen_write_server, unseen_write_client, NULL,
+     "6 bytes written with syscall(SYS_write) before the set-up, then 8 MiB, checked"},
     {"errno-kept", AF_INET, true, errno_kept_server, errno_kept_client, NULL,
      "calls that succeed leave errno as it was (epoll_ctl after EINPROGRESS)"},
     {"nonblock-toggle", AF_INET, true, nbtoggle_server, nbtoggle_client, NULL,
