@@ -6,6 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::cvt;
 
@@ -366,7 +367,59 @@ pub fn reserve(file: &File, len: u64) -> io::Result<()> {
 /// the `EBADF` the program would have had without us.
 #[derive(Debug)]
 pub struct Held<T: AsRawFd> {
-    inner: T,
+    /// Dropped by hand, inside the guard that keeps a program's range close off it.
+    inner: std::mem::ManuallyDrop<T>,
+}
+
+/// Held descriptors being made or closed (from the `dup` that moves one to its number
+/// until its bit is set, from its bit's clearing until it is closed), and a program's
+/// range closes under way ([`while_held_stand_still`]): each waits for the other, so a
+/// range closed for the program never takes a descriptor the library is making or has
+/// just let go of (its number set in neither the table nor the kernel's view of ours).
+static CHANGING_HELD: AtomicU32 = AtomicU32::new(0);
+static CLOSING_RANGE: AtomicU32 = AtomicU32::new(0);
+
+/// The longest either side waits for the other: a thread that died mid-way (the other
+/// threads of a process that forked) never finishes, and a close goes on without it.
+const STAND_STILL_LIMIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+fn wait_for_zero(count: &AtomicU32) {
+    let start = std::time::Instant::now();
+    while count.load(Ordering::SeqCst) != 0 && start.elapsed() < STAND_STILL_LIMIT {
+        std::thread::yield_now();
+    }
+}
+
+/// Runs `change` (making or closing a held descriptor) while no program range close runs.
+fn changing_held<R>(change: impl FnOnce() -> R) -> R {
+    CHANGING_HELD.fetch_add(1, Ordering::SeqCst);
+    if CLOSING_RANGE.load(Ordering::SeqCst) != 0 {
+        CHANGING_HELD.fetch_sub(1, Ordering::SeqCst);
+        wait_for_zero(&CLOSING_RANGE);
+        CHANGING_HELD.fetch_add(1, Ordering::SeqCst);
+    }
+    let r = change();
+    CHANGING_HELD.fetch_sub(1, Ordering::SeqCst);
+    r
+}
+
+/// Runs `close` (a close of a range of the program's descriptors around the held ones,
+/// which it lists with [`held_between`]) while no held descriptor is being made or
+/// closed: a library thread's new descriptor cannot land in the range between the listing
+/// and the close.
+pub fn while_held_stand_still<R>(close: impl FnOnce() -> R) -> R {
+    CLOSING_RANGE.fetch_add(1, Ordering::SeqCst);
+    wait_for_zero(&CHANGING_HELD);
+    let r = close();
+    CLOSING_RANGE.fetch_sub(1, Ordering::SeqCst);
+    r
+}
+
+/// In a child after fork: only the forking thread is left, so nothing is being made or
+/// closed whatever the counts the other threads left behind say.
+pub fn after_fork_in_child() {
+    CHANGING_HELD.store(0, Ordering::SeqCst);
+    CLOSING_RANGE.store(0, Ordering::SeqCst);
 }
 
 /// An object's file, held.
@@ -412,11 +465,13 @@ impl<T: AsRawFd + FromRawFd> Held<T> {
     /// Holds `inner`, its descriptor moved to a number at or above [`held_floor`] when one
     /// is free (else it keeps its own).
     pub fn new(inner: T) -> Held<T> {
-        let inner = out_of_the_way(inner);
-        if let Some((w, b)) = held_bit(inner.as_raw_fd()) {
-            HELD[w].fetch_or(b, std::sync::atomic::Ordering::AcqRel);
-        }
-        Held { inner }
+        changing_held(|| {
+            let inner = out_of_the_way(inner);
+            if let Some((w, b)) = held_bit(inner.as_raw_fd()) {
+                HELD[w].fetch_or(b, std::sync::atomic::Ordering::AcqRel);
+            }
+            Held { inner: std::mem::ManuallyDrop::new(inner) }
+        })
     }
 }
 
@@ -435,10 +490,14 @@ impl<T: AsRawFd> std::ops::DerefMut for Held<T> {
 
 impl<T: AsRawFd> Drop for Held<T> {
     fn drop(&mut self) {
-        // Before the descriptor closes (its number may be the next open's at once).
-        if let Some((w, b)) = held_bit(self.inner.as_raw_fd()) {
-            HELD[w].fetch_and(!b, std::sync::atomic::Ordering::AcqRel);
-        }
+        changing_held(|| {
+            // Before the descriptor closes (its number may be the next open's at once).
+            if let Some((w, b)) = held_bit(self.inner.as_raw_fd()) {
+                HELD[w].fetch_and(!b, std::sync::atomic::Ordering::AcqRel);
+            }
+            // SAFETY: dropped once, here; `inner` is not used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+        });
     }
 }
 

@@ -99,6 +99,7 @@ extern "C" fn before_fork() {
 
 extern "C" fn after_fork_in_child() {
     guarded(|| {
+        lanes::platform::files::after_fork_in_child();
         conn::adopt_after_fork();
         udp::adopt_after_fork();
         remote::after_fork_in_child();
@@ -470,21 +471,23 @@ fn close_range_of_program(first: c_uint, last: c_uint, flags: c_int) -> c_int {
             before_close(fd);
         }
     }
-    let mut from = first;
-    for held in lanes::platform::files::held_between(first, last) {
-        let held = held as c_uint;
-        if held > from {
-            let r = range(from, held - 1);
-            if r != 0 {
-                return r;
+    lanes::platform::files::while_held_stand_still(|| {
+        let mut from = first;
+        for held in lanes::platform::files::held_between(first, last) {
+            let held = held as c_uint;
+            if held > from {
+                let r = range(from, held - 1);
+                if r != 0 {
+                    return r;
+                }
             }
+            from = held + 1;
         }
-        from = held + 1;
-    }
-    if from <= last {
-        return range(from, last);
-    }
-    0
+        if from <= last {
+            return range(from, last);
+        }
+        0
+    })
 }
 
 /// # Safety
@@ -509,14 +512,19 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
                 .flatten()
                 .filter_map(|e| e.file_name().to_str()?.parse().ok())
                 .collect();
-            for fd in open {
-                if fd as c_uint >= low && !lanes::platform::files::held_by_library(fd) {
-                    before_close(fd);
-                    // SAFETY: closes the program's own descriptor (the directory's may be
-                    // gone already: EBADF, ignored as the C library ignores it).
-                    unsafe { (real().close)(fd) };
-                }
+            let program_fds: Vec<c_int> = open.into_iter().filter(|&fd| fd as c_uint >= low).collect();
+            for &fd in program_fds.iter().filter(|&&fd| !lanes::platform::files::held_by_library(fd)) {
+                before_close(fd);
             }
+            lanes::platform::files::while_held_stand_still(|| {
+                for fd in program_fds {
+                    if !lanes::platform::files::held_by_library(fd) {
+                        // SAFETY: closes the program's own descriptor (the directory's may
+                        // be gone already: EBADF, ignored as the C library ignores it).
+                        unsafe { (real().close)(fd) };
+                    }
+                }
+            });
             Some(())
         },
         call,
