@@ -921,7 +921,7 @@ pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) ->
                 prev.stream.clone(),
                 prev.wants_input() == (ev.events & libc::EPOLLIN as u32 != 0),
             ),
-            _ => (lookup(fd), shadow_of(fd), crate::udp::waitable(fd), crate::remote::live_stream(fd), false),
+            _ => (lookup(fd), set_of(fd), crate::udp::waitable(fd), crate::remote::live_stream(fd), false),
         };
         let last = conn.as_ref().and_then(|c| c.peer().map(|p| p.tx_word().load().published())).unwrap_or(0)
             + udp.as_ref().map_or(0, |u| u.signature())
