@@ -356,9 +356,9 @@ pub fn mark_remote(fd: i32) {
 const MAYBE_REMOTE: u8 = 3;
 
 /// A non-blocking connect to `peer` is under way. One to loopback that can be deferred
-/// without a question to the kernel (see [`on_connected_to`]) is deferred now: the deferral counts only
-/// bytes that moved, and its set-up asks whether the socket is connected; any other is
-/// looked at again at its first data call.
+/// without a question to the kernel (see [`on_connected_to`]) is deferred now: the
+/// deferral counts only bytes that moved, and its set-up asks whether the socket is
+/// connected; any other is looked at again at its first data call.
 pub fn connect_pending(fd: i32, peer: Option<SocketAddr>) {
     if peer.is_some_and(|p| quick_deferral(fd, p, Opened::Connected)) {
         return;
