@@ -383,20 +383,33 @@ static CLOSING_RANGE: AtomicU32 = AtomicU32::new(0);
 /// threads of a process that forked) never finishes, and a close goes on without it.
 const STAND_STILL_LIMIT: std::time::Duration = std::time::Duration::from_millis(100);
 
-fn wait_for_zero(count: &AtomicU32) {
+/// Waits until `count` is zero; false if [`STAND_STILL_LIMIT`] passed first.
+fn wait_for_zero(count: &AtomicU32) -> bool {
     let start = std::time::Instant::now();
-    while count.load(Ordering::SeqCst) != 0 && start.elapsed() < STAND_STILL_LIMIT {
+    while count.load(Ordering::SeqCst) != 0 {
+        if start.elapsed() >= STAND_STILL_LIMIT {
+            return false;
+        }
         std::thread::yield_now();
     }
+    true
 }
 
 /// Runs `change` (making or closing a held descriptor) while no program range close runs.
 fn changing_held<R>(change: impl FnOnce() -> R) -> R {
-    CHANGING_HELD.fetch_add(1, Ordering::SeqCst);
-    if CLOSING_RANGE.load(Ordering::SeqCst) != 0 {
-        CHANGING_HELD.fetch_sub(1, Ordering::SeqCst);
-        wait_for_zero(&CLOSING_RANGE);
+    // Counted first, then the closes looked at (both sequentially consistent, as a close
+    // counts itself before it looks at the changes): a close that began in between waits
+    // for this change, one already under way is waited out and looked for again.
+    loop {
         CHANGING_HELD.fetch_add(1, Ordering::SeqCst);
+        if CLOSING_RANGE.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        CHANGING_HELD.fetch_sub(1, Ordering::SeqCst);
+        if !wait_for_zero(&CLOSING_RANGE) {
+            CHANGING_HELD.fetch_add(1, Ordering::SeqCst);
+            break;
+        }
     }
     let r = change();
     CHANGING_HELD.fetch_sub(1, Ordering::SeqCst);

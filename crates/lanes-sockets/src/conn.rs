@@ -531,7 +531,7 @@ fn release(conn: &Conn) -> bool {
 fn peer_not_attached(key: &ConnectionKey) -> Reason {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    match lanes::platform::net::tcp_socket(key.remote, key.local) {
+    match sock_diag::socket_of(&key.reversed()) {
         // inode 0: no descriptor refers to it any more, and its owner says nothing.
         Some(peer) if peer.inode != 0 && peer.uid != me => Reason::PeerOtherUser,
         _ => Reason::PeerWithoutLibrary,
@@ -1011,6 +1011,14 @@ pub fn hand_to_kernel(conn: &Conn, me: lanes::platform::liveness::ProcessIdentit
     conn.own.remove_holder(me);
     // Attaching the peer if it found us meanwhile: it must stop publishing too.
     end_ring_traffic(conn, conn.peer())
+}
+
+/// A connection whose record is made in `dir` (127.0.0.1:5201 to 127.0.0.1:40000, a 4 KiB
+/// ring), its peer not attached: for the unit tests of what runs on a connection.
+#[cfg(test)]
+pub(crate) fn test_conn(dir: &std::path::Path) -> Arc<Conn> {
+    let key = ConnectionKey::new(1, "127.0.0.1:5201".parse().unwrap(), "127.0.0.1:40000".parse().unwrap());
+    Conn::new(Endpoint::create(dir, &key, 42, 4096).expect("record"), key)
 }
 
 #[cfg(test)]

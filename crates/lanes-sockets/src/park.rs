@@ -114,18 +114,11 @@ pub fn unpark(conn: &Conn, peer: &Endpoint) -> bool {
 mod tests {
     use super::*;
     use lanes::sockets::ConnectionKey;
-    use std::sync::Arc;
-
-    fn conn(dir: &std::path::Path) -> Arc<Conn> {
-        let key = ConnectionKey::new(1, "127.0.0.1:5201".parse().unwrap(), "127.0.0.1:40000".parse().unwrap());
-        let own = Endpoint::create(dir, &key, 42, 4096).expect("record");
-        Conn::new(own, key)
-    }
 
     #[test]
     fn holds_count_readers_only_while_parked_and_give_every_count_back() {
         let dir = lanes_testkit::TestDir::new("park-holds");
-        let c = conn(dir.root());
+        let c = crate::conn::test_conn(dir.root());
         let readers = |c: &Conn| c.parked_readers.load(Ordering::SeqCst);
         assert!(hold(&c).is_none(), "not parked");
         assert_eq!(readers(&c), 0, "a refused hold leaves no count behind");
@@ -145,7 +138,7 @@ mod tests {
     #[test]
     fn only_a_sole_holder_without_parked_readers_unparks() {
         let dir = lanes_testkit::TestDir::new("park-unpark");
-        let c = conn(dir.root());
+        let c = crate::conn::test_conn(dir.root());
         // The peer's record: its direction is the one parked.
         let key = ConnectionKey::new(1, "127.0.0.1:40000".parse().unwrap(), "127.0.0.1:5201".parse().unwrap());
         let peer = Endpoint::create(dir.root(), &key, 43, 4096).expect("record");

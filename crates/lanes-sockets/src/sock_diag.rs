@@ -6,10 +6,15 @@
 use lanes::platform::net;
 use lanes::sockets::ConnectionKey;
 
-/// The cookie of the TCP socket whose local address is `key.local` and peer `key.remote`,
-/// or None if the kernel knows no such socket.
+/// The TCP socket whose local address is `key.local` and peer `key.remote`, or None if
+/// the kernel knows no such socket.
+pub fn socket_of(key: &ConnectionKey) -> Option<net::SockInfo> {
+    net::tcp_socket(key.local, key.remote)
+}
+
+/// The cookie of the socket of [`socket_of`].
 pub fn cookie_of(key: &ConnectionKey) -> Option<u64> {
-    net::tcp_socket(key.local, key.remote).map(|s| s.cookie)
+    socket_of(key).map(|s| s.cookie)
 }
 
 /// The cookie of our own socket `fd`.

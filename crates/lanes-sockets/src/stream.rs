@@ -1487,12 +1487,7 @@ mod tests {
     #[test]
     fn a_switch_pays_only_when_the_ring_serves_more_than_one_read() {
         let dir = lanes_testkit::TestDir::new("flip-pays");
-        let key = lanes::sockets::ConnectionKey::new(
-            1,
-            "127.0.0.1:5201".parse().unwrap(),
-            "127.0.0.1:40000".parse().unwrap(),
-        );
-        let c = Conn::new(lanes::sockets::Endpoint::create(dir.root(), &key, 42, 4096).expect("record"), key);
+        let c = crate::conn::test_conn(dir.root());
         assert_eq!(flip_due(&c), FlipTry::Try, "the first kernel read tries");
         // One message found in the ring: the switch did not pay, so the tries back off.
         ring_read(&c);

@@ -980,18 +980,12 @@ pub unsafe fn wait(
         return kernel(events, maxevents, timeout);
     }
     let max = maxevents as usize;
-    // Taken only for a finite wait, and only used if the fast path's events all drop.
-    let started = timeout.filter(|t| !t.is_zero()).map(|_| Instant::now());
     // SAFETY: events valid for max entries, as the caller guarantees.
-    match unsafe { kernel_only_wait(events, max, timeout, &shadow, kernel) } {
+    let timeout = match unsafe { kernel_only_wait(events, max, timeout, &shadow, kernel) } {
         KernelOnly::Done(r) => return r,
-        KernelOnly::Watches => {}
-        KernelOnly::NothingToReport if timeout == Some(Duration::ZERO) => return 0,
-        KernelOnly::NothingToReport => {}
-    }
-    let timeout = match (timeout, started) {
-        (Some(t), Some(at)) => Some(t.saturating_sub(at.elapsed())),
-        _ => timeout,
+        KernelOnly::Watches => timeout,
+        KernelOnly::NothingToReport(Some(Duration::ZERO)) => return 0,
+        KernelOnly::NothingToReport(left) => left,
     };
     // The kernel's events land in a per-thread buffer (programs pass maxevents in the
     // thousands; allocating that per call would cost more than the wait).
@@ -1014,8 +1008,8 @@ enum KernelOnly {
     /// The set watches rings: nothing was done.
     Watches,
     /// The kernel reported only events the program must not see (the set's wake-up, a
-    /// disarmed one-shot item): the wait goes on.
-    NothingToReport,
+    /// disarmed one-shot item): the wait goes on for what is left of its timeout.
+    NothingToReport(Option<Duration>),
 }
 
 /// A wait on a set with no ring to watch (no accelerated socket among its items, or only
@@ -1044,6 +1038,8 @@ unsafe fn kernel_only_wait(
         sh.kernel_sleepers += 1;
         sh.flush();
     }
+    // Only for a finite wait, and only read if every event it gets has to be dropped.
+    let started = timeout.filter(|t| !t.is_zero()).map(|_| Instant::now());
     let r = kernel(events, max as c_int, timeout);
     let e = errno();
     let mut sh = lock(shadow);
@@ -1076,7 +1072,11 @@ unsafe fn kernel_only_wait(
         n += 1;
     }
     if n == 0 {
-        KernelOnly::NothingToReport
+        let left = match (timeout, started) {
+            (Some(t), Some(at)) => Some(t.saturating_sub(at.elapsed())),
+            _ => timeout,
+        };
+        KernelOnly::NothingToReport(left)
     } else {
         KernelOnly::Done(n as c_int)
     }

@@ -152,7 +152,6 @@ pub fn fds() -> Vec<c_int> {
 pub fn adopt_inherited_all() {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
     let fds: Vec<c_int> = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
-    let cfg = config();
     for fd in fds {
         if lookup(fd).is_some()
             || !std::fs::read_link(format!("/proc/self/fd/{fd}"))
@@ -176,13 +175,8 @@ pub fn adopt_inherited_all() {
             continue;
         }
         let s = UdpSock::new(domain);
-        if let Some(cookie) = crate::sock_diag::own_cookie(fd) {
-            if let Ok(rec) = UdpRecord::open(&cfg.fabric_dir, cfg.netns, cookie) {
-                if let Ok(me) = this_process() {
-                    rec.add_holder(me);
-                }
-                let _ = s.record.set(Arc::new(rec));
-            }
+        if let Some(rec) = crate::sock_diag::own_cookie(fd).and_then(join_record) {
+            let _ = s.record.set(Arc::new(rec));
         }
         insert(fd, s);
     }
@@ -350,6 +344,17 @@ pub fn adopt_for_child(pid: libc::pid_t) {
     });
 }
 
+/// The record another process made of a socket this one shares (across exec, or since a
+/// fork), held by this process too.
+fn join_record(cookie: u64) -> Option<UdpRecord> {
+    let cfg = config();
+    let rec = UdpRecord::open(&cfg.fabric_dir, cfg.netns, cookie).ok()?;
+    if let Ok(me) = this_process() {
+        rec.add_holder(me);
+    }
+    Some(rec)
+}
+
 /// After fork, in the child.
 pub fn adopt_after_fork() {
     let Ok(me) = this_process() else { return };
@@ -402,12 +407,7 @@ fn ensure_record(s: &UdpSock, fd: c_int) -> Option<&Arc<UdpRecord>> {
             Ok(rec) => rec,
             // Another process sharing the socket made it first: this one holds it too.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let rec = UdpRecord::open(&cfg.fabric_dir, cfg.netns, cookie).ok()?;
-                if rec.cookie() != cookie || canonical(rec.local()) != canonical(local) {
-                    return None;
-                }
-                rec.add_holder(this_process().ok()?);
-                return Some(rec);
+                return join_record(cookie).filter(|rec| canonical(rec.local()) == canonical(local));
             }
             Err(_) => return None,
         };
