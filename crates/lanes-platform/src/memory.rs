@@ -135,6 +135,20 @@ pub unsafe fn store_release_u32(p: *mut u32, v: u32) {
     unsafe { AtomicU32::from_ptr(p) }.store(v, Ordering::Release)
 }
 
+/// Asks the CPU to fetch the cache line at `p` for writing before a store needs it
+/// (`PREFETCHW`): a hint, which never faults whatever the address, and does nothing on a
+/// CPU without it.
+#[inline(always)]
+pub fn prefetch_for_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch changes no memory, register or flag and never faults.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Orders all earlier stores (including non-temporal ones) before all later ones.
 #[inline(always)]
 pub fn store_barrier() {

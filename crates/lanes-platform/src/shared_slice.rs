@@ -309,6 +309,24 @@ impl<'a> SharedSlice<'a> {
         Ok(())
     }
 
+    /// Fetches the cache lines of `len` bytes from `offset` for writing ahead of the
+    /// stores (see [`memory::prefetch_for_write`]): a writer about to fill lines a reader
+    /// on another CPU last held gets them while it does other work, not at its next locked
+    /// instruction. The part outside the slice (or in a read-only slice) is left alone.
+    #[inline]
+    pub fn prefetch_for_write(&self, offset: usize, len: usize) {
+        if !self.writable || offset >= self.len {
+            return;
+        }
+        let end = self.len.min(offset.saturating_add(len));
+        let mut at = offset;
+        while at < end {
+            // The address is inside the slice (at < end <= len), and a prefetch never faults.
+            memory::prefetch_for_write(self.ptr.as_ptr().wrapping_add(at));
+            at += 64;
+        }
+    }
+
     /// Copies `dst.len()` bytes of the slice at `offset` into `dst`.
     #[inline]
     pub fn copy_to(&self, offset: usize, dst: &mut [u8]) -> Result<(), SliceError> {

@@ -1,7 +1,7 @@
 //! Accelerated sockets of this process: the fd table and each socket's records.
 
 use rustc_hash::FxHashMap;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -185,10 +185,16 @@ impl Conn {
         self.peer.get()
     }
 
-    /// Whether ring bytes from the peer are waiting (readiness without a system call).
+    /// Whether ring bytes from the peer are waiting (readiness without a system call). The
+    /// sender's view first: the receive that follows reads it anyway, and the state word's
+    /// line then stays the sender's.
     pub fn ring_readable(&self) -> bool {
         match self.peer.get() {
-            Some(p) => p.tx_word().load().ring_unread(self.own.rx_consumed().load(Ordering::Acquire)) > 0,
+            Some(p) => {
+                let word = p.tx_word();
+                let consumed = self.own.rx_consumed().load(Ordering::Acquire);
+                word.view_unread(consumed, p.ring_bytes()) > 0 || word.load().ring_unread(consumed) > 0
+            }
             None => false,
         }
     }
@@ -307,6 +313,71 @@ thread_local! {
     /// take too.
     static RECENT: RefCell<[CachedLookup; CACHED_FDS]> =
         const { RefCell::new([const { None }; CACHED_FDS]) };
+    /// Per entry of [`RECENT`], this thread's [`ConnRef`]s that borrow its socket: an
+    /// entry in use is not replaced.
+    static PINS: [Cell<u32>; CACHED_FDS] = const { [const { Cell::new(0) }; CACHED_FDS] };
+}
+
+/// The socket a data call works on ([`lookup_live`]), for that call: borrowed from this
+/// thread's cache of lookups when it is there, else shared. The borrowed kind touches no
+/// reference count: a locked add or subtract at each end of every call waited for the
+/// call's stores to the lines the peer reads (a third of a 64-byte send's time). Two words,
+/// so that it comes back from the look-up in registers (a copy through memory waited for
+/// those stores too).
+pub struct ConnRef {
+    conn: std::ptr::NonNull<Conn>,
+    /// The cache entry pinned for it, or [`SHARED`]: then `conn` is an `Arc`'s, whose
+    /// count this holds.
+    slot: usize,
+}
+
+/// [`ConnRef::slot`] of a shared one.
+const SHARED: usize = usize::MAX;
+
+impl ConnRef {
+    fn shared(conn: Arc<Conn>) -> ConnRef {
+        let conn = Arc::into_raw(conn).cast_mut();
+        // SAFETY: an Arc's pointer is never null.
+        ConnRef { conn: unsafe { std::ptr::NonNull::new_unchecked(conn) }, slot: SHARED }
+    }
+}
+
+impl std::ops::Deref for ConnRef {
+    type Target = Conn;
+    #[inline]
+    fn deref(&self) -> &Conn {
+        // SAFETY: a shared ConnRef holds a count of its Arc; a borrowed one's cache entry
+        // holds one and is not replaced while the entry is pinned (see `PINS`), which it is
+        // until this is dropped. A ConnRef never leaves its thread (the pointer makes it
+        // neither Send nor Sync).
+        unsafe { self.conn.as_ref() }
+    }
+}
+
+impl Drop for ConnRef {
+    #[inline]
+    fn drop(&mut self) {
+        if self.slot == SHARED {
+            // SAFETY: made by Arc::into_raw in `shared`, whose count this gives back once.
+            drop(unsafe { Arc::from_raw(self.conn.as_ptr().cast_const()) });
+            return;
+        }
+        let slot = self.slot;
+        // One counter at a time: copying the array out and back made the load wait for the
+        // store before it, and so for every store of the call.
+        let _ = PINS.try_with(|p| p[slot].set(p[slot].get() - 1));
+    }
+}
+
+/// The cache entry's socket for `fd`, pinned, if the entry is `fd`'s of this generation.
+#[inline]
+fn borrow_cached(fd: i32, slot: usize, generation: u64) -> Option<ConnRef> {
+    let conn = RECENT.with(|r| match r.try_borrow().ok()?.get(slot)? {
+        Some((f, g, c)) if *f == fd && *g == generation => Some(std::ptr::NonNull::from(&**c)),
+        _ => None,
+    })?;
+    PINS.with(|p| p[slot].set(p[slot].get() + 1));
+    Some(ConnRef { conn, slot })
 }
 
 /// The accelerated socket behind `fd`, if any.
@@ -329,9 +400,28 @@ pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
     }
     let found = table().read().ok()?.get(&fd).cloned();
     if let Some(c) = &found {
-        RECENT.with(|r| r.borrow_mut()[slot] = Some((fd, generation, c.clone())));
+        if PINS.with(|p| p[slot].get()) == 0 {
+            RECENT.with(|r| {
+                if let Ok(mut cache) = r.try_borrow_mut() {
+                    cache[slot] = Some((fd, generation, c.clone()));
+                }
+            });
+        }
     }
     found
+}
+
+/// As [`lookup`], for one call of this thread (see [`ConnRef`]).
+#[inline]
+fn lookup_for_call(fd: i32) -> Option<ConnRef> {
+    if fd < 0 {
+        return None;
+    }
+    if (fd as usize) < FAST_FDS && !matches!(MAYBE[fd as usize].load(Ordering::Relaxed), 1 | MAYBE_RETIRED) {
+        return None;
+    }
+    let generation = GENERATION.load(Ordering::Acquire);
+    borrow_cached(fd, fd as usize % CACHED_FDS, generation).or_else(|| lookup(fd).map(ConnRef::shared))
 }
 
 fn insert(fd: i32, conn: Arc<Conn>) {
@@ -372,12 +462,20 @@ pub fn connect_pending(fd: i32, peer: Option<SocketAddr>) {
 /// completed since.
 #[inline]
 pub fn lookup_or_complete(fd: i32) -> Option<Arc<Conn>> {
+    complete_connect(fd)?;
+    lookup(fd)
+}
+
+/// Finishes the set-up of `fd` if its non-blocking connect has completed since; None while
+/// it is still connecting (or failed).
+#[inline]
+fn complete_connect(fd: i32) -> Option<()> {
     if fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == 2 {
         let peer = name_of(fd, true)?; // None: still connecting, or failed
         MAYBE[fd as usize].store(0, Ordering::Relaxed);
         on_connected_to(fd, Some(peer), Opened::Connected);
     }
-    lookup(fd)
+    Some(())
 }
 
 /// `MAYBE[fd]` of an accelerated socket whose both directions are retired from the ring
@@ -397,7 +495,16 @@ pub fn mark_retired(fd: i32) {
 /// As [`lookup_or_complete`], for data calls and waits: None for a socket whose both
 /// directions are retired ([`mark_retired`]).
 #[inline]
-pub fn lookup_live(fd: i32) -> Option<Arc<Conn>> {
+pub fn lookup_live(fd: i32) -> Option<ConnRef> {
+    if fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_RETIRED {
+        return None;
+    }
+    complete_connect(fd)?;
+    lookup_for_call(fd)
+}
+
+/// As [`lookup_live`], shared (for a wait that holds several sockets at once).
+pub fn lookup_live_shared(fd: i32) -> Option<Arc<Conn>> {
     if fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_RETIRED {
         return None;
     }
@@ -1024,6 +1131,41 @@ pub(crate) fn test_conn(dir: &std::path::Path) -> Arc<Conn> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_borrows_the_cached_socket_and_its_entry_stays_while_it_does() {
+        let dir = lanes_testkit::TestDir::new("conn-ref");
+        // Two descriptors of one cache entry; far from the program's.
+        let (fd, other) = (60_001, 60_001 + CACHED_FDS as i32);
+        let a = test_conn(dir.root());
+        let key = ConnectionKey::new(1, "127.0.0.1:5202".parse().unwrap(), "127.0.0.1:40001".parse().unwrap());
+        let b = Conn::new(Endpoint::create(dir.root(), &key, 43, 4096).expect("record"), key);
+        insert(fd, a.clone());
+        insert(other, b.clone());
+        let first = lookup_live(fd).expect("known");
+        assert_eq!(first.slot, SHARED, "not cached yet: shared");
+        drop(first);
+        let held = lookup_live(fd).expect("known");
+        assert_eq!(held.slot, fd as usize % CACHED_FDS, "cached: borrowed");
+        assert!(std::ptr::eq(&*held, &*a));
+        // The other descriptor's look-up may not take the entry from under `held`.
+        let b_ref = lookup_live(other).expect("known");
+        assert!(std::ptr::eq(&*b_ref, &*b) && b_ref.slot == SHARED);
+        // Closed meanwhile: the borrowed socket lives until the call ends.
+        forget(fd);
+        drop(a);
+        assert_eq!(
+            held.key,
+            ConnectionKey::new(1, "127.0.0.1:5201".parse().unwrap(), "127.0.0.1:40000".parse().unwrap())
+        );
+        drop(held);
+        drop(b_ref);
+        // Unpinned, the entry goes to the next look-up.
+        assert!(lookup_live(fd).is_none());
+        let _ = lookup_live(other);
+        assert_eq!(lookup_live(other).expect("known").slot, other as usize % CACHED_FDS);
+        forget(other);
+    }
 
     #[test]
     fn a_flip_back_off_reads_back_as_stored() {

@@ -268,6 +268,11 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
                         // published, the call ends as a failed write would.
                         return ring_refused(sent);
                     }
+                    // The lines the next sends fill, taken from the receiver's cache now:
+                    // the publish below is a locked instruction, which waits for every
+                    // store before it, theirs too.
+                    let next = (state.published() as usize + n) & (cap - 1);
+                    conn.own.ring().prefetch_for_write(next, PREFETCH_AHEAD);
                     if word.publish(n) {
                         sent += n;
                         // Counted under the send lock: no locked add needed.
@@ -366,6 +371,9 @@ pub fn send_with_control(conn: &Conn, fd: c_int, msg: &msghdr, iov: &[iovec], fl
     set_errno(e);
     r
 }
+
+/// Bytes of ring past a send's end that it fetches for the next sends' stores.
+const PREFETCH_AHEAD: usize = 256;
 
 /// The most a sender copies into the ring before it publishes. A receiver sees nothing of
 /// a copy until it is published: publishing a large write (a bulk stream's 128 KiB to
@@ -1166,9 +1174,38 @@ fn recv_stream(
     }
     loop {
         let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
-        // Bytes already known to be there need no look at the peer's state word.
-        let seen = conn.seen_ring_unread(consumed, cap);
-        let state = (seen == 0).then(|| word.load());
+        // Bytes already known to be there need no look at the peer's state word, nor do
+        // bytes the sender's view shows (its line, not the word's, which the sender's next
+        // publish needs back).
+        let mut seen = conn.seen_ring_unread(consumed, cap);
+        // The view as this turn read it: a spin waits for it to change.
+        let mut view_looked = None;
+        if seen == 0 {
+            let view = word.sender_view();
+            view_looked = Some(view);
+            seen = ring_unread_between(view.published(), consumed);
+            if seen > cap as u64 {
+                seen = 0; // a view older than bytes already read
+            }
+            if seen > 0 {
+                conn.saw_peer_published(consumed + seen);
+            }
+        }
+        // With nothing to read, a receive that may still spin takes the sender's view in
+        // ring mode for the word: it only spins on it, and a spin that ends reads the word
+        // before anything else (a receiver that read the word at every message took its
+        // line from the sender at every message).
+        let may_spin = !spin_over && !nonblocking && !conn.rx_shut.load(Ordering::Relaxed);
+        let mut from_view = false;
+        let state = (seen == 0).then(|| {
+            let view = view_looked.unwrap_or_else(|| word.sender_view());
+            if may_spin && view.ring_mode() && view.ring_unread(consumed) == 0 {
+                from_view = true;
+                view
+            } else {
+                word.load()
+            }
+        });
         if let Some(s) = state {
             conn.saw_peer_published(s.published());
         }
@@ -1260,14 +1297,27 @@ fn recv_stream(
                 spin_over = spin.is_none();
             }
             if spin.as_mut().is_some_and(|s| s.go_on()) {
+                // On the sender's view: the word's line stays the sender's. Any change of
+                // the sender's since the look above (a publish, a switch to the kernel)
+                // ends a turn: a view read again here could already hold the bytes, and
+                // the turn would then wait its whole length for another change.
+                let before = view_looked.unwrap_or(state);
                 for _ in 0..64 {
                     std::hint::spin_loop();
-                    if word.load().ring_unread(conn.own.rx_consumed().load(Ordering::Acquire)) > 0 {
+                    if word.sender_view() != before {
                         break;
                     }
                 }
                 continue;
             }
+        }
+        if from_view {
+            // The spin is over (or refused): the word itself decides what comes next.
+            if let Some(s) = spin.take() {
+                s.miss();
+            }
+            spin_over = true;
+            continue;
         }
         // Kernel path, always with the program's own call and flags (plus MSG_DONTWAIT for
         // the calls that take flags). In kernel mode (the ring was empty when the state was
@@ -1391,8 +1441,16 @@ fn kernel_rest(
     msg: &mut Option<RecvMsg<'_>>,
 ) -> usize {
     let Some(peer) = conn.peer() else { return 0 };
-    let state = peer.tx_word().load();
+    let word = peer.tx_word();
     let kread = conn.own.rx_kernel_read().load(Ordering::Acquire);
+    // The sender's view first: kernel bytes come only from its reservations, which it
+    // shows. A view behind the word skips bytes the next call reads, as a look just before
+    // the sender's switch would have.
+    let view = word.sender_view();
+    if view.ring_mode() || view.kernel_caught_up(kread) {
+        return 0;
+    }
+    let state = word.load();
     // A peek left the ring's bytes (the `got` first ones) in place; anything more there
     // comes before the kernel's.
     let peeked = if flags & libc::MSG_PEEK != 0 { got as u64 } else { 0 };

@@ -138,7 +138,7 @@ pub fn poll_core(
         .iter()
         .enumerate()
         .filter(|(_, p)| p.events & libc::POLLIN != 0)
-        .filter_map(|(i, p)| crate::conn::lookup_live(p.fd).filter(|c| ring_capable(c)).map(|c| (i, p.fd, c)))
+        .filter_map(|(i, p)| crate::conn::lookup_live_shared(p.fd).filter(|c| ring_capable(c)).map(|c| (i, p.fd, c)))
         .collect();
     let datagrams: SmallVec<[(usize, Arc<UdpSock>); 4]> = fds
         .iter()

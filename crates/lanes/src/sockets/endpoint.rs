@@ -44,8 +44,8 @@ use crate::platform::SharedSlice;
 use super::holders::HolderSlots;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"LNSOCK01");
-/// 3: the state word has a parked bit (see `direction`).
-const VERSION: u32 = 3;
+/// 3: the state word has a parked bit (see `direction`); 4: the sender's view of it.
+const VERSION: u32 = 4;
 /// Where the ring starts.
 pub const RING_OFFSET: usize = 4096;
 /// The smallest ring (`LANES_SOCKETS_RING` is clamped to this range).
@@ -73,6 +73,8 @@ const OFF_RX_LOCK: usize = 448;
 // 456: bytes received, no longer kept (the consumed and kernel-read counts add up to it).
 const OFF_NONBLOCK: usize = 464;
 const OFF_RX_LOWAT: usize = 468;
+/// The sender's view of its state word: a line of its own, which the receivers poll.
+const OFF_TX_VIEW: usize = 512;
 
 /// This end will send nothing more (shutdown or last close): the peer must not switch its
 /// receiving direction back to the ring.
@@ -407,7 +409,7 @@ impl Endpoint {
     /// The state word of this record's sending direction.
     #[inline]
     pub fn tx_word(&self) -> DirectionWord<'_> {
-        DirectionWord::new(self.u64_at(OFF_TX_STATE))
+        DirectionWord::with_view(self.u64_at(OFF_TX_STATE), self.u64_at(OFF_TX_VIEW))
     }
     /// The send lock (holder: pid << 32 | tid).
     #[inline]
