@@ -221,8 +221,16 @@ impl Conn {
     /// or as many as the low-water mark asks for. Fewer than that are left to the kernel,
     /// whose own mark counts them (see `stream::sync_kernel_lowat`).
     pub fn ring_input_ready(&self) -> bool {
+        // The sender's view first (see `ring_readable`); the word when it shows too few.
+        let lowat = self.rx_lowat();
+        if let Some(p) = self.peer.get() {
+            let consumed = self.own.rx_consumed().load(Ordering::Acquire);
+            if p.tx_word().view_unread(consumed, p.ring_bytes()) >= lowat {
+                return true;
+            }
+        }
         let unread = self.ring_unread();
-        unread > 0 && (unread >= self.rx_lowat())
+        unread > 0 && (unread >= lowat)
     }
 
     /// The peer's consumed count as last seen (never ahead of the real one), if any.

@@ -30,16 +30,18 @@
 //!   once it knows no reader of its own relies on the parking (see the accelerator's
 //!   `Conn::hold_parked`).
 //!
-//! The sender also keeps a *view* of the word, on a cache line of its own: after each of its
-//! own changes (a publish, a kernel reservation or its settling) it stores the word as its
-//! compare-and-swap left it, with a plain store. Receivers poll the view, not the word,
+//! The sender also keeps a *view* of the word, on a cache line of its own: after each of
+//! its own changes (a publish, a kernel reservation or its settling) it stores the word as
+//! its compare-and-swap left it, with a plain store. Receivers poll the view, not the word,
 //! while they wait for bytes: a receiver reading the word at every turn of a spin took the
 //! word's line from the sender, and every publish then waited for it to come back (a third
 //! of the send path's time at 64-byte messages). The view is never ahead of the word; it
-//! lags it by a store, and it shows the receivers' own changes (sleepers, parking, the
-//! switches of mode they make) only as the sender's next change finds them. So a view is good for "bytes are there" and for
-//! skipping a look the call may skip anyway; every decision the rules above rest on (to
-//! sleep, to park, to switch back to the ring) is a compare-and-swap on the word itself.
+//! lags it by a store (or, with one sender thread publishing while another reserves for the
+//! kernel outside the send lock, by one change until the next), and it shows the receivers'
+//! own changes (sleepers, parking, the switches of mode they make) only as the sender's
+//! next change finds them. So a view is good for "bytes are there" and for skipping a look
+//! the call may skip anyway; every decision the rules above rest on (to sleep, to park, to
+//! switch back to the ring) is a compare-and-swap on the word itself.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
