@@ -1218,8 +1218,8 @@ fn recv_stream(
             }
             let _lock = lock_shared(conn.own.rx_lock());
             let consumed = conn.own.rx_consumed().load(Ordering::Acquire);
-            // The state word as this call last read it, if it did.
-            let mut looked = state;
+            // The state word (or the sender's view of it) as this call last read it, if it did.
+            let mut looked = state.or(view_looked);
             let unread = match conn.seen_ring_unread(consumed, cap) {
                 0 => {
                     let now = word.load();
