@@ -40,6 +40,8 @@ declare -A apt_for=(
     [ping]=iputils-ping
     [socat]=socat
     [memcached]=memcached
+    # PostgreSQL's server, initdb and pgbench (the test finds them under /usr/lib/postgresql).
+    [pg_ctlcluster]=postgresql
     [node]=nodejs
     [haproxy]=haproxy
     [tracepath]=iputils-tracepath

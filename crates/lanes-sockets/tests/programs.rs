@@ -5,7 +5,8 @@
 //! (a 1 MiB value, byte-exact), nginx (master and 2 workers, sendfile) with curl (a 16 MiB
 //! file, byte-exact) and wrk (no socket errors), and iperf3 with either side SIGKILLed
 //! mid-stream (the other must end, as it does without the library), and Node.js (libuv) with
-//! a net server that ends connections with `destroy`, and HAProxy in front of a web server.
+//! a net server that ends connections with `destroy`, HAProxy in front of a web server, and
+//! PostgreSQL with pgbench (a backend forked per connection; its books must balance).
 //!
 //! What is checked is exit statuses and sane output, not speed. While a setup runs, the
 //! socket records in its fabric directory are sampled: with the library on both sides some
@@ -953,4 +954,134 @@ fn sshd_logins_with_its_seccomp_sandbox() {
         w.fail(format!("{what}: socket records: {seen:?} (expected the library's records)"));
     }
     w.finish("sshd");
+}
+
+// ------------------------------------------------------------------------------------------
+// PostgreSQL
+// ------------------------------------------------------------------------------------------
+
+/// The directory of PostgreSQL's server programs (Debian keeps one per major version).
+fn postgres_bin_dir() -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).filter(|b| b.join("postgres").is_file()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.pop().expect("PostgreSQL is not installed: run scripts/test.sh to install it")
+}
+
+/// The uid and gid of `user`.
+fn user_ids(user: &str) -> (u32, u32) {
+    let name = std::ffi::CString::new(user).expect("name");
+    // SAFETY: a NUL-terminated name; the entry is read at once, before any other call.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    assert!(!pw.is_null(), "no user {user}: the PostgreSQL package makes it");
+    // SAFETY: non-null entry of getpwnam.
+    unsafe { ((*pw).pw_uid, (*pw).pw_gid) }
+}
+
+fn chown(path: &Path, (uid, gid): (u32, u32)) {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap_or_else(|e| panic!("chown {}: {e}", path.display()));
+}
+
+/// PostgreSQL (a backend forked per connection, epoll in the backends) with pgbench, the
+/// server and the clients both as the `postgres` user (the library leaves a peer of
+/// another user to the kernel): `pgbench -i`, then TPC-B with 4 clients, every side of
+/// the library. Its books must balance afterwards, as they do on kernel TCP: the sum of
+/// the accounts' balances equals the sum of the history's deltas, and every transaction
+/// committed. With the library on both sides, the backends' connections must have had
+/// both ends attached.
+#[test]
+fn postgresql_with_pgbench_keeps_its_books() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running PostgreSQL as its own user needs root");
+        return;
+    }
+    let bin = postgres_bin_dir();
+    let ids = user_ids("postgres");
+    let mut w = World::new("postgresql");
+    std::fs::set_permissions(&w.dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let data = w.dir.sub("data");
+    chown(&data, ids);
+    // As postgres from the start: its sockets and records are postgres's.
+    let as_postgres = |w: &World, prog: &Path, with_lib: bool, fabric: &Path| {
+        let mut c = clean_command("setpriv");
+        c.args([format!("--reuid={}", ids.0), format!("--regid={}", ids.1), "--clear-groups".into(), "--".into()])
+            .arg(prog)
+            .env("LANES_DIR", fabric)
+            .env("TMPDIR", &w.dir.0)
+            .env("HOME", &w.dir.0)
+            .env("PGHOST", "127.0.0.1")
+            .env("PGUSER", "postgres")
+            .env("PGDATABASE", "postgres");
+        if with_lib {
+            c.env("LD_PRELOAD", &w.lib);
+        }
+        c
+    };
+    let mut init = as_postgres(&w, &bin.join("initdb"), false, &w.dir.0);
+    init.arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
+    let f = Program::spawn(init, "initdb").wait(RUN_LIMIT);
+    assert!(f.ok(), "{}", f.describe("initdb"));
+    for side in SIDES {
+        let what = format!("PostgreSQL ({})", side.label());
+        let fabric = w.fabric(side.tag());
+        chown(&fabric, ids);
+        let port = free_ports(1)[0];
+        let sampler = sample(&fabric);
+        let mut cmd = as_postgres(&w, &bin.join("postgres"), side.server(), &fabric);
+        cmd.arg("-D").arg(&data).arg("-k").arg(&data).args(["-p", &port.to_string()]).args([
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+        ]);
+        let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: postgres")) else {
+            continue;
+        };
+        let client = |w: &World, prog: &str, args: &[&str]| {
+            let mut c = as_postgres(w, &bin.join(prog), side.client(), &fabric);
+            c.args(["-p", &port.to_string()]).args(args);
+            c
+        };
+        let f = Program::spawn(client(&w, "pgbench", &["-i", "-q", "-s", "1"]), &what).wait(RUN_LIMIT);
+        let initialized = w.expect_ok(&f, &format!("{what}: pgbench -i"));
+        if initialized {
+            let f =
+                Program::spawn(client(&w, "pgbench", &["-n", "-c", "4", "-j", "2", "-T", "3"]), &what).wait(RUN_LIMIT);
+            if w.expect_ok(&f, &format!("{what}: pgbench TPC-B")) {
+                w.expect_output(&f, &format!("{what}: pgbench TPC-B"), "number of failed transactions: 0");
+                let done = f
+                    .stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+                    .and_then(|n| n.split('/').next())
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+                if done == 0 {
+                    w.fail(f.describe(&format!("{what}: pgbench processed no transaction")));
+                }
+                let books = "select (select sum(abalance) from pgbench_accounts) = \
+                             (select coalesce(sum(delta), 0) from pgbench_history), \
+                             (select count(*) from pgbench_history)";
+                let f = Program::spawn(client(&w, "psql", &["-Atc", books]), &what).wait(RUN_LIMIT);
+                if w.expect_ok(&f, &format!("{what}: psql")) && f.stdout.trim() != format!("t|{done}") {
+                    w.fail(f.describe(&format!(
+                        "{what}: the books do not balance, or the history lacks some of the {done} transactions \
+                         (expected t|{done})"
+                    )));
+                }
+            }
+        }
+        let s = server.stop(libc::SIGINT, STOP_LIMIT);
+        if s.status.is_none() {
+            w.fail(s.describe(&format!("{what}: postgres did not stop on SIGINT")));
+        }
+        check_acceleration(&mut w, side, sampler.finish(), &what);
+    }
+    w.finish("postgresql");
 }
