@@ -6,8 +6,8 @@
 //! pairing carries each end's stream objects), the library moves the bytes over the
 //! connection's fabric stream, byte-exact, and what is no pair is said: a peer without the
 //! library, a host outside the cluster, remote acceleration off, forged registrations, a
-//! killed peer, a daemon restarted. Real programs (redis, iperf3, the sockconf suite) run
-//! across the hosts.
+//! killed peer, a daemon restarted. Real programs (redis, iperf3, nginx with wrk,
+//! PostgreSQL with pgbench, the sockconf suite) run across the hosts.
 //!
 //! The data path across hosts (`lanes::sockets::fabric_stream`) is also tested as a
 //! component, between processes of hosts a and b that use it directly (role
@@ -1095,6 +1095,120 @@ fn redis_cli_across_hosts_while_the_fabric_link_flaps() {
     eprintln!("redis-cli across two cuts: {INCRS} answers in order; fail-overs {failovers} on b");
     let s = server.stop(libc::SIGTERM, Duration::from_secs(10));
     assert!(s.ok(), "{}", s.describe("redis-server"));
+}
+
+/// PostgreSQL on a (as its own user, under `lanes run`) and pgbench on b (under `lanes
+/// run`), over the "Ethernet" address, TPC-B with 4 clients while a's fabric link is cut
+/// twice: every transaction commits and the books balance afterwards (the accounts' balances
+/// sum to the history's deltas, one history row per transaction), as on kernel TCP. A
+/// backend is forked per connection, so its connections stay kernel TCP at the server's
+/// end (a fork gives a connection to another host back to the kernel): what this checks is
+/// that nothing of the library's, at either end, changes what the program sees.
+#[test]
+fn postgresql_across_hosts_while_the_fabric_link_flaps() {
+    use lanes::cluster::proto::HostState;
+    use lanes_testkit::program::{postgres_bin_dir, user_ids, Program};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: PostgreSQL as its own user needs root");
+        return;
+    }
+    let (Some(bin), Some(ids)) = (postgres_bin_dir(), user_ids("postgres")) else {
+        assert!(std::env::var_os("CI").is_none(), "PostgreSQL missing (scripts/test.sh installs it)");
+        eprintln!("skipping: PostgreSQL not installed");
+        return;
+    };
+    let Some(c) = Cluster::netns_with_ethernet("xh-pg-flap") else { return };
+    let dir = lanes_testkit::TestDir::new("xh-pg");
+    std::fs::set_permissions(dir.root(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let data = dir.root().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::os::unix::fs::chown(&data, Some(ids.0), Some(ids.1)).unwrap();
+    let setpriv = |program: &std::path::Path| -> Vec<String> {
+        vec![
+            format!("--reuid={}", ids.0),
+            format!("--regid={}", ids.1),
+            "--clear-groups".into(),
+            "--".into(),
+            program.display().to_string(),
+        ]
+    };
+    let mut init = std::process::Command::new("setpriv");
+    init.args(setpriv(&bin.join("initdb"))).arg("-D").arg(&data).args([
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--no-sync",
+    ]);
+    let f = Program::spawn(init, "initdb").wait(Duration::from_secs(120));
+    assert!(f.ok(), "{}", f.describe("initdb"));
+    let mut hba = std::fs::OpenOptions::new().append(true).open(data.join("pg_hba.conf")).unwrap();
+    writeln!(hba, "host all all 0.0.0.0/0 trust").unwrap();
+    drop(hba);
+    let (host, port) = (Netns::ethernet_address(0), "15432");
+    let mut args = setpriv(&bin.join("postgres"));
+    let data_arg = data.display().to_string();
+    args.extend(["-D", &data_arg, "-k", &data_arg, "-p", port].map(String::from));
+    for setting in ["listen_addresses=*", "fsync=off", "synchronous_commit=off", "full_page_writes=off"] {
+        args.extend(["-c".to_string(), setting.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut server = Program::spawn(lanes_run(&c, 0, "setpriv", &args), "postgres on a");
+    let pgbench = bin.join("pgbench").display().to_string();
+    let client = |extra: &[&str]| {
+        let mut a = vec!["-h", &host, "-p", port, "-U", "postgres"];
+        a.extend_from_slice(extra);
+        a.push("postgres");
+        lanes_run(&c, 1, &pgbench, &a)
+    };
+    let started = Instant::now();
+    loop {
+        let f = Program::spawn(client(&["-i", "-q", "-s", "1"]), "pgbench -i on b").wait(Duration::from_secs(60));
+        if f.ok() {
+            break;
+        }
+        assert!(
+            started.elapsed() < BOUND && !server.exited(),
+            "{}
+postgres: {}",
+            f.describe("pgbench -i"),
+            server.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let run = Program::spawn(client(&["-n", "-c", "4", "-j", "2", "-T", "20"]), "pgbench on b");
+    std::thread::sleep(Duration::from_secs(2));
+    let n = c.namespaces().expect("namespaces");
+    for _ in 1..=2 {
+        n.set_link(0, false);
+        c.wait_state(1, 0, HostState::Lost, Duration::from_secs(30));
+        n.set_link(0, true);
+        c.wait_state(1, 0, HostState::Operational, Duration::from_secs(30));
+    }
+    let f = run.wait(Duration::from_secs(120));
+    assert!(f.ok() && f.stdout.contains("number of failed transactions: 0"), "{}", f.describe("pgbench"));
+    let done: u64 = f
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+        .and_then(|n| n.split('/').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(done > 0, "{}", f.describe("pgbench processed no transaction"));
+    let books = "select (select sum(abalance) from pgbench_accounts) = \
+                 (select coalesce(sum(delta), 0) from pgbench_history), (select count(*) from pgbench_history)";
+    let psql = bin.join("psql").display().to_string();
+    let check = Program::spawn(
+        lanes_run(&c, 1, &psql, &["-h", &host, "-p", port, "-U", "postgres", "-Atc", books, "postgres"]),
+        "psql on b",
+    )
+    .wait(Duration::from_secs(60));
+    assert!(check.ok() && check.stdout.trim() == format!("t|{done}"), "{}", check.describe("the books"));
+    eprintln!("PostgreSQL across two cuts: {done} transactions, books balanced");
+    let s = server.stop(libc::SIGINT, Duration::from_secs(20));
+    assert!(s.ok(), "{}", s.describe("postgres"));
 }
 
 /// `remote = "off"`, and `auto` on the tcp provider: no registration, no question to the

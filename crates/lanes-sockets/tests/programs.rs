@@ -960,25 +960,6 @@ fn sshd_logins_with_its_seccomp_sandbox() {
 // PostgreSQL
 // ------------------------------------------------------------------------------------------
 
-/// The directory of PostgreSQL's server programs (Debian keeps one per major version).
-fn postgres_bin_dir() -> PathBuf {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.flatten().map(|e| e.path().join("bin")).filter(|b| b.join("postgres").is_file()).collect())
-        .unwrap_or_default();
-    dirs.sort();
-    dirs.pop().expect("PostgreSQL is not installed: run scripts/test.sh to install it")
-}
-
-/// The uid and gid of `user`.
-fn user_ids(user: &str) -> (u32, u32) {
-    let name = std::ffi::CString::new(user).expect("name");
-    // SAFETY: a NUL-terminated name; the entry is read at once, before any other call.
-    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
-    assert!(!pw.is_null(), "no user {user}: the PostgreSQL package makes it");
-    // SAFETY: non-null entry of getpwnam.
-    unsafe { ((*pw).pw_uid, (*pw).pw_gid) }
-}
-
 fn chown(path: &Path, (uid, gid): (u32, u32)) {
     std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap_or_else(|e| panic!("chown {}: {e}", path.display()));
 }
@@ -997,8 +978,9 @@ fn postgresql_with_pgbench_keeps_its_books() {
         eprintln!("skipped: running PostgreSQL as its own user needs root");
         return;
     }
-    let bin = postgres_bin_dir();
-    let ids = user_ids("postgres");
+    let bin = lanes_testkit::program::postgres_bin_dir()
+        .expect("PostgreSQL is not installed: run scripts/test.sh to install it");
+    let ids = lanes_testkit::program::user_ids("postgres").expect("no user postgres: the PostgreSQL package makes it");
     let mut w = World::new("postgresql");
     std::fs::set_permissions(&w.dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let data = w.dir.sub("data");
