@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-use lanes::sockets::direction::ring_unread_between;
+use lanes::sockets::direction::ring_unread_within;
 use lanes::sockets::endpoint::StreamHistory;
 use lanes::sockets::endpoint::{
     this_process, FLAG_ATTACHED, FLAG_PEER_FOUND, FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_RX_RETIRED, FLAG_TX_CLOSED,
@@ -258,12 +258,7 @@ impl Conn {
         if seen == UNSEEN {
             return 0;
         }
-        let unread = ring_unread_between(seen, consumed);
-        if unread <= ring_bytes as u64 {
-            unread
-        } else {
-            0
-        }
+        ring_unread_within(seen, consumed, ring_bytes)
     }
 
     /// Records a published count just read from the peer's state word (with acquire
@@ -388,13 +383,22 @@ fn borrow_cached(fd: i32, slot: usize, generation: u64) -> Option<ConnRef> {
     Some(ConnRef { conn, slot })
 }
 
+/// Whether `fd` may be an accelerated socket: `MAYBE` says so, or cannot (a number past it).
+#[inline]
+fn maybe_accelerated(fd: i32) -> bool {
+    fd >= 0 && ((fd as usize) >= FAST_FDS || matches!(MAYBE[fd as usize].load(Ordering::Relaxed), 1 | MAYBE_RETIRED))
+}
+
+/// Whether both directions of `fd`'s socket are retired ([`mark_retired`]).
+#[inline]
+fn marked_retired(fd: i32) -> bool {
+    fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_RETIRED
+}
+
 /// The accelerated socket behind `fd`, if any.
 #[inline]
 pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
-    if fd < 0 {
-        return None;
-    }
-    if (fd as usize) < FAST_FDS && !matches!(MAYBE[fd as usize].load(Ordering::Relaxed), 1 | MAYBE_RETIRED) {
+    if !maybe_accelerated(fd) {
         return None;
     }
     let generation = GENERATION.load(Ordering::Acquire);
@@ -422,10 +426,7 @@ pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
 /// As [`lookup`], for one call of this thread (see [`ConnRef`]).
 #[inline]
 fn lookup_for_call(fd: i32) -> Option<ConnRef> {
-    if fd < 0 {
-        return None;
-    }
-    if (fd as usize) < FAST_FDS && !matches!(MAYBE[fd as usize].load(Ordering::Relaxed), 1 | MAYBE_RETIRED) {
+    if !maybe_accelerated(fd) {
         return None;
     }
     let generation = GENERATION.load(Ordering::Acquire);
@@ -504,7 +505,7 @@ pub fn mark_retired(fd: i32) {
 /// directions are retired ([`mark_retired`]).
 #[inline]
 pub fn lookup_live(fd: i32) -> Option<ConnRef> {
-    if fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_RETIRED {
+    if marked_retired(fd) {
         return None;
     }
     complete_connect(fd)?;
@@ -513,7 +514,7 @@ pub fn lookup_live(fd: i32) -> Option<ConnRef> {
 
 /// As [`lookup_live`], shared (for a wait that holds several sockets at once).
 pub fn lookup_live_shared(fd: i32) -> Option<Arc<Conn>> {
-    if fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_RETIRED {
+    if marked_retired(fd) {
         return None;
     }
     lookup_or_complete(fd)

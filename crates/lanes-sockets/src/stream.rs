@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use libc::{c_int, iovec, msghdr, ssize_t};
 
 use lanes::platform::SharedSlice;
-use lanes::sockets::direction::{ring_unread_between, DirectionWord};
+use lanes::sockets::direction::{ring_unread_between, ring_unread_within, DirectionWord};
 use lanes::sockets::endpoint::{
     lock_shared, Endpoint, FLAG_APP_NODELAY, FLAG_AWAITING_RING, FLAG_KERNEL_FEATURES, FLAG_NODELAY_FORCED, FLAG_RESET,
     FLAG_RING_WANTED, FLAG_RX_CLOSED, FLAG_RX_LOWAT, FLAG_TX_CLOSED, FLAG_TX_NO_RING, FLAG_TX_URGENT,
@@ -1183,10 +1183,7 @@ fn recv_stream(
         if seen == 0 {
             let view = word.sender_view();
             view_looked = Some(view);
-            seen = ring_unread_between(view.published(), consumed);
-            if seen > cap as u64 {
-                seen = 0; // a view older than bytes already read
-            }
+            seen = ring_unread_within(view.published(), consumed, cap);
             if seen > 0 {
                 conn.saw_peer_published(consumed + seen);
             }

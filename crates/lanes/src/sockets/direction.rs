@@ -135,6 +135,18 @@ pub fn ring_unread_between(published: u64, consumed: u64) -> u64 {
     published.wrapping_sub(consumed) & COUNTER_MASK
 }
 
+/// As [`ring_unread_between`], for a published count that may be older than the consumed
+/// count (a cached or viewed one): 0 when the figure exceeds the ring, not 2^28 bytes.
+#[inline]
+pub fn ring_unread_within(published: u64, consumed: u64, ring_bytes: usize) -> u64 {
+    let unread = ring_unread_between(published, consumed);
+    if unread <= ring_bytes as u64 {
+        unread
+    } else {
+        0
+    }
+}
+
 /// Kernel bytes reserved by [`DirectionWord::reserve_kernel`]; give back what the kernel
 /// did not take with [`DirectionWord::settle_kernel`].
 #[derive(Debug)]
@@ -194,12 +206,7 @@ impl<'a> DirectionWord<'a> {
     /// (a view older than the bytes already read).
     #[inline]
     pub fn view_unread(&self, consumed: u64, ring_bytes: usize) -> u64 {
-        let unread = self.sender_view().ring_unread(consumed);
-        if unread <= ring_bytes as u64 {
-            unread
-        } else {
-            0
-        }
+        ring_unread_within(self.sender_view().published(), consumed, ring_bytes)
     }
 
     /// The sender's own change: stores it in the view (a plain store: the line the
