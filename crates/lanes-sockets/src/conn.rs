@@ -807,13 +807,13 @@ pub fn on_connected(fd: i32, opened: Opened) {
         Deferred::start(fd, opened);
         return;
     }
-    set_up(fd, local, remote, StreamHistory::default());
+    set_up(fd, local, remote, StreamHistory::default(), opened);
 }
 
 /// Publishes our record for a connected TCP socket that has moved `history` through the
 /// kernel so far, looks for the peer's, and tells the peer we exist. Every failure leaves
 /// the socket to the kernel alone.
-fn set_up(fd: i32, local: SocketAddr, remote: SocketAddr, history: StreamHistory) {
+fn set_up(fd: i32, local: SocketAddr, remote: SocketAddr, history: StreamHistory, opened: Opened) {
     let cfg = config();
     let key = ConnectionKey::new(cfg.netns, local, remote);
     match wanted(local, remote) {
@@ -821,7 +821,7 @@ fn set_up(fd: i32, local: SocketAddr, remote: SocketAddr, history: StreamHistory
         Wanted::No => return,
         Wanted::PortExcluded => return reasons::note(Reason::ExcludedPort, Some(&key)),
         // The peer is on another host: a cross-host candidate, maybe.
-        Wanted::Remote => return crate::remote::on_connected(fd, key),
+        Wanted::Remote => return crate::remote::on_connected(fd, key, opened),
     }
     // After a uid change the fabric directory is not ours any more (see `reasons`).
     if reasons::check_uid(&key).is_none() {
@@ -1014,7 +1014,8 @@ impl Deferred {
             return;
         }
         let (Some(local), Some(remote)) = (name_of(fd, false), name_of(fd, true)) else { return };
-        set_up(fd, local, remote, history);
+        let opened = if syn_acked == 0 { Opened::Accepted } else { Opened::Connected };
+        set_up(fd, local, remote, history, opened);
     }
 
     /// Sets up every deferred connection of this process (before fork and exec: the copies

@@ -90,10 +90,11 @@ fn guarded(f: impl FnOnce()) {
 extern "C" fn before_fork() {
     // Epoll registrations this process still owes the kernel go in before the child
     // shares the kernel sets; connections to other hosts go back to the kernel (two
-    // processes cannot share a fabric stream).
+    // processes cannot share a fabric stream), but for accepted ones not registered yet,
+    // which the process left holding them registers (`remote::before_fork`).
     guarded(|| {
         wait::flush_all();
-        remote::give_up_all();
+        remote::before_fork();
     });
 }
 

@@ -36,7 +36,11 @@
 //! - **A candidate** gets a record (`lanes::sockets::remote`: the smallest ring, unused),
 //!   then one request to the daemon on a connection of its own (`RegisterHalf`), which
 //!   checks it against the kernel. No daemon: the record stays, and a daemon that starts
-//!   takes it over. A refusal: the record goes, and the reason is counted.
+//!   takes it over. A refusal: the record goes, and the reason is counted. A connecting
+//!   end registers at once; an accepted one at its first call that moves bytes, made while
+//!   its process is the socket's only holder: a server that forks a process per connection
+//!   (PostgreSQL) hands the socket over before it, and the child, not the parent that
+//!   closes its copy, exports the stream's objects and registers.
 //! - **Holders.** The record's holders are the processes sharing the socket, as for a
 //!   local one (dup, fork, exec adoption). When the last one closes it, the half is
 //!   withdrawn (one more request) and the record removed; a half that waited all its life
@@ -44,10 +48,11 @@
 //! - **The fd table.** Candidates are not one-host sockets: `conn::lookup` never returns
 //!   them. Their fds are marked in `conn`'s table of maybes (3), so close, dup and fork
 //!   find them; until a stream is live, every call on them is the C library's.
-//! - **Giving up.** A fork (the child would share the stream's state), an exec, a seccomp
-//!   filter, peeking, urgent data, `sendfile` and `splice` give the connection back to the
-//!   kernel for good first (`FabricStream::give_up`, byte-exact; before an exec or a
-//!   filter, ring bytes nobody can read any more reset the connection).
+//! - **Giving up.** A fork (the child would share the stream's state; an accepted socket
+//!   not registered yet excepted), an exec, a seccomp filter, peeking, urgent data,
+//!   `sendfile` and `splice` give the connection back to the kernel for good first
+//!   (`FabricStream::give_up`, byte-exact; before an exec or a filter, ring bytes nobody
+//!   can read any more reset the connection).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -68,6 +73,7 @@ use lanes::sockets::{ConnectionKey, Endpoint};
 use lanes::Fabric;
 
 use crate::config::{config, record_failed};
+use crate::conn::Opened;
 use crate::reasons::{self, Reason};
 
 /// A "nobody's" answer is asked again after this long.
@@ -85,6 +91,12 @@ const STREAM_SET_UP: Duration = Duration::from_secs(5);
 
 /// Where a candidate's fabric stream stands.
 enum Slot {
+    /// Accepted, not registered yet: its first call that moves bytes, made while this
+    /// process is the socket's only holder, exports the stream's objects and registers the
+    /// half ([`RemoteConn::register_first`]). A fork-per-connection server's child is then
+    /// the one that does, with objects of its own; the parent, which closes its copy, never
+    /// exported any, so the peer never pairs with objects nobody serves.
+    Unregistered,
     /// Exported, waiting for the pairing to name the peer's objects.
     Waiting(StreamExports),
     /// Connecting to the peer's objects, in a thread of its own (three connects through
@@ -215,6 +227,10 @@ impl RemoteConn {
             }
             Slot::Live(s, _) => return Some(s.clone()),
             Slot::Kernel | Slot::Connecting | Slot::Renewing(_) => return None,
+            Slot::Unregistered => {
+                self.register_first(slot);
+                return None;
+            }
             Slot::Waiting(_) => {
                 self.connect_in_background(slot);
                 return None;
@@ -344,6 +360,43 @@ impl RemoteConn {
             let why = format!("renewing its objects: no set-up thread: {e}");
             reasons::note_with(Reason::RemoteNoStream, Some(&self.key), &why);
         }
+    }
+
+    /// An accepted candidate's first call that moves bytes: if this process is the socket's
+    /// only holder, exports the stream's objects and registers the half (the slot then
+    /// waits for the pairing); while another process holds it too (a forking server's
+    /// parent that has not closed its copy yet), a later call looks again, at most every
+    /// [`SHARED_LOOK_AGAIN`]. A refusal leaves the connection kernel TCP for good.
+    fn register_first(&self, slot: &mut Slot) {
+        let now = Instant::now();
+        let mut again = self.set_up_again_at.lock().unwrap_or_else(|e| e.into_inner());
+        if now < *again {
+            return;
+        }
+        let Ok(me) = this_process() else { return };
+        if !self.own.held_only_by(me, true) {
+            *again = now + SHARED_LOOK_AGAIN;
+            return;
+        }
+        drop(again);
+        // After a uid change the fabric directory is not this process's any more.
+        if reasons::check_uid(&self.key).is_none() {
+            *slot = Slot::Kernel;
+            return;
+        }
+        let (next, handles) = match exports() {
+            Ok(e) => {
+                let h = e.handles();
+                self.own.set_own_handles(h);
+                (Slot::Waiting(e), Some(h))
+            }
+            Err(why) => {
+                reasons::note_with(Reason::RemoteNoStream, Some(&self.key), &why);
+                (Slot::Kernel, None)
+            }
+        };
+        // Registered without objects too: the peer then knows there will be no stream.
+        *slot = if register(self, self.own.cookie(), handles) { next } else { Slot::Kernel };
     }
 
     /// Registers this half again with the daemon, naming new stream objects `h` (see
@@ -520,6 +573,9 @@ const LOST_RETRY: Duration = Duration::from_millis(200);
 /// After a set-up that found the peer's host out of reach throughout, no new one for this
 /// long.
 const SET_UP_AGAIN_AFTER: Duration = Duration::from_secs(1);
+/// How often an accepted candidate that another process holds too looks again whether it
+/// is the only holder now ([`RemoteConn::register_first`]).
+const SHARED_LOOK_AGAIN: Duration = Duration::from_millis(20);
 
 /// This process's fabric (or why it has none), opened at its first candidate; a forked
 /// child opens its own (the parent's threads and endpoint are not the child's).
@@ -602,9 +658,14 @@ fn all() -> Vec<Arc<RemoteConn>> {
     }
 }
 
-/// Gives every candidate's connection back to the kernel (before a fork or an exec).
-pub fn give_up_all() {
+/// Before a fork: every candidate's connection goes back to the kernel (two processes
+/// cannot share a fabric stream, nor the objects exported for one), except those not
+/// registered yet, which the process that ends up their only holder registers.
+pub fn before_fork() {
     for c in all() {
+        if matches!(*c.slot(), Slot::Unregistered) {
+            continue;
+        }
         c.give_up();
     }
 }
@@ -710,9 +771,10 @@ fn host_by_daemon(ip: IpAddr) -> Option<String> {
 
 /// A TCP socket `fd` connected between `key.local` and `key.remote`, the peer on another
 /// host (not loopback, not this host's address), allowed by the port lists: pair it if the
-/// peer is on another host of the cluster (module documentation). Every failure leaves the
-/// socket as it is: kernel TCP.
-pub fn on_connected(fd: i32, key: ConnectionKey) {
+/// peer is on another host of the cluster (module documentation). A connecting end
+/// registers now; an accepted one at its first call that moves bytes ([`Slot::Unregistered`]).
+/// Every failure leaves the socket as it is: kernel TCP.
+pub fn on_connected(fd: i32, key: ConnectionKey, opened: Opened) {
     let cfg = config();
     let Some(remote) = &cfg.remote else { return };
     let configured = remote.hosts.iter().find(|(ip, _)| *ip == key.remote.ip()).map(|(_, h)| h.clone());
@@ -752,6 +814,10 @@ pub fn on_connected(fd: i32, key: ConnectionKey) {
     // its listener, or set before connect) is the kernel queue's: no stream.
     let lowat = crate::stream::kernel_lowat(fd).is_some_and(|l| l > 1);
     let kernel_only = lowat || crate::stream::inherited_kernel_features(fd);
+    if opened == Opened::Accepted && !kernel_only {
+        insert(fd, Arc::new(RemoteConn::new(own, key, host, Slot::Unregistered, syn, false)));
+        return;
+    }
     let (slot, handles) = match exports() {
         _ if kernel_only => {
             reasons::note(Reason::KernelFeature, Some(&key));
@@ -941,18 +1007,41 @@ pub fn adopt_for_child(child: ProcessIdentity) {
 /// In a forked child: the streams (given up before the fork) and the objects exported for
 /// them are the parent's: this process leaves them alone (never drops them: that would
 /// remove the parent's objects and join threads that do not exist here), and its calls on
-/// those connections are the kernel's.
+/// those connections are the kernel's. A candidate not registered yet stays so (nothing of
+/// it is the parent's): this child registers it once it is the only holder. One whose lock
+/// a thread of the parent held at the fork is no candidate here (its lock stays held).
 pub fn after_fork_in_child() {
     if COUNT.load(Ordering::Relaxed) == 0 {
         return;
     }
     let Ok(t) = table().try_read() else { return };
-    for c in t.values() {
-        let Ok(mut slot) = c.slot.try_lock() else { continue };
-        if let Slot::Live(s, _) | Slot::Renewing(Replaced::Stream(s)) = &*slot {
-            s.abandon();
+    let mut locked = Vec::new();
+    for (fd, c) in t.iter() {
+        let Ok(mut slot) = c.slot.try_lock() else {
+            locked.push(*fd);
+            continue;
+        };
+        match &*slot {
+            Slot::Unregistered => {
+                // Calls of the parent's other threads under way at the fork never end here.
+                c.calls.store(0, Ordering::Relaxed);
+                continue;
+            }
+            Slot::Live(s, _) | Slot::Renewing(Replaced::Stream(s)) => s.abandon(),
+            _ => {}
         }
         std::mem::forget(std::mem::replace(&mut *slot, Slot::Kernel));
+    }
+    drop(t);
+    if locked.is_empty() {
+        return;
+    }
+    let Ok(mut t) = table().try_write() else { return };
+    for fd in locked {
+        if let Some(c) = t.remove(&fd) {
+            COUNT.fetch_sub(1, Ordering::Relaxed);
+            std::mem::forget(c);
+        }
     }
 }
 

@@ -81,12 +81,24 @@ fn run_sockets(io: &ChildIo) {
         let w: Vec<&str> = line.split_whitespace().collect();
         let r: Result<String, String> = (|| match w[..] {
             ["listen", port, "sink"] => {
-                // Connections held unread until `sink`.
+                // Connections held unread until `sink`, after one look without waiting (a
+                // peek), as an event loop's first receive: an accepted socket's half is
+                // registered at its first call that moves bytes.
                 let l = TcpListener::bind(("::", port.parse::<u16>().map_err(|e| e.to_string())?))
                     .map_err(|e| format!("bind: {e}"))?;
                 let held = held.clone();
                 std::thread::spawn(move || {
                     for s in l.incoming().flatten() {
+                        let mut byte = [0u8; 1];
+                        // SAFETY: a peek of at most one byte into a local.
+                        unsafe {
+                            libc::recv(
+                                std::os::fd::AsRawFd::as_raw_fd(&s),
+                                byte.as_mut_ptr().cast(),
+                                1,
+                                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                            )
+                        };
                         held.lock().unwrap().push(s);
                     }
                 });
@@ -1100,10 +1112,12 @@ fn redis_cli_across_hosts_while_the_fabric_link_flaps() {
 /// PostgreSQL on a (as its own user, under `lanes run`) and pgbench on b (under `lanes
 /// run`), over the "Ethernet" address, TPC-B with 4 clients while a's fabric link is cut
 /// twice: every transaction commits and the books balance afterwards (the accounts' balances
-/// sum to the history's deltas, one history row per transaction), as on kernel TCP. A
-/// backend is forked per connection, so its connections stay kernel TCP at the server's
-/// end (a fork gives a connection to another host back to the kernel): what this checks is
-/// that nothing of the library's, at either end, changes what the program sees.
+/// sum to the history's deltas, one history row per transaction), as on kernel TCP. The
+/// server's user is not the daemon's, whose fabric directory holds the records of cross-host
+/// halves, so the connections stay kernel TCP (and pgbench's halves wait for peers that
+/// never register): what this checks is that nothing of the library's, at either end,
+/// changes what the programs see. (A forking server run as the daemon's user:
+/// `a_server_forking_per_connection_moves_bytes_over_the_fabric`.)
 #[test]
 fn postgresql_across_hosts_while_the_fabric_link_flaps() {
     use lanes::cluster::proto::HostState;
@@ -1209,6 +1223,75 @@ postgres: {}",
     eprintln!("PostgreSQL across two cuts: {done} transactions, books balanced");
     let s = server.stop(libc::SIGINT, Duration::from_secs(20));
     assert!(s.ok(), "{}", s.describe("postgres"));
+}
+
+/// socat forking a process per connection on a (`TCP-LISTEN:…,fork`, echoing through a
+/// pipe, as root: the daemon's user) under `lanes run`, and clients on b: the parent closes
+/// its copy of each accepted socket, and the child, the socket's only holder then,
+/// registers it with objects of its own, so checksummed exchanges on two connections in
+/// turn go over the fabric, byte-exact, and every half is withdrawn when they close.
+#[test]
+fn a_server_forking_per_connection_moves_bytes_over_the_fabric() {
+    use lanes_testkit::program::Program;
+    if !installed(&["socat"]) {
+        return;
+    }
+    let Some(c) = Cluster::netns("xh-fork") else { return };
+    if !with_fabric_stream("a_server_forking_per_connection_moves_bytes_over_the_fabric") {
+        return;
+    }
+    let (mut client, server) = unless_a_host_was_lost(&c, "socat", |n| {
+        let port = PORT + 50 + n;
+        let listen = format!("TCP-LISTEN:{port},fork,reuseaddr");
+        let server = Program::spawn(lanes_run(&c, 0, "socat", &[&listen, "PIPE"]), "socat on a");
+        let server_at = format!("{}:{port}", Netns::address(0));
+        let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
+        for id in 1..=2 {
+            let started = Instant::now();
+            let local = loop {
+                match client.call(&format!("connect {id} {server_at}")) {
+                    Ok(local) => break local.trim_start_matches("local=").to_string(),
+                    Err(e) if started.elapsed() > BOUND => return Err(format!("socat never listened: {e:?}")),
+                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            };
+            // socat's child registers its half at its first read: round trips until the
+            // connection is paired and its stream live.
+            let live = || {
+                list_connections(&c.fabric(1))
+                    .into_iter()
+                    .any(|r| r.local.to_string() == local && r.kernel_bytes_sent + r.ring_bytes_sent > 0)
+            };
+            let started = Instant::now();
+            while !live() {
+                if started.elapsed() > BOUND {
+                    return Err(format!("connection {id}'s stream never went live"));
+                }
+                client.call_within(&format!("ping {id} 50 64 0"), BOUND).map_err(|e| format!("{e:?}"))?;
+            }
+            let got = client
+                .call_within(&format!("exchange {id} {}", 16 << 20), Duration::from_secs(300))
+                .map_err(|e| format!("{e:?}"))?;
+            assert_eq!(got, format!("bytes={}", 16 << 20), "connection {id}");
+            let over = list_connections(&c.fabric(1))
+                .into_iter()
+                .find(|r| r.local.to_string() == local)
+                .map_or(0, |r| r.ring_bytes_sent + r.ring_bytes_received);
+            eprintln!("connection {id}: {over} bytes over the fabric");
+            assert!(over > 0, "connection {id}: no byte over the fabric\n{}", lanes_status(&c, 1));
+            client.ok(&format!("close {id}"));
+        }
+        Ok((client, server))
+    });
+    wait_for(&c, "every half withdrawn", || {
+        daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
+    });
+    for k in [0, 1] {
+        let refused = daemon_sockets(&c, k).refused;
+        assert!(refused.is_empty(), "host {k}: {refused:?}\n{}", c.logs());
+    }
+    client.exit();
+    drop(server);
 }
 
 /// `remote = "off"`, and `auto` on the tcp provider: no registration, no question to the

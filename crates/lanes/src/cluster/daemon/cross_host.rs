@@ -355,6 +355,12 @@ impl Shared {
                 continue;
             }
             let Some(record) = ep.pairing() else { continue };
+            if record.state == PairingState::Unregistered && ep.own_handles().is_none() {
+                // An accepted socket whose process registers it at its first call that
+                // moves bytes, with the stream's objects: taken over now without them, the
+                // peer would pair with a half that has none, and stay kernel TCP.
+                continue;
+            }
             let Some(info) = net::tcp_socket(key.local, key.remote).filter(|s| s.cookie == ep.cookie()) else {
                 continue;
             };
