@@ -10,7 +10,9 @@
 //! busy-loop process on every CPU; and, floating over all CPUs, pgbench TPC-B and
 //! select-only against a temporary PostgreSQL cluster (tps) and nginx with two workers under
 //! wrk (requests/s). Every round runs each measurement once without and once with the
-//! library, alternating which goes first; the figure of a mode is the median of its rounds.
+//! library, alternating which goes first; the figure of a mode is the median of its rounds,
+//! and the ratio the median of the rounds' own ratios (each round's two runs are back to
+//! back, so a machine that slows down between rounds moves both).
 //!
 //! With `--remote-node N`, two of the rows run between this host and N's host instead
 //! (`across_hosts.rs`), against `lanes bench --serve` there.
@@ -162,7 +164,12 @@ fn units() -> BTreeMap<String, String> {
         ),
         ("values.kernel", "median over the rounds, without the library"),
         ("values.lanes", "median over the rounds, with the library on both ends"),
-        ("ratio", "times better with the library: kernel / lanes for latency, lanes / kernel for rates"),
+        (
+            "ratio",
+            "times better with the library: the median over the rounds of each round's kernel / lanes for latency, \
+             lanes / kernel for rates (a round's two runs are back to back)",
+        ),
+        ("detail.round_ratios", "each round's ratio, in round order (rounds that measured both modes)"),
         ("status", "pass, fail, kernel only (no library), skipped (programs missing), error, interrupted"),
         ("samples", "every round's figure per mode (kernel, lanes), with the tool's own details"),
         ("detail.target", "the ratio the library should reach, in the better direction"),
@@ -183,13 +190,29 @@ struct RowState {
 }
 
 fn median(v: &[SampleOut]) -> Option<f64> {
-    let mut s: Vec<f64> = v.iter().map(|x| x.value).collect();
+    median_of(v.iter().map(|x| x.value).collect())
+}
+
+fn median_of(mut s: Vec<f64>) -> Option<f64> {
     s.sort_by(f64::total_cmp);
     match s.len() {
         0 => None,
         n if n % 2 == 1 => Some(s[n / 2]),
         n => Some((s[n / 2 - 1] + s[n / 2]) / 2.0),
     }
+}
+
+/// Each round's ratio (kernel / lanes for latency, lanes / kernel for rates), for the rounds
+/// that measured both modes, in round order.
+fn round_ratios(kernel: &[SampleOut], lanes: &[SampleOut], lower_is_better: bool) -> Vec<f64> {
+    kernel
+        .iter()
+        .filter_map(|k| {
+            let l = lanes.iter().find(|l| l.round == k.round)?;
+            let (num, den) = if lower_is_better { (k.value, l.value) } else { (l.value, k.value) };
+            (den > 0.0 && num.is_finite()).then(|| num / den)
+        })
+        .collect()
 }
 
 /// Runs `lanes bench sockets`.
@@ -489,11 +512,8 @@ fn calibrate_redis(
 fn finish_row(r: RowState, have_lib: bool, interrupted: bool) -> Row {
     let t = r.tool;
     let (kernel, lanes) = (median(&r.kernel), median(&r.lanes));
-    let ratio = match (kernel, lanes) {
-        (Some(k), Some(l)) if t.lower_is_better && l > 0.0 => Some(k / l),
-        (Some(k), Some(l)) if !t.lower_is_better && k > 0.0 => Some(l / k),
-        _ => None,
-    };
+    let per_round = round_ratios(&r.kernel, &r.lanes, t.lower_is_better);
+    let ratio = median_of(per_round.clone());
     let pass = if r.error.is_some() { None } else { ratio.map(|x| x >= t.target) };
     let (status, note) = if let Some(why) = r.skipped {
         ("skipped", Some(why))
@@ -525,6 +545,9 @@ fn finish_row(r: RowState, have_lib: bool, interrupted: bool) -> Row {
     }
     if let Some(n) = note {
         row.set_detail("note", &n);
+    }
+    if !per_round.is_empty() {
+        row.set_detail("round_ratios", &per_round);
     }
     row.samples = BTreeMap::from([
         ("kernel".to_string(), r.kernel.iter().map(to_value).collect()),
@@ -595,6 +618,9 @@ pub(crate) fn render(r: &Report) -> String {
                 parts.push(format!("{mode} {}", each(v)));
             }
         }
+        if let Some(ratios) = row.detail_as::<Vec<f64>>("round_ratios").filter(|_| !parts.is_empty()) {
+            parts.push(format!("ratios {}", ratios.iter().map(|&x| fmt_ratio(x)).collect::<Vec<_>>().join(", ")));
+        }
         if !parts.is_empty() {
             out.push_str(&format!("    rounds: {}\n", parts.join("; ")));
         }
@@ -636,6 +662,25 @@ mod tests {
         SampleOut { round: 1, value: v, details: BTreeMap::new() }
     }
 
+    fn rounds(values: Vec<f64>) -> Vec<SampleOut> {
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| SampleOut { round: i + 1, value: v, details: BTreeMap::new() })
+            .collect()
+    }
+
+    #[test]
+    fn a_rounds_ratio_pairs_its_own_two_runs() {
+        // A machine twice as slow in round 2: the medians' ratio reads 1.5x where every
+        // round measured 1x.
+        let (k, l) = (rounds(vec![100.0, 50.0, 100.0]), rounds(vec![100.0, 50.0, 100.0]));
+        assert_eq!(round_ratios(&k, &l, false), vec![1.0, 1.0, 1.0]);
+        let (k, l) = (rounds(vec![100.0, 50.0]), rounds(vec![200.0]));
+        assert_eq!(round_ratios(&k, &l, false), vec![2.0], "a round missing a mode pairs nothing");
+        assert_eq!(round_ratios(&k, &rounds(vec![0.0, 25.0]), true), vec![2.0], "no division by 0");
+    }
+
     #[test]
     fn medians_ratios_and_verdicts() {
         assert_eq!(median(&[]), None);
@@ -645,13 +690,15 @@ mod tests {
         assert!(lat.lower_is_better);
         let row = |k: Vec<f64>, l: Vec<f64>| RowState {
             tool: lat,
-            kernel: k.into_iter().map(s).collect(),
-            lanes: l.into_iter().map(s).collect(),
+            kernel: rounds(k),
+            lanes: rounds(l),
             skipped: None,
             error: None,
         };
         let r = finish_row(row(vec![20.0, 22.0, 21.0], vec![0.5, 0.6, 0.7]), true, false);
-        assert_eq!(r.ratio, Some(35.0));
+        // The rounds' own ratios (40, 36.7, 30), not the ratio of the medians (35).
+        assert_eq!(r.ratio, Some(22.0 / 0.6));
+        assert_eq!(r.detail_as::<Vec<f64>>("round_ratios"), Some(vec![20.0 / 0.5, 22.0 / 0.6, 21.0 / 0.7]));
         assert_eq!((r.detail_as::<bool>("pass"), r.status.as_deref()), (Some(true), Some("pass")));
         let r = finish_row(row(vec![20.0], vec![2.0]), true, false);
         assert_eq!((r.detail_as::<bool>("pass"), r.status.as_deref()), (Some(false), Some("fail")));
