@@ -1225,11 +1225,13 @@ postgres: {}",
     assert!(s.ok(), "{}", s.describe("postgres"));
 }
 
-/// socat forking a process per connection on a (`TCP-LISTEN:…,fork`, echoing through a
-/// pipe, as root: the daemon's user) under `lanes run`, and clients on b: the parent closes
-/// its copy of each accepted socket, and the child, the socket's only holder then,
-/// registers it with objects of its own, so checksummed exchanges on two connections in
-/// turn go over the fabric, byte-exact, and every half is withdrawn when they close.
+/// socat forking a process per connection on a (`TCP-LISTEN:…,fork`, as root: the daemon's
+/// user) under `lanes run`, each child relaying its connection to an echo server on a's
+/// loopback, and clients on b: the parent closes its copy of each accepted socket, and the
+/// child, the socket's only holder then, registers it with objects of its own, so each of
+/// two connections in turn carries bytes over the fabric and a checksummed exchange comes
+/// back byte-exact; a child that execs `cat` to serve its connection (`EXEC:cat`, the inetd
+/// way) hands it over as kernel TCP, byte-exact too; every half is withdrawn at the end.
 #[test]
 fn a_server_forking_per_connection_moves_bytes_over_the_fabric() {
     use lanes_testkit::program::Program;
@@ -1240,48 +1242,57 @@ fn a_server_forking_per_connection_moves_bytes_over_the_fabric() {
     if !with_fabric_stream("a_server_forking_per_connection_moves_bytes_over_the_fabric") {
         return;
     }
-    let (mut client, server) = unless_a_host_was_lost(&c, "socat", |n| {
-        let port = PORT + 50 + n;
+    let mut echo = sockets_child(&c, Some(0), Some("on"), "echo server on a");
+    let (mut client, servers) = unless_a_host_was_lost(&c, "socat", |n| {
+        let (port, echo_port) = (PORT + 50 + n, PORT + 70 + n);
+        echo.ok(&format!("listen {echo_port} echo"));
         let listen = format!("TCP-LISTEN:{port},fork,reuseaddr");
-        let server = Program::spawn(lanes_run(&c, 0, "socat", &[&listen, "PIPE"]), "socat on a");
+        let relay = format!("TCP:127.0.0.1:{echo_port}");
+        let server = Program::spawn(lanes_run(&c, 0, "socat", &[&listen, &relay]), "socat on a");
         let server_at = format!("{}:{port}", Netns::address(0));
         let mut client = sockets_child(&c, Some(1), Some("on"), "client on b");
-        for id in 1..=2 {
+        let connect = |client: &mut Proc, id: u64, at: &str| -> Result<String, String> {
             let started = Instant::now();
-            let local = loop {
-                match client.call(&format!("connect {id} {server_at}")) {
-                    Ok(local) => break local.trim_start_matches("local=").to_string(),
+            loop {
+                match client.call(&format!("connect {id} {at}")) {
+                    Ok(local) => return Ok(local.trim_start_matches("local=").to_string()),
                     Err(e) if started.elapsed() > BOUND => return Err(format!("socat never listened: {e:?}")),
                     Err(_) => std::thread::sleep(Duration::from_millis(50)),
                 }
-            };
+            }
+        };
+        for id in 1..=2 {
+            let local = connect(&mut client, id, &server_at)?;
             // socat's child registers its half at its first read: round trips until the
-            // connection is paired and its stream live.
-            let live = || {
+            // connection is paired, its stream live and carrying bytes.
+            let over = || {
                 list_connections(&c.fabric(1))
                     .into_iter()
-                    .any(|r| r.local.to_string() == local && r.kernel_bytes_sent + r.ring_bytes_sent > 0)
+                    .find(|r| r.local.to_string() == local)
+                    .map_or(0, |r| r.ring_bytes_sent + r.ring_bytes_received)
             };
             let started = Instant::now();
-            while !live() {
+            while over() == 0 {
                 if started.elapsed() > BOUND {
-                    return Err(format!("connection {id}'s stream never went live"));
+                    return Err(format!("connection {id}: no byte over the fabric\n{}", lanes_status(&c, 1)));
                 }
                 client.call_within(&format!("ping {id} 50 64 0"), BOUND).map_err(|e| format!("{e:?}"))?;
             }
             let got = client
-                .call_within(&format!("exchange {id} {}", 16 << 20), Duration::from_secs(300))
+                .call_within(&format!("exchange {id} {}", 16 << 20), Duration::from_secs(120))
                 .map_err(|e| format!("{e:?}"))?;
             assert_eq!(got, format!("bytes={}", 16 << 20), "connection {id}");
-            let over = list_connections(&c.fabric(1))
-                .into_iter()
-                .find(|r| r.local.to_string() == local)
-                .map_or(0, |r| r.ring_bytes_sent + r.ring_bytes_received);
-            eprintln!("connection {id}: {over} bytes over the fabric");
-            assert!(over > 0, "connection {id}: no byte over the fabric\n{}", lanes_status(&c, 1));
+            eprintln!("connection {id}: {} bytes over the fabric", over());
             client.ok(&format!("close {id}"));
         }
-        Ok((client, server))
+        let port = PORT + 60 + n;
+        let listen = format!("TCP-LISTEN:{port},fork,reuseaddr");
+        let exec = Program::spawn(lanes_run(&c, 0, "socat", &[&listen, "EXEC:cat"]), "socat EXEC:cat on a");
+        connect(&mut client, 3, &format!("{}:{port}", Netns::address(0)))?;
+        let got = client.call_within("exchange 3 4194304", Duration::from_secs(120)).map_err(|e| format!("{e:?}"))?;
+        assert_eq!(got, "bytes=4194304", "through cat");
+        client.ok("close 3");
+        Ok((client, [server, exec]))
     });
     wait_for(&c, "every half withdrawn", || {
         daemon_sockets(&c, 0).halves.is_empty() && daemon_sockets(&c, 1).halves.is_empty()
@@ -1291,7 +1302,8 @@ fn a_server_forking_per_connection_moves_bytes_over_the_fabric() {
         assert!(refused.is_empty(), "host {k}: {refused:?}\n{}", c.logs());
     }
     client.exit();
-    drop(server);
+    echo.exit();
+    drop(servers);
 }
 
 /// `remote = "off"`, and `auto` on the tcp provider: no registration, no question to the
