@@ -37,10 +37,11 @@
 //!   then one request to the daemon on a connection of its own (`RegisterHalf`), which
 //!   checks it against the kernel. No daemon: the record stays, and a daemon that starts
 //!   takes it over. A refusal: the record goes, and the reason is counted. A connecting
-//!   end registers at once; an accepted one at its first call that moves bytes, made while
-//!   its process is the socket's only holder: a server that forks a process per connection
-//!   (PostgreSQL) hands the socket over before it, and the child, not the parent that
-//!   closes its copy, exports the stream's objects and registers.
+//!   end registers at once; an accepted one at its first call that moves bytes or its
+//!   addition to an epoll set, made while its process is the socket's only holder: a
+//!   server that forks a process per connection (PostgreSQL) hands the socket over before
+//!   either, and the child, not the parent that closes its copy, exports the stream's
+//!   objects and registers.
 //! - **Holders.** The record's holders are the processes sharing the socket, as for a
 //!   local one (dup, fork, exec adoption). When the last one closes it, the half is
 //!   withdrawn (one more request) and the record removed; a half that waited all its life
@@ -637,6 +638,20 @@ pub fn live_stream(fd: i32) -> Option<Arc<FabricStream>> {
         return None;
     }
     get(fd)?.live()
+}
+
+/// Candidate `fd` was added to an epoll set: an accepted one not registered yet registers
+/// now (if this process is its only holder), so that its pairing goes on while the program
+/// waits for the peer's first bytes rather than after it read them.
+pub fn added_to_a_set(fd: i32) {
+    if crate::sandbox::filtered() {
+        return;
+    }
+    let Some(c) = get(fd) else { return };
+    let mut slot = c.slot();
+    if matches!(*slot, Slot::Unregistered) {
+        c.register_first(&mut slot);
+    }
 }
 
 /// Gives candidate `fd`'s connection back to the kernel for good (see `RemoteConn::give_up`).

@@ -852,6 +852,9 @@ fn lock(shadow: &Mutex<Shadow>) -> std::sync::MutexGuard<'_, Shadow> {
 /// # Safety
 /// `event` null or valid, as for epoll_ctl.
 pub unsafe fn ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut epoll_event) -> c_int {
+    if op == libc::EPOLL_CTL_ADD && crate::remote::any() {
+        crate::remote::added_to_a_set(fd);
+    }
     let Some(shadow) = shadow_of(epfd) else {
         // SAFETY: the caller's arguments.
         return unsafe { (real().epoll_ctl)(epfd, op, fd, event) };

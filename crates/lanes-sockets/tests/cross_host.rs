@@ -81,24 +81,20 @@ fn run_sockets(io: &ChildIo) {
         let w: Vec<&str> = line.split_whitespace().collect();
         let r: Result<String, String> = (|| match w[..] {
             ["listen", port, "sink"] => {
-                // Connections held unread until `sink`, after one look without waiting (a
-                // peek), as an event loop's first receive: an accepted socket's half is
-                // registered at its first call that moves bytes.
+                // Connections held unread until `sink`, each added to an epoll set as an
+                // event loop's would be: an accepted socket's half is registered then (or
+                // at its first call that moves bytes), not at accept.
                 let l = TcpListener::bind(("::", port.parse::<u16>().map_err(|e| e.to_string())?))
                     .map_err(|e| format!("bind: {e}"))?;
                 let held = held.clone();
                 std::thread::spawn(move || {
+                    // SAFETY: epoll_create1 has no memory-safety preconditions.
+                    let set = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
                     for s in l.incoming().flatten() {
-                        let mut byte = [0u8; 1];
-                        // SAFETY: a peek of at most one byte into a local.
-                        unsafe {
-                            libc::recv(
-                                std::os::fd::AsRawFd::as_raw_fd(&s),
-                                byte.as_mut_ptr().cast(),
-                                1,
-                                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                            )
-                        };
+                        let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+                        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+                        // SAFETY: our own event structure and descriptors.
+                        unsafe { libc::epoll_ctl(set, libc::EPOLL_CTL_ADD, fd, &mut ev) };
                         held.lock().unwrap().push(s);
                     }
                 });
