@@ -34,26 +34,8 @@ pub struct Account {
 impl Account {
     /// The account `name` (a user name, or a numeric uid) of the password database.
     pub fn lookup(name: &str) -> io::Result<Account> {
-        let not_found = || io::Error::new(io::ErrorKind::NotFound, format!("no user {name:?}"));
-        let c_name = std::ffi::CString::new(name).map_err(|_| not_found())?;
-        // SAFETY: a zeroed `passwd` is a valid value to be filled in.
-        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut buf = vec![0 as libc::c_char; 16 << 10];
-        let mut found: *mut libc::passwd = std::ptr::null_mut();
-        let rc = match name.parse::<u32>() {
-            // SAFETY: every pointer is valid for the call; the strings `pw` points to live in `buf`.
-            Ok(uid) => unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) },
-            // SAFETY: as above; `c_name` is NUL-terminated.
-            Err(_) => unsafe { libc::getpwnam_r(c_name.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) },
-        };
-        if rc != 0 {
-            let e = io::Error::from_raw_os_error(rc);
-            return Err(io::Error::new(e.kind(), format!("looking up user {name:?}: {e}")));
-        }
-        if found.is_null() {
-            return Err(not_found());
-        }
-        Ok(Account { name: name.to_string(), uid: pw.pw_uid, gid: pw.pw_gid })
+        let (uid, gid) = lanes::platform::users::account_ids(name)?;
+        Ok(Account { name: name.to_string(), uid, gid })
     }
 }
 

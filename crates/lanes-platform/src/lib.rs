@@ -16,6 +16,7 @@
 //!   peer credentials, interface addresses).
 //! - [`signals`]: SIGTERM/SIGINT as something a thread waits for (the daemon's shutdown).
 //! - [`spsc`]: a lock-free single-producer single-consumer ring (DMA descriptors).
+//! - [`users`]: accounts of the password database, by name or uid.
 //!
 //! The raw access to mapped memory lives here, behind types that carry their bounds; each
 //! `unsafe` block says why it is sound.
@@ -31,6 +32,7 @@ pub mod net;
 pub mod shared_slice;
 pub mod signals;
 pub mod spsc;
+pub mod users;
 
 pub use shared_slice::{SharedSlice, SliceError};
 

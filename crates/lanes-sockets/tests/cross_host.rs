@@ -1117,13 +1117,14 @@ fn redis_cli_across_hosts_while_the_fabric_link_flaps() {
 #[test]
 fn postgresql_across_hosts_while_the_fabric_link_flaps() {
     use lanes::cluster::proto::HostState;
-    use lanes_testkit::program::{postgres_bin_dir, user_ids, Program};
+    use lanes_testkit::postgres;
+    use lanes_testkit::program::Program;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipping: PostgreSQL as its own user needs root");
         return;
     }
-    let (Some(bin), Some(ids)) = (postgres_bin_dir(), user_ids("postgres")) else {
+    let (Some(bin), Ok(ids)) = (postgres::bin_dir(), lanes::platform::users::account_ids("postgres")) else {
         assert!(std::env::var_os("CI").is_none(), "PostgreSQL missing (scripts/test.sh installs it)");
         eprintln!("skipping: PostgreSQL not installed");
         return;
@@ -1134,34 +1135,18 @@ fn postgresql_across_hosts_while_the_fabric_link_flaps() {
     let data = dir.root().join("data");
     std::fs::create_dir(&data).unwrap();
     std::os::unix::fs::chown(&data, Some(ids.0), Some(ids.1)).unwrap();
-    let setpriv = |program: &std::path::Path| -> Vec<String> {
-        vec![
-            format!("--reuid={}", ids.0),
-            format!("--regid={}", ids.1),
-            "--clear-groups".into(),
-            "--".into(),
-            program.display().to_string(),
-        ]
-    };
     let mut init = std::process::Command::new("setpriv");
-    init.args(setpriv(&bin.join("initdb"))).arg("-D").arg(&data).args([
-        "-U",
-        "postgres",
-        "--auth=trust",
-        "-E",
-        "UTF8",
-        "--no-sync",
-    ]);
+    init.args(postgres::as_user(ids, &bin.join("initdb"))).arg("-D").arg(&data).args(postgres::INITDB_ARGS);
     let f = Program::spawn(init, "initdb").wait(Duration::from_secs(120));
     assert!(f.ok(), "{}", f.describe("initdb"));
     let mut hba = std::fs::OpenOptions::new().append(true).open(data.join("pg_hba.conf")).unwrap();
     writeln!(hba, "host all all 0.0.0.0/0 trust").unwrap();
     drop(hba);
     let (host, port) = (Netns::ethernet_address(0), "15432");
-    let mut args = setpriv(&bin.join("postgres"));
+    let mut args = postgres::as_user(ids, &bin.join("postgres"));
     let data_arg = data.display().to_string();
     args.extend(["-D", &data_arg, "-k", &data_arg, "-p", port].map(String::from));
-    for setting in ["listen_addresses=*", "fsync=off", "synchronous_commit=off", "full_page_writes=off"] {
+    for setting in ["listen_addresses=*"].into_iter().chain(postgres::DURABILITY_OFF) {
         args.extend(["-c".to_string(), setting.to_string()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -1199,19 +1184,11 @@ postgres: {}",
     }
     let f = run.wait(Duration::from_secs(120));
     assert!(f.ok() && f.stdout.contains("number of failed transactions: 0"), "{}", f.describe("pgbench"));
-    let done: u64 = f
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
-        .and_then(|n| n.split('/').next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0);
+    let done = postgres::transactions_processed(&f.stdout);
     assert!(done > 0, "{}", f.describe("pgbench processed no transaction"));
-    let books = "select (select sum(abalance) from pgbench_accounts) = \
-                 (select coalesce(sum(delta), 0) from pgbench_history), (select count(*) from pgbench_history)";
     let psql = bin.join("psql").display().to_string();
     let check = Program::spawn(
-        lanes_run(&c, 1, &psql, &["-h", &host, "-p", port, "-U", "postgres", "-Atc", books, "postgres"]),
+        lanes_run(&c, 1, &psql, &["-h", &host, "-p", port, "-U", "postgres", "-Atc", postgres::BOOKS, "postgres"]),
         "psql on b",
     )
     .wait(Duration::from_secs(60));

@@ -973,14 +973,15 @@ fn chown(path: &Path, (uid, gid): (u32, u32)) {
 /// both ends attached.
 #[test]
 fn postgresql_with_pgbench_keeps_its_books() {
+    use lanes_testkit::postgres;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: running PostgreSQL as its own user needs root");
         return;
     }
-    let bin = lanes_testkit::program::postgres_bin_dir()
-        .expect("PostgreSQL is not installed: run scripts/test.sh to install it");
-    let ids = lanes_testkit::program::user_ids("postgres").expect("no user postgres: the PostgreSQL package makes it");
+    let bin = postgres::bin_dir().expect("PostgreSQL is not installed: run scripts/test.sh to install it");
+    let ids =
+        lanes::platform::users::account_ids("postgres").expect("no user postgres: the PostgreSQL package makes it");
     let mut w = World::new("postgresql");
     std::fs::set_permissions(&w.dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let data = w.dir.sub("data");
@@ -988,8 +989,7 @@ fn postgresql_with_pgbench_keeps_its_books() {
     // As postgres from the start: its sockets and records are postgres's.
     let as_postgres = |w: &World, prog: &Path, with_lib: bool, fabric: &Path| {
         let mut c = clean_command("setpriv");
-        c.args([format!("--reuid={}", ids.0), format!("--regid={}", ids.1), "--clear-groups".into(), "--".into()])
-            .arg(prog)
+        c.args(postgres::as_user(ids, prog))
             .env("LANES_DIR", fabric)
             .env("TMPDIR", &w.dir.0)
             .env("HOME", &w.dir.0)
@@ -1002,7 +1002,7 @@ fn postgresql_with_pgbench_keeps_its_books() {
         c
     };
     let mut init = as_postgres(&w, &bin.join("initdb"), false, &w.dir.0);
-    init.arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
+    init.arg("-D").arg(&data).args(postgres::INITDB_ARGS);
     let f = Program::spawn(init, "initdb").wait(RUN_LIMIT);
     assert!(f.ok(), "{}", f.describe("initdb"));
     for side in SIDES {
@@ -1012,16 +1012,10 @@ fn postgresql_with_pgbench_keeps_its_books() {
         let port = free_ports(1)[0];
         let sampler = sample(&fabric);
         let mut cmd = as_postgres(&w, &bin.join("postgres"), side.server(), &fabric);
-        cmd.arg("-D").arg(&data).arg("-k").arg(&data).args(["-p", &port.to_string()]).args([
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "fsync=off",
-            "-c",
-            "synchronous_commit=off",
-            "-c",
-            "full_page_writes=off",
-        ]);
+        cmd.arg("-D").arg(&data).arg("-k").arg(&data).args(["-p", &port.to_string()]);
+        for setting in ["listen_addresses=127.0.0.1"].into_iter().chain(postgres::DURABILITY_OFF) {
+            cmd.args(["-c", setting]);
+        }
         let Some(server) = start_server(&mut w, cmd, port, &format!("{what}: postgres")) else {
             continue;
         };
@@ -1037,20 +1031,11 @@ fn postgresql_with_pgbench_keeps_its_books() {
                 Program::spawn(client(&w, "pgbench", &["-n", "-c", "4", "-j", "2", "-T", "3"]), &what).wait(RUN_LIMIT);
             if w.expect_ok(&f, &format!("{what}: pgbench TPC-B")) {
                 w.expect_output(&f, &format!("{what}: pgbench TPC-B"), "number of failed transactions: 0");
-                let done = f
-                    .stdout
-                    .lines()
-                    .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
-                    .and_then(|n| n.split('/').next())
-                    .and_then(|n| n.trim().parse::<u64>().ok())
-                    .unwrap_or(0);
+                let done = postgres::transactions_processed(&f.stdout);
                 if done == 0 {
                     w.fail(f.describe(&format!("{what}: pgbench processed no transaction")));
                 }
-                let books = "select (select sum(abalance) from pgbench_accounts) = \
-                             (select coalesce(sum(delta), 0) from pgbench_history), \
-                             (select count(*) from pgbench_history)";
-                let f = Program::spawn(client(&w, "psql", &["-Atc", books]), &what).wait(RUN_LIMIT);
+                let f = Program::spawn(client(&w, "psql", &["-Atc", postgres::BOOKS]), &what).wait(RUN_LIMIT);
                 if w.expect_ok(&f, &format!("{what}: psql")) && f.stdout.trim() != format!("t|{done}") {
                     w.fail(f.describe(&format!(
                         "{what}: the books do not balance, or the history lacks some of the {done} transactions \

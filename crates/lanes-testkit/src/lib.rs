@@ -9,11 +9,13 @@
 //!   which runs one case on every transport;
 //! - [`process`]: the node-process harness, child processes driven over one line protocol;
 //! - [`program`]: any other program run with a bound, in its own process group, its output
-//!   collected.
+//!   collected;
+//! - [`postgres`]: PostgreSQL's programs, run as its user, and what pgbench reports.
 
 pub mod cluster;
 pub mod netns;
 mod ports;
+pub mod postgres;
 pub mod process;
 pub mod program;
 mod test_dir;

@@ -349,25 +349,6 @@ pub fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
-/// The directory of PostgreSQL's server programs (`postgres`, `initdb`, `pgbench`; Debian
-/// keeps one per major version, the newest is taken), if installed.
-pub fn postgres_bin_dir() -> Option<std::path::PathBuf> {
-    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.flatten().map(|e| e.path().join("bin")).filter(|b| b.join("postgres").is_file()).collect())
-        .unwrap_or_default();
-    dirs.sort();
-    dirs.pop()
-}
-
-/// The uid and gid of `user`, if it exists.
-pub fn user_ids(user: &str) -> Option<(u32, u32)> {
-    let name = std::ffi::CString::new(user).ok()?;
-    // SAFETY: a NUL-terminated name; the entry is read at once, before any other call.
-    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
-    // SAFETY: a non-null entry of getpwnam.
-    (!pw.is_null()).then(|| unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
-}
-
 /// Runs a command to its end, bounded.
 pub fn run_bounded(cmd: Command, name: &str, limit: Duration) -> Finished {
     Program::spawn(cmd, name).wait(limit)

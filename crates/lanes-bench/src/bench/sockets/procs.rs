@@ -352,20 +352,6 @@ impl Drop for Hogs {
     }
 }
 
-/// The uid and gid of user `name`.
-pub(crate) fn user_ids(name: &str) -> Option<(u32, u32)> {
-    let c = std::ffi::CString::new(name).ok()?;
-    // SAFETY: getpwnam reads a NUL-terminated name; the result, if any, points into static
-    // storage that we copy from at once (the bench is single-threaded when it asks).
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    if pw.is_null() {
-        return None;
-    }
-    // SAFETY: non-null, as getpwnam returned it.
-    let pw = unsafe { &*pw };
-    Some((pw.pw_uid, pw.pw_gid))
-}
-
 /// Where a program is in `PATH`, if it is.
 pub(crate) fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));

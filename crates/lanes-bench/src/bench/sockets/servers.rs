@@ -190,7 +190,10 @@ pub(crate) fn pg_setup(cpus: (Option<usize>, Option<usize>)) -> Result<PgCluster
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let user = if root {
-        Some(procs::user_ids("postgres").ok_or("running as root needs a `postgres` user (the server refuses root)")?)
+        Some(
+            lanes::platform::users::account_ids("postgres")
+                .map_err(|_| "running as root needs a `postgres` user (the server refuses root)")?,
+        )
     } else {
         None
     };
