@@ -300,6 +300,11 @@ fn table() -> &'static RwLock<FxHashMap<i32, Arc<Conn>>> {
     TABLE.get_or_init(|| RwLock::new(FxHashMap::default()))
 }
 
+/// The table, held across a fork ([`crate::fork_locks`]).
+pub fn hold_for_fork(by: std::time::Instant) -> Option<crate::fork_locks::Held> {
+    crate::fork_locks::write_by(table(), by).map(|g| Box::new(g) as crate::fork_locks::Held)
+}
+
 /// Bumped by every change of the table: a thread's cached lookup is valid while it stays.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 

@@ -18,6 +18,7 @@
 mod config;
 mod conn;
 mod exec;
+mod fork_locks;
 mod mmsg;
 mod park;
 mod real;
@@ -92,14 +93,22 @@ extern "C" fn before_fork() {
     // shares the kernel sets; connections to other hosts go back to the kernel (two
     // processes cannot share a fabric stream), but for accepted ones not registered yet,
     // which the process left holding them registers (`remote::before_fork`).
+    // Then the library's locks are taken, so that no other thread holds one at the fork
+    // (`fork_locks`).
     guarded(|| {
         wait::flush_all();
         remote::before_fork();
+        fork_locks::take_all();
     });
+}
+
+extern "C" fn after_fork_in_parent() {
+    guarded(fork_locks::release_all);
 }
 
 extern "C" fn after_fork_in_child() {
     guarded(|| {
+        fork_locks::release_all();
         lanes::platform::files::after_fork_in_child();
         conn::adopt_after_fork();
         udp::adopt_after_fork();
@@ -111,7 +120,7 @@ extern "C" fn after_fork_in_child() {
 fn init() {
     INIT.call_once(|| {
         // SAFETY: registering a handler with no preconditions.
-        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_in_child)) };
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
         sandbox::detect_inherited();
         reasons::remember_start_uid();
         if config::config().enabled {

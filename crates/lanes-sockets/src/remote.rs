@@ -693,6 +693,11 @@ fn table() -> &'static RwLock<HashMap<i32, Arc<RemoteConn>>> {
     TABLE.get_or_init(|| RwLock::new(HashMap::new()))
 }
 
+/// The table, held across a fork ([`crate::fork_locks`]).
+pub fn hold_for_fork(by: std::time::Instant) -> Option<crate::fork_locks::Held> {
+    crate::fork_locks::write_by(table(), by).map(|g| Box::new(g) as crate::fork_locks::Held)
+}
+
 fn insert(fd: i32, c: Arc<RemoteConn>) {
     if let Ok(mut t) = table().write() {
         if t.insert(fd, c).is_none() {

@@ -123,7 +123,7 @@ pub fn poll_core(
 ) -> c_int {
     // Our epoll sets among them are ready by their kernel registrations (those owed are
     // made first) and by their sockets' rings, as a nested set is in an epoll wait.
-    let sets: SmallVec<[(usize, Arc<Mutex<Shadow>>); 2]> =
+    let sets: SmallVec<[(usize, Arc<ShadowLock>); 2]> =
         fds.iter().enumerate().filter_map(|(i, p)| set_of(p.fd).map(|s| (i, s))).collect();
     for (_, set) in &sets {
         flush_set(set);
@@ -378,7 +378,7 @@ struct Item {
     /// duplicate of the description is open, even after this fd number is closed).
     conn: Option<Arc<Conn>>,
     /// The registered fd is itself an epoll set of ours (nesting).
-    nested: Option<Arc<Mutex<Shadow>>>,
+    nested: Option<Arc<ShadowLock>>,
     /// The registered fd is a UDP socket with a ring (`crate::udp`).
     udp: Option<Arc<UdpSock>>,
     /// The registered fd is a connection to another host with a live stream.
@@ -402,7 +402,7 @@ impl Item {
 #[derive(Clone)]
 enum Watched {
     Ring(c_int, Arc<Conn>),
-    Set(c_int, Arc<Mutex<Shadow>>),
+    Set(c_int, Arc<ShadowLock>),
     Datagrams(c_int, Arc<UdpSock>),
     Stream(c_int, Arc<FabricStream>),
 }
@@ -525,8 +525,21 @@ impl Shadow {
     }
 }
 
-fn shadows() -> &'static Mutex<FdMap<Arc<Mutex<Shadow>>>> {
-    static S: OnceLock<Mutex<FdMap<Arc<Mutex<Shadow>>>>> = OnceLock::new();
+/// A set's shadow behind its lock.
+type ShadowLock = Mutex<Shadow>;
+type ShadowGuard<'a> = std::sync::MutexGuard<'a, Shadow>;
+
+self_cell::self_cell!(
+    /// A set's lock held across a fork, kept with the set's `Arc` ([`hold_for_fork`]).
+    struct HeldSet {
+        owner: Arc<ShadowLock>,
+        #[covariant]
+        dependent: ShadowGuard,
+    }
+);
+
+fn shadows() -> &'static Mutex<FdMap<Arc<ShadowLock>>> {
+    static S: OnceLock<Mutex<FdMap<Arc<ShadowLock>>>> = OnceLock::new();
     S.get_or_init(|| Mutex::new(FdMap::default()))
 }
 
@@ -621,7 +634,7 @@ pub fn created(epfd: c_int) {
     // a ring to watch: the set stays the kernel's alone, its calls the program's own.
     if epfd >= 0 && crate::config::config().enabled {
         if let Ok(mut s) = shadows().lock() {
-            s.insert(epfd, Arc::new(Mutex::new(Shadow { epfd, ..Shadow::default() })));
+            s.insert(epfd, Arc::new(ShadowLock::new(Shadow { epfd, ..Shadow::default() })));
             mark_set(epfd, true);
             SHADOWS_GENERATION.fetch_add(1, Ordering::AcqRel);
         }
@@ -648,7 +661,7 @@ pub fn closed(fd: c_int) {
     // A registration still owed to the kernel is made before the fd goes (the kernel keeps
     // it while a duplicate is open), so it can never land on a reused number.
     if owed_anywhere(fd) {
-        let sets: Vec<Arc<Mutex<Shadow>>> = match shadows().lock() {
+        let sets: Vec<Arc<ShadowLock>> = match shadows().lock() {
             Ok(s) => s.values().cloned().collect(),
             Err(_) => Vec::new(),
         };
@@ -726,12 +739,29 @@ pub fn is_set(fd: c_int) -> bool {
 }
 
 /// The set of an fd that [`is_set`].
-fn set_of(fd: c_int) -> Option<Arc<Mutex<Shadow>>> {
+fn set_of(fd: c_int) -> Option<Arc<ShadowLock>> {
     if is_set(fd) {
         shadow_of(fd)
     } else {
         None
     }
+}
+
+/// Every set's lock and the table of sets, held across a fork ([`crate::fork_locks`]).
+pub fn hold_for_fork(by: Instant) -> Vec<crate::fork_locks::Held> {
+    let mut held: Vec<crate::fork_locks::Held> = Vec::new();
+    let sets: Vec<Arc<ShadowLock>> = match shadows().lock() {
+        Ok(s) => s.values().cloned().collect(),
+        Err(_) => Vec::new(),
+    };
+    // Sets' locks first: a set's watch list looks in the socket tables under its lock.
+    for set in sets {
+        if let Ok(g) = HeldSet::try_new(set, |s| crate::fork_locks::lock_by(s, by).ok_or(())) {
+            held.push(Box::new(g));
+        }
+    }
+    held.extend(crate::fork_locks::lock_by(shadows(), by).map(|g| Box::new(g) as crate::fork_locks::Held));
+    held
 }
 
 /// Makes the kernel registrations owed in every set: before fork, so the child shares
@@ -740,7 +770,7 @@ pub fn flush_all() {
     if PENDING.load(Ordering::Acquire) == 0 {
         return;
     }
-    let sets: Vec<Arc<Mutex<Shadow>>> = match shadows().lock() {
+    let sets: Vec<Arc<ShadowLock>> = match shadows().lock() {
         Ok(s) => s.values().cloned().collect(),
         Err(_) => return,
     };
@@ -750,7 +780,7 @@ pub fn flush_all() {
 }
 
 /// Makes the registrations owed in `set` before the kernel is asked about it.
-fn flush_set(set: &Mutex<Shadow>) {
+fn flush_set(set: &ShadowLock) {
     if PENDING.load(Ordering::Acquire) > 0 {
         lock(set).flush();
     }
@@ -759,12 +789,12 @@ fn flush_set(set: &Mutex<Shadow>) {
 /// A thread about to sleep in the kernel on some of our sets: their owed registrations are
 /// made, and further ones made at once, until it is dropped.
 struct KernelSleep<'a> {
-    sets: SmallVec<[&'a Mutex<Shadow>; 2]>,
+    sets: SmallVec<[&'a ShadowLock; 2]>,
 }
 
 impl<'a> KernelSleep<'a> {
-    fn begin(sets: impl IntoIterator<Item = &'a Mutex<Shadow>>) -> KernelSleep<'a> {
-        let sets: SmallVec<[&'a Mutex<Shadow>; 2]> = sets.into_iter().collect();
+    fn begin(sets: impl IntoIterator<Item = &'a ShadowLock>) -> KernelSleep<'a> {
+        let sets: SmallVec<[&'a ShadowLock; 2]> = sets.into_iter().collect();
         for set in &sets {
             let mut sh = lock(set);
             sh.kernel_sleepers += 1;
@@ -819,7 +849,7 @@ fn sync_kernel(sh: &mut Shadow, fd: c_int) {
 static SHADOWS_GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// A cached [`shadow_of`] answer: the epfd, the generation then, and the set.
-type CachedSet = Option<(c_int, u64, Arc<Mutex<Shadow>>)>;
+type CachedSet = Option<(c_int, u64, Arc<ShadowLock>)>;
 
 thread_local! {
     /// This thread's last [`shadow_of`] answer (epfd, generation, set): a program waiting
@@ -827,7 +857,7 @@ thread_local! {
     static LAST_SET: RefCell<CachedSet> = const { RefCell::new(None) };
 }
 
-fn shadow_of(epfd: c_int) -> Option<Arc<Mutex<Shadow>>> {
+fn shadow_of(epfd: c_int) -> Option<Arc<ShadowLock>> {
     let generation = SHADOWS_GENERATION.load(Ordering::Acquire);
     let cached = LAST_SET.with(|l| match &*l.borrow() {
         Some((fd, g, set)) if *fd == epfd && *g == generation => Some(set.clone()),
@@ -843,7 +873,7 @@ fn shadow_of(epfd: c_int) -> Option<Arc<Mutex<Shadow>>> {
     found
 }
 
-fn lock(shadow: &Mutex<Shadow>) -> std::sync::MutexGuard<'_, Shadow> {
+fn lock(shadow: &ShadowLock) -> ShadowGuard<'_> {
     shadow.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -1028,7 +1058,7 @@ unsafe fn kernel_only_wait(
     events: *mut epoll_event,
     max: usize,
     timeout: Option<Duration>,
-    shadow: &Mutex<Shadow>,
+    shadow: &ShadowLock,
     kernel: &KernelWait<'_>,
 ) -> KernelOnly {
     {
@@ -1091,7 +1121,7 @@ fn wait_loop(
     events: *mut epoll_event,
     max: usize,
     timeout: Option<Duration>,
-    shadow: &Arc<Mutex<Shadow>>,
+    shadow: &Arc<ShadowLock>,
     buf: &mut [epoll_event],
     kernel: &KernelWait<'_>,
 ) -> c_int {
@@ -1184,7 +1214,7 @@ fn wait_loop(
 
 /// Adds the watched rings with bytes to report (and nested sets with such rings) to `out`;
 /// true if one of those sockets has urgent data behind its ring bytes ([`urgent_behind_ring`]).
-fn rings_ready(shadow: &Mutex<Shadow>, watched: &[Watched], max: usize, out: &mut ReadyList) -> bool {
+fn rings_ready(shadow: &ShadowLock, watched: &[Watched], max: usize, out: &mut ReadyList) -> bool {
     let mut sh = lock(shadow);
     let mut urgent = false;
     for w in watched {
@@ -1266,7 +1296,7 @@ fn sleep_set(
 }
 
 /// Whether an (inner) set has an accelerated socket with ring bytes to report.
-fn shadow_ring_ready(shadow: &Mutex<Shadow>) -> bool {
+fn shadow_ring_ready(shadow: &ShadowLock) -> bool {
     let sh = lock(shadow);
     !sh.closed
         && sh.items.values().any(|it| {
@@ -1292,7 +1322,7 @@ fn shadow_ring_ready(shadow: &Mutex<Shadow>) -> bool {
 }
 
 /// A value that changes whenever ring data arrives at any socket of a set.
-fn shadow_ring_signature(shadow: &Mutex<Shadow>) -> u64 {
+fn shadow_ring_signature(shadow: &ShadowLock) -> u64 {
     let sh = lock(shadow);
     sh.items
         .values()
@@ -1316,7 +1346,7 @@ enum Ready {
 type ReadyList = SmallVec<[Ready; 16]>;
 
 /// Adds kernel events (translated from tokens) to `out`, one entry per fd.
-fn merge(shadow: &Mutex<Shadow>, kernel: &[epoll_event], out: &mut ReadyList) -> usize {
+fn merge(shadow: &ShadowLock, kernel: &[epoll_event], out: &mut ReadyList) -> usize {
     let sh = lock(shadow);
     for ev in kernel {
         let (data, events) = (ev.u64, ev.events);
@@ -1340,7 +1370,7 @@ fn merge(shadow: &Mutex<Shadow>, kernel: &[epoll_event], out: &mut ReadyList) ->
 /// Writes the events with the application's data; disarms one-shot items, in the kernel
 /// set too when only a ring reported them (the kernel disarms an item it reports itself:
 /// disarming it again cost every one-shot event an extra system call).
-fn deliver(epfd: c_int, shadow: &Mutex<Shadow>, out: &[Ready], events: *mut epoll_event) -> c_int {
+fn deliver(epfd: c_int, shadow: &ShadowLock, out: &[Ready], events: *mut epoll_event) -> c_int {
     let mut sh = lock(shadow);
     let mut n = 0;
     for r in out {

@@ -379,6 +379,7 @@ const PROCESSES_AND_THREADS: &[&str] = &[
     "fexecve-handoff",
     "posix-spawn",
     "threads",
+    "fork-busy-threads",
 ];
 const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain", "ring-then-kernel", "pingpong-slow"];
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).

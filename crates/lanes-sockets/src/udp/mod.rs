@@ -114,6 +114,11 @@ fn table() -> &'static RwLock<FxHashMap<c_int, Arc<UdpSock>>> {
     TABLE.get_or_init(|| RwLock::new(FxHashMap::default()))
 }
 
+/// The table, held across a fork ([`crate::fork_locks`]).
+pub fn hold_for_fork(by: std::time::Instant) -> Option<crate::fork_locks::Held> {
+    crate::fork_locks::write_by(table(), by).map(|g| Box::new(g) as crate::fork_locks::Held)
+}
+
 /// The UDP socket behind `fd`, if the library knows it as one.
 #[inline]
 pub fn lookup(fd: c_int) -> Option<Arc<UdpSock>> {

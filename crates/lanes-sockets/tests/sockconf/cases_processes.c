@@ -567,3 +567,108 @@ void timeo_client(void)
     sync_send('d');
     close(fd);
 }
+
+/* A multi-threaded process forks while its other threads are inside socket calls: each
+ * child, which has only the forking thread, must be able to close its copies of the
+ * sockets and wait on an epoll set of them (Python's multiprocessing with the fork start
+ * method, a threaded server forking helpers). Locks a vanished thread held at the fork
+ * would leave them blocked for good. */
+#define BUSY_PAIRS 12
+#define BUSY_FORKS 64
+static int busy_fds[2 * BUSY_PAIRS];
+static int busy_epfd;
+static atomic_int busy_stop;
+
+static void *busy_thread(void *arg)
+{
+    int first = *(int *)arg;
+    char b[64];
+    struct epoll_event ev[4];
+    for (unsigned i = (unsigned)first; !atomic_load(&busy_stop); i++) {
+        /* More sockets than a thread's cache of lookups holds: every call looks in the
+         * table. */
+        (void)recv(busy_fds[i % (2 * BUSY_PAIRS)], b, sizeof b, MSG_DONTWAIT);
+        if (i % 4 == 0)
+            (void)epoll_wait(busy_epfd, ev, 4, 0);
+    }
+    return NULL;
+}
+
+void forkbusy_server(void)
+{
+    int s = accept_one();
+    char b[8];
+    say("read_full %s", got(read_full(s, b, 4), b));
+    say("write %s", res(write(s, "ok", 2)));
+    close(s);
+}
+
+void forkbusy_client(void)
+{
+    int fd = connect_one();
+    int l = listen_socket(C.family, 0);
+    busy_epfd = epoll_create1(EPOLL_CLOEXEC);
+    for (int i = 0; i < BUSY_PAIRS; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = loop_addr(C.family, bound_port(l), &ss);
+        int c = tcp_socket(0);
+        if (connect(c, (struct sockaddr *)&ss, len) < 0)
+            die("connect (pair)");
+        int a = accept(l, NULL, NULL);
+        if (a < 0)
+            die("accept (pair)");
+        busy_fds[2 * i] = c;
+        busy_fds[2 * i + 1] = a;
+        char b[2];
+        for (int k = 0; k < 20; k++) /* enough calls for the pair to be set up */
+            if (write_all(c, "hi", 2) != 2 || read_full(a, b, 2) != 2 || write_all(a, "ok", 2) != 2 ||
+                read_full(c, b, 2) != 2)
+                die("exchange (pair)");
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = a};
+        epoll_ctl(busy_epfd, EPOLL_CTL_ADD, a, &ev);
+    }
+    close(l);
+    pthread_t t[2];
+    int firsts[2] = {0, 7};
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, busy_thread, &firsts[i]))
+            die("pthread_create");
+    int exited = 0, hung = 0;
+    for (int k = 0; k < BUSY_FORKS; k++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork");
+        if (pid == 0) {
+            struct epoll_event ev[4];
+            (void)epoll_wait(busy_epfd, ev, 4, 0);
+            for (int i = 0; i < 2 * BUSY_PAIRS; i++)
+                close(busy_fds[i]);
+            _exit(0);
+        }
+        int st = 0;
+        long long until = now_ms() + 3000;
+        pid_t r;
+        while ((r = waitpid(pid, &st, WNOHANG)) == 0 && now_ms() < until)
+            sleep_ms(1);
+        if (r == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+            exited++;
+        } else {
+            hung++;
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            break; /* one is enough, and the watchdog bounds the case */
+        }
+    }
+    atomic_store(&busy_stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    say("forks beside two busy threads: %d children closed their sockets and exited, %d hung",
+        exited, hung);
+    for (int i = 0; i < 2 * BUSY_PAIRS; i++)
+        close(busy_fds[i]);
+    close(busy_epfd);
+    say("write %s", res(write(fd, "done", 4)));
+    char b[4];
+    say("read_full %s", got(read_full(fd, b, 2), b));
+    close(fd);
+}

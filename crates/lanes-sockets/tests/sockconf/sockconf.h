@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -314,6 +315,8 @@ void handoff_client_fexecve(void) ;
 int handoff_child_main(int argc, char **argv) ;
 void threads_server(void) ;
 void threads_client(void) ;
+void forkbusy_server(void) ;
+void forkbusy_client(void) ;
 void no_hashing(void);
 void stream_gib_server(void) ;
 void stream_gib_client(void) ;
