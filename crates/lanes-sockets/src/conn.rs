@@ -301,7 +301,7 @@ fn table() -> &'static RwLock<FxHashMap<i32, Arc<Conn>>> {
 }
 
 /// The table, held across a fork ([`crate::fork_locks`]).
-pub fn hold_for_fork(by: std::time::Instant) -> Option<crate::fork_locks::Held> {
+pub fn hold_for_fork(by: Option<std::time::Instant>) -> Option<crate::fork_locks::Held> {
     crate::fork_locks::write_by(table(), by).map(|g| Box::new(g) as crate::fork_locks::Held)
 }
 

@@ -8,9 +8,9 @@
 //! datagrams, other hosts) and the epoll sets' shadows.
 //!
 //! Other threads hold these locks for a lookup or a registration, never across a blocking
-//! system call, so a fork waits microseconds for them. It waits at most [`PATIENCE`] in
-//! all: a lock still held then (by the forking thread itself, forking from a signal handler
-//! that interrupted the library) is left as it is, as it was before these handlers.
+//! system call, so a fork waits microseconds for them. A fork made from a signal handler
+//! that interrupted the library on the forking thread may find a lock held by that very
+//! thread: it waits at most [`PATIENCE`] in all, and leaves a lock still held then as it is.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -29,9 +29,10 @@ thread_local! {
     static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Takes `lock` for writing, waiting for other threads to leave it until `by`; None if
-/// they have not by then.
-pub fn write_by<T>(lock: &RwLock<T>, by: Instant) -> Option<RwLockWriteGuard<'_, T>> {
+/// Takes `lock` for writing, waiting for other threads to leave it (until `by`, if given;
+/// None if they have not by then).
+pub fn write_by<T>(lock: &RwLock<T>, by: Option<Instant>) -> Option<RwLockWriteGuard<'_, T>> {
+    let Some(by) = by else { return Some(lock.write().unwrap_or_else(|p| p.into_inner())) };
     loop {
         match lock.try_write() {
             Ok(g) => return Some(g),
@@ -43,7 +44,8 @@ pub fn write_by<T>(lock: &RwLock<T>, by: Instant) -> Option<RwLockWriteGuard<'_,
 }
 
 /// As [`write_by`], for a mutex.
-pub fn lock_by<T>(lock: &Mutex<T>, by: Instant) -> Option<MutexGuard<'_, T>> {
+pub fn lock_by<T>(lock: &Mutex<T>, by: Option<Instant>) -> Option<MutexGuard<'_, T>> {
+    let Some(by) = by else { return Some(lock.lock().unwrap_or_else(|p| p.into_inner())) };
     loop {
         match lock.try_lock() {
             Ok(g) => return Some(g),
@@ -55,9 +57,10 @@ pub fn lock_by<T>(lock: &Mutex<T>, by: Instant) -> Option<MutexGuard<'_, T>> {
 }
 
 /// Before a fork: takes every lock of the library (in the order the library's own calls
-/// nest them: an epoll set's shadow, then a socket table).
-pub fn take_all() {
-    let by = Instant::now() + PATIENCE;
+/// nest them: an epoll set's shadow, then a socket table). `in_library`: the fork comes from
+/// a signal handler that interrupted the library on this thread (see the module's doc).
+pub fn take_all(in_library: bool) {
+    let by = in_library.then(|| Instant::now() + PATIENCE);
     let mut held = crate::wait::hold_for_fork(by);
     held.extend(crate::conn::hold_for_fork(by));
     held.extend(crate::udp::hold_for_fork(by));

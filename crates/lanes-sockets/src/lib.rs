@@ -26,6 +26,7 @@ mod reasons;
 mod remote;
 mod remote_io;
 mod sandbox;
+mod signals;
 mod sock_diag;
 mod spin;
 mod stream;
@@ -51,6 +52,9 @@ thread_local! {
     /// Set while this thread runs library code: calls our own code makes (std's file I/O,
     /// the sock_diag socket) go straight to the C library.
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread is in our `fork`'s call of the C library's: its fork handlers
+    /// run inside the library, but not from a signal handler that interrupted it.
+    static FORKING: Cell<bool> = const { Cell::new(false) };
 }
 
 static INIT: Once = Once::new();
@@ -95,10 +99,11 @@ extern "C" fn before_fork() {
     // which the process left holding them registers (`remote::before_fork`).
     // Then the library's locks are taken, so that no other thread holds one at the fork
     // (`fork_locks`).
+    let in_library = INSIDE.with(|i| i.get()) && !FORKING.with(|f| f.get());
     guarded(|| {
         wait::flush_all();
         remote::before_fork();
-        fork_locks::take_all();
+        fork_locks::take_all(in_library);
     });
 }
 
@@ -145,7 +150,11 @@ fn init() {
 /// connect was under way: it took the ENOENT for the connect's outcome).
 #[inline]
 fn intercept<R: Copy + PartialEq>(failed: R, accel: impl FnOnce() -> Option<R>, pass: impl FnOnce() -> R) -> R {
-    if INSIDE.with(|i| i.get()) || fabric_thread() {
+    if INSIDE.with(|i| i.get()) {
+        return pass();
+    }
+    signals::call_starts();
+    if fabric_thread() {
         return pass();
     }
     let programs_errno = errno();
@@ -1747,8 +1756,10 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
         || {
             // Parent and child must share a record, as they share the socket.
             Deferred::set_up_all();
+            FORKING.with(|f| f.set(true));
             let pid = call();
             let e = errno();
+            FORKING.with(|f| f.set(false));
             if pid > 0 {
                 conn::adopt_for_child(pid);
                 udp::adopt_for_child(pid);
@@ -1761,6 +1772,68 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
             Some(pid)
         },
         call,
+    )
+}
+
+// ---- signals -----------------------------------------------------------------------------
+
+/// Runs `f` unless the library is off (`LANES_SOCKETS=0`), else `pass`; a panic fails the
+/// call with EIO. Not through `intercept`: these calls may come before `main` and from
+/// signal handlers, where the library's start-up must not run.
+fn signal_call<R>(failed: R, f: impl FnOnce() -> R, pass: impl FnOnce() -> R) -> R {
+    if !signals::enabled() {
+        return pass();
+    }
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        set_errno(libc::EIO);
+        failed
+    })
+}
+
+/// # Safety
+/// As sigaction(2).
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    signal_call(
+        -1,
+        // SAFETY: the caller's arguments.
+        || unsafe { signals::sigaction(sig, act, old) },
+        // SAFETY: the caller's arguments.
+        || unsafe { (real().sigaction)(sig, act, old) },
+    )
+}
+
+/// # Safety
+/// As signal(3).
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    signal_call(
+        libc::SIG_ERR,
+        // SAFETY: the caller's arguments.
+        || unsafe { signals::signal(sig, handler) },
+        // SAFETY: the caller's arguments.
+        || unsafe { (real().signal)(sig, handler) },
+    )
+}
+
+/// # Safety
+/// As bsd_signal(3), the same as signal(3).
+#[no_mangle]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: the caller's arguments.
+    unsafe { signal(sig, handler) }
+}
+
+/// # Safety
+/// As siginterrupt(3).
+#[no_mangle]
+pub unsafe extern "C" fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
+    signal_call(
+        -1,
+        // SAFETY: the caller's arguments.
+        || unsafe { signals::siginterrupt(sig, interrupt) },
+        // SAFETY: the caller's arguments.
+        || unsafe { (real().siginterrupt)(sig, interrupt) },
     )
 }
 

@@ -72,6 +72,9 @@ real_functions! {
     epoll_pwait: fn(c_int, *mut epoll_event, c_int, c_int, *const sigset_t) -> c_int;
     prctl: fn(c_int, c_ulong, c_ulong, c_ulong, c_ulong) -> c_int;
     fork: fn() -> libc::pid_t;
+    sigaction: fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+    signal: fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    siginterrupt: fn(c_int, c_int) -> c_int;
     setuid: fn(libc::uid_t) -> c_int;
     seteuid: fn(libc::uid_t) -> c_int;
     setreuid: fn(libc::uid_t, libc::uid_t) -> c_int;

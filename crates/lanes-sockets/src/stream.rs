@@ -1118,6 +1118,7 @@ fn recv_stream(
     flags: c_int,
     msg: &mut Option<RecvMsg<'_>>,
 ) -> ssize_t {
+    let since = crate::signals::Since::call_start();
     if flags & libc::MSG_ERRQUEUE != 0 {
         // The socket's error queue (MSG_ZEROCOPY completions, timestamps, IP_RECVERR) is
         // the kernel's and holds no byte of the stream: never the ring, never counted.
@@ -1346,6 +1347,15 @@ fn recv_stream(
             e = errno();
         }
         if r < 0 && (e == libc::EAGAIN || e == libc::EWOULDBLOCK) {
+            if !nonblocking && since.interrupts_io() {
+                // A handler ran while this call spun: the kernel's receive would have
+                // ended with it, with the bytes it had or EINTR.
+                if got > 0 {
+                    return got as ssize_t;
+                }
+                set_errno(libc::EINTR);
+                return -1;
+            }
             let Some(ticket) = word.prepare_sleep(conn.own.rx_consumed().load(Ordering::Acquire)) else { continue };
             let will_wait =
                 !nonblocking && word.load().kernel_caught_up(conn.own.rx_kernel_read().load(Ordering::Acquire));

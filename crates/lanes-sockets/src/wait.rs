@@ -121,6 +121,7 @@ pub fn poll_core(
     timeout: Option<Duration>,
     sleep: &mut dyn FnMut(&mut [pollfd], Option<Duration>) -> c_int,
 ) -> c_int {
+    let since = crate::signals::Since::call_start();
     // Our epoll sets among them are ready by their kernel registrations (those owed are
     // made first) and by their sockets' rings, as a nested set is in an epoll wait.
     let sets: SmallVec<[(usize, Arc<ShadowLock>); 2]> =
@@ -158,6 +159,9 @@ pub fn poll_core(
     let asleep_in_sets = || KernelSleep::begin(sets.iter().map(|(_, set)| &**set));
     if accel.is_empty() && datagrams.is_empty() && streams.is_empty() && !set_rings {
         let _asleep = asleep_in_sets();
+        if timeout != Some(Duration::ZERO) && since.interrupted() {
+            return interrupted();
+        }
         return sleep(fds, timeout);
     }
     // revents are the call's output: what the program left there from an earlier call
@@ -254,6 +258,9 @@ pub fn poll_core(
             s.miss();
         }
         let _asleep = asleep_in_sets();
+        if since.interrupted() {
+            return interrupted();
+        }
         let slept = Instant::now();
         let r = sleep(fds, remaining(deadline));
         if r > 0 {
@@ -261,6 +268,13 @@ pub fn poll_core(
         }
         return r;
     }
+}
+
+/// A wait's answer when a signal handler ran on its thread before its kernel sleep (see
+/// [`crate::signals`]): EINTR, as the kernel's wait, which it would have interrupted, gives.
+fn interrupted() -> c_int {
+    set_errno(libc::EINTR);
+    -1
 }
 
 /// Whether the peer sent urgent data (the mark and the byte are in the kernel) while ring
@@ -748,7 +762,7 @@ fn set_of(fd: c_int) -> Option<Arc<ShadowLock>> {
 }
 
 /// Every set's lock and the table of sets, held across a fork ([`crate::fork_locks`]).
-pub fn hold_for_fork(by: Instant) -> Vec<crate::fork_locks::Held> {
+pub fn hold_for_fork(by: Option<Instant>) -> Vec<crate::fork_locks::Held> {
     let mut held: Vec<crate::fork_locks::Held> = Vec::new();
     let sets: Vec<Arc<ShadowLock>> = match shadows().lock() {
         Ok(s) => s.values().cloned().collect(),
@@ -1008,13 +1022,14 @@ pub unsafe fn wait(
     timeout: Option<Duration>,
     kernel: &KernelWait<'_>,
 ) -> c_int {
+    let since = crate::signals::Since::call_start();
     let Some(shadow) = shadow_of(epfd) else { return kernel(events, maxevents, timeout) };
     if maxevents <= 0 || events.is_null() {
         return kernel(events, maxevents, timeout);
     }
     let max = maxevents as usize;
     // SAFETY: events valid for max entries, as the caller guarantees.
-    let timeout = match unsafe { kernel_only_wait(events, max, timeout, &shadow, kernel) } {
+    let timeout = match unsafe { kernel_only_wait(events, max, timeout, &shadow, kernel, since) } {
         KernelOnly::Done(r) => return r,
         KernelOnly::Watches => timeout,
         KernelOnly::NothingToReport(Some(Duration::ZERO)) => return 0,
@@ -1029,7 +1044,7 @@ pub unsafe fn wait(
     if buf.len() < max {
         buf.resize(max, epoll_event { events: 0, u64: 0 });
     }
-    let result = wait_loop(epfd, events, max, timeout, &shadow, &mut buf, kernel);
+    let result = wait_loop(epfd, events, max, timeout, &shadow, &mut buf, kernel, since);
     BUF.with(|b| *b.borrow_mut() = buf);
     result
 }
@@ -1060,6 +1075,7 @@ unsafe fn kernel_only_wait(
     timeout: Option<Duration>,
     shadow: &ShadowLock,
     kernel: &KernelWait<'_>,
+    since: crate::signals::Since,
 ) -> KernelOnly {
     {
         let mut sh = lock(shadow);
@@ -1070,6 +1086,11 @@ unsafe fn kernel_only_wait(
         // As `KernelSleep`: registrations made meanwhile go to the kernel at once.
         sh.kernel_sleepers += 1;
         sh.flush();
+    }
+    if timeout != Some(Duration::ZERO) && since.interrupted() {
+        let mut sh = lock(shadow);
+        sh.kernel_sleepers = sh.kernel_sleepers.saturating_sub(1);
+        return KernelOnly::Done(interrupted());
     }
     // Only for a finite wait, and only read if every event it gets has to be dropped.
     let started = timeout.filter(|t| !t.is_zero()).map(|_| Instant::now());
@@ -1124,6 +1145,7 @@ fn wait_loop(
     shadow: &Arc<ShadowLock>,
     buf: &mut [epoll_event],
     kernel: &KernelWait<'_>,
+    since: crate::signals::Since,
 ) -> c_int {
     let deadline = timeout.map(|t| Instant::now() + t);
     flush_set(shadow);
@@ -1187,6 +1209,9 @@ fn wait_loop(
         }
         // From now on registrations in the set are made at once; those owed are made first.
         let asleep = KernelSleep::begin([&**shadow]);
+        if since.interrupted() {
+            return interrupted();
+        }
         let slept = Instant::now();
         let r = kernel(buf.as_mut_ptr(), max as c_int, remaining(deadline));
         let e = errno();

@@ -229,6 +229,12 @@ pub unsafe fn recv(
             }
             spin.miss();
         }
+        if crate::signals::Since::call_start().interrupts_io() {
+            // A handler ran during this call (while it spun): the kernel's receive would
+            // have ended with EINTR.
+            set_errno(libc::EINTR);
+            return Some(-1);
+        }
         if !rec.prepare_sleep() {
             continue;
         }

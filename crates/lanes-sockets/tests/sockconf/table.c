@@ -203,6 +203,8 @@ const struct casedef cases[] = {
      "alarm() with SA_RESTART: the blocking recv restarts and gets the data"},
     {"eintr-wait", AF_INET, true, script_server, eintr_wait_client, set_late,
      "SA_RESTART still interrupts epoll_wait, poll, select and recv with SO_RCVTIMEO"},
+    {"eintr-spin", AF_INET, true, spin_signal_server, spin_signal_client, spin_signal_setup,
+     "a 50 ms timer interrupts epoll_wait, poll and a blocking recv (inside a 500 ms spin, with the library)"},
 };
 
 /* The number of cases, for the files that see `cases` without its size. */
