@@ -433,6 +433,15 @@ fn error_paths_return_the_documented_codes_and_nothing_crashes() {
     assert!(s.contains("0 failures"), "{s}");
 }
 
+#[test]
+fn library_threads_leave_the_programs_signals_to_it() {
+    let sdk = Sdk::install("signals");
+    let prog = sdk.test_program("signal_threads", &[]);
+    let out = sdk.run(&prog, 4, &[]);
+    assert_all_ok("signal_threads", &out);
+    assert!(out.stdout.contains("ok thread lanes-"), "{}", show("signal_threads", &out));
+}
+
 /// The `ok`/`FAIL` lines of a test program: all passed and it said so.
 fn assert_all_ok(what: &str, out: &Finished) {
     let s = &out.stdout;

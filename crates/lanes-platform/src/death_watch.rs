@@ -129,9 +129,7 @@ fn monitor() -> io::Result<Arc<Monitor>> {
     }
     let m = Arc::new(Monitor::new()?);
     let thread_monitor = m.clone();
-    std::thread::Builder::new()
-        .name("lanes-death-watch".into())
-        .spawn(move || thread_monitor.run())
+    crate::threads::spawn("lanes-death-watch", move || thread_monitor.run())
         .map_err(|e| io::Error::other(format!("cannot start the death-watch thread: {e}")))?;
     *slot = Some(m.clone());
     Ok(m)

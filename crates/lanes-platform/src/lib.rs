@@ -32,6 +32,7 @@ pub mod net;
 pub mod shared_slice;
 pub mod signals;
 pub mod spsc;
+pub mod threads;
 pub mod users;
 
 pub use shared_slice::{SharedSlice, SliceError};

@@ -338,7 +338,7 @@ impl RemoteConn {
     fn renew_objects_in_background(self: &Arc<Self>, slot: &mut Slot, old: Replaced) {
         *slot = Slot::Renewing(old);
         let me = self.clone();
-        let spawned = std::thread::Builder::new().name("lanes-stream-setup".into()).spawn(move || {
+        let spawned = lanes::platform::threads::spawn("lanes-stream-setup", move || {
             let renewed = exports().and_then(|e| me.register_again(e.handles()).map(|()| e));
             let mut slot = me.slot();
             // Given up or closed meanwhile: what was exported is dropped.
@@ -450,7 +450,7 @@ impl RemoteConn {
         drop(used);
         *slot = Slot::Connecting;
         let me = self.clone();
-        let spawned = std::thread::Builder::new().name("lanes-stream-setup".into()).spawn(move || {
+        let spawned = lanes::platform::threads::spawn("lanes-stream-setup", move || {
             let connected = connect_with_retries(exports, peer).map_err(|failed| *failed);
             let mut slot = me.slot();
             // Given up or closed meanwhile: what was connected is dropped.

@@ -443,12 +443,10 @@ fn budget_ms(timeout: Duration) -> u64 {
 fn connect_within(socket: &Path, timeout: Duration) -> Result<UnixStream> {
     let (tx, rx) = mpsc::channel();
     let path = socket.to_path_buf();
-    std::thread::Builder::new()
-        .name("lanes-connect".into())
-        .spawn(move || {
-            let _ = tx.send(UnixStream::connect(&path));
-        })
-        .map_err(|e| Error::io("starting a connect thread", e))?;
+    crate::platform::threads::spawn("lanes-connect", move || {
+        let _ = tx.send(UnixStream::connect(&path));
+    })
+    .map_err(|e| Error::io("starting a connect thread", e))?;
     match rx.recv_timeout(timeout) {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(source)) => Err(Error::NoDaemon { socket: socket.to_path_buf(), source }),

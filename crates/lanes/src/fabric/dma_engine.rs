@@ -144,7 +144,7 @@ impl Engine {
                 bell_words: CachePadded([AtomicU32::new(0), AtomicU32::new(0)]),
             });
             let runner = ch.clone();
-            std::thread::Builder::new().name(format!("lanes-dma-{}", ch.id)).spawn(move || runner.run())?;
+            crate::platform::threads::spawn(format!("lanes-dma-{}", ch.id), move || runner.run())?;
             chans.push(ch);
         }
         Ok(match id {

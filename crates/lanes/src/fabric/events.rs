@@ -71,7 +71,7 @@ pub(crate) fn spawn_callback_thread<T: Send + 'static, E>(
     mut next: impl FnMut() -> Result<T, E> + Send + 'static,
     mut cb: impl FnMut(T) -> CallbackAction + Send + 'static,
 ) -> std::io::Result<()> {
-    std::thread::Builder::new().name(name.into()).spawn(move || {
+    crate::platform::threads::spawn(name, move || {
         while let Ok(v) = next() {
             // A panicking callback must not take the process down with it; it is cancelled.
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(v))) {

@@ -784,8 +784,7 @@ impl PendingStream {
             failover_watcher: OnceLock::new(),
         });
         let for_thread = shared.clone();
-        let spawned =
-            std::thread::Builder::new().name("lanes-fabric-stream".into()).spawn(move || for_thread.service());
+        let spawned = crate::platform::threads::spawn("lanes-fabric-stream", move || for_thread.service());
         match spawned {
             Ok(service) => Ok(FabricStream { shared, service: Some(service) }),
             // The peer's stream, ready, sees these objects go (as when this process ends)

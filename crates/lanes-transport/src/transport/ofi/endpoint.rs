@@ -236,8 +236,13 @@ fn find_endpoint(all: &[(EndpointSpec, Weak<ProcessEndpoint>)], spec: &EndpointS
 
 impl ProcessEndpoint {
     /// Opens an endpoint of `spec.provider` bound to `spec.address` (any free port) and
-    /// starts its service thread.
+    /// starts its service thread. With every signal blocked: the threads the provider
+    /// starts meanwhile inherit that mask (see `platform::threads`).
     pub fn open(spec: EndpointSpec) -> Result<Arc<ProcessEndpoint>> {
+        crate::platform::threads::with_signals_blocked(|| Self::open_masked(spec))
+    }
+
+    fn open_masked(spec: EndpointSpec) -> Result<Arc<ProcessEndpoint>> {
         let hints = fi::Hints::lanes_rdm(Some(&spec.provider));
         let node = spec.address.to_string();
         let info = fi::Info::get(&hints, Some(&node), None, fi::FI_SOURCE)?.into_iter().next().ok_or_else(|| {
@@ -305,13 +310,11 @@ impl ProcessEndpoint {
         });
         let weak = Arc::downgrade(&me);
         let done = me.service_done.clone();
-        let handle = std::thread::Builder::new()
-            .name("lanes-ofi".into())
-            .spawn(move || {
-                service_loop(weak);
-                done.store(true, Ordering::Release);
-            })
-            .map_err(|e| Error::io("starting the ofi service thread", e))?;
+        let handle = crate::platform::threads::spawn("lanes-ofi", move || {
+            service_loop(weak);
+            done.store(true, Ordering::Release);
+        })
+        .map_err(|e| Error::io("starting the ofi service thread", e))?;
         *me.service.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
         Ok(me)
     }

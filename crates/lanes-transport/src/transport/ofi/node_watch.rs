@@ -73,9 +73,7 @@ impl NodeWatch {
         let watch = Arc::new(NodeWatch { state: Mutex::new(Watched::default()), dir: dir.clone(), patience });
         watch.subscribed(&sub, false);
         let weak = Arc::downgrade(&watch);
-        std::thread::Builder::new()
-            .name("lanes-node-watch".into())
-            .spawn(move || run(weak, dir, sub))
+        crate::platform::threads::spawn("lanes-node-watch", move || run(weak, dir, sub))
             .map_err(|e| Error::io("starting the node watch thread", e))?;
         Ok(watch)
     }

@@ -65,7 +65,7 @@ impl Shared {
                 continue;
             }
             let s = self.clone();
-            let spawned = std::thread::Builder::new().name("lanes-d-client".into()).spawn(move || {
+            let spawned = crate::platform::threads::spawn("lanes-d-client", move || {
                 if let Err(reason) = s.serve_client(stream) {
                     s.log(format_args!("local process: {reason}"));
                 }

@@ -363,7 +363,7 @@ impl Daemon {
         shared.adopt_records();
         let mut threads = Vec::new();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new().name(name).spawn(f).map_err(|e| Error::io("starting a daemon thread", e))
+            crate::platform::threads::spawn(name, f).map_err(|e| Error::io("starting a daemon thread", e))
         };
         let listeners = match (tcp.try_clone(), local.try_clone()) {
             (Ok(t), Ok(l)) => (t, l),

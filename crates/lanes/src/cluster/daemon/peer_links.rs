@@ -191,7 +191,7 @@ impl Shared {
                 }
             };
             let s = self.clone();
-            let spawned = std::thread::Builder::new().name("lanes-d-peer".into()).spawn(move || {
+            let spawned = crate::platform::threads::spawn("lanes-d-peer", move || {
                 let from = match stream.peer_addr() {
                     Ok(a) => a,
                     Err(e) => return s.log(format_args!("a peer connection without an address: {e}")),
@@ -278,7 +278,7 @@ impl Shared {
         };
         let writer_stream = stream.clone();
         let sealer = reader.link.clone();
-        let writer = std::thread::Builder::new().name("lanes-d-write".into()).spawn(move || {
+        let writer = crate::platform::threads::spawn("lanes-d-write", move || {
             for frame in rx.iter() {
                 let bytes = match &sealer {
                     Some(s) => match s.seal(&frame) {
