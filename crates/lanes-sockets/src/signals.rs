@@ -214,14 +214,27 @@ impl Since {
         HANDLED.try_with(Cell::get).unwrap_or(0) != self.0
     }
 
-    /// Whether a handler ran on this thread since whose signal interrupts a read or write
-    /// (it has no SA_RESTART; the last one decides).
-    pub fn interrupts_io(&self) -> bool {
+    /// Whether a handler ran on this thread since that interrupts a blocking receive on
+    /// socket `fd`: its signal has no SA_RESTART (the last one decides), or the socket has a
+    /// receive timeout (SO_RCVTIMEO), under which the kernel never restarts one.
+    pub fn interrupts_receive(&self, fd: c_int) -> bool {
         if !self.interrupted() {
             return false;
         }
         let sig = LAST.try_with(Cell::get).unwrap_or(0);
         let flags = usize::try_from(sig).ok().and_then(|i| FLAGS.get(i)).map_or(0, |f| f.load(Ordering::Acquire));
-        flags & libc::SA_RESTART == 0
+        flags & libc::SA_RESTART == 0 || (!crate::sandbox::filtered() && has_receive_timeout(fd))
     }
+}
+
+/// Whether socket `fd` has a receive timeout (the library makes no system call of its own
+/// under a seccomp filter: there the answer is no).
+fn has_receive_timeout(fd: c_int) -> bool {
+    let mut tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
+    let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: tv and len are valid for writes of these sizes.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&mut tv as *mut libc::timeval).cast(), &mut len)
+    };
+    r == 0 && (tv.tv_sec != 0 || tv.tv_usec != 0)
 }

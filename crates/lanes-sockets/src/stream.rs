@@ -1347,7 +1347,7 @@ fn recv_stream(
             e = errno();
         }
         if r < 0 && (e == libc::EAGAIN || e == libc::EWOULDBLOCK) {
-            if !nonblocking && since.interrupts_io() {
+            if !nonblocking && since.interrupts_receive(fd) {
                 // A handler ran while this call spun: the kernel's receive would have
                 // ended with it, with the bytes it had or EINTR.
                 if got > 0 {

@@ -229,7 +229,7 @@ pub unsafe fn recv(
             }
             spin.miss();
         }
-        if crate::signals::Since::call_start().interrupts_io() {
+        if crate::signals::Since::call_start().interrupts_receive(fd) {
             // A handler ran during this call (while it spun): the kernel's receive would
             // have ended with EINTR.
             set_errno(libc::EINTR);

@@ -306,6 +306,20 @@ void spin_signal_client(void)
     }
     say("timer 50 ms, no SA_RESTART, %d rounds: epoll_wait EINTR %d, poll EINTR %d, recv EINTR %d", ROUNDS,
         eintr[SW_EPOLL], eintr[SW_POLL], eintr[SW_RECV]);
+    /* SA_RESTART restarts a receive, but not on a socket with a receive timeout. */
+    catch_alarm(SA_RESTART);
+    struct timeval to = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &to, sizeof to);
+    int timed_eintr = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        struct spin_job j = {SW_RECV, fd, ep, 0};
+        pthread_t t;
+        if (pthread_create(&t, NULL, spin_wait_thread, &j))
+            die("pthread_create");
+        pthread_join(t, NULL);
+        timed_eintr += j.eintr;
+    }
+    say("SA_RESTART, SO_RCVTIMEO 5 s, %d rounds: recv EINTR %d", ROUNDS, timed_eintr);
     say("SIGALRM count %d", (int)alarms);
     arm_watchdog();
     sync_send('a');
