@@ -45,6 +45,9 @@ pub struct Conn {
     pub(crate) inq: AtomicU8,
     /// When this process made or opened the record.
     created: std::time::Instant,
+    /// This process sent the socket to another one (SCM_RIGHTS): its last close here
+    /// waits a moment for the receiver to take the record over ([`forget`]).
+    pub(crate) passed: AtomicBool,
 }
 
 /// The back-off of tries to switch a direction back to the ring (`stream::flip_due`).
@@ -150,6 +153,7 @@ impl Conn {
             ring_backed: AtomicBool::new(false),
             inq: AtomicU8::new(crate::stream::INQ_UNKNOWN),
             created: std::time::Instant::now(),
+            passed: AtomicBool::new(false),
         })
     }
 
@@ -388,6 +392,15 @@ fn borrow_cached(fd: i32, slot: usize, generation: u64) -> Option<ConnRef> {
     Some(ConnRef { conn, slot })
 }
 
+/// Whether `fd` is a TCP socket the library follows (accelerated, its set-up put off, or to
+/// another host), or may be (a number past the fast tables).
+pub fn is_stream_of_ours(fd: i32) -> bool {
+    fd >= 0
+        && ((fd as usize) >= FAST_FDS
+            || MAYBE[fd as usize].load(Ordering::Relaxed) != 0
+            || KNOWN_TCP[fd as usize].load(Ordering::Relaxed))
+}
+
 /// Whether `fd` may be an accelerated socket: `MAYBE` says so, or cannot (a number past it).
 #[inline]
 fn maybe_accelerated(fd: i32) -> bool {
@@ -616,10 +629,65 @@ fn forget_as(fd: i32, stale: bool) -> bool {
         Ok(me) => conn.own.remove_holder(me),
         Err(_) => conn.own.holders().len(),
     };
-    if others > 0 {
+    let passed = conn.passed.load(Ordering::Relaxed);
+    if others > 0 || (passed && taken_over(&conn)) {
         return false;
     }
-    release(&conn)
+    let unread = release(&conn);
+    if passed && unread {
+        // The process the socket went to did not take it over, and the peer's ring bytes
+        // cannot reach it through the kernel: both ends are reset, never left short.
+        disconnect(fd);
+    }
+    unread
+}
+
+/// Resets the connection of `fd` at both ends, for every process holding the socket
+/// (`connect` with `AF_UNSPEC` disconnects a TCP socket, sending RST).
+fn disconnect(fd: i32) {
+    // SAFETY: a zeroed sockaddr is valid; AF_UNSPEC is 0.
+    let sa: libc::sockaddr = unsafe { std::mem::zeroed() };
+    // SAFETY: sa is a valid sockaddr of the length given.
+    unsafe { (crate::real::real().connect)(fd, &sa, std::mem::size_of::<libc::sockaddr>() as libc::socklen_t) };
+}
+
+/// How long the last close of a socket this process passed to another one waits for the
+/// receiver to take its record over.
+const PASS_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether another process took over the record of `conn`, which this process passed with
+/// SCM_RIGHTS and now closes as its last holder, within [`PASS_GRACE`]: the receiver adopts
+/// it as it receives the descriptor (`received`). One that does not (it runs without the
+/// library, or has not received it yet) gets the connection as kernel TCP.
+fn taken_over(conn: &Conn) -> bool {
+    let until = std::time::Instant::now() + PASS_GRACE;
+    loop {
+        if !conn.own.holders().is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// The program sends descriptor `fd` to another process (SCM_RIGHTS): an accelerated
+/// socket's record stays for the receiver to take over; a connection to another host goes
+/// back to the kernel (two processes cannot share a fabric stream).
+pub fn passing(fd: i32) {
+    if let Some(c) = lookup(fd) {
+        c.passed.store(true, Ordering::Relaxed);
+    }
+    crate::remote::give_up(fd);
+}
+
+/// The program received descriptor `fd` from another process (SCM_RIGHTS): if it is a
+/// socket with a record, this process takes it over, as an image after exec does.
+pub fn received(fd: i32) {
+    if lookup(fd).is_none() {
+        adopt_inherited(fd);
+    }
 }
 
 /// A connection that moved fewer bytes than this through the kernel, in less than

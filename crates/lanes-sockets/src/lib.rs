@@ -33,6 +33,7 @@ mod stream;
 mod udp;
 mod wait;
 
+use smallvec::SmallVec;
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
@@ -211,6 +212,35 @@ unsafe fn iov_slice<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
     }
     // SAFETY: as guaranteed by the caller.
     Some(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
+}
+
+/// The descriptors an SCM_RIGHTS control message of `msg` carries (a message the kernel
+/// filled, or the program's to send).
+///
+/// # Safety
+/// `msg`'s control buffer valid for `msg_controllen` bytes, as for sendmsg and recvmsg.
+unsafe fn rights_in(msg: &msghdr) -> SmallVec<[c_int; 4]> {
+    let mut fds = SmallVec::new();
+    if msg.msg_control.is_null() || msg.msg_controllen < std::mem::size_of::<libc::cmsghdr>() {
+        return fds;
+    }
+    // SAFETY: a control buffer valid for msg_controllen bytes, walked by the C library's
+    // own macros, which stay inside it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let n =
+                    ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize) / std::mem::size_of::<c_int>();
+                let data = libc::CMSG_DATA(c).cast::<c_int>();
+                for i in 0..n {
+                    fds.push(data.add(i).read_unaligned());
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    fds
 }
 
 /// What a receive with `flags` on a deferred connection moves of the stream.
@@ -682,6 +712,21 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
                 // The error queue is the kernel's, its control messages too.
                 return None;
             }
+            // SAFETY: non-null msghdr from the caller.
+            if unsafe { (*msg).msg_controllen } != 0 && !conn::is_stream_of_ours(fd) && udp::lookup(fd).is_none() {
+                // Perhaps descriptors passed from another process (a Unix socket): sockets
+                // among them with a record are taken over, as after exec.
+                let r = call();
+                let e = errno();
+                if r >= 0 {
+                    // SAFETY: the kernel filled the caller's control buffer up to msg_controllen.
+                    for got in unsafe { rights_in(&*msg) } {
+                        conn::received(got);
+                    }
+                }
+                set_errno(e);
+                return Some(r);
+            }
             if let Some(u) = udp::lookup(fd) {
                 // SAFETY: non-null msghdr from the caller.
                 let m = unsafe { &mut *msg };
@@ -883,6 +928,10 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
         || {
             if msg.is_null() {
                 return None;
+            }
+            // SAFETY: non-null msghdr from the caller, its control buffer as it says.
+            for passed in unsafe { rights_in(&*msg) } {
+                conn::passing(passed);
             }
             if let Some(u) = udp::lookup(fd) {
                 // SAFETY: non-null msghdr from the caller.
@@ -1379,6 +1428,21 @@ fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> Option<c_in
     })
 }
 
+/// `fd` asked for SIGIO on arrival (O_ASYNC, FIOASYNC): the kernel raises it only for
+/// bytes it carries, so the stream's incoming bytes go through the kernel from now on. A
+/// connection not set up yet (one host) or to another host stays kernel TCP for good; a
+/// local one retires its receiving direction from the ring, once the ring is read to its
+/// end (bytes already there arrived before the request, when no SIGIO was asked for).
+fn signal_driven(fd: c_int) {
+    Deferred::give_up(fd);
+    remote::give_up(fd);
+    if let Some(c) = lookup(fd) {
+        if let Some(peer) = c.peer() {
+            park::retire(&c, peer);
+        }
+    }
+}
+
 fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, f: unsafe extern "C" fn(c_int, c_int, usize) -> c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(fd, cmd, arg) };
@@ -1391,6 +1455,9 @@ fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, f: unsafe extern "C" fn(c_int
                 match cmd {
                     libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => conn::duplicated(fd, r),
                     libc::F_SETFL => {
+                        if arg as c_int & libc::O_ASYNC != 0 {
+                            signal_driven(fd);
+                        }
                         udp::set_nonblocking(fd, arg as c_int & libc::O_NONBLOCK != 0);
                         if let Some(c) = lookup(fd) {
                             c.own.nonblocking().store(
@@ -1448,6 +1515,12 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
                 // SAFETY: FIONREAD's argument points to an int.
                 unsafe { *(arg as *mut c_int) = n };
                 return Some(0);
+            }
+            if req == libc::FIOASYNC && arg != 0 {
+                // SAFETY: FIOASYNC's argument points to an int.
+                if unsafe { *(arg as *const c_int) } != 0 {
+                    signal_driven(fd);
+                }
             }
             if let Some(r) = remote_io::ioctl(fd, req, arg) {
                 return Some(r);

@@ -380,6 +380,7 @@ const PROCESSES_AND_THREADS: &[&str] = &[
     "posix-spawn",
     "threads",
     "fork-busy-threads",
+    "pass-fd",
 ];
 const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain", "ring-then-kernel", "pingpong-slow"];
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).

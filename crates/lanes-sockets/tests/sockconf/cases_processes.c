@@ -672,3 +672,111 @@ void forkbusy_client(void)
     say("read_full %s", got(read_full(fd, b, 2), b));
     close(fd);
 }
+
+/* An accepted socket passed to another process over a Unix socket (SCM_RIGHTS), its own
+ * copy closed at once: the receiver carries on the stream, every byte included (a
+ * pre-forked worker pool fed by an acceptor). The worker is forked before the accept, so
+ * the socket reaches it only through the message. */
+static void pass_fd(int via, int fd)
+{
+    char byte = 'F';
+    struct iovec iov = {&byte, 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = {0};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = u.buf;
+    m.msg_controllen = sizeof u.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (sendmsg(via, &m, 0) != 1)
+        die("sendmsg SCM_RIGHTS");
+}
+
+static int take_fd(int via)
+{
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr m = {0};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = u.buf;
+    m.msg_controllen = sizeof u.buf;
+    if (recvmsg(via, &m, 0) != 1)
+        return -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    if (!c || c->cmsg_type != SCM_RIGHTS)
+        return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+
+void passfd_server(void)
+{
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+        die("socketpair");
+    pid_t worker = fork();
+    if (worker < 0)
+        die("fork");
+    if (worker == 0) {
+        close(sp[0]);
+        int s = take_fd(sp[1]);
+        char b[64];
+        int handled = 0;
+        for (;;) {
+            ssize_t n = read(s, b, sizeof b);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            char r[80];
+            int k = snprintf(r, sizeof r, "W:%.*s", (int)n, b);
+            if (write_all(s, r, (size_t)k) != k)
+                break;
+            handled++;
+        }
+        _exit(handled > 0 ? 0 : 1);
+    }
+    close(sp[1]);
+    int s = accept_one();
+    warm_up_server(s);
+    sleep_ms(200); /* the client's next requests wait in the ring meanwhile */
+    pass_fd(sp[0], s);
+    say("close after passing %s", res(close(s)));
+    int st = 0;
+    wait_pid(worker, &st);
+    say("worker %s", status_str(st));
+    close(sp[0]);
+}
+
+void passfd_client(void)
+{
+    int fd = connect_one();
+    warm_up_client(fd);
+    int right = 0;
+    for (int i = 0; i < 30; i++) {
+        char q[16], want[24], b[24];
+        int k = snprintf(q, sizeof q, "n%02d", i);
+        snprintf(want, sizeof want, "W:%s", q);
+        if (write_all(fd, q, (size_t)k) != k)
+            break;
+        if (read_full(fd, b, (size_t)k + 2) != k + 2)
+            break;
+        right += memcmp(b, want, (size_t)k + 2) == 0;
+    }
+    say("30 requests after the hand-off, answered by the worker: %d", right);
+    say("close %s", res(close(fd)));
+}

@@ -316,6 +316,8 @@ int handoff_child_main(int argc, char **argv) ;
 void threads_server(void) ;
 void threads_client(void) ;
 void forkbusy_server(void) ;
+void passfd_server(void) ;
+void passfd_client(void) ;
 void spin_signal_setup(void) ;
 void spin_signal_server(void) ;
 void spin_signal_client(void) ;

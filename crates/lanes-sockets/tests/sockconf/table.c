@@ -173,6 +173,8 @@ const struct casedef cases[] = {
     {"sigio", AF_INET, true, script_server, sigio_client, set_sigio, "O_ASYNC and F_SETOWN: SIGIO on arrival"},
     {"threads", AF_INET, true, threads_server, threads_client, NULL,
      "two threads send concurrently, the peer counts"},
+    {"pass-fd", AF_INET, true, passfd_server, passfd_client, NULL,
+     "an accepted socket passed to a worker process over a Unix socket (SCM_RIGHTS), then closed"},
     {"fork-busy-threads", AF_INET, true, forkbusy_server, forkbusy_client, NULL,
      "forks while two threads are inside socket calls: each child closes its sockets and exits"},
     {"stream-64m", AF_INET, true, stream_server, stream_client, NULL,
