@@ -574,7 +574,7 @@ void timeo_client(void)
  * method, a threaded server forking helpers). Locks a vanished thread held at the fork
  * would leave them blocked for good. */
 #define BUSY_PAIRS 12
-#define BUSY_FORKS 64
+#define BUSY_FORKS 32
 static int busy_fds[2 * BUSY_PAIRS];
 static int busy_epfd;
 static atomic_int busy_stop;
