@@ -1429,18 +1429,12 @@ fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> Option<c_in
 }
 
 /// `fd` asked for SIGIO on arrival (O_ASYNC, FIOASYNC): the kernel raises it only for
-/// bytes it carries, so the stream's incoming bytes go through the kernel from now on. A
-/// connection not set up yet (one host) or to another host stays kernel TCP for good; a
-/// local one retires its receiving direction from the ring, once the ring is read to its
-/// end (bytes already there arrived before the request, when no SIGIO was asked for).
+/// bytes it carries, so the connection is the kernel's from now on, as for the other
+/// features only the kernel's queues have (`stream::use_kernel_features`): each sender
+/// goes to the kernel at its next send, after the ring bytes it published already (those
+/// arrived before the request, when no SIGIO was asked for).
 fn signal_driven(fd: c_int) {
-    Deferred::give_up(fd);
-    remote::give_up(fd);
-    if let Some(c) = lookup(fd) {
-        if let Some(peer) = c.peer() {
-            park::retire(&c, peer);
-        }
-    }
+    stream::use_kernel_features(fd);
 }
 
 fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, f: unsafe extern "C" fn(c_int, c_int, usize) -> c_int) -> c_int {

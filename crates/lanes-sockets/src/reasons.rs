@@ -157,9 +157,9 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
              receiver always busy): its receiving direction is kernel TCP for good, at kernel TCP's cost"
         ),
         Reason::KernelFeature => format!(
-            "{sock}SO_PEEK_OFF, a timestamp option, an upper-layer protocol (TCP_ULP, kernel TLS) or, to \
-             another host, SO_RCVLOWAT above 1 is on, which only the kernel's own queues have: the connection \
-             is kernel TCP for good"
+            "{sock}SO_PEEK_OFF, a timestamp option, an upper-layer protocol (TCP_ULP, kernel TLS), SIGIO on \
+             arrival (O_ASYNC) or, to another host, SO_RCVLOWAT above 1 is on, which only the kernel's own \
+             queues have: the connection is kernel TCP for good"
         ),
         Reason::RemoteNoStream => {
             format!("{sock}no fabric stream for a connection to another host ({detail}): it stays kernel TCP")

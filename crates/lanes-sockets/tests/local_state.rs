@@ -300,3 +300,45 @@ fn a_full_fabric_filesystem_leaves_connections_on_kernel_tcp_without_sigbus() {
     check_ended_well(what, &client, "client", 1, "ok ");
     assert_eq!((notices(&server), notices(&client)), (0, 0), "{what}:\n{}{}", server.stderr, client.stderr);
 }
+
+/// O_ASYNC asked for on a connection that has run through the ring: SIGIO for every later
+/// arrival, as on kernel TCP (the kernel raises it only for bytes it carries, so the
+/// library leaves the connection to it).
+#[test]
+fn o_async_after_ring_traffic_still_raises_sigio() {
+    const SCRIPT: &str = r#"
+import socket, os, fcntl, signal, time
+got = []
+signal.signal(signal.SIGIO, lambda s, f: got.append(s))
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+for i in range(50):
+    c.send(b"x"); a.recv(1); a.send(b"y"); c.recv(1)
+fcntl.fcntl(c.fileno(), fcntl.F_SETOWN, os.getpid())
+fcntl.fcntl(c.fileno(), fcntl.F_SETFL, fcntl.fcntl(c.fileno(), fcntl.F_GETFL) | os.O_ASYNC)
+seen = 0
+for k in range(5):
+    got.clear()
+    a.send(b"io")
+    t = time.time()
+    while not got and time.time() - t < 5: time.sleep(0.001)
+    seen += bool(got)
+    c.recv(2)
+print("SIGIO for", seen, "of 5 writes")
+"#;
+    let t = TestDir::new("o-async");
+    for with_lib in [false, true] {
+        let mut cmd = clean_command(python3());
+        cmd.args(["-c", SCRIPT]).env("LANES_DIR", t.sub("fabric")).env("LANES_SOCKETS_QUIET", "1");
+        if with_lib {
+            cmd.env("LD_PRELOAD", library());
+        }
+        let f = support::run_bounded(cmd, "python3", Duration::from_secs(60));
+        assert!(
+            f.ok() && f.stdout.contains("SIGIO for 5 of 5 writes"),
+            "with the library: {with_lib}\n{}\n{}",
+            f.stdout,
+            f.stderr
+        );
+    }
+}
