@@ -151,11 +151,7 @@ fn init() {
 /// connect was under way: it took the ENOENT for the connect's outcome).
 #[inline]
 fn intercept<R: Copy + PartialEq>(failed: R, accel: impl FnOnce() -> Option<R>, pass: impl FnOnce() -> R) -> R {
-    if INSIDE.with(|i| i.get()) {
-        return pass();
-    }
-    signals::call_starts();
-    if fabric_thread() {
+    if INSIDE.with(|i| i.get()) || fabric_thread() {
         return pass();
     }
     let programs_errno = errno();

@@ -9,8 +9,8 @@
 //! event.
 //!
 //! So the handlers a program installs with `sigaction` or `signal` run through a
-//! trampoline that counts, per thread, the handlers run. A call takes [`Since::call_start`]
-//! as it starts and asks [`Since::interrupted`] before its sleeping kernel call: if a handler ran
+//! trampoline that counts, per thread, the handlers run. A call takes [`Since::now`] as it
+//! starts and asks [`Since::interrupted`] before its sleeping kernel call: if a handler ran
 //! meanwhile, the call fails with EINTR there, as the kernel's would have. Blocking a
 //! signal mask around the spin would do the same at two system calls per call (over half a
 //! microsecond here), more than a spin that finds data takes.
@@ -37,15 +37,6 @@ thread_local! {
     static HANDLED: Cell<u64> = const { Cell::new(0) };
     /// The signal of the last of them.
     static LAST: Cell<c_int> = const { Cell::new(0) };
-    /// [`HANDLED`] when this thread's current call into the library started.
-    static AT_CALL_START: Cell<u64> = const { Cell::new(0) };
-}
-
-/// A call of the program's into the library starts (not the library's own calls through
-/// its interposers): handlers run from now on interrupt it.
-#[inline]
-pub fn call_starts() {
-    let _ = AT_CALL_START.try_with(|c| c.set(HANDLED.try_with(Cell::get).unwrap_or(0)));
 }
 
 /// Whether the library is on (`LANES_SOCKETS` is not `0`): off, the program's handlers are
@@ -195,16 +186,17 @@ pub unsafe fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
     unsafe { sigaction(sig, &act, std::ptr::null_mut()) }
 }
 
-/// This thread's count of handlers run when its current call started.
+/// This thread's count of handlers run when a call that may wait started.
 #[derive(Clone, Copy)]
 pub struct Since(u64);
 
 impl Since {
-    /// As the current call started ([`call_starts`]): a handler that ran anywhere in the
-    /// library's part of the call counts.
+    /// Now: taken where a call that may wait (a receive, poll, select, epoll) starts its own
+    /// work. Not at every call's entry: a thread-local access per call of every kind cost a
+    /// 64-byte ping-pong 4 to 9% (sockperf, alternating with the library before it).
     #[inline]
-    pub fn call_start() -> Since {
-        Since(AT_CALL_START.try_with(Cell::get).unwrap_or(0))
+    pub fn now() -> Since {
+        Since(HANDLED.try_with(Cell::get).unwrap_or(0))
     }
 
     /// Whether a handler ran on this thread since: a wait (poll, select, epoll), which the

@@ -1118,7 +1118,8 @@ fn recv_stream(
     flags: c_int,
     msg: &mut Option<RecvMsg<'_>>,
 ) -> ssize_t {
-    let since = crate::signals::Since::call_start();
+    // Taken once the call is about to wait: a receive that finds bytes pays nothing for it.
+    let mut since: Option<crate::signals::Since> = None;
     if flags & libc::MSG_ERRQUEUE != 0 {
         // The socket's error queue (MSG_ZEROCOPY completions, timestamps, IP_RECVERR) is
         // the kernel's and holds no byte of the stream: never the ring, never counted.
@@ -1283,6 +1284,7 @@ fn recv_stream(
         if state.ring_mode() && !conn.rx_shut.load(Ordering::Relaxed) && !nonblocking {
             // Blocking: spin on the state word (if a CPU is free for it, see `spin`), then
             // sleep in the kernel.
+            since.get_or_insert_with(crate::signals::Since::now);
             if spin.is_none() && !spin_over {
                 // A sender waiting for the ring to come back publishes as soon as it sees
                 // ring mode: a short budget would sleep (and take the stream back to the
@@ -1347,7 +1349,7 @@ fn recv_stream(
             e = errno();
         }
         if r < 0 && (e == libc::EAGAIN || e == libc::EWOULDBLOCK) {
-            if !nonblocking && since.interrupts_receive(fd) {
+            if !nonblocking && since.is_some_and(|s| s.interrupts_receive(fd)) {
                 // A handler ran while this call spun: the kernel's receive would have
                 // ended with it, with the bytes it had or EINTR.
                 if got > 0 {

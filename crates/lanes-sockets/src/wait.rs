@@ -121,7 +121,7 @@ pub fn poll_core(
     timeout: Option<Duration>,
     sleep: &mut dyn FnMut(&mut [pollfd], Option<Duration>) -> c_int,
 ) -> c_int {
-    let since = crate::signals::Since::call_start();
+    let since = crate::signals::Since::now();
     // Our epoll sets among them are ready by their kernel registrations (those owed are
     // made first) and by their sockets' rings, as a nested set is in an epoll wait.
     let sets: SmallVec<[(usize, Arc<ShadowLock>); 2]> =
@@ -1022,7 +1022,7 @@ pub unsafe fn wait(
     timeout: Option<Duration>,
     kernel: &KernelWait<'_>,
 ) -> c_int {
-    let since = crate::signals::Since::call_start();
+    let since = crate::signals::Since::now();
     let Some(shadow) = shadow_of(epfd) else { return kernel(events, maxevents, timeout) };
     if maxevents <= 0 || events.is_null() {
         return kernel(events, maxevents, timeout);

@@ -143,6 +143,7 @@ pub unsafe fn recv(
     out: &Out,
     kernel: &mut dyn FnMut(c_int) -> ssize_t,
 ) -> Option<ssize_t> {
+    let since = crate::signals::Since::now();
     // A null buffer with a length: the kernel's EFAULT.
     if flags & (libc::MSG_ERRQUEUE | libc::MSG_OOB) != 0 || iov.iter().any(|v| v.iov_base.is_null() && v.iov_len > 0) {
         return None;
@@ -229,7 +230,7 @@ pub unsafe fn recv(
             }
             spin.miss();
         }
-        if crate::signals::Since::call_start().interrupts_receive(fd) {
+        if since.interrupts_receive(fd) {
             // A handler ran during this call (while it spun): the kernel's receive would
             // have ended with EINTR.
             set_errno(libc::EINTR);
