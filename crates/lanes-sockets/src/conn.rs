@@ -644,7 +644,7 @@ fn forget_as(fd: i32, stale: bool) -> bool {
 
 /// Resets the connection of `fd` at both ends, for every process holding the socket
 /// (`connect` with `AF_UNSPEC` disconnects a TCP socket, sending RST).
-fn disconnect(fd: i32) {
+pub fn disconnect(fd: i32) {
     // SAFETY: a zeroed sockaddr is valid; AF_UNSPEC is 0.
     let sa: libc::sockaddr = unsafe { std::mem::zeroed() };
     // SAFETY: sa is a valid sockaddr of the length given.

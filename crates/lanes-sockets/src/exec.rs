@@ -563,10 +563,7 @@ const HANDOFF_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 /// `AF_UNSPEC` disconnects a TCP socket, sending RST): the peer's next call gets
 /// `ECONNRESET`, and so does the new image's first read.
 fn reset(fd: c_int) {
-    // SAFETY: a zeroed sockaddr is valid; AF_UNSPEC is 0.
-    let sa: libc::sockaddr = unsafe { std::mem::zeroed() };
-    // SAFETY: sa is a valid sockaddr of the length given.
-    unsafe { (real().connect)(fd, &sa, std::mem::size_of::<libc::sockaddr>() as libc::socklen_t) };
+    conn::disconnect(fd);
     crate::reasons::note(crate::reasons::Reason::ExecWithoutLibrary, None);
 }
 

@@ -14,7 +14,7 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockWriteGuard, TryLockError};
+use std::sync::{LockResult, Mutex, MutexGuard, RwLock, RwLockWriteGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 /// The longest a fork waits for other threads to leave the library's locks.
@@ -32,22 +32,24 @@ thread_local! {
 /// Takes `lock` for writing, waiting for other threads to leave it (until `by`, if given;
 /// None if they have not by then).
 pub fn write_by<T>(lock: &RwLock<T>, by: Option<Instant>) -> Option<RwLockWriteGuard<'_, T>> {
-    let Some(by) = by else { return Some(lock.write().unwrap_or_else(|p| p.into_inner())) };
-    loop {
-        match lock.try_write() {
-            Ok(g) => return Some(g),
-            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) if Instant::now() < by => std::thread::yield_now(),
-            Err(TryLockError::WouldBlock) => return None,
-        }
-    }
+    take_by(by, || lock.try_write(), || lock.write())
 }
 
 /// As [`write_by`], for a mutex.
 pub fn lock_by<T>(lock: &Mutex<T>, by: Option<Instant>) -> Option<MutexGuard<'_, T>> {
-    let Some(by) = by else { return Some(lock.lock().unwrap_or_else(|p| p.into_inner())) };
+    take_by(by, || lock.try_lock(), || lock.lock())
+}
+
+/// A guard from `block` (no `by`), or from `attempt` tried until `by`; a poisoned lock's
+/// guard is as good (the fork only needs nobody inside).
+fn take_by<G>(
+    by: Option<Instant>,
+    mut attempt: impl FnMut() -> Result<G, TryLockError<G>>,
+    block: impl FnOnce() -> LockResult<G>,
+) -> Option<G> {
+    let Some(by) = by else { return Some(block().unwrap_or_else(|p| p.into_inner())) };
     loop {
-        match lock.try_lock() {
+        match attempt() {
             Ok(g) => return Some(g),
             Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
             Err(TryLockError::WouldBlock) if Instant::now() < by => std::thread::yield_now(),
@@ -72,7 +74,5 @@ pub fn take_all(in_library: bool) {
 pub fn release_all() {
     let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
     // In reverse order of taking.
-    for lock in held.into_iter().rev() {
-        drop(lock);
-    }
+    held.into_iter().rev().for_each(drop);
 }

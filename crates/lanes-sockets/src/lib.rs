@@ -708,21 +708,6 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
                 // The error queue is the kernel's, its control messages too.
                 return None;
             }
-            // SAFETY: non-null msghdr from the caller.
-            if unsafe { (*msg).msg_controllen } != 0 && !conn::is_stream_of_ours(fd) && udp::lookup(fd).is_none() {
-                // Perhaps descriptors passed from another process (a Unix socket): sockets
-                // among them with a record are taken over, as after exec.
-                let r = call();
-                let e = errno();
-                if r >= 0 {
-                    // SAFETY: the kernel filled the caller's control buffer up to msg_controllen.
-                    for got in unsafe { rights_in(&*msg) } {
-                        conn::received(got);
-                    }
-                }
-                set_errno(e);
-                return Some(r);
-            }
             if let Some(u) = udp::lookup(fd) {
                 // SAFETY: non-null msghdr from the caller.
                 let m = unsafe { &mut *msg };
@@ -742,6 +727,21 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
                 let mut kernel = |f| unsafe { (real().recvmsg)(fd, msg, f) };
                 // SAFETY: the caller's buffers.
                 return unsafe { udp::recv(&u, fd, &iov, flags, &out, &mut kernel) };
+            }
+            // SAFETY: non-null msghdr from the caller.
+            if unsafe { (*msg).msg_controllen } != 0 && !conn::is_stream_of_ours(fd) {
+                // Perhaps descriptors passed from another process (a Unix socket): sockets
+                // among them with a record are taken over, as after exec.
+                let r = call();
+                let e = errno();
+                if r >= 0 {
+                    // SAFETY: the kernel filled the caller's control buffer up to msg_controllen.
+                    for got in unsafe { rights_in(&*msg) } {
+                        conn::received(got);
+                    }
+                }
+                set_errno(e);
+                return Some(r);
             }
             let Some(c) = lookup_live(fd) else {
                 // SAFETY: non-null msghdr from the caller.
