@@ -86,6 +86,7 @@ fn recv_on(s: &FabricStream, fd: c_int, iov: &[iovec], flags: c_int) -> Option<s
     let mode = CallMode {
         nonblocking: nonblocking(fd, flags),
         kernel_flags: flags & (libc::MSG_DONTWAIT | libc::MSG_WAITALL),
+        interrupts: Some(crate::signals::stream_interrupts()),
     };
     let wait_all = flags & libc::MSG_WAITALL != 0 && !mode.nonblocking;
     let gather = |buf: &mut [u8]| -> Result<usize, io::Error> {
@@ -176,7 +177,7 @@ fn scatter(mut bytes: &[u8], iov: &[iovec]) {
 /// peeked from the ring (with the kernel's after them), then the kernel's peek is exact.
 fn peek(s: &FabricStream, iov: &[iovec], flags: c_int) -> Option<ssize_t> {
     let _ = s.give_up();
-    let mode = CallMode { nonblocking: true, kernel_flags: flags & !libc::MSG_PEEK };
+    let mode = CallMode { nonblocking: true, kernel_flags: flags & !libc::MSG_PEEK, interrupts: None };
     let mut tmp = vec![0u8; iov_len(iov)];
     match s.peek_ring(&mut tmp, mode)? {
         Ok(n) => {
@@ -200,7 +201,8 @@ fn send_on(s: &FabricStream, fd: c_int, iov: &[iovec], flags: c_int) -> Option<s
         let _ = s.give_up();
         return None;
     }
-    let mode = CallMode { nonblocking: nonblocking(fd, flags), kernel_flags: flags & !libc::MSG_NOSIGNAL };
+    let mode =
+        CallMode { nonblocking: nonblocking(fd, flags), kernel_flags: flags & !libc::MSG_NOSIGNAL, interrupts: None };
     let mut total = 0usize;
     for v in iov {
         // SAFETY: the caller's buffer, valid for iov_len bytes of reads.
@@ -277,7 +279,9 @@ pub fn splice_in(fd_in: c_int, fd_out: c_int, len: usize) -> Option<ssize_t> {
         return None;
     }
     let mut buf = vec![0u8; len.clamp(1, 1 << 16)];
-    let n = match s.recv_with(&mut buf, CallMode { nonblocking: true, kernel_flags: libc::MSG_DONTWAIT }) {
+    let n = match s
+        .recv_with(&mut buf, CallMode { nonblocking: true, kernel_flags: libc::MSG_DONTWAIT, interrupts: None })
+    {
         Ok(n) => n,
         Err(e) => return Some(fail(e)),
     };

@@ -219,6 +219,15 @@ impl Since {
     }
 }
 
+/// A receive's look at the handlers run since now, for a cross-host stream, whose spins and
+/// waits are the stream's own (see [`Since::interrupts_receive`]).
+pub fn stream_interrupts() -> lanes::sockets::fabric_stream::Interrupts {
+    lanes::sockets::fabric_stream::Interrupts {
+        since: Since::now().0,
+        ran: |since, fd| Since(since).interrupts_receive(fd),
+    }
+}
+
 /// Whether socket `fd` has a receive timeout (the library makes no system call of its own
 /// under a seccomp filter: there the answer is no).
 fn has_receive_timeout(fd: c_int) -> bool {

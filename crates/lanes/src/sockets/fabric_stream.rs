@@ -292,16 +292,35 @@ impl Drop for StreamExports {
 }
 
 /// How a program's call on the stream behaves (see [`FabricStream::send_with`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct CallMode {
     pub nonblocking: bool,
     pub kernel_flags: i32,
+    /// How a blocking receive learns that a signal handler ran on its thread since it
+    /// started: it spins and waits in user space before its kernel sleep, so that sleep
+    /// would not be interrupted by such a handler. None: never asked.
+    pub interrupts: Option<Interrupts>,
+}
+
+/// A call's look at the signal handlers run on its thread (kept by the socket library,
+/// which runs the program's handlers): `ran(since, fd)` says whether one ran after the
+/// count `since` that interrupts a blocking receive on `fd`, as it would have interrupted
+/// the kernel's.
+#[derive(Clone, Copy, Debug)]
+pub struct Interrupts {
+    pub since: u64,
+    pub ran: fn(since: u64, fd: RawFd) -> bool,
 }
 
 impl CallMode {
     /// Whether the call never waits (`O_NONBLOCK`, or `MSG_DONTWAIT` in its flags).
     fn never_waits(self) -> bool {
         self.nonblocking || self.kernel_flags & libc::MSG_DONTWAIT != 0
+    }
+
+    /// Whether a handler ran that ends this blocking call on `fd` before it sleeps.
+    fn interrupted(self, fd: RawFd) -> bool {
+        !self.never_waits() && self.interrupts.is_some_and(|i| (i.ran)(i.since, fd))
     }
 }
 
@@ -1666,6 +1685,7 @@ impl Shared {
                         && self.peer_reachable()
                         && !mode.nonblocking
                         && (!p.look_due() || kernel_empty(self.fd()))
+                        && !mode.interrupted(self.fd())
                     {
                         p.step(spin, || {});
                         continue;
@@ -1735,6 +1755,11 @@ impl Shared {
                         }
                     }
                     pace = None;
+                    if mode.interrupted(self.fd()) && kernel_empty(self.fd()) {
+                        // A handler ran while this call spun or waited for the sender's
+                        // answer: the kernel's receive would have ended with it.
+                        return Err(io::Error::from_raw_os_error(libc::EINTR));
+                    }
                     if rx.checkpoint {
                         // The first kernel bytes after a ring stint: a fail-over record?
                         match self.look_on_anchor(mode.never_waits()) {
@@ -1794,6 +1819,9 @@ impl Shared {
                     }
                     let nonblocking = mode.never_waits();
                     if !nonblocking {
+                        if mode.interrupted(self.fd()) {
+                            return Err(io::Error::from_raw_os_error(libc::EINTR));
+                        }
                         // Wait for the anchor in short steps, looking at the ring between.
                         let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
                         // SAFETY: poll on one pollfd that outlives the call.

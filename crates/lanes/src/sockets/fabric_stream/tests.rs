@@ -330,7 +330,7 @@ impl Rng {
     }
 }
 
-const NONBLOCKING: CallMode = CallMode { nonblocking: true, kernel_flags: libc::MSG_DONTWAIT };
+const NONBLOCKING: CallMode = CallMode { nonblocking: true, kernel_flags: libc::MSG_DONTWAIT, interrupts: None };
 
 /// Sends `total` bytes of the pattern in pieces of random size, blocking and non-blocking
 /// calls mixed (a non-blocking one leaves the ring for the kernel when the ring is full),
@@ -733,4 +733,58 @@ fn a_finish_that_lands_while_a_failed_over_receiver_waits_is_a_clean_end() {
         assert_eq!(got.map_err(|e| e.to_string()), Ok(0), "the clean end");
     });
     assert!(b.counts().failovers > 0, "{:?}", b.counts());
+}
+
+/// Whether the test's stand-in for a signal handler "ran" (see the next test).
+static HANDLER_RAN: AtomicBool = AtomicBool::new(false);
+
+#[test]
+fn a_handler_run_while_a_receive_spins_ends_it_with_eintr_and_the_stream_goes_on() {
+    let pair = Pair::new("eintr", 64 * 1024);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    let mode = CallMode {
+        interrupts: Some(Interrupts { since: 0, ran: |_, _| HANDLER_RAN.load(Ordering::SeqCst) }),
+        ..CallMode::default()
+    };
+    // Spinning for 10 s before it would sleep: b's receiving direction, in ring mode once
+    // the stream below asked for it, stays there, and only the handler can end a receive
+    // that finds the ring empty early.
+    b.set_receive_spin(Duration::from_secs(10));
+    std::thread::scope(|s| {
+        s.spawn(|| send_pattern(a, 3, 1 << 20));
+        let mut buf = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < buf.len() {
+            at += b.recv_with(&mut buf[at..], mode).unwrap();
+        }
+        assert!(buf.iter().enumerate().all(|(k, x)| *x == pattern(3, k as u64)));
+    });
+    wait_for_ring_mode(a);
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let r = b.recv_with(&mut [0u8; 64], mode);
+            let _ = done.send(r.map_err(|e| e.raw_os_error()));
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        HANDLER_RAN.store(true, Ordering::SeqCst);
+        let r = finished.recv_timeout(Duration::from_secs(5));
+        if r.is_err() {
+            a.send_all(b"unblock").unwrap(); // so that the scope ends before the test fails
+        }
+        assert_eq!(r, Ok(Err(Some(libc::EINTR))), "the receive did not end with the handler");
+    });
+    // Bytes there are the receive's answer, handler or not (an EINTR only while they are
+    // on their way); and none was lost.
+    a.send_all(b"after the signal").unwrap();
+    let mut buf = [0u8; 64];
+    let mut at = 0;
+    while at < 16 {
+        match b.recv_with(&mut buf[at..], mode) {
+            Ok(n) => at += n,
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EINTR)),
+        }
+    }
+    assert_eq!(&buf[..at], b"after the signal");
+    HANDLER_RAN.store(false, Ordering::SeqCst);
 }
