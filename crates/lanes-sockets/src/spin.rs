@@ -191,6 +191,9 @@ fn free_cpu(count_run_delay: bool) -> bool {
     if !gated() {
         return true;
     }
+    if gate_shut() {
+        return false;
+    }
     if let Some(until) = COOL_UNTIL.with(|c| c.get()) {
         if Instant::now() < until {
             return false;
@@ -223,6 +226,14 @@ fn free_cpu(count_run_delay: bool) -> bool {
 fn gated() -> bool {
     static G: OnceLock<bool> = OnceLock::new();
     *G.get_or_init(|| std::env::var_os("LANES_SPIN_GATE").is_none_or(|v| v != "0"))
+}
+
+/// `LANES_SPIN_GATE=shut`: every check finds no CPU free, as on a machine with more
+/// runnable threads than CPUs all the time (a diagnostic, and for tests of what the library
+/// does there).
+fn gate_shut() -> bool {
+    static S: OnceLock<bool> = OnceLock::new();
+    *S.get_or_init(|| std::env::var_os("LANES_SPIN_GATE").is_some_and(|v| v == "shut"))
 }
 
 /// Whether the load check applies: `LANES_SPIN_GATE=preempt` keeps only the preemption

@@ -701,6 +701,55 @@ fn a_connection_the_ring_does_not_pay_for_is_retired_to_the_kernel() {
     }
 }
 
+/// With no CPU free for anyone (`LANES_SPIN_GATE=shut`: the library's view of a machine
+/// with more runnable threads than CPUs), a parked direction is not tried on the ring
+/// again: nobody could spin for its bytes, so a try could not pay and would only cost its
+/// system calls and the sleeping protocol after it. A blocking ping-pong with retiring off
+/// (so that the directions stay parked, not retired) keeps both directions parked from
+/// the first sleep to its end, and its transcript is kernel TCP's.
+#[test]
+fn with_no_cpu_free_a_parked_direction_is_not_tried_on_the_ring_again() {
+    let lib = library();
+    let sc = Sockconf::build("parked-full");
+    let case = "pingpong-slow";
+    let mut plain = sockconf_command(&sc.plain, &sc.dir.sub("kernel"), None, false);
+    plain.arg(case);
+    let kernel = run_bounded(plain, case, RUN_LIMIT);
+    assert!(kernel.ok(), "{}", kernel.describe(case));
+    let run_dir = sc.dir.sub("preload");
+    let fabric = run_dir.join("fabric");
+    let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
+    cmd.env("LANES_SPIN_GATE", "shut").env("LANES_SOCKETS_RETIRE", "0").env("LANES_SOCKETS_DEFER", "0");
+    cmd.arg(case);
+    let mut p = Program::spawn(cmd, case);
+    use lanes::sockets::registry::Receiving;
+    // Per end (its local address): seen parked, then seen on the ring again.
+    let mut parked: std::collections::BTreeSet<std::net::SocketAddr> = Default::default();
+    let mut tried_again: std::collections::BTreeSet<std::net::SocketAddr> = Default::default();
+    let mut looks = 0u32;
+    let start = Instant::now();
+    while !p.exited() && start.elapsed() < RUN_LIMIT {
+        for c in lanes::sockets::registry::list_connections(&fabric).iter().filter(|c| c.peer_attached) {
+            match c.receiving {
+                Receiving::Parked => {
+                    parked.insert(c.local);
+                }
+                Receiving::Ring if parked.contains(&c.local) => {
+                    tried_again.insert(c.local);
+                }
+                _ => {}
+            }
+        }
+        looks += 1;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let f = p.wait(RUN_LIMIT);
+    assert!(f.ok(), "{}", f.describe(case));
+    assert_eq!(f.stdout, kernel.stdout, "the transcript under the library differs from kernel TCP's");
+    assert_eq!(parked.len(), 2, "both ends' directions parked ({looks} looks): {parked:?}");
+    assert!(tried_again.is_empty(), "directions tried on the ring again after parking: {tried_again:?}");
+}
+
 /// A connection that ends within its first few data calls is never set up (no record, no
 /// mapping: it costs what kernel TCP costs), and behaves as kernel TCP: the echo, the
 /// non-blocking connect and sixteen connections at once, under the library on both ends,
