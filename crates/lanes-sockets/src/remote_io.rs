@@ -201,8 +201,12 @@ fn send_on(s: &FabricStream, fd: c_int, iov: &[iovec], flags: c_int) -> Option<s
         let _ = s.give_up();
         return None;
     }
-    let mode =
-        CallMode { nonblocking: nonblocking(fd, flags), kernel_flags: flags & !libc::MSG_NOSIGNAL, interrupts: None };
+    let mut since = crate::signals::Since::now();
+    let mut mode = CallMode {
+        nonblocking: nonblocking(fd, flags),
+        kernel_flags: flags & !libc::MSG_NOSIGNAL,
+        interrupts: Some(crate::signals::stream_send_interrupts(since)),
+    };
     let mut total = 0usize;
     for v in iov {
         // SAFETY: the caller's buffer, valid for iov_len bytes of reads.
@@ -214,6 +218,12 @@ fn send_on(s: &FabricStream, fd: c_int, iov: &[iovec], flags: c_int) -> Option<s
                 Err(e) => {
                     if total + at > 0 {
                         return Some((total + at) as ssize_t);
+                    }
+                    if e.raw_os_error() == Some(libc::EINTR) && since.restarts_send(fd) {
+                        // Nothing moved, and the handler restarts the call (SA_RESTART).
+                        since = crate::signals::Since::now();
+                        mode.interrupts = Some(crate::signals::stream_send_interrupts(since));
+                        continue;
                     }
                     if e.raw_os_error() == Some(libc::EPIPE) && flags & libc::MSG_NOSIGNAL == 0 {
                         // As the kernel's send does for a program that did not ask otherwise.

@@ -213,10 +213,23 @@ impl Since {
         if !self.interrupted() {
             return false;
         }
-        let sig = LAST.try_with(Cell::get).unwrap_or(0);
-        let flags = usize::try_from(sig).ok().and_then(|i| FLAGS.get(i)).map_or(0, |f| f.load(Ordering::Acquire));
-        flags & libc::SA_RESTART == 0 || (!crate::sandbox::filtered() && has_receive_timeout(fd))
+        !last_restarts() || (!crate::sandbox::filtered() && has_timeout(fd, libc::SO_RCVTIMEO))
     }
+
+    /// For a blocking send that waited for room and moved nothing yet, once a handler ran
+    /// ([`Since::interrupted`]): whether it goes on, as the kernel restarts one whose signal
+    /// has SA_RESTART on a socket without a send timeout (SO_SNDTIMEO). A send that moved
+    /// bytes ends with their count whatever the handler's flags.
+    pub fn restarts_send(&self, fd: c_int) -> bool {
+        last_restarts() && (crate::sandbox::filtered() || !has_timeout(fd, libc::SO_SNDTIMEO))
+    }
+}
+
+/// Whether the last handler run on this thread was installed with SA_RESTART.
+fn last_restarts() -> bool {
+    let sig = LAST.try_with(Cell::get).unwrap_or(0);
+    let flags = usize::try_from(sig).ok().and_then(|i| FLAGS.get(i)).map_or(0, |f| f.load(Ordering::Acquire));
+    flags & libc::SA_RESTART != 0
 }
 
 /// A receive's look at the handlers run since now, for a cross-host stream, whose spins and
@@ -228,14 +241,19 @@ pub fn stream_interrupts() -> lanes::sockets::fabric_stream::Interrupts {
     }
 }
 
-/// Whether socket `fd` has a receive timeout (the library makes no system call of its own
-/// under a seccomp filter: there the answer is no).
-fn has_receive_timeout(fd: c_int) -> bool {
+/// A send's look, for a cross-host stream: any handler run since now ends its wait for
+/// room, and the caller decides with what (the bytes moved, EINTR, or a restart: see
+/// [`Since::restarts_send`]).
+pub fn stream_send_interrupts(since: Since) -> lanes::sockets::fabric_stream::Interrupts {
+    lanes::sockets::fabric_stream::Interrupts { since: since.0, ran: |since, _| Since(since).interrupted() }
+}
+
+/// Whether socket `fd` has a timeout `opt` (SO_RCVTIMEO or SO_SNDTIMEO). Not asked under a
+/// seccomp filter, where the library makes no system call of its own.
+fn has_timeout(fd: c_int, opt: c_int) -> bool {
     let mut tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
     let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
     // SAFETY: tv and len are valid for writes of these sizes.
-    let r = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&mut tv as *mut libc::timeval).cast(), &mut len)
-    };
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut tv as *mut libc::timeval).cast(), &mut len) };
     r == 0 && (tv.tv_sec != 0 || tv.tv_usec != 0)
 }

@@ -284,6 +284,18 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
                 // The ring is full: wait for the receiver to make room, then use the kernel.
                 let consumed = peer.rx_consumed().load(Ordering::Acquire);
                 let f = full.get_or_insert_with(|| RingFull::new(consumed));
+                if !nonblocking && f.since.interrupted() {
+                    // A handler ran while this call waited for room, where the kernel's send
+                    // sleeps: that send would have ended with what it moved, or EINTR.
+                    if sent > 0 {
+                        return sent as ssize_t;
+                    }
+                    if !f.since.restarts_send(fd) {
+                        set_errno(libc::EINTR);
+                        return -1;
+                    }
+                    f.since = crate::signals::Since::now();
+                }
                 if f.wait(consumed, nonblocking) {
                     drop(_lock);
                     continue;
@@ -399,12 +411,14 @@ struct RingFull {
     /// The receiver's consumed count last seen, and when it last moved.
     consumed: u64,
     progress: Instant,
+    /// The signal handlers run on this thread when the wait began.
+    since: crate::signals::Since,
 }
 
 impl RingFull {
     fn new(consumed: u64) -> Self {
         let now = Instant::now();
-        RingFull { started: now, consumed, progress: now }
+        RingFull { started: now, consumed, progress: now, since: crate::signals::Since::now() }
     }
 
     /// Waits a moment for room (a spin, or a nap if spinning would take a CPU somebody

@@ -386,7 +386,7 @@ const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain", "ring-t
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).
 const LONG_STREAMS: &[&str] = &["stream-4g"];
 const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader", "peer-killed-unread", "peer-killed-unreaped"];
-const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait", "eintr-spin", "sigio"];
+const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait", "eintr-spin", "eintr-send", "sigio"];
 
 const GROUPS: &[&[&str]] = &[
     CONNECT,

@@ -296,16 +296,18 @@ impl Drop for StreamExports {
 pub struct CallMode {
     pub nonblocking: bool,
     pub kernel_flags: i32,
-    /// How a blocking receive learns that a signal handler ran on its thread since it
-    /// started: it spins and waits in user space before its kernel sleep, so that sleep
-    /// would not be interrupted by such a handler. None: never asked.
+    /// How a blocking call learns that a signal handler ran on its thread since it started:
+    /// a receive spins and waits in user space before its kernel sleep, so that sleep would
+    /// not be interrupted by such a handler, and a send waits for ring room there. None:
+    /// never asked.
     pub interrupts: Option<Interrupts>,
 }
 
 /// A call's look at the signal handlers run on its thread (kept by the socket library,
 /// which runs the program's handlers): `ran(since, fd)` says whether one ran after the
-/// count `since` that interrupts a blocking receive on `fd`, as it would have interrupted
-/// the kernel's.
+/// count `since` that ends the blocking call on `fd` where it would sleep, as it would have
+/// interrupted the kernel's (a send that waits for room fails with EINTR, and its caller
+/// decides what the program's call returns).
 #[derive(Clone, Copy, Debug)]
 pub struct Interrupts {
     pub since: u64,
@@ -1300,6 +1302,11 @@ impl Shared {
                     // on its own is safe: the receiver reads the kernel only after asking.)
                     word.to_kernel_mode();
                     break;
+                }
+                if mode.interrupted(self.fd()) {
+                    // A handler ran where the kernel's send would sleep: the caller ends
+                    // the call with what it moved, EINTR, or a restart.
+                    return Err(io::Error::from_raw_os_error(libc::EINTR));
                 }
                 let p = pace.get_or_insert_with(|| Pace::new(&self.exports.fabric));
                 if p.elapsed() > FABRIC_BOUND && self.flush_out().is_err() {

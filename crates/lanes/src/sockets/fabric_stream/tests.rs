@@ -788,3 +788,73 @@ fn a_handler_run_while_a_receive_spins_ends_it_with_eintr_and_the_stream_goes_on
     assert_eq!(&buf[..at], b"after the signal");
     HANDLER_RAN.store(false, Ordering::SeqCst);
 }
+
+/// Whether the next test's stand-in for a signal handler "ran".
+static SEND_HANDLER_RAN: AtomicBool = AtomicBool::new(false);
+
+#[test]
+fn a_handler_run_while_a_send_waits_for_room_ends_it_with_eintr_and_nothing_is_lost() {
+    let pair = Pair::new("eintr-send", 64 * 1024);
+    let (a, b) = (pair.a.as_ref().unwrap(), pair.b.as_ref().unwrap());
+    let mode = CallMode {
+        interrupts: Some(Interrupts { since: 0, ran: |_, _| SEND_HANDLER_RAN.load(Ordering::SeqCst) }),
+        ..CallMode::default()
+    };
+    // b spins long before it would sleep: once the stream below put a's direction in ring
+    // mode, it stays there.
+    b.set_receive_spin(Duration::from_secs(10));
+    std::thread::scope(|s| {
+        s.spawn(|| send_pattern(a, 5, 1 << 20));
+        let mut buf = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < buf.len() {
+            at += b.recv(&mut buf[at..]).unwrap();
+        }
+    });
+    wait_for_ring_mode(a);
+    // Nobody reads: the ring fills, then a send waits for room until the handler runs.
+    let data = vec![7u8; 256 * 1024];
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut sent = 0;
+            let r = loop {
+                if sent == data.len() {
+                    break None;
+                }
+                match a.send_with(&data[sent..], mode) {
+                    Ok(n) => sent += n,
+                    Err(e) => break e.raw_os_error(),
+                }
+            };
+            let _ = done.send((sent, r));
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        SEND_HANDLER_RAN.store(true, Ordering::SeqCst);
+        let r = finished.recv_timeout(Duration::from_secs(5));
+        SEND_HANDLER_RAN.store(false, Ordering::SeqCst);
+        if r.is_err() {
+            // Take all of it, so that the sender ends and the scope with it, before the
+            // test fails.
+            let mut sink = vec![0u8; 256 * 1024];
+            let mut at = 0;
+            while at < sink.len() {
+                at += b.recv(&mut sink[at..]).unwrap();
+            }
+        }
+        let (sent, e) = r.expect("the send did not end with the handler");
+        assert_eq!(e, Some(libc::EINTR));
+        assert!(sent > 0 && sent < 256 * 1024, "the ring took part of it: {sent}");
+        // What was sent arrives, and the stream goes on.
+        let mut got = vec![0u8; sent + 3];
+        let mut at = 0;
+        while at < sent {
+            at += b.recv(&mut got[at..sent]).unwrap();
+        }
+        a.send_all(b"end").unwrap();
+        while at < got.len() {
+            at += b.recv(&mut got[at..]).unwrap();
+        }
+        assert!(got[..sent].iter().all(|&x| x == 7) && &got[sent..] == b"end");
+    });
+}
