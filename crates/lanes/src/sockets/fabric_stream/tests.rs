@@ -738,6 +738,28 @@ fn a_finish_that_lands_while_a_failed_over_receiver_waits_is_a_clean_end() {
 /// Whether the test's stand-in for a signal handler "ran" (see the next test).
 static HANDLER_RAN: AtomicBool = AtomicBool::new(false);
 
+/// Puts a's direction to b in ring mode for good: b spins 10 s before it would sleep, so
+/// once a stream of 1 MiB made it ask for the ring, it stays there.
+fn ring_mode_for_good(a: &FabricStream, b: &FabricStream) {
+    b.set_receive_spin(Duration::from_secs(10));
+    std::thread::scope(|s| {
+        s.spawn(|| send_pattern(a, 3, 1 << 20));
+        assert_eq!(receive_pattern_len(b, 3, 1 << 20), 1 << 20);
+    });
+    wait_for_ring_mode(a);
+}
+
+/// Receives `len` bytes of the pattern, checking each; how many.
+fn receive_pattern_len(s: &FabricStream, seed: u64, len: usize) -> usize {
+    let mut buf = vec![0u8; len];
+    let mut at = 0;
+    while at < len {
+        at += s.recv(&mut buf[at..]).unwrap();
+    }
+    assert!(buf.iter().enumerate().all(|(k, x)| *x == pattern(seed, k as u64)));
+    at
+}
+
 #[test]
 fn a_handler_run_while_a_receive_spins_ends_it_with_eintr_and_the_stream_goes_on() {
     let pair = Pair::new("eintr", 64 * 1024);
@@ -746,20 +768,8 @@ fn a_handler_run_while_a_receive_spins_ends_it_with_eintr_and_the_stream_goes_on
         interrupts: Some(Interrupts { since: 0, ran: |_, _| HANDLER_RAN.load(Ordering::SeqCst) }),
         ..CallMode::default()
     };
-    // Spinning for 10 s before it would sleep: b's receiving direction, in ring mode once
-    // the stream below asked for it, stays there, and only the handler can end a receive
-    // that finds the ring empty early.
-    b.set_receive_spin(Duration::from_secs(10));
-    std::thread::scope(|s| {
-        s.spawn(|| send_pattern(a, 3, 1 << 20));
-        let mut buf = vec![0u8; 1 << 20];
-        let mut at = 0;
-        while at < buf.len() {
-            at += b.recv_with(&mut buf[at..], mode).unwrap();
-        }
-        assert!(buf.iter().enumerate().all(|(k, x)| *x == pattern(3, k as u64)));
-    });
-    wait_for_ring_mode(a);
+    // Only the handler can end a receive that finds the ring empty before 10 s.
+    ring_mode_for_good(a, b);
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(move || {
@@ -800,18 +810,7 @@ fn a_handler_run_while_a_send_waits_for_room_ends_it_with_eintr_and_nothing_is_l
         interrupts: Some(Interrupts { since: 0, ran: |_, _| SEND_HANDLER_RAN.load(Ordering::SeqCst) }),
         ..CallMode::default()
     };
-    // b spins long before it would sleep: once the stream below put a's direction in ring
-    // mode, it stays there.
-    b.set_receive_spin(Duration::from_secs(10));
-    std::thread::scope(|s| {
-        s.spawn(|| send_pattern(a, 5, 1 << 20));
-        let mut buf = vec![0u8; 1 << 20];
-        let mut at = 0;
-        while at < buf.len() {
-            at += b.recv(&mut buf[at..]).unwrap();
-        }
-    });
-    wait_for_ring_mode(a);
+    ring_mode_for_good(a, b);
     // Nobody reads: the ring fills, then a send waits for room until the handler runs.
     let data = vec![7u8; 256 * 1024];
     let (done, finished) = std::sync::mpsc::channel();
