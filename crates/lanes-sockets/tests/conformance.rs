@@ -647,6 +647,15 @@ fn the_library_really_accelerates() {
     }
 }
 
+/// `case` run without the library: the transcript the library's run must give.
+fn kernel_reference(sc: &Sockconf, case: &str) -> Finished {
+    let mut plain = sockconf_command(&sc.plain, &sc.dir.sub("kernel"), None, false);
+    plain.arg(case);
+    let kernel = run_bounded(plain, case, RUN_LIMIT);
+    assert!(kernel.ok(), "{}", kernel.describe(case));
+    kernel
+}
+
 /// A connection the ring cannot speed up is retired from it, and then behaves, and costs, as
 /// kernel TCP: a blocking ping-pong whose every answer comes after a pause, with spinning off
 /// (`LANES_POLL_US=0`: each receiver is asleep in the kernel when its bytes come, as on a
@@ -659,10 +668,7 @@ fn a_connection_the_ring_does_not_pay_for_is_retired_to_the_kernel() {
     let lib = library();
     let sc = Sockconf::build("retire");
     let case = "pingpong-slow";
-    let mut plain = sockconf_command(&sc.plain, &sc.dir.sub("kernel"), None, false);
-    plain.arg(case);
-    let kernel = run_bounded(plain, case, RUN_LIMIT);
-    assert!(kernel.ok(), "{}", kernel.describe(case));
+    let kernel = kernel_reference(&sc, case);
     let run_dir = sc.dir.sub("preload");
     let fabric = run_dir.join("fabric");
     let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), true);
@@ -712,10 +718,7 @@ fn with_no_cpu_free_a_parked_direction_is_not_tried_on_the_ring_again() {
     let lib = library();
     let sc = Sockconf::build("parked-full");
     let case = "pingpong-slow";
-    let mut plain = sockconf_command(&sc.plain, &sc.dir.sub("kernel"), None, false);
-    plain.arg(case);
-    let kernel = run_bounded(plain, case, RUN_LIMIT);
-    assert!(kernel.ok(), "{}", kernel.describe(case));
+    let kernel = kernel_reference(&sc, case);
     let run_dir = sc.dir.sub("preload");
     let fabric = run_dir.join("fabric");
     let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
