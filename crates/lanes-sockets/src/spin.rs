@@ -188,11 +188,10 @@ pub fn cpu_free() -> bool {
 }
 
 fn free_cpu(count_run_delay: bool) -> bool {
-    if !gated() {
-        return true;
-    }
-    if gate_shut() {
-        return false;
+    match gate() {
+        Gate::Off => return true,
+        Gate::Shut => return false,
+        Gate::On | Gate::PreemptOnly => {}
     }
     if let Some(until) = COOL_UNTIL.with(|c| c.get()) {
         if Instant::now() < until {
@@ -200,7 +199,7 @@ fn free_cpu(count_run_delay: bool) -> bool {
         }
         COOL_UNTIL.with(|c| c.set(None));
     }
-    if crate::sandbox::filtered() || !load_gated() {
+    if crate::sandbox::filtered() || gate() == Gate::PreemptOnly {
         return true;
     }
     if count_run_delay && contended() {
@@ -221,26 +220,28 @@ fn free_cpu(count_run_delay: bool) -> bool {
     !OVERLOADED.load(Ordering::Relaxed)
 }
 
-/// Whether the load and preemption checks apply: `LANES_SPIN_GATE=0` turns them off (a
-/// diagnostic: spinning as before them, whatever it costs others).
-fn gated() -> bool {
-    static G: OnceLock<bool> = OnceLock::new();
-    *G.get_or_init(|| std::env::var_os("LANES_SPIN_GATE").is_none_or(|v| v != "0"))
+/// What `LANES_SPIN_GATE` asks of the checks that decide whether a CPU is free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gate {
+    /// The load, preemption and run-delay checks (the default).
+    On,
+    /// `0`: none of them (a diagnostic: spinning as before them, whatever it costs others).
+    Off,
+    /// `preempt`: the preemption check alone (a diagnostic for comparing the two).
+    PreemptOnly,
+    /// `shut`: no CPU is ever free, as on a machine with more runnable threads than CPUs all
+    /// the time (a diagnostic, and for tests of what the library does there).
+    Shut,
 }
 
-/// `LANES_SPIN_GATE=shut`: every check finds no CPU free, as on a machine with more
-/// runnable threads than CPUs all the time (a diagnostic, and for tests of what the library
-/// does there).
-fn gate_shut() -> bool {
-    static S: OnceLock<bool> = OnceLock::new();
-    *S.get_or_init(|| std::env::var_os("LANES_SPIN_GATE").is_some_and(|v| v == "shut"))
-}
-
-/// Whether the load check applies: `LANES_SPIN_GATE=preempt` keeps only the preemption
-/// check (a diagnostic for comparing the two).
-fn load_gated() -> bool {
-    static G: OnceLock<bool> = OnceLock::new();
-    *G.get_or_init(|| std::env::var_os("LANES_SPIN_GATE").is_none_or(|v| v != "preempt"))
+fn gate() -> Gate {
+    static G: OnceLock<Gate> = OnceLock::new();
+    *G.get_or_init(|| match std::env::var_os("LANES_SPIN_GATE") {
+        Some(v) if v == "0" => Gate::Off,
+        Some(v) if v == "preempt" => Gate::PreemptOnly,
+        Some(v) if v == "shut" => Gate::Shut,
+        _ => Gate::On,
+    })
 }
 
 /// The spin was descheduled: no spin for a while.
@@ -298,7 +299,7 @@ impl Spin {
         }
         let now = Instant::now();
         self.spun = true;
-        if now.saturating_duration_since(self.last) > PREEMPTED_GAP && gated() {
+        if now.saturating_duration_since(self.last) > PREEMPTED_GAP && gate() != Gate::Off {
             self.preempted = true;
             preempted(now);
             return false;

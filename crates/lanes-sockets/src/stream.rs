@@ -1053,7 +1053,17 @@ pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
         return;
     }
     let Some(peer) = conn.peer() else { return };
-    match flip_due(conn) {
+    let due = match flip_due(conn) {
+        // No CPU is free: this receiver cannot spin for the next bytes, nor its sender run
+        // while it reads, so the switch cannot pay. The try fails at once, as one that paid
+        // nothing would (flip_due counted it so), without the switch's system calls and the
+        // sleeping protocol after it (PostgreSQL's select-only run, ten processes on two
+        // CPUs, ran 9% under kernel TCP while its directions were tried, 1.5% once they
+        // were not), and the direction retires once the tries have not paid for long.
+        FlipTry::Try if !crate::spin::cpu_free() => FlipTry::NotDue,
+        due => due,
+    };
+    match due {
         FlipTry::NotDue => {
             want_ring(&conn.own, false);
             crate::park::park(conn, peer);
@@ -1067,17 +1077,6 @@ pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
                     release_nodelay(conn, fd);
                 }
             }
-            return;
-        }
-        FlipTry::Try if !crate::spin::cpu_free() => {
-            // No CPU is free: this receiver cannot spin for the next bytes, nor its sender
-            // run while it reads, so the switch cannot pay. The try fails at once, as one
-            // that paid nothing would, without the switch's system calls and the sleeping
-            // protocol after it (PostgreSQL's select-only run, ten processes on two CPUs,
-            // ran 9% under kernel TCP while its directions were tried, 1.5% once they were
-            // not), and the direction retires as soon as the tries have not paid for long.
-            want_ring(&conn.own, false);
-            crate::park::park(conn, peer);
             return;
         }
         FlipTry::Try => {}

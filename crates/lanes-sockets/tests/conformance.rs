@@ -23,6 +23,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use lanes::sockets::registry::Receiving;
 use support::{clean_command, diff, free_port, library, run_bounded, Finished, Program, TestDir};
 
 /// A sockconf run normally ends in well under 2 s; its own watchdog stops it after 20 s.
@@ -647,13 +648,37 @@ fn the_library_really_accelerates() {
     }
 }
 
-/// `case` run without the library: the transcript the library's run must give.
-fn kernel_reference(sc: &Sockconf, case: &str) -> Finished {
+/// Runs `case` without the library, then with it in both processes (`small_ring` as for
+/// [`sockconf_command`], `env` added), handing `look` the records every `every` while it
+/// runs; the run must end well with the kernel's transcript. Its result and its fabric
+/// directory.
+fn watched_run(
+    sc: &Sockconf,
+    case: &str,
+    small_ring: bool,
+    env: &[(&str, &str)],
+    every: Duration,
+    mut look: impl FnMut(&[lanes::sockets::registry::ConnectionInfo]),
+) -> (Finished, PathBuf) {
+    let lib = library();
     let mut plain = sockconf_command(&sc.plain, &sc.dir.sub("kernel"), None, false);
     plain.arg(case);
     let kernel = run_bounded(plain, case, RUN_LIMIT);
     assert!(kernel.ok(), "{}", kernel.describe(case));
-    kernel
+    let run_dir = sc.dir.sub("preload");
+    let fabric = run_dir.join("fabric");
+    let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), small_ring);
+    cmd.envs(env.iter().copied()).arg(case);
+    let mut p = Program::spawn(cmd, case);
+    let start = Instant::now();
+    while !p.exited() && start.elapsed() < RUN_LIMIT {
+        look(&lanes::sockets::registry::list_connections(&fabric));
+        std::thread::sleep(every);
+    }
+    let f = p.wait(RUN_LIMIT);
+    assert!(f.ok(), "{}", f.describe(case));
+    assert_eq!(f.stdout, kernel.stdout, "the transcript under the library differs from kernel TCP's");
+    (f, fabric)
 }
 
 /// A connection the ring cannot speed up is retired from it, and then behaves, and costs, as
@@ -665,27 +690,12 @@ fn kernel_reference(sc: &Sockconf, case: &str) -> Finished {
 /// the ring could carry bytes, is the program's choice again in both kernel sockets.
 #[test]
 fn a_connection_the_ring_does_not_pay_for_is_retired_to_the_kernel() {
-    let lib = library();
-    let sc = Sockconf::build("retire");
-    let case = "pingpong-slow";
-    let kernel = kernel_reference(&sc, case);
-    let run_dir = sc.dir.sub("preload");
-    let fabric = run_dir.join("fabric");
-    let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), true);
-    cmd.arg(case);
-    let mut p = Program::spawn(cmd, case);
     let (mut retired, mut attached) = (0usize, 0usize);
-    let start = Instant::now();
-    while !p.exited() && start.elapsed() < RUN_LIMIT {
-        let conns = lanes::sockets::registry::list_connections(&fabric);
+    let sc = Sockconf::build("retire");
+    let (f, fabric) = watched_run(&sc, "pingpong-slow", true, &[], Duration::from_millis(1), |conns| {
         attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
-        let now = conns.iter().filter(|c| c.receiving == lanes::sockets::registry::Receiving::Retired).count();
-        retired = retired.max(now);
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let f = p.wait(RUN_LIMIT);
-    assert!(f.ok(), "{}", f.describe(case));
-    assert_eq!(f.stdout, kernel.stdout, "the transcript under the library differs from kernel TCP's");
+        retired = retired.max(conns.iter().filter(|c| c.receiving == Receiving::Retired).count());
+    });
     assert!(f.stdout.contains("round trips 6000, wrong echoes 0"), "{}", f.stdout);
     assert_eq!(attached, 2, "both ends attached (ends seen at once)");
     assert_eq!(retired, 2, "both directions retired (ends seen retired at once); stderr:\n{}", f.stderr);
@@ -715,24 +725,14 @@ fn a_connection_the_ring_does_not_pay_for_is_retired_to_the_kernel() {
 /// the first sleep to its end, and its transcript is kernel TCP's.
 #[test]
 fn with_no_cpu_free_a_parked_direction_is_not_tried_on_the_ring_again() {
-    let lib = library();
-    let sc = Sockconf::build("parked-full");
-    let case = "pingpong-slow";
-    let kernel = kernel_reference(&sc, case);
-    let run_dir = sc.dir.sub("preload");
-    let fabric = run_dir.join("fabric");
-    let mut cmd = sockconf_command(&sc.plain, &run_dir, Some(&lib), false);
-    cmd.env("LANES_SPIN_GATE", "shut").env("LANES_SOCKETS_RETIRE", "0").env("LANES_SOCKETS_DEFER", "0");
-    cmd.arg(case);
-    let mut p = Program::spawn(cmd, case);
-    use lanes::sockets::registry::Receiving;
+    let env = [("LANES_SPIN_GATE", "shut"), ("LANES_SOCKETS_RETIRE", "0"), ("LANES_SOCKETS_DEFER", "0")];
     // Per end (its local address): seen parked, then seen on the ring again.
-    let mut parked: std::collections::BTreeSet<std::net::SocketAddr> = Default::default();
-    let mut tried_again: std::collections::BTreeSet<std::net::SocketAddr> = Default::default();
+    let mut parked: BTreeSet<std::net::SocketAddr> = BTreeSet::new();
+    let mut tried_again: BTreeSet<std::net::SocketAddr> = BTreeSet::new();
     let mut looks = 0u32;
-    let start = Instant::now();
-    while !p.exited() && start.elapsed() < RUN_LIMIT {
-        for c in lanes::sockets::registry::list_connections(&fabric).iter().filter(|c| c.peer_attached) {
+    let sc = Sockconf::build("parked-full");
+    watched_run(&sc, "pingpong-slow", false, &env, Duration::from_micros(200), |conns| {
+        for c in conns.iter().filter(|c| c.peer_attached) {
             match c.receiving {
                 Receiving::Parked => {
                     parked.insert(c.local);
@@ -744,11 +744,7 @@ fn with_no_cpu_free_a_parked_direction_is_not_tried_on_the_ring_again() {
             }
         }
         looks += 1;
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    let f = p.wait(RUN_LIMIT);
-    assert!(f.ok(), "{}", f.describe(case));
-    assert_eq!(f.stdout, kernel.stdout, "the transcript under the library differs from kernel TCP's");
+    });
     assert_eq!(parked.len(), 2, "both ends' directions parked ({looks} looks): {parked:?}");
     assert!(tried_again.is_empty(), "directions tried on the ring again after parking: {tried_again:?}");
 }
