@@ -40,28 +40,35 @@ pub struct LocalSegment {
     pub(crate) inner: Arc<LocalInner>,
 }
 
+/// The object's export to other hosts (cluster processes), while there is one.
+type ExportSlot = std::sync::Mutex<Option<<Hosts as HostTransport>::Export>>;
+
 #[derive(Debug)]
 pub(crate) struct LocalInner {
     pub(crate) fabric: Arc<FabricInner>,
-    pub(crate) file: SegmentFile,
+    /// Shared (weakly) with the tasks of the transport's service thread, which never hold
+    /// the segment itself: holding it, and through it the fabric, they could be the last to
+    /// let go of it, leaving the process record's removal to a thread the exit does not wait
+    /// for.
+    pub(crate) file: Arc<SegmentFile>,
     role: Role,
     removed: AtomicBool,
     events: SlotTracker,
     poll: events::PollTime,
-    /// The object's export to other hosts (cluster processes); withdrawn at removal.
-    export: std::sync::Mutex<Option<<Hosts as HostTransport>::Export>>,
+    /// Withdrawn at removal; shared with the service thread as `file` is.
+    export: Arc<ExportSlot>,
 }
 
 impl LocalInner {
     fn new(fabric: &Arc<FabricInner>, file: SegmentFile, role: Role) -> Arc<LocalInner> {
         Arc::new(LocalInner {
             fabric: fabric.clone(),
-            file,
+            file: Arc::new(file),
             role,
             removed: false.into(),
             events: SlotTracker::new(None),
             poll: events::PollTime::new(),
-            export: std::sync::Mutex::new(None),
+            export: Arc::new(std::sync::Mutex::new(None)),
         })
     }
 
@@ -71,10 +78,10 @@ impl LocalInner {
         let Some(hosts) = &self.fabric.hosts else { return Ok(()) };
         // Keys of slots whose claim is over are revoked within a service tick, whether or
         // not the program looks at its events (revocation, `ExportHandle::renew_keys`).
-        let weak: Weak<LocalInner> = Arc::downgrade(self);
+        let (file, export) = (Arc::downgrade(&self.file), Arc::downgrade(&self.export));
         let renew = Arc::new(move || {
-            if let Some(inner) = weak.upgrade() {
-                inner.renew_keys();
+            if let (Some(file), Some(export)) = (file.upgrade(), export.upgrade()) {
+                renew_keys(&export, &file);
             }
         });
         if let Some(exported) = hosts.export_object(&self.file, renew)? {
@@ -86,9 +93,7 @@ impl LocalInner {
     /// Revokes the keys of the connection slots whose claim is over (peers of other hosts
     /// that left, died or were lost): nothing they sent can land once this returned.
     fn renew_keys(&self) {
-        if let Some(e) = &*self.export.lock().unwrap_or_else(|e| e.into_inner()) {
-            ExportHandle::renew_keys(e, self.file.header());
-        }
+        renew_keys(&self.export, &self.file);
     }
 
     /// Withdraws the export (peers of other hosts lose access).
@@ -102,6 +107,12 @@ impl LocalInner {
 
     pub(crate) fn poll_time(&self) -> Duration {
         self.poll.get()
+    }
+}
+
+fn renew_keys(export: &ExportSlot, file: &SegmentFile) {
+    if let Some(e) = &*export.lock().unwrap_or_else(|e| e.into_inner()) {
+        ExportHandle::renew_keys(e, file.header());
     }
 }
 

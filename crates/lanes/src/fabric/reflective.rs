@@ -232,10 +232,11 @@ impl ReflectiveGroup {
         let fan = hosts.create_group(whole, size, receivers, me)?;
         let write = fanout_map(&fan, 0, size, MapOrigin::Local(seg.inner.clone()))?;
         let sweep: Arc<dyn Fn() + Send + Sync> = {
-            let (fan, seg) = (Arc::downgrade(&fan), Arc::downgrade(&seg.inner));
+            // The segment's file, not the segment: see `LocalInner::file`.
+            let (fan, file) = (Arc::downgrade(&fan), Arc::downgrade(&seg.inner.file));
             Arc::new(move || {
-                if let (Some(f), Some(s)) = (fan.upgrade(), seg.upgrade()) {
-                    let header = s.file.header();
+                if let (Some(f), Some(file)) = (fan.upgrade(), file.upgrade()) {
+                    let header = file.header();
                     f.sweep_members(&|slot| header.slot(slot).is_none_or(|sl| sl.holder.is_some()));
                 }
             })
