@@ -384,10 +384,12 @@ impl Drop for ConnRef {
 /// The cache entry's socket for `fd`, pinned, if the entry is `fd`'s of this generation.
 #[inline]
 fn borrow_cached(fd: i32, slot: usize, generation: u64) -> Option<ConnRef> {
-    let conn = RECENT.with(|r| match r.try_borrow().ok()?.get(slot)? {
-        Some((f, g, c)) if *f == fd && *g == generation => Some(std::ptr::NonNull::from(&**c)),
-        _ => None,
-    })?;
+    let conn = RECENT
+        .try_with(|r| match r.try_borrow().ok()?.get(slot)? {
+            Some((f, g, c)) if *f == fd && *g == generation => Some(std::ptr::NonNull::from(&**c)),
+            _ => None,
+        })
+        .ok()??;
     PINS.with(|p| p[slot].set(p[slot].get() + 1));
     Some(ConnRef { conn, slot })
 }
@@ -421,17 +423,23 @@ pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
     }
     let generation = GENERATION.load(Ordering::Acquire);
     let slot = fd as usize % CACHED_FDS;
-    let cached = RECENT.with(|r| match &r.borrow()[slot] {
-        Some((f, g, c)) if *f == fd && *g == generation => Some(c.clone()),
-        _ => None,
-    });
+    // `try_with`: the cache is gone once the C library has destroyed this thread's
+    // thread-local storage (exit() does so before the program's atexit handlers, which
+    // close sockets); the table answers then.
+    let cached = RECENT
+        .try_with(|r| match r.try_borrow().ok()?.get(slot)? {
+            Some((f, g, c)) if *f == fd && *g == generation => Some(c.clone()),
+            _ => None,
+        })
+        .ok()
+        .flatten();
     if cached.is_some() {
         return cached;
     }
     let found = table().read().ok()?.get(&fd).cloned();
     if let Some(c) = &found {
         if PINS.with(|p| p[slot].get()) == 0 {
-            RECENT.with(|r| {
+            let _ = RECENT.try_with(|r| {
                 if let Ok(mut cache) = r.try_borrow_mut() {
                     cache[slot] = Some((fd, generation, c.clone()));
                 }

@@ -67,12 +67,15 @@ pub fn take_all(in_library: bool) {
     held.extend(crate::conn::hold_for_fork(by));
     held.extend(crate::udp::hold_for_fork(by));
     held.extend(crate::remote::hold_for_fork(by));
-    HELD.with(|h| *h.borrow_mut() = held);
+    // Once this thread's thread-local storage is destroyed (a fork from an atexit handler)
+    // the locks cannot be kept until after the fork: they are given back at once, as if
+    // nobody had held them.
+    let _ = HELD.try_with(|h| *h.borrow_mut() = held);
 }
 
 /// After a fork, in the parent or the child: gives back what [`take_all`] took.
 pub fn release_all() {
-    let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    let held = HELD.try_with(|h| std::mem::take(&mut *h.borrow_mut())).unwrap_or_default();
     // In reverse order of taking.
     held.into_iter().rev().for_each(drop);
 }

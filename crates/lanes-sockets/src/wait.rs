@@ -873,16 +873,25 @@ thread_local! {
 
 fn shadow_of(epfd: c_int) -> Option<Arc<ShadowLock>> {
     let generation = SHADOWS_GENERATION.load(Ordering::Acquire);
-    let cached = LAST_SET.with(|l| match &*l.borrow() {
-        Some((fd, g, set)) if *fd == epfd && *g == generation => Some(set.clone()),
-        _ => None,
-    });
+    // `try_with`: the cache is gone once this thread's thread-local storage is destroyed
+    // (exit() does so before the program's atexit handlers); the table answers then.
+    let cached = LAST_SET
+        .try_with(|l| match &*l.try_borrow().ok()? {
+            Some((fd, g, set)) if *fd == epfd && *g == generation => Some(set.clone()),
+            _ => None,
+        })
+        .ok()
+        .flatten();
     if cached.is_some() {
         return cached;
     }
     let found = shadows().lock().ok()?.get(&epfd).cloned();
     if let Some(set) = &found {
-        LAST_SET.with(|l| *l.borrow_mut() = Some((epfd, generation, set.clone())));
+        let _ = LAST_SET.try_with(|l| {
+            if let Ok(mut last) = l.try_borrow_mut() {
+                *last = Some((epfd, generation, set.clone()));
+            }
+        });
     }
     found
 }
@@ -1040,12 +1049,20 @@ pub unsafe fn wait(
     thread_local! {
         static BUF: std::cell::RefCell<Vec<epoll_event>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    let mut buf = BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    // Once this thread's thread-local storage is destroyed (atexit handlers), a buffer of
+    // the call's own.
+    let mut buf = BUF
+        .try_with(|b| b.try_borrow_mut().map(|mut b| std::mem::take(&mut *b)).unwrap_or_default())
+        .unwrap_or_default();
     if buf.len() < max {
         buf.resize(max, epoll_event { events: 0, u64: 0 });
     }
     let result = wait_loop(epfd, events, max, timeout, &shadow, &mut buf, kernel, since);
-    BUF.with(|b| *b.borrow_mut() = buf);
+    let _ = BUF.try_with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            *b = buf;
+        }
+    });
     result
 }
 

@@ -379,6 +379,7 @@ const PROCESSES_AND_THREADS: &[&str] = &[
     "execveat-handoff",
     "fexecve-handoff",
     "posix-spawn",
+    "exit-handlers",
     "threads",
     "fork-busy-threads",
     "pass-fd",

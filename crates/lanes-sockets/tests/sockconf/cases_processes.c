@@ -780,3 +780,49 @@ void passfd_client(void)
     say("30 requests after the hand-off, answered by the worker: %d", right);
     say("close %s", res(close(fd)));
 }
+
+/* exit-handlers: exit() destroys the main thread's thread-local storage before it runs the
+ * program's atexit handlers, and programs close and shut down their sockets there (socat
+ * does): the calls must behave there as anywhere else. */
+static int exit_fd = -1, exit_ep = -1;
+
+static void exit_handler(void)
+{
+    char b[8];
+    struct epoll_event ev;
+    say("send in the exit handler %s", res(send(exit_fd, "bye", 3, 0)));
+    say("shutdown(SHUT_WR) in the exit handler %s", res(shutdown(exit_fd, SHUT_WR)));
+    say("epoll_wait in the exit handler %s", res(epoll_wait(exit_ep, &ev, 1, 5000)));
+    say("recv in the exit handler %s", got(recv(exit_fd, b, sizeof b, 0), b));
+    say("read at end in the exit handler %s", res(read(exit_fd, b, sizeof b)));
+    say("close in the exit handler %s", res(close(exit_fd)));
+    flush_log();
+}
+
+void exit_handlers_server(void)
+{
+    int s = accept_one();
+    char b[8];
+    say("read_full %s", got(read_full(s, b, 5), b));
+    say("write %s", res(write(s, "hi", 2)));
+    say("read_full %s", got(read_full(s, b, 3), b));
+    say("read at end %s", res(read(s, b, sizeof b)));
+    say("write %s", res(write(s, "ok", 2)));
+    close(s);
+}
+
+void exit_handlers_client(void)
+{
+    int fd = connect_one();
+    char b[8];
+    say("write %s", res(write(fd, "hello", 5)));
+    say("read_full %s", got(read_full(fd, b, 2), b));
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    say("epoll_ctl ADD %s", res(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)));
+    say("epoll_wait 0 %s", res(epoll_wait(ep, &ev, 1, 0)));
+    exit_fd = fd;
+    exit_ep = ep;
+    say("atexit %s", res(atexit(exit_handler)));
+    exit(0);
+}

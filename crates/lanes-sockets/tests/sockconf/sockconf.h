@@ -284,6 +284,8 @@ void pwait_server(void) ;
 void pwait_client(void) ;
 void sigio_client(void) ;
 void spawn_client(void) ;
+void exit_handlers_server(void) ;
+void exit_handlers_client(void) ;
 void chk_client(void) ;
 void fionread_server(void) ;
 void fionread_client(void) ;

@@ -170,6 +170,8 @@ const struct casedef cases[] = {
      "the same hand-off through fexecve of an open image"},
     {"posix-spawn", AF_INET, true, exec_server, spawn_client, NULL,
      "a posix_spawn'd child uses the inherited socket; the close-on-exec copy is gone"},
+    {"exit-handlers", AF_INET, true, exit_handlers_server, exit_handlers_client, NULL,
+     "send, shutdown, epoll_wait, recv and close in an atexit handler"},
     {"sigio", AF_INET, true, script_server, sigio_client, set_sigio, "O_ASYNC and F_SETOWN: SIGIO on arrival"},
     {"threads", AF_INET, true, threads_server, threads_client, NULL,
      "two threads send concurrently, the peer counts"},
