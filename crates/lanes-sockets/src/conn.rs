@@ -897,12 +897,18 @@ pub fn on_connected(fd: i32, opened: Opened) {
 fn set_up(fd: i32, local: SocketAddr, remote: SocketAddr, history: StreamHistory, opened: Opened) {
     let cfg = config();
     let key = ConnectionKey::new(cfg.netns, local, remote);
-    match wanted(local, remote) {
-        Wanted::Yes => {}
+    let to_another_host = match wanted(local, remote) {
+        Wanted::Yes => false,
         Wanted::No => return,
         Wanted::PortExcluded => return reasons::note(Reason::ExcludedPort, Some(&key)),
-        // The peer is on another host: a cross-host candidate, maybe.
-        Wanted::Remote => return crate::remote::on_connected(fd, key, opened),
+        Wanted::Remote => true,
+    };
+    if crate::io_uring::set_up() {
+        return reasons::note(Reason::IoUring, Some(&key));
+    }
+    if to_another_host {
+        // A cross-host candidate, maybe.
+        return crate::remote::on_connected(fd, key, opened);
     }
     // After a uid change the fabric directory is not ours any more (see `reasons`).
     if reasons::check_uid(&key).is_none() {

@@ -19,6 +19,7 @@ mod config;
 mod conn;
 mod exec;
 mod fork_locks;
+mod io_uring;
 mod mmsg;
 mod park;
 mod real;
@@ -456,6 +457,20 @@ pub unsafe extern "C" fn syscall(
             sandbox::installed();
         }
         return r;
+    }
+    if n == libc::SYS_io_uring_setup {
+        // Its operations on sockets are unseen by the library (see `io_uring`).
+        return intercept(
+            -1,
+            || {
+                let r = pass();
+                if r >= 0 {
+                    io_uring::ring_set_up();
+                }
+                Some(r)
+            },
+            pass,
+        );
     }
     if !INIT.is_completed() {
         // Nothing known of any descriptor yet, and starting the library allocates: a

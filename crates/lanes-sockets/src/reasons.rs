@@ -165,6 +165,9 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
             format!("{sock}no fabric stream for a connection to another host ({detail}): it stays kernel TCP")
         }
         Reason::UdpKernelOnly => format!("a UDP socket {detail}: it stays on the kernel"),
+        Reason::IoUring => "the program set up an io_uring, whose operations on sockets the library cannot \
+                            see: its connections are kernel TCP from now on"
+            .to_string(),
     }
 }
 

@@ -1082,6 +1082,12 @@ pub fn before_sandbox() {
     give_up_for_good("a seccomp filter", Reason::Sandbox);
 }
 
+/// When the program sets up an io_uring, whose receives would read the kernel socket past
+/// what the fabric stream holds (see `io_uring`): as before an exec.
+pub fn before_io_uring() {
+    give_up_for_good("an io_uring's set-up", Reason::IoUring);
+}
+
 /// Every connection back to the kernel for good; one whose ring holds bytes nobody can
 /// read after `what` is reset at both ends.
 fn give_up_for_good(what: &str, reason: Reason) {

@@ -873,8 +873,13 @@ pub fn inherited_kernel_features(fd: c_int) -> bool {
 /// Both directions of `conn` leave the ring for good (FLAG_KERNEL_FEATURES): each sender
 /// goes to the kernel at its next send, after the ring bytes it already published.
 pub fn kernel_features_on(conn: &Conn) {
+    kernel_features_on_for(conn, crate::reasons::Reason::KernelFeature);
+}
+
+/// As [`kernel_features_on`], said for `why`.
+pub fn kernel_features_on_for(conn: &Conn, why: crate::reasons::Reason) {
     if conn.own.set_flags(FLAG_KERNEL_FEATURES) & FLAG_KERNEL_FEATURES == 0 {
-        crate::reasons::note(crate::reasons::Reason::KernelFeature, Some(&conn.key));
+        crate::reasons::note(why, Some(&conn.key));
     }
     want_ring(&conn.own, false);
     conn.own.tx_word().to_kernel_mode();

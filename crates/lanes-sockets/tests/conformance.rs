@@ -380,6 +380,7 @@ const PROCESSES_AND_THREADS: &[&str] = &[
     "fexecve-handoff",
     "posix-spawn",
     "exit-handlers",
+    "io-uring-epoll",
     "threads",
     "fork-busy-threads",
     "pass-fd",
@@ -680,6 +681,28 @@ fn watched_run(
     assert!(f.ok(), "{}", f.describe(case));
     assert_eq!(f.stdout, kernel.stdout, "the transcript under the library differs from kernel TCP's");
     (f, fabric)
+}
+
+/// A program that puts its sockets into an epoll set through an io_uring (libuv does for
+/// every epoll_ctl ADD and MOD), whose waits the library therefore cannot make watch a
+/// ring: once it set the ring up, its connections stay kernel TCP, said once, and every
+/// message wakes its wait as on kernel TCP. With spinning allowed and every connection set
+/// up at once, so that the ring would be used if the connection were set up (and a wait
+/// would then miss its bytes: the server stopped after a few messages).
+#[test]
+fn a_process_with_an_io_uring_keeps_its_connections_on_the_kernel() {
+    let env = [("LANES_SPIN_GATE", "0"), ("LANES_SOCKETS_DEFER", "0")];
+    let mut attached = 0usize;
+    let sc = Sockconf::build("io-uring");
+    let (f, _) = watched_run(&sc, "io-uring-epoll", false, &env, Duration::from_millis(1), |conns| {
+        attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
+    });
+    if f.stdout.contains("io_uring_setup unavailable") {
+        eprintln!("no io_uring on this kernel: nothing more to check");
+        return;
+    }
+    assert_eq!(attached, 0, "a connection of the process with an io_uring was set up");
+    assert_eq!(lines_with(&f.stderr, "set up an io_uring"), 1, "{}", f.stderr);
 }
 
 /// A connection the ring cannot speed up is retired from it, and then behaves, and costs, as

@@ -143,6 +143,9 @@ pub fn created(fd: c_int, domain: c_int, ty: c_int, protocol: c_int) {
     if fd < 0 || !udp || !(domain == libc::AF_INET || domain == libc::AF_INET6) || !config().enabled {
         return;
     }
+    if crate::io_uring::set_up() {
+        return crate::reasons::note(crate::reasons::Reason::IoUring, None);
+    }
     insert(fd, UdpSock::new(domain));
 }
 
@@ -225,12 +228,24 @@ pub fn forget(fd: c_int) {
 
 /// Keeps `s` on the kernel from now on; ring datagrams already there are still read.
 fn pin(s: &UdpSock) {
+    pin_for(
+        s,
+        crate::reasons::Reason::UdpKernelOnly,
+        "set an option, or asked for ancillary data, that the library does not model",
+    );
+}
+
+/// Every UDP socket of this process on the kernel from now on (see [`pin`]), for `why`.
+pub fn pin_all(why: crate::reasons::Reason, detail: &str) {
+    let all: Vec<Arc<UdpSock>> = table().read().map(|t| t.values().cloned().collect()).unwrap_or_default();
+    for s in all {
+        pin_for(&s, why, detail);
+    }
+}
+
+fn pin_for(s: &UdpSock, why: crate::reasons::Reason, detail: &str) {
     if !s.pinned.swap(true, Ordering::Relaxed) {
-        crate::reasons::note_with(
-            crate::reasons::Reason::UdpKernelOnly,
-            None,
-            "set an option, or asked for ancillary data, that the library does not model",
-        );
+        crate::reasons::note_with(why, None, detail);
     }
     if let Some(rec) = s.record.get() {
         rec.close();

@@ -285,6 +285,8 @@ void pwait_client(void) ;
 void sigio_client(void) ;
 void spawn_client(void) ;
 void exit_handlers_server(void) ;
+void uring_epoll_server(void) ;
+void uring_epoll_client(void) ;
 void exit_handlers_client(void) ;
 void chk_client(void) ;
 void fionread_server(void) ;

@@ -172,6 +172,8 @@ const struct casedef cases[] = {
      "a posix_spawn'd child uses the inherited socket; the close-on-exec copy is gone"},
     {"exit-handlers", AF_INET, true, exit_handlers_server, exit_handlers_client, NULL,
      "send, shutdown, epoll_wait, recv and close in an atexit handler"},
+    {"io-uring-epoll", AF_INET, true, uring_epoll_server, uring_epoll_client, NULL,
+     "a connection put into an epoll set through an io_uring (as libuv does), 200 messages answered"},
     {"sigio", AF_INET, true, script_server, sigio_client, set_sigio, "O_ASYNC and F_SETOWN: SIGIO on arrival"},
     {"threads", AF_INET, true, threads_server, threads_client, NULL,
      "two threads send concurrently, the peer counts"},

@@ -85,11 +85,15 @@ pub enum Reason {
     /// The other end's socket belongs to another user: its records are in that user's
     /// fabric directory, which this process does not share.
     PeerOtherUser,
+    /// The process set up an io_uring, whose operations on its sockets (epoll_ctl, send,
+    /// receive, poll) the kernel carries out unseen by the library: its connections are the
+    /// kernel's from then on.
+    IoUring,
 }
 
 impl Reason {
     /// Every reason, in the order of their lines in the file (new ones only ever appended).
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::PeerWithoutLibrary,
         Reason::PrivilegeDrop,
         Reason::ExcludedPort,
@@ -107,6 +111,7 @@ impl Reason {
         Reason::RemoteNoStream,
         Reason::UdpKernelOnly,
         Reason::PeerOtherUser,
+        Reason::IoUring,
     ];
 
     fn index(self) -> usize {
@@ -133,6 +138,7 @@ impl Reason {
             Reason::RemoteNoStream => "cross-host: no fabric stream",
             Reason::UdpKernelOnly => "UDP: left to the kernel",
             Reason::PeerOtherUser => "peer runs as another user",
+            Reason::IoUring => "the process uses io_uring",
         }
     }
 }
