@@ -48,6 +48,8 @@ declare -A apt_for=(
     [traceroute]=traceroute
     [rsync]=rsync
     [python3]=python3
+    # libuv's own test suite is built from its source (below).
+    [cmake]=cmake
     # Network namespaces: the cluster tests (crates/lanes/tests/cluster.rs) and the
     # multi-host hosts.
     [ip]=iproute2
@@ -98,6 +100,24 @@ sweep_test_namespaces() {
     done
 }
 trap sweep_test_namespaces EXIT
+
+# libuv's own test suite (crates/lanes-sockets/tests/third_party_suites.rs): the libuv
+# that uvloop's source distribution on PyPI vendors, test sources included; its test runner
+# is built once into the target directory.
+LIBUV_VERSION=1.52.1
+UVLOOP_SDIST=https://files.pythonhosted.org/packages/fa/42/02c739ce85fb2ee8d99212c61417da8140c6b87e9d97c430bea520d76044/uvloop-0.23.0.tar.gz
+UVLOOP_SHA256=28d160f51ab4da3b187063652e643dea6831072add4adc1e6d62afbe73b6be27
+libuv_dir="${CARGO_TARGET_DIR:-target}/third-party/libuv-$LIBUV_VERSION"
+if [ ! -x "$libuv_dir/build/uv_run_tests_a" ]; then
+    log "building libuv $LIBUV_VERSION's test runner"
+    rm -rf "$libuv_dir" && mkdir -p "$libuv_dir"
+    curl -fsSL --retry 3 -o "$libuv_dir/uvloop.tar.gz" "$UVLOOP_SDIST"
+    echo "$UVLOOP_SHA256  $libuv_dir/uvloop.tar.gz" | sha256sum -c --quiet
+    tar -xzf "$libuv_dir/uvloop.tar.gz" -C "$libuv_dir" --strip-components=3 uvloop-0.23.0/vendor/libuv
+    mkdir -p "$libuv_dir/build"
+    (cd "$libuv_dir/build" && cmake .. -DLIBUV_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+        make -j"$(nproc)" uv_run_tests_a >/dev/null)
+fi
 
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy

@@ -12,6 +12,11 @@
 //! - `LANES_POLL_US`: how long a waiting call spins before it sleeps in the kernel.
 //! - `LANES_DIR`: the fabric directory; records go to its `sockets/`.
 //! - `LANES_SOCKETS_QUIET=1`: print no notice on standard error.
+//! - `LANES_SOCKETS_IO_URING=refuse`: `io_uring_setup` made through the C library's
+//!   `syscall()` fails with ENOSYS, as on a kernel without io_uring, so that a program
+//!   using it only to speed up its epoll calls (libuv) keeps its connections accelerated;
+//!   default `allow`, where a process that sets one up keeps its connections on the kernel
+//!   (see `io_uring`).
 //! - `LANES_SOCKETS_REMOTE=auto|on|off` (`[sockets] remote`): connections to other hosts of
 //!   the cluster (lanes.toml's `[cluster]`, this host one of its hosts) are paired through
 //!   the daemons (`remote`); `auto` only on providers that can beat kernel TCP.
@@ -43,6 +48,8 @@ pub struct Config {
     pub netns: u64,
     /// LANES_SOCKETS_QUIET: no notices.
     pub quiet: bool,
+    /// LANES_SOCKETS_IO_URING=refuse: io_uring_setup fails with ENOSYS (see `io_uring`).
+    pub refuse_io_uring: bool,
     /// Connections to other hosts of the cluster; None when this host is in no cluster.
     pub remote: Option<Remote>,
 }
@@ -117,6 +124,7 @@ fn load() -> Config {
         fabric_dir,
         netns: crate::sock_diag::netns_inode(),
         quiet: quiet_from(var),
+        refuse_io_uring: false,
         remote: None,
     };
     if let Err(why) = apply(&mut config, var) {
@@ -152,6 +160,11 @@ fn apply(config: &mut Config, var: impl Fn(&str) -> Option<String>) -> Result<()
     } else if let Some(n) = section.ring_bytes {
         config.ring_bytes = n;
     }
+    config.refuse_io_uring = match var("LANES_SOCKETS_IO_URING").as_deref().map(str::trim) {
+        None | Some("allow") => false,
+        Some("refuse") => true,
+        Some(v) => return Err(format!("LANES_SOCKETS_IO_URING: {v:?} is neither allow nor refuse")),
+    };
     let mode = match var("LANES_SOCKETS_REMOTE") {
         Some(v) => RemoteMode::parse(&v).map_err(|why| format!("LANES_SOCKETS_REMOTE: {why}"))?,
         None => section.remote.as_deref().map(RemoteMode::parse).transpose()?.unwrap_or_default(),
@@ -241,6 +254,7 @@ mod tests {
             fabric: Err("not opened in these tests".into()),
             netns: 0,
             quiet: false,
+            refuse_io_uring: false,
             remote: None,
         }
     }

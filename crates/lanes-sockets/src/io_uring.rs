@@ -11,6 +11,10 @@
 //! kernel after what it already published, which the program's C-library receives still
 //! read first), and none is set up from then on. The set-up itself is the program's own.
 //!
+//! `LANES_SOCKETS_IO_URING=refuse` makes such a set-up fail with ENOSYS instead, as on a
+//! kernel without io_uring: a program that uses a ring only to speed up its epoll calls
+//! (libuv falls back to epoll_ctl) then keeps its connections accelerated.
+//!
 //! A ring set up with raw system calls, not through the C library, is not seen (nor is
 //! one inherited across exec); the library's rule for connections it sets up late (the
 //! kernel must have carried exactly the bytes it saw) still keeps a socket whose bytes an

@@ -460,6 +460,10 @@ pub unsafe extern "C" fn syscall(
     }
     if n == libc::SYS_io_uring_setup {
         // Its operations on sockets are unseen by the library (see `io_uring`).
+        if config::config().enabled && config::config().refuse_io_uring {
+            set_errno(libc::ENOSYS);
+            return -1;
+        }
         return intercept(
             -1,
             || {

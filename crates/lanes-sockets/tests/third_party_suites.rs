@@ -1,4 +1,4 @@
-//! Other projects' own socket test suites, unmodified, as Debian packages them, each run
+//! Other projects' own socket test suites, unmodified, as Debian (or PyPI) ships them, each run
 //! twice: on kernel TCP (no library) and with `liblanes_sockets.so` preloaded. Every test
 //! that passes on kernel TCP must pass under the library (the library's promise: a program
 //! cannot tell it from kernel TCP except by speed).
@@ -19,6 +19,10 @@
 //! - GLib's installed tests of GSocket and its clients and services (`libglib2.0-tests`):
 //!   blocking and non-blocking sockets, timeouts, condition waits (poll), socket services,
 //!   proxies and D-Bus peers over TCP, in C. Per-test results from their TAP output.
+//! - libuv's own tests of TCP, UDP and polled sockets (C; built from the libuv that
+//!   uvloop's source on PyPI vendors, by scripts/test.sh), one process of its runner per
+//!   test, with its io_uring refused (accelerated) and as it runs by default (its epoll_ctl
+//!   calls through an io_uring: kernel TCP). Per-test results from its TAP lines.
 //!
 //! In these suites both ends of a connection are nearly always in one process (a test and
 //! its server thread or event loop), which carries the library: such connections are
@@ -100,6 +104,9 @@ struct Suite {
     /// Tests left out of the comparison (by a part of their id), each with its reason:
     /// for the suites that cannot leave them out of the run.
     excluded: &'static [(&'static str, &'static str)],
+    /// At least this many connection ends must be seen accelerated in the run with the
+    /// library (else it did not use it).
+    min_attached: usize,
 }
 
 /// Runs `suite` once in a fresh directory; with the library, its fabric directory is
@@ -194,7 +201,7 @@ fn check(suite: &Suite) {
     );
     // Both ends of these connections are in the preloaded process: some must have paired.
     assert!(
-        seen.attached.len() >= 4,
+        seen.attached.len() >= suite.min_attached,
         "{}: only {} connection ends were seen accelerated: the run with the library did not use it\n{}",
         suite.name,
         seen.attached.len(),
@@ -302,7 +309,9 @@ fn parse_tap(f: &Finished, _: &Path) -> Results {
         } else {
             Outcome::Pass
         };
-        out.insert(name.trim().to_string(), outcome);
+        // libuv's runner writes `ok 1 - name`.
+        let name = name.trim();
+        out.insert(name.strip_prefix("- ").unwrap_or(name).to_string(), outcome);
     }
     out
 }
@@ -398,6 +407,7 @@ fn cpython_suite(name: &'static str, tests: &[&str], min_passed: usize) {
         parse: parse_junit_file,
         min_passed,
         excluded: &[],
+        min_attached: 4,
     });
 }
 
@@ -479,6 +489,7 @@ fn twisted_tcp_tests() {
         parse: parse_trial,
         min_passed: 500,
         excluded: &[],
+        min_attached: 4,
     });
 }
 
@@ -505,6 +516,7 @@ fn tornado_tests() {
             // 22 without the library): too tight to tell a slow machine from a fault.
             ("SimpleHTTPSClientTestCase.test_request_timeout", "a 0.1 s budget that includes loading CA certificates"),
         ],
+        min_attached: 4,
     });
 }
 
@@ -534,6 +546,7 @@ fn trio_tests() {
         parse: parse_junit_file,
         min_passed: 550,
         excluded: &[],
+        min_attached: 4,
     });
 }
 
@@ -565,7 +578,221 @@ fn glib_socket_tests() {
         parse: parse_tap,
         min_passed: 100,
         excluded: &[],
+        min_attached: 4,
     });
+}
+
+/// libuv's socket tests: those of its own suite (C, its test runner, one process per test)
+/// that use TCP, UDP or polled sockets, on loopback. Not here: the tests that reach other
+/// hosts (`tcp_connect_timeout` and `tcp_close_while_connecting` connect to addresses of
+/// the internet, `tcp_connect6_link_local` needs a link-local route, `udp_send_hang_loop`
+/// sends to one) and the multicast ones (an interface with a route for them).
+const LIBUV_TESTS: &[&str] = &[
+    "callback_stack",
+    "close_fd",
+    "close_order",
+    "closed_fd_events",
+    "connect_unspecified",
+    "connection_fail",
+    "connection_fail_doesnt_auto_close",
+    "delayed_accept",
+    "eintr_handling",
+    "emfile",
+    "fork_socketpair",
+    "fork_socketpair_started",
+    "getaddrinfo_basic",
+    "getaddrinfo_basic_sync",
+    "getnameinfo_basic_ip4",
+    "getnameinfo_basic_ip4_sync",
+    "getnameinfo_basic_ip6",
+    "getsockname_tcp",
+    "getsockname_udp",
+    "handle_fileno",
+    "has_ref",
+    "iouring_pollhup",
+    "ip4_addr",
+    "ip6_addr_link_local",
+    "ip6_pton",
+    "ip6_sin6_len",
+    "ip_name",
+    "ipc_heavy_traffic_deadlock_bug",
+    "ipc_listen_after_write",
+    "ipc_listen_before_write",
+    "ipc_send_recv_pipe",
+    "ipc_send_recv_pipe_inprocess",
+    "ipc_send_recv_tcp",
+    "ipc_send_recv_tcp_inprocess",
+    "ipc_send_zero",
+    "ipc_tcp_connection",
+    "multiple_listen",
+    "not_readable_nor_writable_on_read_error",
+    "not_writable_after_shutdown",
+    "poll_bad_fdtype",
+    "poll_close",
+    "poll_close_doesnt_corrupt_stack",
+    "poll_closesocket",
+    "poll_duplex",
+    "poll_multiple_handles",
+    "poll_nested_epoll",
+    "poll_oob",
+    "poll_unidirectional",
+    "readable_on_eof",
+    "ref",
+    "shutdown_close_tcp",
+    "shutdown_eof",
+    "shutdown_simultaneous",
+    "shutdown_twice",
+    "socket_buffer_size",
+    "spawn_tcp_server",
+    "tcp6_local_connect_timeout",
+    "tcp6_ping_pong",
+    "tcp6_ping_pong_vec",
+    "tcp_alloc_cb_fail",
+    "tcp_bind6_error_addrinuse",
+    "tcp_bind6_error_addrnotavail",
+    "tcp_bind6_error_fault",
+    "tcp_bind6_error_inval",
+    "tcp_bind6_localhost_ok",
+    "tcp_bind_error_addrinuse_connect",
+    "tcp_bind_error_addrinuse_listen",
+    "tcp_bind_error_addrnotavail_1",
+    "tcp_bind_error_addrnotavail_2",
+    "tcp_bind_error_fault",
+    "tcp_bind_error_inval",
+    "tcp_bind_invalid_flags",
+    "tcp_bind_localhost_ok",
+    "tcp_bind_or_listen_error_after_close",
+    "tcp_bind_writable_flags",
+    "tcp_close",
+    "tcp_close_accept",
+    "tcp_close_after_read_timeout",
+    "tcp_close_reset_accepted",
+    "tcp_close_reset_accepted_after_shutdown",
+    "tcp_close_reset_accepted_after_socket_shutdown",
+    "tcp_close_reset_client",
+    "tcp_close_reset_client_after_shutdown",
+    "tcp_connect6_error_fault",
+    "tcp_connect_error_after_write",
+    "tcp_connect_error_fault",
+    "tcp_create_early",
+    "tcp_create_early_accept",
+    "tcp_create_early_bad_bind",
+    "tcp_create_early_bad_domain",
+    "tcp_flags",
+    "tcp_listen_without_bind",
+    "tcp_local_connect_timeout",
+    "tcp_oob",
+    "tcp_open",
+    "tcp_open_bound",
+    "tcp_open_connected",
+    "tcp_open_twice",
+    "tcp_ping_pong",
+    "tcp_ping_pong_vec",
+    "tcp_read_stop",
+    "tcp_read_stop_start",
+    "tcp_ref",
+    "tcp_ref2",
+    "tcp_ref2b",
+    "tcp_ref3",
+    "tcp_ref4",
+    "tcp_reuseport",
+    "tcp_rst",
+    "tcp_shutdown_after_write",
+    "tcp_try_write",
+    "tcp_try_write_error",
+    "tcp_unexpected_read",
+    "tcp_write_after_connect",
+    "tcp_write_fail",
+    "tcp_write_in_a_row",
+    "tcp_write_queue_order",
+    "tcp_write_ready",
+    "tcp_write_to_half_open_connection",
+    "tcp_writealot",
+    "udp_alloc_cb_fail",
+    "udp_bind",
+    "udp_bind_reuseaddr",
+    "udp_connect",
+    "udp_connect6",
+    "udp_create_early",
+    "udp_create_early_bad_bind",
+    "udp_create_early_bad_domain",
+    "udp_dgram_too_big",
+    "udp_dual_stack",
+    "udp_ipv6_only",
+    "udp_mmsg",
+    "udp_no_autobind",
+    "udp_open",
+    "udp_open_bound",
+    "udp_open_connect",
+    "udp_open_twice",
+    "udp_options",
+    "udp_options6",
+    "udp_recv_cb_close_pollerr",
+    "udp_recv_in_a_row",
+    "udp_recvmsg_unreachable_error",
+    "udp_recvmsg_unreachable_error6",
+    "udp_ref",
+    "udp_ref2",
+    "udp_ref3",
+    "udp_reuseport",
+    "udp_send_and_recv",
+    "udp_send_immediate",
+    "udp_send_pollerr_no_recv",
+    "udp_send_unix",
+    "udp_send_unreachable",
+    "udp_sendmmsg_error",
+    "udp_try_send",
+    "walk_handles",
+    "watcher_cross_stop",
+];
+
+/// libuv's own socket tests ([`LIBUV_TESTS`], from the libuv that uvloop's source on PyPI
+/// vendors; scripts/test.sh builds its runner into the target directory), twice:
+/// - with its io_uring refused (`LANES_SOCKETS_IO_URING=refuse`), so that libuv makes its
+///   epoll_ctl calls through the C library and its connections are accelerated;
+/// - as it runs by default, putting every epoll_ctl ADD and MOD through an io_uring, which
+///   keeps its connections on the kernel (before, its ping-pong and UDP tests hung there:
+///   the waits never heard of ring bytes).
+///
+/// Each test is a process of libuv's runner on fixed ports: the runs go one after the
+/// other, and the test runs alone (`.config/nextest.toml`).
+#[test]
+fn libuv_tests() {
+    let dir = target_dir().join("third-party/libuv-1.52.1");
+    let runner = dir.join("build/uv_run_tests_a");
+    if !runner.exists() {
+        eprintln!("SKIPPED: libuv's test runner is not built ({} missing): run scripts/test.sh", runner.display());
+        return;
+    }
+    let script =
+        format!("cd '{}' && for t in {}; do ./build/uv_run_tests_a $t; done", dir.display(), LIBUV_TESTS.join(" "));
+    for (name, env, min_attached) in [
+        ("libuv", &[("UV_RUN_AS_ROOT", "1"), ("LANES_SOCKETS_IO_URING", "refuse")][..], 4),
+        ("libuv-io-uring", &[("UV_RUN_AS_ROOT", "1")][..], 0),
+    ] {
+        check(&Suite {
+            name,
+            program: "/bin/sh",
+            env: leak(env),
+            package: "cmake (scripts/test.sh builds the runner)",
+            installed: "/bin/sh",
+            args: vec!["-c".to_string(), script.clone()],
+            parse: parse_tap,
+            min_passed: 140,
+            excluded: &[],
+            min_attached,
+        });
+    }
+}
+
+/// `<target dir>`, from this test binary's place in it (`<target>/<profile>/deps`).
+fn target_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.ancestors().nth(3).expect("<target>/<profile>/deps/<binary>").to_path_buf()
+}
+
+fn leak(env: &[(&'static str, &'static str)]) -> &'static [(&'static str, &'static str)] {
+    Box::leak(env.to_vec().into_boxed_slice())
 }
 
 // ---- the parsers themselves ---------------------------------------------------------------
