@@ -166,7 +166,9 @@ fn line(why: Reason, key: Option<&ConnectionKey>, detail: &str) -> String {
         }
         Reason::UdpKernelOnly => format!("a UDP socket {detail}: it stays on the kernel"),
         Reason::IoUring => "the program set up an io_uring, whose operations on sockets the library cannot \
-                            see: its connections are kernel TCP from now on"
+                            see: its connections are kernel TCP from now on (LANES_SOCKETS_IO_URING=refuse \
+                            keeps them accelerated in programs that do without io_uring when the kernel has \
+                            none, such as libuv's)"
             .to_string(),
     }
 }
