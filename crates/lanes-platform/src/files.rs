@@ -488,6 +488,40 @@ impl<T: AsRawFd + FromRawFd> Held<T> {
     }
 }
 
+/// A held duplicate of whatever `fd` names now, made at or above [`held_floor`] in one
+/// step. A duplicate made at the lowest free number and moved afterwards ([`Held::new`])
+/// could be closed in between by a program closing that number a second time (iperf3
+/// does, at the end of a test, while the library's threads may be duplicating sockets):
+/// the library's drop would then close a number that is no longer its own.
+pub fn held_duplicate(fd: i32) -> io::Result<Held<std::os::fd::OwnedFd>> {
+    let floor = held_floor().max(0);
+    let made = changing_held(|| {
+        // SAFETY: F_DUPFD_CLOEXEC on any number has no memory-safety preconditions.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if let Some((w, b)) = held_bit(dup) {
+            HELD[w].fetch_or(b, std::sync::atomic::Ordering::AcqRel);
+        }
+        // SAFETY: `dup` is a new descriptor nobody else owns.
+        Ok(Held { inner: std::mem::ManuallyDrop::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) }) })
+    });
+    match made {
+        // No number free at or above the floor: the lowest free one, moved when it can be.
+        Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::EINVAL) => {
+            // SAFETY: as above.
+            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+            if dup < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: `dup` is a new descriptor nobody else owns.
+            Ok(Held::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) }))
+        }
+        other => other,
+    }
+}
+
 impl<T: AsRawFd> std::ops::Deref for Held<T> {
     type Target = T;
     fn deref(&self) -> &T {
@@ -562,6 +596,28 @@ mod tests {
         drop(held);
         assert!(!held_by_library(fd));
         assert!(!held_by_library(-1) && !held_by_library(i32::MAX), "numbers outside the table are never held");
+    }
+
+    /// A held duplicate never takes the lowest free number, even for a moment: a program
+    /// closing that number a second time must find nothing of ours there.
+    #[test]
+    fn a_held_duplicate_is_made_high_and_outlives_a_close_of_the_low_numbers() {
+        let original = File::open("/dev/null").unwrap();
+        // The lowest free number after the original's: where a duplicate made low would go.
+        let probe = File::open("/dev/null").unwrap();
+        let lowest_free = probe.as_raw_fd();
+        drop(probe);
+        let dup = held_duplicate(original.as_raw_fd()).unwrap();
+        let fd = dup.as_raw_fd();
+        if held_floor() > lowest_free {
+            assert!(fd >= held_floor(), "made at {fd}, under the floor {}", held_floor());
+        }
+        assert!(held_by_library(fd));
+        drop(original);
+        // SAFETY: F_GETFD on a number; no memory is involved.
+        assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0, "the duplicate is open on its own");
+        drop(dup);
+        assert!(!held_by_library(fd));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! placing.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// The socket address in an endpoint name (`fi_getname` of a sockets-based provider: a
 /// `sockaddr_in` or `sockaddr_in6`), if it is one.
@@ -45,15 +45,10 @@ pub fn shut_accepted_from(local: SocketAddr, from: IpAddr) -> usize {
         }
         // A duplicate of our own: whatever the number names by now (the provider may have
         // closed it and the number been reused), the checks and the shutdown below are
-        // about the one socket the duplicate holds.
-        // SAFETY: fcntl(F_DUPFD_CLOEXEC) on any number has no memory-safety preconditions.
-        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            continue;
-        }
-        // SAFETY: dup is a new descriptor nobody else owns. Held: out of the program's way
-        // (this runs while the program runs), its stray close of the number refused.
-        let dup = crate::platform::files::Held::new(unsafe { OwnedFd::from_raw_fd(dup) });
+        // about the one socket the duplicate holds. Held, and made high at once: this runs
+        // while the program runs, and a program closing a low number twice would close a
+        // duplicate made there before it moved.
+        let Ok(dup) = crate::platform::files::held_duplicate(fd) else { continue };
         if sock_addr(&dup, false) != Some(local) || sock_addr(&dup, true).map(|a| a.ip()) != Some(from) {
             continue;
         }
