@@ -478,14 +478,16 @@ impl<T: AsRawFd + FromRawFd> Held<T> {
     /// Holds `inner`, its descriptor moved to a number at or above [`held_floor`] when one
     /// is free (else it keeps its own).
     pub fn new(inner: T) -> Held<T> {
-        changing_held(|| {
-            let inner = out_of_the_way(inner);
-            if let Some((w, b)) = held_bit(inner.as_raw_fd()) {
-                HELD[w].fetch_or(b, std::sync::atomic::Ordering::AcqRel);
-            }
-            Held { inner: std::mem::ManuallyDrop::new(inner) }
-        })
+        changing_held(|| mark_held(out_of_the_way(inner)))
     }
+}
+
+/// `inner` held where it is: its number set in the table (inside [`changing_held`]).
+fn mark_held<T: AsRawFd>(inner: T) -> Held<T> {
+    if let Some((w, b)) = held_bit(inner.as_raw_fd()) {
+        HELD[w].fetch_or(b, std::sync::atomic::Ordering::AcqRel);
+    }
+    Held { inner: std::mem::ManuallyDrop::new(inner) }
 }
 
 /// A held duplicate of whatever `fd` names now, made at or above [`held_floor`] in one
@@ -494,31 +496,16 @@ impl<T: AsRawFd + FromRawFd> Held<T> {
 /// does, at the end of a test, while the library's threads may be duplicating sockets):
 /// the library's drop would then close a number that is no longer its own.
 pub fn held_duplicate(fd: i32) -> io::Result<Held<std::os::fd::OwnedFd>> {
-    let floor = held_floor().max(0);
-    let made = changing_held(|| {
+    let duplicate_from = |lowest: i32| {
         // SAFETY: F_DUPFD_CLOEXEC on any number has no memory-safety preconditions.
-        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor) };
-        if dup < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if let Some((w, b)) = held_bit(dup) {
-            HELD[w].fetch_or(b, std::sync::atomic::Ordering::AcqRel);
-        }
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest) };
         // SAFETY: `dup` is a new descriptor nobody else owns.
-        Ok(Held { inner: std::mem::ManuallyDrop::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) }) })
-    });
-    match made {
+        cvt(dup).map(|dup| unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) })
+    };
+    match changing_held(|| duplicate_from(held_floor().max(0)).map(mark_held)) {
         // No number free at or above the floor: the lowest free one, moved when it can be.
-        Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::EINVAL) => {
-            // SAFETY: as above.
-            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-            if dup < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: `dup` is a new descriptor nobody else owns.
-            Ok(Held::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) }))
-        }
-        other => other,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::EINVAL)) => duplicate_from(0).map(Held::new),
+        made => made,
     }
 }
 

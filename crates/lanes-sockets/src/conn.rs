@@ -384,14 +384,24 @@ impl Drop for ConnRef {
 /// The cache entry's socket for `fd`, pinned, if the entry is `fd`'s of this generation.
 #[inline]
 fn borrow_cached(fd: i32, slot: usize, generation: u64) -> Option<ConnRef> {
-    let conn = RECENT
-        .try_with(|r| match r.try_borrow().ok()?.get(slot)? {
-            Some((f, g, c)) if *f == fd && *g == generation => Some(std::ptr::NonNull::from(&**c)),
-            _ => None,
-        })
-        .ok()??;
+    let conn = with_cached(fd, slot, generation, |c| std::ptr::NonNull::from(&**c))?;
     PINS.with(|p| p[slot].set(p[slot].get() + 1));
     Some(ConnRef { conn, slot })
+}
+
+/// `f` of the cache entry's socket, if the entry is `fd`'s of this generation. `try_with`:
+/// the cache is gone once the C library has destroyed this thread's thread-local storage
+/// (exit() does so before the program's atexit handlers, which close sockets); the table
+/// answers then.
+#[inline]
+fn with_cached<R>(fd: i32, slot: usize, generation: u64, f: impl FnOnce(&Arc<Conn>) -> R) -> Option<R> {
+    RECENT
+        .try_with(|r| match r.try_borrow().ok()?.get(slot)? {
+            Some((cached, g, c)) if *cached == fd && *g == generation => Some(f(c)),
+            _ => None,
+        })
+        .ok()
+        .flatten()
 }
 
 /// Whether `fd` is a TCP socket the library follows (accelerated, its set-up put off, or to
@@ -423,18 +433,8 @@ pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
     }
     let generation = GENERATION.load(Ordering::Acquire);
     let slot = fd as usize % CACHED_FDS;
-    // `try_with`: the cache is gone once the C library has destroyed this thread's
-    // thread-local storage (exit() does so before the program's atexit handlers, which
-    // close sockets); the table answers then.
-    let cached = RECENT
-        .try_with(|r| match r.try_borrow().ok()?.get(slot)? {
-            Some((f, g, c)) if *f == fd && *g == generation => Some(c.clone()),
-            _ => None,
-        })
-        .ok()
-        .flatten();
-    if cached.is_some() {
-        return cached;
+    if let Some(c) = with_cached(fd, slot, generation, Arc::clone) {
+        return Some(c);
     }
     let found = table().read().ok()?.get(&fd).cloned();
     if let Some(c) = &found {

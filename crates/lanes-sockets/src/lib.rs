@@ -460,7 +460,8 @@ pub unsafe extern "C" fn syscall(
     }
     if n == libc::SYS_io_uring_setup {
         // Its operations on sockets are unseen by the library (see `io_uring`).
-        if config::config().enabled && config::config().refuse_io_uring {
+        let c = config::config();
+        if c.enabled && c.refuse_io_uring {
             set_errno(libc::ENOSYS);
             return -1;
         }

@@ -758,7 +758,7 @@ const LIBUV_TESTS: &[&str] = &[
 /// other, and the test runs alone (`.config/nextest.toml`).
 #[test]
 fn libuv_tests() {
-    let dir = target_dir().join("third-party/libuv-1.52.1");
+    let dir = support::profile_dir().join("../third-party/libuv-1.52.1");
     let runner = dir.join("build/uv_run_tests_a");
     if !runner.exists() {
         eprintln!("SKIPPED: libuv's test runner is not built ({} missing): run scripts/test.sh", runner.display());
@@ -773,7 +773,7 @@ fn libuv_tests() {
         check(&Suite {
             name,
             program: "/bin/sh",
-            env: leak(env),
+            env,
             package: "cmake (scripts/test.sh builds the runner)",
             installed: "/bin/sh",
             args: vec!["-c".to_string(), script.clone()],
@@ -783,16 +783,6 @@ fn libuv_tests() {
             min_attached,
         });
     }
-}
-
-/// `<target dir>`, from this test binary's place in it (`<target>/<profile>/deps`).
-fn target_dir() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.ancestors().nth(3).expect("<target>/<profile>/deps/<binary>").to_path_buf()
-}
-
-fn leak(env: &[(&'static str, &'static str)]) -> &'static [(&'static str, &'static str)] {
-    Box::leak(env.to_vec().into_boxed_slice())
 }
 
 // ---- the parsers themselves ---------------------------------------------------------------

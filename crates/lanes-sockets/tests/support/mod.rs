@@ -28,14 +28,19 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// `<target dir>/<profile>`, holding the directory (`deps`) of this test binary.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("{} is not in <target>/<profile>/deps", exe.display()))
+        .to_path_buf()
+}
+
 /// `<target dir>/<profile>/liblanes_sockets.so`, next to the directory (`deps`) holding this
 /// test binary.
 pub fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or_else(|| panic!("{} is not in <target>/<profile>/deps", exe.display()));
+    let profile_dir = profile_dir();
     let lib = profile_dir.join("liblanes_sockets.so");
     assert!(
         lib.is_file(),
