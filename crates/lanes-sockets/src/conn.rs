@@ -425,6 +425,14 @@ fn marked_retired(fd: i32) -> bool {
     fd >= 0 && (fd as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == MAYBE_RETIRED
 }
 
+/// Whether a data call on `fd` is the kernel's alone, as `MAYBE` tells without the table:
+/// no socket the library follows is behind it (none accelerated, connecting, deferred or
+/// to another host), or its both directions are retired. A number past `MAYBE`: not known.
+#[inline]
+pub fn data_is_kernels(fd: i32) -> bool {
+    (fd as u32 as usize) < FAST_FDS && matches!(MAYBE[fd as usize].load(Ordering::Relaxed), 0 | MAYBE_RETIRED)
+}
+
 /// The accelerated socket behind `fd`, if any.
 #[inline]
 pub fn lookup(fd: i32) -> Option<Arc<Conn>> {
@@ -1223,6 +1231,14 @@ pub fn hand_to_kernel(conn: &Conn, me: lanes::platform::liveness::ProcessIdentit
 pub(crate) fn test_conn(dir: &std::path::Path) -> Arc<Conn> {
     let key = ConnectionKey::new(1, "127.0.0.1:5201".parse().unwrap(), "127.0.0.1:40000".parse().unwrap());
     Conn::new(Endpoint::create(dir, &key, 42, 4096).expect("record"), key)
+}
+
+/// As [`test_conn`], its peer's record made and attached (without the kernel's word).
+#[cfg(test)]
+pub(crate) fn test_conn_with_peer(dir: &std::path::Path) -> Arc<Conn> {
+    let c = test_conn(dir);
+    let _ = c.peer.set(Endpoint::create(dir, &c.key.reversed(), 43, 4096).expect("the peer's record"));
+    c
 }
 
 #[cfg(test)]

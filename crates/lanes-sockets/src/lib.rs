@@ -142,8 +142,9 @@ fn init() {
     });
 }
 
-/// Runs `accel` (None: not ours) with the guard set, else `pass`. A panic never crosses
-/// into C: the call fails with EIO.
+/// Runs `accel` (None: not ours) with the guard set, else `pass` with the guard as it was
+/// (a signal handler that runs during the C library's call, blocked perhaps, calls through
+/// the library as anywhere else). A panic never crosses into C: the call fails with EIO.
 ///
 /// A call that succeeds (any result but `failed`) leaves errno as the program had it, as
 /// the C library's calls do: the library's own work inside the call may fail harmlessly
@@ -161,7 +162,8 @@ fn intercept<R: Copy + PartialEq>(failed: R, accel: impl FnOnce() -> Option<R>, 
         init();
         accel()
     }));
-    let r = match out {
+    INSIDE.with(|i| i.set(false));
+    match out {
         Ok(Some(r)) => {
             if r != failed {
                 set_errno(programs_errno);
@@ -176,9 +178,44 @@ fn intercept<R: Copy + PartialEq>(failed: R, accel: impl FnOnce() -> Option<R>, 
             set_errno(libc::EIO);
             failed
         }
-    };
-    INSIDE.with(|i| i.set(false));
-    r
+    }
+}
+
+/// As [`intercept`], for a data call on `fd`: one on a descriptor no module of the library
+/// follows (a file, a pipe, a socket left to the kernel or retired from its ring) goes
+/// straight to the C library, at the cost of two flag loads. Programs that move bulk data
+/// between files and sockets make several such calls for each socket call (socat reads
+/// its file, writes the socket and peeks at a socketpair each round). Only after the
+/// library's first call ran: that call adopts the sockets the process inherited.
+#[inline]
+fn intercept_data<R: Copy + PartialEq>(
+    fd: c_int,
+    failed: R,
+    accel: impl FnOnce() -> Option<R>,
+    pass: impl FnOnce() -> R,
+) -> R {
+    if kernels_alone(fd) {
+        return pass();
+    }
+    intercept(failed, accel, pass)
+}
+
+/// Whether `msg` is a message without a control buffer: descriptors passed in one may be
+/// sockets of the library's, so such a message goes the whole way even on a descriptor
+/// [`kernels_alone`] passes by.
+///
+/// # Safety
+/// `msg` is null or a valid msghdr.
+#[inline]
+unsafe fn without_control(msg: *const msghdr) -> bool {
+    // SAFETY: null or valid, as the caller guarantees.
+    unsafe { msg.as_ref() }.is_some_and(|m| m.msg_controllen == 0)
+}
+
+/// Whether a data call on `fd` goes straight to the C library (see [`intercept_data`]).
+#[inline]
+fn kernels_alone(fd: c_int) -> bool {
+    INIT.is_completed() && conn::data_is_kernels(fd) && udp::untracked(fd)
 }
 
 /// Runs `call`; if it returned a new descriptor, `then` records it. errno stays as the call
@@ -630,7 +667,8 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
     let call = || unsafe { (real().read)(fd, buf, n) };
     // A read of 0 bytes is answered by the kernel's socket layer at once (0), whatever the
     // stream holds: the program's own call gives exactly that.
-    intercept(
+    intercept_data(
+        fd,
         -1,
         || {
             if let Some(u) = udp::lookup(fd) {
@@ -654,7 +692,8 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().recv)(fd, buf, n, flags) };
-    intercept(
+    intercept_data(
+        fd,
         -1,
         || {
             if let Some(u) = udp::lookup(fd) {
@@ -687,7 +726,8 @@ pub unsafe extern "C" fn recvfrom(
 ) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().recvfrom)(fd, buf, n, flags, addr, alen) };
-    intercept(
+    intercept_data(
+        fd,
         -1,
         || {
             if let Some(u) = udp::lookup(fd) {
@@ -721,6 +761,10 @@ pub unsafe extern "C" fn recvfrom(
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().recvmsg)(fd, msg, flags) };
+    // SAFETY: the caller's msghdr.
+    if unsafe { without_control(msg) } && kernels_alone(fd) {
+        return call();
+    }
     intercept(
         -1,
         || {
@@ -827,7 +871,8 @@ unsafe fn recv_vector(
     flags: c_int,
     call: impl Fn() -> ssize_t + Copy,
 ) -> ssize_t {
-    intercept(
+    intercept_data(
+        fd,
         -1,
         || {
             // SAFETY: the caller's iovec array.
@@ -860,7 +905,8 @@ unsafe fn recv_vector(
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().write)(fd, buf, n) };
-    intercept(
+    intercept_data(
+        fd,
         -1,
         || {
             if let Some(u) = udp::lookup(fd) {
@@ -887,7 +933,7 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().send)(fd, buf, n, flags) };
     // SAFETY: the caller's buffer; no address.
-    intercept(-1, || unsafe { send_one(fd, buf, n, flags, std::ptr::null(), 0, call) }, call)
+    intercept_data(fd, -1, || unsafe { send_one(fd, buf, n, flags, std::ptr::null(), 0, call) }, call)
 }
 
 /// send and sendto on a socket of ours (`call`: the program's own call, for the kernel's
@@ -930,7 +976,7 @@ pub unsafe extern "C" fn sendto(
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().sendto)(fd, buf, n, flags, addr, alen) };
     // SAFETY: the caller's buffer and address.
-    intercept(-1, || unsafe { send_one(fd, buf, n, flags, addr, alen, call) }, call)
+    intercept_data(fd, -1, || unsafe { send_one(fd, buf, n, flags, addr, alen, call) }, call)
 }
 
 /// # Safety
@@ -939,6 +985,10 @@ pub unsafe extern "C" fn sendto(
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().sendmsg)(fd, msg, flags) };
+    // SAFETY: the caller's msghdr.
+    if unsafe { without_control(msg) } && kernels_alone(fd) {
+        return call();
+    }
     intercept(
         -1,
         || {
@@ -1002,7 +1052,8 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().sendmmsg)(fd, msgs, n, flags) };
-    intercept(
+    intercept_data(
+        fd,
         -1,
         || {
             if msgs.is_null() {
@@ -1033,7 +1084,8 @@ pub unsafe extern "C" fn recvmmsg(
 ) -> c_int {
     // SAFETY: the caller's arguments.
     let call = || unsafe { (real().recvmmsg)(fd, msgs, n, flags, timeout) };
-    intercept(
+    intercept_data(
+        fd,
         -1,
         || {
             if msgs.is_null() || n == 0 {
@@ -1173,7 +1225,8 @@ unsafe fn send_vector(
     flags: c_int,
     call: impl Fn() -> ssize_t + Copy,
 ) -> ssize_t {
-    intercept(
+    intercept_data(
+        fd,
         -1,
         || {
             // SAFETY: the caller's iovec array.

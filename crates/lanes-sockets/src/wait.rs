@@ -421,6 +421,19 @@ enum Watched {
     Stream(c_int, Arc<FabricStream>),
 }
 
+impl Watched {
+    /// Whether this socket's readiness became the kernel's alone, for good, since it was
+    /// put on the watch list: its receiving direction retired from the ring, or its stream
+    /// to another host left to the kernel.
+    fn left_to_kernel(&self) -> bool {
+        match self {
+            Watched::Ring(_, c) => c.rx_retired(),
+            Watched::Stream(_, st) => st.kernel_only(),
+            Watched::Set(..) | Watched::Datagrams(..) => false,
+        }
+    }
+}
+
 /// The application's view of one epoll set: the kernel set holds every fd with a token
 /// instead of the application's data, so events can be told apart by fd and merged with
 /// the rings' readiness.
@@ -484,10 +497,17 @@ impl Shadow {
 
     /// The current watch list, rebuilt if items changed or one became accelerated.
     fn watch_list(&mut self) -> Arc<[Watched]> {
+        // Without it the set would be waited on the long way for good, once watched: a
+        // pre-fork server's backend waits on one connection, retired in its first second.
+        if !self.stale && self.watched.iter().any(Watched::left_to_kernel) {
+            self.stale = true;
+        }
         if !self.stale {
             let accelerated = |c: &Conn| c.peer().is_some();
             self.stale = self.unresolved.iter().any(|fd| match self.items.get(fd) {
                 Some(Item { conn: Some(c), .. }) => accelerated(c),
+                // A file, a pipe, a socket left to the kernel: two flag loads say so.
+                Some(_) if crate::conn::data_is_kernels(*fd) && crate::udp::untracked(*fd) => false,
                 Some(_) => {
                     lookup(*fd).is_some_and(|c| accelerated(&c))
                         || crate::udp::waitable(*fd).is_some()
@@ -1436,4 +1456,33 @@ fn deliver(epfd: c_int, shadow: &ShadowLock, out: &[Ready], events: *mut epoll_e
         n += 1;
     }
     n as c_int
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanes::sockets::endpoint::FLAG_RX_RETIRED;
+
+    #[test]
+    fn a_ring_retired_after_it_was_watched_leaves_the_watch_list() {
+        let dir = lanes_testkit::TestDir::new("wait-retired");
+        let c = crate::conn::test_conn_with_peer(dir.root());
+        let mut sh = Shadow::default();
+        let item = Item {
+            events: libc::EPOLLIN as u32,
+            data: 7,
+            disarmed: false,
+            last_published: 0,
+            conn: Some(c.clone()),
+            nested: None,
+            udp: None,
+            stream: None,
+            closes: None,
+        };
+        sh.items.insert(60_002, item);
+        sh.stale = true;
+        assert!(matches!(&sh.watch_list()[..], [Watched::Ring(60_002, _)]), "an attached ring is watched");
+        c.own.set_flags(FLAG_RX_RETIRED);
+        assert!(sh.watch_list().is_empty(), "a retired ring is the kernel's alone: nothing to watch");
+    }
 }

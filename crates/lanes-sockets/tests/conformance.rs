@@ -389,7 +389,7 @@ const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain", "ring-t
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).
 const LONG_STREAMS: &[&str] = &["stream-4g"];
 const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader", "peer-killed-unread", "peer-killed-unreaped"];
-const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait", "eintr-spin", "eintr-send", "sigio"];
+const SIGNALS: &[&str] = &["eintr", "eintr-restart", "eintr-wait", "eintr-spin", "eintr-send", "handler-send", "sigio"];
 
 const GROUPS: &[&[&str]] = &[
     CONNECT,
@@ -703,6 +703,23 @@ fn a_process_with_an_io_uring_keeps_its_connections_on_the_kernel() {
     }
     assert_eq!(attached, 0, "a connection of the process with an io_uring was set up");
     assert_eq!(lines_with(&f.stderr, "set up an io_uring"), 1, "{}", f.stderr);
+}
+
+/// A signal handler that sends while the program is blocked in a read of a pipe: with
+/// spinning allowed (the receiver asks for the ring) the bytes before and after go through
+/// the ring, and the handler's byte must land between them, as on kernel TCP. The C
+/// library's read of the pipe runs outside the library's guard, so the handler's send is
+/// the library's too.
+#[test]
+fn a_signal_handler_sends_in_order_while_the_program_is_blocked_elsewhere() {
+    let env = [("LANES_SPIN_GATE", "0"), ("LANES_SOCKETS_DEFER", "0")];
+    let mut ring_bytes = 0u64;
+    let sc = Sockconf::build("handler-send");
+    let (f, _) = watched_run(&sc, "handler-send", false, &env, Duration::from_millis(1), |conns| {
+        ring_bytes = ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
+    });
+    assert!(f.stdout.contains("rounds read in order: 10 of 10"), "{}", f.stdout);
+    assert!(ring_bytes > 0, "the ring carried nothing: the case did not test the ring's order");
 }
 
 /// A connection the ring cannot speed up is retired from it, and then behaves, and costs, as

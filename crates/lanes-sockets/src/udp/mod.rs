@@ -128,6 +128,12 @@ pub fn lookup(fd: c_int) -> Option<Arc<UdpSock>> {
     table().read().ok()?.get(&fd).cloned()
 }
 
+/// Whether `fd` is surely no UDP socket of the library's (a number past `MAYBE`: not known).
+#[inline]
+pub fn untracked(fd: c_int) -> bool {
+    (fd as u32 as usize) < FAST_FDS && MAYBE[fd as usize].load(Ordering::Relaxed) == 0
+}
+
 fn insert(fd: c_int, s: Arc<UdpSock>) {
     if let Ok(mut t) = table().write() {
         t.insert(fd, s);

@@ -395,3 +395,70 @@ void slow_reader_client(void)
     free(big);
     close(fd);
 }
+
+/* A signal handler that sends on the connection while the program is blocked in a read of a
+ * pipe (async-signal-safe, and programs do it: a heartbeat from a SIGALRM handler): the
+ * handler's bytes take their place in the stream between what was sent before and after. */
+static int handler_fd = -1, handler_pipe = -1;
+
+static void send_from_handler(int s)
+{
+    (void)s;
+    int e = errno;
+    if (send(handler_fd, "b", 1, 0) != 1 || write(handler_pipe, "x", 1) != 1)
+        _exit(3);
+    errno = e;
+}
+
+enum { HANDLER_ROUNDS = 10 };
+
+void handler_send_server(void)
+{
+    int s = accept_one();
+    warm_up_server(s);
+    /* Everything is written before anything is read: the bytes wait where they went. */
+    sync_expect('d');
+    int right = 0;
+    for (int i = 0; i < HANDLER_ROUNDS; i++) {
+        char b[4];
+        if (read_full(s, b, 3) != 3)
+            break;
+        right += memcmp(b, "abc", 3) == 0;
+    }
+    say("rounds read in order: %d of %d", right, HANDLER_ROUNDS);
+    char b[4];
+    say("read at end %s", res(read(s, b, sizeof b)));
+    close(s);
+}
+
+void handler_send_client(void)
+{
+    int fd = connect_one();
+    warm_up_client(fd);
+    int p[2];
+    if (pipe(p) != 0)
+        die("pipe");
+    handler_fd = fd;
+    handler_pipe = p[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = send_from_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    int sent = 0;
+    for (int i = 0; i < HANDLER_ROUNDS; i++) {
+        char x;
+        if (write(fd, "a", 1) != 1)
+            break;
+        timer_ms(20);
+        if (read(p[0], &x, 1) != 1 || write(fd, "c", 1) != 1)
+            break;
+        sent++;
+    }
+    say("rounds sent, the middle byte from a SIGALRM handler during a read of a pipe: %d", sent);
+    sync_send('d');
+    say("close %s", res(close(fd)));
+    close(p[0]);
+    close(p[1]);
+}

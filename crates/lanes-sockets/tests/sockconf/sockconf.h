@@ -325,6 +325,8 @@ void passfd_client(void) ;
 void spin_signal_setup(void) ;
 void spin_signal_server(void) ;
 void spin_signal_client(void) ;
+void handler_send_server(void) ;
+void handler_send_client(void) ;
 void slow_reader_setup(void) ;
 void slow_reader_server(void) ;
 void slow_reader_client(void) ;

@@ -211,6 +211,8 @@ const struct casedef cases[] = {
      "SA_RESTART still interrupts epoll_wait, poll, select and recv with SO_RCVTIMEO"},
     {"eintr-spin", AF_INET, true, spin_signal_server, spin_signal_client, spin_signal_setup,
      "a 50 ms timer interrupts epoll_wait, poll and a blocking recv (inside a 500 ms spin, with the library)"},
+    {"handler-send", AF_INET, true, handler_send_server, handler_send_client, NULL,
+     "a SIGALRM handler sends while the program reads a pipe: its byte lands in order"},
     {"eintr-send", AF_INET, true, slow_reader_server, slow_reader_client, slow_reader_setup,
      "a 100 ms timer ends a blocking send waiting for room at a slow reader, with the count it moved"},
 };
