@@ -39,6 +39,8 @@ declare -A apt_for=(
     # http.server, dig against dnsmasq, iperf 2 multicast: above).
     [ping]=iputils-ping
     [socat]=socat
+    # The system calls a connection makes under the library (crates/lanes-sockets/tests/conformance.rs).
+    [strace]=strace
     [memcached]=memcached
     # PostgreSQL's server, initdb and pgbench (the test finds them under /usr/lib/postgresql).
     [pg_ctlcluster]=postgresql

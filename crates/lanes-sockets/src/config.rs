@@ -193,7 +193,7 @@ pub fn config() -> &'static Config {
     CONFIG.get_or_init(load)
 }
 
-fn in_ranges(ranges: &[(u16, u16)], port: u16) -> bool {
+pub fn in_ranges(ranges: &[(u16, u16)], port: u16) -> bool {
     ranges.iter().any(|&(a, b)| (a..=b).contains(&port))
 }
 

@@ -3,7 +3,7 @@
 use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use lanes::sockets::direction::ring_unread_within;
@@ -493,7 +493,7 @@ const MAYBE_REMOTE: u8 = 3;
 /// deferral counts only bytes that moved, and its set-up asks whether the socket is
 /// connected; any other is looked at again at its first data call.
 pub fn connect_pending(fd: i32, peer: Option<SocketAddr>) {
-    if peer.is_some_and(|p| quick_deferral(fd, p, Opened::Connected)) {
+    if peer.is_some_and(|p| quick_deferral(fd, p, None, Opened::Connected)) {
         return;
     }
     if fd >= 0 && (fd as usize) < FAST_FDS {
@@ -563,7 +563,9 @@ pub fn all() -> Vec<(i32, Arc<Conn>)> {
 pub fn duplicated(oldfd: i32, newfd: i32) {
     forget(newfd);
     if [oldfd, newfd].iter().all(|&fd| fd >= 0 && (fd as usize) < FAST_FDS) {
-        KNOWN_TCP[newfd as usize].store(KNOWN_TCP[oldfd as usize].load(Ordering::Relaxed), Ordering::Relaxed);
+        let (old, new) = (oldfd as usize, newfd as usize);
+        KNOWN_TCP[new].store(KNOWN_TCP[old].load(Ordering::Relaxed), Ordering::Relaxed);
+        LISTENING_PORT[new].store(LISTENING_PORT[old].load(Ordering::Relaxed), Ordering::Relaxed);
     }
     if Deferred::is(oldfd) {
         // The copies must share one record (and one count): set up now, or never.
@@ -613,6 +615,7 @@ fn forget_as(fd: i32, stale: bool) -> bool {
     crate::udp::forget(fd);
     if fd >= 0 && (fd as usize) < FAST_FDS {
         KNOWN_TCP[fd as usize].store(false, Ordering::Relaxed);
+        LISTENING_PORT[fd as usize].store(0, Ordering::Relaxed);
         match MAYBE[fd as usize].load(Ordering::Relaxed) {
             0 => return false,
             MAYBE_DEFERRED | MAYBE_SETTING_UP => {
@@ -811,6 +814,25 @@ fn is_tcp_stream(fd: i32) -> bool {
 /// need not ask the kernel for the protocol.
 static KNOWN_TCP: [AtomicBool; FAST_FDS] = [const { AtomicBool::new(false) }; FAST_FDS];
 
+/// Per listening socket, its port once an accept on it needed it (0: not asked): the
+/// port lists may name the listening port only, and the connections it accepts are then
+/// deferred without a question to the kernel too. A hint: the set-up checks the ports
+/// again with the kernel's names.
+static LISTENING_PORT: [AtomicU16; FAST_FDS] = [const { AtomicU16::new(0) }; FAST_FDS];
+
+/// The port `listener` listens on (asked of the kernel once per socket).
+fn listening_port(listener: i32) -> Option<u16> {
+    let slot = LISTENING_PORT.get(usize::try_from(listener).ok()?)?;
+    match slot.load(Ordering::Relaxed) {
+        0 => {
+            let port = name_of(listener, false)?.port();
+            slot.store(port, Ordering::Relaxed);
+            Some(port)
+        }
+        port => Some(port),
+    }
+}
+
 /// `socket` returned `fd`.
 pub fn created(fd: i32, domain: i32, ty: i32, protocol: i32) {
     if fd >= 0 && (fd as usize) < FAST_FDS {
@@ -818,6 +840,7 @@ pub fn created(fd: i32, domain: i32, ty: i32, protocol: i32) {
             && (protocol == 0 || protocol == libc::IPPROTO_TCP)
             && (domain == libc::AF_INET || domain == libc::AF_INET6);
         KNOWN_TCP[fd as usize].store(tcp, Ordering::Relaxed);
+        LISTENING_PORT[fd as usize].store(0, Ordering::Relaxed);
     }
 }
 
@@ -828,8 +851,11 @@ pub fn accepted(listener: i32, fd: i32, peer: Option<SocketAddr>) {
     if known(fd) {
         let tcp = known(listener) && KNOWN_TCP[listener as usize].load(Ordering::Relaxed);
         KNOWN_TCP[fd as usize].store(tcp, Ordering::Relaxed);
+        LISTENING_PORT[fd as usize].store(0, Ordering::Relaxed);
     }
-    on_connected_to(fd, peer, Opened::Accepted);
+    if !peer.is_some_and(|p| quick_deferral(fd, p, Some(listener), Opened::Accepted)) {
+        on_connected(fd, Opened::Accepted);
+    }
 }
 
 /// How a connection of this process came to be: the kernel counts the connecting end's
@@ -852,18 +878,19 @@ impl Opened {
 }
 
 /// As [`on_connected`], the peer's address known already (connect's argument, accept's
-/// answer). A socket this process made TCP, connected to a loopback address with no port
-/// lists configured, is deferred without a question to the kernel: protocol, addresses
+/// answer). A socket this process made TCP, connected to a loopback address, with no
+/// exclude list and no include list or one naming a port known already (the peer's, or
+/// the port its listener listens on), is deferred without a question to the kernel: protocol, addresses
 /// and cookie are asked at its set-up, which a short connection never reaches, so it costs
 /// what kernel TCP costs (nginx serving a connection per request lost a seventh of its
 /// rate to four system calls per connection, and a twentieth to the last one, the cookie).
 pub fn on_connected_to(fd: i32, peer: Option<SocketAddr>, opened: Opened) {
-    if !peer.is_some_and(|p| quick_deferral(fd, p, opened)) {
+    if !peer.is_some_and(|p| quick_deferral(fd, p, None, opened)) {
         on_connected(fd, opened);
     }
 }
 
-fn quick_deferral(fd: i32, peer: SocketAddr, opened: Opened) -> bool {
+fn quick_deferral(fd: i32, peer: SocketAddr, listener: Option<i32>, opened: Opened) -> bool {
     if fd < 0 || fd as usize >= FAST_FDS || !peer.ip().is_loopback() || peer.port() == 0 {
         return false;
     }
@@ -872,10 +899,21 @@ fn quick_deferral(fd: i32, peer: SocketAddr, opened: Opened) -> bool {
     if !KNOWN_TCP[i].load(Ordering::Relaxed)
         || MAYBE[i].load(Ordering::Relaxed) != 0
         || !c.enabled
-        || c.include.is_some()
         || !c.exclude.is_empty()
         || !deferral_allowed()
     {
+        return false;
+    }
+    // An include list must name a port known without asking: the peer's (a client's
+    // server), or the one the listener listens on (a server's).
+    let included = match &c.include {
+        None => true,
+        Some(ports) => {
+            crate::config::in_ranges(ports, peer.port())
+                || listener.and_then(listening_port).is_some_and(|p| crate::config::in_ranges(ports, p))
+        }
+    };
+    if !included {
         return false;
     }
     Deferred::start(fd, opened);

@@ -705,6 +705,52 @@ fn a_process_with_an_io_uring_keeps_its_connections_on_the_kernel() {
     assert_eq!(lines_with(&f.stderr, "set up an io_uring"), 1, "{}", f.stderr);
 }
 
+/// With an include list that names the server's port (as `lanes bench sockets` sets one),
+/// each connection is still deferred without a question to the kernel at both ends: 16
+/// connections at once (`many-conns`, server and client as two processes, each under
+/// strace) make no name or option call but the server's one look at its listening
+/// socket's port. Before, each end asked the protocol and both names per connection.
+#[test]
+fn an_include_list_naming_the_port_asks_the_kernel_nothing_per_connection() {
+    let sc = Sockconf::build("include-list");
+    let lib = library();
+    let port = free_port().to_string();
+    let counts = |role: &str| {
+        let out = sc.dir.path(&format!("strace-{role}"));
+        let mut cmd = clean_command("strace");
+        cmd.env("LANES_DIR", sc.dir.path("fabric"))
+            .env("TMPDIR", sc.dir.root())
+            .env("LANES_SOCKETS_INCLUDE", &port)
+            .args(["-f", "-c", "-o"])
+            .arg(&out)
+            .arg("-E")
+            .arg(format!("LD_PRELOAD={}", lib.display()))
+            .arg(&sc.plain)
+            .args(["many-conns", "--role", role, "--port", &port]);
+        (Program::spawn(cmd, &format!("many-conns {role}")), out)
+    };
+    let (server, server_counts) = counts("server");
+    let (client, client_counts) = counts("client");
+    let c = client.wait(RUN_LIMIT);
+    let s = server.wait(RUN_LIMIT);
+    assert!(s.ok() && c.ok(), "{}{}", s.describe("server"), c.describe("client"));
+    assert!(s.stdout.contains("every index seen once and answered: yes"), "{}", s.stdout);
+    let calls = |file: &Path, name: &str| -> u64 {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        // strace -c's rows: % time, seconds, usecs/call, calls, [errors,] syscall.
+        text.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.len() >= 5 && f.last() == Some(&name))
+            .map(|f| f[3].parse::<u64>().expect("a count"))
+            .sum()
+    };
+    for (end, file, own_look) in [("server", &server_counts, 1), ("client", &client_counts, 0)] {
+        let names = calls(file, "getsockname") + calls(file, "getpeername");
+        assert!(names <= own_look, "{end}: {names} name calls for 16 connections");
+        assert_eq!(calls(file, "getsockopt"), 0, "{end}: option calls for 16 connections");
+    }
+}
+
 /// A signal handler that sends while the program is blocked in a read of a pipe: with
 /// spinning allowed (the receiver asks for the ring) the bytes before and after go through
 /// the ring, and the handler's byte must land between them, as on kernel TCP. The C
