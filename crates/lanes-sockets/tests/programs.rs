@@ -434,7 +434,9 @@ fn sockperf_multiplexers() {
 
 /// sockperf imports no socket function: it resolves them with dlsym(RTLD_DEFAULT, name).
 /// The global scope puts LD_PRELOAD objects first, so it must get the library's; a
-/// connection of sockperf with both ends attached proves it did.
+/// connection of sockperf with both ends attached and bytes through the ring proves it did.
+/// Spinning is allowed whatever the load (`LANES_SPIN_GATE=0`): with other tests on every
+/// CPU the receiver would rightly leave every byte to the kernel.
 #[test]
 fn sockperf_dlsym_finds_the_preloaded_functions() {
     let nm = Command::new("nm")
@@ -455,10 +457,11 @@ fn sockperf_dlsym_finds_the_preloaded_functions() {
     let port = free_ports(1)[0].to_string();
     let sampler = sample(&fabric);
     let mut cmd = w.cmd("sockperf", true, &fabric);
-    cmd.args(["sr", "--tcp", "-i", "127.0.0.1", "-p", &port]);
+    cmd.env("LANES_SPIN_GATE", "0").args(["sr", "--tcp", "-i", "127.0.0.1", "-p", &port]);
     let server = start_server(&mut w, cmd, port.parse().expect("port"), "sockperf sr");
     if let Some(server) = server {
         let mut cmd = w.cmd("sockperf", true, &fabric);
+        cmd.env("LANES_SPIN_GATE", "0");
         cmd.args(["pp", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "1", "--mps", "3000000"]);
         let pp = Program::spawn(cmd, "sockperf pp").wait(RUN_LIMIT);
         w.expect_ok(&pp, "sockperf pp");
