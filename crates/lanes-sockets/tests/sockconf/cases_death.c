@@ -108,14 +108,20 @@ static void on_alarm(int s)
     alarms++;
 }
 
-void catch_alarm(int flags)
+/* SIGALRM runs `handler`, with these sigaction flags. */
+static void alarm_runs(void (*handler)(int), int flags)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_alarm;
+    sa.sa_handler = handler;
     sa.sa_flags = flags;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, NULL);
+}
+
+void catch_alarm(int flags)
+{
+    alarm_runs(on_alarm, flags);
 }
 
 void timer_ms(int ms)
@@ -440,12 +446,7 @@ void handler_send_client(void)
         die("pipe");
     handler_fd = fd;
     handler_pipe = p[1];
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = send_from_handler;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGALRM, &sa, NULL);
+    alarm_runs(send_from_handler, SA_RESTART);
     int sent = 0;
     for (int i = 0; i < HANDLER_ROUNDS; i++) {
         char x;
