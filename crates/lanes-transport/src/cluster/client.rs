@@ -284,7 +284,7 @@ pub fn one_shot(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply> {
     let protocol = |reason: String| Error::Protocol { socket: socket.clone(), reason };
     let frame = encode(req).map_err(|e| protocol(e.to_string()))?;
     // Held: a request may be made from a thread of the library while the program runs.
-    let fd = Held::new(connect_nonblocking(&socket)?);
+    let fd = connect_nonblocking(&socket)?;
     let mut sent = 0;
     while sent < frame.len() {
         wait_for(&fd, libc::POLLOUT, deadline, &socket, "sending a request")?;
@@ -330,7 +330,10 @@ pub fn one_shot(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply> {
 
 /// A non-blocking connect to the Unix socket `path`: `NoDaemon` when nothing listens there,
 /// `Timeout` (with "busy") when its backlog is full.
-fn connect_nonblocking(path: &Path) -> Result<OwnedFd> {
+/// The socket is held (moved to a high number) before it connects, not after: a program
+/// closing the number it came at a second time (iperf3 does, at the end of a test) while
+/// the connect waits would otherwise close the library's socket.
+fn connect_nonblocking(path: &Path) -> Result<Held<OwnedFd>> {
     use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: a zeroed sockaddr_un is a valid value.
@@ -351,7 +354,7 @@ fn connect_nonblocking(path: &Path) -> Result<OwnedFd> {
         return Err(Error::io("a Unix socket", io::Error::last_os_error()));
     }
     // SAFETY: raw is a new descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let fd = Held::new(unsafe { OwnedFd::from_raw_fd(raw) });
     let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
     // SAFETY: addr is a valid sockaddr_un of at least `len` bytes.
     let r =
