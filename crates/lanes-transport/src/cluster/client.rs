@@ -59,7 +59,7 @@ impl Client {
         let started = Instant::now();
         let socket = Self::socket_path(dir);
         let stream = connect_within(&socket, timeout)?;
-        let mut conn = Connection { stream: Some(Held::new(stream)), reader: FrameReader::new(), socket };
+        let mut conn = Connection { stream: Some(stream), reader: FrameReader::new(), socket };
         let left = timeout.saturating_sub(started.elapsed());
         match conn.call(&Request::Hello { version: PROTOCOL_VERSION }, "the daemon's hello", left)? {
             Reply::Hello { host, boot, .. } => Ok(Client { conn, host, boot, notify: None }),
@@ -330,45 +330,46 @@ pub fn one_shot(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply> {
 
 /// A non-blocking connect to the Unix socket `path`: `NoDaemon` when nothing listens there,
 /// `Timeout` (with "busy") when its backlog is full.
-/// The socket is held (moved to a high number) before it connects, not after: a program
-/// closing the number it came at a second time (iperf3 does, at the end of a test) while
-/// the connect waits would otherwise close the library's socket.
 fn connect_nonblocking(path: &Path) -> Result<Held<OwnedFd>> {
+    connect_held(path, libc::SOCK_NONBLOCK).map_err(|e| match e.raw_os_error() {
+        Some(libc::EAGAIN) => {
+            Error::Timeout { what: format!("a connection to {} (the daemon is busy)", path.display()), waited_ms: 0 }
+        }
+        _ => Error::NoDaemon { socket: path.to_path_buf(), source: e },
+    })
+}
+
+/// A Unix stream socket (with `flags`, say `SOCK_NONBLOCK`) connected to `path`. It is held
+/// (moved to a high number) before it connects, not after: a program closing the number it
+/// came at a second time (iperf3 does, at the end of a test) while the connect waits would
+/// otherwise close the library's socket, and the library's drop a number not its own.
+fn connect_held<T: AsRawFd + FromRawFd>(path: &Path, flags: libc::c_int) -> io::Result<Held<T>> {
     use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: a zeroed sockaddr_un is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     if bytes.len() >= addr.sun_path.len() {
-        return Err(Error::io(
-            format!("the daemon's socket {}", path.display()),
-            io::Error::new(io::ErrorKind::InvalidInput, "path too long for a Unix socket"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "path too long for a Unix socket"));
     }
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;
     }
     // SAFETY: plain socket creation.
-    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | flags, 0) };
     if raw < 0 {
-        return Err(Error::io("a Unix socket", io::Error::last_os_error()));
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: raw is a new descriptor nobody else owns.
-    let fd = Held::new(unsafe { OwnedFd::from_raw_fd(raw) });
+    let fd = Held::new(unsafe { T::from_raw_fd(raw) });
     let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
     // SAFETY: addr is a valid sockaddr_un of at least `len` bytes.
     let r =
         unsafe { libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len as libc::socklen_t) };
     if r == 0 {
-        return Ok(fd);
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EAGAIN) => Err(Error::Timeout {
-            what: format!("a connection to {} (the daemon is busy)", path.display()),
-            waited_ms: 0,
-        }),
-        _ => Err(Error::NoDaemon { socket: path.to_path_buf(), source: e }),
+        Ok(fd)
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -441,13 +442,13 @@ fn budget_ms(timeout: Duration) -> u64 {
     t.saturating_sub((t / 10).clamp(1, 50)).max(1)
 }
 
-/// `UnixStream::connect` has no timeout and blocks while the daemon's backlog is full (a
+/// A blocking connect has no timeout and blocks while the daemon's backlog is full (a
 /// hung daemon): connect on a helper thread and stop waiting at the deadline.
-fn connect_within(socket: &Path, timeout: Duration) -> Result<UnixStream> {
+fn connect_within(socket: &Path, timeout: Duration) -> Result<Held<UnixStream>> {
     let (tx, rx) = mpsc::channel();
     let path = socket.to_path_buf();
     crate::platform::threads::spawn("lanes-connect", move || {
-        let _ = tx.send(UnixStream::connect(&path));
+        let _ = tx.send(connect_held(&path, 0));
     })
     .map_err(|e| Error::io("starting a connect thread", e))?;
     match rx.recv_timeout(timeout) {
