@@ -614,8 +614,7 @@ fn forget_as(fd: i32, stale: bool) -> bool {
     let forget_remote = |fd| if stale { crate::remote::forget_stale(fd) } else { crate::remote::forget(fd) };
     crate::udp::forget(fd);
     if fd >= 0 && (fd as usize) < FAST_FDS {
-        KNOWN_TCP[fd as usize].store(false, Ordering::Relaxed);
-        LISTENING_PORT[fd as usize].store(0, Ordering::Relaxed);
+        new_socket_at(fd as usize, false);
         match MAYBE[fd as usize].load(Ordering::Relaxed) {
             0 => return false,
             MAYBE_DEFERRED | MAYBE_SETTING_UP => {
@@ -820,6 +819,13 @@ static KNOWN_TCP: [AtomicBool; FAST_FDS] = [const { AtomicBool::new(false) }; FA
 /// again with the kernel's names.
 static LISTENING_PORT: [AtomicU16; FAST_FDS] = [const { AtomicU16::new(0) }; FAST_FDS];
 
+/// A new socket (or none: `tcp` false) now has number `i`: what was known of the number's
+/// last socket goes.
+fn new_socket_at(i: usize, tcp: bool) {
+    KNOWN_TCP[i].store(tcp, Ordering::Relaxed);
+    LISTENING_PORT[i].store(0, Ordering::Relaxed);
+}
+
 /// The port `listener` listens on (asked of the kernel once per socket).
 fn listening_port(listener: i32) -> Option<u16> {
     let slot = LISTENING_PORT.get(usize::try_from(listener).ok()?)?;
@@ -839,8 +845,7 @@ pub fn created(fd: i32, domain: i32, ty: i32, protocol: i32) {
         let tcp = ty & 0xf == libc::SOCK_STREAM
             && (protocol == 0 || protocol == libc::IPPROTO_TCP)
             && (domain == libc::AF_INET || domain == libc::AF_INET6);
-        KNOWN_TCP[fd as usize].store(tcp, Ordering::Relaxed);
-        LISTENING_PORT[fd as usize].store(0, Ordering::Relaxed);
+        new_socket_at(fd as usize, tcp);
     }
 }
 
@@ -849,13 +854,9 @@ pub fn created(fd: i32, domain: i32, ty: i32, protocol: i32) {
 pub fn accepted(listener: i32, fd: i32, peer: Option<SocketAddr>) {
     let known = |fd: i32| fd >= 0 && (fd as usize) < FAST_FDS;
     if known(fd) {
-        let tcp = known(listener) && KNOWN_TCP[listener as usize].load(Ordering::Relaxed);
-        KNOWN_TCP[fd as usize].store(tcp, Ordering::Relaxed);
-        LISTENING_PORT[fd as usize].store(0, Ordering::Relaxed);
+        new_socket_at(fd as usize, known(listener) && KNOWN_TCP[listener as usize].load(Ordering::Relaxed));
     }
-    if !peer.is_some_and(|p| quick_deferral(fd, p, Some(listener), Opened::Accepted)) {
-        on_connected(fd, Opened::Accepted);
-    }
+    connected_to(fd, peer, Some(listener), Opened::Accepted);
 }
 
 /// How a connection of this process came to be: the kernel counts the connecting end's
@@ -880,12 +881,17 @@ impl Opened {
 /// As [`on_connected`], the peer's address known already (connect's argument, accept's
 /// answer). A socket this process made TCP, connected to a loopback address, with no
 /// exclude list and no include list or one naming a port known already (the peer's, or
-/// the port its listener listens on), is deferred without a question to the kernel: protocol, addresses
-/// and cookie are asked at its set-up, which a short connection never reaches, so it costs
+/// the port its listener listens on), is deferred without a question to the kernel:
+/// protocol, addresses and cookie are asked at its set-up, which a short connection never reaches, so it costs
 /// what kernel TCP costs (nginx serving a connection per request lost a seventh of its
 /// rate to four system calls per connection, and a twentieth to the last one, the cookie).
 pub fn on_connected_to(fd: i32, peer: Option<SocketAddr>, opened: Opened) {
-    if !peer.is_some_and(|p| quick_deferral(fd, p, None, opened)) {
+    connected_to(fd, peer, None, opened);
+}
+
+/// As [`on_connected_to`], for a socket `listener` accepted (None: one that connected).
+fn connected_to(fd: i32, peer: Option<SocketAddr>, listener: Option<i32>, opened: Opened) {
+    if !peer.is_some_and(|p| quick_deferral(fd, p, listener, opened)) {
         on_connected(fd, opened);
     }
 }

@@ -212,9 +212,10 @@ unsafe fn without_control(msg: *const msghdr) -> bool {
     unsafe { msg.as_ref() }.is_some_and(|m| m.msg_controllen == 0)
 }
 
-/// Whether a data call on `fd` goes straight to the C library (see [`intercept_data`]).
+/// Whether a data call on `fd` goes straight to the C library (see [`intercept_data`]): no
+/// module of the library follows the descriptor, as two flag tables tell.
 #[inline]
-fn kernels_alone(fd: c_int) -> bool {
+pub(crate) fn kernels_alone(fd: c_int) -> bool {
     INIT.is_completed() && conn::data_is_kernels(fd) && udp::untracked(fd)
 }
 

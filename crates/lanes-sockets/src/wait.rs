@@ -507,7 +507,7 @@ impl Shadow {
             self.stale = self.unresolved.iter().any(|fd| match self.items.get(fd) {
                 Some(Item { conn: Some(c), .. }) => accelerated(c),
                 // A file, a pipe, a socket left to the kernel: two flag loads say so.
-                Some(_) if crate::conn::data_is_kernels(*fd) && crate::udp::untracked(*fd) => false,
+                Some(_) if crate::kernels_alone(*fd) => false,
                 Some(_) => {
                     lookup(*fd).is_some_and(|c| accelerated(&c))
                         || crate::udp::waitable(*fd).is_some()

@@ -683,6 +683,10 @@ fn watched_run(
     (f, fabric)
 }
 
+/// Spinning allowed whatever the load, and every connection set up at once: a case's
+/// bytes go through the ring whenever the library would use it.
+const RING_AT_ONCE: [(&str, &str); 2] = [("LANES_SPIN_GATE", "0"), ("LANES_SOCKETS_DEFER", "0")];
+
 /// A program that puts its sockets into an epoll set through an io_uring (libuv does for
 /// every epoll_ctl ADD and MOD), whose waits the library therefore cannot make watch a
 /// ring: once it set the ring up, its connections stay kernel TCP, said once, and every
@@ -691,10 +695,9 @@ fn watched_run(
 /// would then miss its bytes: the server stopped after a few messages).
 #[test]
 fn a_process_with_an_io_uring_keeps_its_connections_on_the_kernel() {
-    let env = [("LANES_SPIN_GATE", "0"), ("LANES_SOCKETS_DEFER", "0")];
     let mut attached = 0usize;
     let sc = Sockconf::build("io-uring");
-    let (f, _) = watched_run(&sc, "io-uring-epoll", false, &env, Duration::from_millis(1), |conns| {
+    let (f, _) = watched_run(&sc, "io-uring-epoll", false, &RING_AT_ONCE, Duration::from_millis(1), |conns| {
         attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
     });
     if f.stdout.contains("io_uring_setup unavailable") {
@@ -758,10 +761,9 @@ fn an_include_list_naming_the_port_asks_the_kernel_nothing_per_connection() {
 /// the library's too.
 #[test]
 fn a_signal_handler_sends_in_order_while_the_program_is_blocked_elsewhere() {
-    let env = [("LANES_SPIN_GATE", "0"), ("LANES_SOCKETS_DEFER", "0")];
     let mut ring_bytes = 0u64;
     let sc = Sockconf::build("handler-send");
-    let (f, _) = watched_run(&sc, "handler-send", false, &env, Duration::from_millis(1), |conns| {
+    let (f, _) = watched_run(&sc, "handler-send", false, &RING_AT_ONCE, Duration::from_millis(1), |conns| {
         ring_bytes = ring_bytes.max(conns.iter().map(|c| c.ring_bytes_sent).sum());
     });
     assert!(f.stdout.contains("rounds read in order: 10 of 10"), "{}", f.stdout);
