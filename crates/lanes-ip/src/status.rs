@@ -80,8 +80,8 @@ pub fn write(fabric: &Path, s: &IfaceStatus) -> std::io::Result<()> {
     let text = serde_json::to_vec_pretty(s).map_err(std::io::Error::other)?;
     // Not through a link or into a FIFO someone left under the temporary name.
     let _ = std::fs::remove_file(&tmp);
-    let mut f = lanes::platform::files::open_or_create(&tmp)?;
-    std::io::Write::write_all(&mut f, &text)?;
+    let f = lanes::platform::files::open_or_create(&tmp)?;
+    std::io::Write::write_all(&mut &*f, &text)?;
     std::fs::rename(&tmp, d.join(format!("{}.json", s.node)))
 }
 
@@ -114,7 +114,7 @@ pub fn list(fabric: &Path) -> Vec<IfaceStatus> {
             use std::io::Read;
             let mut text = String::new();
             let f = lanes::platform::files::open_existing(&e.path(), false).ok()?;
-            f.take(1 << 20).read_to_string(&mut text).ok()?;
+            (&*f).take(1 << 20).read_to_string(&mut text).ok()?;
             let mut s: IfaceStatus = serde_json::from_str(&text).ok()?;
             s.alive = lanes::platform::liveness::pid_running(s.pid);
             Some(s)

@@ -104,17 +104,18 @@ pub fn watch(
 }
 
 fn pidfd_open(pid: u32) -> io::Result<Held<OwnedFd>> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just gave us this fd; we are its only owner. Set close-on-exec.
-    let fd = unsafe {
-        libc::fcntl(fd as RawFd, libc::F_SETFD, libc::FD_CLOEXEC);
-        OwnedFd::from_raw_fd(fd as RawFd)
-    };
-    Ok(Held::new(fd))
+    Held::make(|| {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just gave us this fd; we are its only owner. Set close-on-exec.
+        Ok(unsafe {
+            libc::fcntl(fd as RawFd, libc::F_SETFD, libc::FD_CLOEXEC);
+            OwnedFd::from_raw_fd(fd as RawFd)
+        })
+    })
 }
 
 static MONITOR: Mutex<Option<Arc<Monitor>>> = Mutex::new(None);
@@ -137,14 +138,18 @@ fn monitor() -> io::Result<Arc<Monitor>> {
 
 impl Monitor {
     fn new() -> io::Result<Self> {
-        // SAFETY: epoll_create1 returns a new fd or -1.
-        let ep = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: a fresh fd that nothing else owns.
-        let epoll = Held::new(unsafe { OwnedFd::from_raw_fd(ep) });
-        // SAFETY: eventfd returns a new fd or -1.
-        let ev = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-        // SAFETY: a fresh fd that nothing else owns.
-        let wake = Held::new(unsafe { OwnedFd::from_raw_fd(ev) });
+        let epoll = Held::make(|| {
+            // SAFETY: epoll_create1 returns a new fd or -1.
+            let ep = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+            // SAFETY: a fresh fd that nothing else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(ep) })
+        })?;
+        let wake = Held::make(|| {
+            // SAFETY: eventfd returns a new fd or -1.
+            let ev = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+            // SAFETY: a fresh fd that nothing else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(ev) })
+        })?;
         let mut e = libc::epoll_event { events: libc::EPOLLIN as u32, u64: WAKE_TOKEN };
         // SAFETY: both fds are open (at their held numbers); `e` is valid for the call.
         cvt(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, wake.as_raw_fd(), &mut e) })?;

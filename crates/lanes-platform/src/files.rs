@@ -72,7 +72,7 @@ pub fn verify_own_dir(dir: &Path, me: u32) -> io::Result<fs::Metadata> {
 /// An exclusive `flock` on a lock file, released on drop (or by the kernel if we die).
 /// Serialises rare directory-level operations such as replacing a stale segment.
 pub struct DirLock {
-    _file: File,
+    _file: Held<File>,
 }
 
 impl DirLock {
@@ -94,19 +94,21 @@ impl DirLock {
 /// name atomically with `link`: nobody ever sees it half-initialised, and a crash leaves
 /// nothing behind.
 pub struct UnnamedFile {
-    file: File,
+    file: Held<File>,
     dir: PathBuf,
 }
 
 impl UnnamedFile {
-    /// Creates an unnamed file of mode 0600 in `dir`.
+    /// Creates an unnamed file of mode 0600 in `dir`, held where it opened (see [`Held`]).
     pub fn create(dir: &Path) -> io::Result<UnnamedFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
-            .open(dir)?;
+        let file = Held::make_here(|| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+                .open(dir)
+        })?;
         Ok(UnnamedFile { file, dir: dir.to_path_buf() })
     }
 
@@ -117,7 +119,7 @@ impl UnnamedFile {
 
     /// Gives the file the name `name` in its directory. Fails with `AlreadyExists` if the
     /// name is taken: exactly one of several racing publishers wins.
-    pub fn publish(self, name: &str) -> io::Result<File> {
+    pub fn publish(self, name: &str) -> io::Result<Held<File>> {
         let from = CString::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let to = CString::new(self.dir.join(name).into_os_string().into_encoded_bytes())
@@ -139,41 +141,47 @@ const SAFE_OPEN_FLAGS: libc::c_int = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::
 /// error naming `path` and what was found there, a symlink, anything that is not a regular
 /// file, and a file of another user: the checks are made on the open descriptor, so the
 /// file cannot be swapped between check and use. `NotFound` keeps its kind for callers that
-/// treat a missing file as "not there".
-pub fn open_existing(path: &Path, writable: bool) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(writable)
-        .custom_flags(SAFE_OPEN_FLAGS)
-        .open(path)
-        .map_err(|e| open_error(path, e))?;
+/// treat a missing file as "not there". The file is held where it opened (see [`Held`]).
+pub fn open_existing(path: &Path, writable: bool) -> io::Result<Held<File>> {
+    let file = Held::make_here(|| {
+        OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .custom_flags(SAFE_OPEN_FLAGS)
+            .open(path)
+            .map_err(|e| open_error(path, e))
+    })?;
     check_owned_regular(&file, path)?;
     Ok(file)
 }
 
 /// Opens `path` for reading and writing, creating it with mode 0600 if missing, with the
 /// refusals of [`open_existing`]: a FIFO, a symlink or another user's file in its place is
-/// an error naming it.
-pub fn open_or_create(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(SAFE_OPEN_FLAGS)
-        .open(path)
-        .map_err(|e| open_error(path, e))?;
+/// an error naming it. The file is held where it opened (see [`Held`]).
+pub fn open_or_create(path: &Path) -> io::Result<Held<File>> {
+    let file = Held::make_here(|| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(SAFE_OPEN_FLAGS)
+            .open(path)
+            .map_err(|e| open_error(path, e))
+    })?;
     check_owned_regular(&file, path)?;
     Ok(file)
 }
 
 /// Opens a configuration file (read-only) without blocking and refuses anything but a
 /// regular file. Unlike fabric files it may belong to another user (root's `/etc/lanes`),
-/// and it may be reached through symlinks, as configuration files often are.
-pub fn open_config(path: &Path) -> io::Result<File> {
-    let file =
-        OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+/// and it may be reached through symlinks, as configuration files often are. The file is
+/// held where it opened (see [`Held`]).
+pub fn open_config(path: &Path) -> io::Result<Held<File>> {
+    let file = Held::make_here(|| {
+        OpenOptions::new().read(true).custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY).open(path)
+    })?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::new(
@@ -267,7 +275,7 @@ pub fn read_private_file(path: &Path, what: &str) -> Result<Vec<u8>, String> {
         return Err(format!("{what} {shown} belongs to uid {}, not to this user ({me})", meta.uid()));
     }
     let mut bytes = Vec::new();
-    file.take(64 << 10).read_to_end(&mut bytes).map_err(|e| format!("{what} {shown}: {e}"))?;
+    (&*file).take(64 << 10).read_to_end(&mut bytes).map_err(|e| format!("{what} {shown}: {e}"))?;
     Ok(bytes)
 }
 
@@ -356,28 +364,42 @@ pub fn reserve(file: &File, len: u64) -> io::Result<()> {
     }
 }
 
-/// A descriptor the library keeps open for long (an object's file, a connection to the
-/// daemon), whose number a preloaded library's `close` refuses to the program
-/// ([`held_by_library`]), moved out of the program's way ([`held_floor`]).
+/// A descriptor of the library's, whose number a preloaded library's `close` refuses to
+/// the program ([`held_by_library`]) from the moment it is made ([`Held::make`],
+/// [`Held::make_here`]) until it is closed. One kept for long (an object's file, a
+/// connection to the daemon) is also moved out of the program's way ([`held_floor`]).
 ///
 /// A program that closes a descriptor twice (iperf3 closes its data sockets twice at the
 /// end of a test: harmless on its own, the second close fails with `EBADF`) would close
 /// one of ours instead if the number went to a descriptor we opened in between, from a
 /// thread of ours while the program ran. The preloaded library answers such a close with
-/// the `EBADF` the program would have had without us.
+/// the `EBADF` the program would have had without us, and a close of the program's waits
+/// while a descriptor of ours is being made or closed ([`while_held_stand_still`]), so
+/// none is caught between its making and its bit.
 #[derive(Debug)]
 pub struct Held<T: AsRawFd> {
     /// Dropped by hand, inside the guard that keeps a program's range close off it.
     inner: std::mem::ManuallyDrop<T>,
 }
 
-/// Held descriptors being made or closed (from the `dup` that moves one to its number
-/// until its bit is set, from its bit's clearing until it is closed), and a program's
-/// range closes under way ([`while_held_stand_still`]): each waits for the other, so a
-/// range closed for the program never takes a descriptor the library is making or has
-/// just let go of (its number set in neither the table nor the kernel's view of ours).
+/// Held descriptors being made or closed (from the call that makes one until its bit is
+/// set, from its bit's clearing until it is closed), and a program's closes under way
+/// ([`while_held_stand_still`]): never both at once, so a close of the program's never
+/// takes a descriptor the library is making or has just let go of (its number set in
+/// neither the table nor the kernel's view of ours).
+///
+/// The library's side has the right of way: a close waits for the changes counted before
+/// it, and a change only for the closes already past that wait (each one system call),
+/// so that a program closing in a loop cannot keep the library from its descriptors.
 static CHANGING_HELD: AtomicU32 = AtomicU32::new(0);
 static CLOSING_RANGE: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// This thread is inside [`changing_held`]: a close it makes is the library's own (a
+    /// preloaded library sees it as the program's where its guard is not set, as in a
+    /// destructor), which must not wait for the change it is part of.
+    static CHANGING_HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
 
 /// The longest either side waits for the other: a thread that died mid-way (the other
 /// threads of a process that forked) never finishes, and a close goes on without it.
@@ -395,34 +417,41 @@ fn wait_for_zero(count: &AtomicU32) -> bool {
     true
 }
 
-/// Runs `change` (making or closing a held descriptor) while no program range close runs.
+/// Runs `change` (making or closing a held descriptor) while no close of the program's
+/// runs.
 fn changing_held<R>(change: impl FnOnce() -> R) -> R {
     // Counted first, then the closes looked at (both sequentially consistent, as a close
-    // counts itself before it looks at the changes): a close that began in between waits
-    // for this change, one already under way is waited out and looked for again.
-    loop {
-        CHANGING_HELD.fetch_add(1, Ordering::SeqCst);
-        if CLOSING_RANGE.load(Ordering::SeqCst) == 0 {
-            break;
-        }
-        CHANGING_HELD.fetch_sub(1, Ordering::SeqCst);
-        if !wait_for_zero(&CLOSING_RANGE) {
-            CHANGING_HELD.fetch_add(1, Ordering::SeqCst);
-            break;
-        }
-    }
+    // counts itself before it looks at the changes): a close that counted itself after
+    // this backs off, one that did before is past its check and is waited out.
+    CHANGING_HELD.fetch_add(1, Ordering::SeqCst);
+    wait_for_zero(&CLOSING_RANGE);
+    CHANGING_HERE.with(|c| c.set(c.get() + 1));
     let r = change();
+    CHANGING_HERE.with(|c| c.set(c.get() - 1));
     CHANGING_HELD.fetch_sub(1, Ordering::SeqCst);
     r
 }
 
-/// Runs `close` (a close of a range of the program's descriptors around the held ones,
-/// which it lists with [`held_between`]) while no held descriptor is being made or
-/// closed: a library thread's new descriptor cannot land in the range between the listing
-/// and the close.
+/// Runs `close` (a close of one of the program's descriptors, or of a range around the
+/// held ones, which it lists with [`held_between`]) while no held descriptor is being made
+/// or closed: a library thread's new descriptor cannot land on the number or in the range
+/// between the check and the close.
 pub fn while_held_stand_still<R>(close: impl FnOnce() -> R) -> R {
-    CLOSING_RANGE.fetch_add(1, Ordering::SeqCst);
-    wait_for_zero(&CHANGING_HELD);
+    if CHANGING_HERE.with(|c| c.get()) > 0 {
+        return close();
+    }
+    loop {
+        CLOSING_RANGE.fetch_add(1, Ordering::SeqCst);
+        if CHANGING_HELD.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        // A change under way goes first.
+        CLOSING_RANGE.fetch_sub(1, Ordering::SeqCst);
+        if !wait_for_zero(&CHANGING_HELD) {
+            CLOSING_RANGE.fetch_add(1, Ordering::SeqCst);
+            break;
+        }
+    }
     let r = close();
     CLOSING_RANGE.fetch_sub(1, Ordering::SeqCst);
     r
@@ -475,10 +504,41 @@ pub fn held_between(first: u32, last: u32) -> Vec<i32> {
 }
 
 impl<T: AsRawFd + FromRawFd> Held<T> {
-    /// Holds `inner`, its descriptor moved to a number at or above [`held_floor`] when one
-    /// is free (else it keeps its own).
-    pub fn new(inner: T) -> Held<T> {
-        changing_held(|| mark_held(out_of_the_way(inner)))
+    /// A descriptor made by `make` and kept for long: moved to a number at or above
+    /// [`held_floor`] when one is free (else it keeps its own) and held, all while no close
+    /// of the program's runs.
+    pub fn make(make: impl FnOnce() -> io::Result<T>) -> io::Result<Held<T>> {
+        changing_held(|| make().map(|inner| mark_held(out_of_the_way(inner))))
+    }
+
+    /// This descriptor, made for a moment, kept for long after all: moved to a number at
+    /// or above [`held_floor`] when one is free. (Its old number is closed: a POSIX record
+    /// lock of the process's on the file would go with it, so move before locking.)
+    pub fn moved_out_of_the_way(self) -> Held<T> {
+        let floor = held_floor();
+        if floor <= 0 || self.as_raw_fd() >= floor {
+            return self;
+        }
+        changing_held(|| {
+            // SAFETY: F_DUPFD_CLOEXEC on our own descriptor; no memory is involved.
+            let moved = unsafe { libc::fcntl(self.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+            if moved < 0 {
+                return self;
+            }
+            let mut old = std::mem::ManuallyDrop::new(self);
+            // SAFETY: `old` is never dropped or used again.
+            unsafe { old.unmark_and_close() };
+            // SAFETY: `moved` is a new descriptor nobody else owns.
+            mark_held(unsafe { T::from_raw_fd(moved) })
+        })
+    }
+}
+
+impl<T: AsRawFd> Held<T> {
+    /// A descriptor made by `make` and kept for a moment (a record read, a lock taken):
+    /// held at the number it was made at, while no close of the program's runs.
+    pub fn make_here(make: impl FnOnce() -> io::Result<T>) -> io::Result<Held<T>> {
+        changing_held(|| make().map(mark_held))
     }
 }
 
@@ -491,10 +551,8 @@ fn mark_held<T: AsRawFd>(inner: T) -> Held<T> {
 }
 
 /// A held duplicate of whatever `fd` names now, made at or above [`held_floor`] in one
-/// step. A duplicate made at the lowest free number and moved afterwards ([`Held::new`])
-/// could be closed in between by a program closing that number a second time (iperf3
-/// does, at the end of a test, while the library's threads may be duplicating sockets):
-/// the library's drop would then close a number that is no longer its own.
+/// step: a duplicate kept for long never takes the lowest free number, which the program
+/// expects its own next descriptor to get.
 pub fn held_duplicate(fd: i32) -> io::Result<Held<std::os::fd::OwnedFd>> {
     let duplicate_from = |lowest: i32| {
         // SAFETY: F_DUPFD_CLOEXEC on any number has no memory-safety preconditions.
@@ -504,7 +562,7 @@ pub fn held_duplicate(fd: i32) -> io::Result<Held<std::os::fd::OwnedFd>> {
     };
     match changing_held(|| duplicate_from(held_floor().max(0)).map(mark_held)) {
         // No number free at or above the floor: the lowest free one, moved when it can be.
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::EINVAL)) => duplicate_from(0).map(Held::new),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::EINVAL)) => Held::make(|| duplicate_from(0)),
         made => made,
     }
 }
@@ -522,16 +580,25 @@ impl<T: AsRawFd> std::ops::DerefMut for Held<T> {
     }
 }
 
+impl<T: AsRawFd> Held<T> {
+    /// Clears the number's bit and closes it (inside [`changing_held`]).
+    ///
+    /// # Safety
+    /// Called once; `self.inner` is not used after.
+    unsafe fn unmark_and_close(&mut self) {
+        // Before the descriptor closes (its number may be the next open's at once).
+        if let Some((w, b)) = held_bit(self.inner.as_raw_fd()) {
+            HELD[w].fetch_and(!b, std::sync::atomic::Ordering::AcqRel);
+        }
+        // SAFETY: once, as the caller guarantees.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+    }
+}
+
 impl<T: AsRawFd> Drop for Held<T> {
     fn drop(&mut self) {
-        changing_held(|| {
-            // Before the descriptor closes (its number may be the next open's at once).
-            if let Some((w, b)) = held_bit(self.inner.as_raw_fd()) {
-                HELD[w].fetch_and(!b, std::sync::atomic::Ordering::AcqRel);
-            }
-            // SAFETY: dropped once, here; `inner` is not used after.
-            unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
-        });
+        // SAFETY: dropped once, here.
+        changing_held(|| unsafe { self.unmark_and_close() });
     }
 }
 
@@ -573,7 +640,7 @@ mod tests {
     fn a_held_file_number_is_high_and_known_until_the_file_closes() {
         let file = File::open("/dev/null").unwrap();
         let low = file.as_raw_fd();
-        let held = HeldFile::new(file);
+        let held = HeldFile::make(|| Ok(file)).unwrap();
         let fd = held.as_raw_fd();
         if held_floor() > low {
             assert!(fd >= held_floor(), "moved out of the program's way: {low} became {fd}");
@@ -609,7 +676,7 @@ mod tests {
 
     #[test]
     fn held_numbers_in_a_range_are_listed_lowest_first() {
-        let held: Vec<HeldFile> = (0..3).map(|_| HeldFile::new(File::open("/dev/null").unwrap())).collect();
+        let held: Vec<HeldFile> = (0..3).map(|_| HeldFile::make(|| File::open("/dev/null")).unwrap()).collect();
         let fds: Vec<i32> = held.iter().map(|h| h.as_raw_fd()).collect();
         let (lo, hi) = (*fds.iter().min().unwrap() as u32, *fds.iter().max().unwrap() as u32);
         let listed = held_between(lo, hi);

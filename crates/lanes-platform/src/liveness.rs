@@ -17,7 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::cvt;
-use super::files::{open_existing, open_or_create};
+use super::files::{open_existing, open_or_create, Held};
 
 const PID_BITS: u32 = 22; // pid_max is at most 2^22 on Linux
 const PID_MASK: u64 = (1 << PID_BITS) - 1;
@@ -143,7 +143,7 @@ fn record_lock(kind: libc::c_short) -> libc::flock {
 /// of the same file by this process would release the lock (POSIX record-lock semantics).
 #[derive(Debug)]
 pub struct ProcessRecord {
-    file: File,
+    file: Held<File>,
     path: PathBuf,
     identity: ProcessIdentity,
     node: u32,
@@ -154,7 +154,8 @@ impl ProcessRecord {
     pub fn register(procs_dir: &Path, node: u32) -> io::Result<Self> {
         let identity = ProcessIdentity::current()?;
         let path = record_path(procs_dir, node, identity.pid());
-        let file = open_or_create(&path)?;
+        // Moved before it is locked: the move closes the number it opened at.
+        let file = open_or_create(&path)?.moved_out_of_the_way();
         let lock = record_lock(libc::F_WRLCK as libc::c_short);
         // SAFETY: the fd is open and `lock` is a valid flock for the duration of the call.
         cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) }).map_err(|e| {
@@ -272,7 +273,7 @@ pub fn list_records(procs_dir: &Path) -> io::Result<Vec<RecordInfo>> {
         } else {
             // A record is believed only under its own name: a copy of a live process's
             // record under another name is not that process (nor alive).
-            match open_existing(&path, false).ok().as_ref().and_then(read_record) {
+            match open_existing(&path, false).ok().as_deref().and_then(read_record) {
                 Some((n, id)) if n == node && id.pid() == pid => (Some(id), is_alive(procs_dir, node, id)),
                 _ => (None, false),
             }

@@ -437,14 +437,25 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     intercept(-1, || close_of_program(fd, call), call)
 }
 
-/// close for the program, `call` making the close itself.
+/// close for the program, `call` making the close itself. A number of the library's is
+/// refused with the `EBADF` the program had without us (it closes a number it closed
+/// already); the check and the close are made while no descriptor of the library's is
+/// being made or closed, so that none is made at the number in between.
 fn close_of_program(fd: c_int, call: impl FnOnce() -> c_int) -> Option<c_int> {
-    if lanes::platform::files::held_by_library(fd) {
+    use lanes::platform::files::{held_by_library, while_held_stand_still};
+    if held_by_library(fd) {
         set_errno(libc::EBADF);
         return Some(-1);
     }
+    // (Outside the stand-still: it may release a stream, making and closing descriptors.)
     before_close(fd);
-    Some(call())
+    while_held_stand_still(|| {
+        if held_by_library(fd) {
+            set_errno(libc::EBADF);
+            return Some(-1);
+        }
+        Some(call())
+    })
 }
 
 /// The C library's `syscall`, found once without the table of real functions (whose
@@ -2299,4 +2310,71 @@ pub unsafe extern "C" fn __ppoll_chk(
     }
     // SAFETY: checked as the fortified version does.
     unsafe { ppoll(fds, n, ts, mask) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program closing a number a second time (its descriptor there closed already)
+    /// while a thread of the library's opens and reads a record file, again and again: the
+    /// close never takes the library's file (`EBADF`, as without the library), and every
+    /// read of the library's succeeds. Run in a process of its own, where no other test's
+    /// descriptor can be at the number.
+    #[test]
+    fn a_programs_second_close_never_takes_a_file_the_library_is_opening() {
+        const CHILD: &str = "LANES_TEST_SECOND_CLOSE_CHILD";
+        let name = "tests::a_programs_second_close_never_takes_a_file_the_library_is_opening";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([name, "--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            eprintln!("{}", text.lines().find(|l| l.starts_with("library reads")).unwrap_or_default());
+            return;
+        }
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let dir = std::env::temp_dir().join(format!("lanes-second-close-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let record = dir.join("record");
+        std::fs::write(&record, b"a record of the library's").unwrap();
+        let stop = AtomicBool::new(false);
+        let (reads, failed_reads) = (AtomicU64::new(0), AtomicU64::new(0));
+        let mut took = 0u32;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let file = lanes::platform::files::open_existing(&record, false).unwrap();
+                    let mut buf = [0u8; 8];
+                    // A read of a number the program closed under us fails (or reads its file).
+                    match file.read_at(&mut buf, 0) {
+                        Ok(8) if &buf == b"a record" => reads.fetch_add(1, Ordering::Relaxed),
+                        _ => failed_reads.fetch_add(1, Ordering::Relaxed),
+                    };
+                    // (The file's close: a number taken by the program would abort a debug build.)
+                }
+            });
+            let started = std::time::Instant::now();
+            while started.elapsed() < std::time::Duration::from_millis(500) || reads.load(Ordering::Relaxed) < 1000 {
+                // SAFETY: plain open and close of the program's own descriptor.
+                let n = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+                assert!(n >= 0);
+                // SAFETY: as above.
+                unsafe { libc::close(n) };
+                // SAFETY: the program's second close of `n`.
+                if close_of_program(n, || unsafe { (real().close)(n) }) == Some(0) {
+                    took += 1;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        let (reads, failed) = (reads.into_inner(), failed_reads.into_inner());
+        eprintln!("library reads {reads}, failed {failed}; second closes that closed something: {took}");
+        assert_eq!((took, failed), (0, 0), "the program's second close took the library's file");
+    }
 }

@@ -601,13 +601,16 @@ fn wake_token() -> u64 {
 fn wake_sleepers(sh: &mut Shadow) {
     use std::os::fd::{AsRawFd, FromRawFd};
     if sh.wake.is_none() {
-        // SAFETY: eventfd has no memory-safety preconditions.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return;
-        }
-        // SAFETY: a new descriptor nobody else owns.
-        let held = lanes::platform::files::Held::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        let made = lanes::platform::files::Held::make(|| {
+            // SAFETY: eventfd has no memory-safety preconditions.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: a new descriptor nobody else owns.
+            Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+        });
+        let Ok(held) = made else { return };
         let mut ev = epoll_event { events: (libc::EPOLLIN | libc::EPOLLET) as u32, u64: wake_token() };
         // SAFETY: our own event structure, our own descriptors.
         if unsafe { (real().epoll_ctl)(sh.epfd, libc::EPOLL_CTL_ADD, held.as_raw_fd(), &mut ev) } != 0 {

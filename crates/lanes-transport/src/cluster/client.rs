@@ -355,13 +355,15 @@ fn connect_held<T: AsRawFd + FromRawFd>(path: &Path, flags: libc::c_int) -> io::
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;
     }
-    // SAFETY: plain socket creation.
-    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | flags, 0) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: raw is a new descriptor nobody else owns.
-    let fd = Held::new(unsafe { T::from_raw_fd(raw) });
+    let fd = Held::make(|| {
+        // SAFETY: plain socket creation.
+        let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | flags, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: raw is a new descriptor nobody else owns.
+        Ok(unsafe { T::from_raw_fd(raw) })
+    })?;
     let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
     // SAFETY: addr is a valid sockaddr_un of at least `len` bytes.
     let r =

@@ -209,7 +209,10 @@ pub fn read(fabric_dir: &Path, kind: ObjectKind, node: u32, id: u32) -> Result<O
     };
     let mut body = Vec::new();
     // Read one byte past the limit: a file growing under us is refused too.
-    file.take(MAX_RECORD + 1).read_to_end(&mut body).map_err(|e| format!("export record {}: {e}", path.display()))?;
+    (&*file)
+        .take(MAX_RECORD + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| format!("export record {}: {e}", path.display()))?;
     if body.len() as u64 > MAX_RECORD {
         return Err(format!("export record {} exceeds {MAX_RECORD} bytes", path.display()));
     }

@@ -428,7 +428,7 @@ impl ConfigFile {
         // Opened without blocking: a FIFO at the configured path is refused, not waited on.
         let file = crate::platform::files::open_config(path).map_err(|e| err(format!("cannot read: {e}")))?;
         let mut text = String::new();
-        file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(|e| err(format!("cannot read: {e}")))?;
+        (&*file).take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(|e| err(format!("cannot read: {e}")))?;
         if text.len() as u64 > MAX_CONFIG_BYTES {
             return Err(err(format!("larger than {MAX_CONFIG_BYTES} bytes")));
         }

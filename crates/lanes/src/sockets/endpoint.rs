@@ -28,7 +28,6 @@
 //! with that pid still has that start time: a holder that died and whose pid was reused by
 //! an unrelated process does not keep the record alive.
 
-use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsFd;
@@ -337,7 +336,7 @@ impl Endpoint {
     /// Opens the record filed under `key`, validating its header.
     pub fn open(fabric_dir: &Path, key: &ConnectionKey) -> io::Result<Endpoint> {
         let path = sockets_dir(fabric_dir).join(key.file_name());
-        let file: File = open_existing(&path, true)?;
+        let file = open_existing(&path, true)?;
         let file_len = file.metadata()?.len();
         if file_len < RING_OFFSET as u64 + MIN_RING_BYTES as u64 {
             return Err(invalid("record too short"));

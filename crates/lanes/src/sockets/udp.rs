@@ -49,7 +49,6 @@
 //! is made under the send lock, so a multicast sender holding the send locks of every
 //! member either puts a datagram into all their rings or into none ([`offer_to_all`]).
 
-use std::fs::File;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
@@ -368,7 +367,7 @@ impl UdpRecord {
     /// Opens the record of socket `cookie`, validating its header.
     pub fn open(fabric_dir: &Path, netns: u64, cookie: u64) -> io::Result<UdpRecord> {
         let path = sockets_dir(fabric_dir).join(file_name(netns, cookie));
-        let file: File = open_existing(&path, true)?;
+        let file = open_existing(&path, true)?;
         let file_len = file.metadata()?.len();
         if file_len < RING_OFFSET as u64 {
             return Err(invalid("UDP record too short"));

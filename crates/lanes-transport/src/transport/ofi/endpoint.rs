@@ -281,13 +281,16 @@ impl ProcessEndpoint {
         let ep = Arc::new(fi::Endpoint::open(&domain, None, &av, &tx, &rx)?);
         let name = ep.name()?;
         let provider_keys = info.mr_mode() & fi::FI_MR_PROV_KEY != 0;
-        // SAFETY: eventfd has no memory-safety preconditions.
-        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if wake < 0 {
-            return Err(Error::io("creating the ofi service eventfd", std::io::Error::last_os_error()));
-        }
-        // SAFETY: wake is a new descriptor nobody else owns.
-        let wake = Held::new(unsafe { OwnedFd::from_raw_fd(wake) });
+        let wake = Held::make(|| {
+            // SAFETY: eventfd has no memory-safety preconditions.
+            let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+            if wake < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: wake is a new descriptor nobody else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(wake) })
+        })
+        .map_err(|e| Error::io("creating the ofi service eventfd", e))?;
         let me = Arc::new(ProcessEndpoint {
             spec,
             ep,

@@ -166,7 +166,7 @@ impl SegmentFile {
                 }
             }
         }
-        let file = HeldFile::new(file);
+        let file = file.moved_out_of_the_way();
         Ok(SegmentFile { file, _header_map: header_map, header, snap, path: dir.join(name), inode })
     }
 
@@ -196,7 +196,7 @@ impl SegmentFile {
         // SAFETY: header_map is HEADER_PAGE bytes, page aligned, and lives in the result.
         let header = unsafe { HeaderView::new(header_map.as_ptr()) };
         let snap = header.validate(kind, node, segment, meta.len()).map_err(OpenError::Corrupt)?;
-        let file = HeldFile::new(file);
+        let file = file.moved_out_of_the_way();
         Ok(SegmentFile { file, _header_map: header_map, header, snap, path: path.to_path_buf(), inode: meta.ino() })
     }
 
