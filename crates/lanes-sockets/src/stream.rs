@@ -182,6 +182,9 @@ pub fn send(conn: &Conn, fd: c_int, call: Call, iov: &[iovec], flags: c_int) -> 
     }
     if conn.tx_retired() {
         // The peer retired this direction from the ring: the program's own call, counted.
+        if !conn.rx_retired() {
+            retire_idle_input(conn);
+        }
         if conn.rx_retired() {
             // Both directions: the next calls do not come here at all.
             release_nodelay(conn, fd);
@@ -1102,6 +1105,36 @@ pub fn maybe_ring_mode(conn: &Conn, fd: c_int, call: Call) {
         flip_again(conn);
     }
     want_ring(&conn.own, hand_back);
+}
+
+/// At most this many bytes received in all makes a direction idle: a one-way stream's
+/// other direction (a subscription, a download's request).
+const IDLE_INPUT_BYTES: u64 = 4096;
+
+/// This end's sending direction is the kernel's for good (the peer retired it): the peer's
+/// direction, if it has carried next to nothing ([`IDLE_INPUT_BYTES`]), is retired too, so
+/// that the whole connection is kernel TCP's and its calls pass straight through. Left in
+/// ring mode with nothing to carry, it was never tried (tries are made at kernel reads),
+/// so the connection stayed the library's for good: each send, receive and epoll call of a
+/// one-way stream went the whole way, and a set holding it waited in the library's loop
+/// (mosquitto relaying to a subscriber ran at 0.85 of kernel TCP).
+fn retire_idle_input(conn: &Conn) {
+    let received = conn
+        .own
+        .rx_consumed()
+        .load(Ordering::Acquire)
+        .saturating_add(conn.own.rx_kernel_read().load(Ordering::Acquire));
+    if received > IDLE_INPUT_BYTES {
+        return;
+    }
+    let Some(peer) = conn.peer() else { return };
+    // Out of ring mode first (the receiver may do so at any time; bytes the sender
+    // published before stay to be read first), then parked and retired once the ring is
+    // read to the end: a call that finds bytes still unread retires it at a later send.
+    peer.tx_word().to_kernel_mode();
+    if crate::park::retire(conn, peer) {
+        crate::reasons::note(crate::reasons::Reason::RingDidNotPay, Some(&conn.key));
+    }
 }
 
 /// Both directions of the connection are retired from the ring: Nagle's algorithm, forced

@@ -385,7 +385,8 @@ const PROCESSES_AND_THREADS: &[&str] = &[
     "fork-busy-threads",
     "pass-fd",
 ];
-const STREAMS: &[&str] = &["stream-64m", "stream-duplex", "send-eagain", "ring-then-kernel", "pingpong-slow"];
+const STREAMS: &[&str] =
+    &["stream-64m", "stream-duplex", "send-eagain", "ring-then-kernel", "pingpong-slow", "request-stream"];
 /// Long enough to matter, so run in fewer setups (see [`check_group_lean`]).
 const LONG_STREAMS: &[&str] = &["stream-4g"];
 const PEER_DEATH: &[&str] = &["peer-killed-writer", "peer-killed-reader", "peer-killed-unread", "peer-killed-unreaped"];
@@ -804,6 +805,32 @@ fn a_connection_the_ring_does_not_pay_for_is_retired_to_the_kernel() {
             f.stderr
         );
     }
+}
+
+/// A one-way stream after a request (a subscription, a download) whose receiver is asleep
+/// when its bytes come (spinning off) has its stream direction retired as the ring does not
+/// pay; then the request's direction, which carried 16 bytes, is retired with it, so that
+/// the whole connection is kernel TCP's (the records show both ends retired at once, each
+/// counted) and its calls pass straight through. Every message arrives checked, as on
+/// kernel TCP.
+#[test]
+fn the_idle_direction_of_a_retired_one_way_stream_is_retired_too() {
+    let (mut retired, mut attached) = (0usize, 0usize);
+    let sc = Sockconf::build("retire-idle");
+    let (f, fabric) = watched_run(&sc, "request-stream", true, &[], Duration::from_millis(1), |conns| {
+        attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
+        retired = retired.max(conns.iter().filter(|c| c.receiving == Receiving::Retired).count());
+    });
+    assert!(f.stdout.contains("received 3000 messages, 0 wrong bytes"), "{}", f.stdout);
+    assert_eq!(attached, 2, "both ends attached (ends seen at once)");
+    assert_eq!(retired, 2, "both directions retired (ends seen retired at once); stderr:\n{}", f.stderr);
+    let counted: u64 = lanes::sockets::reasons::list_reasons(&fabric)
+        .iter()
+        .flat_map(|p| p.reasons.iter())
+        .filter(|r| r.reason == lanes::sockets::reasons::Reason::RingDidNotPay)
+        .map(|r| r.sockets)
+        .sum();
+    assert_eq!(counted, 2, "each direction's retiring counted once");
 }
 
 /// With no CPU free for anyone (`LANES_SPIN_GATE=shut`: the library's view of a machine

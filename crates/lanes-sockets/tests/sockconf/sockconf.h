@@ -338,6 +338,8 @@ void stream_server(void) ;
 void stream_client(void) ;
 void long_pingpong_server(void) ;
 void long_pingpong_client(void) ;
+void request_stream_server(void) ;
+void request_stream_client(void) ;
 void duplex_server(void) ;
 void duplex_client(void) ;
 void send_eagain_server(void) ;

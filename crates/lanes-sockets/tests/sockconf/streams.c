@@ -274,3 +274,46 @@ void long_pingpong_client(void)
     report_raw_nodelay("client", fd);
     say("close %s", res(close(fd)));
 }
+
+#define ONE_WAY_MSGS 3000
+#define ONE_WAY_MSG 64
+#define ONE_WAY_PAUSE_US 700
+
+/* A request, then a one-way stream of small messages, each after a pause (a subscription, a
+ * download): the server reads the 16-byte request, then writes ONE_WAY_MSGS messages, each
+ * with its own pattern, and closes. */
+void request_stream_server(void)
+{
+    int s = accept_one();
+    char req[16], out[ONE_WAY_MSG];
+    ssize_t n = read_full(s, req, sizeof req);
+    say("request %s", n == (ssize_t)sizeof req && memcmp(req, "subscribe please", sizeof req) == 0 ? "ok" : "WRONG");
+    int sent = 0;
+    for (int i = 0; i < ONE_WAY_MSGS; i++) {
+        for (int j = 0; j < ONE_WAY_MSG; j++)
+            out[j] = (char)(i * 13 + j);
+        usleep(ONE_WAY_PAUSE_US);
+        if (write(s, out, ONE_WAY_MSG) != ONE_WAY_MSG)
+            break;
+        sent++;
+    }
+    say("sent %d messages", sent);
+    say("close %s", res(close(s)));
+}
+
+/* The client: the request, then every message read and checked, until EOF. */
+void request_stream_client(void)
+{
+    int fd = connect_one();
+    say("request %s", res((int)write(fd, "subscribe please", 16) - 16));
+    char in[ONE_WAY_MSG];
+    int got = 0, bad = 0;
+    ssize_t n;
+    while ((n = read_full(fd, in, ONE_WAY_MSG)) == ONE_WAY_MSG) {
+        for (int j = 0; j < ONE_WAY_MSG; j++)
+            bad += in[j] != (char)(got * 13 + j);
+        got++;
+    }
+    say("received %d messages, %d wrong bytes, then %s", got, bad, res((int)n));
+    say("close %s", res(close(fd)));
+}

@@ -189,6 +189,8 @@ const struct casedef cases[] = {
      "16 MiB each way at once, non-blocking, poll-driven, checked"},
     {"pingpong-slow", AF_INET, true, long_pingpong_server, long_pingpong_client, NULL,
      "6000 blocking round trips of 100 bytes, each side pausing 100 us before it writes, checked"},
+    {"request-stream", AF_INET, true, request_stream_server, request_stream_client, NULL,
+     "a 16-byte request, then 3000 messages of 64 bytes one way, 700 us apart, checked"},
     {"send-eagain", AF_INET, true, send_eagain_server, send_eagain_client, NULL,
      "non-blocking writes until EAGAIN; the peer gets exactly that; POLLOUT after draining"},
     {"ring-then-kernel", AF_INET, true, ring_kernel_server, ring_kernel_client, NULL,
