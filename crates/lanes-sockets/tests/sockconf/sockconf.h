@@ -340,6 +340,8 @@ void long_pingpong_server(void) ;
 void long_pingpong_client(void) ;
 void request_stream_server(void) ;
 void request_stream_client(void) ;
+void large_answers_server(void) ;
+void large_answers_client(void) ;
 void duplex_server(void) ;
 void duplex_client(void) ;
 void send_eagain_server(void) ;

@@ -317,3 +317,47 @@ void request_stream_client(void)
     say("received %d messages, %d wrong bytes, then %s", got, bad, res((int)n));
     say("close %s", res(close(fd)));
 }
+
+#define LARGE_ROUNDS 400
+#define LARGE_ANSWER (64 * 1024)
+#define LARGE_PAUSE_US 5000
+
+/* Requests of 64 bytes, each answered with 64 KiB (a server of large files): the server
+ * answers every request with its own pattern until EOF. */
+void large_answers_server(void)
+{
+    int s = accept_one();
+    static char out[LARGE_ANSWER];
+    char req[64];
+    int answered = 0;
+    ssize_t n;
+    while ((n = read_full(s, req, sizeof req)) == (ssize_t)sizeof req) {
+        for (int j = 0; j < LARGE_ANSWER; j++)
+            out[j] = (char)(answered * 7 + j);
+        if (write_all(s, out, LARGE_ANSWER) != LARGE_ANSWER)
+            break;
+        answered++;
+    }
+    say("answered %d, then %s", answered, res((int)n));
+    say("close %s", res(close(s)));
+}
+
+/* The client: LARGE_ROUNDS requests, LARGE_PAUSE_US apart, each answer read and checked. */
+void large_answers_client(void)
+{
+    int fd = connect_one();
+    static char in[LARGE_ANSWER];
+    char req[64];
+    memset(req, 'r', sizeof req);
+    int rounds = 0, bad = 0;
+    for (int i = 0; i < LARGE_ROUNDS; i++) {
+        usleep(LARGE_PAUSE_US);
+        if (write(fd, req, sizeof req) != (ssize_t)sizeof req || read_full(fd, in, LARGE_ANSWER) != LARGE_ANSWER)
+            break;
+        for (int j = 0; j < LARGE_ANSWER; j++)
+            bad += in[j] != (char)(i * 7 + j);
+        rounds++;
+    }
+    say("rounds %d, wrong bytes %d", rounds, bad);
+    say("close %s", res(close(fd)));
+}

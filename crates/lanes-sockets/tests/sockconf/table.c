@@ -191,6 +191,8 @@ const struct casedef cases[] = {
      "6000 blocking round trips of 100 bytes, each side pausing 100 us before it writes, checked"},
     {"request-stream", AF_INET, true, request_stream_server, request_stream_client, NULL,
      "a 16-byte request, then 3000 messages of 64 bytes one way, 700 us apart, checked"},
+    {"large-answers", AF_INET, true, large_answers_server, large_answers_client, NULL,
+     "400 requests of 64 bytes, 5 ms apart, each answered with 64 KiB, checked"},
     {"send-eagain", AF_INET, true, send_eagain_server, send_eagain_client, NULL,
      "non-blocking writes until EAGAIN; the peer gets exactly that; POLLOUT after draining"},
     {"ring-then-kernel", AF_INET, true, ring_kernel_server, ring_kernel_client, NULL,
