@@ -392,7 +392,7 @@ pub struct Held<T: AsRawFd> {
 /// it, and a change only for the closes already past that wait (each one system call),
 /// so that a program closing in a loop cannot keep the library from its descriptors.
 static CHANGING_HELD: AtomicU32 = AtomicU32::new(0);
-static CLOSING_RANGE: AtomicU32 = AtomicU32::new(0);
+static PROGRAM_CLOSING: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     /// This thread is inside [`changing_held`]: a close it makes is the library's own (a
@@ -424,7 +424,7 @@ fn changing_held<R>(change: impl FnOnce() -> R) -> R {
     // counts itself before it looks at the changes): a close that counted itself after
     // this backs off, one that did before is past its check and is waited out.
     CHANGING_HELD.fetch_add(1, Ordering::SeqCst);
-    wait_for_zero(&CLOSING_RANGE);
+    wait_for_zero(&PROGRAM_CLOSING);
     CHANGING_HERE.with(|c| c.set(c.get() + 1));
     let r = change();
     CHANGING_HERE.with(|c| c.set(c.get() - 1));
@@ -441,19 +441,19 @@ pub fn while_held_stand_still<R>(close: impl FnOnce() -> R) -> R {
         return close();
     }
     loop {
-        CLOSING_RANGE.fetch_add(1, Ordering::SeqCst);
+        PROGRAM_CLOSING.fetch_add(1, Ordering::SeqCst);
         if CHANGING_HELD.load(Ordering::SeqCst) == 0 {
             break;
         }
         // A change under way goes first.
-        CLOSING_RANGE.fetch_sub(1, Ordering::SeqCst);
+        PROGRAM_CLOSING.fetch_sub(1, Ordering::SeqCst);
         if !wait_for_zero(&CHANGING_HELD) {
-            CLOSING_RANGE.fetch_add(1, Ordering::SeqCst);
+            PROGRAM_CLOSING.fetch_add(1, Ordering::SeqCst);
             break;
         }
     }
     let r = close();
-    CLOSING_RANGE.fetch_sub(1, Ordering::SeqCst);
+    PROGRAM_CLOSING.fetch_sub(1, Ordering::SeqCst);
     r
 }
 
@@ -461,7 +461,7 @@ pub fn while_held_stand_still<R>(close: impl FnOnce() -> R) -> R {
 /// closed whatever the counts the other threads left behind say.
 pub fn after_fork_in_child() {
     CHANGING_HELD.store(0, Ordering::SeqCst);
-    CLOSING_RANGE.store(0, Ordering::SeqCst);
+    PROGRAM_CLOSING.store(0, Ordering::SeqCst);
 }
 
 /// An object's file, held.
@@ -515,16 +515,8 @@ impl<T: AsRawFd + FromRawFd> Held<T> {
     /// or above [`held_floor`] when one is free. (Its old number is closed: a POSIX record
     /// lock of the process's on the file would go with it, so move before locking.)
     pub fn moved_out_of_the_way(self) -> Held<T> {
-        let floor = held_floor();
-        if floor <= 0 || self.as_raw_fd() >= floor {
-            return self;
-        }
         changing_held(|| {
-            // SAFETY: F_DUPFD_CLOEXEC on our own descriptor; no memory is involved.
-            let moved = unsafe { libc::fcntl(self.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
-            if moved < 0 {
-                return self;
-            }
+            let Some(moved) = duplicate_above_floor(self.as_raw_fd()) else { return self };
             let mut old = std::mem::ManuallyDrop::new(self);
             // SAFETY: `old` is never dropped or used again.
             unsafe { old.unmark_and_close() };
@@ -616,17 +608,21 @@ fn held_floor() -> i32 {
     })
 }
 
-/// `inner` with its descriptor at or above [`held_floor`], if a number is free there.
-fn out_of_the_way<T: AsRawFd + FromRawFd>(inner: T) -> T {
+/// A duplicate of our descriptor `fd` at or above [`held_floor`], if `fd` is under it and
+/// a number is free there.
+fn duplicate_above_floor(fd: i32) -> Option<i32> {
     let floor = held_floor();
-    if floor <= 0 || inner.as_raw_fd() >= floor {
-        return inner;
+    if floor <= 0 || fd >= floor {
+        return None;
     }
     // SAFETY: F_DUPFD_CLOEXEC on our own descriptor; no memory is involved.
-    let moved = unsafe { libc::fcntl(inner.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
-    if moved < 0 {
-        return inner;
-    }
+    let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor) };
+    (moved >= 0).then_some(moved)
+}
+
+/// `inner` with its descriptor at or above [`held_floor`], if a number is free there.
+fn out_of_the_way<T: AsRawFd + FromRawFd>(inner: T) -> T {
+    let Some(moved) = duplicate_above_floor(inner.as_raw_fd()) else { return inner };
     drop(inner);
     // SAFETY: `moved` is a new descriptor nobody else owns (the old one closed just above).
     unsafe { T::from_raw_fd(moved) }

@@ -787,24 +787,13 @@ fn a_signal_handler_sends_in_order_while_the_program_is_blocked_elsewhere() {
 /// the ring could carry bytes, is the program's choice again in both kernel sockets.
 #[test]
 fn a_connection_the_ring_does_not_pay_for_is_retired_to_the_kernel() {
-    let (mut retired, mut attached) = (0usize, 0usize);
     let sc = Sockconf::build("retire");
-    let (f, fabric) = watched_run(&sc, "pingpong-slow", true, &[], Duration::from_millis(1), |conns| {
-        attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
-        retired = retired.max(conns.iter().filter(|c| c.receiving == Receiving::Retired).count());
-    });
+    let (f, retiring) = watch_retiring(&sc, "pingpong-slow");
     assert!(f.stdout.contains("round trips 6000, wrong echoes 0"), "{}", f.stdout);
-    assert_eq!(attached, 2, "both ends attached (ends seen at once)");
-    assert_eq!(retired, 2, "both directions retired (ends seen retired at once); stderr:\n{}", f.stderr);
+    assert_eq!(retiring.attached, 2, "both ends attached (ends seen at once)");
+    assert_eq!(retiring.retired, 2, "both directions retired (ends seen retired at once); stderr:\n{}", f.stderr);
     assert!(!f.stderr.contains("liblanes_sockets:"), "retiring is counted for status, not said:\n{}", f.stderr);
-    let why = lanes::sockets::reasons::list_reasons(&fabric);
-    let counted: u64 = why
-        .iter()
-        .flat_map(|p| p.reasons.iter())
-        .filter(|r| r.reason == lanes::sockets::reasons::Reason::RingDidNotPay)
-        .map(|r| r.sockets)
-        .sum();
-    assert_eq!(counted, 2, "each direction's retiring counted once: {why:?}");
+    assert_eq!(retiring.counted(), 2, "each direction's retiring counted once: {:?}", retiring.reasons);
     for side in ["client", "server"] {
         assert!(
             f.stderr.contains(&format!("raw-nodelay {side} 0")),
@@ -828,23 +817,50 @@ fn the_idle_direction_of_a_retired_stream_is_retired_too() {
     for (case, done) in
         [("request-stream", "received 3000 messages, 0 wrong bytes"), ("large-answers", "rounds 400, wrong bytes 0")]
     {
-        let (mut retired, mut attached) = (0usize, 0usize);
         let sc = Sockconf::build(&format!("retire-idle-{case}"));
-        let (f, fabric) = watched_run(&sc, case, true, &[], Duration::from_millis(1), |conns| {
-            attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
-            retired = retired.max(conns.iter().filter(|c| c.receiving == Receiving::Retired).count());
-        });
+        let (f, retiring) = watch_retiring(&sc, case);
         assert!(f.stdout.contains(done), "{case}: {}", f.stdout);
-        assert_eq!(attached, 2, "{case}: both ends attached (ends seen at once)");
-        assert_eq!(retired, 2, "{case}: both directions retired (ends seen retired at once); stderr:\n{}", f.stderr);
-        let counted: u64 = lanes::sockets::reasons::list_reasons(&fabric)
+        assert_eq!(retiring.attached, 2, "{case}: both ends attached (ends seen at once)");
+        assert_eq!(
+            retiring.retired, 2,
+            "{case}: both directions retired (ends seen retired at once); stderr:\n{}",
+            f.stderr
+        );
+        assert_eq!(retiring.counted(), 2, "{case}: each direction's retiring counted once: {:?}", retiring.reasons);
+    }
+}
+
+/// What [`watch_retiring`] saw of a run's connections.
+struct Retiring {
+    /// The most ends seen attached to their peer at once.
+    attached: usize,
+    /// The most ends seen with their receiving direction retired at once.
+    retired: usize,
+    /// The reasons files after the run.
+    reasons: Vec<lanes::sockets::reasons::ProcessReasons>,
+}
+
+impl Retiring {
+    /// The sockets the reasons files count as "ring did not pay".
+    fn counted(&self) -> u64 {
+        self.reasons
             .iter()
             .flat_map(|p| p.reasons.iter())
             .filter(|r| r.reason == lanes::sockets::reasons::Reason::RingDidNotPay)
             .map(|r| r.sockets)
-            .sum();
-        assert_eq!(counted, 2, "{case}: each direction's retiring counted once");
+            .sum()
     }
+}
+
+/// Runs `case` with spinning off and a small ring (see [`watched_run`]), watching its
+/// records every millisecond for ends attached and retired.
+fn watch_retiring(sc: &Sockconf, case: &str) -> (Finished, Retiring) {
+    let (mut retired, mut attached) = (0usize, 0usize);
+    let (f, fabric) = watched_run(sc, case, true, &[], Duration::from_millis(1), |conns| {
+        attached = attached.max(conns.iter().filter(|c| c.peer_attached).count());
+        retired = retired.max(conns.iter().filter(|c| c.receiving == Receiving::Retired).count());
+    });
+    (f, Retiring { attached, retired, reasons: lanes::sockets::reasons::list_reasons(&fabric) })
 }
 
 /// With no CPU free for anyone (`LANES_SPIN_GATE=shut`: the library's view of a machine
